@@ -1,0 +1,35 @@
+# The two commands: `make run` (the main job) and `make test` (lint, types, all tests).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint bench services-down clean
+
+$(STAMP): pyproject.toml
+	@command -v java >/dev/null && command -v mvn >/dev/null || { echo "need Java 17+ and Maven (Debian: apt-get install openjdk-17-jdk-headless maven)"; exit 2; }
+	@command -v go >/dev/null && command -v cargo >/dev/null || { echo "need Go and Rust (rustup) to build influxd once"; exit 2; }
+	@command -v pkg-config >/dev/null || apt-get install -y -q pkg-config
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+run: $(STAMP)
+	$(BIN)/hermeneut run $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.codec
+	$(BIN)/python -m bench.pipeline $(ARGS)
+
+services-down: $(STAMP)
+	$(BIN)/hermeneut services down
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""hermeneut: GPU-fleet telemetry interpreted in the context of the job on each GPU."""

@@ -1,0 +1,221 @@
+"""One settings object for every hermeneut process.
+
+Sources, highest priority first: keyword arguments, environment variables (``HERMENEUT_`` prefix, ``__``
+between levels, e.g. ``HERMENEUT_KAFKA__BOOTSTRAP_SERVERS``), then a TOML file named by ``HERMENEUT_CONFIG``
+(or ``--config`` on the CLI), then defaults. An invalid value raises :class:`pipeline.errors.ConfigError` whose
+message is one readable line; only the CLI turns it into an exit code.
+
+Leaving ``kafka.bootstrap_servers`` or ``influxdb.url`` unset means "use the local services that
+``hermeneut services up`` (or ``hermeneut run``) started"; setting them means nothing local is started.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from pipeline.errors import ConfigError
+
+ENV_PREFIX = "HERMENEUT_"
+CONFIG_FILE_ENV = "HERMENEUT_CONFIG"
+
+
+def _default_cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hermeneut"
+
+
+def _default_state_dir() -> Path:
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "hermeneut"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaSettings(_Section):
+    """Where Kafka is and how to talk to it; ``version`` is only used for the local broker."""
+
+    bootstrap_servers: str | None = None
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    version: str = "4.1.1"
+    fallback_version: str = "3.9.1"
+    heap_mb: int = Field(default=512, ge=256, le=16384)
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _hosts_ports(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        for server in value.split(","):
+            host, sep, port = server.strip().rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"expected host:port[,host:port...], got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> KafkaSettings:
+        if self.security_protocol.startswith("SASL") and not (
+            self.sasl_mechanism and self.sasl_username and self.sasl_password
+        ):
+            raise ValueError(
+                f"security_protocol {self.security_protocol} needs sasl_mechanism, sasl_username and sasl_password"
+            )
+        return self
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka (confluent-kafka) settings for these servers; raises if no servers are known."""
+        if self.bootstrap_servers is None:
+            raise ConfigError("kafka.bootstrap_servers is not set and no local Kafka is running")
+        conf = {"bootstrap.servers": self.bootstrap_servers, "security.protocol": self.security_protocol}
+        if self.sasl_mechanism:
+            conf["sasl.mechanism"] = self.sasl_mechanism
+            conf["sasl.username"] = self.sasl_username or ""
+            conf["sasl.password"] = self.sasl_password.get_secret_value() if self.sasl_password else ""
+        if self.ssl_cafile:
+            conf["ssl.ca.location"] = str(self.ssl_cafile)
+        return conf
+
+
+class InfluxSettings(_Section):
+    """Where InfluxDB 2.x is; ``version`` is only used to build the local ``influxd``."""
+
+    url: str | None = None
+    org: str = "hermeneut"
+    bucket: str = "telemetry"
+    token: SecretStr | None = None
+    version: str = "v2.7.12"
+    batch_size: int = Field(default=5000, ge=1, le=100_000)
+    flush_interval_s: float = Field(default=0.2, gt=0, le=60)
+    timeout_s: float = Field(default=10.0, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        return value.rstrip("/") if value else value
+
+
+class TopicSettings(_Section):
+    """Topic names and partitioning; the same names on every process of one deployment."""
+
+    raw: str = "hermeneut.samples.raw"
+    context: str = "hermeneut.context"
+    interpreted: str = "hermeneut.events.interpreted"
+    alerts: str = "hermeneut.alerts"
+    dead_letter: str = "hermeneut.deadletter"
+    partitions: int = Field(default=6, ge=1, le=1024)
+    replication_factor: int = Field(default=1, ge=1, le=16)
+    raw_retention_hours: float = Field(default=24.0, gt=0)
+
+
+class ValidationSettings(_Section):
+    """Plausibility limits applied by the processor before anything is stored."""
+
+    max_future_skew_s: float = Field(default=300.0, ge=0)
+    max_age_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+
+
+class ServiceSettings(_Section):
+    """Where local services keep their builds (per version) and their per-run data and logs."""
+
+    cache_dir: Path = Field(default_factory=_default_cache_dir)
+    state_dir: Path = Field(default_factory=_default_state_dir)
+
+
+class Settings(BaseSettings):
+    """Everything a hermeneut process needs to know before it connects to anything."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True)
+
+    cluster: str = Field(default="local", min_length=1, max_length=64)
+    sample_interval_s: float = Field(default=1.0, ge=0.1, le=3600)
+    kafka: KafkaSettings = KafkaSettings()
+    influxdb: InfluxSettings = InfluxSettings()
+    topics: TopicSettings = TopicSettings()
+    validation: ValidationSettings = ValidationSettings()
+    services: ServiceSettings = ServiceSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        toml_path = os.environ.get(CONFIG_FILE_ENV)
+        if toml_path:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(toml_path)))
+        return tuple(sources)
+
+    @property
+    def uses_local_kafka(self) -> bool:
+        return self.kafka.bootstrap_servers is None
+
+    @property
+    def uses_local_influxdb(self) -> bool:
+        return self.influxdb.url is None
+
+
+def _one_line(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "settings"
+        msg = err["msg"].removeprefix("Value error, ")
+        value = err.get("input")
+        shown = "" if isinstance(value, dict) or "password" in where or "token" in where else f" (got {value!r})"
+        parts.append(f"{where}: {msg}{shown}")
+    return "invalid configuration: " + "; ".join(parts)
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build the settings, or raise :class:`ConfigError` with one readable line."""
+    if config_file is not None:
+        if not config_file.is_file():
+            raise ConfigError(f"invalid configuration: config file {config_file} does not exist")
+        os.environ[CONFIG_FILE_ENV] = str(config_file)
+    toml_path = os.environ.get(CONFIG_FILE_ENV)
+    if toml_path and not Path(toml_path).is_file():
+        raise ConfigError(f"invalid configuration: {CONFIG_FILE_ENV}={toml_path} does not exist")
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc)) from exc
+    except ValueError as exc:  # malformed TOML or env JSON
+        raise ConfigError(f"invalid configuration: {exc}".splitlines()[0]) from exc
+
+
+def env_names(model: type[BaseModel] = Settings, prefix: str = ENV_PREFIX) -> set[str]:
+    """Every environment variable name the settings understand (used to check docker-compose.yml)."""
+    names: set[str] = set()
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            names |= env_names(annotation, f"{prefix}{name.upper()}__")
+        else:
+            names.add(f"{prefix}{name.upper()}")
+    return names

@@ -1,0 +1,205 @@
+"""Local Kafka + InfluxDB for people and tests without a cluster: ``hermeneut services up|status|down``.
+
+Each ``up`` gets a fresh run folder (``<state>/runs/<UTC time>/{kafka,influxdb}``) with data and logs, which are
+kept after ``down``. Ports are free loopback ports. The endpoints and the generated InfluxDB token go to
+``<state>/services.json`` (mode 0600), which every other command reads when the settings name no external
+servers. Where the settings name an external Kafka or InfluxDB, nothing local is started for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from pipeline.config import Settings
+from pipeline.errors import ConfigError, ServiceError
+from pipeline.services import influxdb, kafka
+from pipeline.services.procs import pid_alive, port_open, stop_pid
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LocalState:
+    """What ``services up`` started, as stored in services.json."""
+
+    run_dir: str
+    kafka: dict[str, Any] | None = None
+    influxdb: dict[str, Any] | None = None
+
+
+def state_path(settings: Settings) -> Path:
+    return settings.services.state_dir / "services.json"
+
+
+def read_state(settings: Settings) -> LocalState | None:
+    path = state_path(settings)
+    try:
+        return LocalState(**json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError) as exc:
+        raise ServiceError(f"{path} is not a hermeneut services file: {exc}") from exc
+
+
+def _write_state(settings: Settings, state: LocalState) -> None:
+    path = state_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(state.__dict__, f, indent=2)
+    tmp.replace(path)
+
+
+def _kafka_running(info: dict[str, Any] | None) -> bool:
+    return bool(info) and pid_alive(int(info["pid"])) and port_open(int(info["port"]))  # type: ignore[index]
+
+
+def _influx_running(info: dict[str, Any] | None) -> bool:
+    return bool(info) and pid_alive(int(info["pid"])) and influxdb.healthy(str(info["url"]))  # type: ignore[index]
+
+
+def _start_kafka(settings: Settings, run_dir: Path) -> kafka.KafkaProcess:
+    cache, k = settings.services.cache_dir, settings.kafka
+    try:
+        return kafka.start(cache, k.version, run_dir / "kafka", heap_mb=k.heap_mb)
+    except ServiceError as exc:
+        if k.fallback_version == k.version:
+            raise
+        log.warning("Kafka %s failed (%s); falling back to %s", k.version, exc, k.fallback_version)
+        print(f"Kafka {k.version} failed to start ({exc}); trying {k.fallback_version}")
+        return kafka.start(cache, k.fallback_version, run_dir / "kafka-fallback", heap_mb=k.heap_mb)
+
+
+def up(settings: Settings) -> LocalState:
+    """Start whatever local service the settings need and is not running yet; returns the state."""
+    state = read_state(settings)
+    if state is not None and (
+        (settings.uses_local_kafka and not _kafka_running(state.kafka))
+        or (settings.uses_local_influxdb and not _influx_running(state.influxdb))
+    ):
+        down(settings, quiet=True)
+        state = None
+    if state is not None:
+        return state
+    run_dir = settings.services.state_dir / "runs" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    state = LocalState(run_dir=str(run_dir))
+    try:
+        if settings.uses_local_kafka:
+            k = _start_kafka(settings, run_dir)
+            state.kafka = {
+                "version": k.version,
+                "port": k.port,
+                "pid": k.pid,
+                "bootstrap_servers": k.bootstrap_servers,
+                "log": str(k.log_path),
+            }
+            _write_state(settings, state)
+        if settings.uses_local_influxdb:
+            i = settings.influxdb
+            token = i.token.get_secret_value() if i.token else None
+            p = influxdb.start(settings.services.cache_dir, i.version, run_dir / "influxdb", i.org, i.bucket, token)
+            state.influxdb = {
+                "version": p.version,
+                "port": p.port,
+                "pid": p.pid,
+                "url": p.url,
+                "org": p.org,
+                "bucket": p.bucket,
+                "token": p.token,
+                "log": str(p.log_path),
+            }
+            _write_state(settings, state)
+    except BaseException:
+        down(settings, quiet=True)
+        raise
+    return state
+
+
+def status(settings: Settings) -> dict[str, str]:
+    """One line per service: where it is and whether it answers."""
+    state = read_state(settings)
+    lines: dict[str, str] = {}
+    if settings.uses_local_kafka:
+        info = state.kafka if state else None
+        lines["kafka"] = (
+            f"up   {info['bootstrap_servers']} (Kafka {info['version']}, pid {info['pid']}, log {info['log']})"
+            if info and _kafka_running(info)
+            else "down (local; `hermeneut services up` starts it)"
+        )
+    else:
+        lines["kafka"] = f"external {settings.kafka.bootstrap_servers}"
+    if settings.uses_local_influxdb:
+        info = state.influxdb if state else None
+        lines["influxdb"] = (
+            f"up   {info['url']} (InfluxDB {info['version']}, org {info['org']}, bucket {info['bucket']}, "
+            f"pid {info['pid']}, log {info['log']})"
+            if info and _influx_running(info)
+            else "down (local; `hermeneut services up` starts it)"
+        )
+    else:
+        lines["influxdb"] = f"external {settings.influxdb.url}"
+    return lines
+
+
+def down(settings: Settings, quiet: bool = False) -> None:
+    """Stop the local services (data and logs stay in their run folder)."""
+    state = read_state(settings)
+    if state is None:
+        return
+    for info in (state.kafka, state.influxdb):
+        if info and pid_alive(int(info["pid"])):
+            stop_pid(int(info["pid"]))
+    with contextlib.suppress(FileNotFoundError):
+        state_path(settings).unlink()
+    if not quiet:
+        print(f"stopped; data and logs kept in {state.run_dir}")
+
+
+def resolve(settings: Settings) -> Settings:
+    """The settings with local endpoints filled in; ConfigError if a needed local service is not running."""
+    if not settings.uses_local_kafka and not settings.uses_local_influxdb:
+        return settings
+    state = read_state(settings)
+    kafka_conf, influx_conf = settings.kafka, settings.influxdb
+    if settings.uses_local_kafka:
+        if state is None or not state.kafka:
+            raise ConfigError(
+                "no Kafka configured (HERMENEUT_KAFKA__BOOTSTRAP_SERVERS) and no local one running "
+                "(`hermeneut services up`)"
+            )
+        kafka_conf = kafka_conf.model_copy(update={"bootstrap_servers": state.kafka["bootstrap_servers"]})
+    if settings.uses_local_influxdb:
+        if state is None or not state.influxdb:
+            raise ConfigError(
+                "no InfluxDB configured (HERMENEUT_INFLUXDB__URL) and no local one running (`hermeneut services up`)"
+            )
+        i = state.influxdb
+        influx_conf = influx_conf.model_copy(
+            update={"url": i["url"], "org": i["org"], "bucket": i["bucket"], "token": SecretStr(i["token"])}
+        )
+    return settings.model_copy(update={"kafka": kafka_conf, "influxdb": influx_conf})
+
+
+def child_env(settings: Settings) -> dict[str, str]:
+    """Environment that hands resolved settings to a child hermeneut process (secrets travel, never logged)."""
+    env = dict(os.environ)
+    k, i = settings.kafka, settings.influxdb
+    if k.bootstrap_servers:
+        env["HERMENEUT_KAFKA__BOOTSTRAP_SERVERS"] = k.bootstrap_servers
+    if i.url:
+        env["HERMENEUT_INFLUXDB__URL"] = i.url
+        env["HERMENEUT_INFLUXDB__ORG"] = i.org
+        env["HERMENEUT_INFLUXDB__BUCKET"] = i.bucket
+    if i.token:
+        env["HERMENEUT_INFLUXDB__TOKEN"] = i.token.get_secret_value()
+    return env

@@ -1,0 +1,1 @@
+"""Stream processors (faust-streaming): validate, normalize and interpret GPU samples."""

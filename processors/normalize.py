@@ -1,0 +1,204 @@
+"""Validate and normalize raw sample messages: pure functions over numpy batches, no I/O.
+
+``process_raw`` takes a batch of consumed Kafka messages and returns the interpreted messages to forward and
+the dead letters to publish. Per message it decodes (a broken envelope dead-letters the whole message); over
+all samples of the batch at once it converts unit aliases, checks plausibility (NaN, negative, out of range,
+inconsistent fields, future or ancient timestamps) and computes values relative to each GPU's own limits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pipeline.codec import Rejected, decode_samples, encode_interpreted
+from pipeline.config import ValidationSettings
+from pipeline.deadletter import DeadLetter, dead_letter
+from pipeline.errors import DecodeError
+from pipeline.events import (
+    METRIC_FIELDS,
+    METRIC_HIGH,
+    METRIC_INDEX,
+    METRIC_INTEGER,
+    METRIC_LOW,
+    METRIC_NAMES,
+    RELATIVE_FIELDS,
+    UNIT_ALIASES,
+    GpuSample,
+    InterpretedBatch,
+    InterpretedEvent,
+    SampleBatch,
+    metric_matrix,
+)
+
+STAGE = "processor"
+
+
+@dataclass(frozen=True, slots=True)
+class RawMessage:
+    key: bytes | None
+    value: bytes
+    source: str  # topic/partition/offset, for the dead-letter record
+
+
+@dataclass
+class Outcome:
+    forward: list[tuple[bytes, bytes]] = field(default_factory=list)  # (key, encoded InterpretedBatch)
+    dead: list[DeadLetter] = field(default_factory=list)
+    samples_ok: int = 0
+
+
+def canonical_units(sample: GpuSample) -> GpuSample:
+    """Rename alias fields (e.g. ``memory_used_mib``) to their canonical unit."""
+    if not any(name in UNIT_ALIASES for name in sample.metrics):
+        return sample
+    metrics = {}
+    for name, value in sample.metrics.items():
+        if name in UNIT_ALIASES:
+            canonical, factor = UNIT_ALIASES[name]
+            metrics[canonical] = value * factor
+        else:
+            metrics[name] = value
+    return GpuSample(
+        sample.cluster,
+        sample.node,
+        sample.gpu_uuid,
+        sample.gpu_index,
+        sample.gpu_model,
+        sample.ts_ns,
+        metrics,
+    )
+
+
+def _col(m: np.ndarray, name: str) -> np.ndarray:
+    return m[:, METRIC_INDEX[name]]
+
+
+# (reason, numerator field, denominator field, max plausible ratio)
+_CONSISTENCY = (
+    ("inconsistent", "memory_used_bytes", "memory_total_bytes", 1.0),
+    ("inconsistent", "power_watts", "power_limit_watts", 2.0),
+    ("inconsistent", "sm_clock_mhz", "sm_clock_max_mhz", 1.5),
+    ("inconsistent", "pcie_link_gen", "pcie_link_gen_max", 1.0),
+    ("inconsistent", "pcie_link_width", "pcie_link_width_max", 1.0),
+)
+
+
+def validate(
+    m: np.ndarray, ts_ns: np.ndarray, now_ns: int, limits: ValidationSettings
+) -> tuple[np.ndarray, list[tuple[int, str, str]]]:
+    """Vectorized plausibility checks; returns the mask of good rows and (row, reason, detail) for bad ones."""
+    n = m.shape[0]
+    present = ~np.isnan(m)
+    with np.errstate(invalid="ignore"):
+        negative = present & (m < 0) & (METRIC_LOW >= 0)
+        out_of_range = present & ((m < METRIC_LOW) | (m > METRIC_HIGH))
+        not_integer = present & METRIC_INTEGER & np.isfinite(m) & (m != np.floor(m))
+    checks: list[tuple[str, np.ndarray, np.ndarray | None]] = [
+        ("future_timestamp", ts_ns > now_ns + int(limits.max_future_skew_s * 1e9), None),
+        ("ancient_timestamp", ts_ns < now_ns - int(limits.max_age_s * 1e9), None),
+        ("negative", negative.any(axis=1), negative),
+        ("out_of_range", out_of_range.any(axis=1), out_of_range),
+        ("not_integer", not_integer.any(axis=1), not_integer),
+    ]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for reason, num, den, limit in _CONSISTENCY:
+            ratio = _col(m, num) / _col(m, den)
+            checks.append((f"{reason}:{num}>{den}", ratio > limit, None))
+    bad_any = np.zeros(n, dtype=bool)
+    problems: list[tuple[int, str, str]] = []
+    for reason, rows, cells in checks:
+        new = rows & ~bad_any
+        for row in np.flatnonzero(new):
+            problems.append((int(row), *_explain(reason, int(row), m, ts_ns, now_ns, cells)))
+        bad_any |= rows
+    return ~bad_any, problems
+
+
+def _explain(
+    reason: str, row: int, m: np.ndarray, ts_ns: np.ndarray, now_ns: int, cells: np.ndarray | None
+) -> tuple[str, str]:
+    if reason.endswith("_timestamp"):
+        return reason, f"ts_ns {int(ts_ns[row])} is {(int(ts_ns[row]) - now_ns) / 1e9:+.0f}s from now"
+    if cells is not None:
+        col = int(np.flatnonzero(cells[row])[0])
+        spec = METRIC_FIELDS[col]
+        return reason, f"{spec.name}={m[row, col]!r} outside [{spec.low:g}, {spec.high:g}]"
+    code, _, pair = reason.partition(":")
+    num, den = pair.split(">")
+    return code, f"{num}={_col(m, num)[row]:g} implausible against {den}={_col(m, den)[row]:g}"
+
+
+def relative_values(m: np.ndarray) -> np.ndarray:
+    """Columns of RELATIVE_FIELDS: each value relative to the GPU's own limit (NaN where unknown)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.column_stack(
+            [
+                _col(m, "power_watts") / _col(m, "power_limit_watts"),
+                _col(m, "memory_used_bytes") / _col(m, "memory_total_bytes"),
+                _col(m, "sm_clock_mhz") / _col(m, "sm_clock_max_mhz"),
+                _col(m, "temperature_gpu_celsius") / _col(m, "temperature_slowdown_celsius"),
+                _col(m, "pcie_link_gen") / _col(m, "pcie_link_gen_max"),
+                _col(m, "pcie_link_width") / _col(m, "pcie_link_width_max"),
+            ]
+        ).reshape(m.shape[0], len(RELATIVE_FIELDS))
+
+
+def _dict_rows(values: np.ndarray, names: tuple[str, ...]) -> list[dict[str, float]]:
+    # `v == v` is False only for NaN, and is the fastest such test in a comprehension
+    return [{n: v for n, v in zip(names, row, strict=True) if v == v} for row in values.tolist()]  # noqa: PLR0124
+
+
+def process_raw(messages: list[RawMessage], now_ns: int, limits: ValidationSettings) -> Outcome:
+    """Decode, validate and normalize a batch of raw messages (see module docstring)."""
+    out = Outcome()
+    owners: list[int] = []  # message index of every decoded sample
+    positions: list[int] = []
+    samples: list[GpuSample] = []
+    batches: list[SampleBatch | None] = []
+    for i, msg in enumerate(messages):
+        try:
+            batch, rejected = decode_samples(msg.value)
+        except DecodeError as exc:
+            out.dead.append(dead_letter(msg.key, msg.value, exc.reason, exc.detail, STAGE, msg.source))
+            batches.append(None)
+            continue
+        batches.append(batch)
+        out.dead.extend(_rejects(msg, rejected))
+        kept = [p for p in range(len(batch.samples) + len(rejected)) if p not in {r.position for r in rejected}]
+        for position, sample in zip(kept, batch.samples, strict=True):
+            owners.append(i)
+            positions.append(position)
+            samples.append(canonical_units(sample))
+    if not samples:
+        return out
+    m = metric_matrix(samples)
+    ts = np.fromiter((s.ts_ns for s in samples), dtype=np.int64, count=len(samples))
+    good, problems = validate(m, ts, now_ns, limits)
+    for row, reason, detail in problems:
+        msg = messages[owners[row]]
+        out.dead.append(
+            dead_letter(msg.key, msg.value, reason, detail, STAGE, msg.source, samples[row].gpu_uuid, positions[row])
+        )
+    keep = np.flatnonzero(good)
+    metrics = _dict_rows(m[keep], METRIC_NAMES)
+    relative = _dict_rows(relative_values(m[keep]), RELATIVE_FIELDS)
+    per_message: dict[int, list[InterpretedEvent]] = {}
+    for j, row in enumerate(keep.tolist()):
+        s = samples[row]
+        sample = GpuSample(s.cluster, s.node, s.gpu_uuid, s.gpu_index, s.gpu_model, s.ts_ns, metrics[j])
+        per_message.setdefault(owners[row], []).append(InterpretedEvent(sample, relative[j]))
+    for i, events in per_message.items():
+        source = batches[i]
+        assert source is not None
+        interpreted = InterpretedBatch(source.cluster, source.node, tuple(events))
+        out.forward.append((source.kafka_key, encode_interpreted(interpreted)))
+    out.samples_ok = len(keep)
+    return out
+
+
+def _rejects(msg: RawMessage, rejected: list[Rejected]) -> list[DeadLetter]:
+    return [
+        dead_letter(msg.key, msg.value, r.reason, r.detail, STAGE, msg.source, r.gpu_uuid, r.position) for r in rejected
+    ]

@@ -1,0 +1,1 @@
+"""Node producers: NVML collector, simulator and the one Kafka publisher."""

@@ -1,0 +1,1 @@
+"""Sinks: write interpreted events to InfluxDB, committing offsets only after acknowledged writes."""
