@@ -150,6 +150,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True)
 
     cluster: str = Field(default="local", min_length=1, max_length=64)
+    #: consumer groups are "<prefix>-processor" and "<prefix>-sink-influxdb"
+    group_prefix: str = Field(default="hermeneut", pattern=r"^[A-Za-z0-9._-]{1,100}$")
     sample_interval_s: float = Field(default=1.0, ge=0.1, le=3600)
     kafka: KafkaSettings = KafkaSettings()
     influxdb: InfluxSettings = InfluxSettings()
@@ -207,6 +209,19 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         raise ConfigError(_one_line(exc)) from exc
     except ValueError as exc:  # malformed TOML or env JSON
         raise ConfigError(f"invalid configuration: {exc}".splitlines()[0]) from exc
+
+
+def settings_env(settings: BaseModel, prefix: str = ENV_PREFIX) -> dict[str, str]:
+    """The settings as environment variables (the inverse of loading them); None values are left out."""
+    env: dict[str, str] = {}
+    for name in type(settings).model_fields:
+        value = getattr(settings, name)
+        key = f"{prefix}{name.upper()}"
+        if isinstance(value, BaseModel):
+            env |= settings_env(value, f"{key}__")
+        elif value is not None:
+            env[key] = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+    return env
 
 
 def env_names(model: type[BaseModel] = Settings, prefix: str = ENV_PREFIX) -> set[str]:

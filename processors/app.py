@@ -65,12 +65,12 @@ def faust_broker_credentials(settings: Settings) -> Any:
     )
 
 
-def create_app(settings: Settings, stats_file: Path | None = None, app_id: str = "hermeneut-processor") -> faust.App:
+def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
     """Build the faust app for resolved settings (Kafka bootstrap servers known)."""
     assert settings.kafka.bootstrap_servers, "resolve local services before creating the app"
     brokers = ";".join(f"kafka://{s.strip()}" for s in settings.kafka.bootstrap_servers.split(","))
     app = faust.App(
-        app_id,
+        f"{settings.group_prefix}-processor",
         broker=brokers,
         broker_credentials=faust_broker_credentials(settings),
         value_serializer="raw",

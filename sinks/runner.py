@@ -80,7 +80,6 @@ class InfluxSink:
         settings: Settings,
         writer: InfluxWriter,
         dlq: Publisher,
-        group_id: str = "hermeneut-sink-influxdb",
         stats_file: Path | None = None,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
@@ -93,7 +92,7 @@ class InfluxSink:
         self.consumer = Consumer(
             {
                 **settings.kafka.client_config(),
-                "group.id": group_id,
+                "group.id": f"{settings.group_prefix}-sink-influxdb",
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "max.poll.interval.ms": 600_000,

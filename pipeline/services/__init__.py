@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from pipeline.config import Settings
+from pipeline.config import Settings, settings_env
 from pipeline.errors import ConfigError, ServiceError
 from pipeline.services import influxdb, kafka
 from pipeline.services.procs import pid_alive, port_open, stop_pid
@@ -192,14 +192,4 @@ def resolve(settings: Settings) -> Settings:
 
 def child_env(settings: Settings) -> dict[str, str]:
     """Environment that hands resolved settings to a child hermeneut process (secrets travel, never logged)."""
-    env = dict(os.environ)
-    k, i = settings.kafka, settings.influxdb
-    if k.bootstrap_servers:
-        env["HERMENEUT_KAFKA__BOOTSTRAP_SERVERS"] = k.bootstrap_servers
-    if i.url:
-        env["HERMENEUT_INFLUXDB__URL"] = i.url
-        env["HERMENEUT_INFLUXDB__ORG"] = i.org
-        env["HERMENEUT_INFLUXDB__BUCKET"] = i.bucket
-    if i.token:
-        env["HERMENEUT_INFLUXDB__TOKEN"] = i.token.get_secret_value()
-    return env
+    return dict(os.environ) | settings_env(settings)

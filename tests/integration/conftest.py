@@ -1,0 +1,86 @@
+"""Real servers for integration tests: a local Kafka broker and a local influxd, started by the project's own
+service code (installed/built into the user cache on first use). A server that cannot start is an error,
+never a skip: in CI a missing server fails the run."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, TopicSettings, load_settings
+from pipeline.services import influxdb, kafka
+from pipeline.topics import ensure_topics, topic_specs
+
+
+class InfluxServer:
+    """The session's influxd; ``restart`` keeps port, data and token (resilience tests stop/start it)."""
+
+    def __init__(self, proc: influxdb.InfluxProcess, cache_dir: Path) -> None:
+        self.proc, self.cache_dir = proc, cache_dir
+
+    def stop(self) -> None:
+        self.proc.stop()
+
+    def start(self) -> None:
+        self.proc = influxdb.start(
+            self.cache_dir,
+            self.proc.version,
+            self.proc.run_dir,
+            self.proc.org,
+            self.proc.bucket,
+            self.proc.token,
+            port=self.proc.port,
+        )
+
+
+@pytest.fixture(scope="session")
+def defaults() -> Settings:
+    return load_settings()
+
+
+@pytest.fixture(scope="session")
+def kafka_server(tmp_path_factory: pytest.TempPathFactory, defaults: Settings) -> Iterator[kafka.KafkaProcess]:
+    proc = kafka.start(defaults.services.cache_dir, defaults.kafka.version, tmp_path_factory.mktemp("kafka"))
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def influx_server(tmp_path_factory: pytest.TempPathFactory, defaults: Settings) -> Iterator[InfluxServer]:
+    cache = defaults.services.cache_dir
+    proc = influxdb.start(
+        cache, defaults.influxdb.version, tmp_path_factory.mktemp("influxdb"), "hermeneut", "telemetry"
+    )
+    server = InfluxServer(proc, cache)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def settings(
+    kafka_server: kafka.KafkaProcess, influx_server: InfluxServer, defaults: Settings, tmp_path: Path
+) -> Settings:
+    """Settings for one test: its own topics, consumer groups and cluster tag on the shared servers."""
+    tag = uuid.uuid4().hex[:8]
+    p = influx_server.proc
+    s = Settings(
+        cluster=f"test-{tag}",
+        group_prefix=f"test-{tag}",
+        sample_interval_s=1.0,
+        kafka=KafkaSettings(bootstrap_servers=kafka_server.bootstrap_servers),
+        influxdb=InfluxSettings(url=p.url, org=p.org, bucket=p.bucket, token=p.token, flush_interval_s=0.1),
+        topics=TopicSettings(
+            raw=f"t{tag}.raw",
+            context=f"t{tag}.context",
+            interpreted=f"t{tag}.interpreted",
+            alerts=f"t{tag}.alerts",
+            dead_letter=f"t{tag}.deadletter",
+            partitions=3,
+        ),
+        services=ServiceSettings(cache_dir=defaults.services.cache_dir, state_dir=tmp_path / "state"),
+    )
+    ensure_topics(s.kafka.client_config(), topic_specs(s))
+    return s
