@@ -11,6 +11,7 @@ Leaving ``kafka.bootstrap_servers`` or ``influxdb.url`` unset means "use the loc
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -61,6 +62,8 @@ class KafkaSettings(_Section):
     version: str = "4.1.1"
     fallback_version: str = "3.9.1"
     heap_mb: int = Field(default=512, ge=256, le=16384)
+    #: how long a consumer that died silently keeps its partitions before the group moves them
+    session_timeout_s: float = Field(default=45.0, ge=6.0, le=1800.0)
 
     @field_validator("bootstrap_servers")
     @classmethod
@@ -194,12 +197,27 @@ def _one_line(exc: ValidationError) -> str:
     return "invalid configuration: " + "; ".join(parts)
 
 
+#: HERMENEUT_ variables that are not settings of the object but are read elsewhere
+_OTHER_ENV = frozenset({CONFIG_FILE_ENV, "HERMENEUT_RUSTUP_TOOLCHAIN"})
+
+
+def _reject_unknown_env() -> None:
+    """A misspelt variable would otherwise be ignored silently (and, say, start a local Kafka instead)."""
+    known = env_names() | _OTHER_ENV
+    for name in sorted(os.environ):
+        if name.startswith(ENV_PREFIX) and name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"invalid configuration: unknown setting {name}{hint}")
+
+
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
     """Build the settings, or raise :class:`ConfigError` with one readable line."""
     if config_file is not None:
         if not config_file.is_file():
             raise ConfigError(f"invalid configuration: config file {config_file} does not exist")
         os.environ[CONFIG_FILE_ENV] = str(config_file)
+    _reject_unknown_env()
     toml_path = os.environ.get(CONFIG_FILE_ENV)
     if toml_path and not Path(toml_path).is_file():
         raise ConfigError(f"invalid configuration: {CONFIG_FILE_ENV}={toml_path} does not exist")

@@ -86,6 +86,8 @@ def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
         stream_buffer_maxsize=max(4096, BATCH_MAX * 2),
         broker_commit_every=BATCH_MAX,
         broker_commit_interval=1.0,
+        broker_session_timeout=settings.kafka.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, settings.kafka.session_timeout_s / 3),
     )
     raw = app.topic(settings.topics.raw, key_type=bytes, value_type=bytes, internal=False)
     interpreted = app.topic(settings.topics.interpreted, key_type=bytes, value_type=bytes)

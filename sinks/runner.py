@@ -96,6 +96,7 @@ class InfluxSink:
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
                 "max.poll.interval.ms": 600_000,
+                "session.timeout.ms": int(settings.kafka.session_timeout_s * 1000),
                 "fetch.wait.max.ms": 50,
             }
         )

@@ -70,7 +70,7 @@ def settings(
         cluster=f"test-{tag}",
         group_prefix=f"test-{tag}",
         sample_interval_s=1.0,
-        kafka=KafkaSettings(bootstrap_servers=kafka_server.bootstrap_servers),
+        kafka=KafkaSettings(bootstrap_servers=kafka_server.bootstrap_servers, session_timeout_s=6.0),
         influxdb=InfluxSettings(url=p.url, org=p.org, bucket=p.bucket, token=p.token, flush_interval_s=0.1),
         topics=TopicSettings(
             raw=f"t{tag}.raw",

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from pipeline.codec import decode_interpreted, encode_samples
+from pipeline.config import ValidationSettings
+from pipeline.events import GpuSample, SampleBatch
+from processors.normalize import RawMessage, process_raw, relative_values, validate
+from producers.simulator import Fleet
+
+NOW = 1_800_000_000_000_000_000
+LIMITS = ValidationSettings()
+
+
+def _msg(*samples: GpuSample) -> RawMessage:
+    batch = SampleBatch("c", "n", samples)
+    return RawMessage(batch.kafka_key, encode_samples(batch), "raw/0/42")
+
+
+def _s(ts_ns: int = NOW, uuid: str = "GPU-a", **metrics: float) -> GpuSample:
+    base = {"power_watts": 350.0, "power_limit_watts": 700.0, "memory_used_bytes": 40.0, "memory_total_bytes": 80.0}
+    return GpuSample("c", "n", uuid, 0, "H100", ts_ns, base | metrics)
+
+
+def test_simulated_fleet_is_entirely_valid() -> None:
+    fleet = Fleet(10, 8, seed=2)
+    now = time.time_ns()
+    messages = [RawMessage(b.kafka_key, encode_samples(b), "t/0/0") for b in fleet.tick(now)]
+    out = process_raw(messages, now, LIMITS)
+    assert out.dead == []
+    assert out.samples_ok == 80
+    assert len(out.forward) == 10
+
+
+def test_relative_values_are_computed() -> None:
+    out = process_raw([_msg(_s())], NOW, LIMITS)
+    (event,) = decode_interpreted(out.forward[0][1]).events
+    assert event.relative["power_ratio_of_limit"] == 0.5
+    assert event.relative["memory_used_ratio"] == 0.5
+    assert "sm_clock_ratio_of_max" not in event.relative  # no clock fields: no made-up ratio
+
+
+def test_unit_aliases_become_canonical() -> None:
+    sample = GpuSample("c", "n", "GPU-a", 0, "H100", NOW, {"memory_used_mib": 1024.0, "power_milliwatts": 250_000.0})
+    out = process_raw([_msg(sample)], NOW, LIMITS)
+    (event,) = decode_interpreted(out.forward[0][1]).events
+    assert event.sample.metrics == {"memory_used_bytes": 2.0**30, "power_watts": 250.0}
+
+
+@pytest.mark.parametrize(
+    ("sample", "reason"),
+    [
+        (_s(ts_ns=NOW + 3600 * 10**9), "future_timestamp"),
+        (_s(ts_ns=NOW - 30 * 86400 * 10**9), "ancient_timestamp"),
+        (_s(temperature_gpu_celsius=-1.0), "negative"),
+        (_s(utilization_gpu_percent=100.5), "out_of_range"),
+        (_s(power_watts=float("inf")), "out_of_range"),
+        (_s(pcie_link_gen=3.5), "not_integer"),
+        (_s(memory_used_bytes=81.0), "inconsistent"),
+        (_s(power_watts=1500.0), "inconsistent"),
+    ],
+)
+def test_implausible_samples_are_dead_lettered_with_reason(sample: GpuSample, reason: str) -> None:
+    good = _s(uuid="GPU-good")
+    msg = _msg(good, sample)
+    out = process_raw([msg], NOW, LIMITS)
+    assert [d.reason for d in out.dead] == [reason]
+    headers = dict(out.dead[0].headers)
+    assert headers["hermeneut-gpu"] == b"GPU-a"
+    assert headers["hermeneut-position"] == b"1"
+    assert headers["hermeneut-source"] == b"raw/0/42"
+    assert out.dead[0].value == msg.value  # the original bytes
+    assert out.samples_ok == 1
+
+
+def test_broken_message_is_dead_lettered_whole_and_batch_continues() -> None:
+    out = process_raw([RawMessage(b"k", b"\xff\xfe", "raw/1/7"), _msg(_s())], NOW, LIMITS)
+    assert [d.reason for d in out.dead] == ["malformed"]
+    assert out.samples_ok == 1
+
+
+def test_validate_reports_first_failing_check_once_per_row() -> None:
+    m = np.full((2, 27), np.nan)
+    m[0, 0] = -1.0  # negative and out of range at once
+    good, problems = validate(m, np.array([NOW, NOW + 10**15]), NOW, LIMITS)
+    assert good.tolist() == [False, False]
+    assert [p[1] for p in problems] == ["future_timestamp", "negative"]
+
+
+def test_relative_values_handle_missing_and_zero() -> None:
+    m = np.full((1, 27), np.nan)
+    rel = relative_values(m)
+    assert rel.shape == (1, 6) and np.isnan(rel).all()
