@@ -86,11 +86,14 @@ class KafkaSettings(_Section):
             )
         return self
 
-    def client_config(self) -> dict[str, str]:
+    def client_config(self) -> dict[str, Any]:
         """librdkafka (confluent-kafka) settings for these servers; raises if no servers are known."""
         if self.bootstrap_servers is None:
             raise ConfigError("kafka.bootstrap_servers is not set and no local Kafka is running")
-        conf = {"bootstrap.servers": self.bootstrap_servers, "security.protocol": self.security_protocol}
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "security.protocol": self.security_protocol,
+        }
         if self.sasl_mechanism:
             conf["sasl.mechanism"] = self.sasl_mechanism
             conf["sasl.username"] = self.sasl_username or ""

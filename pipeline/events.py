@@ -32,6 +32,8 @@ class FieldSpec:
     high: float
     integer: bool = False
     help: str = ""
+    #: a limit of the GPU (capacity, threshold, maximum) rather than a reading: changes rarely, if ever
+    limit: bool = False
 
 
 _TIB = float(2**40)
@@ -42,24 +44,24 @@ METRIC_FIELDS: Final[tuple[FieldSpec, ...]] = (
     FieldSpec("utilization_gpu_percent", 0, 100, help="time a kernel was running, NVML utilization.gpu"),
     FieldSpec("utilization_memory_percent", 0, 100, help="time device memory was read/written"),
     FieldSpec("memory_used_bytes", 0, _TIB, True),
-    FieldSpec("memory_total_bytes", 1, _TIB, True),
+    FieldSpec("memory_total_bytes", 1, _TIB, True, limit=True),
     FieldSpec("sm_clock_mhz", 0, 10_000),
-    FieldSpec("sm_clock_max_mhz", 1, 10_000),
+    FieldSpec("sm_clock_max_mhz", 1, 10_000, limit=True),
     FieldSpec("memory_clock_mhz", 0, 40_000),
     FieldSpec("temperature_gpu_celsius", 0, 150),
     FieldSpec("temperature_memory_celsius", 0, 150),
-    FieldSpec("temperature_slowdown_celsius", 1, 150),
-    FieldSpec("temperature_shutdown_celsius", 1, 150),
+    FieldSpec("temperature_slowdown_celsius", 1, 150, limit=True),
+    FieldSpec("temperature_shutdown_celsius", 1, 150, limit=True),
     FieldSpec("power_watts", 0, 5_000),
-    FieldSpec("power_limit_watts", 1, 5_000),
+    FieldSpec("power_limit_watts", 1, 5_000, limit=True),
     FieldSpec("energy_joules", 0, 1e15, help="total energy since the driver loaded"),
     FieldSpec("fan_speed_percent", 0, 100),
     FieldSpec("performance_state", 0, 15, True, help="P-state, 0 is the fastest"),
     FieldSpec("throttle_reasons_mask", 0, 2**63 - 1, True, help="NVML clocks-event reasons bitmask"),
     FieldSpec("pcie_link_gen", 1, 7, True),
-    FieldSpec("pcie_link_gen_max", 1, 7, True),
+    FieldSpec("pcie_link_gen_max", 1, 7, True, limit=True),
     FieldSpec("pcie_link_width", 1, 32, True),
-    FieldSpec("pcie_link_width_max", 1, 32, True),
+    FieldSpec("pcie_link_width_max", 1, 32, True, limit=True),
     FieldSpec("pcie_tx_bytes_per_second", 0, 512 * _GB_PER_S),
     FieldSpec("pcie_rx_bytes_per_second", 0, 512 * _GB_PER_S),
     FieldSpec("nvlink_tx_bytes_per_second", 0, 8_000 * _GB_PER_S),
@@ -72,6 +74,7 @@ METRIC_INDEX: Final[dict[str, int]] = {name: i for i, name in enumerate(METRIC_N
 METRIC_LOW: Final = np.array([f.low for f in METRIC_FIELDS], dtype=np.float64)
 METRIC_HIGH: Final = np.array([f.high for f in METRIC_FIELDS], dtype=np.float64)
 METRIC_INTEGER: Final = np.array([f.integer for f in METRIC_FIELDS], dtype=bool)
+METRIC_LIMIT: Final = np.array([f.limit for f in METRIC_FIELDS], dtype=bool)
 
 #: Other units a source may send, converted to the canonical field by the processor: alias -> (field, factor).
 UNIT_ALIASES: Final[dict[str, tuple[str, float]]] = {
@@ -160,18 +163,85 @@ class InterpretedEvent:
     explanation: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class InterpretedBatch:
-    """The interpreted events of one node's sampling round (one Kafka message)."""
+    """Interpreted events held column-wise: what one Kafka message of the interpreted topic carries.
 
-    cluster: str
-    node: str
-    events: tuple[InterpretedEvent, ...]
+    The processor puts every event it derived from one raw partition in one take into one batch (and sends it
+    to the same partition number), so a batch may span several nodes. Row ``i`` of every column is one event.
+    ``metrics`` has the columns of METRIC_NAMES and ``relative`` those of RELATIVE_FIELDS, NaN where a value is
+    absent; ``score`` is NaN where unscored. Hot paths (the sink) read the arrays; :meth:`events` gives the
+    row-wise :class:`InterpretedEvent` view.
+    """
+
+    cluster: tuple[str, ...]
+    node: tuple[str, ...]
+    gpu_uuid: tuple[str, ...]
+    gpu_index: tuple[int, ...]
+    gpu_model: tuple[str, ...]
+    ts_ns: np.ndarray
+    metrics: np.ndarray
+    relative: np.ndarray
+    workload: tuple[Workload | None, ...]
+    score: np.ndarray
+    verdict: tuple[Verdict, ...]
+    baseline: tuple[str | None, ...]
+    explanation: tuple[str, ...]
     schema_version: int = SCHEMA_VERSION
 
-    @property
-    def kafka_key(self) -> bytes:
-        return node_key(self.cluster, self.node)
+    def __len__(self) -> int:
+        return len(self.gpu_uuid)
+
+    def events(self) -> list[InterpretedEvent]:
+        metrics = _dict_rows(self.metrics, METRIC_NAMES)
+        relative = _dict_rows(self.relative, RELATIVE_FIELDS)
+        return [
+            InterpretedEvent(
+                GpuSample(
+                    self.cluster[i],
+                    self.node[i],
+                    uuid,
+                    self.gpu_index[i],
+                    self.gpu_model[i],
+                    int(self.ts_ns[i]),
+                    metrics[i],
+                ),
+                relative[i],
+                self.workload[i],
+                None if np.isnan(self.score[i]) else float(self.score[i]),
+                self.verdict[i],
+                self.baseline[i],
+                self.explanation[i],
+            )
+            for i, uuid in enumerate(self.gpu_uuid)
+        ]
+
+    @classmethod
+    def from_events(cls, events: list[InterpretedEvent]) -> InterpretedBatch:
+        samples = [e.sample for e in events]
+        nan = float("nan")
+        return cls(
+            tuple(s.cluster for s in samples),
+            tuple(s.node for s in samples),
+            tuple(s.gpu_uuid for s in samples),
+            tuple(s.gpu_index for s in samples),
+            tuple(s.gpu_model for s in samples),
+            np.array([s.ts_ns for s in samples], dtype=np.int64),
+            metric_matrix(samples),
+            np.array([[e.relative.get(n, nan) for n in RELATIVE_FIELDS] for e in events], dtype=np.float64).reshape(
+                len(events), len(RELATIVE_FIELDS)
+            ),
+            tuple(e.workload for e in events),
+            np.array([nan if e.score is None else e.score for e in events], dtype=np.float64),
+            tuple(e.verdict for e in events),
+            tuple(e.baseline for e in events),
+            tuple(e.explanation for e in events),
+        )
+
+
+def _dict_rows(values: np.ndarray, names: tuple[str, ...]) -> list[dict[str, float]]:
+    # `v == v` is False only for NaN (absent), and is the fastest such test in a comprehension
+    return [{n: v for n, v in zip(names, row, strict=True) if v == v} for row in values.tolist()]  # noqa: PLR0124
 
 
 def node_key(cluster: str, node: str) -> bytes:

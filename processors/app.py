@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import faust
+from confluent_kafka.admin import AdminClient
 from faust.types import EventT
 
 from pipeline.config import Settings
+from pipeline.errors import ServiceError
 from processors.normalize import RawMessage, process_raw
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,15 @@ def faust_broker_credentials(settings: Settings) -> Any:
     )
 
 
+def partition_count(settings: Settings, topic: str) -> int:
+    """The real partition count of an existing topic (it may differ from the settings)."""
+    meta = AdminClient(settings.kafka.client_config()).list_topics(topic, timeout=30)
+    info = meta.topics.get(topic)
+    if info is None or info.error is not None or not info.partitions:
+        raise ServiceError(f"topic {topic} does not exist: run `hermeneut topics` first")
+    return len(info.partitions)
+
+
 def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
     """Build the faust app for resolved settings (Kafka bootstrap servers known)."""
     assert settings.kafka.bootstrap_servers, "resolve local services before creating the app"
@@ -93,6 +104,7 @@ def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
     interpreted = app.topic(settings.topics.interpreted, key_type=bytes, value_type=bytes)
     dead = app.topic(settings.topics.dead_letter, key_type=bytes, value_type=bytes)
     limits = settings.validation
+    out_partitions = partition_count(settings, settings.topics.interpreted)
     stats = ProcessorStats()
 
     @app.agent(raw, name="interpret")  # type: ignore[arg-type]  # take_events is on Stream, not StreamT
@@ -104,12 +116,14 @@ def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
                     e.message.key,
                     e.message.value or b"",
                     f"{e.message.topic}/{e.message.partition}/{e.message.offset}",
+                    e.message.partition,
                 )
                 for e in events
             ]
             outcome = process_raw(messages, time.time_ns(), limits)
-            for key, value in outcome.forward:
-                await interpreted.send(key=key, value=value)
+            for partition, value in outcome.forward:
+                # same partition number as the source: one GPU's events stay in order without a key
+                await interpreted.send(value=value, partition=partition % out_partitions)
             for letter in outcome.dead:
                 await dead.send(key=letter.key, value=letter.value, headers=letter.headers)
             stats.messages_in += len(messages)

@@ -22,13 +22,11 @@ from pipeline.events import (
     METRIC_INDEX,
     METRIC_INTEGER,
     METRIC_LOW,
-    METRIC_NAMES,
     RELATIVE_FIELDS,
     UNIT_ALIASES,
     GpuSample,
     InterpretedBatch,
-    InterpretedEvent,
-    SampleBatch,
+    Verdict,
     metric_matrix,
 )
 
@@ -40,11 +38,13 @@ class RawMessage:
     key: bytes | None
     value: bytes
     source: str  # topic/partition/offset, for the dead-letter record
+    partition: int = 0
 
 
 @dataclass
 class Outcome:
-    forward: list[tuple[bytes, bytes]] = field(default_factory=list)  # (key, encoded InterpretedBatch)
+    #: (source partition, encoded InterpretedBatch of everything that came from it, in order)
+    forward: list[tuple[int, bytes]] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
     samples_ok: int = 0
 
@@ -145,55 +145,71 @@ def relative_values(m: np.ndarray) -> np.ndarray:
         ).reshape(m.shape[0], len(RELATIVE_FIELDS))
 
 
-def _dict_rows(values: np.ndarray, names: tuple[str, ...]) -> list[dict[str, float]]:
-    # `v == v` is False only for NaN, and is the fastest such test in a comprehension
-    return [{n: v for n, v in zip(names, row, strict=True) if v == v} for row in values.tolist()]  # noqa: PLR0124
+def _nan_reason(sample: GpuSample) -> tuple[str, str]:
+    nan_fields = sorted(k for k, v in sample.metrics.items() if v != v)  # noqa: PLR0124 (NaN test)
+    if nan_fields:
+        return "nan", f"{nan_fields[0]} is NaN"
+    return "duplicate_field", "a field was sent both in its canonical unit and as an alias"
 
 
 def process_raw(messages: list[RawMessage], now_ns: int, limits: ValidationSettings) -> Outcome:
     """Decode, validate and normalize a batch of raw messages (see module docstring)."""
     out = Outcome()
-    owners: list[int] = []  # message index of every decoded sample
+    owners: list[int] = []  # message index of every decoded sample, ascending
     positions: list[int] = []
     samples: list[GpuSample] = []
-    batches: list[SampleBatch | None] = []
     for i, msg in enumerate(messages):
         try:
             batch, rejected = decode_samples(msg.value)
         except DecodeError as exc:
             out.dead.append(dead_letter(msg.key, msg.value, exc.reason, exc.detail, STAGE, msg.source))
-            batches.append(None)
             continue
-        batches.append(batch)
         out.dead.extend(_rejects(msg, rejected))
-        kept = [p for p in range(len(batch.samples) + len(rejected)) if p not in {r.position for r in rejected}]
-        for position, sample in zip(kept, batch.samples, strict=True):
-            owners.append(i)
-            positions.append(position)
-            samples.append(canonical_units(sample))
+        bad_positions = {r.position for r in rejected}
+        kept = [p for p in range(len(batch.samples) + len(rejected)) if p not in bad_positions]
+        owners.extend([i] * len(batch.samples))
+        positions.extend(kept)
+        samples.extend(canonical_units(s) for s in batch.samples)
     if not samples:
         return out
     m = metric_matrix(samples)
     ts = np.fromiter((s.ts_ns for s in samples), dtype=np.int64, count=len(samples))
+    # a present field that is NaN shows up as fewer non-NaN cells than the sample has fields
+    sent = np.fromiter((len(s.metrics) for s in samples), dtype=np.int64, count=len(samples))
+    nan_rows = (~np.isnan(m)).sum(axis=1) != sent
     good, problems = validate(m, ts, now_ns, limits)
+    problems = [(int(r), *_nan_reason(samples[r])) for r in np.flatnonzero(nan_rows)] + [
+        p for p in problems if not nan_rows[p[0]]
+    ]
+    good &= ~nan_rows
     for row, reason, detail in problems:
         msg = messages[owners[row]]
         out.dead.append(
             dead_letter(msg.key, msg.value, reason, detail, STAGE, msg.source, samples[row].gpu_uuid, positions[row])
         )
+    rel = relative_values(m)
+    partition = np.fromiter((messages[o].partition for o in owners), dtype=np.int64, count=len(owners))
+    for part in sorted(set(partition[good].tolist())):
+        rows = np.flatnonzero(good & (partition == part))  # ascending: the order the samples arrived in
+        kept_samples = [samples[r] for r in rows.tolist()]
+        n = len(kept_samples)
+        interpreted = InterpretedBatch(
+            cluster=tuple(s.cluster for s in kept_samples),
+            node=tuple(s.node for s in kept_samples),
+            gpu_uuid=tuple(s.gpu_uuid for s in kept_samples),
+            gpu_index=tuple(s.gpu_index for s in kept_samples),
+            gpu_model=tuple(s.gpu_model for s in kept_samples),
+            ts_ns=ts[rows],
+            metrics=m[rows],
+            relative=rel[rows],
+            workload=(None,) * n,
+            score=np.full(n, np.nan),
+            verdict=(Verdict.UNSCORED,) * n,
+            baseline=(None,) * n,
+            explanation=("",) * n,
+        )
+        out.forward.append((part, encode_interpreted(interpreted)))
     keep = np.flatnonzero(good)
-    metrics = _dict_rows(m[keep], METRIC_NAMES)
-    relative = _dict_rows(relative_values(m[keep]), RELATIVE_FIELDS)
-    per_message: dict[int, list[InterpretedEvent]] = {}
-    for j, row in enumerate(keep.tolist()):
-        s = samples[row]
-        sample = GpuSample(s.cluster, s.node, s.gpu_uuid, s.gpu_index, s.gpu_model, s.ts_ns, metrics[j])
-        per_message.setdefault(owners[row], []).append(InterpretedEvent(sample, relative[j]))
-    for i, events in per_message.items():
-        source = batches[i]
-        assert source is not None
-        interpreted = InterpretedBatch(source.cluster, source.node, tuple(events))
-        out.forward.append((source.kafka_key, encode_interpreted(interpreted)))
     out.samples_ok = len(keep)
     return out
 

@@ -1,16 +1,22 @@
 """Consume interpreted events and store them, committing Kafka offsets only after InfluxDB acknowledged them.
 
-Loop: consume -> decode -> line protocol -> (batch full or flush interval over) -> write -> commit.
-A transient write failure (InfluxDB down, overloaded) pauses the partitions and retries with exponential
-backoff and jitter, for as long as it takes: nothing is committed, so nothing acknowledged is lost, and a
-replay after a crash overwrites identical points. A message that does not decode, or that InfluxDB rejects as
-data (HTTP 400), goes to the dead-letter topic (delivered before the offset is committed) and is counted.
+Two threads. The consumer thread consumes, decodes and turns a due batch (``influxdb.batch_size`` points or
+``flush_interval_s`` old) into line protocol, then hands it to the writer thread; while InfluxDB ingests one
+batch the next one is being prepared. The writer writes batches strictly in order and reports each back; the
+consumer thread then delivers that batch's dead letters and commits its offsets, in the same order.
+
+A transient write failure (InfluxDB down, overloaded) is retried by the writer with exponential backoff and
+jitter for as long as it takes; the hand-off queue fills, the consumer pauses its partitions (still polling,
+so it keeps its group membership) and nothing is committed, so nothing acknowledged is lost; a replay after a
+crash rewrites identical points. A message that does not decode, or that InfluxDB rejects as data (HTTP 400),
+goes to the dead-letter topic (delivered before the offset is committed) and is counted.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import queue
 import random
 import threading
 import time
@@ -27,12 +33,13 @@ from pipeline.deadletter import DeadLetter, dead_letter
 from pipeline.errors import DecodeError
 from pipeline.events import InterpretedBatch
 from pipeline.publisher import Publisher
-from sinks.influxdb import InfluxWriter, PermanentWriteError, TransientWriteError, batch_lines
+from sinks.influxdb import InfluxWriter, InfoTracker, PermanentWriteError, TransientWriteError, batch_lines
 
 log = logging.getLogger(__name__)
 
 STAGE = "sink"
 _LATENCY_KEEP = 2_000_000
+_SHUTDOWN_GRACE_S = 30.0
 
 
 @dataclass
@@ -54,9 +61,6 @@ class SinkStats:
         while sum(len(a) for a in self._latencies) > _LATENCY_KEEP:
             self._latencies.pop(0)
 
-    def reset_latency(self) -> None:
-        self._latencies.clear()
-
     def summarize(self) -> None:
         if self._latencies:
             lat = np.concatenate(self._latencies)
@@ -70,6 +74,20 @@ class SinkStats:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps({k: v for k, v in asdict(self).items() if not k.startswith("_")}))
         tmp.replace(path)
+
+
+@dataclass
+class _Job:
+    """One batch on its way to InfluxDB and back."""
+
+    messages: list[Message]
+    batches: list[InterpretedBatch]
+    letters: list[DeadLetter]
+    lines: list[str]
+    points: int
+    ok: bool = False
+    rejected: str | None = None
+    ack_ns: int = 0
 
 
 class InfluxSink:
@@ -101,13 +119,30 @@ class InfluxSink:
             }
         )
         self.consumer.subscribe([settings.topics.interpreted], on_assign=self._on_assign)
+        self._info = InfoTracker()
+        self._todo: queue.Queue[_Job | None] = queue.Queue(maxsize=1)
+        self._done: queue.Queue[_Job] = queue.Queue()
+        self._in_flight = 0
+        self._abandoned = False
+        self._stop = threading.Event()
+        self._reset_pending()
+
+    def _reset_pending(self) -> None:
         self._pending: list[Message] = []
         self._decoded: list[InterpretedBatch] = []
         self._letters: list[DeadLetter] = []
         self._points = 0
         self._first_pending = 0.0
 
+    def _on_assign(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
+        self.stats.assigned = True
+        self.stats.write(self.stats_file)
+
     def run(self, stop: threading.Event) -> None:
+        """Consume and store until ``stop`` is set; then drain what is pending (giving up after a grace)."""
+        self._stop = stop
+        writer = threading.Thread(target=self._writer_loop, name="influx-writer", daemon=True)
+        writer.start()
         cfg = self.settings.influxdb
         last_stats = time.monotonic()
         try:
@@ -119,23 +154,24 @@ class InfluxSink:
                             log.warning("consume error: %s", err)
                         continue
                     self._add(msg)
-                due = self._pending and (
+                if self._pending and (
                     self._points >= cfg.batch_size or time.monotonic() - self._first_pending >= cfg.flush_interval_s
-                )
-                if due:
-                    self.flush(stop)
+                ):
+                    self._hand_off()
+                self._complete()
                 if time.monotonic() - last_stats >= 1.0:
                     self.stats.write(self.stats_file)
                     last_stats = time.monotonic()
-            self.flush(stop, draining=True)
+            if self._pending:
+                self._hand_off()
+            self._todo.put(None)
+            deadline = time.monotonic() + _SHUTDOWN_GRACE_S + 5
+            while self._in_flight and time.monotonic() < deadline:
+                self._complete(wait_s=0.1)
         finally:
             self.consumer.close()
             self.dlq.close()
             self.stats.write(self.stats_file)
-
-    def _on_assign(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
-        self.stats.assigned = True
-        self.stats.write(self.stats_file)
 
     def _add(self, msg: Message) -> None:
         if not self._pending:
@@ -147,71 +183,93 @@ class InfluxSink:
             self._letters.append(self._letter(msg, exc.reason, exc.detail))
             return
         self._decoded.append(batch)
-        self._points += len(batch.events)
+        self._points += len(batch)
 
-    def flush(self, stop: threading.Event, draining: bool = False) -> bool:
-        """Write what is pending, then commit it; returns False if it gave up (only while draining)."""
-        if not self._pending:
-            return True
-        messages, batches, letters = self._pending, self._decoded, self._letters
-        lines = batch_lines(batches)
-        try:
-            if not self._write_with_retry(lines, stop, draining):
-                return False
-        except PermanentWriteError as exc:
-            log.error("InfluxDB rejected a batch of %d points: %s", len(lines), exc)
-            letters.extend(self._letter(m, "influxdb_rejected", str(exc)) for m in messages)
-            lines, batches = [], []
-        ack_ns = self.clock()
-        if batches:
-            self.stats.record_latency(
-                ack_ns, np.fromiter((e.sample.ts_ns for b in batches for e in b.events), np.int64)
-            )
-        for letter in letters:
-            self.dlq.publish(self.settings.topics.dead_letter, letter.key, letter.value, letter.headers)
-        if letters and self.dlq.flush(60.0):
-            raise RuntimeError("dead letters could not be delivered; not committing")
-        self._commit(messages)
-        self._pending, self._decoded, self._letters, self._points = [], [], [], 0
-        self.stats.messages += len(messages)
-        self.stats.points_written += len(lines)
-        self.stats.dead_lettered += len(letters)
-        self.stats.batches += 1
-        return True
+    def _hand_off(self) -> None:
+        """Prepare the pending batch and queue it for the writer, pausing consumption while the queue is full."""
+        job = _Job(self._pending, self._decoded, self._letters, [], self._points)
+        job.lines = batch_lines(job.batches, self._info)
+        self._reset_pending()
+        paused = False
+        while True:
+            try:
+                self._todo.put(job, timeout=0.1)
+                break
+            except queue.Full:
+                if not paused:
+                    self.consumer.pause(self.consumer.assignment())
+                    paused = True
+                self.consumer.poll(0)  # keeps group membership alive while paused
+                self._complete()
+        if paused:
+            self.consumer.resume(self.consumer.assignment())
+        self._in_flight += 1
+
+    def _writer_loop(self) -> None:
+        while True:
+            job = self._todo.get()
+            if job is None:
+                return
+            try:
+                job.ok = self._write_with_retry(job.lines)
+            except PermanentWriteError as exc:
+                job.ok, job.rejected = True, str(exc)
+            job.ack_ns = self.clock()
+            self._done.put(job)
+            if not job.ok:
+                return  # gave up at shutdown: later batches must not be committed past this one
+
+    def _write_with_retry(self, lines: list[str]) -> bool:
+        delay, attempt, give_up_at = 0.2, 0, None
+        while True:
+            try:
+                self.writer.write(lines)
+                return True
+            except TransientWriteError as exc:
+                attempt += 1
+                self.stats.write_retries += 1
+                if attempt == 1 or attempt % 10 == 0:
+                    log.warning("InfluxDB write failed (attempt %d), retrying: %s", attempt, exc)
+                if self._stop.is_set() and give_up_at is None:
+                    give_up_at = time.monotonic() + _SHUTDOWN_GRACE_S
+                if give_up_at is not None and time.monotonic() > give_up_at:
+                    log.error("giving up on %d points at shutdown; they stay uncommitted in Kafka", len(lines))
+                    return False
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 10.0)
+
+    def _complete(self, wait_s: float = 0.0) -> None:
+        """Dead-letter and commit every batch the writer finished, in order."""
+        while True:
+            try:
+                job = self._done.get(timeout=wait_s) if wait_s else self._done.get_nowait()
+            except queue.Empty:
+                return
+            self._in_flight -= 1
+            if not job.ok or self._abandoned:
+                self._abandoned = True
+                continue
+            letters = list(job.letters)
+            written = job.points
+            if job.rejected is not None:
+                log.error("InfluxDB rejected a batch of %d points: %s", len(job.lines), job.rejected)
+                letters = [self._letter(m, "influxdb_rejected", job.rejected) for m in job.messages]
+                written = 0
+            elif job.batches:
+                self.stats.record_latency(job.ack_ns, np.concatenate([b.ts_ns for b in job.batches]))
+            for letter in letters:
+                self.dlq.publish(self.settings.topics.dead_letter, letter.key, letter.value, letter.headers)
+            if letters and self.dlq.flush(60.0):
+                raise RuntimeError("dead letters could not be delivered; not committing")
+            self._commit(job.messages)
+            self.stats.messages += len(job.messages)
+            self.stats.points_written += written
+            self.stats.dead_lettered += len(letters)
+            self.stats.batches += 1
 
     def _letter(self, msg: Message, reason: str, detail: str) -> DeadLetter:
         source = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
         return dead_letter(msg.key(), msg.value() or b"", reason, detail, STAGE, source)
-
-    def _write_with_retry(self, lines: list[str], stop: threading.Event, draining: bool) -> bool:
-        delay, attempt, paused = 0.2, 0, False
-        give_up_at = time.monotonic() + 30.0 if draining else None
-        try:
-            while True:
-                try:
-                    self.writer.write(lines)
-                    return True
-                except TransientWriteError as exc:
-                    attempt += 1
-                    self.stats.write_retries += 1
-                    if attempt == 1 or attempt % 10 == 0:
-                        log.warning("InfluxDB write failed (attempt %d), retrying: %s", attempt, exc)
-                    if not paused:
-                        self.consumer.pause(self.consumer.assignment())
-                        paused = True
-                    wait = delay * (0.5 + random.random())
-                    end = time.monotonic() + wait
-                    while time.monotonic() < end:
-                        self.consumer.poll(0.1)  # keeps group membership alive while paused
-                        if give_up_at is None and stop.is_set():
-                            give_up_at = time.monotonic() + 30.0
-                    if give_up_at is not None and time.monotonic() > give_up_at:
-                        log.error("giving up on %d points at shutdown; they stay uncommitted in Kafka", len(lines))
-                        return False
-                    delay = min(delay * 2, 10.0)
-        finally:
-            if paused:
-                self.consumer.resume(self.consumer.assignment())
 
     def _commit(self, messages: list[Message]) -> None:
         offsets: dict[tuple[str, int], int] = {}

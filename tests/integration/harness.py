@@ -58,7 +58,7 @@ def wait_stored(sink: Stage, expected: int, timeout_s: float = 90) -> dict[str, 
     return stats
 
 
-def stored_points(settings: Settings) -> list[dict[str, Any]]:
+def stored_points(settings: Settings, measurement: str = "gpu") -> list[dict[str, Any]]:
     """Every point of this test's cluster, one dict per (GPU, time) with all its fields."""
     i = settings.influxdb
     assert i.url and i.token
@@ -66,7 +66,7 @@ def stored_points(settings: Settings) -> list[dict[str, Any]]:
     try:
         return writer.query(
             f'from(bucket: "{i.bucket}") |> range(start: 0) '
-            f'|> filter(fn: (r) => r._measurement == "gpu" and r.cluster == "{settings.cluster}") '
+            f'|> filter(fn: (r) => r._measurement == "{measurement}" and r.cluster == "{settings.cluster}") '
             '|> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value") '
             "|> group()"
         )

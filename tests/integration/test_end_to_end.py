@@ -30,8 +30,12 @@ def test_known_samples_are_stored_exactly(settings: Settings, tmp_path: Path) ->
 
     rows = stored_points(settings)
     assert len(rows) == 60
+    # limits go to gpu_info once per GPU (they do not change in these 5 s), readings to gpu every sample
+    info = {r["gpu"]: r for r in stored_points(settings, "gpu_info")}
+    assert len(info) == 12
     for row in rows:
         sample = sent.pop((row["gpu"], int(row["_time"].timestamp() * 1000)))
+        row = info[row["gpu"]] | row
         assert row["node"] == sample.node
         assert row["gpu_model"] == sample.gpu_model
         assert row["gpu_index"] == str(sample.gpu_index)
@@ -39,6 +43,7 @@ def test_known_samples_are_stored_exactly(settings: Settings, tmp_path: Path) ->
         for name, value in sample.metrics.items():
             assert row[name] == pytest.approx(value, rel=0, abs=0), name
         stored_fields = {k for k in row if not k.startswith("_") and k not in ("cluster", "node", "gpu", "gpu_index")}
+        assert "power_limit_watts" in info[row["gpu"]] and "power_watts" not in info[row["gpu"]]
         assert "nvlink_tx_bytes_per_second" in stored_fields or "NVLink" not in sample.gpu_model
         assert row["power_ratio_of_limit"] == pytest.approx(
             sample.metrics["power_watts"] / sample.metrics["power_limit_watts"]

@@ -301,14 +301,9 @@ def test_pipeline_services_build_the_dockerfile(services: dict[str, dict[str, An
     for name in PIPELINE:
         build = services[name].get("build")
         assert build is not None, f"{name} does not build the image"
-        context, dockerfile = (
-            (build, "Dockerfile")
-            if isinstance(build, str)
-            else (
-                build["context"],
-                build.get("dockerfile", "Dockerfile"),
-            )
-        )
+        if isinstance(build, str):
+            build = {"context": build}
+        context, dockerfile = build["context"], build.get("dockerfile", "Dockerfile")
         assert (COMPOSE_FILE.parent / context / dockerfile).resolve() == DOCKERFILE, f"{name}: {build!r}"
 
 

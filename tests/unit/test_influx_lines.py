@@ -1,7 +1,12 @@
 from __future__ import annotations
 
-from pipeline.events import GpuSample, InterpretedEvent, Verdict, Workload
-from sinks.influxdb import event_line
+from pipeline.events import GpuSample, InterpretedBatch, InterpretedEvent, Verdict, Workload
+from sinks.influxdb import batch_lines
+
+
+def event_line(e: InterpretedEvent) -> str:
+    (line,) = batch_lines([InterpretedBatch.from_events([e])])
+    return line
 
 
 def _event(**kw: object) -> InterpretedEvent:

@@ -28,16 +28,34 @@ def _s(ts_ns: int = NOW, uuid: str = "GPU-a", **metrics: float) -> GpuSample:
 def test_simulated_fleet_is_entirely_valid() -> None:
     fleet = Fleet(10, 8, seed=2)
     now = time.time_ns()
-    messages = [RawMessage(b.kafka_key, encode_samples(b), "t/0/0") for b in fleet.tick(now)]
+    messages = [RawMessage(b.kafka_key, encode_samples(b), "t/0/0", i % 3) for i, b in enumerate(fleet.tick(now))]
     out = process_raw(messages, now, LIMITS)
     assert out.dead == []
     assert out.samples_ok == 80
-    assert len(out.forward) == 10
+    assert [p for p, _ in out.forward] == [0, 1, 2]  # one message per source partition
+
+
+def test_events_keep_their_order_within_a_partition() -> None:
+    fleet = Fleet(2, 2, seed=2)
+    messages = [
+        RawMessage(b.kafka_key, encode_samples(b), "t/0/0", 0) for r in range(3) for b in fleet.tick(NOW + r * 10**9)
+    ]
+    out = process_raw(messages, NOW + 3 * 10**9, LIMITS)
+    ((partition, payload),) = out.forward
+    batch = decode_interpreted(payload)
+    assert partition == 0
+    assert batch.ts_ns.tolist() == sorted(batch.ts_ns.tolist())
+    assert [(e.sample.node, e.sample.gpu_index) for e in batch.events()][:4] == [
+        ("node-0000", 0),
+        ("node-0000", 1),
+        ("node-0001", 0),
+        ("node-0001", 1),
+    ]
 
 
 def test_relative_values_are_computed() -> None:
     out = process_raw([_msg(_s())], NOW, LIMITS)
-    (event,) = decode_interpreted(out.forward[0][1]).events
+    (event,) = decode_interpreted(out.forward[0][1]).events()
     assert event.relative["power_ratio_of_limit"] == 0.5
     assert event.relative["memory_used_ratio"] == 0.5
     assert "sm_clock_ratio_of_max" not in event.relative  # no clock fields: no made-up ratio
@@ -46,7 +64,7 @@ def test_relative_values_are_computed() -> None:
 def test_unit_aliases_become_canonical() -> None:
     sample = GpuSample("c", "n", "GPU-a", 0, "H100", NOW, {"memory_used_mib": 1024.0, "power_milliwatts": 250_000.0})
     out = process_raw([_msg(sample)], NOW, LIMITS)
-    (event,) = decode_interpreted(out.forward[0][1]).events
+    (event,) = decode_interpreted(out.forward[0][1]).events()
     assert event.sample.metrics == {"memory_used_bytes": 2.0**30, "power_watts": 250.0}
 
 
@@ -59,6 +77,7 @@ def test_unit_aliases_become_canonical() -> None:
         (_s(utilization_gpu_percent=100.5), "out_of_range"),
         (_s(power_watts=float("inf")), "out_of_range"),
         (_s(pcie_link_gen=3.5), "not_integer"),
+        (_s(power_watts=float("nan")), "nan"),
         (_s(memory_used_bytes=81.0), "inconsistent"),
         (_s(power_watts=1500.0), "inconsistent"),
     ],

@@ -1,0 +1,1 @@
+"""Micro-benchmarks behind hermeneut's design choices (``python -m bench.codec``)."""
