@@ -48,9 +48,15 @@ def _settings(ctx: click.Context) -> Settings:
     return settings
 
 
-def _resolved(ctx: click.Context) -> Settings:
+def _resolved(ctx: click.Context, kafka: bool = True, influxdb: bool = True) -> Settings:
+    """Settings with the local services' endpoints filled in, for the servers this command talks to."""
     with _errors():
-        return services.resolve(_settings(ctx))
+        settings = services.resolve(_settings(ctx), kafka, influxdb)
+        if kafka and not settings.kafka.bootstrap_servers:
+            raise ConfigError("kafka.bootstrap_servers is empty")
+        if influxdb and not (settings.influxdb.url and settings.influxdb.token):
+            raise ConfigError("influxdb.url and influxdb.token are needed (HERMENEUT_INFLUXDB__URL/__TOKEN)")
+        return settings
 
 
 def _stop_event() -> threading.Event:
@@ -112,9 +118,11 @@ def topics_cmd(ctx: click.Context) -> None:
     """Create the pipeline's topics (idempotent)."""
     from pipeline.topics import ensure_topics, topic_specs
 
-    settings = _resolved(ctx)
+    settings = _resolved(ctx, influxdb=False)
     with _errors():
-        created = ensure_topics(settings.kafka.client_config(), topic_specs(settings))
+        created = ensure_topics(
+            settings.kafka.client_config(), topic_specs(settings), timeout_s=settings.kafka.request_timeout_s
+        )
     click.echo(f"created: {', '.join(created) or 'none (all existed)'}")
 
 
@@ -133,7 +141,7 @@ def simulate_cmd(
     from producers.simulator import Fleet
     from producers.simulator.run import run_simulation
 
-    settings = _resolved(ctx)
+    settings = _resolved(ctx, influxdb=False)
     fleet = Fleet(nodes, gpus, cluster=settings.cluster, seed=seed)
     publisher = Publisher(settings.kafka.client_config())
     report = run_simulation(
@@ -151,7 +159,7 @@ def process_cmd(ctx: click.Context, stats_file: Path | None) -> None:
     """Run the stream processor (faust worker) until SIGTERM/Ctrl-C."""
     from processors.app import run_worker
 
-    settings = _resolved(ctx)
+    settings = _resolved(ctx, influxdb=False)
     run_worker(settings, stats_file, loglevel="info" if ctx.obj.get("verbose") else "warning")
 
 
@@ -166,7 +174,7 @@ def sink_cmd(ctx: click.Context, stats_file: Path | None) -> None:
 
     settings = _resolved(ctx)
     i = settings.influxdb
-    assert i.url and i.token
+    assert i.url and i.token  # checked by _resolved
     writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
     sink = InfluxSink(settings, writer, Publisher(settings.kafka.client_config()), stats_file=stats_file)
     sink.run(_stop_event())
@@ -184,7 +192,7 @@ def trend_cmd(ctx: click.Context, field_: str, by: str, every: str, range_: str,
     """A historical trend read back from InfluxDB, one row per window and group."""
     from sinks.query import TrendQuery, format_table, run_trend
 
-    settings = _resolved(ctx)
+    settings = _resolved(ctx, kafka=False)
     with _errors():
         rows = run_trend(settings, TrendQuery(field_, by, every, range_, fn))
     click.echo(format_table(rows, by, f"{fn}({field_})"))

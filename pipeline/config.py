@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -49,6 +50,16 @@ def _default_state_dir() -> Path:
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any, info: ValidationInfo) -> Any:
+        """``VAR=`` (empty) means "not set" for optional values instead of an empty token or a path ``.``."""
+        if value == "" and info.field_name is not None:
+            field = cls.model_fields[info.field_name]
+            if not field.is_required() and field.default is None:
+                return None
+        return value
+
 
 class KafkaSettings(_Section):
     """Where Kafka is and how to talk to it; ``version`` is only used for the local broker."""
@@ -64,6 +75,8 @@ class KafkaSettings(_Section):
     heap_mb: int = Field(default=512, ge=256, le=16384)
     #: how long a consumer that died silently keeps its partitions before the group moves them
     session_timeout_s: float = Field(default=45.0, ge=6.0, le=1800.0)
+    #: how long admin operations (topic creation, metadata) wait for the cluster
+    request_timeout_s: float = Field(default=30.0, gt=0, le=600.0)
 
     @field_validator("bootstrap_servers")
     @classmethod

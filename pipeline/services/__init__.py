@@ -165,20 +165,22 @@ def down(settings: Settings, quiet: bool = False) -> None:
         print(f"stopped; data and logs kept in {state.run_dir}")
 
 
-def resolve(settings: Settings) -> Settings:
+def resolve(settings: Settings, kafka_needed: bool = True, influxdb_needed: bool = True) -> Settings:
     """The settings with local endpoints filled in; ConfigError if a needed local service is not running."""
-    if not settings.uses_local_kafka and not settings.uses_local_influxdb:
+    kafka_needed &= settings.uses_local_kafka
+    influxdb_needed &= settings.uses_local_influxdb
+    if not kafka_needed and not influxdb_needed:
         return settings
     state = read_state(settings)
     kafka_conf, influx_conf = settings.kafka, settings.influxdb
-    if settings.uses_local_kafka:
+    if kafka_needed:
         if state is None or not state.kafka:
             raise ConfigError(
                 "no Kafka configured (HERMENEUT_KAFKA__BOOTSTRAP_SERVERS) and no local one running "
                 "(`hermeneut services up`)"
             )
         kafka_conf = kafka_conf.model_copy(update={"bootstrap_servers": state.kafka["bootstrap_servers"]})
-    if settings.uses_local_influxdb:
+    if influxdb_needed:
         if state is None or not state.influxdb:
             raise ConfigError(
                 "no InfluxDB configured (HERMENEUT_INFLUXDB__URL) and no local one running (`hermeneut services up`)"

@@ -33,9 +33,9 @@ def test_known_samples_are_stored_exactly(settings: Settings, tmp_path: Path) ->
     # limits go to gpu_info once per GPU (they do not change in these 5 s), readings to gpu every sample
     info = {r["gpu"]: r for r in stored_points(settings, "gpu_info")}
     assert len(info) == 12
-    for row in rows:
-        sample = sent.pop((row["gpu"], int(row["_time"].timestamp() * 1000)))
-        row = info[row["gpu"]] | row
+    for point in rows:
+        sample = sent.pop((point["gpu"], int(point["_time"].timestamp() * 1000)))
+        row = info[point["gpu"]] | point
         assert row["node"] == sample.node
         assert row["gpu_model"] == sample.gpu_model
         assert row["gpu_index"] == str(sample.gpu_index)

@@ -62,3 +62,20 @@ def test_status_with_external_servers_starts_nothing(monkeypatch: pytest.MonkeyP
     assert result.exit_code == 0
     assert "external kafka.example:9092" in result.output
     assert "external http://influx.example:8086" in result.output
+
+
+def test_kafka_only_commands_do_not_need_influxdb(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`topics` against an external Kafka must not ask for InfluxDB (it fails on the unreachable broker)."""
+    monkeypatch.setenv("HERMENEUT_SERVICES__STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("HERMENEUT_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:9")
+    monkeypatch.setenv("HERMENEUT_KAFKA__REQUEST_TIMEOUT_S", "1")
+    result = CliRunner().invoke(cli, ["topics"])
+    assert "InfluxDB" not in result.output
+    assert result.exit_code == 3 and "cannot reach Kafka" in result.output
+
+
+def test_sink_without_token_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HERMENEUT_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:9")
+    monkeypatch.setenv("HERMENEUT_INFLUXDB__URL", "http://127.0.0.1:9")
+    result = CliRunner().invoke(cli, ["sink"])
+    assert result.exit_code == 2 and "influxdb.token" in result.output

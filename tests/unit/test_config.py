@@ -97,3 +97,11 @@ def test_settings_env_round_trips(monkeypatch: pytest.MonkeyPatch) -> None:
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert load_settings() == original
+
+
+def test_empty_optional_values_mean_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HERMENEUT_INFLUXDB__TOKEN", "")
+    monkeypatch.setenv("HERMENEUT_KAFKA__SSL_CAFILE", "")
+    monkeypatch.setenv("HERMENEUT_KAFKA__BOOTSTRAP_SERVERS", "")
+    s = load_settings()
+    assert s.influxdb.token is None and s.kafka.ssl_cafile is None and s.uses_local_kafka
