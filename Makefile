@@ -4,12 +4,12 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench services-down clean
+.PHONY: run test bench services-down clean
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null && command -v mvn >/dev/null || { echo "need Java 17+ and Maven (Debian: apt-get install openjdk-17-jdk-headless maven)"; exit 2; }
 	@command -v go >/dev/null && command -v cargo >/dev/null || { echo "need Go and Rust (rustup) to build influxd once"; exit 2; }
-	@command -v pkg-config >/dev/null || apt-get install -y -q pkg-config
+	@command -v pkg-config >/dev/null || { apt-get update -qq && apt-get install -y -qq pkg-config; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
@@ -25,8 +25,8 @@ test: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(BIN)/python -m bench.codec
 	$(BIN)/python -m bench.pipeline $(ARGS)
+	$(BIN)/python -m bench.codec
 
 services-down: $(STAMP)
 	$(BIN)/hermeneut services down

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -144,9 +145,9 @@ def saturation(s: Settings, run_dir: Path, samples: int) -> dict[str, Any]:
     stages = [start_stage("process", s, run_dir), start_stage("sink", s, run_dir)]
     sink = stages[1]
     try:
-        wait_for(lambda: sink.stats().get("points_written", 0) > 0, 120, 0.05)
+        wait_for(_progress(stages, "points_written", 1), 120, 0.05)
         first_t, first_n = time.perf_counter(), sink.stats().get("points_written", 0)
-        done = wait_for(lambda: sink.stats().get("points_written", 0) >= total, 600, 0.1)
+        done = wait_for(_progress(stages, "points_written", total), 600, 0.1)
         last_t = time.perf_counter()
         stats = sink.stats()
     finally:
@@ -168,7 +169,7 @@ def live(s: Settings, run_dir: Path, gpus: int, duration_s: float) -> dict[str, 
         start = time.perf_counter()
         report = run_simulation(fleet, publisher, s.topics.raw, 1.0, stop, duration_s)
         produced_s = time.perf_counter() - start
-        drained = wait_for(lambda: sink.stats().get("points_written", 0) >= report.samples, 300, 0.1)
+        drained = wait_for(_progress(stages, "points_written", report.samples), 300, 0.1)
         drain_s = time.perf_counter() - start - produced_s
         stats, pstats = sink.stats(), processor.stats()
     finally:
@@ -187,6 +188,18 @@ def live(s: Settings, run_dir: Path, gpus: int, duration_s: float) -> dict[str, 
         "latency_p99_s": stats.get("latency_p99_s"),
         "latency_max_s": stats.get("latency_max_s"),
     }
+
+
+def _progress(stages: list[Stage], key: str, at_least: int) -> Callable[[], bool]:
+    """A wait condition on the last stage's stats that fails loudly if any stage died."""
+
+    def check() -> bool:
+        dead = [st for st in stages if not st.alive()]
+        if dead:
+            raise RuntimeError(f"stage {dead[0].name} exited; see {dead[0].log}")
+        return int(stages[-1].stats().get(key, 0)) >= at_least
+
+    return check
 
 
 def _stop(stages: list[Stage]) -> None:

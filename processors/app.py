@@ -79,9 +79,13 @@ def partition_count(settings: Settings, topic: str) -> int:
 def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
     """Build the faust app for resolved settings (Kafka bootstrap servers known)."""
     assert settings.kafka.bootstrap_servers, "resolve local services before creating the app"
+    datadir = settings.services.state_dir / "faust" / f"{settings.group_prefix}-processor"
+    datadir.parent.mkdir(parents=True, exist_ok=True)
     brokers = ";".join(f"kafka://{s.strip()}" for s in settings.kafka.bootstrap_servers.split(","))
     app = faust.App(
         f"{settings.group_prefix}-processor",
+        # faust keeps table state here; never in the working directory
+        datadir=str(datadir),
         broker=brokers,
         broker_credentials=faust_broker_credentials(settings),
         value_serializer="raw",
@@ -92,7 +96,8 @@ def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
         web_enabled=False,
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
-        producer_compression_type="lz4",
+        # the interpreted topic carries float64 columns, which barely compress; aiokafka's lz4 costs CPU per byte
+        producer_compression_type=None,
         producer_linger_ms=5,
         stream_buffer_maxsize=max(4096, BATCH_MAX * 2),
         broker_commit_every=BATCH_MAX,

@@ -51,7 +51,7 @@ class Outcome:
 
 def canonical_units(sample: GpuSample) -> GpuSample:
     """Rename alias fields (e.g. ``memory_used_mib``) to their canonical unit."""
-    if not any(name in UNIT_ALIASES for name in sample.metrics):
+    if UNIT_ALIASES.keys().isdisjoint(sample.metrics):
         return sample
     metrics = {}
     for name, value in sample.metrics.items():
