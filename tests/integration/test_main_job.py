@@ -17,9 +17,8 @@ def test_main_job_accounts_for_every_sample(settings: Settings, capsys: pytest.C
     assert main_job(settings, nodes=2, gpus=4, duration_s=4, stop_services=False)
     out = capsys.readouterr().out
     assert services.read_state(settings) is None, "external servers configured: nothing local may start"
-    report = dict(
-        line.strip().rsplit(None, 1) for line in out.splitlines() if line.startswith("  ") and line.strip()[-1].isdigit()
-    )
+    rows = [line.strip() for line in out.splitlines() if line.startswith("  ")]
+    report = dict(row.rsplit(None, 1) for row in rows if row[-1].isdigit())
     produced = int(report["samples produced"])
     assert produced >= 2 * 4 * 3
     assert int(report["stored in InfluxDB"]) == produced
