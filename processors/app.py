@@ -10,7 +10,6 @@ Run it with ``hermeneut process``. Counters are logged every 10 s and written to
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from faust.types import EventT
 
 from pipeline.config import Settings
 from pipeline.errors import ServiceError
+from pipeline.stats import write_stats
 from processors.normalize import RawMessage, process_raw
 
 log = logging.getLogger(__name__)
@@ -42,10 +42,7 @@ class ProcessorStats:
     assigned: bool = False
 
     def write(self, path: Path | None) -> None:
-        if path is not None:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(asdict(self)))
-            tmp.replace(path)
+        write_stats(path, asdict(self))
 
 
 def faust_broker_credentials(settings: Settings) -> Any:

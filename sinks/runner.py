@@ -14,7 +14,6 @@ goes to the dead-letter topic (delivered before the offset is committed) and is 
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import random
@@ -33,6 +32,7 @@ from pipeline.deadletter import DeadLetter, dead_letter
 from pipeline.errors import DecodeError
 from pipeline.events import InterpretedBatch
 from pipeline.publisher import Publisher
+from pipeline.stats import write_stats
 from sinks.influxdb import InfluxWriter, InfoTracker, PermanentWriteError, TransientWriteError, batch_lines
 
 log = logging.getLogger(__name__)
@@ -68,12 +68,9 @@ class SinkStats:
             self.latency_max_s = float(lat.max())
 
     def write(self, path: Path | None) -> None:
-        if path is None:
-            return
-        self.summarize()
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({k: v for k, v in asdict(self).items() if not k.startswith("_")}))
-        tmp.replace(path)
+        if path is not None:
+            self.summarize()
+            write_stats(path, {k: v for k, v in asdict(self).items() if not k.startswith("_")})
 
 
 @dataclass

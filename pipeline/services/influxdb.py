@@ -219,9 +219,3 @@ def start(
         raise ServiceError(f"{exc}; see {proc.log_path}") from exc
     log.info("InfluxDB %s ready on %s (pid %d)", version, proc.url, pid)
     return proc
-
-
-def restart(cache_dir: Path, proc: InfluxProcess) -> InfluxProcess:
-    """Stop and start the same influxd (same port, same data and token): used by resilience tests."""
-    proc.stop()
-    return start(cache_dir, proc.version, proc.run_dir, proc.org, proc.bucket, proc.token, port=proc.port)

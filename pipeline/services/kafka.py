@@ -246,16 +246,3 @@ def start(
         raise ServiceError(f"{exc}; see {log_path}") from exc
     log.info("Kafka %s ready on %s (pid %d)", version, proc.bootstrap_servers, pid)
     return proc
-
-
-def restart(cache_dir: Path, proc: KafkaProcess, heap_mb: int = 512) -> KafkaProcess:
-    """Stop and start the same broker (same port and data): used by resilience tests."""
-    proc.stop()
-    return start(
-        cache_dir,
-        proc.version,
-        proc.run_dir,
-        port=proc.port,
-        controller_port=proc.controller_port,
-        heap_mb=heap_mb,
-    )

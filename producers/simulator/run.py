@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 
 from pipeline.codec import CONTENT_TYPE, encode_samples
 from pipeline.publisher import Publisher
+from pipeline.stats import write_stats
 from producers.simulator.fleet import Fleet
 
 log = logging.getLogger(__name__)
@@ -24,13 +24,8 @@ class SimulationReport:
     late_rounds: int = 0
 
     def write(self, path: Path | None, publisher: Publisher) -> None:
-        if path is None:
-            return
         s = publisher.stats
-        data = self.__dict__ | {"delivered": s.delivered, "failed": s.failed, "in_flight": s.in_flight}
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(path)
+        write_stats(path, self.__dict__ | {"delivered": s.delivered, "failed": s.failed, "in_flight": s.in_flight})
 
 
 def publish_round(fleet: Fleet, publisher: Publisher, topic: str, ts_ns: int) -> int:
