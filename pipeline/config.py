@@ -127,6 +127,9 @@ class InfluxSettings(_Section):
     batch_size: int = Field(default=5000, ge=1, le=100_000)
     flush_interval_s: float = Field(default=0.2, gt=0, le=60)
     timeout_s: float = Field(default=10.0, gt=0)
+    #: after SIGTERM, how long the sink keeps retrying an unreachable InfluxDB before it exits (uncommitted
+    #: data stays in Kafka and is stored by the next run)
+    shutdown_grace_s: float = Field(default=30.0, ge=0, le=3600)
 
     @field_validator("url")
     @classmethod

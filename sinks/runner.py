@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 
 STAGE = "sink"
 _LATENCY_KEEP = 2_000_000
-_SHUTDOWN_GRACE_S = 30.0
 
 
 @dataclass
@@ -117,11 +116,13 @@ class InfluxSink:
         )
         self.consumer.subscribe([settings.topics.interpreted], on_assign=self._on_assign)
         self._info = InfoTracker()
-        self._todo: queue.Queue[_Job | None] = queue.Queue(maxsize=1)
+        self._todo: queue.Queue[_Job] = queue.Queue(maxsize=1)
         self._done: queue.Queue[_Job] = queue.Queue()
         self._in_flight = 0
         self._abandoned = False
         self._stop = threading.Event()
+        self._closing = threading.Event()
+        self._give_up_at: float | None = None
         self._reset_pending()
 
     def _reset_pending(self) -> None:
@@ -161,10 +162,11 @@ class InfluxSink:
                     last_stats = time.monotonic()
             if self._pending:
                 self._hand_off()
-            self._todo.put(None)
-            deadline = time.monotonic() + _SHUTDOWN_GRACE_S + 5
-            while self._in_flight and time.monotonic() < deadline:
+            self._closing.set()
+            while self._in_flight and not self._past_grace(extra_s=5.0):
                 self._complete(wait_s=0.1)
+            if self._in_flight:
+                log.error("exiting with %d batches unstored; they stay uncommitted in Kafka", self._in_flight)
         finally:
             self.consumer.close()
             self.dlq.close()
@@ -193,6 +195,9 @@ class InfluxSink:
                 self._todo.put(job, timeout=0.1)
                 break
             except queue.Full:
+                if self._past_grace():
+                    log.error("%d points not stored at shutdown; they stay uncommitted in Kafka", job.points)
+                    return
                 if not paused:
                     self.consumer.pause(self.consumer.assignment())
                     paused = True
@@ -202,11 +207,22 @@ class InfluxSink:
             self.consumer.resume(self.consumer.assignment())
         self._in_flight += 1
 
+    def _past_grace(self, extra_s: float = 0.0) -> bool:
+        """After a stop request, True once the shutdown grace (plus ``extra_s``) has run out."""
+        if not self._stop.is_set():
+            return False
+        if self._give_up_at is None:
+            self._give_up_at = time.monotonic() + self.settings.influxdb.shutdown_grace_s
+        return time.monotonic() > self._give_up_at + extra_s
+
     def _writer_loop(self) -> None:
         while True:
-            job = self._todo.get()
-            if job is None:
-                return
+            try:
+                job = self._todo.get(timeout=0.1)
+            except queue.Empty:
+                if self._closing.is_set():
+                    return
+                continue
             try:
                 job.ok = self._write_with_retry(job.lines)
             except PermanentWriteError as exc:
@@ -217,7 +233,7 @@ class InfluxSink:
                 return  # gave up at shutdown: later batches must not be committed past this one
 
     def _write_with_retry(self, lines: list[str]) -> bool:
-        delay, attempt, give_up_at = 0.2, 0, None
+        delay, attempt = 0.2, 0
         while True:
             try:
                 self.writer.write(lines)
@@ -227,9 +243,7 @@ class InfluxSink:
                 self.stats.write_retries += 1
                 if attempt == 1 or attempt % 10 == 0:
                     log.warning("InfluxDB write failed (attempt %d), retrying: %s", attempt, exc)
-                if self._stop.is_set() and give_up_at is None:
-                    give_up_at = time.monotonic() + _SHUTDOWN_GRACE_S
-                if give_up_at is not None and time.monotonic() > give_up_at:
+                if self._past_grace():
                     log.error("giving up on %d points at shutdown; they stay uncommitted in Kafka", len(lines))
                     return False
                 time.sleep(delay * (0.5 + random.random()))

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Settings
+from pipeline.mainjob import wait_for
 from producers.simulator import Fleet
 
 from .conftest import InfluxServer
@@ -32,7 +33,7 @@ def test_influxdb_restart_mid_stream_loses_nothing(
 
         producer = threading.Thread(target=produce)
         producer.start()
-        assert wait_for_points(sink, 100)
+        assert wait_for(lambda: sink.stats().get("points_written", 0) >= 100, 60)
         influx_server.stop()
         time.sleep(3)  # the sink keeps consuming into its retry loop meanwhile
         influx_server.start()
@@ -46,7 +47,31 @@ def test_influxdb_restart_mid_stream_loses_nothing(
     assert len(set(keys)) == len(keys)
 
 
-def wait_for_points(sink: object, n: int) -> bool:
-    from pipeline.mainjob import wait_for
-
-    return wait_for(lambda: sink.stats().get("points_written", 0) >= n, 60)  # type: ignore[attr-defined]
+def test_sink_stops_within_its_grace_while_influxdb_is_down_and_loses_nothing(
+    settings: Settings, influx_server: InfluxServer, tmp_path: Path
+) -> None:
+    settings = settings.model_copy(update={"influxdb": settings.influxdb.model_copy(update={"shutdown_grace_s": 2.0})})
+    fleet = Fleet(nodes=4, gpus_per_node=4, cluster=settings.cluster, seed=8)
+    start_ms = time.time_ns() // 1_000_000 - 60_000
+    rounds = [fleet.tick((start_ms + r * 1000) * 1_000_000) for r in range(20)]
+    with running_pipeline(settings, tmp_path / "first") as (processor, sink):
+        for batches in rounds[:10]:
+            publish_batches(settings, batches)
+        wait_stored(sink, 10 * 16)
+        influx_server.stop()
+        try:
+            for batches in rounds[10:]:
+                publish_batches(settings, batches)
+            assert wait_for(lambda: processor.stats().get("samples_ok", 0) >= 20 * 16, 60)
+            time.sleep(1.0)  # the sink has them and is retrying
+            started = time.monotonic()
+            sink.proc.terminate()
+            sink.proc.wait(60)
+            stopped_after = time.monotonic() - started
+        finally:
+            influx_server.start()
+    assert stopped_after < 20, f"sink took {stopped_after:.1f}s to stop with a 2 s grace"
+    with running_pipeline(settings, tmp_path / "second"):
+        wait_for(lambda: len(stored_points(settings)) >= 20 * 16, 60, interval_s=1.0)
+    keys = [(r["gpu"], r["_time"]) for r in stored_points(settings)]
+    assert len(keys) == len(set(keys)) == 20 * 16
