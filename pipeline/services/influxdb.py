@@ -84,13 +84,15 @@ def install(cache_dir: Path, version: str) -> Path:
         "RUSTUP_TOOLCHAIN": os.environ.get("HERMENEUT_RUSTUP_TOOLCHAIN", "stable"),
         "CGO_ENABLED": "1",
     }
-    flux_dir = Path(_go(["list", "-m", "-f", "{{.Dir}}", "github.com/influxdata/flux"], cwd=src).strip())
+    # the flux version influxdb's go.mod requires; on a fresh machine it is not in the module cache yet
+    flux = json.loads(_go(["mod", "download", "-json", "github.com/influxdata/flux"], cwd=src))
+    flux_dir = Path(flux["Dir"])
     crates = (flux_dir / "libflux" / "Cargo.lock").read_text().count("\nname = ")
     packages = len(
         _go(["list", "-deps", "-tags", "sqlite_foreign_keys,sqlite_json", "./cmd/influxd"], cwd=src, env=env).split()
     )
     gocache = Path(_go(["env", "GOCACHE"]).strip())
-    target = gocache / "pkgconfig" / "github.com" / "influxdata" / f"flux@{flux_dir.name.split('@')[-1]}" / "libflux"
+    target = gocache / "pkgconfig" / "github.com" / "influxdata" / f"flux@{flux['Version']}" / "libflux"
 
     def crates_built() -> int:
         return min(crates, sum(1 for _ in target.glob("target/*/release/deps/*.rlib")))

@@ -106,7 +106,8 @@ def install(cache_dir: Path, version: str) -> Path:
         ],
         home / "install.log",
         f"downloading Kafka {version} jars (count)",
-        progress=lambda line: 1 if line.startswith("Downloaded from") and ".jar (" in line else 0,
+        # batch mode prints "[INFO] Downloaded from central: .../x.jar (12 kB at ...)" per artifact
+        progress=lambda line: 1 if "Downloaded from" in line and ".jar (" in line else 0,
     )
     if not any(libs.glob("kafka_2.13-*.jar")):
         raise ServiceError(f"Kafka {version} jars did not resolve; see {home / 'install.log'}")
