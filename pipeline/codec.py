@@ -11,13 +11,20 @@ buffers, so neither the processor nor the sink builds a Python object per value.
 
 Decoding is defensive: a message whose envelope is broken raises :class:`DecodeError` (the whole message is
 dead-lettered); a message with some broken samples decodes into the good ones plus a :class:`Rejected` entry
-per broken sample, so one bad GPU does not cost its node's other readings.
+per broken sample (or event, or NIC reading), so one bad GPU does not cost its node's other readings.
+
+Low-rate records (workload context, topology, findings, ground truth) use :func:`encode_record` /
+:func:`decode_record`: the dataclass's fields as a map, checked against its type hints on the way in.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from enum import Enum
+from typing import Any, Final, TypeVar, cast
 
 import msgpack
 import numpy as np
@@ -26,11 +33,18 @@ from pipeline.errors import DecodeError, InvalidEvent
 from pipeline.events import (
     METRIC_INDEX,
     METRIC_NAMES,
+    NIC_NAMES,
     RELATIVE_FIELDS,
     SCHEMA_VERSION,
     UNIT_ALIASES,
+    Driver,
+    EventKind,
+    GpuEvent,
+    GpuProcess,
     GpuSample,
     InterpretedBatch,
+    NicSample,
+    NvLinkSample,
     SampleBatch,
     Verdict,
     Workload,
@@ -39,32 +53,68 @@ from pipeline.events import (
 CONTENT_TYPE: Final = b"application/vnd.hermeneut.v1+msgpack"
 _KNOWN_METRICS: Final = frozenset(METRIC_INDEX) | frozenset(UNIT_ALIASES)
 _VERDICTS: Final = {v.value: v for v in Verdict}
+_EVENT_KINDS: Final = {k.value: k for k in EventKind}
+_KNOWN_NIC_METRICS: Final = frozenset(NIC_NAMES)
 
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
-    """One sample (or whole message, when ``position`` is None) that failed decoding or validation."""
+    """One sample (or event, or NIC reading; the whole message when ``position`` is None) that failed decoding
+    or validation. ``part`` says which list of the node message ``position`` indexes."""
 
     reason: str
     detail: str
     position: int | None = None
     gpu_uuid: str | None = None
+    part: str = "sample"
+
+
+def _link_row(link: NvLinkSample) -> list[Any]:
+    return [
+        link.link,
+        link.active,
+        link.tx_bytes_per_second,
+        link.rx_bytes_per_second,
+        link.crc_errors_total,
+        link.replay_errors_total,
+        link.recovery_errors_total,
+        link.remote_pci_bus_id,
+    ]
+
+
+def _proc_row(p: GpuProcess) -> list[Any]:
+    return [p.pid, p.name, p.used_memory_bytes, p.kind]
 
 
 def _sample_dict(s: GpuSample) -> dict[str, Any]:
-    return {"uuid": s.gpu_uuid, "index": s.gpu_index, "model": s.gpu_model, "ts_ns": s.ts_ns, "m": s.metrics}
+    out = {"uuid": s.gpu_uuid, "index": s.gpu_index, "model": s.gpu_model, "ts_ns": s.ts_ns, "m": s.metrics}
+    if s.links is not None:
+        out["links"] = [_link_row(link) for link in s.links]
+    if s.processes is not None:
+        out["procs"] = [_proc_row(p) for p in s.processes]
+    return out
+
+
+def _event_row(e: GpuEvent) -> list[Any]:
+    return [e.gpu_uuid, e.gpu_index, e.ts_ns, e.kind.value, e.code, e.detail]
+
+
+def _nic_row(n: NicSample) -> list[Any]:
+    return [n.device, n.port, n.ts_ns, n.metrics]
 
 
 def encode_samples(batch: SampleBatch) -> bytes:
-    out: bytes = msgpack.packb(
-        {
-            "v": batch.schema_version,
-            "cluster": batch.cluster,
-            "node": batch.node,
-            "samples": [_sample_dict(s) for s in batch.samples],
-        },
-        use_bin_type=True,
-    )
+    body: dict[str, Any] = {
+        "v": batch.schema_version,
+        "cluster": batch.cluster,
+        "node": batch.node,
+        "samples": [_sample_dict(s) for s in batch.samples],
+    }
+    if batch.events:
+        body["events"] = [_event_row(e) for e in batch.events]
+    if batch.nics:
+        body["nics"] = [_nic_row(n) for n in batch.nics]
+    out: bytes = msgpack.packb(body, use_bin_type=True)
     return out
 
 
@@ -104,6 +154,72 @@ def _check_metrics(metrics: Any) -> InvalidEvent | None:
     return None
 
 
+def _opt(value: Any, kind: type, what: str) -> Any:
+    if value is None or type(value) is kind or (kind is float and type(value) is int):
+        return value
+    raise InvalidEvent("wrong_type", f"{what} must be {kind.__name__} or nil, got {type(value).__name__}")
+
+
+def _decode_links(raw: Any) -> tuple[NvLinkSample, ...] | None:
+    if raw is None:
+        return None
+    if type(raw) is not list:
+        raise InvalidEvent("wrong_type", "'links' must be a list")
+    links = []
+    for row in raw:
+        if type(row) is not list or len(row) != 8 or type(row[0]) is not int or type(row[1]) is not bool:
+            raise InvalidEvent("wrong_type", "a link must be [link, active, tx, rx, crc, replay, recovery, remote]")
+        tx, rx = (_opt(v, float, "link throughput") for v in row[2:4])
+        crc, replay, recovery = (_opt(v, int, "link error counter") for v in row[4:7])
+        for value in (tx, rx, crc, replay, recovery):
+            if value is not None and not 0 <= value < 2**63:
+                raise InvalidEvent("out_of_range", f"link {row[0]} value {value!r} is not a non-negative number")
+        links.append(NvLinkSample(row[0], row[1], tx, rx, crc, replay, recovery, _opt(row[7], str, "link remote")))
+    return tuple(links)
+
+
+def _decode_processes(raw: Any) -> tuple[GpuProcess, ...] | None:
+    if raw is None:
+        return None
+    if type(raw) is not list:
+        raise InvalidEvent("wrong_type", "'procs' must be a list")
+    procs = []
+    for row in raw:
+        if type(row) is not list or len(row) != 4 or type(row[0]) is not int or type(row[1]) is not str:
+            raise InvalidEvent("wrong_type", "a process must be [pid, name, used_memory_bytes, kind]")
+        memory = _opt(row[2], int, "process memory")
+        if row[0] < 0 or (memory is not None and memory < 0):
+            raise InvalidEvent("negative", f"process {row[0]} has a negative pid or memory")
+        procs.append(GpuProcess(row[0], row[1], memory, _opt(row[3], str, "process kind") or "compute"))
+    return tuple(procs)
+
+
+def _decode_event(raw: Any, cluster: str, node: str) -> GpuEvent:
+    if type(raw) is not list or len(raw) != 6:
+        raise InvalidEvent("wrong_type", "an event must be [uuid, index, ts_ns, kind, code, detail]")
+    uuid, index, ts_ns, kind, code, detail = raw
+    if type(uuid) is not str or not uuid or type(index) is not int or type(ts_ns) is not int:
+        raise InvalidEvent("wrong_type", "an event needs a uuid string, an integer index and integer ts_ns")
+    if kind not in _EVENT_KINDS:
+        raise InvalidEvent("unknown_field", f"unknown event kind {kind!r}")
+    if type(code) is not int or code < 0 or type(detail) is not str:
+        raise InvalidEvent("wrong_type", "an event's code must be a non-negative integer and detail a string")
+    return GpuEvent(cluster, node, uuid, index, ts_ns, _EVENT_KINDS[kind], code, detail[:500])
+
+
+def _decode_nic(raw: Any, cluster: str, node: str) -> NicSample:
+    if type(raw) is not list or len(raw) != 4:
+        raise InvalidEvent("wrong_type", "a NIC reading must be [device, port, ts_ns, metrics]")
+    device, port, ts_ns, metrics = raw
+    if type(device) is not str or not device or type(port) is not int or type(ts_ns) is not int:
+        raise InvalidEvent("wrong_type", "a NIC reading needs a device name, an integer port and integer ts_ns")
+    if type(metrics) is not dict or not _NUMBER_TYPES.issuperset(map(type, metrics.values())):
+        raise InvalidEvent("wrong_type", "NIC metrics must be a map of numbers")
+    if not _KNOWN_NIC_METRICS.issuperset(metrics):
+        raise InvalidEvent("unknown_field", f"unknown NIC metric {sorted(set(metrics) - _KNOWN_NIC_METRICS)[0]!r}")
+    return NicSample(cluster, node, device, port, ts_ns, metrics)
+
+
 def _decode_sample(raw: Any, cluster: str, node: str) -> GpuSample:
     if type(raw) is not dict:
         raise InvalidEvent("wrong_type", "a sample must be a map")
@@ -120,7 +236,16 @@ def _decode_sample(raw: Any, cluster: str, node: str) -> GpuSample:
     problem = _check_metrics(metrics)
     if problem is not None:
         raise problem
-    return GpuSample(cluster, node, uuid, index, model, ts_ns, cast("dict[str, float]", metrics))
+    links = _decode_links(raw.get("links"))
+    processes = _decode_processes(raw.get("procs"))
+    return GpuSample(cluster, node, uuid, index, model, ts_ns, cast("dict[str, float]", metrics), links, processes)
+
+
+def _optional_list(obj: dict[str, Any], key: str) -> list[Any]:
+    value = obj.get(key, [])
+    if type(value) is not list:
+        raise DecodeError("wrong_type", f"'{key}' must be a list")
+    return value
 
 
 def decode_samples(payload: bytes) -> tuple[SampleBatch, list[Rejected]]:
@@ -129,6 +254,7 @@ def decode_samples(payload: bytes) -> tuple[SampleBatch, list[Rejected]]:
     raw_samples = obj.get("samples")
     if type(raw_samples) is not list:
         raise DecodeError("wrong_type", "'samples' must be a list")
+    raw_events, raw_nics = _optional_list(obj, "events"), _optional_list(obj, "nics")
     cluster, node = obj["cluster"], obj["node"]
     good: list[GpuSample] = []
     rejected: list[Rejected] = []
@@ -138,7 +264,20 @@ def decode_samples(payload: bytes) -> tuple[SampleBatch, list[Rejected]]:
         except InvalidEvent as exc:
             uuid = raw.get("uuid") if isinstance(raw, dict) and type(raw.get("uuid")) is str else None
             rejected.append(Rejected(exc.reason, exc.detail, position, uuid))
-    return SampleBatch(cluster, node, tuple(good)), rejected
+    events: list[GpuEvent] = []
+    for position, raw in enumerate(raw_events):
+        try:
+            events.append(_decode_event(raw, cluster, node))
+        except InvalidEvent as exc:
+            uuid = raw[0] if isinstance(raw, list) and raw and type(raw[0]) is str else None
+            rejected.append(Rejected(exc.reason, exc.detail, position, uuid, "event"))
+    nics: list[NicSample] = []
+    for position, raw in enumerate(raw_nics):
+        try:
+            nics.append(_decode_nic(raw, cluster, node))
+        except InvalidEvent as exc:
+            rejected.append(Rejected(exc.reason, exc.detail, position, None, "nic"))
+    return SampleBatch(cluster, node, tuple(good), tuple(events), tuple(nics)), rejected
 
 
 def _f64(values: np.ndarray) -> bytes:
@@ -160,13 +299,17 @@ def encode_interpreted(batch: InterpretedBatch) -> bytes:
             "m": _f64(batch.metrics),
             "rel_fields": RELATIVE_FIELDS,
             "rel": _f64(batch.relative),
-            "wl": [
-                None if w is None else [w.application, w.job_id, w.user, w.source, w.confidence] for w in batch.workload
-            ],
+            "wl": [None if w is None else _to_wire(w) for w in batch.workload],
             "score": _f64(batch.score),
             "verdict": [v.value for v in batch.verdict],
             "baseline": batch.baseline,
             "expl": batch.explanation,
+            "phase": batch.phase,
+            "drivers": [[[d.feature, d.observed, d.expected, d.low, d.high] for d in ds] for ds in batch.drivers],
+            "links": [None if ls is None else [_link_row(link) for link in ls] for ls in batch.links],
+            "procs": [None if ps is None else [_proc_row(p) for p in ps] for ps in batch.processes],
+            "events": [[e.cluster, e.node, *_event_row(e)] for e in batch.gpu_events],
+            "nics": [[n.cluster, n.node, *_nic_row(n)] for n in batch.nics],
         },
         use_bin_type=True,
     )
@@ -201,16 +344,115 @@ def decode_interpreted(payload: bytes) -> InterpretedBatch:
             ts_ns=np.frombuffer(obj["ts_ns"], dtype="<i8"),
             metrics=_columns(obj["m"], obj["fields"], METRIC_NAMES, n),
             relative=_columns(obj["rel"], obj["rel_fields"], RELATIVE_FIELDS, n),
-            workload=tuple(None if w is None else Workload(*w) for w in obj["wl"]),
+            workload=tuple(None if w is None else Workload(**w) for w in obj["wl"]),
             score=np.frombuffer(obj["score"], dtype="<f8"),
             verdict=tuple(_VERDICTS[v] for v in obj["verdict"]),
             baseline=tuple(obj["baseline"]),
             explanation=tuple(obj["expl"]),
+            phase=tuple(obj["phase"]),
+            drivers=tuple(tuple(Driver(*d) for d in ds) for ds in obj["drivers"]),
+            links=tuple(None if ls is None else tuple(NvLinkSample(*row) for row in ls) for ls in obj["links"]),
+            processes=tuple(None if ps is None else tuple(GpuProcess(*row) for row in ps) for ps in obj["procs"]),
+            gpu_events=tuple(
+                GpuEvent(e[0], e[1], e[2], e[3], e[4], _EVENT_KINDS[e[5]], e[6], e[7]) for e in obj["events"]
+            ),
+            nics=tuple(NicSample(*n) for n in obj["nics"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise DecodeError("malformed", f"not an interpreted batch ({type(exc).__name__}: {exc})"[:200]) from exc
     lengths = {len(c) for c in (batch.cluster, batch.node, batch.gpu_index, batch.gpu_model, batch.ts_ns)}
     lengths |= {len(c) for c in (batch.score, batch.workload, batch.verdict, batch.baseline, batch.explanation)}
+    lengths |= {len(c) for c in (batch.phase, batch.drivers, batch.links, batch.processes)} if n else set()
     if lengths - {n}:
         raise DecodeError("malformed", "interpreted batch columns differ in length")
     return batch
+
+
+# --- low-rate records: dataclasses as maps, checked against their type hints --------------------------------
+
+R = TypeVar("R")
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _to_wire(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_wire(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [_to_wire(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_wire(v) for k, v in value.items()}
+    return value
+
+
+def _from_wire(hint: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (types.UnionType, typing.Union):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _from_wire(inner, value, where)
+    if origin is tuple:
+        if type(value) is not list:
+            raise InvalidEvent("wrong_type", f"{where} must be a list")
+        item = typing.get_args(hint)[0]
+        return tuple(_from_wire(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        key_t, val_t = typing.get_args(hint)
+        if type(value) is not dict:
+            raise InvalidEvent("wrong_type", f"{where} must be a map")
+        return {_from_wire(key_t, k, where): _from_wire(val_t, v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        try:
+            return hint(value)
+        except ValueError as exc:
+            raise InvalidEvent("unknown_field", f"{where}: {value!r} is not a known {hint.__name__}") from exc
+    if dataclasses.is_dataclass(hint):
+        return _record(cast(type, hint), value, where)
+    if hint is float and type(value) in (int, float):
+        return float(value)
+    if hint is Any or type(value) is hint:
+        return value
+    raise InvalidEvent("wrong_type", f"{where} must be {getattr(hint, '__name__', hint)}, got {type(value).__name__}")
+
+
+def _record(cls: type[R], value: Any, where: str) -> R:
+    if type(value) is not dict:
+        raise InvalidEvent("wrong_type", f"{where} must be a map")
+    kwargs = {}
+    for f in dataclasses.fields(cast(Any, cls)):
+        if f.name in value:
+            kwargs[f.name] = _from_wire(_hints(cls)[f.name], value[f.name], f"{where}.{f.name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise InvalidEvent("wrong_type", f"{where}.{f.name} is missing")
+    return cls(**kwargs)
+
+
+def encode_record(record: Any) -> bytes:
+    """A dataclass record (context, topology, finding, ground truth...) as one MessagePack message."""
+    out: bytes = msgpack.packb(
+        {"v": SCHEMA_VERSION, "type": type(record).__name__, "d": _to_wire(record)}, use_bin_type=True
+    )
+    return out
+
+
+def decode_record(cls: type[R], payload: bytes) -> R:
+    """Decode a record of type ``cls``; raises DecodeError (with a reason) when it is not one.
+
+    Unknown keys are ignored (a newer sender may add fields); missing required ones and wrong types are errors.
+    """
+    obj = _unpack(payload, identity=False)
+    if obj.get("type") != cls.__name__:
+        raise DecodeError("wrong_type", f"expected a {cls.__name__} record, got {obj.get('type')!r}")
+    try:
+        return _record(cls, obj.get("d"), cls.__name__)
+    except InvalidEvent as exc:
+        raise DecodeError(exc.reason, exc.detail) from exc

@@ -2,8 +2,9 @@
 
 Headers (all UTF-8): ``hermeneut-reason`` (short stable code, e.g. ``nan``, ``malformed``, ``future_timestamp``),
 ``hermeneut-detail`` (one human line), ``hermeneut-stage`` (processor / sink), ``hermeneut-source``
-(topic/partition/offset of the original), ``hermeneut-gpu`` (when one sample of a node batch was rejected)
-and ``hermeneut-position`` (its index in the batch). One record per rejected sample, so counts add up.
+(topic/partition/offset of the original), ``hermeneut-gpu`` (when one sample of a node batch was rejected),
+``hermeneut-position`` (its index in the batch) and ``hermeneut-part`` (which list of the node message that
+index is in: ``sample``, ``event`` or ``nic``). One record per rejected item, so counts add up.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ STAGE = "hermeneut-stage"
 SOURCE = "hermeneut-source"
 GPU = "hermeneut-gpu"
 POSITION = "hermeneut-position"
+PART = "hermeneut-part"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,7 @@ def dead_letter(
     source: str,
     gpu_uuid: str | None = None,
     position: int | None = None,
+    part: str = "sample",
 ) -> DeadLetter:
     headers = [
         (REASON, reason.encode()),
@@ -49,6 +52,7 @@ def dead_letter(
         headers.append((GPU, gpu_uuid.encode()))
     if position is not None:
         headers.append((POSITION, str(position).encode()))
+        headers.append((PART, part.encode()))
     return DeadLetter(key, original, headers)
 
 

@@ -68,6 +68,28 @@ METRIC_FIELDS: Final[tuple[FieldSpec, ...]] = (
     FieldSpec("nvlink_rx_bytes_per_second", 0, 8_000 * _GB_PER_S),
     FieldSpec("ecc_corrected_total", 0, 2**63 - 1, True),
     FieldSpec("ecc_uncorrected_total", 0, 2**63 - 1, True),
+    FieldSpec("memory_reserved_bytes", 0, _TIB, True, help="reserved by the driver, not usable by processes"),
+    FieldSpec("graphics_clock_mhz", 0, 10_000),
+    FieldSpec("graphics_clock_max_mhz", 1, 10_000, limit=True),
+    FieldSpec("memory_clock_max_mhz", 1, 40_000, limit=True),
+    FieldSpec("power_default_limit_watts", 1, 5_000, limit=True, help="the board's default (TDP) power limit"),
+    FieldSpec("sm_active_percent", 0, 100, help="DCGM profiling: time at least one warp was active on an SM"),
+    FieldSpec("tensor_active_percent", 0, 100, help="DCGM profiling: tensor core pipe active"),
+    FieldSpec("dram_active_percent", 0, 100, help="DCGM profiling: device memory interface active"),
+    FieldSpec("retired_pages_sbe_total", 0, 2**31, True, help="pages retired for single-bit errors (pre-Ampere)"),
+    FieldSpec("retired_pages_dbe_total", 0, 2**31, True, help="pages retired for double-bit errors (pre-Ampere)"),
+    FieldSpec("retired_pages_pending", 0, 1, True, help="1 when a page retirement waits for a reset"),
+    FieldSpec("row_remap_correctable_total", 0, 2**31, True, help="rows remapped for correctable errors (Ampere+)"),
+    FieldSpec("row_remap_uncorrectable_total", 0, 2**31, True, help="rows remapped for uncorrectable errors"),
+    FieldSpec("row_remap_pending", 0, 1, True, help="1 when a remap waits for a GPU reset"),
+    FieldSpec("row_remap_failure", 0, 1, True, help="1 when a remap failed: the GPU needs service"),
+    FieldSpec("pcie_replay_total", 0, 2**63 - 1, True, help="PCIe replay counter (link-level retransmissions)"),
+    FieldSpec("nvlink_links_active", 0, 64, True),
+    FieldSpec("nvlink_links_max", 0, 64, True, limit=True, help="NVLink links the GPU supports"),
+    FieldSpec("nvlink_crc_errors_total", 0, 2**63 - 1, True, help="flit + data CRC errors over all links"),
+    FieldSpec("nvlink_replay_errors_total", 0, 2**63 - 1, True),
+    FieldSpec("nvlink_recovery_errors_total", 0, 2**63 - 1, True),
+    FieldSpec("process_count", 0, 4096, True, help="processes using the GPU"),
 )
 METRIC_NAMES: Final[tuple[str, ...]] = tuple(f.name for f in METRIC_FIELDS)
 METRIC_INDEX: Final[dict[str, int]] = {name: i for i, name in enumerate(METRIC_NAMES)}
@@ -98,6 +120,37 @@ RELATIVE_FIELDS: Final[tuple[str, ...]] = (
 )
 
 
+#: Application classes: a bounded vocabulary (it is an InfluxDB tag). Context sources map what they know onto it.
+APPLICATIONS: Final[tuple[str, ...]] = (
+    "llm-pretraining",
+    "llm-finetuning",
+    "llm-serving",
+    "bert-training",
+    "resnet-training",
+    "stable-diffusion-inference",
+    "rendering",
+    "hashing",
+    "idle",
+    "unknown",
+)
+
+#: Phases of a workload, as far as they can be told apart from telemetry (or are reported by a framework).
+PHASES: Final[tuple[str, ...]] = ("compute", "data-loading", "checkpoint", "eval", "idle")
+
+#: Fault classes: what the simulator injects (ground truth) and what the detectors name.
+FAULTS: Final[tuple[str, ...]] = (
+    "thermal-throttling",
+    "power-capping",
+    "nvlink-down",
+    "pcie-link-degraded",
+    "memory-leak",
+    "straggler",
+    "xid-storm",
+    "ecc-uncorrectable",
+    "fallen-off-bus",
+)
+
+
 class Verdict(StrEnum):
     """How an interpreted event judges its sample; ``unscored`` until a baseline exists for it."""
 
@@ -108,8 +161,37 @@ class Verdict(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class NvLinkSample:
+    """One NVLink of a GPU in one sampling round; None where the GPU does not report a value."""
+
+    link: int
+    active: bool
+    tx_bytes_per_second: float | None = None
+    rx_bytes_per_second: float | None = None
+    crc_errors_total: int | None = None
+    replay_errors_total: int | None = None
+    recovery_errors_total: int | None = None
+    #: PCI bus id of what the link ends in (a peer GPU or an NVSwitch), when NVML says
+    remote_pci_bus_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process using a GPU: ``kind`` is ``compute`` or ``graphics``; memory is None where NVML cannot tell."""
+
+    pid: int
+    name: str
+    used_memory_bytes: int | None = None
+    kind: str = "compute"
+
+
+@dataclass(frozen=True, slots=True)
 class GpuSample:
-    """One reading of one GPU. ``metrics`` holds only the fields the GPU supports (see METRIC_FIELDS)."""
+    """One reading of one GPU. ``metrics`` holds only the fields the GPU supports (see METRIC_FIELDS).
+
+    ``links`` and ``processes`` are None when the source does not report them (not the same as "none").
+    A MIG instance is a sample of its own: ``gpu_uuid`` is the ``MIG-...`` uuid, ``gpu_model`` names the profile.
+    """
 
     cluster: str
     node: str
@@ -118,19 +200,90 @@ class GpuSample:
     gpu_model: str
     ts_ns: int
     metrics: dict[str, float]
+    links: tuple[NvLinkSample, ...] | None = None
+    processes: tuple[GpuProcess, ...] | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.cluster, self.node, self.gpu_uuid)
 
 
+class EventKind(StrEnum):
+    """Discrete GPU events (NVML events and what the collector observes), not gauges."""
+
+    XID = "xid"
+    ECC_SINGLE_BIT = "ecc_single_bit"
+    ECC_DOUBLE_BIT = "ecc_double_bit"
+    ROW_REMAP = "row_remap"
+    PSTATE = "pstate"
+    CLOCK_CHANGE = "clock_change"
+    POWER_SOURCE = "power_source"
+    MIG_CONFIG = "mig_config"
+    #: NVML answered GPU_IS_LOST / the device vanished from the bus
+    GPU_LOST = "gpu_lost"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuEvent:
+    """One discrete event on one GPU. ``code`` is the XID number for XIDs, else the NVML event data (or 0)."""
+
+    cluster: str
+    node: str
+    gpu_uuid: str
+    gpu_index: int
+    ts_ns: int
+    kind: EventKind
+    code: int = 0
+    detail: str = ""
+
+    @property
+    def dedup_key(self) -> str:
+        """Stable across re-deliveries and restarts of the collector: the same event always has the same key."""
+        return f"{self.cluster}/{self.node}/{self.gpu_uuid}/{self.kind.value}/{self.code}/{self.ts_ns}"
+
+
+#: Fields of an InfiniBand / RoCE port (from /sys/class/infiniband/<dev>/ports/<n>/counters and hw_counters).
+NIC_FIELDS: Final[tuple[FieldSpec, ...]] = (
+    FieldSpec("rx_bytes_per_second", 0, 1e12),
+    FieldSpec("tx_bytes_per_second", 0, 1e12),
+    FieldSpec("rx_packets_per_second", 0, 1e10),
+    FieldSpec("tx_packets_per_second", 0, 1e10),
+    FieldSpec("symbol_errors_total", 0, 2**63 - 1, True),
+    FieldSpec("link_downed_total", 0, 2**63 - 1, True),
+    FieldSpec("link_error_recovery_total", 0, 2**63 - 1, True),
+    FieldSpec("rcv_errors_total", 0, 2**63 - 1, True),
+    FieldSpec("xmit_discards_total", 0, 2**63 - 1, True),
+    FieldSpec("port_state_active", 0, 1, True, help="1 when the port state is ACTIVE"),
+    FieldSpec("rate_gbps", 0, 10_000, limit=True, help="link rate of the port"),
+)
+NIC_NAMES: Final[tuple[str, ...]] = tuple(f.name for f in NIC_FIELDS)
+
+
+@dataclass(frozen=True, slots=True)
+class NicSample:
+    """One NIC port (InfiniBand or RoCE) of a node in one sampling round."""
+
+    cluster: str
+    node: str
+    device: str
+    port: int
+    ts_ns: int
+    metrics: dict[str, float]
+
+
 @dataclass(frozen=True, slots=True)
 class SampleBatch:
-    """Every GPU of one node from one sampling round: the unit that travels as one Kafka message."""
+    """Everything one node read in one sampling round: the unit that travels as one Kafka message.
+
+    ``samples`` has one entry per GPU (and MIG instance); ``events`` the discrete events since the last round;
+    ``nics`` one entry per InfiniBand/RoCE port.
+    """
 
     cluster: str
     node: str
     samples: tuple[GpuSample, ...]
+    events: tuple[GpuEvent, ...] = ()
+    nics: tuple[NicSample, ...] = ()
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -141,13 +294,158 @@ class SampleBatch:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """What runs on a GPU, as far as a context source (or the classifier) knows."""
+    """What runs on a GPU, as far as a context source (or the classifier) knows.
+
+    ``application`` is one of APPLICATIONS; ``source`` says who said so (``static``, ``kubernetes``, ``slurm``,
+    ``process``, ``simulator``, ``inferred``) and ``confidence`` how sure it is (0..1).
+    """
 
     application: str
     job_id: str | None = None
     user: str | None = None
     source: str = "unknown"
     confidence: float = 0.0
+    tenant: str | None = None
+    model: str | None = None
+    framework: str | None = None
+    #: how many GPUs the job spans (peer comparison needs it), when known
+    job_gpus: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuContext:
+    """The workload on one GPU, published to the compacted context topic keyed by GPU; None: nothing runs."""
+
+    cluster: str
+    node: str
+    gpu_uuid: str
+    ts_ns: int
+    workload: Workload | None
+
+    @property
+    def kafka_key(self) -> bytes:
+        return gpu_key(self.cluster, self.node, self.gpu_uuid)
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyGpu:
+    """A GPU (or MIG instance, with ``parent_uuid``) in a node's topology."""
+
+    uuid: str
+    index: int
+    model: str
+    pci_bus_id: str
+    numa_node: int | None = None
+    cpu_affinity: str | None = None
+    nvlink_links: int = 0
+    parent_uuid: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyLink:
+    """How two endpoints (GPU uuids or NIC names) are connected.
+
+    ``kind`` is nvidia-smi topo's vocabulary: ``NV<n>`` (n NVLinks, direct or through NVSwitch), ``PIX`` (one
+    PCIe switch), ``PXB`` (several PCIe switches), ``PHB`` (a PCIe host bridge), ``NODE`` (host bridges of one
+    NUMA node), ``SYS`` (across NUMA nodes, over the CPU interconnect).
+    """
+
+    a: str
+    b: str
+    kind: str
+    nvlinks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyNic:
+    """A NIC port of the node (InfiniBand/RoCE): where it sits and how fast it is."""
+
+    name: str
+    port: int = 1
+    pci_bus_id: str | None = None
+    numa_node: int | None = None
+    link_layer: str = "InfiniBand"
+    rate_gbps: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTopology:
+    """A node's interconnect: GPUs, NICs and every pairwise path. Published when a producer starts or it changes."""
+
+    cluster: str
+    node: str
+    ts_ns: int
+    gpus: tuple[TopologyGpu, ...]
+    links: tuple[TopologyLink, ...] = ()
+    nics: tuple[TopologyNic, ...] = ()
+    nvswitches: int = 0
+
+    @property
+    def kafka_key(self) -> bytes:
+        return node_key(self.cluster, self.node)
+
+
+@dataclass(frozen=True, slots=True)
+class FaultRecord:
+    """Ground truth from the simulator's fault injector: which fault, where, from when to when (ns, UTC)."""
+
+    cluster: str
+    node: str
+    gpu_uuid: str | None
+    fault: str
+    start_ns: int
+    end_ns: int
+    detail: str = ""
+
+    @property
+    def kafka_key(self) -> bytes:
+        return node_key(self.cluster, self.node)
+
+
+@dataclass(frozen=True, slots=True)
+class Driver:
+    """A feature that drove a score: what was observed against the baseline's expected band."""
+
+    feature: str
+    observed: float
+    expected: float
+    low: float
+    high: float
+
+
+class Severity(StrEnum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """What a detector (or the baseline scorer) concluded about one GPU (or node, ``gpu_uuid`` None).
+
+    A finding is sent when a condition starts (``active``), repeated while it holds, and sent once more with
+    ``active=False`` when it clears, so every consumer can tell firing from resolved without guessing.
+    """
+
+    detector: str
+    severity: Severity
+    active: bool
+    cluster: str
+    node: str
+    gpu_uuid: str | None
+    gpu_model: str
+    ts_ns: int
+    since_ns: int
+    summary: str
+    action: str = ""
+    evidence: dict[str, float] = field(default_factory=dict)
+    workload: Workload | None = None
+    gpu_index: int | None = None
+
+    @property
+    def dedup_key(self) -> str:
+        """One alert per detector and GPU (or node): repeats and the clear share it."""
+        return f"{self.detector}/{self.cluster}/{self.node}/{self.gpu_uuid or '-'}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +459,8 @@ class InterpretedEvent:
     verdict: Verdict = Verdict.UNSCORED
     baseline: str | None = None
     explanation: str = ""
+    phase: str | None = None
+    drivers: tuple[Driver, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -171,7 +471,8 @@ class InterpretedBatch:
     to the same partition number), so a batch may span several nodes. Row ``i`` of every column is one event.
     ``metrics`` has the columns of METRIC_NAMES and ``relative`` those of RELATIVE_FIELDS, NaN where a value is
     absent; ``score`` is NaN where unscored. Hot paths (the sink) read the arrays; :meth:`events` gives the
-    row-wise :class:`InterpretedEvent` view.
+    row-wise :class:`InterpretedEvent` view. ``links`` and ``processes`` are per row (None: not reported);
+    ``gpu_events`` and ``nics`` are the node-level extras of the same raw messages, passed through validated.
     """
 
     cluster: tuple[str, ...]
@@ -187,7 +488,20 @@ class InterpretedBatch:
     verdict: tuple[Verdict, ...]
     baseline: tuple[str | None, ...]
     explanation: tuple[str, ...]
+    phase: tuple[str | None, ...] = ()
+    drivers: tuple[tuple[Driver, ...], ...] = ()
+    links: tuple[tuple[NvLinkSample, ...] | None, ...] = ()
+    processes: tuple[tuple[GpuProcess, ...] | None, ...] = ()
+    gpu_events: tuple[GpuEvent, ...] = ()
+    nics: tuple[NicSample, ...] = ()
     schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        # optional per-row columns default to "nothing known" for every row
+        n = len(self.gpu_uuid)
+        for name, empty in (("phase", None), ("drivers", ()), ("links", None), ("processes", None)):
+            if not getattr(self, name) and n:
+                object.__setattr__(self, name, (empty,) * n)
 
     def __len__(self) -> int:
         return len(self.gpu_uuid)
@@ -205,6 +519,8 @@ class InterpretedBatch:
                     self.gpu_model[i],
                     int(self.ts_ns[i]),
                     metrics[i],
+                    self.links[i],
+                    self.processes[i],
                 ),
                 relative[i],
                 self.workload[i],
@@ -212,12 +528,16 @@ class InterpretedBatch:
                 self.verdict[i],
                 self.baseline[i],
                 self.explanation[i],
+                self.phase[i],
+                self.drivers[i],
             )
             for i, uuid in enumerate(self.gpu_uuid)
         ]
 
     @classmethod
-    def from_events(cls, events: list[InterpretedEvent]) -> InterpretedBatch:
+    def from_events(
+        cls, events: list[InterpretedEvent], gpu_events: tuple[GpuEvent, ...] = (), nics: tuple[NicSample, ...] = ()
+    ) -> InterpretedBatch:
         samples = [e.sample for e in events]
         nan = float("nan")
         return cls(
@@ -236,6 +556,12 @@ class InterpretedBatch:
             tuple(e.verdict for e in events),
             tuple(e.baseline for e in events),
             tuple(e.explanation for e in events),
+            tuple(e.phase for e in events),
+            tuple(e.drivers for e in events),
+            tuple(s.links for s in samples),
+            tuple(s.processes for s in samples),
+            gpu_events,
+            nics,
         )
 
 
@@ -246,6 +572,10 @@ def _dict_rows(values: np.ndarray, names: tuple[str, ...]) -> list[dict[str, flo
 
 def node_key(cluster: str, node: str) -> bytes:
     return f"{cluster}/{node}".encode()
+
+
+def gpu_key(cluster: str, node: str, gpu_uuid: str) -> bytes:
+    return f"{cluster}/{node}/{gpu_uuid}".encode()
 
 
 def metric_matrix(samples: tuple[GpuSample, ...] | list[GpuSample]) -> np.ndarray:

@@ -8,7 +8,9 @@ inconsistent fields, future or ancient timestamps) and computes values relative 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
@@ -22,15 +24,19 @@ from pipeline.events import (
     METRIC_INDEX,
     METRIC_INTEGER,
     METRIC_LOW,
+    NIC_FIELDS,
     RELATIVE_FIELDS,
     UNIT_ALIASES,
+    GpuEvent,
     GpuSample,
     InterpretedBatch,
+    NicSample,
     Verdict,
     metric_matrix,
 )
 
 STAGE = "processor"
+_Item = TypeVar("_Item", GpuEvent, NicSample)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +53,35 @@ class Outcome:
     forward: list[tuple[int, bytes]] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
     samples_ok: int = 0
+
+
+def _timestamp_problem(ts_ns: int, now_ns: int, limits: ValidationSettings) -> tuple[str, str] | None:
+    if ts_ns > now_ns + int(limits.max_future_skew_s * 1e9):
+        return "future_timestamp", f"ts_ns {ts_ns} is {(ts_ns - now_ns) / 1e9:+.0f}s from now"
+    if ts_ns < now_ns - int(limits.max_age_s * 1e9):
+        return "ancient_timestamp", f"ts_ns {ts_ns} is {(ts_ns - now_ns) / 1e9:+.0f}s from now"
+    return None
+
+
+def event_problem(event: GpuEvent, now_ns: int, limits: ValidationSettings) -> tuple[str, str] | None:
+    """Plausibility of a discrete event (its types were checked when it was decoded)."""
+    return _timestamp_problem(event.ts_ns, now_ns, limits)
+
+
+def nic_problem(nic: NicSample, now_ns: int, limits: ValidationSettings) -> tuple[str, str] | None:
+    """Plausibility of a NIC reading: timestamp, and every value finite and inside its field's range."""
+    problem = _timestamp_problem(nic.ts_ns, now_ns, limits)
+    if problem is not None:
+        return problem
+    for spec in NIC_FIELDS:
+        value = nic.metrics.get(spec.name)
+        if value is None:
+            continue
+        if value != value:  # noqa: PLR0124 (NaN test)
+            return "nan", f"{spec.name} is NaN"
+        if not spec.low <= value <= spec.high:
+            return "out_of_range", f"{spec.name}={value!r} outside [{spec.low:g}, {spec.high:g}]"
+    return None
 
 
 def canonical_units(sample: GpuSample) -> GpuSample:
@@ -68,6 +103,8 @@ def canonical_units(sample: GpuSample) -> GpuSample:
         sample.gpu_model,
         sample.ts_ns,
         metrics,
+        sample.links,
+        sample.processes,
     )
 
 
@@ -158,6 +195,7 @@ def process_raw(messages: list[RawMessage], now_ns: int, limits: ValidationSetti
     owners: list[int] = []  # message index of every decoded sample, ascending
     positions: list[int] = []
     samples: list[GpuSample] = []
+    extras: dict[int, tuple[list[GpuEvent], list[NicSample]]] = {}  # per source partition, in order
     for i, msg in enumerate(messages):
         try:
             batch, rejected = decode_samples(msg.value)
@@ -165,12 +203,20 @@ def process_raw(messages: list[RawMessage], now_ns: int, limits: ValidationSetti
             out.dead.append(dead_letter(msg.key, msg.value, exc.reason, exc.detail, STAGE, msg.source))
             continue
         out.dead.extend(_rejects(msg, rejected))
-        bad_positions = {r.position for r in rejected}
-        kept = [p for p in range(len(batch.samples) + len(rejected)) if p not in bad_positions]
+        bad_positions = {r.position for r in rejected if r.part == "sample"}
+        sample_count = len(batch.samples) + len(bad_positions)
+        kept = [p for p in range(sample_count) if p not in bad_positions]
         owners.extend([i] * len(batch.samples))
         positions.extend(kept)
         samples.extend(canonical_units(s) for s in batch.samples)
+        if batch.events or batch.nics:
+            events, nics = extras.setdefault(msg.partition, ([], []))
+            events.extend(_checked(msg, batch.events, "event", lambda e: event_problem(e, now_ns, limits), out))
+            nics.extend(_checked(msg, batch.nics, "nic", lambda n: nic_problem(n, now_ns, limits), out))
     if not samples:
+        for part, (events, nics) in sorted(extras.items()):
+            if events or nics:
+                out.forward.append((part, encode_interpreted(_empty_batch(tuple(events), tuple(nics)))))
         return out
     m = metric_matrix(samples)
     ts = np.fromiter((s.ts_ns for s in samples), dtype=np.int64, count=len(samples))
@@ -189,10 +235,11 @@ def process_raw(messages: list[RawMessage], now_ns: int, limits: ValidationSetti
         )
     rel = relative_values(m)
     partition = np.fromiter((messages[o].partition for o in owners), dtype=np.int64, count=len(owners))
-    for part in sorted(set(partition[good].tolist())):
+    for part in sorted(set(partition[good].tolist()) | set(extras)):
         rows = np.flatnonzero(good & (partition == part))  # ascending: the order the samples arrived in
         kept_samples = [samples[r] for r in rows.tolist()]
         n = len(kept_samples)
+        events, nics = extras.get(part, ([], []))
         interpreted = InterpretedBatch(
             cluster=tuple(s.cluster for s in kept_samples),
             node=tuple(s.node for s in kept_samples),
@@ -207,14 +254,47 @@ def process_raw(messages: list[RawMessage], now_ns: int, limits: ValidationSetti
             verdict=(Verdict.UNSCORED,) * n,
             baseline=(None,) * n,
             explanation=("",) * n,
+            links=tuple(s.links for s in kept_samples),
+            processes=tuple(s.processes for s in kept_samples),
+            gpu_events=tuple(events),
+            nics=tuple(nics),
         )
-        out.forward.append((part, encode_interpreted(interpreted)))
+        if n or events or nics:
+            out.forward.append((part, encode_interpreted(interpreted)))
     keep = np.flatnonzero(good)
     out.samples_ok = len(keep)
     return out
 
 
+def _empty_batch(events: tuple[GpuEvent, ...], nics: tuple[NicSample, ...]) -> InterpretedBatch:
+    empty = np.empty((0, len(METRIC_FIELDS)))
+    return InterpretedBatch(
+        (), (), (), (), (), np.empty(0, np.int64), empty, np.empty((0, len(RELATIVE_FIELDS))), (), np.empty(0), (),
+        (), (), gpu_events=events, nics=nics,
+    )  # fmt: skip
+
+
+def _checked(
+    msg: RawMessage,
+    items: tuple[_Item, ...],
+    part: str,
+    problem: Callable[[_Item], tuple[str, str] | None],
+    out: Outcome,
+) -> list[_Item]:
+    """The items without a problem; a dead letter for each one with a problem."""
+    kept = []
+    for position, item in enumerate(items):
+        found = problem(item)
+        if found is None:
+            kept.append(item)
+        else:
+            uuid = getattr(item, "gpu_uuid", None)
+            out.dead.append(dead_letter(msg.key, msg.value, *found, STAGE, msg.source, uuid, position, part))
+    return kept
+
+
 def _rejects(msg: RawMessage, rejected: list[Rejected]) -> list[DeadLetter]:
     return [
-        dead_letter(msg.key, msg.value, r.reason, r.detail, STAGE, msg.source, r.gpu_uuid, r.position) for r in rejected
+        dead_letter(msg.key, msg.value, r.reason, r.detail, STAGE, msg.source, r.gpu_uuid, r.position, r.part)
+        for r in rejected
     ]

@@ -12,6 +12,13 @@ Schema (the README has the cardinality budget):
 ``gpu_info`` - the GPU's limits (``FieldSpec.limit``: memory total, power limit, max clocks, thermal
   thresholds, max PCIe link), same tags but ``application``, written when they change and every 10 minutes.
   Repeating them every second cost InfluxDB a quarter of its per-point work for values that never change.
+``gpu_event`` - one point per discrete event (XID, ECC, row remap, GPU lost...): GPU tags plus ``kind`` and
+  ``code`` (both bounded); fields ``detail``, ``dedup_key``.
+``nic`` - one point per InfiniBand/RoCE port reading: tags ``cluster``, ``node``, ``device``, ``port``.
+``nvlink`` - per link (tag ``link``): state, error counters and throughput, written when the state or an error
+  counter changes and every 10 minutes (per-GPU NVLink totals are in ``gpu`` every sample).
+``gpu_process`` - the processes on a GPU (``count``, ``processes`` as "pid name MiB; ..."), on change and every
+  10 minutes.
 
 A replayed event has the same measurement, tags and timestamp, so InfluxDB overwrites instead of duplicating.
 """
@@ -29,12 +36,16 @@ from influxdb_client.client.write_api import SYNCHRONOUS
 from influxdb_client.domain.write_precision import WritePrecision
 from influxdb_client.rest import ApiException
 
-from pipeline.events import METRIC_LIMIT, METRIC_NAMES, RELATIVE_FIELDS, InterpretedBatch
+from pipeline.events import METRIC_LIMIT, METRIC_NAMES, NIC_NAMES, RELATIVE_FIELDS, InterpretedBatch, NvLinkSample
 
 log = logging.getLogger(__name__)
 
 MEASUREMENT: Final = "gpu"
 INFO_MEASUREMENT: Final = "gpu_info"
+EVENT_MEASUREMENT: Final = "gpu_event"
+NIC_MEASUREMENT: Final = "nic"
+NVLINK_MEASUREMENT: Final = "nvlink"
+PROCESS_MEASUREMENT: Final = "gpu_process"
 _MS: Final = cast(WritePrecision, WritePrecision.MS)
 _TAG_ESCAPES = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ ", "\n": "", "\r": ""})
 
@@ -79,25 +90,84 @@ def _gpu_tags(b: InterpretedBatch, i: int) -> str:
     )
 
 
-class InfoTracker:
-    """Which limits were last written per GPU, so ``gpu_info`` gets a point only on change (or every 10 min)."""
+class ChangeTracker:
+    """Which value was last written per key, so slowly changing things get a point only on change or when the
+    last one is 10 minutes old (what a dashboard needs to find the current value in a short time range)."""
 
     def __init__(self) -> None:
         self._last: dict[str, tuple[str, int]] = {}
+
+    def due(self, key: str, signature: str, ts_ns: int) -> bool:
+        last = self._last.get(key)
+        if last is None or last[0] != signature or ts_ns - last[1] >= INFO_REFRESH_NS:
+            self._last[key] = (signature, ts_ns)
+            return True
+        return False
+
+
+class InfoTracker:
+    """Change-only points for a GPU's slowly changing parts: limits (``gpu_info``), links and processes."""
+
+    def __init__(self) -> None:
+        self._changes = ChangeTracker()
 
     def lines(self, b: InterpretedBatch) -> list[str]:
         out = []
         limits = _field_parts(_LIMIT_KEYS, b.metrics[:, _LIMIT_COLS])
         ts_ns = b.ts_ns.tolist()
         for i, fields in enumerate(limits):
-            if not fields:
-                continue
-            key = f"{b.cluster[i]}/{b.gpu_uuid[i]}"
-            last = self._last.get(key)
-            if last is None or last[0] != fields or ts_ns[i] - last[1] >= INFO_REFRESH_NS:
-                self._last[key] = (fields, ts_ns[i])
-                out.append(f"{INFO_MEASUREMENT},{_gpu_tags(b, i)} {fields} {ts_ns[i] // 1_000_000}")
+            tags, ts = _gpu_tags(b, i), ts_ns[i]
+            if fields and self._changes.due(f"info/{b.cluster[i]}/{b.gpu_uuid[i]}", fields, ts):
+                out.append(f"{INFO_MEASUREMENT},{tags} {fields} {ts // 1_000_000}")
+            links, procs = b.links[i], b.processes[i]
+            for link in links or ():
+                errors = (link.crc_errors_total, link.replay_errors_total, link.recovery_errors_total)
+                if self._changes.due(f"link/{b.cluster[i]}/{b.gpu_uuid[i]}/{link.link}", f"{link.active}{errors}", ts):
+                    out.append(_link_line(tags, link, ts))
+            if procs is not None:
+                described = "; ".join(
+                    f"{p.pid} {p.name}" + ("" if p.used_memory_bytes is None else f" {p.used_memory_bytes >> 20}MiB")
+                    for p in procs
+                )
+                signature = ",".join(sorted(f"{p.pid}:{p.name}" for p in procs))
+                if self._changes.due(f"proc/{b.cluster[i]}/{b.gpu_uuid[i]}", signature, ts):
+                    out.append(
+                        f"{PROCESS_MEASUREMENT},{tags} count={float(len(procs))!r},"
+                        f"processes={_str_field(described)} {ts // 1_000_000}"
+                    )
         return out
+
+
+def _link_line(gpu_tags: str, link: NvLinkSample, ts_ns: int) -> str:
+    fields = [f"active={float(link.active)!r}"]
+    for name in ("tx_bytes_per_second", "rx_bytes_per_second"):
+        value = getattr(link, name)
+        if value is not None:
+            fields.append(f"{name}={float(value)!r}")
+    for name in ("crc_errors_total", "replay_errors_total", "recovery_errors_total"):
+        value = getattr(link, name)
+        if value is not None:
+            fields.append(f"{name}={float(value)!r}")
+    return f"{NVLINK_MEASUREMENT},{gpu_tags},link={link.link} {','.join(fields)} {ts_ns // 1_000_000}"
+
+
+def extra_lines(b: InterpretedBatch) -> list[str]:
+    """``gpu_event`` and ``nic`` points for the node-level extras of a batch."""
+    out = []
+    for e in b.gpu_events:
+        out.append(
+            f"{EVENT_MEASUREMENT},cluster={_tag(e.cluster)},code={e.code},gpu={_tag(e.gpu_uuid)},"
+            f"gpu_index={e.gpu_index},kind={e.kind.value},node={_tag(e.node)} "
+            f"detail={_str_field(e.detail)},dedup_key={_str_field(e.dedup_key)} {e.ts_ns // 1_000_000}"
+        )
+    for n in b.nics:
+        fields = ",".join(f"{k}={float(n.metrics[k])!r}" for k in NIC_NAMES if k in n.metrics)
+        if fields:
+            out.append(
+                f"{NIC_MEASUREMENT},cluster={_tag(n.cluster)},device={_tag(n.device)},node={_tag(n.node)},"
+                f"port={n.port} {fields} {n.ts_ns // 1_000_000}"
+            )
+    return out
 
 
 def batch_lines(batches: Iterable[InterpretedBatch], info: InfoTracker | None = None) -> list[str]:
@@ -130,6 +200,7 @@ def batch_lines(batches: Iterable[InterpretedBatch], info: InfoTracker | None = 
             append(f"{MEASUREMENT},{app}{_gpu_tags(b, i)} {','.join(fields)} {ts_ms[i]}")
         if info is not None:
             lines.extend(info.lines(b))
+        lines.extend(extra_lines(b))
     return lines
 
 

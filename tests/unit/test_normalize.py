@@ -7,7 +7,7 @@ import pytest
 
 from pipeline.codec import decode_interpreted, encode_samples
 from pipeline.config import ValidationSettings
-from pipeline.events import GpuSample, SampleBatch
+from pipeline.events import METRIC_NAMES, GpuSample, SampleBatch
 from processors.normalize import RawMessage, process_raw, relative_values, validate
 from producers.simulator import Fleet
 
@@ -102,7 +102,7 @@ def test_broken_message_is_dead_lettered_whole_and_batch_continues() -> None:
 
 
 def test_validate_reports_first_failing_check_once_per_row() -> None:
-    m = np.full((2, 27), np.nan)
+    m = np.full((2, len(METRIC_NAMES)), np.nan)
     m[0, 0] = -1.0  # negative and out of range at once
     good, problems = validate(m, np.array([NOW, NOW + 10**15]), NOW, LIMITS)
     assert good.tolist() == [False, False]
@@ -110,6 +110,6 @@ def test_validate_reports_first_failing_check_once_per_row() -> None:
 
 
 def test_relative_values_handle_missing_and_zero() -> None:
-    m = np.full((1, 27), np.nan)
+    m = np.full((1, len(METRIC_NAMES)), np.nan)
     rel = relative_values(m)
     assert rel.shape == (1, 6) and np.isnan(rel).all()
