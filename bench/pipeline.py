@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeline.codec import decode_interpreted, encode_samples
+from pipeline.codec import encode_samples
 from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, TopicSettings, load_settings
 from pipeline.mainjob import Stage, start_stage, wait_for
 from pipeline.publisher import Publisher
@@ -48,13 +48,7 @@ def bench_settings(base: Settings, k: kafka.KafkaProcess, i: influxdb.InfluxProc
         group_prefix=f"bench-{tag}",
         kafka=KafkaSettings(bootstrap_servers=k.bootstrap_servers, session_timeout_s=6.0),
         influxdb=InfluxSettings(url=i.url, org=i.org, bucket=i.bucket, token=i.token),
-        topics=TopicSettings(
-            raw=f"bench.{tag}.raw",
-            context=f"bench.{tag}.context",
-            interpreted=f"bench.{tag}.interpreted",
-            alerts=f"bench.{tag}.alerts",
-            dead_letter=f"bench.{tag}.dlq",
-        ),
+        topics=TopicSettings.with_prefix(f"bench.{tag}"),
         services=ServiceSettings(cache_dir=base.services.cache_dir, state_dir=base.services.state_dir),
     )
     ensure_topics(s.kafka.client_config(), topic_specs(s))
@@ -108,7 +102,7 @@ def interpreted_lines(fleet: Fleet, rounds: int, start_ns: int) -> list[str]:
         ts = start_ns + r * 1_000_000_000
         msgs = [RawMessage(b.kafka_key, encode_samples(b), "bench") for b in fleet.tick(ts)]
         out = process_raw(msgs, time.time_ns(), Settings().validation)
-        lines += batch_lines(decode_interpreted(v) for _, v in out.forward)
+        lines += batch_lines(b for _, b in out.forward)
     return lines
 
 

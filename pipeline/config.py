@@ -144,12 +144,24 @@ class TopicSettings(_Section):
 
     raw: str = "hermeneut.samples.raw"
     context: str = "hermeneut.context"
+    topology: str = "hermeneut.topology"
     interpreted: str = "hermeneut.events.interpreted"
     alerts: str = "hermeneut.alerts"
     dead_letter: str = "hermeneut.deadletter"
+    ground_truth: str = "hermeneut.groundtruth"
+    baselines: str = "hermeneut.baselines"
+    feedback: str = "hermeneut.feedback"
+    alert_state: str = "hermeneut.alerts.state"
+    alert_config: str = "hermeneut.alerts.config"
     partitions: int = Field(default=6, ge=1, le=1024)
     replication_factor: int = Field(default=1, ge=1, le=16)
     raw_retention_hours: float = Field(default=24.0, gt=0)
+
+    @classmethod
+    def with_prefix(cls, prefix: str, **other: Any) -> TopicSettings:
+        """Every topic named ``<prefix>.<topic>`` (isolated topic sets for tests, benchmarks, evaluations)."""
+        names = {name: f"{prefix}.{name}" for name, f in cls.model_fields.items() if f.annotation is str}
+        return cls(**names, **other)
 
 
 class ValidationSettings(_Section):

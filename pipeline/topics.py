@@ -1,12 +1,18 @@
 """The Kafka topics of one deployment, with explicit partitions and configs, and their (idempotent) creation.
 
-| topic        | key               | cleanup          | why                                                     |
-|--------------|-------------------|------------------|---------------------------------------------------------|
-| raw          | cluster/node      | delete, 24 h     | one node's samples (so each GPU's) stay in one partition |
-| context      | cluster/node/gpu  | compact          | latest workload per GPU; a restarted worker re-reads it |
-| interpreted  | cluster/node      | delete, 24 h     | input of the sinks                                      |
-| alerts       | alert dedup key   | delete, 7 days   | input of alert delivery                                 |
-| dead_letter  | original key      | delete, 14 days  | original bytes + reason headers, for inspection/replay  |
+| topic        | key               | cleanup          | why                                                       |
+|--------------|-------------------|------------------|-----------------------------------------------------------|
+| raw          | cluster/node      | delete, 24 h     | one node's samples (so each GPU's) stay in one partition   |
+| context      | cluster/node/gpu  | compact          | latest workload per GPU; a restarted worker re-reads it   |
+| topology     | cluster/node      | compact          | latest interconnect of each node                          |
+| interpreted  | (partition = raw) | delete, 24 h     | input of the sinks                                        |
+| alerts       | finding dedup key | delete, 7 days   | detector findings: input of alert delivery and history    |
+| dead_letter  | original key      | delete, 14 days  | original bytes + reason headers, for inspection/replay    |
+| ground_truth | cluster/node      | delete, 30 days  | the simulator's injected faults, for evaluation           |
+| baselines    | baseline id       | compact          | learned baselines, hot-reloaded by running processors     |
+| feedback     | event id          | compact          | operators' verdicts on events, read by the next training  |
+| alert_state  | alert dedup key   | compact          | alert lifecycle state: survives a restart of alerting     |
+| alert_config | subscription/silence id | compact    | subscriptions and silences (tombstone = deleted)          |
 """
 
 from __future__ import annotations
@@ -38,22 +44,22 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     rf = t.replication_factor
     min_isr = str(min(2, rf))
     common = {"min.insync.replicas": min_isr, "compression.type": "producer"}
+    compact = common | {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000", "segment.ms": str(_HOUR_MS)}
+    small = max(1, t.partitions // 2)
+    raw_retention = common | {"retention.ms": str(int(t.raw_retention_hours * _HOUR_MS))}
     return [
-        TopicSpec(t.raw, t.partitions, rf, common | {"retention.ms": str(int(t.raw_retention_hours * _HOUR_MS))}),
-        TopicSpec(
-            t.context,
-            t.partitions,
-            rf,
-            common | {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000", "segment.ms": str(_HOUR_MS)},
-        ),
-        TopicSpec(
-            t.interpreted,
-            t.partitions,
-            rf,
-            common | {"retention.ms": str(int(t.raw_retention_hours * _HOUR_MS))},
-        ),
-        TopicSpec(t.alerts, max(1, t.partitions // 2), rf, common | {"retention.ms": str(7 * 24 * _HOUR_MS)}),
-        TopicSpec(t.dead_letter, max(1, t.partitions // 2), rf, common | {"retention.ms": str(14 * 24 * _HOUR_MS)}),
+        TopicSpec(t.raw, t.partitions, rf, raw_retention),
+        TopicSpec(t.context, t.partitions, rf, compact),
+        TopicSpec(t.topology, small, rf, compact),
+        TopicSpec(t.interpreted, t.partitions, rf, raw_retention),
+        TopicSpec(t.alerts, small, rf, common | {"retention.ms": str(7 * 24 * _HOUR_MS)}),
+        TopicSpec(t.dead_letter, small, rf, common | {"retention.ms": str(14 * 24 * _HOUR_MS)}),
+        TopicSpec(t.ground_truth, 1, rf, common | {"retention.ms": str(30 * 24 * _HOUR_MS)}),
+        # baselines can be a few hundred kB each: allow messages up to 8 MiB
+        TopicSpec(t.baselines, 1, rf, compact | {"max.message.bytes": str(8 * 2**20)}),
+        TopicSpec(t.feedback, 1, rf, compact),
+        TopicSpec(t.alert_state, 1, rf, compact),
+        TopicSpec(t.alert_config, 1, rf, compact),
     ]
 
 

@@ -1,9 +1,11 @@
-"""The faust-streaming processor: raw samples -> validated, normalized interpreted events (+ dead letters).
+"""The faust-streaming processor: raw samples -> validated, normalized, interpreted events (+ dead letters,
++ findings on the alerts topic).
 
-Wiring only; the logic is :func:`processors.normalize.process_raw`. The agent takes batches of events
-(``stream.take_events``), so validation runs vectorized over many node messages at once. Delivery is
-at-least-once: faust acks a batch after the agent returns from it and flushes its producer before it commits
-offsets, so a crash replays rather than loses; the sink is idempotent, so a replay is harmless.
+Wiring only; the logic is :func:`processors.normalize.process_raw` and the stages of
+:class:`processors.interpret.Interpreter`. The agent takes batches of events (``stream.take_events``), so
+validation and interpretation run vectorized over many node messages at once. Delivery is at-least-once: faust
+acks a batch after the agent returns from it and flushes its producer before it commits offsets, so a crash
+replays rather than loses; the sink is idempotent, so a replay is harmless.
 
 Run it with ``hermeneut process``. Counters are logged every 10 s and written to ``--stats-file``.
 """
@@ -21,9 +23,12 @@ import faust
 from confluent_kafka.admin import AdminClient
 from faust.types import EventT
 
+from pipeline.codec import encode_interpreted, encode_record
 from pipeline.config import Settings
 from pipeline.errors import ServiceError
+from pipeline.events import Finding
 from pipeline.stats import write_stats
+from processors.interpret import Interpreter
 from processors.normalize import RawMessage, process_raw
 
 log = logging.getLogger(__name__)
@@ -38,6 +43,7 @@ class ProcessorStats:
     samples_ok: int = 0
     dead_lettered: int = 0
     messages_out: int = 0
+    findings: int = 0
     batches: int = 0
     assigned: bool = False
 
@@ -73,6 +79,11 @@ def partition_count(settings: Settings, topic: str) -> int:
     return len(info.partitions)
 
 
+def build_interpreter(settings: Settings) -> Interpreter:
+    """The interpretation stages for these settings, in order (see processors.interpret)."""
+    return Interpreter([])
+
+
 def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
     """Build the faust app for resolved settings (Kafka bootstrap servers known)."""
     assert settings.kafka.bootstrap_servers, "resolve local services before creating the app"
@@ -105,9 +116,16 @@ def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
     raw = app.topic(settings.topics.raw, key_type=bytes, value_type=bytes, internal=False)
     interpreted = app.topic(settings.topics.interpreted, key_type=bytes, value_type=bytes)
     dead = app.topic(settings.topics.dead_letter, key_type=bytes, value_type=bytes)
+    alerts = app.topic(settings.topics.alerts, key_type=bytes, value_type=bytes)
     limits = settings.validation
     out_partitions = partition_count(settings, settings.topics.interpreted)
     stats = ProcessorStats()
+    interpreter = build_interpreter(settings)
+
+    async def publish_findings(findings: list[Finding]) -> None:
+        for finding in findings:
+            await alerts.send(key=finding.dedup_key.encode(), value=encode_record(finding))
+        stats.findings += len(findings)
 
     @app.agent(raw, name="interpret")  # type: ignore[arg-type]  # take_events is on Stream, not StreamT
     async def interpret(stream: faust.Stream[bytes]) -> None:
@@ -122,10 +140,13 @@ def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
                 )
                 for e in events
             ]
-            outcome = process_raw(messages, time.time_ns(), limits)
-            for partition, value in outcome.forward:
+            now_ns = time.time_ns()
+            outcome = process_raw(messages, now_ns, limits)
+            for partition, normalized in outcome.forward:
+                batch, findings = interpreter.apply(normalized, now_ns)
                 # same partition number as the source: one GPU's events stay in order without a key
-                await interpreted.send(value=value, partition=partition % out_partitions)
+                await interpreted.send(value=encode_interpreted(batch), partition=partition % out_partitions)
+                await publish_findings(findings)
             for letter in outcome.dead:
                 await dead.send(key=letter.key, value=letter.value, headers=letter.headers)
             stats.messages_in += len(messages)
@@ -147,6 +168,7 @@ def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
 
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def snapshot() -> None:
+        await publish_findings(interpreter.tick(time.time_ns()))
         stats.write(stats_file)
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]

@@ -1,9 +1,10 @@
 """Validate and normalize raw sample messages: pure functions over numpy batches, no I/O.
 
-``process_raw`` takes a batch of consumed Kafka messages and returns the interpreted messages to forward and
-the dead letters to publish. Per message it decodes (a broken envelope dead-letters the whole message); over
-all samples of the batch at once it converts unit aliases, checks plausibility (NaN, negative, out of range,
-inconsistent fields, future or ancient timestamps) and computes values relative to each GPU's own limits.
+``process_raw`` takes a batch of consumed Kafka messages and returns the normalized batches to interpret and
+forward (one per source partition) and the dead letters to publish. Per message it decodes (a broken envelope
+dead-letters the whole message); over all samples of the batch at once it converts unit aliases, checks
+plausibility (NaN, negative, out of range, inconsistent fields, future or ancient timestamps) and computes
+values relative to each GPU's own limits. GPU events and NIC readings are checked one by one (a few per node).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from pipeline.codec import Rejected, decode_samples, encode_interpreted
+from pipeline.codec import Rejected, decode_samples
 from pipeline.config import ValidationSettings
 from pipeline.deadletter import DeadLetter, dead_letter
 from pipeline.errors import DecodeError
@@ -49,8 +50,8 @@ class RawMessage:
 
 @dataclass
 class Outcome:
-    #: (source partition, encoded InterpretedBatch of everything that came from it, in order)
-    forward: list[tuple[int, bytes]] = field(default_factory=list)
+    #: (source partition, InterpretedBatch of everything that came from it, in order)
+    forward: list[tuple[int, InterpretedBatch]] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
     samples_ok: int = 0
 
@@ -216,7 +217,7 @@ def process_raw(messages: list[RawMessage], now_ns: int, limits: ValidationSetti
     if not samples:
         for part, (events, nics) in sorted(extras.items()):
             if events or nics:
-                out.forward.append((part, encode_interpreted(_empty_batch(tuple(events), tuple(nics)))))
+                out.forward.append((part, _empty_batch(tuple(events), tuple(nics))))
         return out
     m = metric_matrix(samples)
     ts = np.fromiter((s.ts_ns for s in samples), dtype=np.int64, count=len(samples))
@@ -260,7 +261,7 @@ def process_raw(messages: list[RawMessage], now_ns: int, limits: ValidationSetti
             nics=tuple(nics),
         )
         if n or events or nics:
-            out.forward.append((part, encode_interpreted(interpreted)))
+            out.forward.append((part, interpreted))
     keep = np.flatnonzero(good)
     out.samples_ok = len(keep)
     return out

@@ -19,6 +19,9 @@ Schema (the README has the cardinality budget):
   counter changes and every 10 minutes (per-GPU NVLink totals are in ``gpu`` every sample).
 ``gpu_process`` - the processes on a GPU (``count``, ``processes`` as "pid name MiB; ..."), on change and every
   10 minutes.
+``finding`` - every detector finding (from the alerts topic): tags ``cluster``, ``node``, ``gpu``, ``detector``,
+  ``severity``, ``application`` (when known); fields ``active`` (1/0), ``summary``, ``action``, ``since_ns``,
+  ``job_id``, and the evidence as ``ev_<name>``.
 
 A replayed event has the same measurement, tags and timestamp, so InfluxDB overwrites instead of duplicating.
 """
@@ -36,7 +39,15 @@ from influxdb_client.client.write_api import SYNCHRONOUS
 from influxdb_client.domain.write_precision import WritePrecision
 from influxdb_client.rest import ApiException
 
-from pipeline.events import METRIC_LIMIT, METRIC_NAMES, NIC_NAMES, RELATIVE_FIELDS, InterpretedBatch, NvLinkSample
+from pipeline.events import (
+    METRIC_LIMIT,
+    METRIC_NAMES,
+    NIC_NAMES,
+    RELATIVE_FIELDS,
+    Finding,
+    InterpretedBatch,
+    NvLinkSample,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +57,7 @@ EVENT_MEASUREMENT: Final = "gpu_event"
 NIC_MEASUREMENT: Final = "nic"
 NVLINK_MEASUREMENT: Final = "nvlink"
 PROCESS_MEASUREMENT: Final = "gpu_process"
+FINDING_MEASUREMENT: Final = "finding"
 _MS: Final = cast(WritePrecision, WritePrecision.MS)
 _TAG_ESCAPES = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ ", "\n": "", "\r": ""})
 
@@ -202,6 +214,27 @@ def batch_lines(batches: Iterable[InterpretedBatch], info: InfoTracker | None = 
             lines.extend(info.lines(b))
         lines.extend(extra_lines(b))
     return lines
+
+
+def finding_line(f: Finding) -> str:
+    """One ``finding`` point (see module docstring)."""
+    wl = f.workload
+    app = f"application={_tag(wl.application)}," if wl and wl.application else ""
+    fields = [
+        f"active={float(f.active)!r}",
+        f"summary={_str_field(f.summary)}",
+        f"since_ns={float(f.since_ns)!r}",
+    ]
+    if f.action:
+        fields.append(f"action={_str_field(f.action)}")
+    if wl and wl.job_id:
+        fields.append(f"job_id={_str_field(wl.job_id)}")
+    fields += [f"ev_{k}={float(v)!r}" for k, v in sorted(f.evidence.items()) if v == v]  # noqa: PLR0124
+    return (
+        f"{FINDING_MEASUREMENT},{app}cluster={_tag(f.cluster)},detector={_tag(f.detector)},"
+        f"gpu={_tag(f.gpu_uuid or '-')},node={_tag(f.node)},severity={f.severity.value} "
+        f"{','.join(fields)} {f.ts_ns // 1_000_000}"
+    )
 
 
 class InfluxWriter:

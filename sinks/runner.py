@@ -1,4 +1,5 @@
-"""Consume interpreted events and store them, committing Kafka offsets only after InfluxDB acknowledged them.
+"""Consume interpreted events and findings and store them, committing Kafka offsets only after InfluxDB
+acknowledged them.
 
 Two threads. The consumer thread consumes, decodes and turns a due batch (``influxdb.batch_size`` points or
 ``flush_interval_s`` old) into line protocol, then hands it to the writer thread; while InfluxDB ingests one
@@ -26,14 +27,21 @@ from pathlib import Path
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from pipeline.codec import decode_interpreted
+from pipeline.codec import decode_interpreted, decode_record
 from pipeline.config import Settings
 from pipeline.deadletter import DeadLetter, dead_letter
 from pipeline.errors import DecodeError
-from pipeline.events import InterpretedBatch
+from pipeline.events import Finding, InterpretedBatch
 from pipeline.publisher import Publisher
 from pipeline.stats import write_stats
-from sinks.influxdb import InfluxWriter, InfoTracker, PermanentWriteError, TransientWriteError, batch_lines
+from sinks.influxdb import (
+    InfluxWriter,
+    InfoTracker,
+    PermanentWriteError,
+    TransientWriteError,
+    batch_lines,
+    finding_line,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +53,7 @@ _LATENCY_KEEP = 2_000_000
 class SinkStats:
     messages: int = 0
     points_written: int = 0
+    findings_written: int = 0
     batches: int = 0
     write_retries: int = 0
     dead_lettered: int = 0
@@ -78,6 +87,7 @@ class _Job:
 
     messages: list[Message]
     batches: list[InterpretedBatch]
+    findings: list[Finding]
     letters: list[DeadLetter]
     lines: list[str]
     points: int
@@ -114,7 +124,7 @@ class InfluxSink:
                 "fetch.wait.max.ms": 50,
             }
         )
-        self.consumer.subscribe([settings.topics.interpreted], on_assign=self._on_assign)
+        self.consumer.subscribe([settings.topics.interpreted, settings.topics.alerts], on_assign=self._on_assign)
         self._info = InfoTracker()
         self._todo: queue.Queue[_Job] = queue.Queue(maxsize=1)
         self._done: queue.Queue[_Job] = queue.Queue()
@@ -128,6 +138,7 @@ class InfluxSink:
     def _reset_pending(self) -> None:
         self._pending: list[Message] = []
         self._decoded: list[InterpretedBatch] = []
+        self._findings: list[Finding] = []
         self._letters: list[DeadLetter] = []
         self._points = 0
         self._first_pending = 0.0
@@ -177,6 +188,9 @@ class InfluxSink:
             self._first_pending = time.monotonic()
         self._pending.append(msg)
         try:
+            if msg.topic() == self.settings.topics.alerts:
+                self._findings.append(decode_record(Finding, msg.value() or b""))
+                return
             batch = decode_interpreted(msg.value() or b"")
         except DecodeError as exc:
             self._letters.append(self._letter(msg, exc.reason, exc.detail))
@@ -186,8 +200,8 @@ class InfluxSink:
 
     def _hand_off(self) -> None:
         """Prepare the pending batch and queue it for the writer, pausing consumption while the queue is full."""
-        job = _Job(self._pending, self._decoded, self._letters, [], self._points)
-        job.lines = batch_lines(job.batches, self._info)
+        job = _Job(self._pending, self._decoded, self._findings, self._letters, [], self._points)
+        job.lines = batch_lines(job.batches, self._info) + [finding_line(f) for f in job.findings]
         self._reset_pending()
         paused = False
         while True:
@@ -275,6 +289,7 @@ class InfluxSink:
             self._commit(job.messages)
             self.stats.messages += len(job.messages)
             self.stats.points_written += written
+            self.stats.findings_written += len(job.findings) if job.rejected is None else 0
             self.stats.dead_lettered += len(letters)
             self.stats.batches += 1
 

@@ -72,14 +72,7 @@ def settings(
         sample_interval_s=1.0,
         kafka=KafkaSettings(bootstrap_servers=kafka_server.bootstrap_servers, session_timeout_s=6.0),
         influxdb=InfluxSettings(url=p.url, org=p.org, bucket=p.bucket, token=p.token, flush_interval_s=0.1),
-        topics=TopicSettings(
-            raw=f"t{tag}.raw",
-            context=f"t{tag}.context",
-            interpreted=f"t{tag}.interpreted",
-            alerts=f"t{tag}.alerts",
-            dead_letter=f"t{tag}.deadletter",
-            partitions=3,
-        ),
+        topics=TopicSettings.with_prefix(f"t{tag}", partitions=3),
         services=ServiceSettings(cache_dir=defaults.services.cache_dir, state_dir=tmp_path / "state"),
     )
     ensure_topics(s.kafka.client_config(), topic_specs(s))

@@ -7,8 +7,22 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.codec import encode_record
 from pipeline.config import Settings
-from pipeline.events import RELATIVE_FIELDS
+from pipeline.events import (
+    RELATIVE_FIELDS,
+    EventKind,
+    Finding,
+    GpuEvent,
+    GpuProcess,
+    GpuSample,
+    NicSample,
+    NvLinkSample,
+    SampleBatch,
+    Severity,
+)
+from pipeline.mainjob import wait_for
+from pipeline.publisher import Publisher
 from producers.simulator import Fleet
 
 from .harness import publish_batches, running_pipeline, stored_points, wait_stored
@@ -63,3 +77,38 @@ def test_replay_is_idempotent(settings: Settings, tmp_path: Path) -> None:
     rows = stored_points(settings)
     assert len(rows) == 4
     assert {r["gpu"] for r in rows} == {s.gpu_uuid for b in batches for s in b.samples}
+
+
+def test_node_extras_and_findings_are_stored(settings: Settings, tmp_path: Path) -> None:
+    ts = (time.time_ns() // 1_000_000 - 2_000) * 1_000_000
+    sample = GpuSample(
+        settings.cluster, "n1", "GPU-x", 0, "NVIDIA H100 80GB HBM3", ts, {"power_watts": 300.0},
+        links=(NvLinkSample(0, True, 1e9, 1e9, 0, 0, 0), NvLinkSample(1, False, 0.0, 0.0, 12, 0, 1)),
+        processes=(GpuProcess(4242, "python3", 2**30),),
+    )  # fmt: skip
+    xid = GpuEvent(settings.cluster, "n1", "GPU-x", 0, ts, EventKind.XID, 48, "double-bit ECC error")
+    nic = NicSample(settings.cluster, "n1", "mlx5_0", 1, ts, {"rx_bytes_per_second": 2e9, "rate_gbps": 400.0})
+    finding = Finding(
+        "ecc-uncorrectable", Severity.CRITICAL, True, settings.cluster, "n1", "GPU-x", "NVIDIA H100 80GB HBM3",
+        ts, ts, "XID 48: double-bit ECC error", "drain the node and reset the GPU", {"xid": 48.0},
+    )  # fmt: skip
+    with running_pipeline(settings, tmp_path) as (_processor, sink):
+        publish_batches(settings, [SampleBatch(settings.cluster, "n1", (sample,), (xid,), (nic,))])
+        pub = Publisher(settings.kafka.client_config())
+        pub.publish(settings.topics.alerts, finding.dedup_key.encode(), encode_record(finding))
+        assert pub.close(30) == 0
+        wait_stored(sink, 1)
+        assert wait_for(lambda: sink.stats().get("findings_written") == 1, 30)
+
+    (event,) = stored_points(settings, "gpu_event")
+    assert (event["kind"], event["code"], event["detail"]) == ("xid", "48", "double-bit ECC error")
+    assert event["dedup_key"] == xid.dedup_key
+    (port,) = stored_points(settings, "nic")
+    assert (port["device"], port["rx_bytes_per_second"], port["rate_gbps"]) == ("mlx5_0", 2e9, 400.0)
+    links = {r["link"]: r for r in stored_points(settings, "nvlink")}
+    assert links["0"]["active"] == 1.0 and links["1"]["active"] == 0.0 and links["1"]["crc_errors_total"] == 12.0
+    (procs,) = stored_points(settings, "gpu_process")
+    assert procs["processes"] == "4242 python3 1024MiB" and procs["count"] == 1.0
+    (stored_finding,) = stored_points(settings, "finding")
+    assert stored_finding["summary"] == finding.summary and stored_finding["severity"] == "critical"
+    assert stored_finding["ev_xid"] == 48.0 and stored_finding["active"] == 1.0

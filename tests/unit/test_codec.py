@@ -1,18 +1,38 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import msgpack
 import numpy as np
 import pytest
 
-from pipeline.codec import decode_interpreted, decode_samples, encode_interpreted, encode_samples
+from pipeline.codec import (
+    decode_interpreted,
+    decode_record,
+    decode_samples,
+    encode_interpreted,
+    encode_record,
+    encode_samples,
+)
 from pipeline.errors import DecodeError
 from pipeline.events import (
+    Driver,
+    EventKind,
+    Finding,
+    GpuContext,
+    GpuEvent,
+    GpuProcess,
     GpuSample,
     InterpretedBatch,
     InterpretedEvent,
+    NicSample,
+    NodeTopology,
+    NvLinkSample,
     SampleBatch,
+    Severity,
+    TopologyGpu,
+    TopologyLink,
     Verdict,
     Workload,
     metric_matrix,
@@ -113,3 +133,111 @@ def test_metric_matrix_shape_and_absent_fields() -> None:
     m = metric_matrix([_sample(power_watts=5.0)])
     assert m.shape[0] == 1 and math.isnan(m[0, 0])
     assert metric_matrix([]).shape[0] == 0
+
+
+def _extras_batch() -> SampleBatch:
+    sample = GpuSample(
+        "c",
+        "n1",
+        "GPU-1",
+        0,
+        "NVIDIA H100 80GB HBM3",
+        1_700_000_000_000_000_000,
+        {"power_watts": 100.0},
+        links=(NvLinkSample(0, True, 1.5e9, 2.5e9, 3, 0, None, "00000000:07:00.0"), NvLinkSample(1, False)),
+        processes=(GpuProcess(4242, "python", 2**33), GpuProcess(7, "Xorg", None, "graphics")),
+    )
+    event = GpuEvent("c", "n1", "GPU-1", 0, 1_700_000_000_000_000_001, EventKind.XID, 79, "fallen off the bus")
+    nic = NicSample("c", "n1", "mlx5_0", 1, 1_700_000_000_000_000_000, {"rx_bytes_per_second": 1e9, "rate_gbps": 400})
+    return SampleBatch("c", "n1", (sample,), (event,), (nic,))
+
+
+def test_node_extras_round_trip() -> None:
+    batch = _extras_batch()
+    decoded, rejected = decode_samples(encode_samples(batch))
+    assert rejected == []
+    assert decoded == batch
+
+
+def test_extras_pass_through_the_interpreted_encoding() -> None:
+    raw = _extras_batch()
+    event = InterpretedEvent(
+        raw.samples[0], phase="compute", drivers=(Driver("power_ratio_of_limit", 0.1, 0.8, 0.7, 0.9),)
+    )
+    batch = InterpretedBatch.from_events([event], raw.events, raw.nics)
+    decoded = decode_interpreted(encode_interpreted(batch))
+    assert decoded.events() == [event]
+    assert decoded.gpu_events == raw.events and decoded.nics == raw.nics
+
+
+@pytest.mark.parametrize(
+    ("change", "part", "reason"),
+    [
+        (lambda d: d["events"][0].__setitem__(3, "meltdown"), "event", "unknown_field"),
+        (lambda d: d["events"][0].__setitem__(4, -1), "event", "wrong_type"),
+        (lambda d: d["nics"][0][3].__setitem__("rx_bytes_per_second", "fast"), "nic", "wrong_type"),
+        (lambda d: d["nics"][0][3].__setitem__("carrier_pigeons", 1), "nic", "unknown_field"),
+        (lambda d: d["samples"][0]["links"][0].__setitem__(2, -5.0), "sample", "out_of_range"),
+        (lambda d: d["samples"][0]["procs"][0].__setitem__(0, "4242"), "sample", "wrong_type"),
+    ],
+)
+def test_a_bad_extra_is_rejected_alone(change: Any, part: str, reason: str) -> None:
+    raw = msgpack.unpackb(encode_samples(_extras_batch()))
+    change(raw)
+    decoded, rejected = decode_samples(msgpack.packb(raw))
+    assert [(r.part, r.reason) for r in rejected] == [(part, reason)]
+    # everything else of the node message survives
+    assert len(decoded.samples) + len(decoded.events) + len(decoded.nics) == 2
+
+
+def test_records_round_trip_with_their_types() -> None:
+    finding = Finding(
+        "thermal-throttling",
+        Severity.WARNING,
+        True,
+        "c",
+        "n1",
+        "GPU-1",
+        "NVIDIA H100 80GB HBM3",
+        10,
+        5,
+        "clocks held by HW slowdown at 89 C",
+        "check cooling",
+        {"temperature_gpu_celsius": 89.0},
+        Workload("llm-pretraining", "job-1", job_gpus=16),
+    )
+    assert decode_record(Finding, encode_record(finding)) == finding
+    topo = NodeTopology(
+        "c",
+        "n1",
+        1,
+        (TopologyGpu("GPU-1", 0, "H100", "0000:07:00.0", 0, "0-31", 18),),
+        (TopologyLink("GPU-1", "GPU-2", "NV18", 18),),
+    )
+    assert decode_record(NodeTopology, encode_record(topo)) == topo
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        (lambda d: d["d"].__setitem__("severity", "apocalyptic"), "unknown_field"),
+        (lambda d: d["d"].__setitem__("ts_ns", "yesterday"), "wrong_type"),
+        (lambda d: d["d"].__delitem__("node"), "wrong_type"),
+        (lambda d: d["d"]["workload"].__setitem__("confidence", True), "wrong_type"),
+        (lambda d: d.__setitem__("type", "NodeTopology"), "wrong_type"),
+    ],
+)
+def test_records_are_checked_against_their_type(edit: Any, reason: str) -> None:
+    finding = Finding("x", Severity.INFO, False, "c", "n", None, "m", 1, 1, "s", workload=Workload("idle"))
+    raw = msgpack.unpackb(encode_record(finding))
+    edit(raw)
+    with pytest.raises(DecodeError) as exc:
+        decode_record(Finding, msgpack.packb(raw))
+    assert exc.value.reason == reason
+
+
+def test_unknown_record_keys_are_ignored() -> None:
+    ctx = GpuContext("c", "n", "GPU-1", 5, None)
+    raw = msgpack.unpackb(encode_record(ctx))
+    raw["d"]["added_in_a_later_version"] = 1
+    assert decode_record(GpuContext, msgpack.packb(raw)) == ctx

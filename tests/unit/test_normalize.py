@@ -5,9 +5,9 @@ import time
 import numpy as np
 import pytest
 
-from pipeline.codec import decode_interpreted, encode_samples
+from pipeline.codec import encode_samples
 from pipeline.config import ValidationSettings
-from pipeline.events import METRIC_NAMES, GpuSample, SampleBatch
+from pipeline.events import METRIC_NAMES, EventKind, GpuEvent, GpuSample, NicSample, SampleBatch
 from processors.normalize import RawMessage, process_raw, relative_values, validate
 from producers.simulator import Fleet
 
@@ -41,8 +41,7 @@ def test_events_keep_their_order_within_a_partition() -> None:
         RawMessage(b.kafka_key, encode_samples(b), "t/0/0", 0) for r in range(3) for b in fleet.tick(NOW + r * 10**9)
     ]
     out = process_raw(messages, NOW + 3 * 10**9, LIMITS)
-    ((partition, payload),) = out.forward
-    batch = decode_interpreted(payload)
+    ((partition, batch),) = out.forward
     assert partition == 0
     assert batch.ts_ns.tolist() == sorted(batch.ts_ns.tolist())
     assert [(e.sample.node, e.sample.gpu_index) for e in batch.events()][:4] == [
@@ -55,7 +54,7 @@ def test_events_keep_their_order_within_a_partition() -> None:
 
 def test_relative_values_are_computed() -> None:
     out = process_raw([_msg(_s())], NOW, LIMITS)
-    (event,) = decode_interpreted(out.forward[0][1]).events()
+    (event,) = out.forward[0][1].events()
     assert event.relative["power_ratio_of_limit"] == 0.5
     assert event.relative["memory_used_ratio"] == 0.5
     assert "sm_clock_ratio_of_max" not in event.relative  # no clock fields: no made-up ratio
@@ -64,7 +63,7 @@ def test_relative_values_are_computed() -> None:
 def test_unit_aliases_become_canonical() -> None:
     sample = GpuSample("c", "n", "GPU-a", 0, "H100", NOW, {"memory_used_mib": 1024.0, "power_milliwatts": 250_000.0})
     out = process_raw([_msg(sample)], NOW, LIMITS)
-    (event,) = decode_interpreted(out.forward[0][1]).events()
+    (event,) = out.forward[0][1].events()
     assert event.sample.metrics == {"memory_used_bytes": 2.0**30, "power_watts": 250.0}
 
 
@@ -113,3 +112,28 @@ def test_relative_values_handle_missing_and_zero() -> None:
     m = np.full((1, len(METRIC_NAMES)), np.nan)
     rel = relative_values(m)
     assert rel.shape == (1, 6) and np.isnan(rel).all()
+
+
+def test_node_extras_are_validated_and_forwarded_with_their_partition() -> None:
+    good_event = GpuEvent("c", "n", "GPU-a", 0, NOW, EventKind.XID, 48, "double bit ECC")
+    late_event = GpuEvent("c", "n", "GPU-a", 0, NOW + 3600 * 10**9, EventKind.XID, 79, "")
+    good_nic = NicSample("c", "n", "mlx5_0", 1, NOW, {"rx_bytes_per_second": 1e9, "port_state_active": 1})
+    bad_nic = NicSample("c", "n", "mlx5_1", 1, NOW, {"rx_bytes_per_second": -1.0})
+    batch = SampleBatch("c", "n", (_s(),), (late_event, good_event), (good_nic, bad_nic))
+    msg = RawMessage(batch.kafka_key, encode_samples(batch), "raw/2/9", 2)
+    out = process_raw([msg], NOW, LIMITS)
+    assert sorted((d.reason, dict(d.headers)["hermeneut-part"]) for d in out.dead) == [
+        ("future_timestamp", b"event"),
+        ("out_of_range", b"nic"),
+    ]
+    ((partition, forwarded),) = out.forward
+    assert partition == 2
+    assert forwarded.gpu_events == (good_event,) and forwarded.nics == (good_nic,)
+    assert out.samples_ok == 1
+
+
+def test_a_message_with_only_events_still_forwards_them() -> None:
+    event = GpuEvent("c", "n", "GPU-a", 0, NOW, EventKind.GPU_LOST, 0, "NVML: GPU is lost")
+    batch = SampleBatch("c", "n", (), (event,))
+    out = process_raw([RawMessage(batch.kafka_key, encode_samples(batch), "raw/0/1", 0)], NOW, LIMITS)
+    assert out.dead == [] and [b.gpu_events for _, b in out.forward] == [(event,)]

@@ -1,81 +1,14 @@
-"""The ``hermeneut`` command: the face that wires the stages together. Only here do errors become exit codes.
-
-Exit codes: 0 ok, 1 a run failed (data lost or a stage died), 2 invalid configuration or usage,
-3 a local service could not be installed or started.
-"""
+"""Core commands: local services, topics, the pipeline's stages, trends and the main job."""
 
 from __future__ import annotations
 
-import logging
-import signal
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import click
 
 from pipeline import services
-from pipeline.config import Settings, load_settings
-from pipeline.errors import ConfigError, HermeneutError, ServiceError
-
-
-def _fail(message: str, code: int) -> None:
-    click.echo(f"hermeneut: {message}", err=True)
-    sys.exit(code)
-
-
-@contextmanager
-def _errors() -> Iterator[None]:
-    try:
-        yield
-    except ConfigError as exc:
-        _fail(str(exc), 2)
-    except ServiceError as exc:
-        _fail(str(exc), 3)
-    except HermeneutError as exc:
-        _fail(str(exc), 1)
-
-
-def _settings(ctx: click.Context) -> Settings:
-    obj: dict[str, Any] = ctx.ensure_object(dict)
-    if "settings" not in obj:
-        with _errors():
-            obj["settings"] = load_settings(obj.get("config"))
-    settings: Settings = obj["settings"]
-    return settings
-
-
-def _resolved(ctx: click.Context, kafka: bool = True, influxdb: bool = True) -> Settings:
-    """Settings with the local services' endpoints filled in, for the servers this command talks to."""
-    with _errors():
-        settings = services.resolve(_settings(ctx), kafka, influxdb)
-        if kafka and not settings.kafka.bootstrap_servers:
-            raise ConfigError("kafka.bootstrap_servers is empty")
-        if influxdb and not (settings.influxdb.url and settings.influxdb.token):
-            raise ConfigError("influxdb.url and influxdb.token are needed (HERMENEUT_INFLUXDB__URL/__TOKEN)")
-        return settings
-
-
-def _stop_event() -> threading.Event:
-    """An event set by SIGTERM/SIGINT, so a stage drains and flushes instead of dying mid-batch."""
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    return stop
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", type=click.Path(path_type=Path), help="TOML settings file (else $HERMENEUT_CONFIG).")
-@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
-@click.pass_context
-def cli(ctx: click.Context, config: Path | None, verbose: int) -> None:
-    """hermeneut: GPU-fleet telemetry, interpreted in the context of the job on each GPU."""
-    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    ctx.ensure_object(dict).update(config=config, verbose=verbose)
+from pipeline.cli.base import cli, errors, fail, resolved, settings_of, stop_event
 
 
 @cli.group("services")
@@ -87,8 +20,8 @@ def services_group() -> None:
 @click.pass_context
 def services_up(ctx: click.Context) -> None:
     """Install (first time), start and onboard the local services."""
-    settings = _settings(ctx)
-    with _errors():
+    settings = settings_of(ctx)
+    with errors():
         services.up(settings)
     for name, line in services.status(settings).items():
         click.echo(f"{name:9} {line}")
@@ -98,8 +31,8 @@ def services_up(ctx: click.Context) -> None:
 @click.pass_context
 def services_status(ctx: click.Context) -> None:
     """Where the services are and whether they answer."""
-    with _errors():
-        lines = services.status(_settings(ctx))
+    with errors():
+        lines = services.status(settings_of(ctx))
     for name, line in lines.items():
         click.echo(f"{name:9} {line}")
 
@@ -108,8 +41,8 @@ def services_status(ctx: click.Context) -> None:
 @click.pass_context
 def services_down(ctx: click.Context) -> None:
     """Stop the local services (their data and logs are kept)."""
-    with _errors():
-        services.down(_settings(ctx))
+    with errors():
+        services.down(settings_of(ctx))
 
 
 @cli.command("topics")
@@ -118,8 +51,8 @@ def topics_cmd(ctx: click.Context) -> None:
     """Create the pipeline's topics (idempotent)."""
     from pipeline.topics import ensure_topics, topic_specs
 
-    settings = _resolved(ctx, influxdb=False)
-    with _errors():
+    settings = resolved(ctx, influxdb=False)
+    with errors():
         created = ensure_topics(
             settings.kafka.client_config(), topic_specs(settings), timeout_s=settings.kafka.request_timeout_s
         )
@@ -141,14 +74,14 @@ def simulate_cmd(
     from producers.simulator import Fleet
     from producers.simulator.run import run_simulation
 
-    settings = _resolved(ctx, influxdb=False)
+    settings = resolved(ctx, influxdb=False)
     fleet = Fleet(nodes, gpus, cluster=settings.cluster, seed=seed)
     publisher = Publisher(settings.kafka.client_config())
     report = run_simulation(
-        fleet, publisher, settings.topics.raw, settings.sample_interval_s, _stop_event(), duration, stats_file
+        fleet, publisher, settings.topics.raw, settings.sample_interval_s, stop_event(), duration, stats_file
     )
     if publisher.stats.failed or publisher.stats.in_flight:
-        _fail(f"{publisher.stats.failed} samples failed, {publisher.stats.in_flight} undelivered", 1)
+        fail(f"{publisher.stats.failed} samples failed, {publisher.stats.in_flight} undelivered", 1)
     click.echo(f"published {report.samples} samples in {report.messages} messages")
 
 
@@ -159,7 +92,7 @@ def process_cmd(ctx: click.Context, stats_file: Path | None) -> None:
     """Run the stream processor (faust worker) until SIGTERM/Ctrl-C."""
     from processors.app import run_worker
 
-    settings = _resolved(ctx, influxdb=False)
+    settings = resolved(ctx, influxdb=False)
     run_worker(settings, stats_file, loglevel="info" if ctx.obj.get("verbose") else "warning")
 
 
@@ -172,12 +105,12 @@ def sink_cmd(ctx: click.Context, stats_file: Path | None) -> None:
     from sinks.influxdb import InfluxWriter
     from sinks.runner import InfluxSink
 
-    settings = _resolved(ctx)
+    settings = resolved(ctx)
     i = settings.influxdb
     assert i.url and i.token  # checked by _resolved
     writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
     sink = InfluxSink(settings, writer, Publisher(settings.kafka.client_config()), stats_file=stats_file)
-    sink.run(_stop_event())
+    sink.run(stop_event())
     writer.close()
 
 
@@ -192,8 +125,8 @@ def trend_cmd(ctx: click.Context, field_: str, by: str, every: str, range_: str,
     """A historical trend read back from InfluxDB, one row per window and group."""
     from sinks.query import TrendQuery, format_table, run_trend
 
-    settings = _resolved(ctx, kafka=False)
-    with _errors():
+    settings = resolved(ctx, kafka=False)
+    with errors():
         rows = run_trend(settings, TrendQuery(field_, by, every, range_, fn))
     click.echo(format_table(rows, by, f"{fn}({field_})"))
 
@@ -208,16 +141,8 @@ def run_cmd(ctx: click.Context, nodes: int, gpus: int, duration: float, down: bo
     """The main job: services up, simulated fleet -> Kafka -> processor -> InfluxDB, then a report."""
     from pipeline.mainjob import main_job
 
-    settings = _settings(ctx)
-    with _errors():
+    settings = settings_of(ctx)
+    with errors():
         ok = main_job(settings, nodes=nodes, gpus=gpus, duration_s=duration, stop_services=down)
     if not ok:
         sys.exit(1)
-
-
-def main() -> None:
-    cli(prog_name="hermeneut")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,78 @@
+"""What every ``hermeneut`` command shares: the top-level group, settings resolution, errors -> exit codes.
+
+Only the CLI turns exceptions into exit codes: 0 ok, 1 a run failed (data lost or a stage died), 2 invalid
+configuration or usage, 3 a local service could not be installed or started.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pipeline import services
+from pipeline.config import Settings, load_settings
+from pipeline.errors import ConfigError, HermeneutError, ServiceError
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(f"hermeneut: {message}", err=True)
+    sys.exit(code)
+
+
+@contextmanager
+def errors() -> Iterator[None]:
+    try:
+        yield
+    except ConfigError as exc:
+        fail(str(exc), 2)
+    except ServiceError as exc:
+        fail(str(exc), 3)
+    except HermeneutError as exc:
+        fail(str(exc), 1)
+
+
+def settings_of(ctx: click.Context) -> Settings:
+    obj: dict[str, Any] = ctx.ensure_object(dict)
+    if "settings" not in obj:
+        with errors():
+            obj["settings"] = load_settings(obj.get("config"))
+    settings: Settings = obj["settings"]
+    return settings
+
+
+def resolved(ctx: click.Context, kafka: bool = True, influxdb: bool = True) -> Settings:
+    """Settings with the local services' endpoints filled in, for the servers this command talks to."""
+    with errors():
+        settings = services.resolve(settings_of(ctx), kafka, influxdb)
+        if kafka and not settings.kafka.bootstrap_servers:
+            raise ConfigError("kafka.bootstrap_servers is empty")
+        if influxdb and not (settings.influxdb.url and settings.influxdb.token):
+            raise ConfigError("influxdb.url and influxdb.token are needed (HERMENEUT_INFLUXDB__URL/__TOKEN)")
+        return settings
+
+
+def stop_event() -> threading.Event:
+    """An event set by SIGTERM/SIGINT, so a stage drains and flushes instead of dying mid-batch."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", type=click.Path(path_type=Path), help="TOML settings file (else $HERMENEUT_CONFIG).")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.pass_context
+def cli(ctx: click.Context, config: Path | None, verbose: int) -> None:
+    """hermeneut: GPU-fleet telemetry, interpreted in the context of the job on each GPU."""
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ctx.ensure_object(dict).update(config=config, verbose=verbose)

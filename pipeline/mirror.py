@@ -1,0 +1,137 @@
+"""The latest value per key of a (compacted) Kafka topic, held in memory and kept current by a thread.
+
+What faust's GlobalTable promises, without its recovery loops when several workers share a table: every
+process that needs the workload context, node topologies, baselines, subscriptions or alert state mirrors the
+whole topic itself. The mirror reads every partition from the beginning (no consumer group, nothing committed),
+so a restarted process rebuilds the same state; a tombstone (null value) deletes the key. ``wait_ready`` blocks
+until everything that was in the topic when the mirror started has been read.
+
+A record that does not decode is counted and logged (with its topic/partition/offset) and skipped: the state
+keeps the key's last good value. The writers of these topics validate before they publish.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from pipeline.errors import InvalidEvent, ServiceError
+
+log = logging.getLogger(__name__)
+
+V = TypeVar("V")
+
+
+class TopicMirror(Generic[V]):
+    """Mirror ``topic`` into a dict of key -> decoded value; ``on_change(key, value_or_None)`` per update."""
+
+    def __init__(
+        self,
+        kafka_conf: dict[str, Any],
+        topic: str,
+        decode: Callable[[bytes], V],
+        on_change: Callable[[bytes, V | None], None] | None = None,
+    ) -> None:
+        self.topic = topic
+        self._decode = decode
+        self._on_change = on_change
+        self._conf = kafka_conf | {
+            "group.id": f"hermeneut-mirror-{uuid.uuid4().hex[:12]}",  # required by librdkafka; never committed
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 100,
+        }
+        self._data: dict[bytes, V] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.invalid = 0
+        self.version = 0  # bumped on every change: cheap "did anything change" checks for readers
+
+    def start(self) -> TopicMirror[V]:
+        consumer = Consumer(self._conf)
+        try:
+            meta = consumer.list_topics(self.topic, timeout=30)
+        except Exception as exc:
+            consumer.close()
+            raise ServiceError(f"cannot read topic {self.topic}: {exc}") from exc
+        info = meta.topics.get(self.topic)
+        if info is None or info.error is not None:
+            consumer.close()
+            raise ServiceError(f"topic {self.topic} does not exist: run `hermeneut topics` first")
+        partitions = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in sorted(info.partitions)]
+        pending = set()
+        for tp in partitions:
+            low, high = consumer.get_watermark_offsets(tp, timeout=30)
+            if high > low:
+                pending.add(tp.partition)
+        consumer.assign(partitions)
+        if not pending:
+            self._ready.set()
+        self._thread = threading.Thread(
+            target=self._run, args=(consumer, pending), name=f"mirror-{self.topic}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def _run(self, consumer: Consumer, pending: set[int]) -> None:
+        try:
+            while not self._stop.is_set():
+                for msg in consumer.consume(500, timeout=0.2):
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            pending.discard(msg.partition() or 0)
+                            if not pending:
+                                self._ready.set()
+                        else:
+                            log.warning("mirror %s: %s", self.topic, err)
+                        continue
+                    self._apply(msg.key() or b"", msg.value(), f"{msg.partition()}/{msg.offset()}")
+        finally:
+            consumer.close()
+
+    def _apply(self, key: bytes, value: bytes | None, where: str) -> None:
+        decoded: V | None = None
+        if value is not None:
+            try:
+                decoded = self._decode(value)
+            except InvalidEvent as exc:
+                self.invalid += 1
+                log.error("mirror %s: skipping record %s (%s: %s)", self.topic, where, exc.reason, exc.detail)
+                return
+        with self._lock:
+            if decoded is None:
+                self._data.pop(key, None)
+            else:
+                self._data[key] = decoded
+            self.version += 1
+        if self._on_change is not None:
+            self._on_change(key, decoded)
+
+    def wait_ready(self, timeout_s: float = 60.0) -> bool:
+        """True once everything that was in the topic at start has been read."""
+        return self._ready.wait(timeout_s)
+
+    def get(self, key: bytes) -> V | None:
+        with self._lock:
+            return self._data.get(key)
+
+    def snapshot(self) -> dict[bytes, V]:
+        with self._lock:
+            return dict(self._data)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._data)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)

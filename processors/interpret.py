@@ -1,0 +1,42 @@
+"""The interpretation chain: what the processor does to a validated, normalized batch before it forwards it.
+
+Each stage takes an :class:`InterpretedBatch` and returns it with more filled in (workload, phase, score,
+verdict, drivers, explanation) plus the :class:`Finding` s it reached. Stages keep their own state (windows,
+learned baselines, mirrors of context topics) and are driven in order, so a later stage sees what an earlier
+one concluded: enrichment -> scoring -> detectors. ``tick`` runs on a timer, for conclusions that come from
+time passing rather than from data (a GPU that stopped reporting, a condition that has cleared).
+
+Stages work on whole batches with numpy; none may loop over samples in Python where a vector works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from pipeline.events import Finding, InterpretedBatch
+
+
+class Stage(Protocol):
+    """One step of interpretation (see module docstring)."""
+
+    def apply(self, batch: InterpretedBatch, now_ns: int) -> tuple[InterpretedBatch, list[Finding]]: ...
+
+    def tick(self, now_ns: int) -> list[Finding]: ...
+
+
+class Interpreter:
+    """The stages in order; with none, batches pass through as normalized (verdict ``unscored``)."""
+
+    def __init__(self, stages: Sequence[Stage] = ()) -> None:
+        self.stages = list(stages)
+
+    def apply(self, batch: InterpretedBatch, now_ns: int) -> tuple[InterpretedBatch, list[Finding]]:
+        findings: list[Finding] = []
+        for stage in self.stages:
+            batch, found = stage.apply(batch, now_ns)
+            findings.extend(found)
+        return batch, findings
+
+    def tick(self, now_ns: int) -> list[Finding]:
+        return [f for stage in self.stages for f in stage.tick(now_ns)]
