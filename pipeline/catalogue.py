@@ -1,0 +1,150 @@
+"""The GPU catalogue: each model's limits, so values can be made relative across generations.
+
+A GPU that reports its own limits (NVML: power limit, memory total, max clocks, thermal thresholds, max PCIe
+link) is judged against those, always: a power cap set by an operator is the limit that counts. The catalogue
+fills in what a source does not report (dcgm-exporter has no power limit field by default, vGPUs report N/A)
+and gives what no sample carries (architecture, NVLink bandwidth per link, MIG profiles, TDP).
+
+Sources, per entry (``source``):
+- ``nvidia-smi-xml/<file>``: real ``nvidia-smi -q -x`` captures (Telegraf's test data, MIT; see
+  tests/testdata/nvidia-smi-xml/README.md); tests/unit/test_catalogue.py checks every such entry against its file.
+- ``datasheet``: NVIDIA's published product specifications (memory, TDP, max clocks, PCIe, NVLink links and
+  GB/s). Thermal thresholds for these are the values nvidia-smi typically reports for the board; a GPU's own
+  NVML thresholds override them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+_MIB = 2**20
+_GIB = 2**30
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """A MIG GPU-instance profile: name (``1g.10gb``), compute slices of 7, memory."""
+
+    name: str
+    slices: int
+    memory_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """What a GPU model can do; None where the model does not have or report it."""
+
+    name: str
+    architecture: str
+    memory_bytes: int
+    power_default_watts: float | None
+    power_min_watts: float | None
+    power_max_watts: float | None
+    sm_clock_max_mhz: float | None
+    memory_clock_max_mhz: float | None
+    slowdown_celsius: float | None
+    shutdown_celsius: float | None
+    pcie_gen_max: int | None
+    pcie_width_max: int | None
+    nvlink_links: int = 0
+    #: per link and direction
+    nvlink_gbytes_per_second: float = 0.0
+    mig_profiles: tuple[MigProfile, ...] = field(default=())
+    data_center: bool = False
+    source: str = "datasheet"
+
+    def limit_metrics(self) -> dict[str, float]:
+        """This model's limits as the schema's limit fields (only those known)."""
+        values = {
+            "memory_total_bytes": float(self.memory_bytes),
+            "power_limit_watts": self.power_default_watts,
+            "power_default_limit_watts": self.power_default_watts,
+            "sm_clock_max_mhz": self.sm_clock_max_mhz,
+            "graphics_clock_max_mhz": self.sm_clock_max_mhz,
+            "memory_clock_max_mhz": self.memory_clock_max_mhz,
+            "temperature_slowdown_celsius": self.slowdown_celsius,
+            "temperature_shutdown_celsius": self.shutdown_celsius,
+            "pcie_link_gen_max": None if self.pcie_gen_max is None else float(self.pcie_gen_max),
+            "pcie_link_width_max": None if self.pcie_width_max is None else float(self.pcie_width_max),
+            "nvlink_links_max": float(self.nvlink_links) if self.nvlink_links else None,
+        }
+        return {k: v for k, v in values.items() if v is not None}
+
+
+def _mig(memory_gib_per_slice: float, sizes: tuple[tuple[int, int], ...]) -> tuple[MigProfile, ...]:
+    return tuple(
+        MigProfile(f"{slices}g.{gb}gb", slices, int(memory_gib_per_slice * slices * _GIB)) for slices, gb in sizes
+    )
+
+
+_A100_40_MIG = _mig(5.0, ((1, 5), (2, 10), (3, 20), (4, 20), (7, 40)))
+_A100_80_MIG = _mig(10.0, ((1, 10), (2, 20), (3, 40), (4, 40), (7, 80)))
+_H100_MIG = _mig(10.0, ((1, 10), (2, 20), (3, 40), (4, 40), (7, 80)))
+_H200_MIG = _mig(18.0, ((1, 18), (2, 35), (3, 71), (4, 71), (7, 141)))
+
+SPECS: Final[tuple[GpuSpec, ...]] = (
+    # --- data-centre GPUs (datasheets) ---
+    GpuSpec("NVIDIA H100 80GB HBM3", "Hopper", 80 * _GIB, 700, 200, 700, 1980, 2619, 90, 92, 5, 16, 18, 25.0,
+            _H100_MIG, True),
+    GpuSpec("NVIDIA H200", "Hopper", 141 * _GIB, 700, 200, 700, 1980, 3201, 90, 92, 5, 16, 18, 25.0, _H200_MIG, True),
+    GpuSpec("NVIDIA A100-SXM4-80GB", "Ampere", 80 * _GIB, 400, 100, 400, 1410, 1593, 89, 92, 4, 16, 12, 25.0,
+            _A100_80_MIG, True),
+    GpuSpec("NVIDIA A100-SXM4-40GB", "Ampere", 40 * _GIB, 400, 100, 400, 1410, 1215, 89, 92, 4, 16, 12, 25.0,
+            _A100_40_MIG, True),
+    GpuSpec("NVIDIA L40S", "Ada Lovelace", 48 * _GIB, 350, 100, 350, 2520, 9001, 88, 93, 4, 16, data_center=True),
+    GpuSpec("Tesla V100-SXM2-32GB", "Volta", 32 * _GIB, 300, 150, 300, 1530, 877, 87, 90, 3, 16, 6, 25.0,
+            data_center=True),
+    GpuSpec("NVIDIA GeForce GTX 1080 Ti", "Pascal", 11 * _GIB, 250, 125, 300, 1911, 5505, 91, 96, 3, 16),
+    # --- real nvidia-smi captures (tests/testdata/nvidia-smi-xml) ---
+    GpuSpec("NVIDIA A10G", "Ampere", 23028 * _MIB, 300, 100, 300, 1710, 6251, 95, 98, 4, 16, data_center=True,
+            source="nvidia-smi-xml/a10g.xml"),
+    GpuSpec("NVIDIA GeForce RTX 3090", "Ampere", 24576 * _MIB, 350, 100, 480, 2100, 9751, 95, 98, 4, 16,
+            source="nvidia-smi-xml/3090-v13.xml"),
+    GpuSpec("NVIDIA GeForce RTX 3080", "Ampere", 10240 * _MIB, 320, 100, 336, 2100, 9501, 95, 98, 4, 16,
+            source="nvidia-smi-xml/rtx-3080-v13.xml"),
+    GpuSpec("NVIDIA GeForce RTX 3060", "Ampere", 12288 * _MIB, 170, 100, 190, 2145, 7501, 95, 98, 4, 16,
+            source="nvidia-smi-xml/rtx-3060-v12.xml"),
+    GpuSpec("NVIDIA GeForce RTX 2080", "Turing", 8192 * _MIB, 215, 105, 240, 2160, 7000, 97, 100, 3, 16,
+            source="nvidia-smi-xml/dual_2080-v13.xml"),
+    GpuSpec("NVIDIA GeForce RTX 2070", "Turing", 8192 * _MIB, 175, 125, 200, 2100, 7001, 91, 94, 3, 16,
+            source="nvidia-smi-xml/dual_2070-v13.xml"),
+    GpuSpec("NVIDIA RTX 4000 SFF Ada Generation", "Ada Lovelace", 20475 * _MIB, 70, 30, 70, 3105, 7001, None, None,
+            4, 16, source="nvidia-smi-xml/rtx-4000-sff-ada-v13.xml"),
+    GpuSpec("NVIDIA GeForce GTX 1660 Ti", "Turing", 5912 * _MIB, 130, 70, 130, 2145, 4001, 93, 96, 3, 16,
+            source="nvidia-smi-xml/gtx-1660-ti.xml"),
+    GpuSpec("NVIDIA GeForce GT 1030", "Pascal", 1998 * _MIB, 30, 25.5, 30, 1949, 3004, 99, 102, 3, 4,
+            source="nvidia-smi-xml/gt-1030.xml"),
+    GpuSpec("Quadro P2000", "Pascal", 5120 * _MIB, 75, 75, 75, 1721, 3504, 101, 104, 3, 16,
+            source="nvidia-smi-xml/quadro-p2000-v12.xml"),
+    GpuSpec("Quadro P400", "Pascal", 1998 * _MIB, None, None, None, 1252, 2005, 100, 103, 3, 16,
+            source="nvidia-smi-xml/quadro-p400.xml"),
+)  # fmt: skip
+
+#: Names NVML has used for the same board (driver versions, "Tesla"/"NVIDIA" prefixes, unknown-name drivers)
+_ALIASES: Final[dict[str, str]] = {
+    "graphics device": "NVIDIA GeForce GTX 1660 Ti",  # driver 418.43 did not know the name yet
+    "geforce gtx 1080 ti": "NVIDIA GeForce GTX 1080 Ti",
+    "nvidia h100 sxm5 80gb": "NVIDIA H100 80GB HBM3",
+    "nvidia h200 141gb hbm3e": "NVIDIA H200",
+    "tesla v100-sxm2-32gb": "Tesla V100-SXM2-32GB",
+}
+
+
+def _key(name: str) -> str:
+    name = re.sub(r"\s+", " ", name.strip().lower())
+    return re.sub(r"^(nvidia |tesla )", "", name)
+
+
+_BY_KEY: Final[dict[str, GpuSpec]] = {_key(s.name): s for s in SPECS}
+
+
+def lookup(product_name: str) -> GpuSpec | None:
+    """The spec of a model by the product name NVML reports, tolerant of prefixes, case and spacing.
+
+    A MIG instance's model (``NVIDIA A100-SXM4-40GB MIG 1g.5gb``) resolves to its parent board.
+    """
+    name = re.sub(r"\s+MIG\s+\S+$", "", product_name.strip())
+    key = _key(_ALIASES.get(name.lower(), name))
+    return _BY_KEY.get(key)

@@ -1,0 +1,83 @@
+"""The catalogue against the real nvidia-smi captures it was seeded from, and name lookup."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pipeline.catalogue import SPECS, GpuSpec, lookup
+from pipeline.events import METRIC_FIELDS
+
+TESTDATA = Path(__file__).parent.parent / "testdata" / "nvidia-smi-xml"
+_FROM_XML = [s for s in SPECS if s.source.startswith("nvidia-smi-xml/")]
+
+
+def _number(gpu: ET.Element, *paths: str) -> float | None:
+    for path in paths:
+        el = gpu.find(path)
+        if el is not None and el.text and (m := re.match(r"\s*([\d.]+)", el.text)):
+            return float(m.group(1))
+    return None
+
+
+@pytest.mark.parametrize("spec", _FROM_XML, ids=lambda s: s.name)
+def test_entry_matches_its_capture(spec: GpuSpec) -> None:
+    gpu = ET.parse(TESTDATA / spec.source.split("/", 1)[1]).getroot().findall("gpu")[0]
+    readings = "power_readings" if gpu.find("power_readings") is not None else "gpu_power_readings"
+    assert spec.memory_bytes == _number(gpu, "fb_memory_usage/total") * 2**20  # type: ignore[operator]
+    assert spec.power_default_watts == _number(gpu, f"{readings}/default_power_limit")
+    assert spec.power_min_watts == _number(gpu, f"{readings}/min_power_limit")
+    assert spec.power_max_watts == _number(gpu, f"{readings}/max_power_limit")
+    assert spec.sm_clock_max_mhz == _number(gpu, "max_clocks/sm_clock")
+    assert spec.memory_clock_max_mhz == _number(gpu, "max_clocks/mem_clock")
+    assert spec.slowdown_celsius == _number(gpu, "temperature/gpu_temp_slow_threshold")
+    assert spec.shutdown_celsius == _number(gpu, "temperature/gpu_temp_max_threshold")
+    assert spec.pcie_gen_max == _number(gpu, "pci/pci_gpu_link_info/pcie_gen/max_link_gen")
+    assert spec.pcie_width_max == _number(gpu, "pci/pci_gpu_link_info/link_widths/max_link_width")
+    name = gpu.findtext("product_name", "").strip()
+    assert lookup(name) is spec, name
+
+
+def test_every_capture_with_limits_is_in_the_catalogue() -> None:
+    for path in TESTDATA.glob("*.xml"):
+        gpu = ET.parse(path).getroot().findall("gpu")[0]
+        name = gpu.findtext("product_name", "").strip()
+        if _number(gpu, "max_clocks/sm_clock"):  # the trimmed and the vGPU captures report no limits
+            assert lookup(name) is not None, (path.name, name)
+
+
+@pytest.mark.parametrize(
+    ("reported", "expected"),
+    [
+        ("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3"),
+        ("nvidia  h100 80gb hbm3 ", "NVIDIA H100 80GB HBM3"),
+        ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "NVIDIA A100-SXM4-40GB"),
+        ("Graphics Device", "NVIDIA GeForce GTX 1660 Ti"),
+        ("GeForce GTX 1080 Ti", "NVIDIA GeForce GTX 1080 Ti"),
+        ("Tesla V100-SXM2-32GB", "Tesla V100-SXM2-32GB"),
+    ],
+)
+def test_lookup_tolerates_naming_variants(reported: str, expected: str) -> None:
+    spec = lookup(reported)
+    assert spec is not None and spec.name == expected
+
+
+def test_unknown_model_is_none_not_a_guess() -> None:
+    assert lookup("NVIDIA B300 Unreleased") is None
+
+
+def test_limit_metrics_are_schema_limit_fields_within_range() -> None:
+    specs = {f.name: f for f in METRIC_FIELDS}
+    for spec in SPECS:
+        for name, value in spec.limit_metrics().items():
+            assert specs[name].limit, name
+            assert specs[name].low <= value <= specs[name].high, (spec.name, name, value)
+
+
+def test_mig_profiles_fit_their_board() -> None:
+    for spec in SPECS:
+        for profile in spec.mig_profiles:
+            assert 1 <= profile.slices <= 7 and profile.memory_bytes <= spec.memory_bytes, (spec.name, profile)
