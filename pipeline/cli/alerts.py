@@ -24,11 +24,11 @@ from sinks.alerting.model import AlertConfigError, format_duration
 @contextmanager
 def _usage() -> Iterator[None]:
     """Bad user input is a usage error (exit 2), everything else goes through the common mapping."""
-    try:
-        with errors():
+    with errors():
+        try:
             yield
-    except (AlertConfigError, InvalidQuery) as exc:
-        fail(str(exc), 2)
+        except (AlertConfigError, InvalidQuery) as exc:
+            fail(str(exc), 2)
 
 
 def _user() -> str:

@@ -42,14 +42,13 @@ from pipeline.mirror import TopicMirror
 from pipeline.publisher import Publisher
 from pipeline.stats import write_stats
 from sinks.alerting.delivery import Attempt, DeliveryPool
-from sinks.alerting.grouping import DAMPED, Notification, Suppressed, evaluate
+from sinks.alerting.engine import AlertEngine
+from sinks.alerting.grouping import DAMPED, Notification, Suppressed
 from sinks.alerting.history import HistoryWriter, NotificationRecord
-from sinks.alerting.inhibit import INHIBITED, SILENCED, Inhibitor, parse_inhibit_rules, silenced_by
-from sinks.alerting.lifecycle import LifecycleConfig, apply_finding, forgettable, tick
+from sinks.alerting.inhibit import INHIBITED, SILENCED, parse_inhibit_rules
 from sinks.alerting.model import (
     Ack,
     AlertState,
-    AlertStatus,
     ConfigRecord,
     Delivery,
     GroupState,
@@ -91,10 +90,6 @@ class ManagerStats:
     history_dropped: int = 0
 
 
-def _empty(g: GroupState) -> bool:
-    return not g.sent and not g.suppressed and not g.first_ns and not g.last_sent_ns
-
-
 class AlertManager:
     """One alerting process. ``senders`` maps receiver kinds to senders (the CLI builds the real ones)."""
 
@@ -108,8 +103,7 @@ class AlertManager:
     ) -> None:
         self.settings = settings
         self.cfg = settings.alerts
-        self.life = LifecycleConfig.of(self.cfg)
-        self.rules = parse_inhibit_rules(self.cfg.inhibit_rules)
+        self.engine = AlertEngine(self.cfg, parse_inhibit_rules(self.cfg.inhibit_rules))
         self.clock_ns = clock_ns
         self.history = history
         self.stats = ManagerStats()
@@ -117,12 +111,7 @@ class AlertManager:
         self._kafka = settings.kafka.client_config()
         self._pub = Publisher(self._kafka, linger_ms=2)
         self.pool = DeliveryPool(self.cfg, senders, clock_ns)
-        self.alerts: dict[str, AlertState] = {}
-        self.groups: dict[str, dict[str, GroupState]] = {}
         self.outbox: dict[str, Delivery] = {}
-        self.subscriptions: dict[str, Subscription] = {}
-        self.silences: list[Silence] = []
-        self.acks: dict[str, Ack] = {}
         self._dirty: dict[bytes, bytes | None] = {}
         self._letters: list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]] = []
         self._to_submit: list[Delivery] = []
@@ -162,23 +151,21 @@ class AlertManager:
             self.stats.recovered_deliveries += 1
             self._submit(d)
         self.stats.ready = True
+        e = self.engine
         log.info(
             "alert manager ready: %d alerts, %d groups, %d deliveries to resume, %d subscriptions, %d silences",
-            len(self.alerts),
-            sum(len(g) for g in self.groups.values()),
+            len(e.alerts),
+            sum(len(g) for g in e.groups.values()),
             len(self.outbox),
-            len(self.subscriptions),
-            len(self.silences),
+            len(e.subscriptions),
+            len(e.silences),
         )
 
     def _rebuild(self, records: list[StateRecord]) -> None:
-        for r in records:
-            if isinstance(r, AlertState):
-                self.alerts[r.dedup_key] = r
-            elif isinstance(r, GroupState):
-                self.groups.setdefault(r.subscription_id, {})[r.group_key] = r
-            else:
-                self.outbox[r.id] = r
+        self.engine.restore(
+            [r for r in records if isinstance(r, AlertState)], [r for r in records if isinstance(r, GroupState)]
+        )
+        self.outbox = {r.id: r for r in records if isinstance(r, Delivery)}
 
     def _on_assign(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
         self.stats.assigned = True
@@ -190,9 +177,11 @@ class AlertManager:
             return
         self._config_version = self._config.version
         records = list(self._config.snapshot().values())
-        self.subscriptions = {r.id: r for r in records if isinstance(r, Subscription)}
-        self.silences = [r for r in records if isinstance(r, Silence)]
-        self.acks = {r.dedup_key: r for r in records if isinstance(r, Ack)}
+        self.engine.configure(
+            [r for r in records if isinstance(r, Subscription)],
+            [r for r in records if isinstance(r, Silence)],
+            [r for r in records if isinstance(r, Ack)],
+        )
 
     # --- the loop ------------------------------------------------------------------------------------------
 
@@ -244,57 +233,30 @@ class AlertManager:
         self.apply(finding)
 
     def apply(self, finding: Finding) -> None:
-        new = apply_finding(self.alerts.get(finding.dedup_key), finding, self.life)
+        new = self.engine.apply(finding)
         if new is not None:
-            self._set_alert(new)
-
-    def _set_alert(self, a: AlertState) -> None:
-        self.alerts[a.dedup_key] = a
-        self._dirty[a.key] = encode_record(a)
+            self._dirty[new.key] = encode_record(new)
 
     def step(self, now_ns: int) -> None:
-        """Timers, then every subscription's groups; queues notifications and history records."""
+        """Timers and every subscription's groups; queues state records, notifications and history records."""
         if self._config is not None:
             self._refresh_config()
-        for key, old in list(self.alerts.items()):
-            a = tick(old, now_ns, self.life) or old
-            if a is not old:
-                self._set_alert(a)
-            if forgettable(a, now_ns, self.life):
-                del self.alerts[key]
-                self._dirty[a.key] = None
-        inhibitor = Inhibitor(self.rules, self.alerts.values())
-        silences = self.silences
-
-        def why(a: AlertState) -> str | None:
-            if silenced_by(a, silences, now_ns) is not None:
-                return SILENCED
-            return INHIBITED if inhibitor.inhibited(a) else None
-
-        def acked(a: AlertState) -> bool:
-            ack = self.acks.get(a.dedup_key)
-            return ack is not None and ack.at_ns >= a.starts_ns
-
-        alerts = list(self.alerts.values())
-        for sub in self.subscriptions.values():
-            groups = self.groups.setdefault(sub.id, {})
-            changed, notes, held = evaluate(sub, self.cfg, groups, alerts, why, acked, now_ns)
-            for gk, g in changed.items():
-                if _empty(g):
-                    groups.pop(gk, None)
-                    self._dirty[g.key] = None
-                else:
-                    groups[gk] = g
-                    self._dirty[g.key] = encode_record(g)
-            for note in notes:
-                self._notify(sub, note, now_ns)
-            self._record_suppressed(sub, held, now_ns)
-        for sub_id in [s for s in self.groups if s not in self.subscriptions]:
-            for g in self.groups.pop(sub_id).values():
-                self._dirty[g.key] = None
+        result = self.engine.step(now_ns)
+        for a in result.alerts:
+            self._dirty[a.key] = encode_record(a)
+        for a in result.forgotten:
+            self._dirty[a.key] = None
+        for g in result.groups:
+            self._dirty[g.key] = encode_record(g)
+        for g in result.dropped_groups:
+            self._dirty[g.key] = None
+        for sub, note in result.notifications:
+            self._notify(sub, note, now_ns)
+        for sub, held in result.suppressed:
+            self._record_suppressed(sub, [held], now_ns)
         self._collect()
-        self.stats.alerts_known = len(self.alerts)
-        self.stats.alerts_firing = sum(a.status is AlertStatus.FIRING for a in alerts)
+        self.stats.alerts_known = len(self.engine.alerts)
+        self.stats.alerts_firing = self.engine.firing()
 
     def _notify(self, sub: Subscription, note: Notification, now_ns: int) -> None:
         self.stats.notifications += 1
@@ -345,7 +307,7 @@ class AlertManager:
         )
 
     def _submit(self, d: Delivery) -> None:
-        sub = self.subscriptions.get(d.subscription_id)
+        sub = self.engine.subscriptions.get(d.subscription_id)
         receiver: Receiver | None = None
         if sub is not None and d.receiver_index < len(sub.receivers):
             receiver = sub.receivers[d.receiver_index]
@@ -386,7 +348,7 @@ class AlertManager:
             self.history.add(records)
 
     def _attempt_records(self, a: Attempt) -> list[NotificationRecord]:
-        sub = self.subscriptions.get(a.delivery.subscription_id)
+        sub = self.engine.subscriptions.get(a.delivery.subscription_id)
         return [
             NotificationRecord(
                 a.at_ns,

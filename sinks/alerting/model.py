@@ -58,7 +58,7 @@ _VOCABULARY: Final[dict[str, tuple[str, ...]]] = {
 }
 RECEIVER_KINDS: Final = ("webhook", "slack", "email", "kafka")
 _MATCHER = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$")
-_BARE_VALUE = re.compile(r"^[^\s\"',{}]*$")
+_BARE_VALUE = re.compile(r"^[^\s\"',{}=!~]*$")
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h|d|w))+$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 _SECONDS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 604_800.0}
@@ -121,7 +121,7 @@ def parse_matcher(text: str) -> Matcher:
     elif _BARE_VALUE.match(raw):
         value = raw
     else:
-        raise AlertConfigError(f"matcher {text!r}: quote values that contain spaces, quotes, commas or braces")
+        raise AlertConfigError(f"matcher {text!r}: quote values that contain spaces, quotes, commas, braces or = ! ~")
     if op in (MatchOp.RE, MatchOp.NRE):
         try:
             _regex(value)
