@@ -54,9 +54,9 @@ class AlertEngine:
         self.silences = list(silences)
         self.acks = {a.dedup_key: a for a in acks}
 
-    def apply(self, finding: Finding) -> AlertState | None:
-        """Apply one finding; returns the alert's new state (None: nothing changed)."""
-        new = apply_finding(self.alerts.get(finding.dedup_key), finding, self.life)
+    def apply(self, finding: Finding, now_ns: int | None = None) -> AlertState | None:
+        """Apply one finding received at ``now_ns``; returns the alert's new state (None: nothing changed)."""
+        new = apply_finding(self.alerts.get(finding.dedup_key), finding, self.life, now_ns)
         if new is not None:
             self.alerts[new.dedup_key] = new
         return new

@@ -45,8 +45,11 @@ class LifecycleConfig:
         )
 
 
-def _change(state: AlertState, status: AlertStatus, at_ns: int, cfg: LifecycleConfig, **other: object) -> AlertState:
-    """A firing/resolved change: counted in the flap window, and the alert starts flapping at the threshold."""
+def _change(
+    state: AlertState, status: AlertStatus, at_ns: int, now_ns: int, cfg: LifecycleConfig, **other: object
+) -> AlertState:
+    """A firing/resolved change at event time ``at_ns``, seen at ``now_ns``: counted in the flap window (event
+    time, so a replayed backlog does not look like flapping), and the alert starts flapping at the threshold."""
     changes = (*(t for t in state.changes if t > at_ns - cfg.flap_window_ns), at_ns)
     flapping, started, count = state.flapping, state.flap_started_ns, state.flap_changes
     if flapping:
@@ -60,15 +63,17 @@ def _change(state: AlertState, status: AlertStatus, at_ns: int, cfg: LifecycleCo
         flapping=flapping,
         flap_started_ns=started,
         flap_changes=count,
+        changed_at_ns=now_ns,
         **other,  # type: ignore[arg-type]
     )
 
 
-def _fire(state: AlertState, at_ns: int, cfg: LifecycleConfig) -> AlertState:
+def _fire(state: AlertState, at_ns: int, now_ns: int, cfg: LifecycleConfig) -> AlertState:
     return _change(
         state,
         AlertStatus.FIRING,
         at_ns,
+        now_ns,
         cfg,
         starts_ns=at_ns,
         ends_ns=0,
@@ -78,14 +83,20 @@ def _fire(state: AlertState, at_ns: int, cfg: LifecycleConfig) -> AlertState:
     )
 
 
-def _resolve(state: AlertState, at_ns: int, reason: str, cfg: LifecycleConfig) -> AlertState:
+def _resolve(state: AlertState, at_ns: int, now_ns: int, reason: str, cfg: LifecycleConfig) -> AlertState:
     if state.status is AlertStatus.PENDING:  # never fired: nobody was told, nothing to count
         return replace(state, status=AlertStatus.RESOLVED, ends_ns=at_ns, clear_since_ns=0, resolved_reason=reason)
-    return _change(state, AlertStatus.RESOLVED, at_ns, cfg, ends_ns=at_ns, clear_since_ns=0, resolved_reason=reason)
+    return _change(
+        state, AlertStatus.RESOLVED, at_ns, now_ns, cfg, ends_ns=at_ns, clear_since_ns=0, resolved_reason=reason
+    )
 
 
-def apply_finding(state: AlertState | None, f: Finding, cfg: LifecycleConfig) -> AlertState | None:
-    """The alert after finding ``f``; None when ``f`` changes nothing (an old replay, or a clear of nothing)."""
+def apply_finding(
+    state: AlertState | None, f: Finding, cfg: LifecycleConfig, now_ns: int | None = None
+) -> AlertState | None:
+    """The alert after finding ``f`` received at ``now_ns`` (default: its own time); None when ``f`` changes
+    nothing (an old replay, or a clear of nothing)."""
+    now = f.ts_ns if now_ns is None else now_ns
     if state is not None and f.ts_ns <= state.last_seen_ns:
         return None
     if not f.active and (state is None or state.status is AlertStatus.RESOLVED):
@@ -94,47 +105,51 @@ def apply_finding(state: AlertState | None, f: Finding, cfg: LifecycleConfig) ->
     if state is None or state.status is AlertStatus.RESOLVED:
         since = f.since_ns if 0 < f.since_ns <= f.ts_ns else f.ts_ns
         base = state or AlertState(f.dedup_key, labels, f.summary, AlertStatus.RESOLVED, since, f.ts_ns)
-        state = replace(
-            base,
-            labels=labels,
-            summary=f.summary,
-            action=f.action,
-            evidence=dict(f.evidence),
-            status=AlertStatus.PENDING,
-            active_since_ns=since,
-            last_seen_ns=f.ts_ns,
-            clear_since_ns=0,
-        )
-        return tick(state, f.ts_ns, cfg) or state
+        state = replace(base, status=AlertStatus.PENDING, active_since_ns=since, clear_since_ns=0)
     state = replace(
-        state, labels=labels, summary=f.summary, action=f.action, evidence=dict(f.evidence), last_seen_ns=f.ts_ns
+        state,
+        labels=labels,
+        summary=f.summary,
+        action=f.action,
+        evidence=dict(f.evidence),
+        last_seen_ns=f.ts_ns,
+        seen_at_ns=now,
     )
     if f.active:
         if state.status is AlertStatus.FIRING and state.clear_since_ns:
             state = replace(state, clear_since_ns=0)  # cleared for less than keep_firing: it never resolved
-        return tick(state, f.ts_ns, cfg) or state
-    if state.status is AlertStatus.PENDING:
-        return _resolve(state, f.ts_ns, "cleared", cfg)
-    if state.clear_since_ns:
+    elif state.status is AlertStatus.PENDING:
+        return _resolve(state, f.ts_ns, now, "cleared", cfg)
+    elif state.clear_since_ns:
         return state
-    state = replace(state, clear_since_ns=f.ts_ns)
-    return tick(state, f.ts_ns, cfg) or state
+    else:
+        state = replace(state, clear_since_ns=f.ts_ns)
+    return _timers(state, max(now, f.ts_ns), f.ts_ns, cfg) or state
 
 
 def tick(state: AlertState, now_ns: int, cfg: LifecycleConfig) -> AlertState | None:
     """The alert after its timers ran at ``now_ns``; None when nothing is due."""
+    return _timers(state, now_ns, now_ns, cfg)
+
+
+def _timers(state: AlertState, now_ns: int, event_ns: int, cfg: LifecycleConfig) -> AlertState | None:
+    """Timers at ``now_ns``; a change they make happens at ``event_ns`` in event time (a finding's own time when
+    a finding triggers it). Staleness and the flap quiet period count from whichever is later, the event time
+    or the time the manager saw it: neither a backlog replayed after a restart nor a clock that runs behind the
+    processor's makes an alert stale or ends a flapping period early."""
     out = state
+    seen = max(out.last_seen_ns, out.seen_at_ns)
     if out.status is AlertStatus.PENDING:
-        if now_ns - out.last_seen_ns > cfg.stale_ns:
-            out = _resolve(out, now_ns, "stale", cfg)
+        if now_ns - seen > cfg.stale_ns:
+            out = _resolve(out, now_ns, now_ns, "stale", cfg)
         elif now_ns - out.active_since_ns >= cfg.for_ns:
-            out = _fire(out, max(now_ns, out.active_since_ns), cfg)
+            out = _fire(out, max(event_ns, out.active_since_ns), now_ns, cfg)
     elif out.status is AlertStatus.FIRING:
         if out.clear_since_ns and now_ns - out.clear_since_ns >= cfg.keep_firing_ns:
-            out = _resolve(out, out.clear_since_ns, "cleared", cfg)
-        elif not out.clear_since_ns and now_ns - out.last_seen_ns > cfg.stale_ns:
-            out = _resolve(out, now_ns, "stale", cfg)
-    if out.flapping and out.changes and now_ns - out.changes[-1] >= cfg.flap_quiet_ns:
+            out = _resolve(out, out.clear_since_ns, now_ns, "cleared", cfg)
+        elif not out.clear_since_ns and now_ns - seen > cfg.stale_ns:
+            out = _resolve(out, now_ns, now_ns, "stale", cfg)
+    if out.flapping and out.changes and now_ns - max(out.changes[-1], out.changed_at_ns) >= cfg.flap_quiet_ns:
         out = replace(out, flapping=False, flap_periods=out.flap_periods + 1)
     return None if out is state else out
 

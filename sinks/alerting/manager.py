@@ -233,7 +233,7 @@ class AlertManager:
         self.apply(finding)
 
     def apply(self, finding: Finding) -> None:
-        new = self.engine.apply(finding)
+        new = self.engine.apply(finding, self.clock_ns())
         if new is not None:
             self._dirty[new.key] = encode_record(new)
 

@@ -428,6 +428,9 @@ class AlertState:
     flap_changes: int = 0
     flap_periods: int = 0
     resolved_reason: str = ""
+    #: when the manager received the last finding / saw the last change (its clock; the others are event time)
+    seen_at_ns: int = 0
+    changed_at_ns: int = 0
 
     @property
     def key(self) -> bytes:

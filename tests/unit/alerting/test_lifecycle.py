@@ -83,3 +83,17 @@ def test_changes_outside_the_window_do_not_count() -> None:
     cfg = LifecycleConfig.of(settings(flap_threshold=4, flap_window_s=100))
     a = _run(cfg, [(True, 0), (False, 200), (True, 400), (False, 600), (True, 800)])
     assert not a.flapping and a.episode == 3
+
+
+def test_a_backlog_seen_late_neither_ends_flapping_early_nor_goes_stale() -> None:
+    cfg = LifecycleConfig.of(settings(flap_threshold=4, flap_window_s=600, flap_quiet_s=300, stale_after_s=180))
+    lag = 1000  # every finding reaches the manager 1000 s after its own time (a backlog after a restart)
+    state: AlertState | None = None
+    for active, ts in [(True, 100), (False, 130), (True, 160), (False, 190)]:
+        state = apply_finding(state, finding(active, ts), cfg, now_ns=(ts + lag) * S) or state
+    assert state is not None and state.flapping  # the changes were 30 s apart in event time
+    assert tick(state, (190 + lag + 299) * S, cfg) is None  # quiet counts from when the change was seen
+    assert tick(state, (190 + lag + 300) * S, cfg) is not None
+    fresh = apply_finding(None, finding(True, 100), cfg, now_ns=(100 + lag) * S)
+    assert fresh is not None and fresh.status is AlertStatus.FIRING
+    assert tick(fresh, (100 + lag + 180) * S, cfg) is None  # not stale: it was seen 180 s ago
