@@ -15,7 +15,7 @@ A flapping alert is held: it neither adds nor removes anything until its flappin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pipeline.config import AlertSettings
@@ -26,7 +26,6 @@ from sinks.alerting.model import (
     AlertView,
     GroupState,
     Subscription,
-    matches_all,
 )
 
 _NS = 1_000_000_000
@@ -79,6 +78,17 @@ class Notification:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupOutcome:
+    """A group after evaluation: its state, the notification due now (if any), newly suppressed alerts, and
+    when it next needs evaluating if nothing changes meanwhile (0: not until something changes)."""
+
+    state: GroupState
+    notification: Notification | None
+    suppressed: list[Suppressed]
+    next_due_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class Suppressed:
     """A change a subscription was not told: silenced or inhibited (``why``), or held while flapping (damped)."""
 
@@ -110,8 +120,8 @@ def evaluate_group(
     suppressed_why: Callable[[AlertState], str | None],
     acked: Callable[[AlertState], bool],
     now_ns: int,
-) -> tuple[GroupState, Notification | None, list[Suppressed]]:
-    """One group at ``now_ns``: its new state, the notification due (if any) and newly suppressed alerts."""
+) -> GroupOutcome:
+    """One group at ``now_ns``."""
     firing: list[AlertState] = []
     changed: list[AlertState] = []
     newly_suppressed: list[Suppressed] = []
@@ -172,7 +182,11 @@ def evaluate_group(
             # everything firing is acknowledged: restart the repeat clock instead of checking every tick
             out = replace(out, last_sent_ns=now_ns)
     if not due:
-        return out, None, newly_suppressed
+        if changed:
+            next_due = out.first_ns + t.wait_ns if out.last_sent_ns == 0 else out.last_sent_ns + t.interval_ns
+        else:
+            next_due = out.last_sent_ns + t.repeat_ns if firing and out.last_sent_ns else 0
+        return GroupOutcome(out, None, newly_suppressed, next_due)
     included = sorted(firing, key=lambda a: a.dedup_key) + sorted(
         (a for a in changed if a.status is AlertStatus.RESOLVED), key=lambda a: a.dedup_key
     )
@@ -183,35 +197,4 @@ def evaluate_group(
     note = Notification(
         sub.id, state.group_key, dict(state.group_labels), status, reason, tuple(view(a) for a in included)
     )
-    return out, note, newly_suppressed
-
-
-def evaluate(
-    sub: Subscription,
-    defaults: AlertSettings,
-    groups: dict[str, GroupState],
-    alerts: Iterable[AlertState],
-    suppressed_why: Callable[[AlertState], str | None],
-    acked: Callable[[AlertState], bool],
-    now_ns: int,
-) -> tuple[dict[str, GroupState], list[Notification], list[Suppressed]]:
-    """Every group of one subscription (``groups``: group key -> state). Returns changed group states only."""
-    t = timers(sub, defaults)
-    members: dict[str, tuple[dict[str, str], list[AlertState]]] = {}
-    for a in alerts:
-        if matches_all(sub.matchers, a.labels):
-            key, labels = group_of(a.labels, t.group_by)
-            members.setdefault(key, (labels, []))[1].append(a)
-    changed: dict[str, GroupState] = {}
-    notes: list[Notification] = []
-    held: list[Suppressed] = []
-    for key in set(members) | set(groups):
-        labels, group_alerts = members.get(key, ({}, []))
-        state = groups.get(key) or GroupState(sub.id, key, labels)
-        new, note, suppressed = evaluate_group(sub, t, state, group_alerts, suppressed_why, acked, now_ns)
-        if new != state or key not in groups:
-            changed[key] = new
-        if note is not None:
-            notes.append(note)
-        held.extend(suppressed)
-    return changed, notes, held
+    return GroupOutcome(out, note, newly_suppressed, now_ns + t.repeat_ns if firing else 0)
