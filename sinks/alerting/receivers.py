@@ -173,12 +173,23 @@ class HttpSender:
         try:
             resp = self._http.request("POST", r.url or "", body=body, headers=headers, timeout=self._timeout)
         except urllib3.exceptions.HTTPError as exc:
-            return SendResult(False, retry=True, error=f"{type(exc).__name__}: {_reason(exc)}"[:300])
+            error = _scrub(f"{type(exc).__name__}: {_reason(exc)}", r.url or "")
+            return SendResult(False, retry=True, error=error[:300])
         status = resp.status
         if 200 <= status < 300:
             return SendResult(True, http_status=status)
         retry = status in (408, 425, 429) or status >= 500
         return SendResult(False, retry=retry, http_status=status, error=f"HTTP {status}: {resp.data[:200]!r}")
+
+
+def _scrub(text: str, url: str) -> str:
+    """Error text without the URL's path and query: a Slack-style URL's path is its secret."""
+    rest = url.split("://", 1)[-1]
+    path = rest[rest.find("/") :] if "/" in rest else ""
+    for secret in (url, path):
+        if len(secret) > 1:
+            text = text.replace(secret, "/…")
+    return text
 
 
 def _reason(exc: Exception) -> str:

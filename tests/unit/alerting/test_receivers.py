@@ -4,11 +4,22 @@ text, and the history's line protocol."""
 from __future__ import annotations
 
 import json
+import socket
+
+import pytest
 
 from sinks.alerting.delivery import backoff_s
 from sinks.alerting.history import NotificationRecord, UniqueTimes
-from sinks.alerting.model import AlertStatus, AlertView, Delivery, fingerprint
-from sinks.alerting.receivers import headline, sign, slack_payload, text_body, verify_signature, webhook_payload
+from sinks.alerting.model import AlertStatus, AlertView, Delivery, Receiver, fingerprint
+from sinks.alerting.receivers import (
+    HttpSender,
+    headline,
+    sign,
+    slack_payload,
+    text_body,
+    verify_signature,
+    webhook_payload,
+)
 
 S = 1_000_000_000
 
@@ -119,3 +130,18 @@ def test_history_lines_keep_every_attempt() -> None:
     )
     assert 'summary="GPU \\"1\\" hot"' in first and "attempt=2i" in first and "http_status=503i" in first
     assert first.endswith(" 1700000000123") and second.endswith(" 1700000000124")  # not merged by InfluxDB
+
+
+def test_a_failed_delivery_never_reports_the_url_path(unused_port: int) -> None:
+    url = f"http://127.0.0.1:{unused_port}/services/T000/B000/SECRETTOKEN"
+    result = HttpSender("http://x", timeout_s=1.0)(_delivery(), Receiver("slack", url=url))
+    assert not result.ok and result.retry and "refused" in result.error.lower()
+    assert "SECRETTOKEN" not in result.error
+
+
+@pytest.fixture
+def unused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port  # closed again: connecting is refused
