@@ -204,6 +204,12 @@ def publish_findings(settings: Settings, findings: list[Finding]) -> None:
     assert pub.close(30) == 0 and pub.stats.delivered == len(findings), pub.stats
 
 
+def publish_findings_raw(settings: Settings, value: bytes) -> None:
+    pub = Publisher(settings.kafka.client_config())
+    pub.publish(settings.topics.alerts, b"junk", value)
+    assert pub.close(30) == 0
+
+
 def history(settings: Settings, **filters: Any) -> list[NotificationRow]:
     return run_history(settings, HistoryQuery("1h", cluster=settings.cluster, **filters))
 

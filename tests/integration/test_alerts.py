@@ -5,6 +5,7 @@ SMTP server (aiosmtpd), a Kafka receiver topic, and the notification history rea
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from click.testing import CliRunner
 
 from pipeline.cli import cli
 from pipeline.config import Settings, settings_env
+from pipeline.deadletter import headers_dict
 from pipeline.events import Severity
 from pipeline.mainjob import Stage, wait_for
 from pipeline.topics import TopicSpec, ensure_topics
@@ -24,6 +26,7 @@ from tests.integration.alerting_parts import (
     SmtpReceiver,
     fault,
     publish_findings,
+    publish_findings_raw,
     signed_ok,
     start_manager,
     tail,
@@ -135,7 +138,7 @@ def test_fault_notifies_every_matching_subscription_once_and_resolves(
         assert [rcpt for rcpt, _ in smtp.messages] == [["ops@example.com"]] * 2
         assert b"Subject: [FIRING:1]" in smtp.messages[0][1] and b"Subject: [RESOLVED:1]" in smtp.messages[1][1]
         bus = consume_all(settings, notify_topic, 2, timeout_s=15)
-        assert [m.value() and __import__("json").loads(m.value())["status"] for m in bus] == ["firing", "resolved"]
+        assert [m.value() and json.loads(m.value())["status"] for m in bus] == ["firing", "resolved"]
         rows = wait_history(settings, lambda r: len(r) >= 10, outcome="delivered")
         told = sorted((r.receiver_kind, r.status) for r in rows)
         assert told == sorted(
@@ -182,12 +185,31 @@ def test_silenced_and_inhibited_alerts_send_nothing_and_still_resolve(
         )
         time.sleep(2)
         assert len(http.requests) == 2  # the silenced one resolved without a word to anyone
-        rows = wait_history(settings, lambda r: len(r) >= 2, subscription=sub.id)
+        rows = wait_history(settings, lambda r: len(r) >= 4, subscription=sub.id)
         outcomes = sorted((r.outcome, r.dedup_key.split("/")[-1], r.detector) for r in rows if r.outcome != "delivered")
         assert outcomes == [
             ("suppressed-inhibited", "GPU-3", "thermal-throttling"),
             ("suppressed-silence", "GPU-2", "thermal-throttling"),
         ]
+        # the rest of the CLI against the same servers
+        firing = json.loads(_cli(settings, monkeypatch, "alerts", "list", "--firing", "--format", "json"))
+        gpu1 = next(a for a in firing if a["labels"]["gpu"] == "GPU-1")
+        assert {a["labels"]["gpu"] for a in firing} == {"GPU-1", "GPU-3"}
+        assert _cli(settings, monkeypatch, "alerts", "ack", gpu1["fingerprint"], "--by", "bob").startswith(
+            "acknowledged"
+        )
+        assert "acked by bob" in _cli(settings, monkeypatch, "alerts", "list", "--firing")
+        assert "carol" in _cli(settings, monkeypatch, "alerts", "list", "--silences")
+        assert sub.id in _cli(settings, monkeypatch, "alerts", "list", "--subscriptions")
+        csv_out = _cli(
+            settings, monkeypatch, "alerts", "history", "--range", "1h", "--subscription", sub.id, "--format", "csv"
+        )
+        assert csv_out.splitlines()[0].startswith("time,cluster,subscription,owner") and "suppressed-silence" in csv_out
+        silence_id = _cli(settings, monkeypatch, "alerts", "list", "--silences", "--format", "json")
+        assert _cli(settings, monkeypatch, "alerts", "unsilence", json.loads(silence_id)[0]["id"]).startswith(
+            "unsilenced"
+        )
+        assert _cli(settings, monkeypatch, "alerts", "unsubscribe", sub.id).startswith("unsubscribed")
     finally:
         _stop(manager)
 
@@ -203,6 +225,7 @@ def test_a_flapping_signal_is_damped_to_one_summary(
         for i in range(10):  # ten changes, 0.4 s apart
             publish_findings(settings, [fault(settings, i % 2 == 0, ts_ns=start + i * 400_000_000)])
             time.sleep(0.4)
+        publish_findings_raw(settings, b"not a finding")  # bad input: dead-lettered with its reason, not a crash
         assert wait_for(lambda: any(r.json()["alerts"][0]["annotations"].get("flapping") for r in http.requests), 30)
         time.sleep(4)
         bodies = [r.json() for r in http.requests]
@@ -212,6 +235,12 @@ def test_a_flapping_signal_is_damped_to_one_summary(
         assert summary["status"] == "resolved" and "flapped: " in summary["annotations"]["flapping"]
         rows = wait_history(settings, lambda r: len(r) >= 6, subscription=sub.id, outcome="damped")
         assert len(rows) == 7  # every held change is on the record
+        letters = [
+            m for m in consume_all(settings, settings.topics.dead_letter, 2, 15) if m.value() == b"not a finding"
+        ]
+        stages = {headers_dict(m.headers()).get("hermeneut-stage") for m in letters}
+        assert "alerting" in stages, letters  # (the InfluxDB sink, which also reads findings, would add its own)
+        assert manager.stats()["dead_lettered"] == 1
     finally:
         _stop(manager)
 
