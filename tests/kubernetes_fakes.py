@@ -195,6 +195,7 @@ class ApiHandler(BaseHTTPRequestHandler):
         if self.headers.get("Authorization") != f"Bearer {TOKEN}":
             self._send(401, {"kind": "Status", "code": 401, "reason": "Unauthorized"})
         elif url.path == "/api/v1/pods" and query.get("fieldSelector") == ["spec.nodeName=gpu01"]:
+            self.server.node_queries += 1  # type: ignore[attr-defined]
             self._send(200, PODS)
         elif url.path == "/api/v1/namespaces/ml/pods" and query.get("labelSelector") == [
             "training.kubeflow.org/job-name=llama-ft"
@@ -219,6 +220,6 @@ class ApiHandler(BaseHTTPRequestHandler):
 def serve_api() -> ThreadingHTTPServer:
     """The API server on a free loopback port, serving from a thread until ``shutdown()``."""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), ApiHandler)
-    httpd.job_queries = 0  # type: ignore[attr-defined]
+    httpd.job_queries = httpd.node_queries = 0  # type: ignore[attr-defined]
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return httpd

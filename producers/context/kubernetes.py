@@ -3,8 +3,9 @@
 1. The kubelet's PodResources API (:mod:`producers.context.podresources`) maps each GPU (or MIG) uuid the NVIDIA
    device plugin handed out (``nvidia.com/gpu``, ``nvidia.com/mig-*``) to a pod and container, as dcgm-exporter
    does. This alone gives job (``<namespace>/<pod>``) and tenant (namespace).
-2. The API server (``GET /api/v1/pods?fieldSelector=spec.nodeName=<node>``, in-cluster service-account token)
-   adds what the pod says about itself. Honoured, in order:
+2. The API server (``GET /api/v1/pods?fieldSelector=spec.nodeName=<node>``, in-cluster service-account token,
+   once a minute and at once when a GPU pod appears that it has not described) adds what the pod says about
+   itself. Honoured, in order:
 
    | what        | from                                                                                       |
    |-------------|--------------------------------------------------------------------------------------------|
@@ -69,6 +70,8 @@ JOB_LABELS: Final = (
 APP_LABELS: Final = ("app", "app.kubernetes.io/name")
 SERVICE_ACCOUNT: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 _JOB_GPUS_TTL_S: Final = 300.0
+#: how old the pods' metadata may get before the API server is asked again (sooner when a new pod appears)
+META_TTL_S: Final = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +273,10 @@ def is_gpu_resource(resource_name: str) -> bool:
     return resource_name == GPU_RESOURCE or resource_name.startswith(MIG_RESOURCE_PREFIX)
 
 
+def _holds_gpu(pod: PodResources) -> bool:
+    return any(is_gpu_resource(d.resource_name) for c in pod.containers for d in c.devices if d.device_ids)
+
+
 class KubernetesSource:
     """GPU -> pod from the kubelet, pod -> workload from the API server (``api`` None: kubelet only)."""
 
@@ -288,6 +295,8 @@ class KubernetesSource:
         self.backoff = backoff or Backoff(clock=clock)
         self.clock = clock
         self._meta: dict[tuple[str, str], PodMeta] = {}
+        self._meta_at = -META_TTL_S
+        self._asked: set[tuple[str, str]] = set()
         self._job_gpus: dict[tuple[str, str, str], tuple[float, int]] = {}
         self._warned: set[str] = set()
         self._api_failing = False
@@ -297,9 +306,13 @@ class KubernetesSource:
             self._warned.add(message)
             log.warning("kubernetes: %s", message)
 
-    def _refresh_meta(self) -> None:
+    def _refresh_meta(self, allocations: Sequence[PodResources]) -> None:
         if self.api is None or not self.backoff.ready():
             return
+        holding = {(p.namespace, p.name) for p in allocations if _holds_gpu(p)}
+        unseen = holding - self._meta.keys() - self._asked
+        if not unseen and self.clock() - self._meta_at < META_TTL_S:
+            return  # one GET per minute per node, not per poll: the API server serves every node of the cluster
         try:
             pods = self.api.node_pods(self.node)
         except SourceUnavailable as exc:
@@ -313,6 +326,8 @@ class KubernetesSource:
         self._api_failing = False
         self.backoff.ok()
         self._meta = {(p.namespace, p.name): p for p in pods}
+        self._meta_at = self.clock()
+        self._asked = holding  # a pod the API server did not list is not asked for again until the next refresh
 
     def _job_gpus_of(self, pod: PodMeta) -> int | None:
         job, label = job_of(pod)
@@ -334,7 +349,7 @@ class KubernetesSource:
 
     def poll(self) -> Observation:
         allocations = self.kubelet.list()  # SourceUnavailable: the watch loop keeps the last observation
-        self._refresh_meta()
+        self._refresh_meta(allocations)
         out: dict[str, Workload] = {}
         for pod in allocations:
             for container in pod.containers:

@@ -8,10 +8,11 @@ next to this module) writes ``<dir>/<jobid>.env`` with the job's variables as ``
 (the node's device index, since the prolog runs outside the job's cgroup); ``SLURM_JOB_NAME`` only reaches
 PrologSlurmctld, so it is used when present.
 
-**Commands** (``SlurmCommandSource``): ``squeue --noheader --states=RUNNING --nodelist=<node> --format=%A`` lists the
-node's running jobs; ``scontrol -d show job <id>`` gives each new one's detail lines
+**Commands** (``SlurmCommandSource``, at most every 30 s: every node asking slurmctld adds up):
+``squeue --noheader --states=RUNNING --nodelist=<node> --format=%A`` lists the node's running jobs;
+``scontrol -d show job <id>`` gives each new one's detail lines
 ``Nodes=gpu[01-02] CPU_IDs=0-31 Mem=0 GRES=gpu:a100:4(IDX:0-3)``, where ``IDX`` are the node's GPU indices, and
-``AllocTRES=...,gres/gpu=8`` (``TRES=`` before Slurm 21.08), the job's GPU count across nodes.
+``AllocTRES=...,gres/gpu=8`` (``TRES=`` in older releases), the job's GPU count across nodes.
 
 The application comes from the job comment (``--comment="application=llm-finetuning model=org/name"``, keys
 ``application``/``app``, ``model``, ``framework``, optionally prefixed ``hermeneut.``) with confidence 0.95, else
@@ -351,6 +352,7 @@ class SlurmCommandSource:
         runner: Runner = run_command,
         timeout_s: float = 10.0,
         refresh_s: float = 300.0,
+        squeue_interval_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if runner is run_command:
@@ -359,6 +361,9 @@ class SlurmCommandSource:
                 raise ConfigError(f"--squeue needs {' and '.join(missing)} on PATH")
         self.node, self.inventory, self.runner = node, inventory, runner
         self.timeout_s, self.refresh_s, self.clock = timeout_s, refresh_s, clock
+        # every node asks slurmctld: at 10 s polls a 1,000-node cluster would send it 100 squeue calls a second
+        self.squeue_interval_s = squeue_interval_s
+        self._last: tuple[float, Observation] | None = None
         # job id -> (when asked, jobs parsed): a job's GPUs do not change while it runs; its comment may
         self._jobs: dict[str, tuple[float, list[SlurmJob]]] = {}
         self._warned: set[str] = set()
@@ -389,6 +394,8 @@ class SlurmCommandSource:
         return jobs
 
     def poll(self) -> Observation:
+        if self._last is not None and self.clock() - self._last[0] < self.squeue_interval_s:
+            return self._last[1]
         listing = self.runner(
             ["squeue", "--noheader", "--states=RUNNING", f"--nodelist={self.node}", "--format=%A"], self.timeout_s
         )
@@ -398,4 +405,5 @@ class SlurmCommandSource:
         observed, unknown = observe_jobs(jobs, self.inventory)
         for ref in unknown:
             self._warn_once(f"{ref} is not a GPU of this node")
+        self._last = (self.clock(), observed)
         return observed

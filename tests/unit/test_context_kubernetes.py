@@ -150,10 +150,13 @@ def test_api_server_down_keeps_metadata_and_backs_off(
     httpd.shutdown()
     httpd.server_close()
     api.timeout_s = 1
+    now[0] = 61.0  # the metadata is due for a refresh: the API server is asked and does not answer
     assert source.poll() == before  # kubelet still answers; metadata is the last known
-    now[0] = 1.0
-    assert source.poll() == before  # within the backoff: the API server is not asked
-    now[0] = 100.0
+    assert source.backoff.failures == 1
+    now[0] = 62.0
+    assert source.poll() == before  # within the backoff: not asked
+    assert source.backoff.failures == 1
+    now[0] = 200.0
     assert source.poll() == before
     failures = [r for r in caplog.records if "keeping the pods' last known metadata" in r.getMessage()]
     assert len(failures) == 1 and source.backoff.failures == 2
@@ -187,3 +190,24 @@ def test_parse_pod_reads_only_whitelisted_environment() -> None:
     assert pod.containers[0].env == ()  # HF_TOKEN is never read
     with pytest.raises(ValueError):
         parse_pod({"metadata": {}})
+
+
+def test_api_server_is_asked_once_a_minute_or_for_a_new_pod(
+    kubelet: Kubelet, api_server: tuple[Any, ApiServer]
+) -> None:
+    httpd, api = api_server
+    now = [0.0]
+    source = KubernetesSource("gpu01", INVENTORY, PodResourcesClient(kubelet.socket, 5), api, clock=lambda: now[0])
+    source.poll()
+    now[0] = 30.0
+    source.poll()
+    assert httpd.node_queries == 1  # shared-a is not listed by the API server: asked once, not on every poll
+    kubelet.pods = [
+        *POD_RESOURCES,
+        PodResources("new", "dev", (ContainerResources("c", (ContainerDevices("nvidia.com/gpu", (uuid(6),)),)),)),
+    ]
+    source.poll()
+    assert httpd.node_queries == 2  # a new GPU pod: described at once
+    now[0] = 95.0
+    source.poll()
+    assert httpd.node_queries == 3  # a minute after the last answer

@@ -214,7 +214,7 @@ class FakeSlurm:
 def test_command_source_asks_scontrol_once_per_job() -> None:
     fake = FakeSlurm()
     clock = [0.0]
-    source = SlurmCommandSource("gpu01", INVENTORY, fake, refresh_s=300, clock=lambda: clock[0])
+    source = SlurmCommandSource("gpu01", INVENTORY, fake, refresh_s=300, squeue_interval_s=0, clock=lambda: clock[0])
     observed = source.poll()
     assert set(observed) == {uuid(i) for i in range(8)}
     assert observed[uuid(0)].job_id == "4242" and observed[uuid(7)].job_id == "4315"
@@ -248,3 +248,16 @@ def test_real_commands_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(ConfigError, match="squeue and scontrol"):
         SlurmCommandSource("gpu01", INVENTORY)
+
+
+def test_command_source_spares_slurmctld() -> None:
+    fake = FakeSlurm()
+    clock = [0.0]
+    source = SlurmCommandSource("gpu01", INVENTORY, fake, squeue_interval_s=30, clock=lambda: clock[0])
+    first = source.poll()
+    clock[0] = 29.0
+    assert source.poll() == first
+    assert [c[0] for c in fake.calls].count("squeue") == 1
+    clock[0] = 30.0
+    source.poll()
+    assert [c[0] for c in fake.calls].count("squeue") == 2
