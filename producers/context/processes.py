@@ -76,14 +76,15 @@ def _memory(text: str | None) -> int | None:
 
 
 def parse_nvidia_smi_processes(text: str) -> dict[str, tuple[GpuProcess, ...]]:
-    """Processes per GPU uuid from ``nvidia-smi -q -x`` output (with or without ``-d PIDS``)."""
+    """Processes per GPU from ``nvidia-smi -q -x`` output, keyed by uuid, or by index (the ``<gpu>`` element's
+    position, NVML order) where a display filter such as ``-d PIDS`` left the uuid out."""
     try:
         root = ET.fromstring(text)
     except ET.ParseError as exc:
         raise DecodeError("malformed", f"not nvidia-smi XML: {exc}") from exc
     out: dict[str, tuple[GpuProcess, ...]] = {}
-    for gpu in root.iter("gpu"):
-        uuid = (gpu.findtext("uuid") or "").strip()
+    for index, gpu in enumerate(root.iter("gpu")):
+        uuid = (gpu.findtext("uuid") or "").strip() or str(index)
         procs = []
         for info in gpu.iterfind("processes/process_info"):
             pid = (info.findtext("pid") or "").strip()
@@ -92,8 +93,7 @@ def parse_nvidia_smi_processes(text: str) -> dict[str, tuple[GpuProcess, ...]]:
             kind = _KINDS.get((info.findtext("type") or "").strip(), "compute")
             name = (info.findtext("process_name") or "").strip()
             procs.append(GpuProcess(int(pid), name, _memory(info.findtext("used_memory")), kind))
-        if uuid:
-            out[uuid] = tuple(procs)
+        out[uuid] = tuple(procs)
     return out
 
 

@@ -258,3 +258,23 @@ def test_watch_with_kubernetes_and_processes(kafka_settings: Settings, tmp_path:
         kubelet.stop()
         api.shutdown()
         api.server_close()
+
+
+def test_watch_once_publishes_and_exits(
+    kafka_settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = kafka_settings
+    static = tmp_path / "farm.csv"
+    static.write_text("node,gpu,application,job_id\n*,*,rendering,farm\n")
+    for name, value in settings_env(s).items():
+        monkeypatch.setenv(name, value)
+    args = ["context", "watch", "--once", "--node", NODE, "--inventory", str(INVENTORY_FILE), "--static", str(static)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "published 8 records and 0 tombstones" in result.output
+    records = consume_all(s, s.topics.context, 8, timeout_s=30)
+    contexts = [decode_record(GpuContext, m.value()) for m in records]
+    assert sorted(c.gpu_uuid for c in contexts) == sorted(GPU.values())
+    assert {c.workload for c in contexts} == {Workload("rendering", "farm", source="static", confidence=1.0)}
+    again = CliRunner().invoke(cli, args)
+    assert again.exit_code == 0 and "published 0 records and 0 tombstones" in again.output

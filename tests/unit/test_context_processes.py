@@ -40,6 +40,12 @@ def test_real_nvidia_smi_process_lists() -> None:
     assert len(p4) == 13 and p4[0] == GpuProcess(1188, "", None, "compute")  # vGPU guest: no names, memory N/A
     idle = parse_nvidia_smi_processes((DATA / "nvidia-smi-xml" / "dual_2070-v13.xml").read_text())
     assert list(idle.values()) == [(), ()]
+    # a display filter may leave the uuid out: the position is the index
+    filtered = (
+        "<nvidia_smi_log><gpu id='0'/><gpu id='1'><processes><process_info><pid>7</pid></process_info>"
+        "</processes></gpu></nvidia_smi_log>"
+    )
+    assert parse_nvidia_smi_processes(filtered) == {"0": (), "1": (GpuProcess(7, "", None, "compute"),)}
 
 
 def test_read_a_real_live_process(tmp_path: Path) -> None:
