@@ -23,8 +23,6 @@ Observation = Mapping[str, Workload]
 
 #: A person said so (``hermeneut context set``): overrides everything until cleared.
 MANUAL: Final = "manual"
-#: Source names, highest priority first within :func:`producers.context.merge.merge`.
-SOURCES: Final[tuple[str, ...]] = (MANUAL, "static", "slurm", "kubernetes", "process")
 
 #: Confidence of an application a scheduler was told explicitly (annotation, job comment).
 DECLARED_CONFIDENCE: Final = 0.95
