@@ -1,15 +1,16 @@
 """The ``hermeneut`` command: the face that wires the stages together.
 
-Commands live in one module per area (``core``: services, topics, stages, trend, run); each registers itself
+Commands live in one module per area (``core``: services, topics, stages, trend, run; ``context``: workload
+context per GPU); each registers itself
 on the group in :mod:`pipeline.cli.base` when imported here.
 """
 
 from __future__ import annotations
 
-from pipeline.cli import core
+from pipeline.cli import context, core
 from pipeline.cli.base import cli
 
-__all__ = ["cli", "core", "main"]
+__all__ = ["cli", "context", "core", "main"]
 
 
 def main() -> None:
