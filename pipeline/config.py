@@ -221,6 +221,28 @@ class AlertSettings(_Section):
     email_from: str = "hermeneut@localhost"
 
 
+class ContextSettings(_Section):
+    """Workload-context sources of ``hermeneut context watch`` (one watch per node)."""
+
+    #: how often the sources are polled
+    interval_s: float = Field(default=10.0, ge=0.5, le=3600)
+    #: how often the whole current state is published again (repairs lost records in the compacted topic)
+    reassert_s: float = Field(default=600.0, ge=10, le=86400)
+    #: ceiling of the retry backoff of a failing source
+    backoff_max_s: float = Field(default=300.0, ge=1, le=3600)
+    #: where the Slurm prolog writes <jobid>.env files
+    slurm_dir: Path = Path("/run/hermeneut/slurm")
+    kubelet_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    #: Kubernetes API server URL; unset: the in-cluster one (KUBERNETES_SERVICE_HOST) with the pod's token
+    kubernetes_api: str | None = None
+    kubernetes_token_file: Path | None = None
+    kubernetes_ca_file: Path | None = None
+    #: the host's /proc (mount it and set this when the watch runs in a container)
+    proc_root: Path = Path("/proc")
+    #: timeout of squeue / scontrol / nvidia-smi / API calls
+    command_timeout_s: float = Field(default=10.0, gt=0, le=300)
+
+
 class Settings(BaseSettings):
     """Everything a hermeneut process needs to know before it connects to anything."""
 
@@ -236,6 +258,7 @@ class Settings(BaseSettings):
     validation: ValidationSettings = ValidationSettings()
     services: ServiceSettings = ServiceSettings()
     alerts: AlertSettings = AlertSettings()
+    context: ContextSettings = ContextSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -70,8 +70,9 @@ class Publisher:
                 log.error("delivery failed: %s", err)
             self.last_error = err
 
-    def publish(self, topic: str, key: bytes | None, value: bytes, headers: Headers | None = None) -> None:
-        """Queue one message; blocks (serving delivery reports) while the local queue is full."""
+    def publish(self, topic: str, key: bytes | None, value: bytes | None, headers: Headers | None = None) -> None:
+        """Queue one message (``value`` None: a tombstone for a compacted topic); blocks (serving delivery
+        reports) while the local queue is full."""
         while True:
             try:
                 self._producer.produce(

@@ -354,7 +354,7 @@ class AlertAdmin:
     # --- writes --------------------------------------------------------------------------------------------
 
     def _write(self, key: bytes, value: bytes | None, visible: Callable[[], bool]) -> None:
-        self._pub.publish(self.settings.topics.alert_config, key, value)  # type: ignore[arg-type]
+        self._pub.publish(self.settings.topics.alert_config, key, value)
         if self._pub.flush(30.0) or self._pub.stats.failed:
             raise ServiceError(f"could not write to {self.settings.topics.alert_config}: {self._pub.last_error}")
         deadline = time.monotonic() + 30.0

@@ -380,7 +380,7 @@ class AlertManager:
             return
         failed_before = self._pub.stats.failed
         for key, value in self._dirty.items():
-            self._pub.publish(self.settings.topics.alert_state, key, value)  # type: ignore[arg-type]
+            self._pub.publish(self.settings.topics.alert_state, key, value)
         for letter_key, letter, headers in self._letters:
             self._pub.publish(self.settings.topics.dead_letter, letter_key, letter, headers)
         if self._pub.flush(30.0) or self._pub.stats.failed > failed_before:
