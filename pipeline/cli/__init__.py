@@ -6,6 +6,7 @@ on the group in :mod:`pipeline.cli.base` when imported here.
 
 from __future__ import annotations
 
+from pipeline.cli import collect as collect  # hermeneut collect (the node agent)
 from pipeline.cli import core
 from pipeline.cli.base import cli
 
