@@ -75,6 +75,10 @@ class Device:
     remote_bus: dict[int, str] = field(default_factory=dict)
     remote_type: dict[int, int] = field(default_factory=dict)
     process_names: dict[int, str] = field(default_factory=dict)
+    #: the readings still worth asking for (recomputed when ``unsupported`` grows)
+    active: tuple[Reading, ...] | None = None
+    #: per NVLink: the cache keys of its state and error-counter readings
+    link_keys: dict[int, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     lost: bool = False
 
     @property
@@ -95,7 +99,7 @@ class CollectorStats:
     empty_samples: int = 0
 
 
-Reader = Callable[[Any, Any], dict[str, float]]
+Reader = Callable[[Any], dict[str, float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,118 +127,125 @@ def sysfs_bus_id(nvml_bus_id: Any) -> str:
     return text.lower()
 
 
-def _utilization(n: Any, h: Any) -> dict[str, float]:
-    u = n.nvmlDeviceGetUtilizationRates(h)
-    return {"utilization_gpu_percent": u.gpu, "utilization_memory_percent": u.memory}
-
-
-def _memory_v2(n: Any, h: Any) -> dict[str, float]:
-    m = n.nvmlDeviceGetMemoryInfo(h, n.nvmlMemory_v2)
-    return {"memory_used_bytes": m.used, "memory_total_bytes": m.total, "memory_reserved_bytes": m.reserved}
-
-
-def _memory_v1(n: Any, h: Any) -> dict[str, float]:
-    m = n.nvmlDeviceGetMemoryInfo(h)
-    return {"memory_used_bytes": m.used, "memory_total_bytes": m.total}
-
-
-def _clock(clock: str, name: str) -> Reader:
-    return lambda n, h: {name: n.nvmlDeviceGetClockInfo(h, getattr(n, clock))}
-
-
-def _temperature(n: Any, h: Any) -> dict[str, float]:
-    return {"temperature_gpu_celsius": n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)}
-
-
-def _pstate(n: Any, h: Any) -> dict[str, float]:
-    state = n.nvmlDeviceGetPerformanceState(h)
-    return {} if state == _PSTATE_UNKNOWN else {"performance_state": state}
-
-
-def _reasons(n: Any, h: Any) -> dict[str, float]:
-    # the "event reasons" name arrived with driver 535; older bindings only have the "throttle" one
-    fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or n.nvmlDeviceGetCurrentClocksThrottleReasons
-    return {"throttle_reasons_mask": fn(h)}
-
-
-def _ecc(error_type: str, name: str) -> Reader:
-    return lambda n, h: {name: n.nvmlDeviceGetTotalEccErrors(h, getattr(n, error_type), n.NVML_AGGREGATE_ECC)}
-
-
-def _retired(cause: str, name: str) -> Reader:
-    return lambda n, h: {name: len(n.nvmlDeviceGetRetiredPages(h, getattr(n, cause)))}
-
-
-def _row_remap(n: Any, h: Any) -> dict[str, float]:
-    corrected, uncorrected, pending, failure = n.nvmlDeviceGetRemappedRows(h)
-    return {
-        "row_remap_correctable_total": corrected,
-        "row_remap_uncorrectable_total": uncorrected,
-        "row_remap_pending": int(bool(pending)),
-        "row_remap_failure": int(bool(failure)),
-    }
-
-
-def _pcie_sampled(counter: str, name: str) -> Reader:
-    return lambda n, h: {name: n.nvmlDeviceGetPcieThroughput(h, getattr(n, counter)) * _KIB}
-
-
-def _one(function: str, name: str, scale: float = 1.0) -> Reader:
+def _pair(fn: Callable[..., Any], *args: Any, name: str, scale: float = 1.0) -> Reader:
+    """A reader of one NVML call returning one number (``fn`` and ``args`` bound once, not looked up per call)."""
     if scale == 1.0:
-        return lambda n, h: {name: getattr(n, function)(h)}
-    return lambda n, h: {name: getattr(n, function)(h) * scale}
+        return lambda h: {name: fn(h, *args)}
+    return lambda h: {name: fn(h, *args) * scale}
 
 
-#: read every round, in this order
-READINGS: Final[tuple[Reading, ...]] = (
-    Reading("utilization", _utilization),
-    Reading("memory_v2", _memory_v2),
-    Reading("memory", _memory_v1, after="memory_v2"),
-    Reading("sm_clock", _clock("NVML_CLOCK_SM", "sm_clock_mhz")),
-    Reading("graphics_clock", _clock("NVML_CLOCK_GRAPHICS", "graphics_clock_mhz")),
-    Reading("memory_clock", _clock("NVML_CLOCK_MEM", "memory_clock_mhz")),
-    Reading("temperature", _temperature),
-    Reading("power", _one("nvmlDeviceGetPowerUsage", "power_watts", 1e-3)),
-    Reading("power_limit", _one("nvmlDeviceGetEnforcedPowerLimit", "power_limit_watts", 1e-3)),
-    Reading("energy", _one("nvmlDeviceGetTotalEnergyConsumption", "energy_joules", 1e-3)),
-    Reading("fan", _one("nvmlDeviceGetFanSpeed", "fan_speed_percent")),
-    Reading("pstate", _pstate),
-    Reading("reasons", _reasons),
-    Reading("ecc_corrected", _ecc("NVML_MEMORY_ERROR_TYPE_CORRECTED", "ecc_corrected_total")),
-    Reading("ecc_uncorrected", _ecc("NVML_MEMORY_ERROR_TYPE_UNCORRECTED", "ecc_uncorrected_total")),
-    Reading(
-        "retired_sbe", _retired("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS", "retired_pages_sbe_total")
-    ),
-    Reading("retired_dbe", _retired("NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR", "retired_pages_dbe_total")),
-    Reading("retired_pending", _one("nvmlDeviceGetRetiredPagesPendingStatus", "retired_pages_pending")),
-    Reading("row_remap", _row_remap),
-    Reading("pcie_gen", _one("nvmlDeviceGetCurrPcieLinkGeneration", "pcie_link_gen")),
-    Reading("pcie_width", _one("nvmlDeviceGetCurrPcieLinkWidth", "pcie_link_width")),
-    Reading("pcie_replay", _one("nvmlDeviceGetPcieReplayCounter", "pcie_replay_total")),
-    Reading("pcie_tx_sampled", _pcie_sampled("NVML_PCIE_UTIL_TX_BYTES", "pcie_tx_bytes_per_second"), "pcie_counters"),
-    Reading("pcie_rx_sampled", _pcie_sampled("NVML_PCIE_UTIL_RX_BYTES", "pcie_rx_bytes_per_second"), "pcie_counters"),
-)
+def readings(n: Any) -> tuple[Reading, ...]:
+    """What is read every round, in order, bound to the NVML module ``n``."""
+    memory = n.nvmlDeviceGetMemoryInfo
+    version = n.nvmlMemory_v2
+    utilization = n.nvmlDeviceGetUtilizationRates
+    pstate = n.nvmlDeviceGetPerformanceState
+    remapped = n.nvmlDeviceGetRemappedRows
+    retired = n.nvmlDeviceGetRetiredPages
+    # the "event reasons" name arrived with driver 535; older bindings only have the "throttle" one
+    reasons = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or n.nvmlDeviceGetCurrentClocksThrottleReasons
+    ecc = n.nvmlDeviceGetTotalEccErrors
+    clock = n.nvmlDeviceGetClockInfo
+    sampled = n.nvmlDeviceGetPcieThroughput
+
+    def _utilization(h: Any) -> dict[str, float]:
+        u = utilization(h)
+        return {"utilization_gpu_percent": u.gpu, "utilization_memory_percent": u.memory}
+
+    def _memory_v2(h: Any) -> dict[str, float]:
+        m = memory(h, version)
+        return {"memory_used_bytes": m.used, "memory_total_bytes": m.total, "memory_reserved_bytes": m.reserved}
+
+    def _memory_v1(h: Any) -> dict[str, float]:
+        m = memory(h)
+        return {"memory_used_bytes": m.used, "memory_total_bytes": m.total}
+
+    def _pstate(h: Any) -> dict[str, float]:
+        state = pstate(h)
+        return {} if state == _PSTATE_UNKNOWN else {"performance_state": state}
+
+    def _row_remap(h: Any) -> dict[str, float]:
+        corrected, uncorrected, pending, failure = remapped(h)
+        return {
+            "row_remap_correctable_total": corrected,
+            "row_remap_uncorrectable_total": uncorrected,
+            "row_remap_pending": int(bool(pending)),
+            "row_remap_failure": int(bool(failure)),
+        }
+
+    def _retired(cause: int, name: str) -> Reader:
+        return lambda h: {name: len(retired(h, cause))}
+
+    return (
+        Reading("utilization", _utilization),
+        Reading("memory_v2", _memory_v2),
+        Reading("memory", _memory_v1, after="memory_v2"),
+        Reading("sm_clock", _pair(clock, n.NVML_CLOCK_SM, name="sm_clock_mhz")),
+        Reading("graphics_clock", _pair(clock, n.NVML_CLOCK_GRAPHICS, name="graphics_clock_mhz")),
+        Reading("memory_clock", _pair(clock, n.NVML_CLOCK_MEM, name="memory_clock_mhz")),
+        Reading(
+            "temperature", _pair(n.nvmlDeviceGetTemperature, n.NVML_TEMPERATURE_GPU, name="temperature_gpu_celsius")
+        ),
+        Reading("power", _pair(n.nvmlDeviceGetPowerUsage, name="power_watts", scale=1e-3)),
+        Reading("power_limit", _pair(n.nvmlDeviceGetEnforcedPowerLimit, name="power_limit_watts", scale=1e-3)),
+        Reading("energy", _pair(n.nvmlDeviceGetTotalEnergyConsumption, name="energy_joules", scale=1e-3)),
+        Reading("fan", _pair(n.nvmlDeviceGetFanSpeed, name="fan_speed_percent")),
+        Reading("pstate", _pstate),
+        Reading("reasons", _pair(reasons, name="throttle_reasons_mask")),
+        Reading(
+            "ecc_corrected",
+            _pair(ecc, n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_AGGREGATE_ECC, name="ecc_corrected_total"),
+        ),
+        Reading(
+            "ecc_uncorrected",
+            _pair(ecc, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_AGGREGATE_ECC, name="ecc_uncorrected_total"),
+        ),
+        Reading(
+            "retired_sbe",
+            _retired(n.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS, "retired_pages_sbe_total"),
+        ),
+        Reading("retired_dbe", _retired(n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR, "retired_pages_dbe_total")),
+        Reading("retired_pending", _pair(n.nvmlDeviceGetRetiredPagesPendingStatus, name="retired_pages_pending")),
+        Reading("row_remap", _row_remap),
+        Reading("pcie_gen", _pair(n.nvmlDeviceGetCurrPcieLinkGeneration, name="pcie_link_gen")),
+        Reading("pcie_width", _pair(n.nvmlDeviceGetCurrPcieLinkWidth, name="pcie_link_width")),
+        Reading("pcie_replay", _pair(n.nvmlDeviceGetPcieReplayCounter, name="pcie_replay_total")),
+        Reading(
+            "pcie_tx_sampled",
+            _pair(sampled, n.NVML_PCIE_UTIL_TX_BYTES, name="pcie_tx_bytes_per_second", scale=_KIB),
+            after="pcie_counters",
+        ),
+        Reading(
+            "pcie_rx_sampled",
+            _pair(sampled, n.NVML_PCIE_UTIL_RX_BYTES, name="pcie_rx_bytes_per_second", scale=_KIB),
+            after="pcie_counters",
+        ),
+    )
 
 
-def _threshold(threshold: str, name: str) -> Reader:
-    return lambda n, h: {name: n.nvmlDeviceGetTemperatureThreshold(h, getattr(n, threshold))}
+def limit_readings(n: Any) -> tuple[Reading, ...]:
+    """The device's limits, read when the collector opens."""
+    max_clock, threshold = n.nvmlDeviceGetMaxClockInfo, n.nvmlDeviceGetTemperatureThreshold
+    return (
+        Reading("sm_clock_max", _pair(max_clock, n.NVML_CLOCK_SM, name="sm_clock_max_mhz")),
+        Reading("graphics_clock_max", _pair(max_clock, n.NVML_CLOCK_GRAPHICS, name="graphics_clock_max_mhz")),
+        Reading("memory_clock_max", _pair(max_clock, n.NVML_CLOCK_MEM, name="memory_clock_max_mhz")),
+        Reading(
+            "temp_shutdown",
+            _pair(threshold, n.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, name="temperature_shutdown_celsius"),
+        ),
+        Reading(
+            "temp_slowdown",
+            _pair(threshold, n.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, name="temperature_slowdown_celsius"),
+        ),
+        Reading(
+            "power_default_limit",
+            _pair(n.nvmlDeviceGetPowerManagementDefaultLimit, name="power_default_limit_watts", scale=1e-3),
+        ),
+        Reading("pcie_gen_max", _pair(n.nvmlDeviceGetMaxPcieLinkGeneration, name="pcie_link_gen_max")),
+        Reading("pcie_width_max", _pair(n.nvmlDeviceGetMaxPcieLinkWidth, name="pcie_link_width_max")),
+    )
 
-
-def _max_clock(clock: str, name: str) -> Reader:
-    return lambda n, h: {name: n.nvmlDeviceGetMaxClockInfo(h, getattr(n, clock))}
-
-
-#: the device's limits, read when the collector opens
-LIMIT_READINGS: Final[tuple[Reading, ...]] = (
-    Reading("sm_clock_max", _max_clock("NVML_CLOCK_SM", "sm_clock_max_mhz")),
-    Reading("graphics_clock_max", _max_clock("NVML_CLOCK_GRAPHICS", "graphics_clock_max_mhz")),
-    Reading("memory_clock_max", _max_clock("NVML_CLOCK_MEM", "memory_clock_max_mhz")),
-    Reading("temp_shutdown", _threshold("NVML_TEMPERATURE_THRESHOLD_SHUTDOWN", "temperature_shutdown_celsius")),
-    Reading("temp_slowdown", _threshold("NVML_TEMPERATURE_THRESHOLD_SLOWDOWN", "temperature_slowdown_celsius")),
-    Reading("power_default_limit", _one("nvmlDeviceGetPowerManagementDefaultLimit", "power_default_limit_watts", 1e-3)),
-    Reading("pcie_gen_max", _one("nvmlDeviceGetMaxPcieLinkGeneration", "pcie_link_gen_max")),
-    Reading("pcie_width_max", _one("nvmlDeviceGetMaxPcieLinkWidth", "pcie_link_width_max")),
-)
 
 #: what a vGPU guest reports as 0 instead of NOT_SUPPORTED
 _VGPU_BLIND: Final = frozenset(
@@ -267,6 +278,23 @@ class NvmlCollector:
         self._pcie_fallback = pcie_throughput_fallback
         self._processes = processes
         self._devices: list[Device] = []
+        self._readings = readings(nvml)
+        self._limit_readings = limit_readings(nvml)
+        self._nvlink_state = nvml.nvmlDeviceGetNvLinkState
+        self._nvlink_errors = nvml.nvmlDeviceGetNvLinkErrorCounter
+        self._nvlink_counters = tuple(getattr(nvml, constant) for _, constant in _NVLINK_COUNTERS)
+        self._enabled = nvml.NVML_FEATURE_ENABLED
+        self._success = nvml.NVML_SUCCESS
+        self._get_fields = nvml.nvmlDeviceGetFieldValues
+        #: which member of the nvmlValue_t union holds a field value of each type
+        self._value_member = {
+            nvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+            nvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+            nvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal",
+            nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+            nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal",
+            nvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+        }
         self._rates = CounterRates()
         self.stats = CollectorStats()
         n = nvml
@@ -336,6 +364,7 @@ class NvmlCollector:
         if mode == n.NVML_GPU_VIRTUALIZATION_MODE_VGPU:
             device.virtual = True
             device.unsupported |= _VGPU_BLIND
+            device.active = None
         device.fields = [(self._field_ids[k], 0) for k in ("memory_temp", "pcie_tx", "pcie_rx")]
         device.limits = self._read_limits(device)
         self._open_links(device)
@@ -395,24 +424,35 @@ class NvmlCollector:
         if code in self._lost_codes:
             raise GpuLost(f"{what}: {exc}") from exc
         if code in self._permanent:
-            device.unsupported.add(key)
+            self._unsupported(device, key)
             self.stats.unsupported += 1
             return None
         self.stats.nvml_errors += 1
         return _FAILED
 
+    @staticmethod
+    def _unsupported(device: Device, key: str) -> None:
+        device.unsupported.add(key)
+        device.active = None
+
+    def _wanted(self, device: Device, reading: Reading) -> bool:
+        if reading.key in device.unsupported:
+            return False
+        if reading.after is None:
+            return True
+        return reading.after in device.unsupported and (reading.after != "pcie_counters" or self._pcie_fallback)
+
     def _read(self, device: Device, reading: Reading, out: dict[str, float]) -> None:
-        if reading.key in device.unsupported or (reading.after and reading.after not in device.unsupported):
-            return
         try:
-            out.update(reading.read(self._nvml, device.handle))
+            out.update(reading.read(device.handle))
         except self._nvml.NVMLError as exc:
             self._failed(device, reading.key, exc, reading.key)
 
     def _read_limits(self, device: Device) -> dict[str, float]:
         limits: dict[str, float] = {}
-        for reading in LIMIT_READINGS:
-            self._read(device, reading, limits)
+        for reading in self._limit_readings:
+            if self._wanted(device, reading):
+                self._read(device, reading, limits)
         # a limit of 0 is "not reported" (a vGPU guest's max clocks), not a limit
         limits = {k: float(v) for k, v in limits.items() if v > 0}
         if "temperature_slowdown_celsius" not in limits or "temperature_shutdown_celsius" not in limits:
@@ -449,6 +489,7 @@ class NvmlCollector:
                     break  # no NVLink at all, or past the last link
                 continue
             links.append(link)
+            device.link_keys[link] = (f"nvlink{link}.state", tuple(f"nvlink{link}.{c}" for c, _ in _NVLINK_COUNTERS))
             remote = self._plain(
                 device, f"nvlink{link}.remote", n.nvmlDeviceGetNvLinkRemotePciInfo, device.handle, link
             )
@@ -463,19 +504,7 @@ class NvmlCollector:
             device.fields += [(self._field_ids[k], link) for link in links for k in ("nvlink_tx", "nvlink_rx")]
 
     def _field_value(self, fv: Any) -> float:
-        n, t = self._nvml, fv.valueType
-        v = fv.value
-        if t == n.NVML_VALUE_TYPE_DOUBLE:
-            return float(v.dVal)
-        if t == n.NVML_VALUE_TYPE_UNSIGNED_INT:
-            return float(v.uiVal)
-        if t == n.NVML_VALUE_TYPE_UNSIGNED_LONG:
-            return float(v.ulVal)
-        if t == n.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-            return float(v.sllVal)
-        if t == n.NVML_VALUE_TYPE_SIGNED_INT:
-            return float(v.siVal)
-        return float(v.ullVal)
+        return float(getattr(fv.value, self._value_member.get(fv.valueType, "ullVal")))
 
     # --- one round ---------------------------------------------------------------------------------------
     def collect(self, ts_ns: int) -> tuple[list[GpuSample], list[GpuEvent]]:
@@ -514,10 +543,17 @@ class NvmlCollector:
         metrics: dict[str, float] = dict(device.limits)
         # field values first: whether the PCIe byte counters work decides whether the sampled fallback runs
         link_rates = self._field_values(device, ts_ns, metrics)
-        for reading in READINGS:
-            if reading.after == "pcie_counters" and not self._pcie_fallback:
-                continue
-            self._read(device, reading, metrics)
+        done: set[str] = set()
+        while True:
+            if device.active is None:  # first round, or a reading just turned out unsupported: its fallback runs
+                device.active = tuple(r for r in self._readings if self._wanted(device, r))
+            active = device.active
+            for reading in active:
+                if reading.key not in done:
+                    done.add(reading.key)
+                    self._read(device, reading, metrics)
+            if device.active is active:
+                break
         links = self._links(device, link_rates, metrics) if device.links else None
         processes = self._read_processes(device) if self._processes else None
         if processes is not None:
@@ -528,20 +564,19 @@ class NvmlCollector:
 
     def _field_values(self, device: Device, ts_ns: int, metrics: dict[str, float]) -> dict[tuple[int, int], float]:
         """The batched field-value reading: memory temperature, PCIe and NVLink byte counters (as rates)."""
-        n = self._nvml
         if not device.fields:
             return {}
-        values = self._plain(device, "field_values", n.nvmlDeviceGetFieldValues, device.handle, device.fields)
+        values = self._plain(device, "field_values", self._get_fields, device.handle, device.fields)
         if values is None:
             device.fields = []
-            device.unsupported.add("pcie_counters")
+            self._unsupported(device, "pcie_counters")
             return {}
         if values is _FAILED:
             return {}
         found: dict[tuple[int, int], float] = {}
         keep = []
         for key, fv in zip(device.fields, values, strict=True):
-            if fv.nvmlReturn == n.NVML_SUCCESS:
+            if fv.nvmlReturn == self._success:
                 found[key] = self._field_value(fv)
                 keep.append(key)
             elif fv.nvmlReturn in self._lost_codes:
@@ -555,8 +590,9 @@ class NvmlCollector:
         ids = self._field_ids
         if (ids["memory_temp"], 0) in found:
             metrics["temperature_memory_celsius"] = found[(ids["memory_temp"], 0)]
-        if (ids["pcie_tx"], 0) not in keep and (ids["pcie_rx"], 0) not in keep:
-            device.unsupported.add("pcie_counters")
+        no_counters = (ids["pcie_tx"], 0) not in keep and (ids["pcie_rx"], 0) not in keep
+        if no_counters and "pcie_counters" not in device.unsupported:
+            self._unsupported(device, "pcie_counters")
         for counter, name in (("pcie_tx", "pcie_tx_bytes_per_second"), ("pcie_rx", "pcie_rx_bytes_per_second")):
             if (ids[counter], 0) in found:
                 rate = self._rates.rate((device.uuid, counter), found[(ids[counter], 0)], ts_ns)
@@ -575,33 +611,29 @@ class NvmlCollector:
     def _links(
         self, device: Device, rates: dict[tuple[int, int], float], metrics: dict[str, float]
     ) -> tuple[NvLinkSample, ...]:
-        n, ids = self._nvml, self._field_ids
+        tx_id, rx_id = self._field_ids["nvlink_tx"], self._field_ids["nvlink_rx"]
+        handle, plain = device.handle, self._plain
         out = []
         for link in device.links:
-            state = self._plain(device, f"nvlink{link}.state", n.nvmlDeviceGetNvLinkState, device.handle, link)
-            counters: dict[str, int | None] = {}
-            for name, constant in _NVLINK_COUNTERS:
-                value = self._plain(
-                    device,
-                    f"nvlink{link}.{name}",
-                    n.nvmlDeviceGetNvLinkErrorCounter,
-                    device.handle,
-                    link,
-                    getattr(n, constant),
+            state_key, counter_keys = device.link_keys[link]
+            state = plain(device, state_key, self._nvlink_state, handle, link)
+            crc_flit, crc_data, replay, recovery = (
+                value if isinstance(value, int) else None
+                for value in (
+                    plain(device, key, self._nvlink_errors, handle, link, counter)
+                    for key, counter in zip(counter_keys, self._nvlink_counters, strict=True)
                 )
-                counters[name] = value if isinstance(value, int) else None
-            crc = None
-            if counters["crc_flit"] is not None or counters["crc_data"] is not None:
-                crc = (counters["crc_flit"] or 0) + (counters["crc_data"] or 0)
+            )
+            crc = None if crc_flit is None and crc_data is None else (crc_flit or 0) + (crc_data or 0)
             out.append(
                 NvLinkSample(
                     link,
-                    state == n.NVML_FEATURE_ENABLED,
-                    rates.get((ids["nvlink_tx"], link)),
-                    rates.get((ids["nvlink_rx"], link)),
+                    state == self._enabled,
+                    rates.get((tx_id, link)),
+                    rates.get((rx_id, link)),
                     crc,
-                    counters["replay"],
-                    counters["recovery"],
+                    replay,
+                    recovery,
                     device.remote_bus.get(link),
                 )
             )

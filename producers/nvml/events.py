@@ -86,6 +86,7 @@ class EventWatcher:
         self._max = max_per_round
         self._set: Any = None
         self._devices: dict[Hashable, Device] = {}
+        self._last_error: int | None = None
         self.stats = EventStats()
 
     def open(self, devices: Sequence[Device]) -> None:
@@ -115,8 +116,9 @@ class EventWatcher:
             try:
                 record = n.nvmlEventSetWait_v2(self._set, 0)
             except n.NVMLError as exc:
-                if exc.value != n.NVML_ERROR_TIMEOUT:
-                    log.warning("NVML event wait: %s", exc)
+                if exc.value not in (n.NVML_ERROR_TIMEOUT, self._last_error):
+                    log.warning("NVML event wait: %s", exc)  # once per kind of failure, not every round
+                self._last_error = exc.value
                 break
             device = self._devices.get(handle_key(record.device))
             if device is None:

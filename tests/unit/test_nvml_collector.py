@@ -14,7 +14,7 @@ from pipeline.config import ValidationSettings
 from pipeline.events import METRIC_INDEX, EventKind, SampleBatch
 from processors.normalize import RawMessage, process_raw
 from producers.nvml import NvmlCollector, decode_throttle_reasons
-from producers.nvml.collector import READINGS, sysfs_bus_id
+from producers.nvml.collector import readings, sysfs_bus_id
 from producers.nvml.reasons import THROTTLE_REASONS
 from tests.fakes.nvml import CAPTURES, FakeGpu, FakeLink, FakeMig, FakeNvml, FakeProcess, capture_names, load_capture
 
@@ -332,4 +332,4 @@ def test_every_reading_maps_to_a_schema_field() -> None:
     assert produced <= set(METRIC_INDEX)
     assert samples[0].metrics["energy_joules"] == pytest.approx(123.456)
     assert samples[0].metrics["temperature_memory_celsius"] == 71
-    assert len({r.key for r in READINGS}) == len(READINGS)
+    assert len({r.key for r in readings(pynvml)}) == len(readings(pynvml))
