@@ -249,8 +249,15 @@ def limit_readings(n: Any) -> tuple[Reading, ...]:
 
 #: what a vGPU guest reports as 0 instead of NOT_SUPPORTED
 _VGPU_BLIND: Final = frozenset(
-    {"temperature", "sm_clock", "graphics_clock", "memory_clock", "sm_clock_max", "graphics_clock_max"}
-    | {"memory_clock_max"}
+    {
+        "temperature",
+        "sm_clock",
+        "graphics_clock",
+        "memory_clock",
+        "sm_clock_max",
+        "graphics_clock_max",
+        "memory_clock_max",
+    }
 )
 _NVLINK_COUNTERS: Final = (
     ("crc_flit", "NVML_NVLINK_ERROR_DL_CRC_FLIT"),
@@ -336,7 +343,7 @@ class NvmlCollector:
                 log.error("GPU %d cannot be opened (%s): skipped", index, exc)
                 continue
             self._devices.append(device)
-            self._devices.extend(self._mig_devices(device))
+            self._devices.extend(self._safe_mig_devices(device))
         migs = sum(d.is_mig for d in self._devices)
         log.info("NVML: %d GPUs, %d MIG devices", len(self._devices) - migs, migs)
 
@@ -397,6 +404,13 @@ class NvmlCollector:
             out.append(mig)
         return out
 
+    def _safe_mig_devices(self, parent: Device) -> list[Device]:
+        try:
+            return self._mig_devices(parent)
+        except (self._nvml.NVMLError, GpuLost) as exc:
+            log.error("GPU %d: MIG devices cannot be listed (%s); the GPU itself is still read", parent.index, exc)
+            return []
+
     def refresh_mig(self) -> bool:
         """Re-read the MIG layout (after a MIG_CONFIG event); returns True when it changed."""
         before = {d.uuid for d in self._devices if d.is_mig}
@@ -405,7 +419,7 @@ class NvmlCollector:
         for device in physical:
             devices.append(device)
             if not device.lost:
-                devices.extend(self._mig_devices(device))
+                devices.extend(self._safe_mig_devices(device))
         self._devices = devices
         return before != {d.uuid for d in devices if d.is_mig}
 

@@ -44,16 +44,17 @@ class NvmlSource:
         self.events.open(self.collector.devices)
 
     def collect(self, ts_ns: int) -> list[SampleBatch]:
+        nvml_events = self.events.drain(ts_ns)
+        if any(e.kind is EventKind.MIG_CONFIG for e in nvml_events):
+            self.collector.refresh_mig()  # before reading: the old MIG handles are gone
         samples, lost = self.collector.collect(ts_ns)
         events: list[GpuEvent] = []
-        for event in [*lost, *self.events.drain(ts_ns)]:
+        for event in [*nvml_events, *lost]:
             if event.kind is EventKind.GPU_LOST:
                 if event.gpu_uuid in self._lost:
                     continue  # NVML's unavailable event and our GPU_IS_LOST say the same thing once
                 self._lost.add(event.gpu_uuid)
             events.append(event)
-        if any(e.kind is EventKind.MIG_CONFIG for e in events):
-            self.collector.refresh_mig()
         nics = self.ib.read(self.cluster, self.node, ts_ns) if self.ib else ()
         return [SampleBatch(self.cluster, self.node, tuple(samples), tuple(events), nics)]
 

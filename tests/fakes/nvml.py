@@ -350,7 +350,12 @@ class FakeNvml:
         return value
 
     def _mig(self, handle: Handle) -> FakeMig | None:
-        return None if handle.mig is None else self.gpus[handle.gpu].migs[handle.mig]
+        if handle.mig is None:
+            return None
+        migs = self.gpus[handle.gpu].migs
+        if handle.mig >= len(migs):  # a MIG device destroyed since the handle was taken
+            raise self._error(pynvml.NVML_ERROR_NOT_FOUND)
+        return migs[handle.mig]
 
     # --- library ---
     def nvmlInit(self) -> None:

@@ -7,7 +7,7 @@ import pynvml
 from pipeline.events import EventKind
 from producers.nvml import NvmlCollector, NvmlSource
 from producers.nvml.events import EVENT_KINDS, EventWatcher
-from tests.fakes.nvml import FakeNvml, load_capture
+from tests.fakes.nvml import FakeGpu, FakeMig, FakeNvml, load_capture
 
 T0 = 1_700_000_000_000_000_000
 
@@ -89,3 +89,25 @@ def test_the_source_reports_a_lost_gpu_once_even_when_nvml_also_says_so() -> Non
     assert [s.gpu_index for s in batch.samples] == [1]
     (batch,) = source.collect(T0 + 10**9)
     assert batch.events == () and [s.gpu_index for s in batch.samples] == [1]
+
+
+def test_a_mig_reconfiguration_event_makes_the_source_reread_the_layout() -> None:
+    base = load_capture("a10g.xml")[0]
+    parent = FakeGpu(
+        "NVIDIA A100-SXM4-40GB",
+        "GPU-0c1f3a2e-aaaa-bbbb-cccc-000000000001",
+        "00000000:07:00.0",
+        base.values | {"mig.current": 1},
+        migs=[FakeMig(f"MIG-{i}", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 7 + i, 0, 4864 * 2**20, 0) for i in range(3)],
+    )  # synthetic: no capture has MIG
+    fake = FakeNvml([parent])
+    source = NvmlSource(fake, "dc1", "n1", infiniband=False)
+    source.open()
+    (batch,) = source.collect(T0)
+    assert len(batch.samples) == 4
+    parent.migs = parent.migs[:1]  # an operator destroyed two instances
+    fake.inject_event(0, pynvml.nvmlEventMigConfigChange)
+    (batch,) = source.collect(T0 + 10**9)
+    assert [e.kind for e in batch.events] == [EventKind.MIG_CONFIG]
+    assert sorted(s.gpu_uuid for s in batch.samples) == [parent.uuid, "MIG-0"]
+    assert [g.uuid for g in source.topology(T0).gpus] == [parent.uuid, "MIG-0"]
