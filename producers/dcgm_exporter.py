@@ -37,6 +37,7 @@ from typing import Final
 from pipeline import catalogue
 from pipeline.errors import DecodeError
 from pipeline.events import EventKind, GpuEvent, GpuSample, NodeTopology, SampleBatch, TopologyGpu
+from producers.nvml.collector import sysfs_bus_id
 from producers.source import BadSourceData, SourceUnavailable
 
 log = logging.getLogger(__name__)
@@ -213,7 +214,6 @@ class _Gpu:
     uuid: str
     index: int
     model: str
-    pci_bus_id: str
     parent_uuid: str | None
     metrics: dict[str, float] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
@@ -221,17 +221,16 @@ class _Gpu:
     xid: float | None = None
 
 
-def _identity(labels: dict[str, str], default_node: str) -> tuple[str, str, int, str, str, str | None] | None:
+def _identity(labels: dict[str, str], default_node: str) -> tuple[str, str, int, str, str | None] | None:
     uuid, index = labels.get("UUID"), labels.get("gpu")
     if not uuid or index is None or not index.isdigit():
         return None
     model = labels.get("modelName", "")
     node = labels.get("Hostname") or default_node
-    bus = labels.get("pci_bus_id", "").lower()
     profile, instance = labels.get("GPU_I_PROFILE"), labels.get("GPU_I_ID")
     if profile and instance:
-        return node, f"MIG-{uuid}/{instance}", int(index), f"{model} MIG {profile}".strip(), bus, uuid
-    return node, uuid, int(index), model, bus, None
+        return node, f"MIG-{uuid}/{instance}", int(index), f"{model} MIG {profile}".strip(), uuid
+    return node, uuid, int(index), model, None
 
 
 def _fill_from_catalogue(gpu: _Gpu) -> None:
@@ -348,15 +347,17 @@ class DcgmExporterSource:
         except DecodeError as exc:
             raise BadSourceData(exc.reason, exc.detail, body, self.url) from exc
         batches = to_batches(samples, self.cluster, self.node, ts_ns, self._last_xid, self.scrape_stats)
-        self._gpus = {b.node: self._topology_gpus(b) for b in batches}
+        buses = {s.labels["UUID"]: s.labels.get("pci_bus_id", "") for s in samples if "UUID" in s.labels}
+        self._gpus = {b.node: self._topology_gpus(b, buses) for b in batches}
         return batches
 
     @staticmethod
-    def _topology_gpus(batch: SampleBatch) -> tuple[TopologyGpu, ...]:
+    def _topology_gpus(batch: SampleBatch, buses: dict[str, str]) -> tuple[TopologyGpu, ...]:
         out = []
         for s in batch.samples:
             parent = s.gpu_uuid.split("/", 1)[0].removeprefix("MIG-") if s.gpu_uuid.startswith("MIG-") else None
-            out.append(TopologyGpu(s.gpu_uuid, s.gpu_index, s.gpu_model, "", parent_uuid=parent))
+            bus = sysfs_bus_id(buses.get(parent or s.gpu_uuid, ""))
+            out.append(TopologyGpu(s.gpu_uuid, s.gpu_index, s.gpu_model, bus, parent_uuid=parent))
         return tuple(out)
 
     def topology(self, ts_ns: int) -> NodeTopology | None:

@@ -147,7 +147,11 @@ def test_the_source_scrapes_maps_and_dead_letters_bad_text() -> None:
     assert len(batch.samples) == 3
     topology = source.topology(T0)
     assert topology is not None and topology.node == "ub20-a100-k8s"
-    assert {(g.uuid, g.parent_uuid) for g in topology.gpus} == {(GPU0, None), (GPU1, None), (MIG, GPU0)}
+    assert {(g.uuid, g.parent_uuid, g.pci_bus_id) for g in topology.gpus} == {
+        (GPU0, None, "0000:07:00.0"),
+        (GPU1, None, "0000:0f:00.0"),
+        (MIG, GPU0, "0000:07:00.0"),
+    }
     with pytest.raises(BadSourceData) as err:
         source.collect(T0 + 10**9)
     assert err.value.payload == b"DCGM_FI_DEV_GPU_TEMP{gpu=0} 1\n" and err.value.origin.startswith("http://")
