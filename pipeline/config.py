@@ -243,6 +243,35 @@ class ContextSettings(_Section):
     command_timeout_s: float = Field(default=10.0, gt=0, le=300)
 
 
+class CollectorSettings(_Section):
+    """The node agent (``hermeneut collect``): which source, and how it buffers. Its interval is
+    ``sample_interval_s``."""
+
+    source: Literal["nvml", "dcgm-exporter"] = "nvml"
+    #: the node name samples carry; unset: this host's name
+    node: str | None = Field(default=None, min_length=1, max_length=253)
+    dcgm_exporter_url: str = "http://127.0.0.1:9400/metrics"
+    scrape_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    #: where sysfs is (InfiniBand ports, PCI paths, NUMA); a folder for tests and containers
+    sysfs_root: Path = Path("/sys")
+    #: NVML's sampled PCIe throughput (2 x 20 ms per GPU) where the PCIe byte counters are not supported
+    pcie_throughput_fallback: bool = True
+    topology_interval_s: float = Field(default=60.0, ge=1, le=86_400)
+    #: the producer's buffer while Kafka is away; when full, the agent stops sampling until there is room
+    buffer_mib: int = Field(default=256, ge=1, le=16_384)
+    #: how long a message may wait for Kafka before it counts as failed; 0 = never give up
+    delivery_timeout_s: float = Field(default=0.0, ge=0, le=7 * 24 * 3600)
+    #: after SIGTERM, how long the agent keeps flushing to an unreachable Kafka before it exits
+    shutdown_grace_s: float = Field(default=30.0, ge=0, le=3600)
+
+    @field_validator("dcgm_exporter_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        return value
+
+
 class Settings(BaseSettings):
     """Everything a hermeneut process needs to know before it connects to anything."""
 
@@ -259,6 +288,7 @@ class Settings(BaseSettings):
     services: ServiceSettings = ServiceSettings()
     alerts: AlertSettings = AlertSettings()
     context: ContextSettings = ContextSettings()
+    collector: CollectorSettings = CollectorSettings()
 
     @classmethod
     def settings_customise_sources(

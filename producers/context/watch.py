@@ -31,7 +31,7 @@ from producers.context.merge import diff, merge_observations
 log = logging.getLogger(__name__)
 
 #: (key, value or None for a tombstone)
-Sink = Callable[[bytes, bytes | None], None]
+Sink = Callable[[bytes, bytes | None], object]
 
 
 @dataclass
