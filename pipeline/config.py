@@ -178,6 +178,49 @@ class ServiceSettings(_Section):
     state_dir: Path = Field(default_factory=_default_state_dir)
 
 
+#: Default inhibition rules (``;``-separated, see sinks/alerting/model.py ``parse_inhibit_rule``): a node that
+#: stopped reporting mutes its other alerts; a GPU that fell off the bus mutes that GPU's other alerts.
+DEFAULT_INHIBIT_RULES = (
+    'detector="node-silent" -> detector!="node-silent" on cluster,node; '
+    'detector="fallen-off-bus" -> detector!="fallen-off-bus" on cluster,node,gpu'
+)
+
+
+class AlertSettings(_Section):
+    """Alert lifecycle, grouping and delivery defaults (a subscription may override the grouping timers)."""
+
+    #: how long a condition must hold before its alert fires (hysteresis on top of the detectors' own)
+    for_s: float = Field(default=0.0, ge=0, le=86_400)
+    #: how long a cleared alert keeps firing, so a short clear does not resolve and re-fire
+    keep_firing_s: float = Field(default=0.0, ge=0, le=86_400)
+    #: a firing alert whose finding is not repeated for this long resolves (findings repeat every 60 s)
+    stale_after_s: float = Field(default=180.0, gt=0, le=86_400)
+    #: resolved alerts are forgotten (and their state tombstoned) after this long
+    forget_after_s: float = Field(default=86_400.0, gt=0)
+    #: flap damping: this many firing/resolved changes within ``flap_window_s`` make an alert "flapping";
+    #: its notifications are held until it has been stable for ``flap_quiet_s``, then one summary goes out
+    flap_threshold: int = Field(default=4, ge=2, le=1000)
+    flap_window_s: float = Field(default=600.0, gt=0)
+    flap_quiet_s: float = Field(default=300.0, gt=0)
+    group_by: str = "cluster,node,detector"
+    group_wait_s: float = Field(default=30.0, ge=0, le=86_400)
+    group_interval_s: float = Field(default=300.0, ge=0, le=86_400)
+    repeat_interval_s: float = Field(default=4 * 3600.0, gt=0, le=30 * 86_400)
+    #: delivery retries: exponential backoff with jitter from ``retry_initial_s`` up to ``retry_max_s``,
+    #: given up (outcome "failed") once a notification is ``retry_max_age_s`` old
+    retry_initial_s: float = Field(default=1.0, gt=0, le=3600)
+    retry_max_s: float = Field(default=60.0, gt=0, le=3600)
+    retry_max_age_s: float = Field(default=3600.0, gt=0, le=7 * 86_400)
+    http_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    #: how often the manager evaluates timers (group wait, staleness, flapping)
+    tick_s: float = Field(default=0.5, gt=0, le=60)
+    #: where links in notifications point (the hermeneut web app)
+    external_url: str = "http://127.0.0.1:8080"
+    inhibit_rules: str = DEFAULT_INHIBIT_RULES
+    #: sender address of e-mail notifications
+    email_from: str = "hermeneut@localhost"
+
+
 class ContextSettings(_Section):
     """Workload-context sources of ``hermeneut context watch`` (one watch per node)."""
 
@@ -243,6 +286,7 @@ class Settings(BaseSettings):
     topics: TopicSettings = TopicSettings()
     validation: ValidationSettings = ValidationSettings()
     services: ServiceSettings = ServiceSettings()
+    alerts: AlertSettings = AlertSettings()
     context: ContextSettings = ContextSettings()
     collector: CollectorSettings = CollectorSettings()
 

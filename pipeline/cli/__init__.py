@@ -1,16 +1,16 @@
 """The ``hermeneut`` command: the face that wires the stages together.
 
 Commands live in one module per area (``core``: services, topics, stages, trend, run; ``collect``: the node
-agent; ``context``: workload context per GPU; ...); each registers itself on the group in
+agent; ``context``: workload context per GPU; ``alerts``: alerting; ...); each registers itself on the group in
 :mod:`pipeline.cli.base` when imported here.
 """
 
 from __future__ import annotations
 
-from pipeline.cli import collect, context, core
+from pipeline.cli import alerts, collect, context, core
 from pipeline.cli.base import cli
 
-__all__ = ["cli", "collect", "context", "core", "main"]
+__all__ = ["alerts", "cli", "collect", "context", "core", "main"]
 
 
 def main() -> None:
