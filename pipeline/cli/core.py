@@ -95,12 +95,12 @@ def simulate_cmd(
     from producers.simulator import FaultPlan, Fleet
     from producers.simulator.run import run_simulation
 
-    settings = resolved(ctx, influxdb=False)
     try:
         plan = FaultPlan(rate_scale=fault_rate_scale, mix=fault_mix) if faults else None
-        fleet = Fleet(nodes, gpus, cluster=settings.cluster, seed=seed, faults=plan, extras=extras, mix=mix)
+        fleet = Fleet(nodes, gpus, cluster=settings_of(ctx).cluster, seed=seed, faults=plan, extras=extras, mix=mix)
     except ValueError as exc:
         fail(str(exc), 2)
+    settings = resolved(ctx, influxdb=False)
     with errors():
         ensure_topics(settings.kafka.client_config(), topic_specs(settings), settings.kafka.request_timeout_s)
     publisher = Publisher(settings.kafka.client_config())

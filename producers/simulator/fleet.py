@@ -95,6 +95,11 @@ _INTERACTIVE = np.array([a in PROFILES and PROFILES[a].dynamics == "interactive"
 #: requests per second at full load (bursty) and of an interactive session, and how long one runs on average
 _REQUEST_RATE, _SESSION_RATE, _REQUEST_S = 0.35, 0.01, 4.0
 _XORG = "/usr/lib/xorg/Xorg"
+_NIC_FIELDS = (
+    "rx_bytes_per_second", "tx_bytes_per_second", "rx_packets_per_second", "tx_packets_per_second",
+    "symbol_errors_total", "link_downed_total", "link_error_recovery_total", "rcv_errors_total",
+    "xmit_discards_total", "port_state_active", "rate_gbps",
+)  # fmt: skip
 
 
 def _col(name: str) -> int:
@@ -177,6 +182,13 @@ class Fleet:
         self._t0_ns: int | None = None
         self._last_ns: int | None = None
         self._layouts = self._field_layouts()
+        self._gpu_node = [node for node in self.nodes for _ in range(gpus_per_node)]
+        self._model_name = [m.name for m in self.model]
+        self._link_state: np.ndarray | None = None
+        self._link_cache: list[tuple[NvLinkSample, ...] | None] = [None] * n
+        self._proc_key: np.ndarray | None = None
+        self._proc_cache: list[tuple[GpuProcess, ...]] = [()] * n
+        self._nic_tables()
 
     # --- construction -----------------------------------------------------------------------------------
     def _static(self, rng: np.random.Generator) -> None:
@@ -218,8 +230,8 @@ class Fleet:
         # persistent offsets: power efficiency, cooling, inlet air by node and chassis position, boost clock
         self._efficiency = np.clip(rng.normal(1.0, 0.03, n), 0.92, 1.08)
         self._r_thermal = col([m.thermal_rise_c for m in models]) / self._default_w * rng.normal(1.0, 0.06, n)
-        ambient = np.repeat(rng.normal(24.0, 1.5, len(self.kinds)), gpn)
-        position = (np.arange(n) % gpn) / max(gpn - 1, 1) * 5.0  # GPUs further down the airflow run warmer
+        ambient = np.repeat(rng.normal(21.0, 1.5, len(self.kinds)), gpn)
+        position = (np.arange(n) % gpn) / max(gpn - 1, 1) * 4.0  # GPUs further down the airflow run warmer
         self._inlet = ambient + position + rng.normal(0, 1.0, n)
         self._boost = np.clip(rng.normal(1.0, 0.01, n), 0.97, 1.0)
         # operators cap some nodes' GPUs for good (a state, set before the fleet's first round)
@@ -229,7 +241,33 @@ class Fleet:
         )
         self._operator_limit = self._base_limit.copy()
         self._node_of = np.arange(n) // gpn
-        self._nic_rate = col([k.nic_rate_gbps * 1e9 / 8 for k in self.kinds])
+
+    def _nic_tables(self) -> None:
+        """Every NIC port of the fleet as flat arrays: its node, name, rate and the GPUs on its rail."""
+        gpn = self.gpus_per_node
+        node: list[int] = []
+        name: list[str] = []
+        rate: list[float] = []
+        gpus: list[int] = []
+        starts: list[int] = []
+        span: list[int] = []
+        for i, kind in enumerate(self.kinds):
+            names = kind_nic_names(kind)
+            for k, nic in enumerate(names):
+                rail = [i * gpn + g for g in range(gpn) if g * len(names) // gpn == k] or [i * gpn]
+                node.append(i)
+                name.append(nic)
+                rate.append(kind.nic_rate_gbps)
+                starts.append(len(gpus))
+                span.append(len(rail))
+                gpus += rail
+        self._nic_node, self._nic_name = node, name
+        self._nic_gpus = np.array(gpus, dtype=np.int64)
+        self._nic_starts = np.array(starts, dtype=np.int64)
+        self._nic_span = np.array(span, dtype=np.float64)
+        self._nic_bytes = np.array(rate) * 1e9 / 8
+        # error counters stay at zero on healthy ports; state ACTIVE; the port's rate
+        self._nic_static = np.column_stack([np.zeros((len(node), 5)), np.ones(len(node)), np.array(rate)])
 
     def _view(self) -> GpuView:
         lanes = _LANE_BYTES[self._gen_max.astype(int)] * self._width_max
@@ -381,6 +419,10 @@ class Fleet:
         load = np.clip(load + 0.12 * self._z, 0.02, 1.0)
         serving = app == _SERVING
         lv = np.where(serving[:, None], low + (lv - low) * load[:, None], lv)
+        # continuous batching launches kernels whenever any request is in flight: utilisation saturates at
+        # modest load while SM activity and power keep scaling with the batch
+        busy_u = low[:, L_UTIL] + (self._levels[app, 0, L_UTIL] - low[:, L_UTIL]) * (1 - np.exp(-4 * load))
+        lv[:, L_UTIL] = np.where(serving, busy_u, lv[:, L_UTIL])
         if dt > 0:
             rate = np.where(_INTERACTIVE[app], _SESSION_RATE, _REQUEST_RATE * load)
             start = rng.random(n) < rate * dt
@@ -389,9 +431,17 @@ class Fleet:
         bursty = _BURSTY[app] & has_job
         on_row = self._levels[app, 0]  # a request (or a notebook cell) runs at the compute levels
         lv = np.where(bursty[:, None], np.where(self._on[:, None], on_row, low), lv)
-        # the job's own wobble (AR(1), shared by its levels) and a little white noise per level
-        wobble = 1 + self._jitter[app] * self._z
+        # how hard this job drives the GPU, then its own wobble (AR(1), shared by its levels) and white noise
+        intensity = np.where(has_job, sched.job_intensity[slot], 1.0)
         lv = lv.copy()
+        idle_frac = self._idle_w / self._default_w
+        lv[:, L_POWER] = np.where(
+            lv[:, L_POWER] > idle_frac, idle_frac + (lv[:, L_POWER] - idle_frac) * intensity, lv[:, L_POWER]
+        )
+        for level in (L_TENSOR, L_DRAM, L_NVLINK, L_IB):
+            lv[:, level] *= intensity
+        lv[:, L_SM] *= np.sqrt(intensity)  # SMs stay occupied by slower, memory-bound kernels: activity drops less
+        wobble = 1 + self._jitter[app] * self._z
         for level in (L_UTIL, L_SM, L_TENSOR, L_DRAM, L_POWER):
             lv[:, level] *= wobble
         lv[:, L_POWER] *= 1 + 0.01 * white[:, 0]
@@ -424,7 +474,8 @@ class Fleet:
         demand = np.maximum(demand * self._f_thermal**1.5, self._idle_w)
         limit = np.minimum(self._operator_limit, e.cap_watts)
         capped = demand > limit
-        power = np.where(capped, limit * (1 - 0.015 * np.abs(white[:, 1])), demand)
+        # at the limit the controller swings around it: NVML's readings overshoot by a few percent now and then
+        power = np.where(capped, limit * np.clip(1 + 0.03 * white[:, 1], 0.94, 1.1), demand)
         cap_factor = np.where(capped, (limit / demand) ** 0.45, 1.0)
         clock_frac = np.where(active, lv[:, L_CLOCK], 0.0)
         clock = np.maximum(self._clock_max * clock_frac * self._boost * cap_factor * self._f_thermal * e.clock_factor,
@@ -538,58 +589,71 @@ class Fleet:
         for name, column in values.items():
             matrix[:, METRIC_INDEX[name]] = column
         lost = self._injector.effects.lost
-        links = self._links(values) if self.extras else [None] * n
-        procs = self._processes(values) if self.extras else [None] * n
+        links = self._links() if self.extras else [None] * n
+        procs: list[tuple[GpuProcess, ...]] | list[None] = (
+            self._processes(values["memory_used_bytes"]) if self.extras else [None] * n
+        )
         samples: list[GpuSample | None] = [None] * n
+        gpu_node, model_name, uuids = self._gpu_node, self._model_name, self.uuids
         for members, cols, names in self._layouts:
             rows = matrix[np.ix_(members, cols)].tolist()
             for g, row in zip(members.tolist(), rows, strict=True):
-                if not lost[g]:
-                    samples[g] = GpuSample(cluster, self.nodes[g // gpn], self.uuids[g], g % gpn,
-                                           self.model[g].name, ts_ns, dict(zip(names, row, strict=True)),
-                                           links[g], procs[g])  # fmt: skip
+                samples[g] = GpuSample(cluster, gpu_node[g], uuids[g], g % gpn, model_name[g], ts_ns,
+                                       dict(zip(names, row, strict=True)), links[g], procs[g])  # fmt: skip
+        for g in np.flatnonzero(lost).tolist():  # fallen off the bus: no reading
+            samples[g] = None
         by_node: dict[int, list[GpuEvent]] = {}
-        for node, event in events:
-            by_node.setdefault(node, []).append(event)
+        for at, event in events:
+            by_node.setdefault(at, []).append(event)
         nics = self._nics(ts_ns) if self.extras else [()] * len(self.nodes)
-        return [
-            SampleBatch(
+        batches = []
+        for i, name in enumerate(self.nodes):
+            mine = samples[i * gpn : (i + 1) * gpn]
+            node_events = by_node.get(i)
+            batches.append(SampleBatch(
                 cluster,
-                node,
-                tuple(s for s in samples[i * gpn : (i + 1) * gpn] if s is not None),
-                tuple(sorted(by_node.get(i, ()), key=lambda e: (e.ts_ns, e.gpu_index))),
+                name,
+                tuple(s for s in mine if s is not None) if None in mine else tuple(mine),  # type: ignore[arg-type]
+                tuple(sorted(node_events, key=lambda e: (e.ts_ns, e.gpu_index))) if node_events else (),
                 nics[i],
-            )
-            for i, node in enumerate(self.nodes)
-        ]
-
-    def _links(self, values: dict[str, np.ndarray]) -> list[tuple[NvLinkSample, ...] | None]:
-        e = self._injector.effects
-        count = e.links
-        if not count:
-            return [None] * self.size
-        up = e.link_up & e.link_exists
-        active = np.maximum(up.sum(axis=1), 1)
-        tx = np.where(up, (values["nvlink_tx_bytes_per_second"] / active)[:, None], 0.0).round().tolist()
-        rx = np.where(up, (values["nvlink_rx_bytes_per_second"] / active)[:, None], 0.0).round().tolist()
-        crc, replay, recovery = (a.astype(np.int64).tolist() for a in (e.nvl_crc, e.nvl_replay, e.nvl_recovery))
-        ups = up.tolist()
-        out: list[tuple[NvLinkSample, ...] | None] = []
-        for g, remote in enumerate(self._link_remote):
-            if not remote:
-                out.append(None)
-                continue
-            out.append(tuple(
-                NvLinkSample(k, ups[g][k], tx[g][k], rx[g][k], crc[g][k], replay[g][k], recovery[g][k], end)
-                for k, end in enumerate(remote)
             ))  # fmt: skip
-        return out
+        return batches
 
-    def _processes(self, values: dict[str, np.ndarray]) -> list[tuple[GpuProcess, ...]]:
+    def _links(self) -> list[tuple[NvLinkSample, ...] | None]:
+        """Per-link state and error counters; the tuples are rebuilt only for GPUs where something changed.
+
+        Per-link throughput is left None: the GPU's totals carry it (building 18 link objects per GPU per
+        round would cost more than the rest of the round, and the sink stores link points only on change).
+        """
+        e = self._injector.effects
+        if not e.links:
+            return [None] * self.size
+        state = np.concatenate([e.link_up & e.link_exists, e.nvl_crc, e.nvl_replay, e.nvl_recovery], axis=1)
+        if self._link_state is None or self._link_state.shape != state.shape:
+            dirty = np.flatnonzero(self._has_nvlink)
+        else:
+            dirty = np.flatnonzero((state != self._link_state).any(axis=1) & self._has_nvlink)
+        self._link_state = state
+        if len(dirty):
+            up = e.link_up[dirty].tolist()
+            crc, replay, recovery = (a[dirty].astype(np.int64).tolist() for a in (e.nvl_crc, e.nvl_replay,
+                                                                                  e.nvl_recovery))  # fmt: skip
+            for row, g in enumerate(dirty.tolist()):
+                self._link_cache[g] = tuple(
+                    NvLinkSample(k, up[row][k], None, None, crc[row][k], replay[row][k], recovery[row][k], end)
+                    for k, end in enumerate(self._link_remote[g])
+                )
+        return self._link_cache
+
+    def _processes(self, memory: np.ndarray) -> list[tuple[GpuProcess, ...]]:
+        """Processes per GPU (Xorg on a workstation's first GPU, one per rank of a job); reused while unchanged."""
         sched, gpn = self._sched, self.gpus_per_node
-        memory = values["memory_used_bytes"].astype(np.int64).tolist()
-        out: list[tuple[GpuProcess, ...]] = []
-        for g in range(self.size):
+        key = np.stack([sched.gpu_job.astype(np.float64), memory], axis=1)
+        changed = np.flatnonzero((key != self._proc_key).any(axis=1)) if self._proc_key is not None else None
+        self._proc_key = key
+        gpus = range(self.size) if changed is None else changed.tolist()
+        used_all = memory.astype(np.int64)
+        for g in gpus:
             procs: list[GpuProcess] = []
             xorg = bool(self._workstation[g]) and g % gpn == 0
             if xorg:
@@ -597,43 +661,23 @@ class Fleet:
             job = sched.job_of(g)
             if job is not None:
                 name = job.profile.process[job.workload.framework or ""]
-                rank = job.gpus.index(g)
-                used = memory[g] - (22 * _MIB if xorg else 0)
-                procs.append(GpuProcess(job.pid + rank, name, used, "compute"))
-            out.append(tuple(procs))
-        return out
+                used = int(used_all[g]) - (22 * _MIB if xorg else 0)
+                procs.append(GpuProcess(job.pid + job.gpus.index(g), name, used, "compute"))
+            self._proc_cache[g] = tuple(procs)
+        return self._proc_cache
 
     def _nics(self, ts_ns: int) -> list[tuple[NicSample, ...]]:
-        gpn = self.gpus_per_node
-        out: list[tuple[NicSample, ...]] = []
-        for i, kind in enumerate(self.kinds):
-            names = kind_nic_names(kind)
-            if not names:
-                out.append(())
-                continue
-            ib = self._ib[i * gpn : (i + 1) * gpn]
-            rate = float(self._nic_rate[i])
-            ports = []
-            for k, name in enumerate(names):
-                share = ib[[g for g in range(gpn) if g * len(names) // gpn == k]]
-                load = float(share.mean()) if len(share) else 0.0
-                rx = load * rate * (1 + 0.02 * self._rng.standard_normal()) + 2e5
-                tx = load * rate * (1 + 0.02 * self._rng.standard_normal()) + 2e5
-                metrics = {
-                    "rx_bytes_per_second": round(max(rx, 0.0)),
-                    "tx_bytes_per_second": round(max(tx, 0.0)),
-                    "rx_packets_per_second": round(max(rx, 0.0) / 4096),
-                    "tx_packets_per_second": round(max(tx, 0.0) / 4096),
-                    "symbol_errors_total": 0,
-                    "link_downed_total": 0,
-                    "link_error_recovery_total": 0,
-                    "rcv_errors_total": 0,
-                    "xmit_discards_total": 0,
-                    "port_state_active": 1,
-                    "rate_gbps": kind.nic_rate_gbps,
-                }
-                ports.append(
-                    NicSample(self.cluster, self.nodes[i], name, 1, ts_ns, {k: float(v) for k, v in metrics.items()})
-                )
-            out.append(tuple(ports))
-        return out
+        """One NicSample per port; the load of NIC k is the mean InfiniBand level of the GPUs on its rail."""
+        if not len(self._nic_node):
+            return [()] * len(self.nodes)
+        load = np.add.reduceat(self._ib[self._nic_gpus], self._nic_starts) / self._nic_span
+        noise = 1 + 0.02 * self._rng.standard_normal((len(load), 2))
+        rx = np.maximum(load * self._nic_bytes * noise[:, 0], 0.0).round() + 2e5
+        tx = np.maximum(load * self._nic_bytes * noise[:, 1], 0.0).round() + 2e5
+        rows = np.column_stack([rx, tx, (rx / 4096).round(), (tx / 4096).round(), self._nic_static]).tolist()
+        out: list[list[NicSample]] = [[] for _ in self.nodes]
+        for k, row in enumerate(rows):
+            node = self._nic_node[k]
+            out[node].append(NicSample(self.cluster, self.nodes[node], self._nic_name[k], 1, ts_ns,
+                                       dict(zip(_NIC_FIELDS, row, strict=True))))  # fmt: skip
+        return [tuple(ports) for ports in out]

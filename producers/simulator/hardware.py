@@ -155,8 +155,8 @@ NODE_KINDS: Final[dict[str, NodeKind]] = {
                  idle_gap_s=2400.0),
         # AcmeTrace's clusters: A100-SXM4-80GB HGX nodes used for LLM development only (calibration mix)
         NodeKind("acme-a100", "NVIDIA A100-SXM4-80GB", "nvswitch", 6, 8, 200, "InfiniBand", _HGX_A100_BUS,
-                 (("llm-finetuning", 0.55), ("llm-serving", 0.25), ("idle", 0.2)), pretraining_share=0.6,
-                 idle_gap_s=2400.0),
+                 (("llm-finetuning", 0.35), ("llm-serving", 0.35), ("idle", 0.3)), pretraining_share=0.4,
+                 idle_gap_s=7200.0),
     )
 }  # fmt: skip
 

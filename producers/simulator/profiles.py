@@ -69,6 +69,9 @@ class Profile:
     frameworks: tuple[str, ...]
     #: process name per framework (NVML reports the executable)
     process: dict[str, str]
+    #: how hard a job drives the GPU (model size, batch size, efficiency): a factor on SM/tensor/DRAM activity,
+    #: power above idle and interconnect traffic, drawn per job from this range
+    intensity: tuple[float, float] = (0.9, 1.1)
 
     @property
     def util(self) -> float:
@@ -94,6 +97,7 @@ def _p(
     models: tuple[str, ...] = (),
     frameworks: tuple[str, ...] = ("pytorch",),
     process: dict[str, str] | None = None,
+    intensity: tuple[float, float] = (0.9, 1.1),
 ) -> Profile:
     every = every or {}
     phases = {"compute": compute, "idle": _QUIET}
@@ -103,7 +107,7 @@ def _p(
     return Profile(
         name, phases, low, dynamics, jitter, every.get("data-loading"), every.get("checkpoint"), every.get("eval"),
         sizes, duration[0], duration[1], memory, memory_unit, models, frameworks,
-        process or dict.fromkeys(frameworks, "python"),
+        process or dict.fromkeys(frameworks, "python"), intensity,
     )  # fmt: skip
 
 
@@ -113,13 +117,16 @@ PROFILES: Final[dict[str, Profile]] = {
     p.name: p
     for p in (
         _p("llm-pretraining",
-           (0.99, 0.80, 0.52, 0.42, 0.94, 0.96, 0.01, 0.01, 0.30, 0.35),
-           loading=(0.45, 0.12, 0.03, 0.06, 0.32, 0.90, 0.01, 0.08, 0.03, 0.05),
+           (0.99, 0.80, 0.52, 0.42, 1.02, 0.96, 0.01, 0.01, 0.30, 0.35),
+           # a stalled input pipeline on one rank holds every rank in a collective: NCCL kernels spin (utilisation
+           # stays high, their CTAs keep a quarter of the SMs busy) while power idles: the "busy but cold" samples of
+           # AcmeTrace's LLM clusters
+           loading=(0.97, 0.25, 0.02, 0.05, 0.22, 0.90, 0.01, 0.06, 0.03, 0.05),
            checkpoint=(0.12, 0.04, 0.00, 0.08, 0.24, 0.85, 0.40, 0.01, 0.01, 0.30),
            evaluation=(0.95, 0.45, 0.28, 0.35, 0.60, 0.95, 0.01, 0.01, 0.12, 0.08),
-           every={"data-loading": (150, 420, 3, 12), "checkpoint": (1200, 2400, 40, 150),
+           every={"data-loading": (60, 240, 5, 40), "checkpoint": (1200, 2400, 40, 150),
                   "eval": (1800, 3600, 90, 300)},
-           jitter=0.02, duration=(2 * 24 * _H, 0.6), memory=(0.70, 0.95),
+           jitter=0.02, duration=(2 * 24 * _H, 0.6), memory=(0.70, 0.95), intensity=(0.55, 1.1),
            models=("llama-3-70b", "llama-3-8b", "mixtral-8x7b", "gpt-neox-20b", "internlm-20b"),
            frameworks=("megatron-lm", "deepspeed", "pytorch")),
         _p("llm-finetuning",
@@ -130,6 +137,7 @@ PROFILES: Final[dict[str, Profile]] = {
            every={"data-loading": (120, 300, 2, 8), "checkpoint": (900, 1800, 20, 60),
                   "eval": (600, 1200, 60, 180)},
            sizes=((1, 0.3), (2, 0.2), (4, 0.25), (8, 0.25)), duration=(2.5 * _H, 0.7), memory=(0.45, 0.92),
+           intensity=(0.3, 1.0),
            models=("llama-3-8b-lora", "mistral-7b", "qwen2-7b", "llama-3-70b-qlora"),
            frameworks=("pytorch", "deepspeed")),
         _p("bert-training",
@@ -173,12 +181,12 @@ PROFILES: Final[dict[str, Profile]] = {
            frameworks=("blender",), process={"blender": "blender"}),
         _p("hashing",
            (1.00, 0.97, 0.00, 0.97, 0.72, 0.65, 0.0, 0.0, 0.0, 0.0),
-           jitter=0.005, duration=(5 * 24 * _H, 0.5), memory=(4.2, 5.6), memory_unit="gib",
+           jitter=0.005, duration=(5 * 24 * _H, 0.5), memory=(4.2, 5.6), memory_unit="gib", intensity=(0.97, 1.02),
            models=("ethash", "kawpow"), frameworks=("xmrig", "lolminer"),
            process={"xmrig": "xmrig", "lolminer": "lolMiner"}),
         # an interactive session (notebook) that holds a GPU and mostly does nothing: allocated, not used
         _p("idle",
-           (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+           (0.35, 0.20, 0.05, 0.10, 0.30, 0.85, 0.01, 0.02, 0.0, 0.0),  # a cell run now and then
            dynamics="interactive", jitter=0.0, duration=(1.5 * _H, 0.6), memory=(0.3, 3.0), memory_unit="gib",
            models=("notebook",), frameworks=("jupyter",), process={"jupyter": "python"}),
     )

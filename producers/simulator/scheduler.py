@@ -112,6 +112,7 @@ class Scheduler:
         self._free_slots: list[int] = []
         self.job_phase = np.zeros(16, dtype=np.int64)
         self.job_next = np.full(16, math.inf)
+        self.job_intensity = np.ones(16)
         self.job_load_mid = np.zeros(16)
         self.job_load_amp = np.zeros(16)
         self.job_peak_hour = np.zeros(16)
@@ -270,6 +271,7 @@ class Scheduler:
             grow = len(self.job_phase)
             self.job_phase = np.concatenate([self.job_phase, np.zeros(grow, dtype=np.int64)])
             self.job_next = np.concatenate([self.job_next, np.full(grow, math.inf)])
+            self.job_intensity = np.concatenate([self.job_intensity, np.ones(grow)])
             self.job_load_mid = np.concatenate([self.job_load_mid, np.zeros(grow)])
             self.job_load_amp = np.concatenate([self.job_load_amp, np.zeros(grow)])
             self.job_peak_hour = np.concatenate([self.job_peak_hour, np.zeros(grow)])
@@ -319,6 +321,7 @@ class Scheduler:
         self.jobs[slot] = job
         self.job_phase[slot] = job.phase
         self.job_next[slot] = min(job.end_s, job.phase_end_s, *job.next_s.values())
+        self.job_intensity[slot] = rng.uniform(*profile.intensity)
         self.job_load_mid[slot] = rng.uniform(0.35, 0.6)
         self.job_load_amp[slot] = rng.uniform(0.15, 0.35)
         self.job_peak_hour[slot] = rng.uniform(13, 21)
