@@ -577,7 +577,8 @@ class Fleet:
             "retired_pages_sbe_total": e.retired_sbe,
             "retired_pages_dbe_total": e.retired_dbe,
             "retired_pages_pending": e.retired_pending,
-            "process_count": has_job + (self._workstation & (np.arange(n) % self.gpus_per_node == 0)),
+            "process_count": has_job.astype(np.float64)
+            + (self._workstation & (np.arange(n) % self.gpus_per_node == 0)),
         }
 
     # --- assembly -----------------------------------------------------------------------------------------

@@ -20,13 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from tqdm import tqdm
 
 from pipeline.codec import CONTENT_TYPE, encode_record, encode_samples
 from pipeline.config import TopicSettings
 from pipeline.events import GpuContext
-from pipeline.publisher import Publisher
+from pipeline.publisher import Headers, Publisher
 from pipeline.stats import write_stats
 from producers.simulator.fleet import Fleet, SimRound
 
@@ -69,11 +70,19 @@ class SimulationReport:
         write_stats(path, self.counts() | {"delivered": s.delivered, "failed": s.failed, "in_flight": s.in_flight})
 
 
+class Publishes(Protocol):
+    """What publishing a round needs of :class:`pipeline.publisher.Publisher`."""
+
+    def publish(self, topic: str, key: bytes | None, value: bytes, headers: Headers | None = None) -> None: ...
+
+    def poll(self, timeout_s: float = 0.0) -> None: ...
+
+
 Withhold = Callable[[GpuContext], bool]
 _HEADERS = [("content-type", CONTENT_TYPE)]
 
 
-def publish_round(fleet: Fleet, publisher: Publisher, topic: str, ts_ns: int) -> int:
+def publish_round(fleet: Fleet, publisher: Publishes, topic: str, ts_ns: int) -> int:
     """Sample every GPU once and publish one message per node; returns the number of samples."""
     report = SimulationReport()
     publish_sim_round(fleet.round(ts_ns), publisher, Destinations(topic), report)
@@ -81,7 +90,7 @@ def publish_round(fleet: Fleet, publisher: Publisher, topic: str, ts_ns: int) ->
 
 
 def publish_sim_round(
-    sim: SimRound, publisher: Publisher, dest: Destinations, report: SimulationReport, withhold: Withhold | None = None
+    sim: SimRound, publisher: Publishes, dest: Destinations, report: SimulationReport, withhold: Withhold | None = None
 ) -> None:
     """Publish one round: node batches (none that are empty), and the context and ground-truth records."""
     for batch in sim.batches:
@@ -104,7 +113,7 @@ def publish_sim_round(
     report.rounds += 1
 
 
-def publish_topologies(fleet: Fleet, publisher: Publisher, dest: Destinations, ts_ns: int) -> int:
+def publish_topologies(fleet: Fleet, publisher: Publishes, dest: Destinations, ts_ns: int) -> int:
     if dest.topology is None:
         return 0
     topologies = fleet.topologies(ts_ns)
@@ -115,7 +124,7 @@ def publish_topologies(fleet: Fleet, publisher: Publisher, dest: Destinations, t
 
 def fast_forward(
     fleet: Fleet,
-    publisher: Publisher,
+    publisher: Publishes,
     dest: Destinations,
     history_s: float,
     interval_s: float,
