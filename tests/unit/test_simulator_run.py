@@ -90,3 +90,13 @@ def test_samples_only_destination_publishes_nothing_else() -> None:
     rec = Recorder()
     assert publish_round(Fleet(2, 2, seed=1), rec, "raw", NOW_NS) == 4
     assert {t for t, _, _ in rec.sent} == {"raw"}
+
+
+def test_cli_refuses_a_bad_fleet_before_touching_kafka() -> None:
+    from click.testing import CliRunner
+
+    from pipeline.cli import cli
+
+    result = CliRunner().invoke(cli, ["simulate", "--mix", "moon"])
+    assert result.exit_code == 2 and "unknown fleet mix 'moon'" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
