@@ -31,7 +31,7 @@ from pathlib import Path
 from pipeline.codec import encode_samples
 from pipeline.events import SampleBatch
 from producers.simulator import FaultPlan, Fleet
-from producers.simulator.calibration import QUANTILES, compare_acme, format_comparison
+from producers.simulator.calibration import QUANTILES, compare_acme, format_comparison, llm_cluster_batches
 
 GPUS_PER_NODE = 8
 T0_NS = 1_790_000_000_123_456_789
@@ -132,12 +132,7 @@ def calibration() -> str:
         for r in rows
         if "subset" not in r["series"]
     }
-    fleet = Fleet(128, GPUS_PER_NODE, seed=0, mix="llm-a100")
-    batches: list[SampleBatch] = []
-    for s in range(0, 3 * 3600, 30):
-        round_ = fleet.tick(T0_NS + s * 1_000_000_000)
-        if s >= 600:
-            batches += round_
+    batches = llm_cluster_batches(1_779_926_400_000_000_000)
     return format_comparison(compare_acme(batches, reference))
 
 
@@ -162,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     verdict = "sustains" if big.budget_share < 1 else "does NOT sustain"
     print(f"\nOne core {verdict} 10,000 GPUs at 1 Hz with faults and extras: {big.budget_share:.0%} of each second.")
     if args.calibration:
-        progress("calibration: 128 A100 nodes (llm-a100 mix), 3 simulated hours every 30 s")
+        progress("calibration: 128 A100 nodes (llm-a100 mix), 8 windows of 20 min over a day, every 30 s")
         print()
         print(calibration())
     if args.json:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.events import SampleBatch
+from producers.simulator.fleet import Fleet
 
 QUANTILES = (5, 25, 50, 75, 95, 99)
 
@@ -53,6 +54,23 @@ class Comparison:
             for q, s, lo, hi in zip(QUANTILES, self.simulated, self.low, self.high, strict=True)
             if not lo - self.tolerance <= s <= hi + self.tolerance
         ]
+
+
+def llm_cluster_batches(
+    day_ns: int, seed: int = 0, nodes: int = 128, windows: int = 8, warmup_s: int = 600, window_s: int = 1200,
+    step_s: int = 30,
+) -> list[SampleBatch]:  # fmt: skip
+    """Samples of ``mix="llm-a100"`` fleets over windows spread evenly over one day (AcmeTrace covers months, so
+    every hour counts: serving load follows the time of day), each after a warm-up, every ``step_s``."""
+    out: list[SampleBatch] = []
+    for w in range(windows):
+        fleet = Fleet(nodes, 8, seed=seed + w, mix="llm-a100")
+        start = day_ns + w * (86_400 // windows) * 1_000_000_000
+        for s in range(0, warmup_s + window_s, step_s):
+            batches = fleet.tick(start + s * 1_000_000_000)
+            if s >= warmup_s:
+                out += batches
+    return out
 
 
 def sample_values(batches: Iterable[SampleBatch], field: str) -> np.ndarray:

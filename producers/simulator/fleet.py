@@ -41,6 +41,7 @@ from pynvml import (
 from pipeline.events import (
     METRIC_INDEX,
     METRIC_NAMES,
+    PHASES,
     FaultRecord,
     GpuContext,
     GpuEvent,
@@ -337,8 +338,6 @@ class Fleet:
 
     def phases(self) -> list[str]:
         """The true phase per GPU now."""
-        from pipeline.events import PHASES
-
         return [PHASES[p] for p in self._phase().tolist()]
 
     def tick(self, ts_ns: int) -> list[SampleBatch]:

@@ -25,8 +25,6 @@ from typing import Final
 from pipeline.catalogue import GpuSpec, lookup
 from pipeline.events import NodeTopology, TopologyGpu, TopologyLink, TopologyNic
 
-_MIB = 2**20
-
 
 @dataclass(frozen=True, slots=True)
 class GpuModel:
@@ -287,7 +285,3 @@ def _affinity(numa: int, cores: int, sockets: int) -> str:
     lo = numa * per
     # hyperthread siblings follow all physical cores, as Linux numbers them
     return f"{lo}-{lo + per - 1},{cores + lo}-{cores + lo + per - 1}"
-
-
-def reserved_bytes(model: GpuModel) -> float:
-    return model.reserved_mib * _MIB

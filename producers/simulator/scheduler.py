@@ -76,7 +76,6 @@ class Partition:
     gpus: list[int]
     job: Job | None = None
     restart_s: float = 0.0
-    attempts: int = 0
 
 
 class Scheduler:
@@ -306,8 +305,6 @@ class Scheduler:
         index = None if part is None else self.partitions.index(part)
         job = Job(slot, workload.job_id or "", app, list(gpus), start_s, start_s + length_s, workload,
                   int(rng.integers(1_000, 4_000_000)), partition=index)  # fmt: skip
-        if part is not None:
-            part.attempts += 1
         if app == "idle":
             job.phase = P_IDLE
         elif fresh and profile.loading is not None:
