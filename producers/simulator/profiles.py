@@ -117,11 +117,11 @@ PROFILES: Final[dict[str, Profile]] = {
     p.name: p
     for p in (
         _p("llm-pretraining",
-           (0.99, 0.80, 0.52, 0.42, 1.02, 0.96, 0.01, 0.01, 0.30, 0.35),
+           (1.00, 0.80, 0.52, 0.42, 1.02, 0.96, 0.01, 0.01, 0.30, 0.35),
            # a stalled input pipeline on one rank holds every rank in a collective: NCCL kernels spin (utilisation
            # stays high, their CTAs keep about a third of the SMs busy) while power idles: the "busy but cold" samples of
            # AcmeTrace's LLM clusters
-           loading=(0.97, 0.30, 0.02, 0.05, 0.22, 0.90, 0.01, 0.06, 0.03, 0.05),
+           loading=(0.99, 0.30, 0.02, 0.05, 0.22, 0.90, 0.01, 0.06, 0.03, 0.05),
            checkpoint=(0.12, 0.04, 0.00, 0.08, 0.24, 0.85, 0.40, 0.01, 0.01, 0.30),
            evaluation=(0.95, 0.45, 0.28, 0.35, 0.60, 0.95, 0.01, 0.01, 0.12, 0.08),
            every={"data-loading": (60, 240, 5, 40), "checkpoint": (1200, 2400, 40, 150),
@@ -130,7 +130,7 @@ PROFILES: Final[dict[str, Profile]] = {
            models=("llama-3-70b", "llama-3-8b", "mixtral-8x7b", "gpt-neox-20b", "internlm-20b"),
            frameworks=("megatron-lm", "deepspeed", "pytorch")),
         _p("llm-finetuning",
-           (0.97, 0.70, 0.42, 0.40, 0.84, 0.95, 0.02, 0.03, 0.18, 0.0),
+           (0.99, 0.70, 0.42, 0.40, 0.84, 0.95, 0.02, 0.03, 0.18, 0.0),
            loading=(0.40, 0.10, 0.02, 0.05, 0.30, 0.90, 0.01, 0.10, 0.02, 0.0),
            checkpoint=(0.10, 0.03, 0.00, 0.06, 0.22, 0.85, 0.35, 0.01, 0.00, 0.0),
            evaluation=(0.92, 0.42, 0.25, 0.33, 0.58, 0.95, 0.01, 0.01, 0.06, 0.0),
@@ -141,7 +141,7 @@ PROFILES: Final[dict[str, Profile]] = {
            models=("llama-3-8b-lora", "mistral-7b", "qwen2-7b", "llama-3-70b-qlora"),
            frameworks=("pytorch", "deepspeed")),
         _p("bert-training",
-           (0.97, 0.74, 0.38, 0.45, 0.87, 0.96, 0.02, 0.06, 0.10, 0.0),
+           (0.99, 0.74, 0.38, 0.45, 0.87, 0.96, 0.02, 0.06, 0.10, 0.0),
            loading=(0.45, 0.15, 0.05, 0.10, 0.35, 0.90, 0.01, 0.15, 0.01, 0.0),
            checkpoint=(0.10, 0.03, 0.00, 0.05, 0.22, 0.85, 0.20, 0.01, 0.00, 0.0),
            evaluation=(0.90, 0.50, 0.25, 0.40, 0.60, 0.95, 0.01, 0.04, 0.02, 0.0),
@@ -174,7 +174,7 @@ PROFILES: Final[dict[str, Profile]] = {
                                         "mistral-7b-instruct"),
            frameworks=("vllm", "tgi"), process={"vllm": "vllm", "tgi": "text-generation-server"}),
         _p("rendering",
-           (0.99, 0.92, 0.04, 0.35, 0.90, 0.97, 0.01, 0.02, 0.0, 0.0),
+           (1.00, 0.92, 0.04, 0.35, 0.90, 0.97, 0.01, 0.02, 0.0, 0.0),
            loading=(0.15, 0.05, 0.00, 0.05, 0.30, 0.90, 0.02, 0.45, 0.0, 0.0),
            every={"data-loading": (40, 150, 4, 15)}, jitter=0.02, duration=(2 * _H, 0.6),
            memory=(3.0, 18.0), memory_unit="gib", models=("blender-cycles", "blender-eevee"),
