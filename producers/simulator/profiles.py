@@ -119,8 +119,8 @@ PROFILES: Final[dict[str, Profile]] = {
         _p("llm-pretraining",
            (1.00, 0.80, 0.52, 0.42, 1.02, 0.96, 0.01, 0.01, 0.30, 0.35),
            # a stalled input pipeline on one rank holds every rank in a collective: NCCL kernels spin (utilisation
-           # stays high, their CTAs keep about a third of the SMs busy) while power idles: the "busy but cold" samples of
-           # AcmeTrace's LLM clusters
+           # stays high, their CTAs keep about a third of the SMs busy) while power idles: the "busy but cold"
+           # samples of AcmeTrace's LLM clusters
            loading=(0.99, 0.30, 0.02, 0.05, 0.22, 0.90, 0.01, 0.06, 0.03, 0.05),
            checkpoint=(0.12, 0.04, 0.00, 0.08, 0.24, 0.85, 0.40, 0.01, 0.01, 0.30),
            evaluation=(0.95, 0.45, 0.28, 0.35, 0.60, 0.95, 0.01, 0.01, 0.12, 0.08),
