@@ -435,12 +435,6 @@ class FaultInjector:
         mask: np.ndarray = (jobs < 0) | ~np.isin(jobs, np.unique(jobs[touched]))
         return mask
 
-    def inject(self, injection: Injection, now: Now) -> FaultRecord | None:
-        """Start one fault now (tests and fixed plans); None when its target is not eligible."""
-        out = Round()
-        self._start(injection.fault, now, out, injection)
-        return out.records[0] if out.records else None
-
     def _start(self, fault: str, now: Now, out: Round, inj: Injection | None) -> None:
         v, rng = self.view, self.rng
         node_level = TRACE_CLASSES[fault].scope == "node"
