@@ -117,8 +117,9 @@ def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_
 
         def simulate() -> None:
             thread_result["report"] = run_simulation(
-                fleet, publisher, settings.topics.raw, settings.sample_interval_s, stop, duration_s, sim_stats
-            )
+                fleet, publisher, settings.topics.raw, settings.sample_interval_s, stop, duration_s, sim_stats,
+                topics=settings.topics,
+            )  # fmt: skip
 
         sim = threading.Thread(target=simulate, name="simulator")
         sim.start()
