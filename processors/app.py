@@ -23,11 +23,13 @@ import faust
 from confluent_kafka.admin import AdminClient
 from faust.types import EventT
 
-from pipeline.codec import encode_interpreted, encode_record
+from pipeline.codec import decode_record, encode_interpreted, encode_record
 from pipeline.config import Settings
 from pipeline.errors import ServiceError
-from pipeline.events import Finding
+from pipeline.events import Finding, NodeTopology, node_key
+from pipeline.mirror import TopicMirror
 from pipeline.stats import write_stats
+from processors.detectors import Detectors
 from processors.interpret import Interpreter
 from processors.normalize import RawMessage, process_raw
 
@@ -80,8 +82,13 @@ def partition_count(settings: Settings, topic: str) -> int:
 
 
 def build_interpreter(settings: Settings) -> Interpreter:
-    """The interpretation stages for these settings, in order (see processors.interpret)."""
-    return Interpreter([])
+    """The interpretation stages for these settings, in order (see processors.interpret); the mirrors of the
+    compacted topics they read are started here (and read to their end) and injected."""
+    kafka = settings.kafka.client_config()
+    topologies = TopicMirror(kafka, settings.topics.topology, lambda v: decode_record(NodeTopology, v)).start()
+    if not topologies.wait_ready(60):
+        log.warning("mirror of %s not read to its end within 60 s; continuing", topologies.topic)
+    return Interpreter([Detectors(settings.detectors, lambda cluster, node: topologies.get(node_key(cluster, node)))])
 
 
 def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:

@@ -222,6 +222,8 @@ class Detectors:
     win_done: np.ndarray
     ecc_ts: np.ndarray
     remap_ts: np.ndarray
+    explained_until: np.ndarray
+    back_since: np.ndarray
     node_latest: np.ndarray
 
     def __init__(self, settings: DetectorSettings | None = None, topology_of: TopologyOf | None = None) -> None:

@@ -303,7 +303,7 @@ def test_memory_leak_is_found_and_named() -> None:
     first = starts(found)[0]
     # the long trend has to forget the flat past before the trends agree, then 300 s of confirmation
     assert T0 + 1200 * S <= first.ts_ns <= T0 + 1800 * S
-    assert first.evidence["growth_per_min"] == pytest.approx(0.01, rel=0.15)
+    assert first.evidence["growth_per_min"] == pytest.approx(0.01, rel=0.25)
 
 
 def test_straggler_in_an_eight_gpu_job() -> None:
