@@ -141,9 +141,7 @@ def merge_faults(records: Iterable[FaultRecord], run_end_ns: int) -> list[FaultR
 
 def _covers(fault: FaultRecord, e: Episode, tolerance_ns: int, grace_ns: int) -> bool:
     same_place = (
-        fault.cluster == e.cluster
-        and fault.node == e.node
-        and (fault.gpu_uuid is None or fault.gpu_uuid == e.gpu_uuid)
+        fault.cluster == e.cluster and fault.node == e.node and (fault.gpu_uuid is None or fault.gpu_uuid == e.gpu_uuid)
     )
     return same_place and fault.start_ns - tolerance_ns <= e.start_ns <= fault.end_ns + grace_ns
 

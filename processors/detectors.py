@@ -503,12 +503,7 @@ class Detectors:
         sums = self.leak_sums[g] * decay[:, :, None] + fresh[:, None, :]
         self.leak_sums[g] = sums
         slope_long, slope_short = ew_slope(sums[:, 0]), ew_slope(sums[:, 1])
-        growing = (
-            (t >= 600.0)
-            & (y >= 0.15)
-            & (slope_long >= _LEAK_MIN_SLOPE)
-            & (slope_short >= 0.75 * slope_long)
-        )
+        growing = (t >= 600.0) & (y >= 0.15) & (slope_long >= _LEAK_MIN_SLOPE) & (slope_short >= 0.75 * slope_long)
         since = self.leak_since[g]
         since = np.where(growing & (since < 0), ts, np.where(growing, since, -1))
         self.leak_since[g] = since

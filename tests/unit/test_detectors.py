@@ -143,11 +143,22 @@ def test_healthy_busy_node_raises_nothing() -> None:
 def test_checkpoint_dips_idle_downshift_and_idle_gpus_are_normal() -> None:
     def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
         if gpu >= 6:  # idle GPUs: gen 1 at idle is normal, the width stays
-            m |= {"utilization_gpu_percent": 0.0, "pcie_link_gen": 1.0, "sm_clock_mhz": 345.0, "power_watts": 70.0,
-                  "memory_used_bytes": 0.5 * GIB, "nvlink_tx_bytes_per_second": 0.0, "throttle_reasons_mask": 1.0}
+            m |= {
+                "utilization_gpu_percent": 0.0,
+                "pcie_link_gen": 1.0,
+                "sm_clock_mhz": 345.0,
+                "power_watts": 70.0,
+                "memory_used_bytes": 0.5 * GIB,
+                "nvlink_tx_bytes_per_second": 0.0,
+                "throttle_reasons_mask": 1.0,
+            }
         elif t % 600 < 45:  # a checkpoint every 10 min: util collapses, the link downshifts, PCIe bursts
-            m |= {"utilization_gpu_percent": 3.0, "pcie_link_gen": 2.0, "pcie_tx_bytes_per_second": 20e9,
-                  "sm_clock_mhz": 600.0}
+            m |= {
+                "utilization_gpu_percent": 3.0,
+                "pcie_link_gen": 2.0,
+                "pcie_tx_bytes_per_second": 20e9,
+                "sm_clock_mhz": 600.0,
+            }
         return m  # fmt: skip
 
     def job(_t: int, gpu: int) -> Workload | None:
