@@ -201,9 +201,9 @@ def healthy_gpu_days(
         )
         faulty, cursor = 0, first
         for a, b in spans:
-            a = max(a, cursor)
-            if b > a:
-                faulty += b - a
+            lo = max(a, cursor)
+            if b > lo:
+                faulty += b - lo
                 cursor = b
         total += max(0, last - first - faulty) / _S / DAY_S
     return total

@@ -515,7 +515,8 @@ class Detectors:
         for i in np.flatnonzero(start | clear).tolist():
             slot = int(g[i])
             self._transition(slot, LEAK, bool(start[i]), int(ts[i]), out,
-                             {"slope_per_min": float(slope_short[i]) * 60, "origin_ns": float(self.leak_origin[slot])})  # fmt: skip
+                             {"slope_per_min": float(slope_short[i]) * 60,
+                              "origin_ns": float(self.leak_origin[slot])})  # fmt: skip
 
     def _counter_deltas(self, s: np.ndarray, first: np.ndarray, m: np.ndarray) -> np.ndarray:
         """Per row, how much each error counter rose since the GPU's previous sample (0 on a reset or a gap)."""
@@ -848,10 +849,14 @@ def _power(
     capped = bool(int(row.get("throttle_reasons_mask", 0)) & _SW_POWER_CAP)
     what = (
         f"power limit lowered to {_fmt(limit, ' W')} from {_fmt(before, ' W')} mid-job (default {_fmt(default, ' W')})"
-        f"{', clocks held by the SW power cap' if capped else ''}: SM clock {_fmt(rel.get('sm_clock_ratio_of_max', nan) * 100, '%')}"
+        f"{', clocks held by the SW power cap' if capped else ''}: SM clock "
+        f"{_fmt(rel.get('sm_clock_ratio_of_max', nan) * 100, '%')}"
         f" of max, drawing {_fmt(row.get('power_watts', nan), ' W')}"
     )
-    action = "find who lowered the power limit (nvidia-smi -pl, a power-capping policy, the rack's power budget) and restore it"
+    action = (
+        "find who lowered the power limit (nvidia-smi -pl, a power-capping policy, the rack's power budget) "
+        "and restore it"
+    )
     busy = row.get("utilization_gpu_percent", 0.0) > _BUSY_UTIL
     return (
         (Severity.WARNING if busy else Severity.INFO),
@@ -883,7 +888,10 @@ def _nvlink(
         f"NVLink down: {_fmt(active)} of {_fmt(expected)} links active, NVLink {_fmt(nvl / 1e9, ' GB/s', 1)}, "
         f"PCIe {_fmt(pcie / 1e9, ' GB/s', 1)}{peers} (CRC errors {_fmt(crc)}, recoveries {_fmt(recovery)})"
     )
-    action = "drain the GPU's jobs, reset the GPU; if links stay down check the NVLink bridge / NVSwitch tray and report to support"
+    action = (
+        "drain the GPU's jobs, reset the GPU; if links stay down check the NVLink bridge / NVSwitch tray and "
+        "report to support"
+    )
     return (
         Severity.CRITICAL,
         what,
@@ -957,10 +965,14 @@ def _leak(
     minutes_left = (0.98 - used) / slope if slope > 0 else nan
     grown_for = (ts - ep.detail.get("origin_ns", ts)) / _S / 60
     what = (
-        f"memory leak: memory used grows {_fmt(slope * 100, '%', 2)} of {_fmt(row.get('memory_total_bytes', nan) / 2**30, ' GiB')}"
-        f" per minute, steadily for {_fmt(grown_for, ' min')}, now {_fmt(used * 100, '%')}; full in ~{_fmt(minutes_left, ' min')}"
+        f"memory leak: memory used grows {_fmt(slope * 100, '%', 2)} of "
+        f"{_fmt(row.get('memory_total_bytes', nan) / 2**30, ' GiB')} per minute, steadily for "
+        f"{_fmt(grown_for, ' min')}, now {_fmt(used * 100, '%')}; full in ~{_fmt(minutes_left, ' min')}"
     )
-    action = "tell the job's owner: the process keeps allocating without freeing (caches, tensors kept alive); it will hit OOM"
+    action = (
+        "tell the job's owner: the process keeps allocating without freeing (caches, tensors kept alive); "
+        "it will hit OOM"
+    )
     severity = Severity.CRITICAL if minutes_left < 15 else Severity.WARNING
     return severity, what, action, {
         "memory_used_ratio": used, "growth_per_min": slope, "minutes_to_full": minutes_left, "growing_min": grown_for,
@@ -973,9 +985,11 @@ def _straggler(
     nan = math.nan
     d = ep.detail
     what = (
-        f"straggler: {_fmt(d.get('slower_than_median', nan) * 100, '%')} slower than the median of its {_fmt(d.get('peers', nan))}"
+        f"straggler: {_fmt(d.get('slower_than_median', nan) * 100, '%')} slower than the median of its "
+        f"{_fmt(d.get('peers', nan))}"
         f" peers per step (robust z {_fmt(d.get('robust_z', nan), '', 1)}), SM clock "
-        f"{_fmt(rel.get('sm_clock_ratio_of_max', nan) * 100, '%')} of max, util {_fmt(row.get('utilization_gpu_percent', nan), '%')}"
+        f"{_fmt(rel.get('sm_clock_ratio_of_max', nan) * 100, '%')} of max, util "
+        f"{_fmt(row.get('utilization_gpu_percent', nan), '%')}"
     )
     action = "the whole job runs at this GPU's pace: check its clocks, cooling and PCIe/NVLink, or move the rank off it"
     return Severity.WARNING, what, action, {

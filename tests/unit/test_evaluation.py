@@ -37,8 +37,12 @@ OBSERVED = {("c", "n1", f"G{i}"): (T0, T0 + int(DAY_S * S)) for i in range(4)}
 
 
 def test_repeats_and_clears_are_one_episode() -> None:
-    found = [finding("thermal-throttling", "G1", 100), finding("thermal-throttling", "G1", 100, 160),
-             finding("thermal-throttling", "G1", 100, 300, active=False), finding("thermal-throttling", "G1", 900)]  # fmt: skip
+    found = [
+        finding("thermal-throttling", "G1", 100),
+        finding("thermal-throttling", "G1", 100, 160),
+        finding("thermal-throttling", "G1", 100, 300, active=False),
+        finding("thermal-throttling", "G1", 900),
+    ]
     assert [e.start_ns for e in episodes(found)] == [T0 + 100 * S, T0 + 900 * S]
 
 
