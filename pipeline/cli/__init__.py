@@ -6,10 +6,10 @@ on the group in :mod:`pipeline.cli.base` when imported here.
 
 from __future__ import annotations
 
-from pipeline.cli import core, rightsize
+from pipeline.cli import core, evaluate, rightsize
 from pipeline.cli.base import cli
 
-__all__ = ["cli", "core", "main", "rightsize"]
+__all__ = ["cli", "core", "evaluate", "main", "rightsize"]
 
 
 def main() -> None:
