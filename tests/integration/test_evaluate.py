@@ -45,8 +45,8 @@ def test_evaluation_scores_a_replay(settings: Settings, tmp_path: Path) -> None:
         pub = Publisher(sim.kafka.client_config())
         for node in ("n1", "n2"):
             for gpu in range(8):
-                ctx = GpuContext(cluster, node, f"{node}-GPU-{gpu}", start,
-                                 Workload("llm-pretraining", f"job-{node}", source="simulator", job_gpus=8))  # fmt: skip
+                job = Workload("llm-pretraining", f"job-{node}", source="simulator", job_gpus=8)
+                ctx = GpuContext(cluster, node, f"{node}-GPU-{gpu}", start, job)
                 pub.publish(sim.topics.context, ctx.kafka_key, encode_record(ctx))
         for fault, gpu, begin, end in FAULTS:
             rec = FaultRecord(cluster, "n1", f"n1-GPU-{gpu}", fault, start + begin * S, start + end * S if end else 0)
