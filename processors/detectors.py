@@ -96,6 +96,8 @@ _LEAK_MIN_SLOPE: Final = 0.002 / 60  # 0.2% of the GPU's memory per minute
 #: completed straggler windows kept per GPU (a fast-forward batch spans a few windows; judging lags by two)
 _RING: Final = 8
 _BUSY_UTIL: Final = 20.0
+#: an idle or lightly loaded GPU may train its link at a lower generation: only judged above this
+_PCIE_BUSY_UTIL: Final = 40.0
 _IDLE_UTIL: Final = 5.0
 
 
@@ -152,7 +154,6 @@ def level_conditions(
     """
     n = m.shape[0]
     util = _col(m, "utilization_gpu_percent")
-    busy = _gt(util, _BUSY_UTIL)
     mask = _col(m, "throttle_reasons_mask")
     temp, slowdown = _col(m, "temperature_gpu_celsius"), _col(m, "temperature_slowdown_celsius")
     clock = rel[:, _REL["sm_clock_ratio_of_max"]]
@@ -173,8 +174,9 @@ def level_conditions(
     width, width_max = _col(m, "pcie_link_width"), _col(m, "pcie_link_width_max")
     narrow = _lt(width, width_max)
     # an idle GPU downshifts its link generation to save power (gen 1 at idle is normal); width never changes
-    pcie = narrow | (busy & _lt(gen, gen_max))
-    pcie_seen = narrow | (busy & ~np.isnan(gen) & ~np.isnan(gen_max))
+    loaded = _gt(util, _PCIE_BUSY_UTIL)
+    pcie = narrow | (loaded & _lt(gen, gen_max))
+    pcie_seen = narrow | (loaded & ~np.isnan(gen) & ~np.isnan(gen_max))
 
     idle = allocated & _lt(util, _IDLE_UTIL)
     idle_seen = ~np.isnan(util)
@@ -209,6 +211,7 @@ class Detectors:
     expected_links: np.ndarray
     job_code: np.ndarray
     boundary_ts: np.ndarray
+    app_boundary_ts: np.ndarray
     ref_limit: np.ndarray
     drop_since: np.ndarray
     drop_from: np.ndarray
@@ -267,8 +270,9 @@ class Detectors:
         grow("active", False, bool, d)
         grow("counters", nan, np.float64, len(_COUNTERS))
         grow("expected_links", 0.0, np.float64)
-        grow("job_code", -1, np.int64)
+        grow("job_code", -1, np.int64, 2)  # codes of the job id and of the application
         grow("boundary_ts", -(2**62), np.int64)
+        grow("app_boundary_ts", -(2**62), np.int64)
         # power capping: the accepted limit, and a drop from it waiting for confirmation
         grow("ref_limit", nan, np.float64)
         grow("drop_since", -1, np.int64)
@@ -343,25 +347,37 @@ class Detectors:
             self._post(out)
         return out
 
+    def _code(self, key: str) -> int:
+        code = self._job_codes.get(key)
+        if code is None:
+            code = self._job_codes[key] = len(self._job_codes)
+        return code
+
     def _refresh_context(self, b: InterpretedBatch, slots: np.ndarray) -> None:
-        """Latest workload per GPU, job boundaries (job or application changed) and topology-expected NVLinks."""
-        codes = np.empty(len(b), dtype=np.int64)
-        for i, wl in enumerate(b.workload):
-            key = "" if wl is None else f"{wl.job_id or ''}/{wl.application}"
-            code = self._job_codes.get(key)
-            if code is None:
-                code = self._job_codes[key] = len(self._job_codes)
-            codes[i] = code
-        order = np.argsort(b.ts_ns, kind="stable")
-        for i in order.tolist():  # last row of each GPU wins
-            self._workload[slots[i]] = b.workload[i]
-        for slot in np.unique(slots).tolist():
-            self._regroup(slot)
-        prev = self.job_code[slots]
+        """Latest workload per GPU, job boundaries and topology-expected NVLinks.
+
+        A *job* boundary is a change of job id (a context source said so); an *application* boundary also counts
+        a change of the (possibly inferred) application, which can flicker, so only the power-cap rule uses it.
+        """
+        order = np.lexsort((b.ts_ns, slots))
+        s, ts = slots[order], b.ts_ns[order]
+        wls = [b.workload[i] for i in order.tolist()]
+        codes = np.array(
+            [[self._code("" if wl is None else wl.job_id or ""), self._code("" if wl is None else wl.application)]
+             for wl in wls],
+            dtype=np.int64,
+        ).reshape(len(s), 2)  # fmt: skip
+        first = np.r_[True, s[1:] != s[:-1]]
+        prev = np.where(first[:, None], self.job_code[s], np.vstack([codes[:1], codes[:-1]]))
         changed = (prev >= 0) & (prev != codes)
-        if changed.any():
-            self.boundary_ts[slots[changed]] = np.maximum(self.boundary_ts[slots[changed]], b.ts_ns[changed])
-        self.job_code[slots[order]] = codes[order]
+        for col, target in ((0, self.boundary_ts), (1, self.app_boundary_ts)):
+            rows = np.flatnonzero(changed[:, col] | (col == 1) & changed[:, 0])
+            np.maximum.at(target, s[rows], ts[rows])
+        last = np.r_[s[1:] != s[:-1], True]
+        self.job_code[s[last]] = codes[last]
+        for slot, wl in zip(s[last].tolist(), (wls[i] for i in np.flatnonzero(last).tolist()), strict=True):
+            self._workload[slot] = wl
+            self._regroup(slot)
         # 0: no topology seen yet (asked again next batch); -1: the topology says no NVLink
         fresh = np.unique(slots[self.expected_links[slots] == 0])
         for node_key in {(self._cluster[s], self._node[s]) for s in fresh.tolist()}:
@@ -465,7 +481,7 @@ class Detectors:
         g, ts, limit = g[ok], ts[ok], limit[ok]
         ref = self.ref_limit[g]
         ref = np.where(np.isnan(ref), limit, ref)
-        boundary = self.boundary_ts[g]
+        boundary = self.app_boundary_ts[g]
         since = self.drop_since[g]
         active = self.active[g, _D[POWER]]
         pending = since >= 0
@@ -633,7 +649,10 @@ class Detectors:
             now = bool(verdict.active[i])
             was = bool(self.active[slot, _D[STRAGGLER]])
             # the history behind the verdict reaches `persist` windows back: a cause active in it explains it
-            explained = self.explained_until[slot] >= ts - self.straggler_params.persist * win_ns
+            # (a lowered power limit still waiting for its confirmation explains it too)
+            explained = (
+                self.explained_until[slot] >= ts - self.straggler_params.persist * win_ns or self.drop_since[slot] >= 0
+            )
             detail = {
                 "slower_than_median": float(verdict.rel[i]),
                 "robust_z": float(verdict.z[i]),
