@@ -19,6 +19,7 @@ from pipeline.events import APPLICATIONS
 @cli.command("rightsize")
 @click.option("--job", help="One job id.")
 @click.option("--application", type=click.Choice(APPLICATIONS), help="One application, across its runs.")
+@click.option("--cluster", help="Only this cluster (default: every cluster in the bucket).")
 @click.option("--range", "range_", default="7d", show_default=True, help="How far back (Flux duration).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--headroom", default=0.2, show_default=True, type=click.FloatRange(0, 2), help="Memory/compute margin.")
@@ -32,6 +33,7 @@ def rightsize_cmd(
     ctx: click.Context,
     job: str | None,
     application: str | None,
+    cluster: str | None,
     range_: str,
     fmt: str,
     headroom: float,
@@ -42,7 +44,7 @@ def rightsize_cmd(
     from sinks.query_usage import UsageQuery, link_throughput, usage
 
     settings = resolved(ctx, kafka=False)
-    query = UsageQuery(range_, job, application)
+    query = UsageQuery(range_, job, application, cluster)
     with errors():
         stats = usage(settings, query)
         measured: dict[str, Link] = {}
