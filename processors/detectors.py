@@ -250,6 +250,8 @@ class Detectors:
         self._jobs: dict[str, _Peers] = {}
         self._job_codes: dict[str, int] = {}
         self._touched: set[str] = set()
+        self._wl_codes: dict[tuple[str | None, str] | None, tuple[int, int]] = {}
+        self._topology_asked: dict[tuple[str, str], int] = {}
 
     # ----------------------------------------------------------------------------------------------- state
     def _alloc(self, cap: int) -> None:
@@ -353,6 +355,15 @@ class Detectors:
             code = self._job_codes[key] = len(self._job_codes)
         return code
 
+    def _codes_of(self, wl: Workload | None) -> tuple[int, int]:
+        key = None if wl is None else (wl.job_id, wl.application)  # hashing two strings beats the whole record
+        codes = self._wl_codes.get(key)
+        if codes is None:
+            job = "" if wl is None else wl.job_id or ""
+            app = "" if wl is None else wl.application
+            codes = self._wl_codes[key] = (self._code(f"job:{job}"), self._code(f"app:{app}"))
+        return codes
+
     def _refresh_context(self, b: InterpretedBatch, slots: np.ndarray) -> None:
         """Latest workload per GPU, job boundaries and topology-expected NVLinks.
 
@@ -362,11 +373,7 @@ class Detectors:
         order = np.lexsort((b.ts_ns, slots))
         s, ts = slots[order], b.ts_ns[order]
         wls = [b.workload[i] for i in order.tolist()]
-        codes = np.array(
-            [[self._code("" if wl is None else wl.job_id or ""), self._code("" if wl is None else wl.application)]
-             for wl in wls],
-            dtype=np.int64,
-        ).reshape(len(s), 2)  # fmt: skip
+        codes = np.array([self._codes_of(wl) for wl in wls], dtype=np.int64).reshape(len(s), 2)
         first = np.r_[True, s[1:] != s[:-1]]
         prev = np.where(first[:, None], self.job_code[s], np.vstack([codes[:1], codes[:-1]]))
         changed = (prev >= 0) & (prev != codes)
@@ -374,20 +381,29 @@ class Detectors:
             rows = np.flatnonzero(changed[:, col] | (col == 1) & changed[:, 0])
             np.maximum.at(target, s[rows], ts[rows])
         last = np.r_[s[1:] != s[:-1], True]
+        moved = last & ((self.job_code[s] != codes).any(axis=1) | changed.any(axis=1))
         self.job_code[s[last]] = codes[last]
-        for slot, wl in zip(s[last].tolist(), (wls[i] for i in np.flatnonzero(last).tolist()), strict=True):
-            self._workload[slot] = wl
-            self._regroup(slot)
-        # 0: no topology seen yet (asked again next batch); -1: the topology says no NVLink
+        for i in np.flatnonzero(last).tolist():
+            slot = int(s[i])
+            self._workload[slot] = wls[i]
+            if moved[i] or (self._group[slot] is None and wls[i] is not None):
+                self._regroup(slot)
+            elif (key := self._group[slot]) is not None:
+                self._touched.add(key)
+        # 0: no topology seen yet (asked again a minute of data later); -1: the topology says no NVLink
+        now = int(ts[-1])
         fresh = np.unique(slots[self.expected_links[slots] == 0])
-        for node_key in {(self._cluster[s], self._node[s]) for s in fresh.tolist()}:
+        for node_key in {(self._cluster[x], self._node[x]) for x in fresh.tolist()}:
+            if now - self._topology_asked.get(node_key, -(2**62)) < 60 * _S:
+                continue
+            self._topology_asked[node_key] = now
             topo = self.topology_of(*node_key)
             if topo is None:
                 continue
             for gpu in topo.gpus:
-                slot = self._slot.get((node_key[0], node_key[1], gpu.uuid))
-                if slot is not None:
-                    self.expected_links[slot] = gpu.nvlink_links if gpu.nvlink_links > 0 else -1
+                known = self._slot.get((node_key[0], node_key[1], gpu.uuid))
+                if known is not None:
+                    self.expected_links[known] = gpu.nvlink_links if gpu.nvlink_links > 0 else -1
 
     def _regroup(self, slot: int) -> None:
         """Keep the GPU in the peer group of its current job (or none)."""
@@ -645,9 +661,12 @@ class Detectors:
             return
         win_ns = int(self.settings.straggler_window_s * _S)
         ts = (k + 1) * win_ns
-        for i, slot in enumerate(peers.slots):
-            now = bool(verdict.active[i])
-            was = bool(self.active[slot, _D[STRAGGLER]])
+        slots_now = np.asarray(peers.slots)
+        was_all = self.active[slots_now, _D[STRAGGLER]]
+        # only GPUs flagged now or before need a decision (most windows: none)
+        for i in np.flatnonzero(verdict.active | was_all).tolist():
+            slot = peers.slots[i]
+            now, was = bool(verdict.active[i]), bool(was_all[i])
             # the history behind the verdict reaches `persist` windows back: a cause active in it explains it
             # (a lowered power limit still waiting for its confirmation explains it too)
             explained = (
@@ -661,7 +680,7 @@ class Detectors:
                 "window_s": self.settings.straggler_window_s,
             }
             if now and not was and not explained:
-                self._transition(slot, STRAGGLER, True, ts, out, detail | {"job": 0.0})
+                self._transition(slot, STRAGGLER, True, ts, out, detail)
             elif was and (not now or explained):
                 self._transition(slot, STRAGGLER, False, ts, out, detail)
             elif was:
