@@ -42,6 +42,7 @@ from pipeline.events import (
     GpuEvent,
     InterpretedBatch,
     NodeTopology,
+    NvLinkSample,
     Severity,
     Workload,
 )
@@ -90,14 +91,15 @@ _COUNTERS: Final = (
 _C: Final = {name: i for i, name in enumerate(_COUNTERS)}
 _REL: Final = {name: i for i, name in enumerate(RELATIVE_FIELDS)}
 _S: Final = 1_000_000_000
-#: memory-leak trend: exponentially weighted regressions over ~15 min and ~3 min
-_LEAK_TAU_S: Final = (900.0, 180.0)
-_LEAK_MIN_SLOPE: Final = 0.002 / 60  # 0.2% of the GPU's memory per minute
+#: memory-leak trend: 9 per-minute means (two 4-minute growths), at least 0.2% of the GPU's memory per minute
+_MEM_RING: Final = 9
+_LEAK_MIN_SLOPE: Final = 0.002 / 60
 #: completed straggler windows kept per GPU (a fast-forward batch spans a few windows; judging lags by two)
 _RING: Final = 8
 _BUSY_UTIL: Final = 20.0
 #: an idle or lightly loaded GPU may train its link at a lower generation: only judged above this
 _PCIE_BUSY_UTIL: Final = 40.0
+_CONTAINED_ECC: Final = 94
 _IDLE_UTIL: Final = 5.0
 
 
@@ -185,12 +187,15 @@ def level_conditions(
     return cond, seen
 
 
-def ew_slope(sums: np.ndarray) -> np.ndarray:
-    """Slope of an exponentially weighted least-squares line from its sums (columns w, t, t^2, y, ty)."""
-    w, t, tt, y, ty = sums.T
-    with np.errstate(invalid="ignore", divide="ignore"):
-        den = w * tt - t * t
-        return np.where(den > 1e-9, (w * ty - t * y) / den, np.nan)
+def _links_from_samples(m: np.ndarray, links: list[tuple[NvLinkSample, ...] | None]) -> None:
+    """Where a source reports per-link NVLink state but not the totals, count the links (in place)."""
+    active, most = METRIC_INDEX["nvlink_links_active"], METRIC_INDEX["nvlink_links_max"]
+    for i in np.flatnonzero(np.isnan(m[:, active])).tolist():
+        per_link = links[i]
+        if per_link:
+            m[i, active] = sum(1 for link in per_link if link.active)
+            if np.isnan(m[i, most]):
+                m[i, most] = len(per_link)
 
 
 def _fmt(value: float, unit: str = "", digits: int = 0) -> str:
@@ -215,7 +220,10 @@ class Detectors:
     ref_limit: np.ndarray
     drop_since: np.ndarray
     drop_from: np.ndarray
-    leak_sums: np.ndarray
+    mem_ring: np.ndarray
+    mem_acc: np.ndarray
+    mem_minute: np.ndarray
+    leak_rate: np.ndarray
     leak_origin: np.ndarray
     leak_since: np.ndarray
     leak_false_since: np.ndarray
@@ -279,8 +287,11 @@ class Detectors:
         grow("ref_limit", nan, np.float64)
         grow("drop_since", -1, np.int64)
         grow("drop_from", nan, np.float64)
-        # memory leak: two weighted regressions (w, t, tt, y, ty) on time since the origin
-        grow("leak_sums", 0.0, np.float64, len(_LEAK_TAU_S), 5)
+        # memory leak: per-minute means of the memory used ratio (oldest first) and the minute being summed
+        grow("mem_ring", nan, np.float64, _MEM_RING)
+        grow("mem_acc", 0.0, np.float64, 2)
+        grow("mem_minute", -1, np.int64)
+        grow("leak_rate", nan, np.float64)
         grow("leak_origin", -1, np.int64)
         grow("leak_since", -1, np.int64)
         grow("leak_false_since", -1, np.int64)
@@ -431,6 +442,7 @@ class Detectors:
         s, ts = slots[order], b.ts_ns[order]
         m, rel = b.metrics[order], b.relative[order]
         n = len(s)
+        _links_from_samples(m, [b.links[i] for i in order.tolist()])
         first = np.r_[True, s[1:] != s[:-1]]
         start_idx = np.maximum.accumulate(np.where(first, np.arange(n), 0))
         rank = np.arange(n) - start_idx
@@ -450,7 +462,7 @@ class Detectors:
             g = s[rows]
             self._debounce(g, rows, ts, dt_s, cond, seen, out)
             self._power(g, ts[rows], m[rows], out)
-            self._leak(g, ts[rows], dt_s[rows], rel[rows], out)
+            self._leak(g, ts[rows], rel[rows], out)
             self._windows(g, ts[rows], m[rows], rel[rows])
             gap = (self.last_ts[g] >= 0) & (ts[rows] - self.last_ts[g] >= self.settings.lost_after_s * _S)
             self.back_since[g[gap]] = ts[rows][gap]
@@ -515,40 +527,69 @@ class Detectors:
         for i in np.flatnonzero(start | restored).tolist():
             self._transition(int(g[i]), POWER, bool(start[i]), int(ts[i]), out)
 
-    def _leak(self, g: np.ndarray, ts: np.ndarray, dt_s: np.ndarray, rel: np.ndarray, out: list[Finding]) -> None:
-        """Memory that grows linearly for ``leak_confirm_s``: long and short trends agree (not a plateauing cache)."""
+    def _leak(self, g: np.ndarray, ts: np.ndarray, rel: np.ndarray, out: list[Finding]) -> None:
+        """Memory that keeps growing at the same pace: per-minute means, the growth of the last 4 minutes against
+        the 4 before (a cache filling towards a plateau decelerates; a leak does not), for ``leak_confirm_s``."""
         y = rel[:, _REL["memory_used_ratio"]]
         ok = ~np.isnan(y)
-        g, ts, dt_s, y = g[ok], ts[ok], dt_s[ok], y[ok]
+        g, ts, y = g[ok], ts[ok], y[ok]
         if not len(g):
             return
-        active = self.active[g, _D[LEAK]]
-        # a job change or an OOM restart (memory falls well below its peak) starts a new trend
-        reset = (self.leak_origin[g] < 0) | (self.boundary_ts[g] > self.leak_origin[g]) | (y < self.leak_peak[g] - 0.1)
-        self.leak_origin[g[reset]] = ts[reset]
-        self.leak_sums[g[reset]] = 0.0
+        # a job change or an OOM restart (memory falls well below its peak) starts a new history
+        reset = (self.boundary_ts[g] > self.leak_origin[g]) | (y < self.leak_peak[g] - 0.1)
+        self.leak_origin[g] = np.where(reset | (self.leak_origin[g] < 0), ts, self.leak_origin[g])
+        self.mem_ring[g[reset]] = np.nan
+        self.mem_acc[g[reset]] = 0.0
         self.leak_since[g[reset]] = -1
         self.leak_peak[g] = np.where(reset, y, np.maximum(self.leak_peak[g], y))
-        t = (ts - self.leak_origin[g]) / _S
-        decay = np.exp(-dt_s[:, None] / np.array(_LEAK_TAU_S)[None, :])
-        fresh = np.column_stack([np.ones_like(t), t, t * t, y, t * y])
-        sums = self.leak_sums[g] * decay[:, :, None] + fresh[:, None, :]
-        self.leak_sums[g] = sums
-        slope_long, slope_short = ew_slope(sums[:, 0]), ew_slope(sums[:, 1])
-        growing = (t >= 600.0) & (y >= 0.15) & (slope_long >= _LEAK_MIN_SLOPE) & (slope_short >= 0.75 * slope_long)
-        since = self.leak_since[g]
-        since = np.where(growing & (since < 0), ts, np.where(growing, since, -1))
-        self.leak_since[g] = since
-        false_since = self.leak_false_since[g]
-        false_since = np.where(growing, -1, np.where(false_since < 0, ts, false_since))
-        self.leak_false_since[g] = false_since
-        start = ~active & growing & (ts - since >= self.settings.leak_confirm_s * _S)
-        clear = active & (reset | (~growing & (ts - false_since >= 120 * _S)))
+        minute = ts // (60 * _S)
+        rolled = (self.mem_minute[g] >= 0) & (minute > self.mem_minute[g]) & ~reset
+        if rolled.any():
+            self._roll_minutes(g[rolled], minute[rolled])
+        self.mem_minute[g] = minute
+        self.mem_acc[g] += np.column_stack([y, np.ones_like(y)])
+        active = self.active[g, _D[LEAK]]
+        clear = active & reset
+        start = np.zeros(len(g), dtype=bool)
+        if rolled.any():
+            r = self.mem_ring[g[rolled]]
+            recent, before = r[:, 8] - r[:, 4], r[:, 4] - r[:, 0]
+            floor = 4 * _LEAK_MIN_SLOPE * 60
+            with np.errstate(invalid="ignore"):
+                steady = (np.diff(r[:, 4:], axis=1) > -0.005).all(axis=1)
+                growing = (recent >= floor) & (before >= floor) & (recent >= 0.8 * before) & steady & (r[:, 8] >= 0.15)
+            rg, rts = g[rolled], ts[rolled]
+            since = self.leak_since[rg]
+            self.leak_since[rg] = np.where(growing, np.where(since < 0, rts, since), -1)
+            false_since = self.leak_false_since[rg]
+            self.leak_false_since[rg] = np.where(growing, -1, np.where(false_since < 0, rts, false_since))
+            self.leak_rate[rg] = recent / 4
+            confirmed = growing & (rts - self.leak_since[rg] >= self.settings.leak_confirm_s * _S)
+            stopped = ~growing & (rts - self.leak_false_since[rg] >= 120 * _S)
+            start[np.flatnonzero(rolled)] = confirmed
+            clear[np.flatnonzero(rolled)] |= stopped & active[rolled]
+        start &= ~active
         for i in np.flatnonzero(start | clear).tolist():
             slot = int(g[i])
-            self._transition(slot, LEAK, bool(start[i]), int(ts[i]), out,
-                             {"slope_per_min": float(slope_short[i]) * 60,
-                              "origin_ns": float(self.leak_origin[slot])})  # fmt: skip
+            detail = {"slope_per_min": float(self.leak_rate[slot]), "since_ns": float(self.leak_since[slot])}
+            self._transition(slot, LEAK, bool(start[i]), int(ts[i]), out, detail)
+
+    def _roll_minutes(self, g: np.ndarray, minute: np.ndarray) -> None:
+        """Close each GPU's current minute: its mean goes into the ring, missing minutes as NaN."""
+        acc = self.mem_acc[g]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = acc[:, 0] / acc[:, 1]
+        steps = np.clip(minute - self.mem_minute[g], 1, _MEM_RING)
+        ring = self.mem_ring[g]
+        for k in np.unique(steps).tolist():
+            rows = steps == k
+            shifted = np.full((int(rows.sum()), _MEM_RING), np.nan)
+            keep = _MEM_RING - k
+            shifted[:, :keep] = ring[rows, k:]
+            shifted[:, keep] = mean[rows]
+            ring[rows] = shifted
+        self.mem_ring[g] = ring
+        self.mem_acc[g] = 0.0
 
     def _counter_deltas(self, s: np.ndarray, first: np.ndarray, m: np.ndarray) -> np.ndarray:
         """Per row, how much each error counter rose since the GPU's previous sample (0 on a reset or a gap)."""
@@ -630,13 +671,19 @@ class Detectors:
         return f"node:{self._cluster[slot]}/{self._node[slot]}/{wl.application}"
 
     def _stragglers(self, out: list[Finding]) -> None:
-        """Judge the jobs seen in this batch, window by window; a window is judged once the job is 2 windows on."""
+        """Judge the jobs seen in this batch, window by window: a window once every live GPU of the job is past it.
+
+        A GPU more than 4 windows behind the job's newest (silent, or its partition lagging in a replay) does not
+        hold the others back; its value is simply missing from the windows it has not completed.
+        """
         for key in sorted(self._touched):
             peers = self._jobs[key]
             if not peers.members:
                 continue
-            newest = int(self.win_idx[list(peers.members)].max())
-            for k in range(max(peers.evaluated + 1, newest - _RING + 1), newest - 1):
+            idx = self.win_idx[list(peers.members)]
+            newest = int(idx.max())
+            ready = int(idx[idx >= newest - 4].min()) - 1
+            for k in range(max(peers.evaluated + 1, newest - _RING + 1), ready + 1):
                 self._judge(peers, k, out)
                 peers.evaluated = k
         self._touched.clear()
@@ -698,10 +745,12 @@ class Detectors:
                 if not self.active[slot, _D[LOST_BUS]]:
                     self._transition(slot, LOST_BUS, True, e.ts_ns, out, {"xid": float(e.code), "event": 1.0})
                 continue
-            if e.kind is EventKind.ECC_DOUBLE_BIT or (e.kind is EventKind.XID and e.code in UNCORRECTABLE):
+            if e.kind is EventKind.ECC_DOUBLE_BIT or (e.kind is EventKind.XID and self._ecc_xid(slot, e)):
                 self._memory_evidence(slot, e.ts_ns, ECC, {"xid": float(e.code)}, out)
                 continue
-            if e.kind is EventKind.ROW_REMAP or (e.kind is EventKind.XID and describe(e.code).memory):
+            if e.kind is EventKind.ROW_REMAP or (
+                e.kind is EventKind.XID and describe(e.code).memory and e.code != _CONTAINED_ECC
+            ):
                 self._memory_evidence(slot, e.ts_ns, REMAP, {"xid": float(e.code)}, out)
                 continue
             if e.kind is not EventKind.XID:
@@ -719,6 +768,16 @@ class Detectors:
             else:
                 name = STORM if self.active[slot, _D[STORM]] else XID
                 self._episodes[(slot, _D[name])].detail["xid"] = float(e.code)
+
+    def _ecc_xid(self, slot: int, e: GpuEvent) -> bool:
+        """Whether an XID reports an uncorrectable memory error. 94 (contained ECC error) also shows up in storms
+        of application errors, so it counts as memory evidence only when the GPU's ECC counters rose within 2
+        minutes or an ECC finding is open; alone it is one more XID."""
+        if e.code not in UNCORRECTABLE:
+            return False
+        if e.code != _CONTAINED_ECC:
+            return True
+        return bool(self.active[slot, _D[ECC]]) or abs(e.ts_ns - int(self.ecc_ts[slot])) <= 120 * _S
 
     # -------------------------------------------------------------------------- clears, silence and repeats
     def _post(self, out: list[Finding]) -> None:
@@ -1001,7 +1060,8 @@ def _leak(
     used = rel.get("memory_used_ratio", nan)
     slope = ep.detail.get("slope_per_min", nan)
     minutes_left = (0.98 - used) / slope if slope > 0 else nan
-    grown_for = (ts - ep.detail.get("origin_ns", ts)) / _S / 60
+    # growing since the first minute of the confirmed trend, which started 8 minutes of history earlier
+    grown_for = (ts - ep.detail.get("since_ns", ts)) / _S / 60 + 8
     what = (
         f"memory leak: memory used grows {_fmt(slope * 100, '%', 2)} of "
         f"{_fmt(row.get('memory_total_bytes', nan) / 2**30, ' GiB')} per minute, steadily for "

@@ -19,6 +19,7 @@ from pipeline.events import (
     InterpretedBatch,
     InterpretedEvent,
     NodeTopology,
+    NvLinkSample,
     TopologyGpu,
     TopologyLink,
     Workload,
@@ -170,7 +171,7 @@ def test_checkpoint_dips_idle_downshift_and_idle_gpus_are_normal() -> None:
 
 def test_kv_cache_growth_that_plateaus_is_not_a_leak() -> None:
     def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
-        fill = 0.2 + 0.7 * (1 - np.exp(-t / 400))  # KV cache fills over ~10 min, then plateaus at 90%
+        fill = 0.2 + 0.7 * (1 - np.exp(-t / 800))  # KV cache fills (time constant 13 min), then plateaus at 90%
         return m | {"memory_used_bytes": float(round(80 * GIB * fill)), "utilization_gpu_percent": 60.0}
 
     def serving(_t: int, _gpu: int) -> Workload:
@@ -279,6 +280,23 @@ def test_nvlink_down_names_the_peers_and_the_pcie_path() -> None:
     assert "GPU 0 (NODE), GPU 2 (SYS), GPU 3 (SYS) now crosses PCIe" in first.summary
 
 
+def test_nvlink_from_per_link_samples_when_totals_are_missing() -> None:
+    det = Detectors(DetectorSettings())
+    rng = np.random.default_rng(0)
+    found = []
+    for t in range(60):
+        events = []
+        for gpu in range(2):
+            m = healthy(t, gpu, rng)
+            del m["nvlink_links_active"], m["nvlink_links_max"]
+            links = tuple(NvLinkSample(k, not (gpu == 1 and t >= 20 and k < 4)) for k in range(18))
+            sample = GpuSample("c1", "node-1", f"GPU-{gpu}", gpu, MODEL, T0 + t * S, m, links=links)
+            events.append(InterpretedEvent(sample, workload=pretraining(t, gpu)))
+        found += det.apply(_batch(events, ()), T0)[1]
+    assert kinds(found) == {("nvlink-down", "GPU-1")}
+    assert starts(found)[0].evidence["links_active"] == 14
+
+
 def test_nvlink_without_topology_uses_the_samples_own_link_count() -> None:
     def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
         return m | {"nvlink_links_active": 12.0} if gpu == 0 and t >= 100 else m
@@ -350,7 +368,7 @@ def test_xid_storm_versus_a_single_xid() -> None:
         if t == 100:
             out.append(GpuEvent("c1", "node-1", "GPU-1", 1, T0 + t * S, EventKind.XID, 13, "graphics exception"))
         if 600 <= t < 780 and t % 20 == 0:
-            code = (13, 31, 43, 45)[t // 20 % 4]
+            code = (13, 31, 94, 45)[t // 20 % 4]  # 94 (contained ECC error) without ECC counters: part of the storm
             out.append(GpuEvent("c1", "node-1", "GPU-6", 6, T0 + t * S, EventKind.XID, code, ""))
         return out
 
@@ -358,7 +376,7 @@ def test_xid_storm_versus_a_single_xid() -> None:
     assert kinds(found) == {("xid", "GPU-1"), ("xid", "GPU-6"), ("xid-storm", "GPU-6")}
     storm = starts(found, "xid-storm")[0]
     assert storm.ts_ns == T0 + 680 * S and storm.severity == "critical"
-    assert "XID storm: 5 XIDs" in storm.summary and "43 (" in storm.summary
+    assert "XID storm: 5 XIDs" in storm.summary and "94 (" in storm.summary
     single = starts(found, "xid")[0]
     assert "XID 13" in single.summary and single.severity == "warning"
     # the single XID on GPU-6 became part of the storm: cleared when the storm started
