@@ -60,11 +60,12 @@ class UsageQuery:
         return "application" if self.application else "job"
 
     def _filters(self) -> str:
+        """Tag predicates, joined to the measurement's filter so that InfluxDB applies them while it reads."""
         out = ""
         if self.cluster:
-            out += f'\n  |> filter(fn: (r) => r.cluster == "{self.cluster}")'
+            out += f' and r.cluster == "{self.cluster}"'
         if self.application:
-            out += f'\n  |> filter(fn: (r) => r.application == "{self.application}")'
+            out += f' and r.application == "{self.application}"'
         return out
 
     def minutes_flux(self, bucket: str) -> str:
@@ -73,8 +74,8 @@ class UsageQuery:
         fields = ", ".join(f'"{f}"' for f in _FIELDS)
         return (
             f'from(bucket: "{bucket}")\n  |> range(start: -{self.range})\n'
-            f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}" and contains(value: r._field, set: [{fields}]))'
-            f"{self._filters()}\n"
+            f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}"{self._filters()} and '
+            f"contains(value: r._field, set: [{fields}]))\n"
             "  |> aggregateWindow(every: 1m, fn: max, createEmpty: false)\n"
             '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
             "  |> group()"
@@ -86,8 +87,8 @@ class UsageQuery:
         job = f'\n  |> filter(fn: (r) => r._value == "{self.job}")' if self.job else ""
         return (
             f'from(bucket: "{bucket}")\n  |> range(start: -{self.range})\n'
-            f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}" and r._field == "job_id")'
-            f"{self._filters()}{job}\n"
+            f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}"{self._filters()} and r._field == "job_id")'
+            f"{job}\n"
             "  |> aggregateWindow(every: 1m, fn: last, createEmpty: false)\n"
             '  |> group()\n  |> keep(columns: ["_time", "gpu", "_value"])'
         )
@@ -95,12 +96,11 @@ class UsageQuery:
     def limits_flux(self, bucket: str) -> str:
         """Each GPU's latest memory total and power limit."""
         self.validate()
-        cluster = f'\n  |> filter(fn: (r) => r.cluster == "{self.cluster}")' if self.cluster else ""
+        cluster = f' and r.cluster == "{self.cluster}"' if self.cluster else ""
         return (
             f'from(bucket: "{bucket}")\n  |> range(start: -{self.range})\n'
-            f'  |> filter(fn: (r) => r._measurement == "{INFO_MEASUREMENT}" and '
-            '(r._field == "memory_total_bytes" or r._field == "power_limit_watts"))'
-            f"{cluster}\n"
+            f'  |> filter(fn: (r) => r._measurement == "{INFO_MEASUREMENT}"{cluster} and '
+            '(r._field == "memory_total_bytes" or r._field == "power_limit_watts"))\n'
             '  |> last()\n  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
             "  |> group()"
         )
@@ -173,12 +173,15 @@ class LinkThroughput:
     pcie_bytes_per_second: float | None
 
 
-def link_throughput_flux(bucket: str, range_: str) -> str:
+def link_throughput_flux(bucket: str, range_: str, cluster: str | None = None) -> str:
     if not _DURATION.match(range_):
         raise InvalidQuery(f"range {range_!r} is not a duration like 1h, 7d, 2w")
+    if cluster is not None and not _JOB_ID.match(cluster):
+        raise InvalidQuery(f"cluster {cluster!r} is not a cluster name")
+    where = f' and r.cluster == "{cluster}"' if cluster else ""
     return (
         f'from(bucket: "{bucket}")\n  |> range(start: -{range_})\n'
-        f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}" and contains(value: r._field, set: '
+        f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}"{where} and contains(value: r._field, set: '
         '["nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second", "pcie_tx_bytes_per_second", '
         '"pcie_rx_bytes_per_second"]))\n'
         "  |> max()\n"
@@ -187,13 +190,13 @@ def link_throughput_flux(bucket: str, range_: str) -> str:
     )
 
 
-def link_throughput(settings: Settings, range_: str) -> list[LinkThroughput]:
+def link_throughput(settings: Settings, range_: str, cluster: str | None = None) -> list[LinkThroughput]:
     """Per GPU model, the best link throughput seen on the fleet: a demonstrated lower bound of the bandwidth."""
     i = settings.influxdb
     assert i.url and i.token, "resolve settings first"
     writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
     try:
-        rows = writer.query(link_throughput_flux(i.bucket, range_))
+        rows = writer.query(link_throughput_flux(i.bucket, range_, cluster))
     finally:
         writer.close()
     best: dict[str, dict[str, float]] = {}

@@ -48,7 +48,7 @@ def rightsize_cmd(
     with errors():
         stats = usage(settings, query)
         measured: dict[str, Link] = {}
-        for t in link_throughput(settings, range_):
+        for t in link_throughput(settings, range_, cluster):
             if t.nvlink_bytes_per_second:
                 measured[t.gpu_model] = Link("nvlink", t.nvlink_bytes_per_second, LATENCY_S["nvlink"], "measured")
             elif t.pcie_bytes_per_second:

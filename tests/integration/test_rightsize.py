@@ -70,7 +70,7 @@ def test_usage_statistics_and_advice(settings: Settings, monkeypatch: pytest.Mon
     assert small.sm_active_p95_percent == pytest.approx(10.0) and small.power_p95_watts == 150
     (app,) = usage(settings, UsageQuery("2h", application="llm-pretraining", cluster=settings.cluster))
     assert app.key == "llm-pretraining" and app.runs == 1 and app.memory_peak_bytes == 70 * GIB
-    speeds = {t.gpu_model: t for t in link_throughput(settings, "2h")}
+    speeds = {t.gpu_model: t for t in link_throughput(settings, "2h", settings.cluster)}
     assert speeds[H100].nvlink_bytes_per_second == 200e9
 
     i = settings.influxdb
@@ -79,7 +79,8 @@ def test_usage_statistics_and_advice(settings: Settings, monkeypatch: pytest.Mon
     monkeypatch.setenv("HERMENEUT_INFLUXDB__TOKEN", i.token.get_secret_value())
     monkeypatch.setenv("HERMENEUT_INFLUXDB__ORG", i.org)
     monkeypatch.setenv("HERMENEUT_INFLUXDB__BUCKET", i.bucket)
-    result = CliRunner().invoke(cli, ["rightsize", "--job", "small-1", "--range", "2h", "--format", "json"])
+    args = ["rightsize", "--job", "small-1", "--range", "2h", "--format", "json", "--cluster", settings.cluster]
+    result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     (advice,) = json.loads(result.output)
     assert advice["options"][0]["kind"] == "mig" and advice["options"][0]["target"] == "1g.10gb"
