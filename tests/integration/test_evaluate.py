@@ -14,6 +14,7 @@ import pytest
 from pipeline.codec import encode_record
 from pipeline.config import Settings
 from pipeline.evaljob import run_evaluation, withheld
+from pipeline.evaluation import format_table
 from pipeline.events import FaultRecord, GpuContext, GpuSample, SampleBatch, Workload
 from pipeline.publisher import Publisher
 
@@ -72,6 +73,7 @@ def test_evaluation_scores_a_replay(settings: Settings, tmp_path: Path) -> None:
         return samples
 
     outcome = run_evaluation(settings, produce, tmp_path, seed=seed, withhold_share=0.5, drain_timeout_s=300)
+    print(format_table(outcome.evaluation))
 
     assert outcome.stored == outcome.samples and outcome.dead_lettered == 0
     assert outcome.withheld_nodes == ["n2"] and outcome.faults == len(FAULTS)
