@@ -922,8 +922,9 @@ def _thermal(
         f"(slowdown {_fmt(slowdown, ' C')}), power {_fmt(rel.get('power_ratio_of_limit', nan) * 100, '%')} of limit, "
         f"util {_fmt(row.get('utilization_gpu_percent', nan), '%')}"
     )
+    fan = row.get("fan_speed_percent")
     action = (
-        f"check cooling and fans (fan {_fmt(row.get('fan_speed_percent', nan), '%')}, inlet air, airflow); clocks held "
+        f"check cooling and fans ({f'fan {fan:.0f}%, ' if fan is not None else ''}inlet air, airflow); clocks held "
         f"at {_fmt(clock * 100, '%')} by {why} at {_fmt(temp, ' C')}"
     )
     evidence = {
