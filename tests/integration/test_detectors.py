@@ -146,8 +146,15 @@ def test_each_fault_is_detected_and_explained(settings: Settings, tmp_path: Path
     with running_pipeline(settings, tmp_path) as (_processor, sink):
         publish_batches(settings, batches)
         wait_stored(sink, samples, timeout_s=240)
-        assert wait_for(lambda: sink.stats().get("findings_written", 0) >= 60, 60), sink.stats()
-        time.sleep(2)  # findings of the last batch
+        assert wait_for(lambda: sink.stats().get("findings_written", 0) >= len(EXPECTED), 60), sink.stats()
+        seen = [-1]
+
+        def settled() -> bool:  # no new finding stored for 3 s
+            now = sink.stats().get("findings_written", 0)
+            done, seen[0] = now == seen[0], now
+            return done
+
+        assert wait_for(settled, 60, interval_s=3.0)
 
     findings = stored_points(settings, "finding")
     for detector, (gpu, phrase, action) in EXPECTED.items():
