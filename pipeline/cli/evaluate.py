@@ -21,7 +21,8 @@ from pipeline.cli.base import cli, errors, settings_of
 @click.option("--gpus", default=8, show_default=True, type=click.IntRange(1, 64), help="GPUs per node.")
 @click.option("--hours", default=2.0, show_default=True, type=click.FloatRange(0.1, 48), help="Simulated history.")
 @click.option("--seed", default=0, show_default=True)
-@click.option("--fault-rate-scale", default=1.0, show_default=True, type=click.FloatRange(0, min_open=True))
+@click.option("--faults-per-class", default=6.0, show_default=True, type=click.FloatRange(0, min_open=True),
+              help="Injected faults expected per class over the run (a balanced mix).")  # fmt: skip
 @click.option("--withhold", default=0.25, show_default=True, type=click.FloatRange(0, 1),
               help="Share of nodes whose context is withheld (classification is measured there).")  # fmt: skip
 @click.option("--grace", default=300.0, show_default=True, help="Seconds after a fault's end a detection still counts.")
@@ -33,7 +34,7 @@ def evaluate_cmd(
     gpus: int,
     hours: float,
     seed: int,
-    fault_rate_scale: float,
+    faults_per_class: float,
     withhold: float,
     grace: float,
     as_json: bool,
@@ -47,7 +48,7 @@ def evaluate_cmd(
         settings = local_services(settings)
     run_dir = settings.services.state_dir / "evaluations" / time.strftime("%Y%m%d-%H%M%S")
     click.echo(f"evaluating {nodes} nodes x {gpus} GPUs, {hours:g} h simulated, seed {seed} (logs in {run_dir})")
-    produce = simulator_producer(nodes, gpus, hours, seed, fault_rate_scale)
+    produce = simulator_producer(nodes, gpus, hours, seed, faults_per_class)
     with errors():
         try:
             outcome = run_evaluation(settings, produce, Path(run_dir), seed, withhold, grace_s=grace)
