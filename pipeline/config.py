@@ -178,6 +178,25 @@ class ServiceSettings(_Section):
     state_dir: Path = Field(default_factory=_default_state_dir)
 
 
+class StorageSettings(_Section):
+    """Retention of the InfluxDB buckets (raw, 1-minute rollups, job summaries) and when queries read rollups."""
+
+    raw_retention_days: float = Field(default=7.0, ge=1, le=3650)
+    rollup_retention_days: float = Field(default=90.0, ge=1, le=3650)
+    jobs_retention_days: float = Field(default=400.0, ge=1, le=3650)
+    #: queries over ranges longer than this read the 1-minute rollups
+    rollup_after_days: float = Field(default=2.0, gt=0, le=3650)
+
+
+class WebSettings(_Section):
+    """The HTTP API (``hermeneut web``): where it listens and the bearer token it asks for."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    #: required from clients when ``host`` is not loopback; generated into the state dir when unset
+    token: SecretStr | None = None
+
+
 class Settings(BaseSettings):
     """Everything a hermeneut process needs to know before it connects to anything."""
 
@@ -192,6 +211,8 @@ class Settings(BaseSettings):
     topics: TopicSettings = TopicSettings()
     validation: ValidationSettings = ValidationSettings()
     services: ServiceSettings = ServiceSettings()
+    storage: StorageSettings = StorageSettings()
+    web: WebSettings = WebSettings()
 
     @classmethod
     def settings_customise_sources(

@@ -128,7 +128,7 @@ def trend_cmd(ctx: click.Context, field_: str, by: str, every: str, range_: str,
     settings = resolved(ctx, kafka=False)
     with errors():
         rows = run_trend(settings, TrendQuery(field_, by, every, range_, fn))
-    click.echo(format_table(rows, by, f"{fn}({field_})"))
+    click.echo(format_table(rows))
 
 
 @cli.command("run")

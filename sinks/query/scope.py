@@ -1,0 +1,171 @@
+"""Building blocks the questions share: scope filters, a job's extent, the GPUs of a scope, baseline bands,
+and the mapping of a raw aggregate onto the 1-minute rollups."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from pipeline.errors import InvalidQuery
+from sinks.query.model import (
+    BASELINE,
+    FINDING,
+    GPU,
+    NS,
+    ROLLUP_FIELDS,
+    TAGS,
+    Aggregate,
+    Expr,
+    FieldEquals,
+    Filter,
+    Fn,
+    Scope,
+    TagIn,
+    TimeRange,
+)
+from sinks.query.store import MINUTE_NS, Store
+
+#: more GPUs than this in a job's extent and the tag filter would cost more than it saves
+MAX_GPU_FILTER: Final = 256
+
+
+def scope_filters(scope: Scope, measurement: str = GPU) -> tuple[Filter, ...]:
+    """The scope as filters on ``measurement``; raises when it lacks a tag the scope needs (see
+    :func:`gpu_filter` for measurements without ``gpu_model`` / ``application``)."""
+    out: list[Filter] = []
+    for key, value in scope.tags:
+        if key not in TAGS[measurement]:
+            raise InvalidQuery(f"{measurement} points have no {key} tag")
+        out.append(TagIn(key, (value,)))
+    if scope.job is not None:
+        out.append(FieldEquals("job_id", scope.job))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class JobExtent:
+    """Where and when a job ran within a range: its first and last sample and its GPUs' identities."""
+
+    job: str
+    first_ns: int
+    last_ns: int
+    gpus: tuple[str, ...]
+    #: (application, gpu_model) pairs the job ran as
+    kinds: tuple[tuple[str, str], ...]
+
+    def narrowed(self, filters: tuple[Filter, ...]) -> tuple[TimeRange, tuple[Filter, ...]]:
+        """The job's own time span, and its GPUs as a tag filter (cheap to test before the job-id field)."""
+        tr = TimeRange(self.first_ns, self.last_ns + 1_000_000)  # stored at millisecond precision
+        if len(self.gpus) <= MAX_GPU_FILTER:
+            filters = (TagIn("gpu", self.gpus), *filters)
+        return tr, filters
+
+
+def job_extent(store: Store, job: str, tr: TimeRange, scope: Scope | None = None) -> JobExtent | None:
+    """The span and GPUs of ``job`` within ``tr`` (None: no sample of it there). Two selector queries on the
+    ``job_id`` field only, so they stay cheap even over a week of a large fleet."""
+    group = ("gpu", "application", "gpu_model")
+    filters = scope_filters(scope or Scope(job=job))
+    times: dict[str, list[int]] = {}
+    kinds: set[tuple[str, str]] = set()
+    gpus: set[str] = set()
+    for fn in ("first", "last"):
+        plan = Aggregate(store.buckets.raw, GPU, (Expr("job_id", fn),), tr, filters, group)
+        rows, _ = store.aggregate(plan)
+        times[fn] = [r.time_ns for r in rows]
+        for r in rows:
+            gpus.add(r.tag("gpu"))
+            kinds.add((r.tag("application"), r.tag("gpu_model")))
+    if not times["first"]:
+        return None
+    return JobExtent(job, min(times["first"]), max(times["last"]), tuple(sorted(gpus)), tuple(sorted(kinds)))
+
+
+def gpus_in_scope(store: Store, scope: Scope, tr: TimeRange) -> tuple[str, ...]:
+    """The GPUs that reported within ``tr`` in ``scope`` (for measurements without the scope's tags)."""
+    plan = Aggregate(store.buckets.raw, GPU, (Expr("verdict", "count"),), tr, scope_filters(scope), ("gpu",))
+    rows, _ = store.aggregate(plan)
+    return tuple(sorted({r.tag("gpu") for r in rows}))
+
+
+def gpu_filter(store: Store, scope: Scope, tr: TimeRange, measurement: str) -> tuple[Filter, ...] | None:
+    """Filters for ``measurement`` (``gpu_event``, ``finding``): the scope itself where the measurement has
+    its tags (and a job-id field), else the scope's GPUs looked up in ``gpu`` first. None: no GPU in range."""
+    missing = [k for k, _ in scope.tags if k not in TAGS[measurement]]
+    if not missing and (scope.job is None or measurement == FINDING):
+        return scope_filters(scope, measurement)
+    gpus = gpus_in_scope(store, scope, tr)
+    if not gpus:
+        return None
+    kept = Scope(**{k: v for k, v in scope.tags if k in TAGS[measurement]})
+    return (*scope_filters(kept, measurement), TagIn("gpu", gpus))
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """A learned baseline band for one (application, GPU model, phase, feature)."""
+
+    p05: float | None
+    p50: float | None
+    p95: float | None
+    n: float | None
+    version: float | None
+    trained_ns: int
+
+
+def baseline_bands(
+    store: Store, feature: str, phase: str, kinds: set[tuple[str, str]], now_ns: int
+) -> dict[tuple[str, str], Band]:
+    """The latest baseline band per (application, gpu_model) of ``kinds`` for a feature and phase."""
+    apps = tuple(sorted({a for a, _ in kinds if a}))
+    if not apps:
+        return {}
+    stats = ("p05", "p50", "p95", "n", "version")
+    filters: tuple[Filter, ...] = (TagIn("feature", (feature,)), TagIn("phase", (phase,)), TagIn("application", apps))
+    plan = Aggregate(
+        store.buckets.raw,
+        BASELINE,
+        tuple(Expr(s, "last") for s in stats),
+        TimeRange(0, now_ns + NS),
+        filters,
+        ("application", "gpu_model"),
+    )
+    rows, _ = store.aggregate(plan, "flux")  # last() per series is pushed down; one row per band
+    out = {}
+    for r in rows:
+        key = (r.tag("application"), r.tag("gpu_model"))
+        if key in kinds:
+            p05, p50, p95, n, version = r.values
+            out[key] = Band(p05, p50, p95, n, version, r.time_ns)
+    return out
+
+
+#: how an aggregate of a raw field reads from the rollups: (rollup field suffix, function over the rollup)
+_ROLLUP_FN: Final[dict[str, tuple[str, Fn]]] = {
+    "mean": ("mean", "mean"),
+    "max": ("max", "max"),
+    "min": ("min", "min"),
+    "count": ("count", "sum"),
+}
+APPROXIMATED: Final = ("median", "p50", "p90", "p95", "p99", "stddev")
+
+
+def rollup_blocker(field: str, fn: str, window_ns: int | None, job: str | None) -> str | None:
+    """Why the 1-minute rollups cannot answer ``fn(field)`` (None: they can)."""
+    if job is not None:
+        return "job ids are not kept in the rollups (per-job queries read raw data)"
+    if field not in ROLLUP_FIELDS:
+        return f"{field} is not kept in the rollups (kept: {', '.join(ROLLUP_FIELDS)})"
+    if fn == "sum":
+        return "sums are not kept in the rollups (use mean or count)"
+    if window_ns is not None and window_ns % MINUTE_NS:
+        return "rollup windows are whole minutes"
+    return None
+
+
+def rollup_expr(field: str, fn: Fn) -> tuple[Expr, str | None]:
+    """The rollup expression for ``fn(field)`` and a note when it is an approximation."""
+    if fn in _ROLLUP_FN:
+        suffix, over = _ROLLUP_FN[fn]
+        return Expr(f"{field}_{suffix}", over), None
+    return Expr(f"{field}_mean", fn), f"{fn} over the 1-minute means (the rollups keep mean/max/min/count)"
