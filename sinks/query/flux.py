@@ -205,6 +205,9 @@ def rollup_task_flux(
     """
     field_set = ", ".join(string(f) for f in fields)
     out = f"to(bucket: {string(rollup)}, org: {string(org)})"
+    # each pipeline reads on its own: a shared source lets a later string filter (verdict) be applied to
+    # float fields in storage (measured: "type conflict: string != float")
+    src = f"from(bucket: {string(raw)})\n    |> range(start: start, stop: stop)"
     steps = [
         f'    |> aggregateWindow(every: 1m, fn: {fn}, timeSrc: "_start", createEmpty: false)\n'
         f'    |> map(fn: (r) => ({{r with _value: float(v: r._value), _field: r._field + "_{fn}"}}))\n'
@@ -219,21 +222,19 @@ option task = {{name: {string(name)}, every: 1m, offset: 15s}}
 
 stop = date.truncate(t: now(), unit: 1m)
 start = date.sub(d: 2m, from: stop)
-src = from(bucket: {string(raw)})
-    |> range(start: start, stop: stop)
-data = src
+data = {src}
     |> filter(fn: (r) => r._measurement == {string(measurement)} and contains(value: r._field, set: [{field_set}]))
 
 {per_fn}
 
-src
+{src}
     |> filter(fn: (r) => r._measurement == {string(measurement)} and r._field == "throttle_reasons_mask")
 {_throttled_map().replace("  |>", "    |>")}
     |> aggregateWindow(every: 1m, fn: mean, timeSrc: "_start", createEmpty: false)
     |> map(fn: (r) => ({{r with _field: "throttled_share"}}))
     |> {out}
 
-src
+{src}
     |> filter(fn: (r) => r._measurement == {string(measurement)} and r._field == "verdict")
     |> filter(fn: (r) => r._value == "unusual" or r._value == "anomalous")
     |> map(fn: (r) => ({{r with _field: "verdict_" + r._value, _value: 1.0}}))
@@ -249,17 +250,18 @@ def jobs_task_flux(
     and p50/p95/max of ``fields``, written to ``jobs`` as measurement ``job`` with ``job_id`` as a tag there
     (a low-rate bucket: one point per job per 10 minutes)."""
     blocks = []
-    for f in fields:
+    for i, f in enumerate(fields):
+        v = f"per_job_{i}"
         blocks.append(
-            f"""per_job = base
+            f"""{v} = base
     |> filter(fn: (r) => exists r[{string(f)}])
     |> map(fn: (r) => ({{_time: r._time, _value: float(v: r[{string(f)}]), job_id: r.job_id,
         application: if exists r.application then r.application else "unknown", gpu_model: r.gpu_model,
         cluster: r.cluster}}))
     |> group(columns: ["job_id", "application", "gpu_model", "cluster"])
-per_job |> quantile(q: 0.5, method: "exact_selector") |> {_job_out(f + "_p50", jobs, org)}
-per_job |> quantile(q: 0.95, method: "exact_selector") |> {_job_out(f + "_p95", jobs, org)}
-per_job |> max() |> {_job_out(f + "_max", jobs, org)}"""
+{v} |> quantile(q: 0.5, method: "exact_selector") |> {_job_out(f + "_p50", jobs, org)}
+{v} |> quantile(q: 0.95, method: "exact_selector") |> {_job_out(f + "_p95", jobs, org)}
+{v} |> max() |> {_job_out(f + "_max", jobs, org)}"""
         )
     gpu_seconds = f"""base
     |> map(fn: (r) => ({{_time: r._time, _value: {float(interval_s)!r}, job_id: r.job_id,

@@ -164,15 +164,27 @@ class TimeRange:
         return TimeRange(self.start_ns - self.start_ns % window_ns, self.stop_ns)
 
 
-def resolve_range(range_: str | None, start: str | None, stop: str | None, now_ns: int) -> TimeRange:
-    """The time range of a question: ``range`` back from ``stop`` (default now), or ``start`` .. ``stop``."""
+def resolve_range(range_: str | None, start: str | None, stop: str | None, now_ns: int, default: str) -> TimeRange:
+    """The time range of a question: ``range`` (else ``default``) back from ``stop`` (default now), or
+    ``start`` .. ``stop``."""
+    check_range(range_, start, stop)
     stop_ns = parse_time(stop, "stop") if stop else now_ns
-    if start and range_:
-        raise InvalidQuery("give either a range (how far back) or a start time, not both")
-    start_ns = parse_time(start, "start") if start else stop_ns - parse_duration(range_ or "15m", "range")
+    start_ns = parse_time(start, "start") if start else stop_ns - parse_duration(range_ or default, "range")
     if start_ns >= stop_ns:
         raise InvalidQuery("the range is empty: start must be before stop")
     return TimeRange(start_ns, stop_ns)
+
+
+def check_range(range_: str | None, start: str | None, stop: str | None) -> None:
+    """What :func:`resolve_range` would reject, short of comparing with the clock."""
+    if start and range_:
+        raise InvalidQuery("give either a range (how far back) or a start time, not both")
+    if range_ is not None:
+        parse_duration(range_, "range")
+    start_ns = parse_time(start, "start") if start else None
+    stop_ns = parse_time(stop, "stop") if stop else None
+    if start_ns is not None and stop_ns is not None and start_ns >= stop_ns:
+        raise InvalidQuery("the range is empty: start must be before stop")
 
 
 _NICE: Final = tuple(
@@ -350,7 +362,7 @@ class TrendQuery:
     field: str
     by: str = "gpu_model"
     every: str | None = "10s"
-    range: str | None = "15m"
+    range: str | None = None
     fn: str = "mean"
     scope: Scope = Scope()
     band: bool = False
@@ -367,13 +379,12 @@ class TrendQuery:
         self.scope.validate()
         if self.every is not None:
             parse_duration(self.every, "window")
-        if self.range is not None and not self.start:
-            parse_duration(self.range, "range")
+        check_range(self.range, self.start, self.stop)
         if self.band and self.phase not in PHASES:
             raise InvalidQuery(f"phase {self.phase!r} is not one of {', '.join(PHASES)}")
 
     def time_range(self, now_ns: int) -> TimeRange:
-        return resolve_range(None if self.start else self.range, self.start, self.stop, now_ns)
+        return resolve_range(self.range, self.start, self.stop, now_ns, "15m")
 
     def window_ns(self, tr: TimeRange) -> int:
         w = parse_duration(self.every, "window") if self.every else auto_window(tr.length_ns)
@@ -397,7 +408,7 @@ class TopQuery:
 
     kind: str
     n: int = 10
-    range: str | None = "1h"
+    range: str | None = None
     scope: Scope = Scope()
     #: for ``hot`` and ``power``: max, mean, p95 ...
     fn: str = "max"
@@ -413,15 +424,14 @@ class TopQuery:
         if not 1 <= self.n <= MAX_TOP:
             raise InvalidQuery(f"n={self.n} is not between 1 and {MAX_TOP}")
         if not 0 < self.threshold <= 100:
-            raise InvalidQuery(f"threshold {self.threshold} is not a utilization percentage in (0, 100]")
+            raise InvalidQuery(f"threshold {self.threshold:g} is not a utilization percentage in (0, 100]")
         check_fn(self.fn)
         check_backend(self.backend)
         self.scope.validate()
-        if self.range is not None and not self.start:
-            parse_duration(self.range, "range")
+        check_range(self.range, self.start, self.stop)
 
     def time_range(self, now_ns: int) -> TimeRange:
-        return resolve_range(None if self.start else self.range, self.start, self.stop, now_ns)
+        return resolve_range(self.range, self.start, self.stop, now_ns, "1h")
 
 
 #: features compared by default: normalized, so GPUs of different sizes compare fairly
@@ -447,7 +457,7 @@ class CompareJobQuery:
     """One job against the baseline of its application (per GPU model it ran on), feature by feature."""
 
     job: str
-    range: str | None = "7d"
+    range: str | None = None
     features: tuple[str, ...] = COMPARE_FEATURES
     phase: str = "compute"
     start: str | None = None
@@ -458,11 +468,10 @@ class CompareJobQuery:
         check_features(self.features)
         if self.phase not in PHASES:
             raise InvalidQuery(f"phase {self.phase!r} is not one of {', '.join(PHASES)}")
-        if self.range is not None and not self.start:
-            parse_duration(self.range, "range")
+        check_range(self.range, self.start, self.stop)
 
     def time_range(self, now_ns: int) -> TimeRange:
-        return resolve_range(None if self.start else self.range, self.start, self.stop, now_ns)
+        return resolve_range(self.range, self.start, self.stop, now_ns, "7d")
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,7 +481,7 @@ class CompareModelsQuery:
     application: str
     model_a: str
     model_b: str
-    range: str | None = "24h"
+    range: str | None = None
     features: tuple[str, ...] = COMPARE_FEATURES
     cluster: str | None = None
     start: str | None = None
@@ -484,18 +493,17 @@ class CompareModelsQuery:
         if self.model_a == self.model_b:
             raise InvalidQuery("compare two different GPU models")
         check_features(self.features)
-        if self.range is not None and not self.start:
-            parse_duration(self.range, "range")
+        check_range(self.range, self.start, self.stop)
 
     def time_range(self, now_ns: int) -> TimeRange:
-        return resolve_range(None if self.start else self.range, self.start, self.stop, now_ns)
+        return resolve_range(self.range, self.start, self.stop, now_ns, "24h")
 
 
 @dataclass(frozen=True, slots=True)
 class AnomalyQuery:
     """Verdict counts (unusual / anomalous) per window and the findings of a scope over a range."""
 
-    range: str | None = "24h"
+    range: str | None = None
     every: str | None = None
     scope: Scope = Scope()
     detector: str | None = None
@@ -513,11 +521,10 @@ class AnomalyQuery:
             raise InvalidQuery(f"limit {self.limit} is not between 1 and 10000")
         if self.every is not None:
             parse_duration(self.every, "window")
-        if self.range is not None and not self.start:
-            parse_duration(self.range, "range")
+        check_range(self.range, self.start, self.stop)
 
     def time_range(self, now_ns: int) -> TimeRange:
-        return resolve_range(None if self.start else self.range, self.start, self.stop, now_ns)
+        return resolve_range(self.range, self.start, self.stop, now_ns, "24h")
 
     def window_ns(self, tr: TimeRange) -> int:
         w = parse_duration(self.every, "window") if self.every else auto_window(tr.length_ns, 100)
