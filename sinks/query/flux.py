@@ -215,6 +215,17 @@ def rollup_task_flux(
         for fn in ("mean", "max", "min", "count")
     ]
     per_fn = "\n\n".join(f"data\n{s}" for s in steps)
+    # one pipeline per verdict: renaming _field row by row would leave both verdicts in one table (measured:
+    # their counts were summed together)
+    verdicts = "\n\n".join(
+        f"""{src}
+    |> filter(fn: (r) => r._measurement == {string(measurement)} and r._field == "verdict")
+    |> filter(fn: (r) => r._value == "{v}")
+    |> aggregateWindow(every: 1m, fn: count, timeSrc: "_start", createEmpty: false)
+    |> map(fn: (r) => ({{r with _value: float(v: r._value), _field: "verdict_{v}"}}))
+    |> {out}"""
+        for v in ("unusual", "anomalous")
+    )
     return f"""import "date"
 import "experimental/bitwise"
 
@@ -234,12 +245,7 @@ data = {src}
     |> map(fn: (r) => ({{r with _field: "throttled_share"}}))
     |> {out}
 
-{src}
-    |> filter(fn: (r) => r._measurement == {string(measurement)} and r._field == "verdict")
-    |> filter(fn: (r) => r._value == "unusual" or r._value == "anomalous")
-    |> map(fn: (r) => ({{r with _field: "verdict_" + r._value, _value: 1.0}}))
-    |> aggregateWindow(every: 1m, fn: sum, timeSrc: "_start", createEmpty: false)
-    |> {out}
+{verdicts}
 """
 
 

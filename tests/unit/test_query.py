@@ -228,7 +228,7 @@ def test_rollup_expressions() -> None:
 def test_rollup_task_writes_every_aggregate_to_the_rollup_bucket() -> None:
     flux = rollup_task_flux("n", "raw", "raw_1m", "org", ("power_watts",))
     assert 'option task = {name: "n", every: 1m, offset: 15s}' in flux
-    assert flux.count('to(bucket: "raw_1m", org: "org")') == 6  # mean, max, min, count, throttled, verdicts
+    assert flux.count('to(bucket: "raw_1m", org: "org")') == 7  # mean, max, min, count, throttled, 2 verdicts
     assert 'contains(value: r._field, set: ["power_watts"])' in flux
 
 
