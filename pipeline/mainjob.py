@@ -94,11 +94,13 @@ def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_
     from producers.simulator import Fleet
     from producers.simulator.run import run_simulation
     from sinks.query import TrendQuery, format_table, run_trend
+    from sinks.retention import setup as storage_setup
 
     print("1/5 local services (first run installs Kafka and builds InfluxDB; later runs start in seconds)")
     state = services.up(settings)
     settings = services.resolve(settings)
     ensure_topics(settings.kafka.client_config(), topic_specs(settings))
+    storage_setup(settings)
     run_dir = Path(state.run_dir) / "pipeline" / time.strftime("%H%M%S")
     stages: list[Stage] = []
     interrupted = False

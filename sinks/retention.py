@@ -4,8 +4,8 @@ calls :func:`setup`).
 
 ``<bucket>``        raw samples, findings, events, baselines: ``storage.raw_retention_days`` (7)
 ``<bucket>_1m``     1-minute rollups per GPU series: ``<field>_mean/_max/_min/_count`` of the key fields
-                    (:data:`sinks.query.model.ROLLUP_FIELDS`), ``throttled_share``, ``verdict_unusual`` and
-                    ``verdict_anomalous`` counts: ``storage.rollup_retention_days`` (90)
+                    (:data:`sinks.query.model.ROLLUP_FIELDS`), ``throttle_samples`` / ``throttled_samples``,
+                    ``verdict_unusual`` and ``verdict_anomalous`` counts: ``storage.rollup_retention_days`` (90)
 ``<bucket>_jobs``   per job, application, GPU model and 10 minutes: ``gpu_seconds`` and p50/p95/max of
                     utilization, memory used and power (measurement ``job``, ``job_id`` a tag):
                     ``storage.jobs_retention_days`` (400)

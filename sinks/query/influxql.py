@@ -6,9 +6,7 @@ backend is also the way there. A condition on a field (``job_id = 'x'``) is eval
 which is why per-job queries are tens of times faster here than in Flux (docs/queries.md has the numbers).
 
 ``percentile(f, N)`` is InfluxQL's nearest rank: the value of rank floor(n*N/100 + 0.5). ``median`` averages
-the two middle values, ``stddev`` is the sample standard deviation (as Flux). The throttled share needs a
-bitwise test InfluxQL cannot do on float fields: :meth:`InfluxQLBackend.unsupported` says so and the planner
-runs it on Flux.
+the two middle values, ``stddev`` is the sample standard deviation (as Flux).
 """
 
 from __future__ import annotations
@@ -34,6 +32,7 @@ from sinks.query.model import (
     TagIn,
     TimeRange,
     ValueBelow,
+    ValueNotIn,
     format_duration,
 )
 
@@ -66,6 +65,9 @@ def _where(tr: TimeRange, filters: tuple[Filter, ...], value_field: str | None) 
         elif isinstance(f, ValueBelow):
             assert value_field is not None, "a value condition needs the field it applies to"
             parts.append(f"{ident(value_field)} < {float(f.limit)!r}")
+        elif isinstance(f, ValueNotIn):
+            assert value_field is not None, "a value condition needs the field it applies to"
+            parts += [f"{ident(value_field)} != {float(v)!r}" for v in f.values]
     return " AND ".join(parts)
 
 
@@ -109,8 +111,6 @@ class InfluxQLBackend:
         self._mapped: set[str] = set()
 
     def unsupported(self, agg: Aggregate) -> str | None:
-        if any(e.fn == "throttled" for e in agg.exprs):
-            return "InfluxQL cannot test bits of a float field (throttle_reasons_mask)"
         if any(e.fn in ("first", "last") for e in agg.exprs) and len(agg.exprs) > 1:
             return "InfluxQL returns one time per row: first/last only alone"
         return None

@@ -8,6 +8,7 @@ from typing import Final
 
 from pipeline.events import APPLICATIONS
 from sinks.query.model import (
+    BENIGN_MASKS,
     GPU,
     GPU_EVENT,
     TOP_KINDS,
@@ -20,6 +21,7 @@ from sinks.query.model import (
     TimeRange,
     TopQuery,
     ValueBelow,
+    ValueNotIn,
     check_fn,
 )
 from sinks.query.output import Table, iso
@@ -117,18 +119,29 @@ def _fields_top(store: Store, q: TopQuery, tr: TimeRange, now: int, fields: tupl
 
 
 def _throttled(store: Store, q: TopQuery, tr: TimeRange, now: int) -> TopResult:
-    exprs = (Expr("throttle_reasons_mask", "throttled"), Expr("throttle_reasons_mask", "count"))
-    blocker = rollup_blocker("utilization_gpu_percent", "mean", None, q.scope.job)
+    """Share of samples whose clocks-event mask is not a benign one: two counts per GPU."""
+    mask = "throttle_reasons_mask"
+    blocker = "job ids are not kept in the rollups (per-job queries read raw data)" if q.scope.job else None
     source = store.source(tr, now, blocker)
-    notes = ["throttled: a power or thermal clocks-event reason is set (0x4, 0x8, 0x20, 0x40 or 0x80)"]
+    filters = scope_filters(q.scope)
     if source == "1m":
-        exprs = (Expr("throttled_share", "mean"), Expr("utilization_gpu_percent_count", "sum"))
-        notes.append("share averaged over 1-minute shares")
-    bucket = store.buckets.rollup if source == "1m" else store.buckets.raw
-    plan = Aggregate(bucket, GPU, exprs, tr, scope_filters(q.scope), IDENTITY)
-    rows, backend = store.aggregate(plan, q.backend)
-    ranked = _ranked([(dict(r.tags), r.values) for r in rows], q.n)
-    return TopResult(q.kind, ("throttled_share", "samples"), tr, ranked, backend, source, tuple(notes))
+        plan = Aggregate(
+            store.buckets.rollup, GPU, (Expr("throttled_samples", "sum"), Expr("throttle_samples", "sum")), tr,
+            filters, IDENTITY,
+        )  # fmt: skip
+        rows, backend = store.aggregate(plan, q.backend)
+        counts = {r.tag("gpu"): (dict(r.tags), r.values[0] or 0.0, r.values[1] or 0.0) for r in rows}
+    else:
+        every = Aggregate(store.buckets.raw, GPU, (Expr(mask, "count"),), tr, filters, IDENTITY)
+        all_rows, backend = store.aggregate(every, q.backend)
+        throttled, _ = store.aggregate(every.with_filters(ValueNotIn(BENIGN_MASKS)), q.backend)
+        hits = {r.tag("gpu"): r.values[0] or 0.0 for r in throttled}
+        counts = {r.tag("gpu"): (dict(r.tags), hits.get(r.tag("gpu"), 0.0), r.values[0] or 0.0) for r in all_rows}
+    rows_out: list[tuple[dict[str, str], tuple[float | str | None, ...]]] = [
+        (tags, (hit / total if total else None, total)) for tags, hit, total in counts.values()
+    ]
+    notes = ("throttled: a clocks-event reason other than idle, application clocks, sync boost, display clocks",)
+    return TopResult(q.kind, ("throttled_share", "samples"), tr, _ranked(rows_out, q.n), backend, source, notes)
 
 
 def _wasted(store: Store, q: TopQuery, tr: TimeRange, now: int) -> TopResult:

@@ -2,9 +2,7 @@
 
 :class:`Backend` is the seam: Flux (:mod:`sinks.query.flux`) and InfluxQL (:mod:`sinks.query.influxql`)
 implement it now; an InfluxDB 3 SQL backend would implement the same three methods. :meth:`Store.choose`
-picks per plan, from measurements on this box (docs/queries.md): InfluxQL for percentiles, medians,
-standard deviations and conditions on a field (job ids), Flux for the rest (its window aggregates are pushed
-down into storage) and for what only Flux can do (the throttled share's bitwise test).
+picks per plan, from measurements on this box (docs/queries.md).
 
 Buckets: ``<bucket>`` holds raw samples (short retention), ``<bucket>_1m`` the 1-minute rollups and
 ``<bucket>_jobs`` the job summaries (:mod:`sinks.retention` creates them). :meth:`Store.source` says which a

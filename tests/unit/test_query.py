@@ -27,6 +27,7 @@ from sinks.query.flux import string as flux_string
 from sinks.query.influxql import aggregate_influxql, points_influxql
 from sinks.query.influxql import string as influxql_string
 from sinks.query.model import (
+    BENIGN_MASKS,
     NS,
     Aggregate,
     Expr,
@@ -35,6 +36,7 @@ from sinks.query.model import (
     TagIn,
     TimeRange,
     ValueBelow,
+    ValueNotIn,
     auto_window,
     format_duration,
     parse_duration,
@@ -146,10 +148,11 @@ def test_flux_filters_on_a_job_field_through_a_pivot() -> None:
     assert 'r["job_id"] == "j-1"' in flux and "|> mean()" in flux
 
 
-def test_flux_throttled_share_tests_the_throttling_bits() -> None:
-    flux = aggregate_flux(Aggregate("t", "gpu", (Expr("throttle_reasons_mask", "throttled"),), RANGE))
-    assert flux.startswith('import "experimental/bitwise"')
-    assert "bitwise.uand(a: uint(v: r._value), b: uint(v: 236))" in flux
+def test_throttled_samples_are_the_non_benign_masks() -> None:
+    assert sorted(BENIGN_MASKS) == [0, 1, 2, 3, 16, 17, 18, 19, 256, 257, 258, 259, 272, 273, 274, 275]
+    plan = Aggregate("t", "gpu", (Expr("throttle_reasons_mask", "count"),), RANGE, (ValueNotIn((0.0, 1.0)),))
+    assert "|> filter(fn: (r) => r._value != 0.0 and r._value != 1.0)" in aggregate_flux(plan)
+    assert '"throttle_reasons_mask" != 0.0 AND "throttle_reasons_mask" != 1.0' in aggregate_influxql(plan)
 
 
 def test_flux_points_are_newest_first() -> None:
@@ -228,8 +231,8 @@ def test_rollup_expressions() -> None:
 def test_rollup_task_writes_every_aggregate_to_the_rollup_bucket() -> None:
     flux = rollup_task_flux("n", "raw", "raw_1m", "org", ("power_watts",))
     assert 'option task = {name: "n", every: 1m, offset: 15s}' in flux
-    assert flux.count('to(bucket: "raw_1m", org: "org")') == 7  # mean, max, min, count, throttled, 2 verdicts
-    assert 'contains(value: r._field, set: ["power_watts"])' in flux
+    assert flux.count('to(bucket: "raw_1m", org: "org")') == 8  # mean max min count, 2 throttle counts, 2 verdicts
+    assert '(r._field == "power_watts")' in flux and "contains(" not in flux  # contains() is not pushed down
 
 
 def test_job_position_against_the_band() -> None:
