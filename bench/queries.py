@@ -47,7 +47,19 @@ from sinks.query import (
     top,
     trend,
 )
-from sinks.query.model import GPU, Aggregate, Expr, FieldEquals, Filter, Fn, TagIn, TimeRange
+from sinks.query.model import (
+    BENIGN_MASKS,
+    GPU,
+    Aggregate,
+    Expr,
+    FieldEquals,
+    Filter,
+    Fn,
+    TagIn,
+    TimeRange,
+    ValueBelow,
+    ValueNotIn,
+)
 from sinks.query.output import iso
 from sinks.retention import run_task, setup, task_specs
 
@@ -164,6 +176,10 @@ def run_queries(
         ),
         "verdict=anomalous count, 5m": plan("verdict", "count", (), 300, FieldEquals("verdict", "anomalous")),
         "top: max(temp ratio) per GPU": plan("temperature_ratio_of_slowdown", "max", identity, None),
+        "top: throttled samples per GPU": plan(
+            "throttle_reasons_mask", "count", identity, None, ValueNotIn(BENIGN_MASKS)
+        ),
+        "top: util < 10 samples per GPU": plan("utilization_gpu_percent", "count", identity, None, ValueBelow(10.0)),
     }
     plan_rows = []
     for name, p in tqdm(plans.items(), desc="plans on both backends", unit="plan"):

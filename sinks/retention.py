@@ -32,11 +32,10 @@ from influxdb_client.rest import ApiException
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, ServiceError
 from sinks.query.flux import jobs_task_flux, rollup_task_flux
-from sinks.query.model import NS, ROLLUP_FIELDS
+from sinks.query.model import JOB_FIELDS, NS, ROLLUP_FIELDS
 from sinks.query.store import Store
 
 DAY_S: Final = 86400
-JOB_FIELDS: Final = ("utilization_gpu_percent", "memory_used_bytes", "power_watts")
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +207,17 @@ class RunResult:
     log: tuple[str, ...]
 
 
+def _run_now(api: Any, task_id: str, run: Any) -> Any:
+    """The run as it is now; a run that just finished is briefly in neither the running set nor the history
+    (HTTP 404, seen in tests): keep the last state and ask again."""
+    try:
+        return api.get_run(task_id, run.id)
+    except ApiException as exc:
+        if exc.status == 404:
+            return run
+        raise
+
+
 def run_task(store: Store, name: str, scheduled_ns: int, timeout_s: float = 120.0) -> RunResult:
     """Run a task now as if scheduled at ``scheduled_ns`` (its ``now()``), wait for it, return how it went.
 
@@ -223,7 +233,7 @@ def run_task(store: Store, name: str, scheduled_ns: int, timeout_s: float = 120.
         deadline = time.monotonic() + timeout_s
         while run.status not in ("success", "failed", "canceled") and time.monotonic() < deadline:
             time.sleep(0.2)
-            run = api.get_run(found.id, run.id)
+            run = _run_now(api, found.id, run)
         logs = api.get_run_logs(found.id, run.id)
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
         raise _api_errors(f"running task {name!r}", exc) from exc

@@ -1,5 +1,5 @@
-"""Query commands: ``trend``, ``top``, ``compare``, ``anomalies`` (read back from InfluxDB through the query
-layer) and ``storage setup|status|rollup`` (retention and downsampling). Output as an aligned table, JSON or
+"""Query commands: ``trend``, ``top``, ``compare``, ``anomalies``, ``jobs`` (read back from InfluxDB through
+the query layer) and ``storage setup|status|rollup`` (retention and downsampling). Output as an aligned table, JSON or
 CSV (``--format``); a malformed question is one line on stderr and exit code 1, before anything is queried."""
 
 from __future__ import annotations
@@ -220,6 +220,22 @@ def anomalies_cmd(ctx: click.Context, /, **kw: Any) -> None:
     with _store(ctx) as store:
         result = anomalies(store, q)
     _emit(result.tables(kw["part"]), kw["fmt"])
+
+
+@cli.command("jobs")
+@time_options("30d")
+@scope_options
+@click.option("--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json", "csv"]))
+@click.pass_context
+def jobs_cmd(ctx: click.Context, /, **kw: Any) -> None:
+    """Job summaries from the jobs bucket: GPU-hours and utilization/memory/power p50, p95, max per job."""
+    from sinks.query import JobsQuery, job_summaries
+
+    q = JobsQuery(kw["range_"], _scope(kw), kw["start"], kw["stop"])
+    _check(q.validate)
+    with _store(ctx) as store:
+        result = job_summaries(store, q)
+    _emit(result.tables(), kw["fmt"])
 
 
 @cli.group("storage")

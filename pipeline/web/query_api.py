@@ -5,6 +5,7 @@
     /api/v1/compare/job?job=J&feature=power_ratio_of_limit&phase=compute&range=7d
     /api/v1/compare/models?application=A&a=MODEL_A&b=MODEL_B&feature=...&range=24h
     /api/v1/anomalies?range=24h&every=1h&detector=D&limit=200&part=both
+    /api/v1/jobs?range=30d&application=A
 
 Every question also takes ``start``/``stop`` (RFC 3339) instead of ``range``, the scope parameters
 ``cluster node gpu job application gpu_model`` where it has a scope, ``backend`` (auto/flux/influxql) and
@@ -27,6 +28,7 @@ from sinks.query import (
     AnomalyQuery,
     CompareJobQuery,
     CompareModelsQuery,
+    JobsQuery,
     Scope,
     Store,
     Table,
@@ -35,6 +37,7 @@ from sinks.query import (
     anomalies,
     compare_job,
     compare_models,
+    job_summaries,
     render,
     top,
     trend,
@@ -162,6 +165,13 @@ async def anomalies_handler(request: web.Request) -> web.Response:
     return await _run(request, lambda store: anomalies(store, q).tables(part), p)
 
 
+async def jobs_handler(request: web.Request) -> web.Response:
+    p = _params(request, *SCOPE)
+    q = JobsQuery(p.text("range"), p.scope(), p.text("start"), p.text("stop"))
+    q.validate()
+    return await _run(request, lambda store: job_summaries(store, q).tables(), p)
+
+
 def add_routes(app: web.Application, settings: Settings, store: Store | None = None) -> None:
     """The query endpoints on ``app``; the store is created from ``settings`` unless given (then it is the
     caller's to close)."""
@@ -178,3 +188,4 @@ def add_routes(app: web.Application, settings: Settings, store: Store | None = N
     app.router.add_get("/api/v1/compare/job", compare_job_handler)
     app.router.add_get("/api/v1/compare/models", compare_models_handler)
     app.router.add_get("/api/v1/anomalies", anomalies_handler)
+    app.router.add_get("/api/v1/jobs", jobs_handler)

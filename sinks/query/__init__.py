@@ -10,7 +10,7 @@ Layout: ``model`` (validated questions and the plans backends run; pure), ``flux
 backend each: plan -> query text, pure, plus the call), ``store`` (the connection, the :class:`Backend`
 seam, the per-plan choice of backend and bucket), ``scope`` (shared steps: scope filters, job extents,
 baseline bands, rollup mapping), one module per kind of question (``trend``, ``rank``, ``compare``,
-``anomalies``) and ``output`` (table / JSON / CSV). Malformed questions raise
+``anomalies``, ``jobs``) and ``output`` (table / JSON / CSV). Malformed questions raise
 :class:`~pipeline.errors.InvalidQuery` (one line) before anything is sent; an unreachable or failing InfluxDB
 raises :class:`~pipeline.errors.ServiceError`.
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 from pipeline.config import Settings
 from sinks.query.anomalies import AnomalyHistory, FindingRow, VerdictWindow, anomalies
 from sinks.query.compare import JobComparison, JobFeature, ModelComparison, ModelFeature, compare_job, compare_models
+from sinks.query.jobs import JobSummaries, JobSummary, job_summaries
 from sinks.query.model import (
     BACKENDS,
     COMPARE_FEATURES,
@@ -33,6 +34,7 @@ from sinks.query.model import (
     AnomalyQuery,
     CompareJobQuery,
     CompareModelsQuery,
+    JobsQuery,
     Scope,
     TopQuery,
     TrendQuery,
@@ -61,6 +63,9 @@ __all__ = [
     "FindingRow",
     "JobComparison",
     "JobFeature",
+    "JobSummaries",
+    "JobSummary",
+    "JobsQuery",
     "ModelComparison",
     "ModelFeature",
     "Policy",
@@ -78,6 +83,7 @@ __all__ = [
     "compare_job",
     "compare_models",
     "format_table",
+    "job_summaries",
     "render",
     "run_trend",
     "top",

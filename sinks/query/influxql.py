@@ -175,7 +175,7 @@ class InfluxQLBackend:
             cols = s["columns"]
             at = [cols.index(f"e{i}") for i in range(len(agg.exprs))]
             for v in s.get("values", []):
-                rows.append(AggRow(int(v[0]), tags, tuple(_number(v[i]) for i in at)))
+                rows.append(AggRow(agg.row_time(int(v[0])), tags, tuple(_number(v[i]) for i in at)))
         return rows
 
     def points(self, q: Points) -> list[PointRow]:

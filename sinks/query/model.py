@@ -40,6 +40,8 @@ GPU_INFO: Final = "gpu_info"
 GPU_EVENT: Final = "gpu_event"
 FINDING: Final = "finding"
 BASELINE: Final = "baseline"
+#: per-job summaries in the jobs bucket (sinks/retention.py)
+JOB: Final = "job"
 #: the tags of each measurement (sinks/influxdb.py; ``baseline`` is written by the training job)
 TAGS: Final[dict[str, tuple[str, ...]]] = {
     GPU: ("cluster", "node", "gpu", "gpu_index", "gpu_model", "application"),
@@ -47,6 +49,7 @@ TAGS: Final[dict[str, tuple[str, ...]]] = {
     GPU_EVENT: ("cluster", "node", "gpu", "gpu_index", "kind", "code"),
     FINDING: ("cluster", "node", "gpu", "detector", "severity", "application"),
     BASELINE: ("application", "gpu_model", "phase", "feature"),
+    JOB: ("job_id", "application", "gpu_model", "cluster"),
 }
 READING_FIELDS: Final = tuple(f.name for f in METRIC_FIELDS if not f.limit)
 LIMIT_FIELDS: Final = tuple(f.name for f in METRIC_FIELDS if f.limit)
@@ -73,6 +76,8 @@ ROLLUP_FIELDS: Final = (
     "temperature_ratio_of_slowdown",
     "score",
 )
+#: the fields summarized per job (p50/p95/max per 10 minutes) in the jobs bucket
+JOB_FIELDS: Final = ("utilization_gpu_percent", "memory_used_bytes", "power_watts")
 #: NVML clocks-event reasons that do not slow a busy GPU down: idle 0x1, application clocks 0x2, sync boost
 #: 0x10, display clocks 0x100. Any other reason (SW power cap 0x4, HW slowdown 0x8, SW thermal 0x20, HW
 #: thermal 0x40, HW power brake 0x80, and any future one) is throttling. As a list of the 16 benign masks a
@@ -311,6 +316,12 @@ class Aggregate:
     def with_filters(self, *more: Filter) -> Aggregate:
         return replace(self, filters=self.filters + more)
 
+    def row_time(self, point_ns: int | None) -> int:
+        """The time a result row carries (see class docstring), from the time a backend reported."""
+        if self.window_ns is None and not all(e.fn in ("first", "last") for e in self.exprs):
+            return self.range.start_ns  # aggregates over the range; selectors (max) would each bring their own
+        return self.range.start_ns if point_ns is None else point_ns
+
 
 @dataclass(frozen=True, slots=True)
 class Points:
@@ -541,3 +552,23 @@ class AnomalyQuery:
         w = parse_duration(self.every, "window") if self.every else auto_window(tr.length_ns, 100)
         check_window(w, tr.length_ns)
         return w
+
+
+@dataclass(frozen=True, slots=True)
+class JobsQuery:
+    """Job summaries (GPU-hours, utilization, memory, power) from the jobs bucket, per job, application and
+    GPU model, over a range (default 30 days)."""
+
+    range: str | None = None
+    scope: Scope = Scope()
+    start: str | None = None
+    stop: str | None = None
+
+    def validate(self) -> None:
+        self.scope.validate()
+        if self.scope.node is not None or self.scope.gpu is not None:
+            raise InvalidQuery("job summaries are per job, not per node or GPU: scope them by job, application, model")
+        check_range(self.range, self.start, self.stop)
+
+    def time_range(self, now_ns: int) -> TimeRange:
+        return resolve_range(self.range, self.start, self.stop, now_ns, "30d")

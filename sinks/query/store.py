@@ -28,12 +28,11 @@ from sinks.query.flux import FluxBackend
 from sinks.query.influxql import InfluxQLBackend
 from sinks.query.model import (
     NS,
-    QUANTILES,
     Aggregate,
     AggRow,
-    FieldEquals,
     PointRow,
     Points,
+    TagIn,
     TimeRange,
     format_duration,
 )
@@ -77,12 +76,18 @@ class Policy:
     sample_interval_s: float = 1.0
 
 
+#: aggregates Flux pushes into the storage read when grouped over the whole range (no windows)
+PUSHED_DOWN: Final = frozenset({"mean", "max", "min", "count", "sum", "first", "last"})
+
+
 def prefers_influxql(agg: Aggregate) -> bool:
-    """The measured rule: InfluxQL when the plan filters on another field of the point or needs an
-    order statistic (Flux cannot push those into storage)."""
-    joins = any(isinstance(f, FieldEquals) and f.field not in {e.field for e in agg.exprs} for f in agg.filters)
-    ordered = any(e.fn in QUANTILES or e.fn in ("median", "stddev") for e in agg.exprs)
-    return joins or ordered
+    """The measured rule (docs/queries.md): Flux only where it pushes the whole plan into storage, a grouped
+    aggregate over the whole range with no condition on values (5x faster than InfluxQL there); InfluxQL for
+    everything else: windows (min/max 20x faster), order statistics (3-4x), conditions on a field such as a
+    job id (25x), value conditions."""
+    pushed = agg.window_ns is None and all(e.fn in PUSHED_DOWN for e in agg.exprs)
+    plain = all(isinstance(f, TagIn) for f in agg.filters)
+    return not (pushed and plain)
 
 
 class Store:

@@ -220,12 +220,13 @@ def test_every_function_per_window_and_gpu(raw: RawData, store: Store, backend: 
 
 def test_the_backend_is_chosen_per_question(raw: RawData, store: Store) -> None:
     scope = Scope(cluster=raw.settings.cluster)
-    choice = {
+    windowed = {
         fn: trend(store, TrendQuery("power_watts", "node", "3m", None, fn, scope, **raw.span)).backend
-        for fn in ("mean", "max", "count", "p95", "median", "stddev")
+        for fn in ("mean", "max", "p95", "stddev")
     }
-    assert choice == {"mean": "flux", "max": "flux", "count": "flux", "p95": "influxql", "median": "influxql",
-                      "stddev": "influxql"}  # fmt: skip
+    assert set(windowed.values()) == {"influxql"}
+    assert top(store, TopQuery("hot", 2, None, scope, "max", **raw.span)).backend == "flux"  # pushed down
+    assert top(store, TopQuery("hot", 2, None, scope, "p95", **raw.span)).backend == "influxql"
 
 
 @pytest.mark.parametrize(
@@ -318,7 +319,7 @@ def test_cli_trend_csv(raw: RawData) -> None:
     assert {r["node"]: float(r["max(utilization_gpu_percent)"]) for r in rows} == {
         n: max(raw.values(g, "utilization_gpu_percent")) for n, g in nodes.items()
     }
-    assert "note: answered by flux" in result.stderr
+    assert "note: answered by influxql from the raw bucket" in result.stderr
 
 
 # ---- data set 2: interpreted batches (workloads, verdicts, events, findings) through the sink ----------------

@@ -22,7 +22,18 @@ from pipeline.errors import InvalidQuery
 from pipeline.events import GpuSample, InterpretedBatch, InterpretedEvent, Verdict, Workload
 from pipeline.publisher import Publisher
 from pipeline.services import kafka
-from sinks.query import AnomalyQuery, Scope, Store, TopQuery, TrendQuery, anomalies, top, trend
+from sinks.query import (
+    AnomalyQuery,
+    JobsQuery,
+    Scope,
+    Store,
+    TopQuery,
+    TrendQuery,
+    anomalies,
+    job_summaries,
+    top,
+    trend,
+)
 from sinks.query.output import iso
 from sinks.retention import run_task, task_specs
 
@@ -157,6 +168,25 @@ def test_rollups_and_job_summaries_hold_the_exact_values(stored: tuple[Settings,
             want = max(values) if stat == "max" else _ceil_rank(values, int(stat[1:]) / 100)
             assert value == pytest.approx(want), field
     assert all(r["application"] == "bert-training" for r in jobs)
+    with Store.from_settings(settings) as store:
+        summaries = job_summaries(store, JobsQuery(None, Scope(cluster=settings.cluster)))
+    assert [(s.job, s.gpu_model) for s in summaries.rows] == [
+        ("job-x", GPUS[0][2]),
+        ("job-x", GPUS[1][2]),
+        ("job-y", GPUS[1][2]),
+    ]
+    for s in summaries.rows:
+        sample = [r for r in rows if r["job"] == s.job and r["model"] == s.gpu_model]
+        util, _memory, power = s.stats
+        assert s.gpu_hours == pytest.approx(len(sample) / 3600)
+        assert util == pytest.approx(
+            (
+                _ceil_rank([float(r["util"]) for r in sample], 0.5),
+                _ceil_rank([float(r["util"]) for r in sample], 0.95),
+                max(r["util"] for r in sample),
+            )
+        )
+        assert power[2] == max(float(r["power_watts"]) for r in sample)
 
 
 def test_long_ranges_read_the_rollups(stored: tuple[Settings, int, list[dict]]) -> None:  # type: ignore[type-arg]

@@ -32,6 +32,7 @@ from sinks.query.model import (
     Aggregate,
     Expr,
     FieldEquals,
+    Filter,
     Points,
     TagIn,
     TimeRange,
@@ -187,21 +188,25 @@ def test_literals_are_escaped_even_after_validation() -> None:
 
 
 @pytest.mark.parametrize(
-    ("exprs", "filters", "influxql"),
+    ("exprs", "filters", "window", "influxql"),
     [
-        ((Expr("power_watts", "mean"),), (), False),
-        ((Expr("power_watts", "max"),), (TagIn("node", ("n",)),), False),
-        ((Expr("power_watts", "p95"),), (), True),
-        ((Expr("power_watts", "median"),), (), True),
-        ((Expr("power_watts", "stddev"),), (), True),
-        ((Expr("power_watts", "mean"),), (FieldEquals("job_id", "j"),), True),
-        ((Expr("verdict", "count"),), (FieldEquals("verdict", "anomalous"),), False),
+        ((Expr("power_watts", "max"),), (TagIn("node", ("n",)),), None, False),
+        ((Expr("power_watts", "mean"), Expr("power_watts", "count")), (), None, False),
+        ((Expr("job_id", "first"),), (), None, False),
+        ((Expr("power_watts", "max"),), (), 60 * NS, True),
+        ((Expr("power_watts", "mean"),), (), 60 * NS, True),
+        ((Expr("power_watts", "p95"),), (), None, True),
+        ((Expr("power_watts", "median"),), (), None, True),
+        ((Expr("power_watts", "stddev"),), (), None, True),
+        ((Expr("power_watts", "mean"),), (FieldEquals("job_id", "j"),), None, True),
+        ((Expr("verdict", "count"),), (FieldEquals("verdict", "anomalous"),), None, True),
+        ((Expr("utilization_gpu_percent", "count"),), (ValueBelow(10.0),), None, True),
     ],
 )
 def test_backend_choice_follows_the_measured_rule(
-    exprs: tuple[Expr, ...], filters: tuple[FieldEquals | TagIn, ...], influxql: bool
+    exprs: tuple[Expr, ...], filters: tuple[Filter, ...], window: int | None, influxql: bool
 ) -> None:
-    assert prefers_influxql(Aggregate("t", "gpu", exprs, RANGE, filters)) is influxql
+    assert prefers_influxql(Aggregate("t", "gpu", exprs, RANGE, filters, (), window)) is influxql
 
 
 @pytest.mark.parametrize(
@@ -273,3 +278,12 @@ def test_csv_holds_one_table_and_formats_are_checked() -> None:
         render([TABLE, TABLE], "csv")
     with pytest.raises(InvalidQuery, match="format 'xml' is not one of"):
         render([TABLE], "xml")
+
+
+def test_row_times() -> None:
+    whole = Aggregate("t", "gpu", (Expr("power_watts", "max"), Expr("power_watts", "mean")), RANGE)
+    assert whole.row_time(RANGE.start_ns + 17) == RANGE.start_ns  # one row per group, whatever max selected
+    first = Aggregate("t", "gpu", (Expr("job_id", "first"),), RANGE)
+    assert first.row_time(RANGE.start_ns + 17) == RANGE.start_ns + 17
+    windowed = Aggregate("t", "gpu", (Expr("power_watts", "max"),), RANGE, window_ns=60 * NS)
+    assert windowed.row_time(RANGE.start_ns + 60 * NS) == RANGE.start_ns + 60 * NS

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from pipeline.cli import cli
 
 COMMANDS = [
-    ["trend"], ["top"], ["compare"], ["compare", "job"], ["compare", "models"], ["anomalies"],
+    ["trend"], ["top"], ["compare"], ["compare", "job"], ["compare", "models"], ["anomalies"], ["jobs"],
     ["storage"], ["storage", "setup"], ["storage", "status"], ["storage", "rollup"], ["web"],
 ]  # fmt: skip
 
@@ -34,6 +34,7 @@ MALFORMED = [
     (["compare", "models", "A", "B", "--application", "crypto"], "application 'crypto' is not one of"),
     (["anomalies", "--every", "1 hour"], "window '1 hour' is not a duration"),
     (["storage", "rollup", "--at", "noon"], "--at 'noon' is not a time"),
+    (["jobs", "--node", "n1"], "job summaries are per job, not per node or GPU"),
 ]
 
 
