@@ -34,6 +34,7 @@ from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet
 from sinks.influxdb import InfluxWriter, batch_lines
 from sinks.query import (
+    COMPARE_FEATURES,
     AnomalyQuery,
     CompareJobQuery,
     CompareModelsQuery,
@@ -175,6 +176,14 @@ def run_queries(
             "power_watts", "mean", ("gpu",), 60, FieldEquals("job_id", job)
         ),
         "verdict=anomalous count, 5m": plan("verdict", "count", (), 300, FieldEquals("verdict", "anomalous")),
+        "one job: 5 features p50+p95, whole range": Aggregate(
+            raw,
+            GPU,
+            tuple(Expr(f, fn) for f in COMPARE_FEATURES for fn in ("p50", "p95")),
+            tr,
+            (FieldEquals("job_id", job),),
+            ("application", "gpu_model"),
+        ),
         "top: max(temp ratio) per GPU": plan("temperature_ratio_of_slowdown", "max", identity, None),
         "top: throttled samples per GPU": plan(
             "throttle_reasons_mask", "count", identity, None, ValueNotIn(BENIGN_MASKS)
@@ -193,14 +202,16 @@ def run_queries(
         "trend p95(power) by node, auto window": lambda: trend(
             store, TrendQuery("power_watts", "node", None, None, "p95", fleet_scope, **span)
         ),
-        "trend one job, by GPU, 1m (extent + narrowed)": lambda: trend(
+        "trend one job, by GPU, 1m": lambda: trend(
             store, TrendQuery("power_watts", "gpu", "1m", None, "mean", job_scope, **span)
         ),
         "top hot (max)": lambda: top(store, TopQuery("hot", 10, None, fleet_scope, **span)),
         "top throttled": lambda: top(store, TopQuery("throttled", 10, None, fleet_scope, **span)),
         "top wasted": lambda: top(store, TopQuery("wasted", 10, None, fleet_scope, **span)),
         "top power (p95)": lambda: top(store, TopQuery("power", 10, None, fleet_scope, "p95", **span)),
-        "compare job vs baseline (5 features)": lambda: compare_job(store, CompareJobQuery(job, None, **span)),
+        "compare job vs baseline (extent, then narrowed)": lambda: compare_job(
+            store, CompareJobQuery(job, None, **span)
+        ),
         "anomaly history (1m windows + findings)": lambda: anomalies(
             store, AnomalyQuery(None, "1m", fleet_scope, **span)
         ),

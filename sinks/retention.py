@@ -218,6 +218,20 @@ def _run_now(api: Any, task_id: str, run: Any) -> Any:
         raise
 
 
+def _logs(api: Any, task_id: str, run_id: str, tries: int = 25) -> list[Any]:
+    """A finished run's log; like the run itself it can be briefly missing (HTTP 404) while it moves to the
+    history."""
+    for _ in range(tries):
+        try:
+            events: list[Any] = api.get_run_logs(task_id, run_id) or []
+            return events
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            time.sleep(0.2)
+    return []
+
+
 def run_task(store: Store, name: str, scheduled_ns: int, timeout_s: float = 120.0) -> RunResult:
     """Run a task now as if scheduled at ``scheduled_ns`` (its ``now()``), wait for it, return how it went.
 
@@ -234,7 +248,7 @@ def run_task(store: Store, name: str, scheduled_ns: int, timeout_s: float = 120.
         while run.status not in ("success", "failed", "canceled") and time.monotonic() < deadline:
             time.sleep(0.2)
             run = _run_now(api, found.id, run)
-        logs = api.get_run_logs(found.id, run.id)
+        logs = _logs(api, found.id, run.id)
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
         raise _api_errors(f"running task {name!r}", exc) from exc
     took = (run.finished_at - run.started_at).total_seconds() if run.finished_at and run.started_at else float("nan")

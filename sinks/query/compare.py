@@ -15,6 +15,7 @@ from sinks.query.model import (
     Scope,
     TagIn,
     TimeRange,
+    format_duration,
 )
 from sinks.query.output import Table, iso
 from sinks.query.scope import Band, baseline_bands, job_extent, rollup_blocker, rollup_expr, scope_filters
@@ -97,7 +98,10 @@ def compare_job(store: Store, q: CompareJobQuery, now: int | None = None) -> Job
         samples = int(r.values[-1] or 0)
         for i, f in enumerate(q.features):
             out.append(JobFeature(f, key[0], key[1], samples, r.values[2 * i], r.values[2 * i + 1], bands[f].get(key)))
-    notes = [f"job ran {iso(extent.first_ns)} .. {iso(extent.last_ns)} on {len(extent.gpus)} GPU(s)"]
+    notes = [
+        f"job seen {iso(extent.start_ns)} .. {iso(extent.stop_ns)} (to within {format_duration(extent.window_ns)}) "
+        f"on {len(extent.gpus)} GPU(s)"
+    ]
     return JobComparison(q.job, q.phase, narrowed, tuple(out), backend, tuple(notes))
 
 

@@ -10,7 +10,6 @@ from sinks.query.scope import (
     APPROXIMATED,
     Band,
     baseline_bands,
-    job_extent,
     rollup_blocker,
     rollup_expr,
     scope_filters,
@@ -74,15 +73,6 @@ def trend(store: Store, q: TrendQuery, now: int | None = None) -> TrendResult:
         expr, note = rollup_expr(q.field, fn)
         bucket = store.buckets.rollup
         notes += [note] if note else []
-    elif q.scope.job is not None:
-        extent = job_extent(store, q.scope.job, tr)
-        if extent is None:
-            notes.append(f"job {q.scope.job} has no samples in this range")
-            return TrendResult(q.field, fn, group_by, window, tr, (), "-", source, tuple(notes), q.band)
-        narrowed, filters = extent.narrowed(filters)
-        tr = TimeRange(
-            max(tr.start_ns, narrowed.start_ns - narrowed.start_ns % window), min(tr.stop_ns, narrowed.stop_ns)
-        )
     if fn in APPROXIMATED and source == "raw":
         notes.append(f"{fn} is a nearest-rank order statistic" if fn != "stddev" else "sample standard deviation")
     plan = Aggregate(bucket, GPU, (expr,), tr, filters, group_by, window)

@@ -200,7 +200,8 @@ def test_literals_are_escaped_even_after_validation() -> None:
         ((Expr("power_watts", "stddev"),), (), None, True),
         ((Expr("power_watts", "mean"),), (FieldEquals("job_id", "j"),), None, True),
         ((Expr("verdict", "count"),), (FieldEquals("verdict", "anomalous"),), None, True),
-        ((Expr("utilization_gpu_percent", "count"),), (ValueBelow(10.0),), None, True),
+        ((Expr("utilization_gpu_percent", "count"),), (ValueBelow(10.0),), None, False),
+        ((Expr("throttle_reasons_mask", "count"),), (ValueNotIn(BENIGN_MASKS),), None, False),
     ],
 )
 def test_backend_choice_follows_the_measured_rule(
