@@ -46,7 +46,11 @@ pytestmark = pytest.mark.integration
 
 NS, MIN = 1_000_000_000, 60_000_000_000
 ROUNDS = 120
-GPUS = (("n0", "GPU-r0", "NVIDIA H100 80GB HBM3", 700.0), ("n1", "GPU-r1", "NVIDIA L40S", 350.0))
+GPUS = (
+    ("n0", "GPU-r0", "NVIDIA H100 80GB HBM3", 700.0),
+    ("n1", "GPU-r1", "NVIDIA L40S", 350.0),
+    ("n1", "GPU-r2", "NVIDIA L40S", 350.0),  # no workload: rolled up too, in no job summary
+)
 
 
 def _env(s: Settings) -> dict[str, str]:
@@ -84,10 +88,10 @@ def stored(
             util = float(rng.integers(0, 101))
             mask = float(rng.choice([0, 1, 4, 0x40, 0x10]))
             verdict = [Verdict.NORMAL, Verdict.UNUSUAL, Verdict.ANOMALOUS][int(rng.integers(0, 3))]
-            job = "job-x" if gpu == "GPU-r0" or r < 60 else "job-y"
+            job = None if gpu == "GPU-r2" else "job-x" if gpu == "GPU-r0" or r < 60 else "job-y"
             m = {"power_watts": power, "power_limit_watts": limit, "utilization_gpu_percent": util,
                  "throttle_reasons_mask": mask}  # fmt: skip
-            wl = Workload("bert-training", job_id=job)
+            wl = Workload("bert-training", job_id=job) if job else None
             sample = GpuSample(settings.cluster, node, gpu, 0, model, ts, m)
             events.append(InterpretedEvent(sample, {"power_ratio_of_limit": power / limit}, wl, 1.0, verdict))
             rows.append({"gpu": gpu, "model": model, "ts": ts, "job": job, "power_watts": power, "util": util,
@@ -137,7 +141,7 @@ def test_rollups_and_job_summaries_hold_the_exact_values(stored: tuple[Settings,
     per_minute: dict[tuple[str, int], list[dict]] = defaultdict(list)  # type: ignore[type-arg]
     for r in rows:
         per_minute[(str(r["gpu"]), (int(r["ts"]) // MIN) * 60)].append(r)
-    assert len(per_minute) == 4
+    assert len(per_minute) == 6
     for (gpu, minute), sample in per_minute.items():
         power = [float(r["power_watts"]) for r in sample]
         assert rollup[(gpu, minute, "power_watts_mean")] == pytest.approx(np.mean(power), rel=1e-12)
@@ -198,7 +202,7 @@ def test_long_ranges_read_the_rollups(stored: tuple[Settings, int, list[dict]]) 
             result = trend(store, TrendQuery("power_watts", "gpu", "1m", "3d", fn, scope))
             assert result.source == "1m" and result.notes == ()
             got = {(r.group[0], r.time_ns): r.value for r in result.rows}
-            assert len(got) == 4
+            assert len(got) == 2 * len(GPUS)
             for (gpu, t), value in got.items():
                 power = [float(r["power_watts"]) for r in rows if r["gpu"] == gpu and t <= int(r["ts"]) < t + MIN]
                 want = {"max": max(power), "mean": np.mean(power), "count": len(power)}[fn]
@@ -206,7 +210,7 @@ def test_long_ranges_read_the_rollups(stored: tuple[Settings, int, list[dict]]) 
         p95 = trend(store, TrendQuery("power_watts", "gpu", "1h", "3d", "p95", scope))
         assert p95.source == "1m" and "p95 over the 1-minute means" in p95.notes[0]
         short = trend(store, TrendQuery("power_watts", "gpu", "1m", "1h", "max", scope))
-        assert short.source == "raw" and len(short.rows) == 4
+        assert short.source == "raw" and len(short.rows) == 2 * len(GPUS)
         # the rollups cannot answer these: within raw retention they read raw data, beyond it they say why
         assert trend(store, TrendQuery("pcie_replay_total", "gpu", "1h", "3d", "max", scope)).source == "raw"
         with pytest.raises(InvalidQuery, match="not kept in the rollups"):
