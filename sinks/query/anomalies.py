@@ -138,7 +138,8 @@ def anomalies(store: Store, q: AnomalyQuery, now: int | None = None) -> AnomalyH
             )
             for p in points
         )  # fmt: skip
-    return AnomalyHistory(tr, window, windows, findings, backend, source, q.scope.describe())
+    notes = ("findings are kept with the raw data only: older ones have expired",) if source == "1m" else ()
+    return AnomalyHistory(tr, window, windows, findings, backend, source, q.scope.describe(), notes)
 
 
 def _int(v: float | str | None) -> int | None:

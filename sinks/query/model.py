@@ -362,11 +362,11 @@ class PointRow:
 
 # ---- questions ---------------------------------------------------------------------------------------------
 
-Backend = Literal["auto", "flux", "influxql"]
+BackendName = Literal["auto", "flux", "influxql"]
 BACKENDS: Final = ("auto", "flux", "influxql")
 
 
-def check_backend(value: str) -> Backend:
+def check_backend(value: str) -> BackendName:
     if value not in BACKENDS:
         raise InvalidQuery(f"backend {value!r} is not one of {', '.join(BACKENDS)}")
     return value  # type: ignore[return-value]
@@ -414,7 +414,6 @@ class TrendQuery:
         return w
 
 
-TopKind = Literal["hot", "throttled", "wasted", "power", "xid"]
 TOP_KINDS: Final[dict[str, str]] = {
     "hot": "hottest GPUs: temperature relative to the GPU's own slowdown threshold",
     "throttled": "most throttled: share of samples with a clocks-event reason other than idle/app clocks/sync boost",
