@@ -18,7 +18,7 @@ from sinks.query.model import (
     format_duration,
 )
 from sinks.query.output import Table, iso
-from sinks.query.scope import Band, baseline_bands, job_extent, rollup_blocker, rollup_expr, scope_filters
+from sinks.query.scope import Band, baseline_bands, job_extent, read_from, rollup_blocker, scope_filters
 from sinks.query.store import Store, now_ns
 
 
@@ -158,14 +158,7 @@ def compare_models(store: Store, q: CompareModelsQuery, now: int | None = None) 
     tr = q.time_range(now)
     blockers = [rollup_blocker(f, "mean", None, None) for f in q.features]
     source = store.source(tr, now, next((b for b in blockers if b), None))
-    exprs = tuple(Expr(f, fn) for f in q.features for fn in _STATS)
-    notes: list[str] = []
-    bucket = store.buckets.raw
-    if source == "1m":
-        bucket = store.buckets.rollup
-        mapped = [rollup_expr(e.field, e.fn) for e in exprs]
-        exprs = tuple(e for e, _ in mapped)
-        notes += sorted({n for _, n in mapped if n})
+    bucket, exprs, notes = read_from(store, source, tuple(Expr(f, fn) for f in q.features for fn in _STATS))
     filters = (
         *scope_filters(Scope(cluster=q.cluster, application=q.application)),
         TagIn("gpu_model", (q.model_a, q.model_b)),

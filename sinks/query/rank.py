@@ -25,7 +25,7 @@ from sinks.query.model import (
     check_fn,
 )
 from sinks.query.output import Table, iso
-from sinks.query.scope import gpu_filter, rollup_blocker, rollup_expr, scope_filters
+from sinks.query.scope import gpu_filter, read_from, rollup_blocker, scope_filters
 from sinks.query.store import Store, now_ns
 
 IDENTITY: Final = ("cluster", "node", "gpu", "gpu_model")
@@ -100,13 +100,7 @@ def _plan_on(
     store: Store, q: TopQuery, tr: TimeRange, now: int, exprs: tuple[Expr, ...], blocker: str | None
 ) -> tuple[Aggregate, str, list[str]]:
     source = store.source(tr, now, blocker)
-    notes: list[str] = []
-    bucket = store.buckets.raw
-    if source == "1m":
-        bucket = store.buckets.rollup
-        mapped = [rollup_expr(e.field, e.fn) for e in exprs]
-        exprs = tuple(e for e, _ in mapped)
-        notes += sorted({n for _, n in mapped if n})
+    bucket, exprs, notes = read_from(store, source, exprs)
     return Aggregate(bucket, GPU, exprs, tr, scope_filters(q.scope), IDENTITY), source, notes
 
 

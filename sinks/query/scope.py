@@ -150,7 +150,6 @@ _ROLLUP_FN: Final[dict[str, tuple[str, Fn]]] = {
     "min": ("min", "min"),
     "count": ("count", "sum"),
 }
-APPROXIMATED: Final = ("median", "p50", "p90", "p95", "p99", "stddev")
 
 
 def rollup_blocker(field: str, fn: str, window_ns: int | None, job: str | None) -> str | None:
@@ -172,3 +171,11 @@ def rollup_expr(field: str, fn: Fn) -> tuple[Expr, str | None]:
         suffix, over = _ROLLUP_FN[fn]
         return Expr(f"{field}_{suffix}", over), None
     return Expr(f"{field}_mean", fn), f"{fn} over the 1-minute means (the rollups keep mean/max/min/count)"
+
+
+def read_from(store: Store, source: str, exprs: tuple[Expr, ...]) -> tuple[str, tuple[Expr, ...], list[str]]:
+    """The bucket and expressions for ``source`` (``"raw"`` or ``"1m"``), with a note per approximation."""
+    if source != "1m":
+        return store.buckets.raw, exprs, []
+    mapped = [rollup_expr(e.field, e.fn) for e in exprs]
+    return store.buckets.rollup, tuple(e for e, _ in mapped), sorted({n for _, n in mapped if n})

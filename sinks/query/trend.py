@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sinks.query.model import GPU, Aggregate, Expr, TimeRange, TrendQuery, check_fn, format_duration
+from sinks.query.model import GPU, QUANTILES, Aggregate, Expr, TimeRange, TrendQuery, check_fn, format_duration
 from sinks.query.output import Table, iso
 from sinks.query.scope import (
-    APPROXIMATED,
     Band,
     baseline_bands,
+    read_from,
     rollup_blocker,
-    rollup_expr,
     scope_filters,
 )
 from sinks.query.store import Store, now_ns
@@ -68,15 +67,13 @@ def trend(store: Store, q: TrendQuery, now: int | None = None) -> TrendResult:
     filters = scope_filters(q.scope)
     notes: list[str] = []
     source = store.source(tr, now, rollup_blocker(q.field, fn, window, q.scope.job))
-    expr, bucket = Expr(q.field, fn), store.buckets.raw
-    if source == "1m":
-        expr, note = rollup_expr(q.field, fn)
-        bucket = store.buckets.rollup
-        notes += [note] if note else []
-    if fn in APPROXIMATED and source == "raw":
-        notes.append(f"{fn} is a nearest-rank order statistic" if fn != "stddev" else "sample standard deviation")
-    plan = Aggregate(bucket, GPU, (expr,), tr, filters, group_by, window)
+    bucket, exprs, approximations = read_from(store, source, (Expr(q.field, fn),))
+    notes += approximations
+    plan = Aggregate(bucket, GPU, exprs, tr, filters, group_by, window)
     rows, backend = store.aggregate(plan, q.backend)
+    if fn in QUANTILES and source == "raw":
+        rank = "floor(n*q + 0.5), InfluxQL" if backend == "influxql" else "ceil(n*q), Flux exact_selector"
+        notes.append(f"{fn}: the sample of rank {rank}")
     bands = {}
     if q.band:
         kinds = {(r.tag("application"), r.tag("gpu_model")) for r in rows}
