@@ -293,6 +293,25 @@ class DetectorSettings(_Section):
     job_boundary_s: float = Field(default=120.0, ge=0.0, le=3600.0)
 
 
+class StorageSettings(_Section):
+    """Retention of the InfluxDB buckets (raw, 1-minute rollups, job summaries) and when queries read rollups."""
+
+    raw_retention_days: float = Field(default=7.0, ge=1, le=3650)
+    rollup_retention_days: float = Field(default=90.0, ge=1, le=3650)
+    jobs_retention_days: float = Field(default=400.0, ge=1, le=3650)
+    #: queries over ranges longer than this read the 1-minute rollups
+    rollup_after_days: float = Field(default=2.0, gt=0, le=3650)
+
+
+class WebSettings(_Section):
+    """The HTTP API (``hermeneut web``): where it listens and the bearer token it asks for."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    #: required from clients when ``host`` is not loopback; generated into the state dir when unset
+    token: SecretStr | None = None
+
+
 class Settings(BaseSettings):
     """Everything a hermeneut process needs to know before it connects to anything."""
 
@@ -311,6 +330,8 @@ class Settings(BaseSettings):
     context: ContextSettings = ContextSettings()
     collector: CollectorSettings = CollectorSettings()
     detectors: DetectorSettings = DetectorSettings()
+    storage: StorageSettings = StorageSettings()
+    web: WebSettings = WebSettings()
 
     @classmethod
     def settings_customise_sources(

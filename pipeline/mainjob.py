@@ -94,11 +94,13 @@ def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_
     from producers.simulator import Fleet
     from producers.simulator.run import run_simulation
     from sinks.query import TrendQuery, format_table, run_trend
+    from sinks.retention import setup as storage_setup
 
     print("1/5 local services (first run installs Kafka and builds InfluxDB; later runs start in seconds)")
     state = services.up(settings)
     settings = services.resolve(settings)
     ensure_topics(settings.kafka.client_config(), topic_specs(settings))
+    storage_setup(settings)
     run_dir = Path(state.run_dir) / "pipeline" / time.strftime("%H%M%S")
     stages: list[Stage] = []
     interrupted = False
@@ -174,7 +176,7 @@ def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_
         print(f"  {'latency sample->stored p50/p99':32} {s['latency_p50_s']:.3f}s / {s['latency_p99_s']:.3f}s")
     print("\nTrend read back from InfluxDB: mean power per GPU model, 10 s windows")
     trend = TrendQuery("power_watts", "gpu_model", "10s", f"{int(duration_s) + 120}s", "mean")
-    print(format_table(run_trend(settings, trend), "gpu_model", "mean(power_watts)"))
+    print(format_table(run_trend(settings, trend)))
     i = settings.influxdb
     print(
         f"\nWhere to look:\n  InfluxDB   {i.url}  org={i.org} bucket={i.bucket} "

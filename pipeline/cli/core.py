@@ -1,4 +1,4 @@
-"""Core commands: local services, topics, the pipeline's stages, trends and the main job."""
+"""Core commands: local services, topics, the pipeline's stages and the main job."""
 
 from __future__ import annotations
 
@@ -145,23 +145,6 @@ def sink_cmd(ctx: click.Context, stats_file: Path | None) -> None:
     sink = InfluxSink(settings, writer, Publisher(settings.kafka.client_config()), stats_file=stats_file)
     sink.run(stop_event())
     writer.close()
-
-
-@cli.command("trend")
-@click.option("--field", "field_", default="power_watts", show_default=True, help="Metric field to aggregate.")
-@click.option("--by", default="gpu_model", show_default=True, help="Tag to group by.")
-@click.option("--every", default="10s", show_default=True, help="Aggregation window (Flux duration).")
-@click.option("--range", "range_", default="15m", show_default=True, help="How far back (Flux duration).")
-@click.option("--fn", default="mean", show_default=True, type=click.Choice(["mean", "max", "min", "median", "count"]))
-@click.pass_context
-def trend_cmd(ctx: click.Context, field_: str, by: str, every: str, range_: str, fn: str) -> None:
-    """A historical trend read back from InfluxDB, one row per window and group."""
-    from sinks.query import TrendQuery, format_table, run_trend
-
-    settings = resolved(ctx, kafka=False)
-    with errors():
-        rows = run_trend(settings, TrendQuery(field_, by, every, range_, fn))
-    click.echo(format_table(rows, by, f"{fn}({field_})"))
 
 
 @cli.command("run")

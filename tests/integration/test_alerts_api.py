@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from pydantic import SecretStr
 
-from pipeline.config import Settings
+from pipeline.config import Settings, WebSettings
 from pipeline.web.app import create_app
 
 pytestmark = pytest.mark.integration
@@ -32,17 +33,17 @@ SUB = {
 async def _scenario(settings: Settings) -> dict[str, Any]:
     out: dict[str, Any] = {}
     async with TestClient(TestServer(create_app(settings))) as client:
-        resp = await client.post("/api/alerts/subscriptions", json=SUB)
+        resp = await client.post("/api/v1/alerts/subscriptions", json=SUB)
         out["created"] = (resp.status, await resp.json())
-        resp = await client.get("/api/alerts/subscriptions")
+        resp = await client.get("/api/v1/alerts/subscriptions")
         out["listed"] = (resp.status, await resp.text())
         bad = [
-            ("/api/alerts/subscriptions", "not json"),
-            ("/api/alerts/subscriptions", {**SUB, "match": ['severity=~"("']}),
-            ("/api/alerts/subscriptions", {**SUB, "receivers": [{"kind": "pager", "url": "x"}]}),
-            ("/api/alerts/subscriptions", {**SUB, "repeat": "often"}),
-            ("/api/alerts/silences", {"match": ['node!="n1"'], "for": "1h", "by": "bob"}),
-            ("/api/alerts/silences", {"match": ['node="n1"'], "for": "1h"}),
+            ("/api/v1/alerts/subscriptions", "not json"),
+            ("/api/v1/alerts/subscriptions", {**SUB, "match": ['severity=~"("']}),
+            ("/api/v1/alerts/subscriptions", {**SUB, "receivers": [{"kind": "pager", "url": "x"}]}),
+            ("/api/v1/alerts/subscriptions", {**SUB, "repeat": "often"}),
+            ("/api/v1/alerts/silences", {"match": ['node!="n1"'], "for": "1h", "by": "bob"}),
+            ("/api/v1/alerts/silences", {"match": ['node="n1"'], "for": "1h"}),
         ]
         out["bad"] = []
         for path, body in bad:
@@ -51,30 +52,31 @@ async def _scenario(settings: Settings) -> dict[str, Any]:
             else:
                 resp = await client.post(path, json=body)
             out["bad"].append((resp.status, await resp.json()))
-        resp = await client.get("/api/alerts/history?range=forever")
+        resp = await client.get("/api/v1/alerts/history?range=forever")
         out["bad_history"] = (resp.status, await resp.json())
-        resp = await client.get("/api/alerts?status=burning")
+        resp = await client.get("/api/v1/alerts?status=burning")
         out["bad_status"] = (resp.status, await resp.json())
-        resp = await client.post("/api/alerts/silences", json={"match": ['node="n1"'], "for": "1h", "by": "bob"})
+        resp = await client.post("/api/v1/alerts/silences", json={"match": ['node="n1"'], "for": "1h", "by": "bob"})
         out["silence"] = (resp.status, await resp.json())
-        resp = await client.get("/api/alerts/silences")
+        resp = await client.get("/api/v1/alerts/silences")
         out["silences"] = await resp.json()
-        resp = await client.delete(f"/api/alerts/silences/{out['silence'][1]['id']}")
+        resp = await client.delete(f"/api/v1/alerts/silences/{out['silence'][1]['id']}")
         out["unsilenced"] = resp.status
-        resp = await client.get("/api/alerts")
+        resp = await client.get("/api/v1/alerts")
         out["alerts"] = (resp.status, await resp.json())
-        resp = await client.post("/api/alerts/0123456789abcdef/ack", json={"by": "bob"})
+        resp = await client.post("/api/v1/alerts/0123456789abcdef/ack", json={"by": "bob"})
         out["ack_unknown"] = (resp.status, await resp.json())
         sub_id = out["created"][1]["id"]
-        out["deleted"] = (await client.delete(f"/api/alerts/subscriptions/{sub_id}")).status
-        resp = await client.delete(f"/api/alerts/subscriptions/{sub_id}")
+        out["deleted"] = (await client.delete(f"/api/v1/alerts/subscriptions/{sub_id}")).status
+        resp = await client.delete(f"/api/v1/alerts/subscriptions/{sub_id}")
         out["deleted_again"] = (resp.status, await resp.json())
-        resp = await client.get("/api/alerts/history?range=1h&cluster=" + settings.cluster)
+        resp = await client.get("/api/v1/alerts/history?range=1h&cluster=" + settings.cluster)
         out["history"] = (resp.status, await resp.json())
-    async with TestClient(TestServer(create_app(settings, host="0.0.0.0", token="tok"))) as client:
-        out["no_token"] = (await client.get("/api/alerts/subscriptions")).status
+    exposed = settings.model_copy(update={"web": WebSettings(host="0.0.0.0", token=SecretStr("tok"))})
+    async with TestClient(TestServer(create_app(exposed))) as client:
+        out["no_token"] = (await client.get("/api/v1/alerts/subscriptions")).status
         headers = {"Authorization": "Bearer tok"}
-        out["with_token"] = (await client.get("/api/alerts/subscriptions", headers=headers)).status
+        out["with_token"] = (await client.get("/api/v1/alerts/subscriptions", headers=headers)).status
     return out
 
 
