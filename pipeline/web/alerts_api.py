@@ -1,20 +1,21 @@
 """Alerting routes of the web app: subscriptions, silences, alerts, acks and notification history (JSON).
 
-    GET    /api/alerts[?status=firing|pending|resolved]   current alerts (with silenced/inhibited/acked)
-    POST   /api/alerts/{fingerprint}/ack                   {"by": "...", "comment": "..."}
-    GET    /api/alerts/subscriptions                       secrets redacted
-    POST   /api/alerts/subscriptions                       {"name", "owner", "team", "match": [...],
+    GET    /api/v1/alerts[?status=firing|pending|resolved]   current alerts (with silenced/inhibited/acked)
+    POST   /api/v1/alerts/{fingerprint}/ack                   {"by": "...", "comment": "..."}
+    GET    /api/v1/alerts/subscriptions                       secrets redacted
+    POST   /api/v1/alerts/subscriptions                       {"name", "owner", "team", "match": [...],
                                                             "receivers": [{"kind": "webhook", "url", "secret"}...],
                                                             "group_by", "group_wait", "group_interval", "repeat",
                                                             "send_resolved"}  -> 201 {"id": ...}
-    DELETE /api/alerts/subscriptions/{id}
-    GET    /api/alerts/silences
-    POST   /api/alerts/silences                            {"match": [...], "for": "2h", "by", "comment"} -> 201
-    DELETE /api/alerts/silences/{id}
-    GET    /api/alerts/history?range=24h&subscription=&detector=&outcome=&status=&limit=
+    DELETE /api/v1/alerts/subscriptions/{id}
+    GET    /api/v1/alerts/silences
+    POST   /api/v1/alerts/silences                            {"match": [...], "for": "2h", "by", "comment"} -> 201
+    DELETE /api/v1/alerts/silences/{id}
+    GET    /api/v1/alerts/history?range=24h&subscription=&detector=&outcome=&status=&limit=
 
 Malformed input is HTTP 400 with ``{"error": "<one line>"}``; an unknown id is 404; Kafka or InfluxDB
-unreachable is 503. Blocking work (Kafka, InfluxDB) runs in a thread, off the event loop.
+unreachable is 503. Blocking work (Kafka, InfluxDB) runs in a thread, off the event loop. The admin (mirrors
+of the alert topics) starts on the first alerting request, so the rest of the app serves without Kafka.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from pipeline.config import Settings
-from pipeline.errors import InvalidQuery, ServiceError
+from pipeline.errors import ConfigError, InvalidQuery, ServiceError
 from sinks.alerting.admin import (
     AlertAdmin,
     silence_from_json,
@@ -38,7 +39,29 @@ from sinks.alerting.admin import (
 from sinks.alerting.model import AlertConfigError, AlertStatus
 from sinks.query_alerts import HistoryQuery, row_json, run_history
 
-ADMIN: web.AppKey[AlertAdmin] = web.AppKey("alerts_admin", AlertAdmin)
+
+class _Admin:
+    """The AlertAdmin, started on first use (a failed start is a 503 and is tried again next time)."""
+
+    def __init__(self, settings: Settings, admin: AlertAdmin | None) -> None:
+        self.settings, self.admin = settings, admin
+        self.lock = asyncio.Lock()
+
+    async def get(self) -> AlertAdmin:
+        async with self.lock:
+            if self.admin is None:
+                try:
+                    self.admin = await _run(lambda: AlertAdmin(self.settings).start())
+                except ConfigError as exc:
+                    raise ServiceError(str(exc)) from exc
+            return self.admin
+
+    async def close(self) -> None:
+        if self.admin is not None:
+            await _run(self.admin.close)
+
+
+ADMIN: web.AppKey[_Admin] = web.AppKey("alerts_admin", _Admin)
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -72,15 +95,12 @@ async def _body(request: web.Request) -> Any:
 
 
 def add_routes(app: web.Application, settings: Settings, admin: AlertAdmin | None = None) -> None:
-    """Mount the alerting routes; the admin (Kafka mirrors) starts with the app and stops with it."""
-
-    async def start(app: web.Application) -> None:
-        app[ADMIN] = admin or await _run(lambda: AlertAdmin(settings).start())
+    """Mount the alerting routes; the admin (Kafka mirrors) starts on first use and stops with the app."""
+    app[ADMIN] = _Admin(settings, admin)
 
     async def stop(app: web.Application) -> None:
-        await _run(app[ADMIN].close)
+        await app[ADMIN].close()
 
-    app.on_startup.append(start)
     app.on_cleanup.append(stop)
 
     @_guard
@@ -89,7 +109,8 @@ def add_routes(app: web.Application, settings: Settings, admin: AlertAdmin | Non
         if raw is not None and raw not in {s.value for s in AlertStatus}:
             raise AlertConfigError(f"status {raw!r} is not one of pending, firing, resolved")
         status = AlertStatus(raw) if raw else None
-        return web.json_response(await _run(lambda: request.app[ADMIN].alerts_json(status)))
+        adm = await request.app[ADMIN].get()
+        return web.json_response(await _run(lambda: adm.alerts_json(status)))
 
     @_guard
     async def ack(request: web.Request) -> web.Response:
@@ -100,29 +121,33 @@ def add_routes(app: web.Application, settings: Settings, admin: AlertAdmin | Non
         if not isinstance(comment, str):
             raise AlertConfigError("'comment' must be a string")
         ref = request.match_info["alert"]
-        done = await _run(lambda: request.app[ADMIN].ack(ref, body["by"], comment))
+        adm = await request.app[ADMIN].get()
+        done = await _run(lambda: adm.ack(ref, body["by"], comment))
         return web.json_response({"dedup_key": done.dedup_key, "by": done.by, "at_ns": done.at_ns})
 
     @_guard
     async def list_subscriptions(request: web.Request) -> web.Response:
-        subs = await _run(request.app[ADMIN].subscriptions)
+        adm = await request.app[ADMIN].get()
+        subs = await _run(adm.subscriptions)
         return web.json_response([subscription_json(s) for s in subs])
 
     @_guard
     async def add_subscription(request: web.Request) -> web.Response:
         sub = subscription_from_json(await _body(request))
-        await _run(lambda: request.app[ADMIN].add(sub))
+        adm = await request.app[ADMIN].get()
+        await _run(lambda: adm.add(sub))
         return web.json_response(subscription_json(sub), status=201)
 
     @_guard
     async def delete_subscription(request: web.Request) -> web.Response:
         sub_id = request.match_info["id"]
-        await _run(lambda: request.app[ADMIN].remove_subscription(sub_id))
+        adm = await request.app[ADMIN].get()
+        await _run(lambda: adm.remove_subscription(sub_id))
         return web.json_response({"deleted": sub_id})
 
     @_guard
     async def list_silences(request: web.Request) -> web.Response:
-        admin = request.app[ADMIN]
+        admin = await request.app[ADMIN].get()
         sils = await _run(admin.silences)
         now = admin.clock_ns()
         return web.json_response([silence_json(s, now) for s in sils])
@@ -130,14 +155,15 @@ def add_routes(app: web.Application, settings: Settings, admin: AlertAdmin | Non
     @_guard
     async def add_silence(request: web.Request) -> web.Response:
         silence = silence_from_json(await _body(request))
-        admin = request.app[ADMIN]
+        admin = await request.app[ADMIN].get()
         await _run(lambda: admin.add(silence))
         return web.json_response(silence_json(silence, admin.clock_ns()), status=201)
 
     @_guard
     async def delete_silence(request: web.Request) -> web.Response:
         silence_id = request.match_info["id"]
-        await _run(lambda: request.app[ADMIN].remove_silence(silence_id))
+        adm = await request.app[ADMIN].get()
+        await _run(lambda: adm.remove_silence(silence_id))
         return web.json_response({"deleted": silence_id})
 
     @_guard
