@@ -23,11 +23,14 @@ import faust
 from confluent_kafka.admin import AdminClient
 from faust.types import EventT
 
-from pipeline.codec import encode_interpreted, encode_record
+from pipeline.codec import decode_record, encode_interpreted, encode_record
 from pipeline.config import Settings
 from pipeline.errors import ServiceError
-from pipeline.events import Finding
+from pipeline.events import Finding, GpuContext
+from pipeline.mirror import TopicMirror
 from pipeline.stats import write_stats
+from processors.baselines import AnomalyTracker, BaselineStore, Scorer, decode_baselines_record
+from processors.enrich import Enricher
 from processors.interpret import Interpreter
 from processors.normalize import RawMessage, process_raw
 
@@ -45,6 +48,8 @@ class ProcessorStats:
     messages_out: int = 0
     findings: int = 0
     batches: int = 0
+    #: the learned-baselines version the scorer uses (0: none yet, rows unscored)
+    baselines_version: int = 0
     assigned: bool = False
 
     def write(self, path: Path | None) -> None:
@@ -80,8 +85,17 @@ def partition_count(settings: Settings, topic: str) -> int:
 
 
 def build_interpreter(settings: Settings) -> Interpreter:
-    """The interpretation stages for these settings, in order (see processors.interpret)."""
-    return Interpreter([])
+    """The interpretation stages for these settings, in order (see processors.interpret); the mirrors of the
+    compacted topics they read are started here (and read to their end) and injected."""
+    kafka = settings.kafka.client_config()
+    contexts = TopicMirror(kafka, settings.topics.context, lambda v: decode_record(GpuContext, v)).start()
+    store = BaselineStore()
+    baselines = TopicMirror(kafka, settings.topics.baselines, decode_baselines_record, store.on_change).start()
+    for mirror in (contexts, baselines):
+        if not mirror.wait_ready(60):
+            log.warning("mirror of %s not read to its end within 60 s; continuing", mirror.topic)
+    tracker = AnomalyTracker(after_s=settings.baselines.anomaly_after_s)
+    return Interpreter([Enricher(contexts.get, store.current), Scorer(store.current, tracker)])
 
 
 def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
@@ -169,6 +183,7 @@ def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def snapshot() -> None:
         await publish_findings(interpreter.tick(time.time_ns()))
+        stats.baselines_version = next((s.version for s in interpreter.stages if isinstance(s, Scorer)), 0)
         stats.write(stats_file)
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]

@@ -6,10 +6,10 @@ on the group in :mod:`pipeline.cli.base` when imported here.
 
 from __future__ import annotations
 
-from pipeline.cli import core
+from pipeline.cli import baselines, core
 from pipeline.cli.base import cli
 
-__all__ = ["cli", "core", "main"]
+__all__ = ["baselines", "cli", "core", "main"]
 
 
 def main() -> None:

@@ -1,0 +1,183 @@
+"""Features for baselines and classification: relative values comparable across GPU generations, and the phase
+of each row. Pure functions over the columns of an :class:`InterpretedBatch`; no I/O, no per-row Python.
+
+Every feature is a reading made relative to something the GPU cannot exceed (its own limit, the link's capacity,
+100%), so an H100 and a 1080 Ti running the same job land in the same range. A feature a GPU does not report
+is NaN (masked by the scorer), never zero. Where a sample lacks a limit (dcgm-exporter sends no power limit,
+vGPUs report N/A) the limit is taken from the GPU catalogue before the ratio is computed
+(:func:`fill_relative`); the sample's own metrics are left as reported, so the sink never stores a made-up
+limit.
+
+Phase (:func:`infer_phase`) is a small rule set over the same features: idle = no kernels and little power;
+checkpoint = kernels mostly stopped while the GPU sends a lot over PCIe with memory held; data-loading =
+kernels mostly stopped while the GPU receives a lot over PCIe; otherwise compute. ``eval`` cannot be told from
+one sample (it looks like compute) and is only taken from a phase a framework reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Final
+
+import numpy as np
+
+from pipeline.catalogue import lookup
+from pipeline.events import METRIC_INDEX, PHASES, RELATIVE_FIELDS
+from processors.normalize import relative_values
+
+#: usable bytes/s per lane and direction for PCIe generation 1..7 (after line encoding)
+_PCIE_LANE_BYTES: Final = np.array([np.nan, 0.25e9, 0.5e9, 0.985e9, 1.969e9, 3.938e9, 7.563e9, 15.125e9])
+
+
+@dataclass(frozen=True, slots=True)
+class Feature:
+    """A feature: ``floor`` is the smallest spread the baseline assumes (in the feature's units), so a value that
+    never moved in training does not make every tiny wobble an anomaly; ``unit`` says how to show it."""
+
+    name: str
+    label: str
+    floor: float
+    #: "percent" (0..100 as stored) or "ratio" (0..1, shown as %)
+    unit: str
+
+
+FEATURES: Final[tuple[Feature, ...]] = (
+    Feature("utilization_gpu_percent", "GPU utilization", 3.0, "percent"),
+    Feature("utilization_memory_percent", "memory bandwidth utilization", 3.0, "percent"),
+    Feature("sm_active_percent", "SM active", 3.0, "percent"),
+    Feature("tensor_active_percent", "tensor active", 3.0, "percent"),
+    Feature("dram_active_percent", "DRAM active", 3.0, "percent"),
+    Feature("power_ratio_of_limit", "power", 0.02, "ratio"),
+    Feature("memory_used_ratio", "memory", 0.01, "ratio"),
+    Feature("sm_clock_ratio_of_max", "SM clock", 0.02, "ratio"),
+    Feature("temperature_ratio_of_slowdown", "temperature", 0.02, "ratio"),
+    Feature("pcie_rx_ratio_of_capacity", "PCIe receive", 0.005, "ratio"),
+    Feature("pcie_tx_ratio_of_capacity", "PCIe send", 0.005, "ratio"),
+    Feature("nvlink_rx_ratio_of_capacity", "NVLink receive", 0.005, "ratio"),
+    Feature("nvlink_tx_ratio_of_capacity", "NVLink send", 0.005, "ratio"),
+)
+FEATURE_NAMES: Final[tuple[str, ...]] = tuple(f.name for f in FEATURES)
+FEATURE_INDEX: Final[dict[str, int]] = {name: i for i, name in enumerate(FEATURE_NAMES)}
+FEATURE_FLOOR: Final = np.array([f.floor for f in FEATURES])
+#: the metric each link-capacity feature is a ratio of (the baseline band is stored in the metric's units)
+LINK_METRIC: Final[dict[str, str]] = {
+    "pcie_rx_ratio_of_capacity": "pcie_rx_bytes_per_second",
+    "pcie_tx_ratio_of_capacity": "pcie_tx_bytes_per_second",
+    "nvlink_rx_ratio_of_capacity": "nvlink_rx_bytes_per_second",
+    "nvlink_tx_ratio_of_capacity": "nvlink_tx_bytes_per_second",
+}
+PHASE_INDEX: Final[dict[str, int]] = {p: i for i, p in enumerate(PHASES)}
+
+_LIMIT_NAMES: Final = (
+    "memory_total_bytes",
+    "power_limit_watts",
+    "sm_clock_max_mhz",
+    "temperature_slowdown_celsius",
+    "pcie_link_gen_max",
+    "pcie_link_width_max",
+)
+_LIMIT_COLS: Final = np.array([METRIC_INDEX[n] for n in _LIMIT_NAMES])
+
+
+@lru_cache(maxsize=1024)
+def catalogue_limits(gpu_model: str) -> tuple[np.ndarray, float]:
+    """(limits in _LIMIT_NAMES order, NaN where unknown; NVLink bytes/s per direction, NaN when none)."""
+    spec = lookup(gpu_model)
+    if spec is None:
+        return np.full(len(_LIMIT_NAMES), np.nan), np.nan
+    known = spec.limit_metrics()
+    limits = np.array([known.get(n, np.nan) for n in _LIMIT_NAMES], dtype=np.float64)
+    nvlink = spec.nvlink_links * spec.nvlink_gbytes_per_second * 1e9
+    return limits, nvlink if nvlink > 0 else np.nan
+
+
+def _model_table(models: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: the catalogue's limits and NVLink capacity, looked up once per distinct model."""
+    names, inverse = np.unique(np.asarray(models, dtype=object), return_inverse=True)
+    looked = [catalogue_limits(str(n)) for n in names]
+    limits = np.array([lim for lim, _ in looked]).reshape(len(names), len(_LIMIT_NAMES))
+    nvlink = np.array([nv for _, nv in looked], dtype=np.float64)
+    return limits[inverse], nvlink[inverse], inverse
+
+
+def fill_relative(metrics: np.ndarray, relative: np.ndarray, models: tuple[str, ...]) -> np.ndarray:
+    """Relative values with the gaps a missing limit left filled from the catalogue (the sample's own limits win)."""
+    if not len(models):
+        return relative
+    limits, _, _ = _model_table(models)
+    filled = metrics.copy()
+    current = filled[:, _LIMIT_COLS]
+    filled[:, _LIMIT_COLS] = np.where(np.isnan(current), limits, current)
+    return np.where(np.isnan(relative), relative_values(filled), relative)
+
+
+def features(metrics: np.ndarray, relative: np.ndarray, models: tuple[str, ...]) -> np.ndarray:
+    """The FEATURES matrix (rows x len(FEATURES)), NaN where a GPU does not report what a feature needs."""
+    n = metrics.shape[0]
+    out = np.full((n, len(FEATURES)), np.nan)
+    if n == 0:
+        return out
+
+    def m(name: str) -> np.ndarray:
+        return metrics[:, METRIC_INDEX[name]]
+
+    for feature in FEATURES:
+        if feature.unit == "percent":
+            out[:, FEATURE_INDEX[feature.name]] = m(feature.name)
+    rel = {name: relative[:, i] for i, name in enumerate(RELATIVE_FIELDS)}
+    for name in ("power_ratio_of_limit", "memory_used_ratio", "sm_clock_ratio_of_max", "temperature_ratio_of_slowdown"):
+        out[:, FEATURE_INDEX[name]] = rel[name]
+    limits, nvlink_capacity, _ = _model_table(models)
+    gen = np.where(np.isnan(m("pcie_link_gen_max")), limits[:, 4], m("pcie_link_gen_max"))
+    width = np.where(np.isnan(m("pcie_link_width_max")), limits[:, 5], m("pcie_link_width_max"))
+    gen_index = np.clip(np.nan_to_num(gen, nan=0.0), 0, 7).astype(np.int64)
+    pcie_capacity = _PCIE_LANE_BYTES[gen_index] * width
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out[:, FEATURE_INDEX["pcie_rx_ratio_of_capacity"]] = m("pcie_rx_bytes_per_second") / pcie_capacity
+        out[:, FEATURE_INDEX["pcie_tx_ratio_of_capacity"]] = m("pcie_tx_bytes_per_second") / pcie_capacity
+        out[:, FEATURE_INDEX["nvlink_rx_ratio_of_capacity"]] = m("nvlink_rx_bytes_per_second") / nvlink_capacity
+        out[:, FEATURE_INDEX["nvlink_tx_ratio_of_capacity"]] = m("nvlink_tx_bytes_per_second") / nvlink_capacity
+    out[~np.isfinite(out)] = np.nan
+    return out
+
+
+def link_capacity(gpu_model: str, feature: str) -> float:
+    """Bytes/s per direction behind a link-capacity feature for a model (NaN when the catalogue does not know)."""
+    limits, nvlink = catalogue_limits(gpu_model)
+    if feature.startswith("nvlink"):
+        return nvlink
+    gen, width = limits[4], limits[5]
+    if np.isnan(gen) or np.isnan(width):
+        return float("nan")
+    return float(_PCIE_LANE_BYTES[int(gen)] * width)
+
+
+# phase rules, thresholds in feature units (see module docstring)
+IDLE_UTIL_PERCENT: Final = 5.0
+IDLE_POWER_RATIO: Final = 0.3
+STALLED_UTIL_PERCENT: Final = 40.0
+BUSY_LINK_RATIO: Final = 0.15
+HELD_MEMORY_RATIO: Final = 0.2
+
+
+def infer_phase(f: np.ndarray) -> np.ndarray:
+    """Phase index (into PHASES) per row of a FEATURES matrix."""
+    util = f[:, FEATURE_INDEX["utilization_gpu_percent"]]
+    util = np.where(np.isnan(util), f[:, FEATURE_INDEX["sm_active_percent"]], util)
+    power = f[:, FEATURE_INDEX["power_ratio_of_limit"]]
+    rx = f[:, FEATURE_INDEX["pcie_rx_ratio_of_capacity"]]
+    tx = f[:, FEATURE_INDEX["pcie_tx_ratio_of_capacity"]]
+    memory = f[:, FEATURE_INDEX["memory_used_ratio"]]
+    phase = np.full(f.shape[0], PHASE_INDEX["compute"], dtype=np.int64)
+    with np.errstate(invalid="ignore"):
+        stalled = util < STALLED_UTIL_PERCENT
+        loading = stalled & (rx > BUSY_LINK_RATIO)
+        checkpoint = stalled & (tx > BUSY_LINK_RATIO) & (tx >= np.nan_to_num(rx)) & (memory > HELD_MEMORY_RATIO)
+        idle = (
+            (util < IDLE_UTIL_PERCENT) & ~(power > IDLE_POWER_RATIO) & ~(rx > BUSY_LINK_RATIO) & ~(tx > BUSY_LINK_RATIO)
+        )
+    phase[loading] = PHASE_INDEX["data-loading"]
+    phase[checkpoint] = PHASE_INDEX["checkpoint"]
+    phase[idle] = PHASE_INDEX["idle"]
+    return phase
