@@ -602,7 +602,8 @@ class Scorer:
     """The scoring stage: judges every row against the baseline that fits it best (see module docstring).
 
     ``current`` returns the baselines to use (a :class:`BaselineStore`'s ``current``); it is read once per
-    batch, so a new version applies from the next batch on. Without baselines rows stay ``unscored``.
+    batch and on every tick, so a new version applies from the next batch on, never inside one. Without
+    baselines rows stay ``unscored``.
     """
 
     def __init__(
@@ -618,11 +619,14 @@ class Scorer:
     def version(self) -> int:
         return self._set.version if self._set is not None else 0
 
-    def apply(self, batch: InterpretedBatch, now_ns: int) -> tuple[InterpretedBatch, list[Finding]]:
+    def _refresh(self) -> None:
         latest = self._current()
         if latest is not self._set:
             log.info("scorer: switched to baselines version %d", latest.version if latest else 0)
             self._set = latest
+
+    def apply(self, batch: InterpretedBatch, now_ns: int) -> tuple[InterpretedBatch, list[Finding]]:
+        self._refresh()
         if self._set is None or not len(batch):
             return batch, []
         scored, verdict = score_batch(batch, self._set)
@@ -630,6 +634,8 @@ class Scorer:
         return scored, findings
 
     def tick(self, now_ns: int) -> list[Finding]:
+        # also between batches: a new version is taken up (and logged) without waiting for data
+        self._refresh()
         return []
 
 
