@@ -65,20 +65,6 @@ class TrainingReport:
     published: bool = False
 
 
-@dataclass
-class _Rows:
-    """Feature rows of one (application, GPU model, phase) and the not-anomalous feedback rows judged by it."""
-
-    f: list[np.ndarray] = field(default_factory=list)
-    keep: list[np.ndarray] = field(default_factory=list)
-
-    def stacked(self) -> tuple[np.ndarray, np.ndarray]:
-        from processors.features import FEATURES
-
-        empty = np.empty((0, len(FEATURES)))
-        return (np.vstack(self.f) if self.f else empty), (np.vstack(self.keep) if self.keep else empty)
-
-
 def previous_manifest(settings: Settings, timeout_s: float = 30.0) -> BaselineManifest | None:
     """The manifest currently on the baselines topic (None before the first training)."""
     from pipeline.mirror import TopicMirror
@@ -115,9 +101,9 @@ def train(
     echo: Callable[[str], Any] = log.info,
 ) -> TrainingReport:
     """Learn from the last ``range_s`` seconds of history and publish a new version (see module docstring)."""
-    from processors.baselines import FLEET, baseline_id, fit_baseline
-    from processors.classify import history_windows, window_inputs
+    from processors.baselines import baseline_id
     from processors.features import PHASE_INDEX, features, fill_relative, infer_phase
+    from processors.learn import LabelledRows, fit_version
     from sinks.query import feedback_rows, finding_windows, stored_event, training_history
 
     cfg = settings.baselines
@@ -137,38 +123,23 @@ def train(
         if fb.verdict == "anomalous"
     ]
 
-    groups: dict[str, _Rows] = {}
-    meta: dict[str, tuple[str, str | None, str]] = {}
-
-    def add(app: str, model: str | None, phase: str, f: np.ndarray) -> None:
-        bid = baseline_id(app, model, phase)
-        groups.setdefault(bid, _Rows()).f.append(f)
-        meta[bid] = (app, model, phase)
-
-    window_inputs_parts: list[np.ndarray] = []
-    labels: list[np.ndarray] = []
+    parts: list[LabelledRows] = []
     for (app, model), h in history.items():
         report.rows += len(h)
         known = np.array([s != "inferred" for s in h.source], dtype=bool)
         report.rows_inferred += int((~known).sum())
-        models = (model,) * len(h)
-        f = features(h.metrics, fill_relative(h.metrics, h.relative, models), models)
-        inferred_phase = infer_phase(f)
-        phase = np.array([PHASE_INDEX.get(p or "", -1) for p in h.phase], dtype=np.int64)
-        phase = np.where(phase < 0, inferred_phase, phase)
         use = known & ~_excluded(h, windows)
         report.rows_excluded += int((known & ~use).sum())
-        for p in np.unique(phase[use]).tolist():
-            rows = f[use & (phase == p)]
-            for a, m in ((app, model), (app, None), (FLEET, None)):
-                add(a, m, PHASES[p], rows)
-        if use.any():
-            gpu = np.unique(np.asarray(h.gpu, dtype=object)[use], return_inverse=True)[1]
-            stride_rows = max(1, cfg.classifier_window // 3)
-            w, _ = history_windows(f[use], gpu, h.ts_ns[use], cfg.classifier_window, stride_rows)
-            window_inputs_parts.append(window_inputs(w))
-            labels.append(np.full(len(w), app, dtype=object))
+        if not use.any():
+            continue
+        models = (model,) * len(h)
+        f = features(h.metrics, fill_relative(h.metrics, h.relative, models), models)
+        stored_phase = np.array([PHASE_INDEX.get(p or "", -1) for p in h.phase], dtype=np.int64)
+        phase = np.where(stored_phase < 0, infer_phase(f), stored_phase)
+        gpu = np.unique(np.asarray(h.gpu, dtype=object), return_inverse=True)[1]
+        parts.append(LabelledRows(app, model, f[use], phase[use], gpu[use], h.ts_ns[use]))
 
+    keep: dict[str, list[np.ndarray]] = {}
     for fb in feedback:
         if fb.verdict != "not-anomalous":
             continue
@@ -176,43 +147,19 @@ def train(
         if event is None or not event.application:
             continue
         models = (event.gpu_model,)
-        f = features(
-            event.metrics[None, :], fill_relative(event.metrics[None, :], event.relative[None, :], models), models
-        )
-        bid = event.baseline or baseline_id(event.application, event.gpu_model, PHASES[int(infer_phase(f)[0])])
-        groups.setdefault(bid, _Rows()).keep.append(f)
+        one = event.metrics[None, :]
+        f = features(one, fill_relative(one, event.relative[None, :], models), models)
+        phase_name = PHASES[int(infer_phase(f)[0])]
+        keep.setdefault(event.baseline or baseline_id(event.application, event.gpu_model, phase_name), []).append(f)
         report.feedback_used += 1
 
-    records: list[BaselineRecord] = []
     trained_ns = time.time_ns()
-    for bid, rows in sorted(groups.items()):
-        if bid not in meta:
-            continue  # feedback for a baseline this history does not have
-        x, keep = rows.stacked()
-        if len(x) < min_samples:
-            report.skipped[bid] = len(x)
-            continue
-        app_name, model_name, phase_name = meta[bid]
-        record = fit_baseline(
-            x, app_name, model_name, phase_name, version, trained_ns, keep=keep if len(keep) else None
-        )
-        if record is None:
-            report.skipped[bid] = len(x)
-            continue
-        records.append(record)
-        report.baselines[bid] = record.n
-
-    classifier: ClassifierRecord | None = None
-    if labels:
-        from processors.classify import fit_classifier
-
-        classifier = fit_classifier(
-            np.vstack(window_inputs_parts),
-            np.concatenate(labels).astype(str),
-            version,
-            cfg.classifier_window,
-            cfg.classifier_min_confidence,
-        )
+    fitted = fit_version(
+        parts, version, trained_ns, min_samples, cfg.classifier_window, cfg.classifier_min_confidence, keep
+    )
+    records, classifier = fitted.records, fitted.classifier
+    report.baselines = {r.baseline_id: r.n for r in records}
+    report.skipped = fitted.skipped
     if classifier is not None:
         report.classifier_accuracy = classifier.holdout_accuracy
         report.classifier_classes = classifier.classes

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from pipeline.errors import ServiceError
 from pipeline.events import Finding, GpuContext
 from pipeline.mirror import TopicMirror
 from pipeline.stats import write_stats
-from processors.baselines import AnomalyTracker, BaselineStore, Scorer, decode_baselines_record
+from processors.baselines import AnomalyTracker, BaselineSet, BaselineStore, Scorer, decode_baselines_record
 from processors.enrich import Enricher
 from processors.interpret import Interpreter
 from processors.normalize import RawMessage, process_raw
@@ -94,8 +94,17 @@ def build_interpreter(settings: Settings) -> Interpreter:
     for mirror in (contexts, baselines):
         if not mirror.wait_ready(60):
             log.warning("mirror of %s not read to its end within 60 s; continuing", mirror.topic)
+    return interpreter_from(settings, contexts.get, store.current)
+
+
+def interpreter_from(
+    settings: Settings,
+    context_of: Callable[[bytes], GpuContext | None],
+    baselines: Callable[[], BaselineSet | None],
+) -> Interpreter:
+    """The stages over injected state (mirrors in the processor, in-memory tables in bench/scoring.py)."""
     tracker = AnomalyTracker(after_s=settings.baselines.anomaly_after_s)
-    return Interpreter([Enricher(contexts.get, store.current), Scorer(store.current, tracker)])
+    return Interpreter([Enricher(context_of, baselines), Scorer(baselines, tracker)])
 
 
 def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:

@@ -92,13 +92,18 @@ def catalogue_limits(gpu_model: str) -> tuple[np.ndarray, float]:
     return limits, nvlink if nvlink > 0 else np.nan
 
 
+@lru_cache(maxsize=8)
 def _model_table(models: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row: the catalogue's limits and NVLink capacity, looked up once per distinct model."""
+    """Per row: the catalogue's limits and NVLink capacity, looked up once per distinct model (and once per
+    batch: enrichment and scoring see the same ``gpu_model`` column)."""
     names, inverse = np.unique(np.asarray(models, dtype=object), return_inverse=True)
     looked = [catalogue_limits(str(n)) for n in names]
     limits = np.array([lim for lim, _ in looked]).reshape(len(names), len(_LIMIT_NAMES))
     nvlink = np.array([nv for _, nv in looked], dtype=np.float64)
-    return limits[inverse], nvlink[inverse], inverse
+    out = (limits[inverse], nvlink[inverse], inverse)
+    for array in out:
+        array.setflags(write=False)  # cached: shared by every caller with the same column
+    return out
 
 
 def fill_relative(metrics: np.ndarray, relative: np.ndarray, models: tuple[str, ...]) -> np.ndarray:
