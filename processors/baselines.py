@@ -341,18 +341,49 @@ class BaselineSet:
 
 
 def decode_baselines_record(payload: bytes) -> BaselineRecord | ClassifierRecord | BaselineManifest:
-    """Any record of the baselines topic; DecodeError when it is none of them."""
+    """Any record of the baselines topic, checked so that using it cannot fail; DecodeError when it is none of
+    them or does not hold together (the mirror then skips and counts it)."""
     try:
-        return decode_record(BaselineRecord, payload)
+        record = decode_record(BaselineRecord, payload)
     except DecodeError as exc:
         if not exc.detail.startswith("expected a"):
             raise
+    else:
+        _check_baseline(record)
+        return record
     try:
-        return decode_record(ClassifierRecord, payload)
+        classifier = decode_record(ClassifierRecord, payload)
     except DecodeError as exc:
         if not exc.detail.startswith("expected a"):
             raise
+    else:
+        _check_classifier(classifier)
+        return classifier
     return decode_record(BaselineManifest, payload)
+
+
+def _check_baseline(r: BaselineRecord) -> None:
+    k = len(r.features)
+    sizes = (len(r.center), len(r.covariance), len(r.quantiles))
+    if k == 0 or sizes != (k, k * k, len(QUANTILES) * k):
+        raise DecodeError("inconsistent", f"{r.baseline_id}: {k} features but arrays of sizes {sizes}")
+    values = np.array([*r.center, *r.covariance, *r.quantiles, r.unusual, r.anomalous])
+    if not np.isfinite(values).all():
+        raise DecodeError("nan", f"{r.baseline_id}: non-finite values")
+    try:
+        np.linalg.cholesky(np.array(r.covariance).reshape(k, k))
+    except np.linalg.LinAlgError as exc:
+        raise DecodeError("inconsistent", f"{r.baseline_id}: covariance is not positive definite") from exc
+
+
+def _check_classifier(r: ClassifierRecord) -> None:
+    c, n = len(r.classes), len(r.inputs)
+    sizes = (len(r.mean), len(r.scale), len(r.coef), len(r.intercept))
+    if c < 2 or sizes != (n, n, c * n, c):
+        raise DecodeError("inconsistent", f"classifier: {c} classes x {n} inputs but arrays of sizes {sizes}")
+    values = np.array([*r.mean, *r.scale, *r.coef, *r.intercept])
+    if not np.isfinite(values).all() or min(r.scale) <= 0 or r.window < 1:
+        raise DecodeError("inconsistent", "classifier: non-finite values, a non-positive scale or window")
 
 
 class BaselineStore:

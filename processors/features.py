@@ -81,26 +81,28 @@ _LIMIT_COLS: Final = np.array([METRIC_INDEX[n] for n in _LIMIT_NAMES])
 
 
 @lru_cache(maxsize=1024)
-def catalogue_limits(gpu_model: str) -> tuple[np.ndarray, float]:
-    """(limits in _LIMIT_NAMES order, NaN where unknown; NVLink bytes/s per direction, NaN when none)."""
+def catalogue_limits(gpu_model: str) -> tuple[np.ndarray, float, float]:
+    """(limits in _LIMIT_NAMES order, NaN where unknown; NVLink links; bytes/s per link and direction, NaN
+    when the model has no NVLink)."""
     spec = lookup(gpu_model)
     if spec is None:
-        return np.full(len(_LIMIT_NAMES), np.nan), np.nan
+        return np.full(len(_LIMIT_NAMES), np.nan), np.nan, np.nan
     known = spec.limit_metrics()
     limits = np.array([known.get(n, np.nan) for n in _LIMIT_NAMES], dtype=np.float64)
-    nvlink = spec.nvlink_links * spec.nvlink_gbytes_per_second * 1e9
-    return limits, nvlink if nvlink > 0 else np.nan
+    per_link = spec.nvlink_gbytes_per_second * 1e9
+    return limits, float(spec.nvlink_links), per_link if per_link > 0 else np.nan
 
 
 @lru_cache(maxsize=8)
 def _model_table(models: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row: the catalogue's limits and NVLink capacity, looked up once per distinct model (and once per
-    batch: enrichment and scoring see the same ``gpu_model`` column)."""
+    """Per row: the catalogue's limits, NVLink links and bytes/s per link, looked up once per distinct model
+    (and once per batch: enrichment and scoring see the same ``gpu_model`` column)."""
     names, inverse = np.unique(np.asarray(models, dtype=object), return_inverse=True)
     looked = [catalogue_limits(str(n)) for n in names]
-    limits = np.array([lim for lim, _ in looked]).reshape(len(names), len(_LIMIT_NAMES))
-    nvlink = np.array([nv for _, nv in looked], dtype=np.float64)
-    out = (limits[inverse], nvlink[inverse], inverse)
+    limits = np.array([lim for lim, _, _ in looked]).reshape(len(names), len(_LIMIT_NAMES))
+    links = np.array([n for _, n, _ in looked], dtype=np.float64)
+    per_link = np.array([b for _, _, b in looked], dtype=np.float64)
+    out = (limits[inverse], links[inverse], per_link[inverse])
     for array in out:
         array.setflags(write=False)  # cached: shared by every caller with the same column
     return out
@@ -133,7 +135,10 @@ def features(metrics: np.ndarray, relative: np.ndarray, models: tuple[str, ...])
     rel = {name: relative[:, i] for i, name in enumerate(RELATIVE_FIELDS)}
     for name in ("power_ratio_of_limit", "memory_used_ratio", "sm_clock_ratio_of_max", "temperature_ratio_of_slowdown"):
         out[:, FEATURE_INDEX[name]] = rel[name]
-    limits, nvlink_capacity, _ = _model_table(models)
+    limits, catalogue_links, per_link = _model_table(models)
+    # the links the GPU says it has (an H100 PCIe card has none, the SXM board 18) win over the catalogue's
+    links = np.where(np.isnan(m("nvlink_links_max")), catalogue_links, m("nvlink_links_max"))
+    nvlink_capacity = links * per_link
     gen = np.where(np.isnan(m("pcie_link_gen_max")), limits[:, 4], m("pcie_link_gen_max"))
     width = np.where(np.isnan(m("pcie_link_width_max")), limits[:, 5], m("pcie_link_width_max"))
     gen_index = np.clip(np.nan_to_num(gen, nan=0.0), 0, 7).astype(np.int64)
@@ -149,9 +154,9 @@ def features(metrics: np.ndarray, relative: np.ndarray, models: tuple[str, ...])
 
 def link_capacity(gpu_model: str, feature: str) -> float:
     """Bytes/s per direction behind a link-capacity feature for a model (NaN when the catalogue does not know)."""
-    limits, nvlink = catalogue_limits(gpu_model)
+    limits, links, per_link = catalogue_limits(gpu_model)
     if feature.startswith("nvlink"):
-        return nvlink
+        return links * per_link if links > 0 else float("nan")
     gen, width = limits[4], limits[5]
     if np.isnan(gen) or np.isnan(width):
         return float("nan")

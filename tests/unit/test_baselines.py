@@ -250,3 +250,26 @@ def test_scores_stay_finite_far_in_the_tail() -> None:
     assert np.isfinite(s).all() and (np.diff(s) > 0).all()
     # where the exact value is representable, the asymptotic branch agrees with it
     assert surprise(np.array([1400.0]), 10)[0] == pytest.approx(-chi2.logsf(1400.0, 10) / math.log(10), rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"center": (0.5,)}, "inconsistent"),
+        ({"unusual": float("nan")}, "nan"),
+        ({"covariance": None}, "inconsistent"),  # replaced below by a singular matrix
+    ],
+)
+def test_records_that_cannot_be_used_are_rejected_at_decoding(
+    history: Labelled, change: dict[str, object], reason: str
+) -> None:
+    from pipeline.errors import DecodeError
+
+    record = _fit(history, "llm-serving", H100)
+    if change.get("covariance", 0) is None:
+        k = len(record.features)
+        change = {"covariance": tuple(np.ones((k, k)).ravel().tolist())}
+    with pytest.raises(DecodeError) as err:
+        decode_baselines_record(encode_record(dataclasses.replace(record, **change)))  # type: ignore[arg-type]
+    assert err.value.reason == reason
+    assert decode_baselines_record(encode_record(record)) == record

@@ -98,3 +98,13 @@ def test_absent_features_are_a_signal_not_a_zero() -> None:
     k = len(INPUTS) // 5
     assert inputs[0] == 25.0 and inputs[4 * k] == 1.0  # mean and presence of feature 0
     assert np.isnan(inputs[1]) and inputs[4 * k + 1] == 0.0  # feature 1: never reported
+
+
+def test_a_classifier_record_that_cannot_be_used_is_rejected(record: ClassifierRecord) -> None:
+    from pipeline.errors import DecodeError
+    from processors.baselines import decode_baselines_record
+
+    broken = dataclasses.replace(record, coef=record.coef[:-1])
+    with pytest.raises(DecodeError, match="classes x"):
+        decode_baselines_record(encode_record(broken))
+    assert decode_baselines_record(encode_record(record)) == record

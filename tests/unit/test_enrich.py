@@ -118,3 +118,19 @@ def test_phases_from_the_telemetry() -> None:
     reported = dataclasses.replace(batch, phase=("eval", None, None, None))
     out, _ = Enricher(lambda _k: None, lambda: None).apply(reported, 0)
     assert out.phase == ("eval", "data-loading", "checkpoint", "idle")  # a reported phase is kept
+
+
+def test_link_traffic_is_relative_to_the_links_the_gpu_has() -> None:
+    traffic = {"nvlink_rx_bytes_per_second": 90e9, "pcie_rx_bytes_per_second": 3.938e9 * 16 / 4}
+    catalogue = GpuSample("c", "n", "GPU-1", 0, H100, T0, traffic)
+    reported = GpuSample("c", "n", "GPU-2", 1, H100, T0, traffic | {"nvlink_links_max": 6.0})
+    batch = _normalized(catalogue, reported)
+    f = features(batch.metrics, batch.relative, batch.gpu_model)
+    assert f[:, FEATURE_INDEX["nvlink_rx_ratio_of_capacity"]].tolist() == [0.2, 0.6]  # 18 x 25 GB/s, 6 x 25 GB/s
+    assert f[:, FEATURE_INDEX["pcie_rx_ratio_of_capacity"]].tolist() == [0.25, 0.25]  # gen 5 x16 from the catalogue
+    pcie_card = _normalized(GpuSample("c", "n", "GPU-3", 0, "NVIDIA L40S", T0, traffic))
+    assert np.isnan(
+        features(pcie_card.metrics, pcie_card.relative, pcie_card.gpu_model)[
+            0, FEATURE_INDEX["nvlink_rx_ratio_of_capacity"]
+        ]
+    )
