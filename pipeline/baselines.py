@@ -23,12 +23,13 @@ FEEDBACK_VERDICTS: Final = ("anomalous", "not-anomalous")
 
 @dataclass(frozen=True, slots=True)
 class BaselineRecord:
-    """One learned baseline: a robust Gaussian over ``features`` plus per-feature quantiles.
+    """One learned baseline: robust Gaussians (one per mode) over ``features`` plus per-feature quantiles.
 
-    ``gpu_model`` is None for a prior pooled over GPU models; ``application`` is ``"*"`` for the fleet-wide
-    prior. ``quantiles`` holds p1, p5, p50, p95, p99 of each feature (5 x len(features), row-major);
-    ``covariance`` is len(features)^2 row-major. Scores above ``unusual`` / ``anomalous`` (in the calibrated
-    score's units, see processors/baselines.py) give those verdicts.
+    ``gpu_model`` is None for a prior pooled over GPU models; ``application`` is ``"fleet"`` for the fleet-wide
+    prior. ``quantiles`` holds p1, p5, p50, p95, p99 of each feature (5 x len(features), row-major); ``center``
+    and ``covariance`` one Gaussian per mode (modes x len(features), modes x len(features)^2, row-major).
+    Scores above ``unusual`` / ``anomalous`` (in the calibrated score's units, see processors/baselines.py)
+    give those verdicts.
     """
 
     baseline_id: str
@@ -46,6 +47,7 @@ class BaselineRecord:
     trained_ns: int
     #: operator feedback events ("not anomalous") the thresholds were widened to cover
     feedback_covered: int = 0
+    modes: int = 1
 
 
 @dataclass(frozen=True, slots=True)

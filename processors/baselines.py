@@ -9,8 +9,13 @@ p1/p5/p50/p95/p99 for the explanation. Priors pool the same over GPU models per 
 (``prior:<app>/<phase>``) and over everything per phase (``prior:fleet/<phase>``), so a new job on a new
 model is judged from its first sample.
 
+A phase can hold several ways of working (evaluation passes inside "compute", an inference server between
+bursts): rows the bulk does not explain, when they are at least 2% of the training rows, get a robust Gaussian
+of their own (up to three modes); a row is judged against the mode closest to it.
+
 Score: how improbable a row is under the baseline, ``-log10`` of the chi-square tail probability of its
-Mahalanobis distance over the features the row has (missing ones are marginalized out, never imputed). The
+Mahalanobis distance (to the nearest mode) over the features the row has (missing ones are marginalized out,
+never imputed). The
 thresholds are calibrated on the training rows of each baseline (unusual above the 99th percentile of their
 scores, anomalous above 1.5 x the 99.9th), so "unusual" means the same for every baseline. Rows are grouped
 by baseline and by missing-feature pattern, and each group is one matrix product with a cached precision.
@@ -119,6 +124,12 @@ class FitParams:
     #: lowest thresholds, whatever the training scores say: a 1% / 0.01% tail under the fitted Gaussian
     min_unusual: float = 2.0
     min_anomalous: float = 4.0
+    #: a phase can have sub-modes (evaluation inside "compute", bursts between requests): rows the modes so far
+    #: do not explain (score above ``mode_split``) get a mode of their own when they are at least
+    #: ``min_mode_share`` of the rows, up to ``max_modes``
+    max_modes: int = 3
+    mode_split: float = 3.0
+    min_mode_share: float = 0.02
 
 
 def trimmed_gaussian(x: np.ndarray, floor: np.ndarray, cutoff: float, iterations: int) -> tuple[np.ndarray, np.ndarray]:
@@ -180,7 +191,7 @@ def fit_baseline(
     fit_rows = train
     if len(train) > params.max_fit_rows:
         fit_rows = train[np.random.default_rng(0).choice(len(train), params.max_fit_rows, replace=False)]
-    center, cov = trimmed_gaussian(fit_rows, FEATURE_FLOOR[cols], params.cutoff, params.iterations)
+    centers, covs = fit_modes(fit_rows, FEATURE_FLOOR[cols], params)
     record = BaselineRecord(
         baseline_id=baseline or baseline_id(application, gpu_model, phase),
         version=version,
@@ -188,13 +199,14 @@ def fit_baseline(
         gpu_model=gpu_model,
         phase=phase,
         features=tuple(FEATURES[c].name for c in cols),
-        center=tuple(center.tolist()),
-        covariance=tuple(cov.ravel().tolist()),
+        center=tuple(np.concatenate(centers).tolist()),
+        covariance=tuple(np.concatenate([c.ravel() for c in covs]).tolist()),
         quantiles=tuple(np.quantile(train, QUANTILES, axis=0).ravel().tolist()),
         unusual=math.inf,
         anomalous=math.inf,
         n=len(train),
         trained_ns=trained_ns,
+        modes=len(centers),
     )
     compiled = Baseline(record)
     scores = compiled.score(np.vstack([x, keep]))
@@ -213,6 +225,25 @@ def fit_baseline(
             log.warning("%s: thresholds widened to cover %d not-anomalous feedback events", record.baseline_id, covered)
     anomalous = max(anomalous, unusual * params.margin)
     return dataclasses.replace(record, unusual=unusual, anomalous=anomalous, feedback_covered=covered)
+
+
+def fit_modes(x: np.ndarray, floor: np.ndarray, params: FitParams) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Robust Gaussians for the modes of ``x``: the bulk first, then (repeatedly) the rows it does not explain,
+    when they are common enough to be a way of working rather than outliers (see FitParams)."""
+    k = x.shape[1]
+    centers: list[np.ndarray] = []
+    covs: list[np.ndarray] = []
+    rest = x
+    while len(centers) < params.max_modes and len(rest) > 5 * k:
+        center, cov = trimmed_gaussian(rest, floor, params.cutoff, params.iterations)
+        centers.append(center)
+        covs.append(cov)
+        d = rest - center
+        unexplained = surprise(np.einsum("ij,jk,ik->i", d, np.linalg.inv(cov), d), k) > params.mode_split
+        if unexplained.sum() < params.min_mode_share * len(x):
+            break
+        rest = rest[unexplained]
+    return centers, covs
 
 
 def surprise(d2: np.ndarray, k: int) -> np.ndarray:
@@ -235,7 +266,7 @@ def surprise(d2: np.ndarray, k: int) -> np.ndarray:
 
 
 class Baseline:
-    """A BaselineRecord as arrays, with the precision matrix of every missing-feature pattern cached."""
+    """A BaselineRecord as arrays, with the precision matrices of every missing-feature pattern cached."""
 
     def __init__(self, record: BaselineRecord) -> None:
         k = len(record.features)
@@ -243,8 +274,9 @@ class Baseline:
         self.record = record
         # a feature this processor does not know (a newer trainer) is marginalized out
         self.idx = np.array([FEATURE_INDEX[record.features[i]] for i in known], dtype=np.int64)
-        self.center = np.array(record.center)[known]
-        self.cov = np.array(record.covariance).reshape(k, k)[np.ix_(known, known)]
+        m = record.modes
+        self.centers = np.array(record.center).reshape(m, k)[:, known]
+        self.covs = np.array(record.covariance).reshape(m, k, k)[np.ix_(range(m), known, known)]
         self.q = np.array(record.quantiles).reshape(len(QUANTILES), k)[:, known]
         self.floor = FEATURE_FLOOR[self.idx]
         self.spread = np.maximum((self.q[_P95] - self.q[_P5]) / _P5_P95_SIGMAS, self.floor)
@@ -256,11 +288,11 @@ class Baseline:
         return self.record.baseline_id
 
     def precision(self, pattern: int) -> tuple[np.ndarray, np.ndarray]:
-        """(columns present, precision of their marginal covariance) for a presence bit pattern."""
+        """(columns present, per mode the precision of their marginal covariance) for a presence bit pattern."""
         cached = self._precision.get(pattern)
         if cached is None:
             cols = np.flatnonzero(pattern & self._bits)
-            cached = (cols, np.linalg.inv(self.cov[np.ix_(cols, cols)]))
+            cached = (cols, np.linalg.inv(self.covs[:, cols[:, None], cols]))
             self._precision[pattern] = cached
         return cached
 
@@ -274,9 +306,13 @@ class Baseline:
             if p == 0:
                 continue
             rows = np.flatnonzero(pattern == p)
-            cols, precision = self.precision(p)
-            d = xb[np.ix_(rows, cols)] - self.center[cols]
-            d2 = np.einsum("ij,jk,ik->i", d, precision, d)
+            cols, precisions = self.precision(p)
+            sub = xb[np.ix_(rows, cols)]
+            # the mode a row is closest to explains it: its distance to that mode is the row's distance
+            d2 = np.full(len(rows), np.inf)
+            for center, precision in zip(self.centers[:, cols], precisions, strict=True):
+                d = sub - center
+                d2 = np.minimum(d2, np.einsum("ij,jk,ik->i", d, precision, d))
             out[rows] = surprise(d2, len(cols))
         return out
 
@@ -363,15 +399,15 @@ def decode_baselines_record(payload: bytes) -> BaselineRecord | ClassifierRecord
 
 
 def _check_baseline(r: BaselineRecord) -> None:
-    k = len(r.features)
+    k, m = len(r.features), r.modes
     sizes = (len(r.center), len(r.covariance), len(r.quantiles))
-    if k == 0 or sizes != (k, k * k, len(QUANTILES) * k):
+    if k == 0 or m < 1 or sizes != (m * k, m * k * k, len(QUANTILES) * k):
         raise DecodeError("inconsistent", f"{r.baseline_id}: {k} features but arrays of sizes {sizes}")
     values = np.array([*r.center, *r.covariance, *r.quantiles, r.unusual, r.anomalous])
     if not np.isfinite(values).all():
         raise DecodeError("nan", f"{r.baseline_id}: non-finite values")
     try:
-        np.linalg.cholesky(np.array(r.covariance).reshape(k, k))
+        np.linalg.cholesky(np.array(r.covariance).reshape(m, k, k))
     except np.linalg.LinAlgError as exc:
         raise DecodeError("inconsistent", f"{r.baseline_id}: covariance is not positive definite") from exc
 

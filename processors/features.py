@@ -8,10 +8,11 @@ vGPUs report N/A) the limit is taken from the GPU catalogue before the ratio is 
 (:func:`fill_relative`); the sample's own metrics are left as reported, so the sink never stores a made-up
 limit.
 
-Phase (:func:`infer_phase`) is a small rule set over the same features: idle = no kernels and little power;
-checkpoint = kernels mostly stopped while the GPU sends a lot over PCIe with memory held; data-loading =
-kernels mostly stopped while the GPU receives a lot over PCIe; otherwise compute. ``eval`` cannot be told from
-one sample (it looks like compute) and is only taken from a phase a framework reported.
+Phase (:func:`infer_phase`) is a small rule set over the same features: idle = no kernels, little power, quiet
+links; checkpoint = SMs starved while the GPU sends over PCIe with memory held; data-loading = SMs starved
+while the GPU receives over PCIe; otherwise compute. "Starved" reads SM active (DCGM) where reported: NVML's
+utilization counts any kernel in the interval and stays high while the SMs wait for data. ``eval`` cannot be
+told from one sample (it looks like a lighter compute) and is only taken from a phase a framework reported.
 """
 
 from __future__ import annotations
@@ -164,29 +165,34 @@ def link_capacity(gpu_model: str, feature: str) -> float:
 
 
 # phase rules, thresholds in feature units (see module docstring)
-IDLE_UTIL_PERCENT: Final = 5.0
+IDLE_ACTIVITY_PERCENT: Final = 5.0
 IDLE_POWER_RATIO: Final = 0.3
+#: below this the GPU is waiting on something: SM active (DCGM) where reported, else NVML utilization, which
+#: counts a kernel running at any time in the interval and so stays high while SMs starve
+STALLED_SM_ACTIVE_PERCENT: Final = 15.0
 STALLED_UTIL_PERCENT: Final = 40.0
-BUSY_LINK_RATIO: Final = 0.15
+#: host -> device traffic (data-loading) and device -> host traffic (checkpoint), share of the link
+LOADING_LINK_RATIO: Final = 0.03
+CHECKPOINT_LINK_RATIO: Final = 0.1
 HELD_MEMORY_RATIO: Final = 0.2
 
 
 def infer_phase(f: np.ndarray) -> np.ndarray:
     """Phase index (into PHASES) per row of a FEATURES matrix."""
     util = f[:, FEATURE_INDEX["utilization_gpu_percent"]]
-    util = np.where(np.isnan(util), f[:, FEATURE_INDEX["sm_active_percent"]], util)
+    sm = f[:, FEATURE_INDEX["sm_active_percent"]]
     power = f[:, FEATURE_INDEX["power_ratio_of_limit"]]
-    rx = f[:, FEATURE_INDEX["pcie_rx_ratio_of_capacity"]]
-    tx = f[:, FEATURE_INDEX["pcie_tx_ratio_of_capacity"]]
+    rx = np.nan_to_num(f[:, FEATURE_INDEX["pcie_rx_ratio_of_capacity"]])
+    tx = np.nan_to_num(f[:, FEATURE_INDEX["pcie_tx_ratio_of_capacity"]])
     memory = f[:, FEATURE_INDEX["memory_used_ratio"]]
     phase = np.full(f.shape[0], PHASE_INDEX["compute"], dtype=np.int64)
     with np.errstate(invalid="ignore"):
-        stalled = util < STALLED_UTIL_PERCENT
-        loading = stalled & (rx > BUSY_LINK_RATIO)
-        checkpoint = stalled & (tx > BUSY_LINK_RATIO) & (tx >= np.nan_to_num(rx)) & (memory > HELD_MEMORY_RATIO)
-        idle = (
-            (util < IDLE_UTIL_PERCENT) & ~(power > IDLE_POWER_RATIO) & ~(rx > BUSY_LINK_RATIO) & ~(tx > BUSY_LINK_RATIO)
-        )
+        stalled = np.where(np.isnan(sm), util < STALLED_UTIL_PERCENT, sm < STALLED_SM_ACTIVE_PERCENT)
+        loading = stalled & (rx > LOADING_LINK_RATIO) & (rx > tx)
+        checkpoint = stalled & (tx > CHECKPOINT_LINK_RATIO) & (tx >= rx) & (memory > HELD_MEMORY_RATIO)
+        activity = np.where(np.isnan(sm), util, np.fmax(sm, util))
+        quiet_links = (rx <= LOADING_LINK_RATIO) & (tx <= LOADING_LINK_RATIO)
+        idle = (activity < IDLE_ACTIVITY_PERCENT) & ~(power > IDLE_POWER_RATIO) & quiet_links
     phase[loading] = PHASE_INDEX["data-loading"]
     phase[checkpoint] = PHASE_INDEX["checkpoint"]
     phase[idle] = PHASE_INDEX["idle"]

@@ -62,6 +62,24 @@ def test_trimmed_fit_is_not_pulled_by_the_outliers_it_should_find() -> None:
     assert np.sqrt(np.diag(cov)) == pytest.approx([0.05, 0.05], rel=0.1)
 
 
+def test_a_second_way_of_working_gets_a_mode_of_its_own() -> None:
+    rng = np.random.default_rng(1)
+    cols = [FEATURE_INDEX["utilization_gpu_percent"], FEATURE_INDEX["power_ratio_of_limit"]]
+    x = np.full((2000, len(FEATURE_INDEX)), np.nan)
+    x[:, cols] = np.column_stack([rng.normal(97, 2, 2000), rng.normal(0.8, 0.03, 2000)])
+    x[:100, cols] = np.column_stack([rng.normal(88, 2, 100), rng.normal(0.5, 0.03, 100)])  # 5%: evaluation passes
+    record = fit_baseline(x, "bert-training", H100, "compute", 1, 0)
+    assert record is not None and record.modes == 2
+    centers = np.array(record.center).reshape(2, 2)
+    assert centers[0] == pytest.approx([97, 0.8], rel=0.02) and centers[1] == pytest.approx([88, 0.5], rel=0.03)
+    probe = np.full((2, len(FEATURE_INDEX)), np.nan)
+    probe[:, cols] = [[88.0, 0.5], [92.0, 0.3]]  # an evaluation pass; half the power of either mode
+    scores = Baseline(record).score(probe)
+    assert scores[0] < record.unusual and scores[1] > record.anomalous
+    one_mode = fit_baseline(x[100:], "bert-training", H100, "compute", 1, 0)
+    assert one_mode is not None and one_mode.modes == 1  # rare outliers do not make a mode
+
+
 def test_thresholds_are_calibrated_on_the_training_rows(history: Labelled) -> None:
     record = _fit(history, "llm-serving", H100)
     rows = (history.application == "llm-serving") & (history.model == H100) & (infer_phase(history.f) == 0)
@@ -80,8 +98,11 @@ def test_missing_features_are_marginalized_not_zeroed(history: Labelled) -> None
     missing, zero = row.copy(), row.copy()
     missing[0, j], zero[0, j] = np.nan, 0.0
     cols = [i for i, f in enumerate(b.record.features) if f != "power_ratio_of_limit"]
-    d = row[0, b.idx[cols]] - b.center[cols]
-    expected = -chi2.logsf(d @ np.linalg.inv(b.cov[np.ix_(cols, cols)]) @ d, len(cols)) / math.log(10)
+    d2 = min(
+        (d := row[0, b.idx[cols]] - center[cols]) @ np.linalg.inv(cov[np.ix_(cols, cols)]) @ d
+        for center, cov in zip(b.centers, b.covs, strict=True)
+    )
+    expected = -chi2.logsf(d2, len(cols)) / math.log(10)
     assert b.score(missing)[0] == pytest.approx(expected)
     assert b.score(zero)[0] > b.record.anomalous  # a zero would have been an anomaly
     assert np.isnan(b.score(np.full_like(row, np.nan))[0])
