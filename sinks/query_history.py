@@ -335,7 +335,9 @@ def finding_windows(settings: Settings, start_ns: int, stop_ns: int, repeat_s: f
         writer.close()
     spans: dict[tuple[str, str, int], tuple[int, bool]] = {}
     for r in sorted(rows, key=lambda r: r["_time"]):
-        key = (str(r["gpu"]), str(r["detector"]), int(r.get("since_ns") or 0))
+        # since_ns is stored as a float (ns lose their last bits): floor it to the ms the samples are stored at
+        since_ms = int(r.get("since_ns") or 0) // 1_000_000
+        key = (str(r["gpu"]), str(r["detector"]), since_ms * 1_000_000)
         spans[key] = (int(r["_time"].timestamp() * 1e9), bool(r.get("active")))
     repeat_ns = int(repeat_s * 1e9)
     return [
