@@ -1,8 +1,9 @@
 """The Iterate loop on real Kafka + InfluxDB, through the real processor and sink processes: history written
 through the pipeline is learned by ``hermeneut baselines train``, the running processor hot-reloads the new
 version, the same raw values are judged normal under one application and anomalous under another (with an
-explanation naming the application), a lasting anomaly becomes a finding, and operator feedback changes the
-next version's verdict on the same values."""
+explanation naming the application), a GPU no context source knows gets its application from the classifier,
+a lasting anomaly becomes a finding, and operator feedback changes the next version's verdict on the same
+values."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pipeline.config import Settings
 from pipeline.events import GpuContext, GpuSample, SampleBatch, Workload
 from pipeline.mainjob import Stage, wait_for
 from pipeline.publisher import Publisher
+from processors.classify import MIN_SAMPLES
 from producers.simulator import Fleet
 from producers.simulator.context import application_of, fleet_contexts
 
@@ -28,7 +30,7 @@ from .harness import consume_all, publish_batches, running_pipeline, stored_poin
 pytestmark = pytest.mark.integration
 
 H100 = "NVIDIA H100 80GB HBM3"
-SERVING, PRETRAINING = "GPU-judge-serving", "GPU-judge-pretraining"
+SERVING, PRETRAINING, UNLABELLED = "GPU-judge-serving", "GPU-judge-pretraining", "GPU-judge-unlabelled"
 
 
 def _contexts(settings: Settings, contexts: list[GpuContext]) -> None:
@@ -102,9 +104,23 @@ def test_application_aware_verdicts_findings_feedback_and_hot_reload(settings: S
         _wait_version(processor, 1)  # hot reload: same process, new version
 
         start = time.time_ns() // 1_000_000 - 45_000
-        publish_batches(settings, _judge_rounds(settings, central, start, 40))
-        wait_stored(sink, len(samples) + 80)
+        # and an LLM-serving GPU no context source knows: 40 of a real serving GPU's readings under a new uuid
+        source = serving[0].gpu_uuid
+        replay = [s.metrics for s in serving if s.gpu_uuid == source][:40]
+        unlabelled = [
+            SampleBatch(settings.cluster, "judge", (GpuSample(settings.cluster, "judge", UNLABELLED, 2, H100, ts, m),))
+            for ts, m in (((start + r * 1000) * 10**6, m) for r, m in enumerate(replay))
+        ]
+        publish_batches(settings, _judge_rounds(settings, central, start, 40) + unlabelled)
+        wait_stored(sink, len(samples) + 120)
         assert wait_for(lambda: sink.stats().get("findings_written", 0) >= 1, 30), sink.stats()
+        inferred = _judged(settings, UNLABELLED, start)
+        assert len(inferred) == 40
+        named = [r for r in inferred if "application" in r]
+        assert len(named) >= 40 - MIN_SAMPLES  # classified once its window holds enough samples
+        for row in named:
+            assert (row["application"], row["app_source"]) == ("llm-serving", "inferred")
+            assert 0.6 <= float(row["app_confidence"]) <= 1.0  # type: ignore[arg-type]
 
         a, b = _judged(settings, SERVING, start), _judged(settings, PRETRAINING, start)
         assert len(a) == len(b) == 40
@@ -151,7 +167,7 @@ def test_application_aware_verdicts_findings_feedback_and_hot_reload(settings: S
         _wait_version(processor, 2)
         again = time.time_ns() // 1_000_000 - 4_000
         publish_batches(settings, _judge_rounds(settings, central, again, 3))
-        wait_stored(sink, len(samples) + 86)
+        wait_stored(sink, len(samples) + 126)
         b = _judged(settings, PRETRAINING, again)
         assert [r["verdict"] for r in b] == ["normal"] * 3
     log = (tmp_path / "process.log").read_text()
