@@ -3,14 +3,16 @@ interpretation stages, on the same batches, in one run.
 
     python -m bench.scoring [--nodes 125] [--gpus 8] [--rounds 40] [--withheld 0.2] [--json out.json]
 
-1. A simulated fleet is learned first, as ``hermeneut baselines train`` would from its history: baselines per
-   (application, GPU model, phase), priors, the classifier (processors.learn.fit_version).
-2. Fresh rounds of the same fleet are encoded as raw node messages and cut into takes of 500 messages, the
+1. A simulated fleet is learned first from 10 minutes of its history with the true applications, as
+   ``hermeneut baselines train`` would: baselines per (application, GPU model, phase), priors, the classifier
+   (processors.learn.fit_version).
+2. The next rounds of the same fleet are encoded as raw node messages and cut into takes of 500 messages, the
    processor's batch (processors.app.BATCH_MAX).
 3. Baseline: ``process_raw`` alone (decode, validate, normalize). Measured: ``process_raw`` then the stages
    ``build_interpreter`` would run (processors.app.interpreter_from: enrichment, scoring and whatever stage
-   is added there, e.g. the detectors), over the same takes. A share of the GPUs (``--withheld``) has no
-   context, so the classifier path is part of the cost. CPU time of this one process (one core); best of 3.
+   is added there, e.g. the detectors), over the same takes, the context mirror holding each take's jobs. A
+   share of the GPUs (``--withheld``) has no context, so the classifier path is part of the cost. CPU time of
+   this one process (one core); best of 3.
 Also reported: the verdicts on this normal fleet (false alarms) and the inferred applications' accuracy.
 """
 
@@ -27,31 +29,42 @@ import numpy as np
 from pipeline.baselines import BaselineManifest
 from pipeline.codec import encode_samples
 from pipeline.config import Settings, ValidationSettings
-from pipeline.events import InterpretedBatch, Verdict
+from pipeline.events import GpuContext, InterpretedBatch, Verdict, Workload, gpu_key
 from processors.app import BATCH_MAX, interpreter_from
 from processors.baselines import BaselineSet
 from processors.features import features, infer_phase
 from processors.learn import LabelledRows, fit_version
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet
-from producers.simulator.context import application_of, fleet_contexts
 
 T0 = 1_800_000_000_000_000_000
+#: rounds (seconds) of history the baselines learn from before the measured rounds
+LEARN_ROUNDS = 600
+
+
+def history(fleet: Fleet, rounds: int, start_ns: int) -> tuple[list[list[RawMessage]], list[dict[str, str]]]:
+    """``rounds`` of the fleet as takes of raw node messages, and each round's true application per GPU."""
+    msgs: list[RawMessage] = []
+    truth: list[dict[str, str]] = []
+    for r in range(rounds):
+        msgs += [
+            RawMessage(b.kafka_key, encode_samples(b), "bench", i % 6)
+            for i, b in enumerate(fleet.tick(start_ns + r * 10**9))
+        ]
+        truth.append(dict(zip(fleet.uuids, fleet.applications(), strict=True)))
+    return [msgs[i : i + BATCH_MAX] for i in range(0, len(msgs), BATCH_MAX)], truth
 
 
 def learned(fleet: Fleet, rounds: int) -> BaselineSet:
-    """Baselines and classifier learned from ``rounds`` of the fleet's history."""
-    batches: list[InterpretedBatch] = []
-    for r in range(rounds):
-        now = T0 + r * 10**9
-        msgs = [RawMessage(b.kafka_key, encode_samples(b), "bench") for b in fleet.tick(now)]
-        batches += [b for _, b in process_raw(msgs, now, ValidationSettings()).forward]
+    """Baselines and classifier learned from ``rounds`` of the fleet's history (its true applications)."""
+    work, truth = history(fleet, rounds, T0)
+    batches = [b for take in work for _, b in process_raw(take, T0 + rounds * 10**9, ValidationSettings()).forward]
     f = np.vstack([features(b.metrics, b.relative, b.gpu_model) for b in batches])
-    uuids = np.array([u for b in batches for u in b.gpu_uuid])
-    models = np.array([m for b in batches for m in b.gpu_model])
-    truth = {u: application_of(fleet, i) for i, u in enumerate(fleet.uuids)}
-    apps = np.array([truth[u] for u in uuids])
     ts = np.concatenate([b.ts_ns for b in batches])
+    uuids = np.array([u for b in batches for u in b.gpu_uuid])
+    rounds_of = ((ts - T0) // 10**9).tolist()
+    apps = np.array([truth[r][u] for r, u in zip(rounds_of, uuids.tolist(), strict=True)])
+    models = np.array([m for b in batches for m in b.gpu_model])
     gpu = np.unique(uuids, return_inverse=True)[1]
     phase = infer_phase(f)
     parts = [
@@ -65,13 +78,16 @@ def learned(fleet: Fleet, rounds: int) -> BaselineSet:
     return BaselineSet(manifest, fitted.records, fitted.classifier)
 
 
-def takes(fleet: Fleet, rounds: int, start_ns: int) -> list[list[RawMessage]]:
-    msgs = [
-        RawMessage(b.kafka_key, encode_samples(b), "bench", i % 6)
-        for r in range(rounds)
-        for i, b in enumerate(fleet.tick(start_ns + r * 10**9))
-    ]
-    return [msgs[i : i + BATCH_MAX] for i in range(0, len(msgs), BATCH_MAX)]
+def _contexts(fleet: Fleet, apps: dict[str, str], withheld: set[str]) -> dict[bytes, GpuContext]:
+    """The context topic's content for these applications per GPU (None where idle), less the withheld GPUs."""
+    node = dict(zip(fleet.uuids, (n for n in fleet.nodes for _ in range(fleet.gpus_per_node)), strict=True))
+    return {
+        gpu_key(fleet.cluster, node[u], u): GpuContext(
+            fleet.cluster, node[u], u, T0, None if app == "idle" else Workload(app, source="bench", confidence=1.0)
+        )
+        for u, app in apps.items()
+        if u not in withheld
+    }
 
 
 def _cpu(run: Callable[[], Any], repeat: int = 3) -> float:
@@ -94,16 +110,22 @@ def main() -> None:
 
     fleet = Fleet(args.nodes, args.gpus, seed=11)
     t = time.perf_counter()
-    baselines = learned(fleet, 120)
+    baselines = learned(fleet, LEARN_ROUNDS)
     fit_s = time.perf_counter() - t
-    start_ns = T0 + 1000 * 10**9
-    work = takes(fleet, args.rounds, start_ns)
+    start_ns = T0 + LEARN_ROUNDS * 10**9
+    work, truth = history(fleet, args.rounds, start_ns)
     samples = fleet.size * args.rounds
     now = start_ns + args.rounds * 10**9
     limits = Settings().validation
     rng = np.random.default_rng(0)
     withheld = set(np.array(fleet.uuids)[rng.random(fleet.size) < args.withheld].tolist())
-    contexts = {c.kafka_key: c for c in fleet_contexts(fleet, start_ns) if c.gpu_uuid not in withheld}
+    # what the context mirror holds while each take is processed: the jobs of the take's last round
+    per_take = [_contexts(fleet, truth[min(len(truth) - 1, (i + 1) * len(take) // len(fleet.nodes))], withheld)
+                for i, take in enumerate(work)]  # fmt: skip
+    mirrored: list[dict[bytes, GpuContext]] = [per_take[0]]
+
+    def context_of(key: bytes) -> GpuContext | None:
+        return mirrored[0].get(key)
 
     def normalize_only() -> None:
         for take in work:
@@ -112,20 +134,20 @@ def main() -> None:
     results: list[InterpretedBatch] = []
 
     def interpret() -> None:
-        interpreter = interpreter_from(Settings(), contexts.get, lambda: baselines)
+        interpreter = interpreter_from(Settings(), context_of, lambda: baselines)
         results.clear()
-        for take in work:
+        for take, contexts in zip(work, per_take, strict=True):
+            mirrored[0] = contexts
             for _, batch in process_raw(take, now, limits).forward:
                 results.append(interpreter.apply(batch, now)[0])
 
     base_s, full_s = _cpu(normalize_only), _cpu(interpret)
-    stages = [type(s).__name__ for s in interpreter_from(Settings(), contexts.get, lambda: baselines).stages]
+    stages = [type(s).__name__ for s in interpreter_from(Settings(), context_of, lambda: baselines).stages]
     verdicts = [v for b in results for v in b.verdict]
-    truth = {u: application_of(fleet, i) for i, u in enumerate(fleet.uuids)}
     inferred = [
-        (w.application, truth[u])
+        (w.application, truth[(ts - start_ns) // 10**9][u])
         for b in results
-        for u, w in zip(b.gpu_uuid, b.workload, strict=True)
+        for u, w, ts in zip(b.gpu_uuid, b.workload, b.ts_ns.tolist(), strict=True)
         if w is not None and w.source == "inferred"
     ]
     out = {

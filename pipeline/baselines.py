@@ -48,6 +48,9 @@ class BaselineRecord:
     #: operator feedback events ("not anomalous") the thresholds were widened to cover
     feedback_covered: int = 0
     modes: int = 1
+    #: per mode, the same quantiles over the training rows closest to it (modes x 5 x len(features)); empty
+    #: with one mode. Drivers compare a row with its nearest mode's band; ``quantiles`` is the whole baseline's.
+    mode_quantiles: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,18 +92,6 @@ def _bar(total: float, desc: str) -> tqdm[Any]:
 MAIN_JOB_MIN_SAMPLES = 100
 
 
-def publish_contexts(settings: Settings, fleet: Any) -> None:
-    """The simulated fleet's workload context, as a scheduler integration would publish it."""
-    from pipeline.codec import encode_record
-    from pipeline.publisher import Publisher
-    from producers.simulator.context import fleet_contexts
-
-    pub = Publisher(settings.kafka.client_config())
-    for context in fleet_contexts(fleet, time.time_ns()):
-        pub.publish(settings.topics.context, context.kafka_key, encode_record(context))
-    pub.close(30)
-
-
 def train_midway(settings: Settings, duration_s: float, stop: threading.Event, result: dict[str, Any]) -> None:
     """Halfway through the run, learn baselines from the history so far and publish them (the running processor
     takes them up without a restart); the outcome or the reason it failed goes to ``result["training"]``."""
@@ -166,10 +154,10 @@ def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_
 
         def simulate() -> None:
             thread_result["report"] = run_simulation(
-                fleet, publisher, settings.topics.raw, settings.sample_interval_s, stop, duration_s, sim_stats
-            )
+                fleet, publisher, settings.topics.raw, settings.sample_interval_s, stop, duration_s, sim_stats,
+                topics=settings.topics,
+            )  # fmt: skip
 
-        publish_contexts(settings, fleet)
         # cold start: rows stay unscored until baselines exist; learn once from the first half of the run
         trainer = threading.Thread(
             target=train_midway, args=(settings, duration_s, stop, thread_result), name="trainer", daemon=True

@@ -203,7 +203,7 @@ def publish(
     pub.publish(topic, MANIFEST_KEY, encode_record(manifest))
     dropped = set(previous.ids) - set(manifest.ids) if previous else set()
     for bid in sorted(dropped):
-        pub.publish(topic, bid.encode(), None)  # type: ignore[arg-type]  # a tombstone
+        pub.publish(topic, bid.encode(), None)  # a tombstone
     if pub.close(60) or pub.stats.failed:
         raise ServiceError(f"could not publish baselines version {manifest.version} to {topic}: {pub.last_error}")
     log.info("published baselines version %d (%d baselines)", manifest.version, len(records))

@@ -208,6 +208,17 @@ def fit_baseline(
         trained_ns=trained_ns,
         modes=len(centers),
     )
+    if len(centers) > 1:
+        # drivers compare a row with the mode it is closest to: quantiles per mode (the bulk's where a mode
+        # holds too few rows to have its own)
+        nearest = Baseline(record).nearest(train_full := np.vstack([x, keep]))
+        overall = np.quantile(train, QUANTILES, axis=0)
+        per_mode = []
+        for m in range(len(centers)):
+            mine = train_full[nearest == m][:, cols]
+            mine = mine[~np.isnan(mine).any(axis=1)]
+            per_mode.append(np.quantile(mine, QUANTILES, axis=0) if len(mine) >= 20 else overall)
+        record = dataclasses.replace(record, mode_quantiles=tuple(np.concatenate(per_mode).ravel().tolist()))
     compiled = Baseline(record)
     scores = compiled.score(np.vstack([x, keep]))
     scores = scores[~np.isnan(scores)]
@@ -277,9 +288,11 @@ class Baseline:
         m = record.modes
         self.centers = np.array(record.center).reshape(m, k)[:, known]
         self.covs = np.array(record.covariance).reshape(m, k, k)[np.ix_(range(m), known, known)]
-        self.q = np.array(record.quantiles).reshape(len(QUANTILES), k)[:, known]
+        q = record.mode_quantiles or record.quantiles * m
+        # per mode: p1, p5, p50, p95, p99 of each feature
+        self.q = np.array(q).reshape(m, len(QUANTILES), k)[:, :, known]
         self.floor = FEATURE_FLOOR[self.idx]
-        self.spread = np.maximum((self.q[_P95] - self.q[_P5]) / _P5_P95_SIGMAS, self.floor)
+        self.spread = np.maximum((self.q[:, _P95] - self.q[:, _P5]) / _P5_P95_SIGMAS, self.floor)
         self._bits = 1 << np.arange(len(known), dtype=np.int64)
         self._precision: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -296,32 +309,57 @@ class Baseline:
             self._precision[pattern] = cached
         return cached
 
-    def score(self, f: np.ndarray) -> np.ndarray:
-        """Calibrated score per FEATURES row (NaN when the row has none of this baseline's features)."""
+    def _nearest(self, f: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per row: squared distance to the nearest mode, that mode, and how many features it was over."""
         xb = f[:, self.idx]
         present = ~np.isnan(xb)
         pattern = present.astype(np.int64) @ self._bits
-        out = np.full(len(f), np.nan)
+        d2 = np.full(len(f), np.nan)
+        mode = np.zeros(len(f), dtype=np.int64)
+        k = np.zeros(len(f), dtype=np.int64)
         for p in np.unique(pattern).tolist():
             if p == 0:
                 continue
             rows = np.flatnonzero(pattern == p)
             cols, precisions = self.precision(p)
             sub = xb[np.ix_(rows, cols)]
+            per_mode = np.stack(
+                [
+                    np.einsum("ij,jk,ik->i", d, precision, d)
+                    for d, precision in (
+                        (sub - center, precision)
+                        for center, precision in zip(self.centers[:, cols], precisions, strict=True)
+                    )
+                ]
+            )
             # the mode a row is closest to explains it: its distance to that mode is the row's distance
-            d2 = np.full(len(rows), np.inf)
-            for center, precision in zip(self.centers[:, cols], precisions, strict=True):
-                d = sub - center
-                d2 = np.minimum(d2, np.einsum("ij,jk,ik->i", d, precision, d))
-            out[rows] = surprise(d2, len(cols))
+            mode[rows] = per_mode.argmin(axis=0)
+            d2[rows] = per_mode.min(axis=0)
+            k[rows] = len(cols)
+        return d2, mode, k
+
+    def nearest(self, f: np.ndarray) -> np.ndarray:
+        """The mode each FEATURES row is closest to."""
+        return self._nearest(f)[1]
+
+    def score(self, f: np.ndarray) -> np.ndarray:
+        """Calibrated score per FEATURES row (NaN when the row has none of this baseline's features)."""
+        d2, _, k = self._nearest(f)
+        out = np.full(len(f), np.nan)
+        for dims in np.unique(k[k > 0]).tolist():
+            rows = k == dims
+            out[rows] = surprise(d2[rows], dims)
         return out
 
     def drivers(self, f: np.ndarray) -> list[tuple[Driver, ...]]:
-        """Per row: the features outside [p5, p95], largest standardized deviation first (at most three)."""
+        """Per row: the features outside [p5, p95] of the mode the row is closest to, largest standardized
+        deviation first (at most three)."""
         xb = f[:, self.idx]
+        mode = self.nearest(f)
+        q, spread = self.q[mode], self.spread[mode]
         with np.errstate(invalid="ignore"):
-            outside = (xb < self.q[_P5]) | (xb > self.q[_P95])
-        z = np.where(outside, np.abs(xb - self.q[_P50]) / self.spread, -1.0)
+            outside = (xb < q[:, _P5]) | (xb > q[:, _P95])
+        z = np.where(outside, np.abs(xb - q[:, _P50]) / spread, -1.0)
         order = np.argsort(-z, axis=1)[:, :MAX_DRIVERS]
         out = []
         for row, cols in enumerate(order.tolist()):
@@ -330,9 +368,9 @@ class Baseline:
                     Driver(
                         FEATURES[self.idx[c]].name,
                         float(xb[row, c]),
-                        float(self.q[_P50, c]),
-                        float(self.q[_P5, c]),
-                        float(self.q[_P95, c]),
+                        float(q[row, _P50, c]),
+                        float(q[row, _P5, c]),
+                        float(q[row, _P95, c]),
                     )
                     for c in cols
                     if z[row, c] >= 0
@@ -400,10 +438,10 @@ def decode_baselines_record(payload: bytes) -> BaselineRecord | ClassifierRecord
 
 def _check_baseline(r: BaselineRecord) -> None:
     k, m = len(r.features), r.modes
-    sizes = (len(r.center), len(r.covariance), len(r.quantiles))
-    if k == 0 or m < 1 or sizes != (m * k, m * k * k, len(QUANTILES) * k):
+    sizes = (len(r.center), len(r.covariance), len(r.quantiles), len(r.mode_quantiles) or m * len(QUANTILES) * k)
+    if k == 0 or m < 1 or sizes != (m * k, m * k * k, len(QUANTILES) * k, m * len(QUANTILES) * k):
         raise DecodeError("inconsistent", f"{r.baseline_id}: {k} features but arrays of sizes {sizes}")
-    values = np.array([*r.center, *r.covariance, *r.quantiles, r.unusual, r.anomalous])
+    values = np.array([*r.center, *r.covariance, *r.quantiles, *r.mode_quantiles, r.unusual, r.anomalous])
     if not np.isfinite(values).all():
         raise DecodeError("nan", f"{r.baseline_id}: non-finite values")
     try:

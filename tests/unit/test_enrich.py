@@ -16,7 +16,6 @@ from processors.classify import MIN_SAMPLES, fit_classifier, history_windows, wi
 from processors.enrich import Enricher
 from processors.features import FEATURE_INDEX, PHASE_INDEX, features, infer_phase
 from processors.normalize import RawMessage, process_raw
-from producers.simulator.context import application_of, fleet_contexts
 
 from .fleet_history import T0, labelled_history
 
@@ -35,25 +34,28 @@ def test_context_wins_and_missing_context_is_inferred() -> None:
     classifier = fit_classifier(window_inputs(windows), h.application[ends], 1, 20, 0.6)
     assert classifier is not None
     baselines = BaselineSet(BaselineManifest(1, 0, 0, 0, (), classifier=True), [], classifier)
-    contexts = {c.kafka_key: c for c in fleet_contexts(h.fleet, T0)}
-    withheld = {h.fleet.uuids[i] for i in range(0, h.fleet.size, 2)}  # every other GPU has no context
-    lookup = {k: c for k, c in contexts.items() if c.gpu_uuid not in withheld}
-    enricher = Enricher(lookup.get, lambda: baselines)
+    withheld = set(h.fleet.uuids[::2])  # every other GPU has no context
+    contexts: dict[bytes, GpuContext] = {}
+    enricher = Enricher(contexts.get, lambda: baselines)
     right = total = 0
-    for r, batch in enumerate(h.batches[:40]):
+    for r, (batch, apps) in enumerate(zip(h.batches[:40], h.batch_apps[:40], strict=True)):
+        # what a scheduler integration publishes: the job on each GPU, None where nothing runs
+        for uuid, node, app in zip(batch.gpu_uuid, batch.node, apps, strict=True):
+            if uuid not in withheld:
+                workload = None if app == "idle" else Workload(app, source="slurm", confidence=1.0)
+                contexts[gpu_key(batch.cluster[0], node, uuid)] = GpuContext(batch.cluster[0], node, uuid, T0, workload)
         out, findings = enricher.apply(batch, 0)
         assert findings == []
         for i, uuid in enumerate(out.gpu_uuid):
             w = out.workload[i]
-            truth = application_of(h.fleet, h.fleet.uuids.index(uuid))
             if uuid not in withheld:
-                assert w is not None and w.source in ("simulator", "context")
-                assert w.application == truth
+                assert w is not None and w.source in ("slurm", "context")
+                assert w.application == apps[i]
             elif r + 1 < MIN_SAMPLES:
                 assert w is None
             else:
                 assert w is not None and w.source == "inferred" and 0 < w.confidence <= 1
-                right += w.application == truth
+                right += w.application == apps[i]
                 total += 1
     assert total and right / total >= 0.9
 
