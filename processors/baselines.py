@@ -317,10 +317,12 @@ class Baseline:
         d2 = np.full(len(f), np.nan)
         mode = np.zeros(len(f), dtype=np.int64)
         k = np.zeros(len(f), dtype=np.int64)
-        for p in np.unique(pattern).tolist():
+        # one missing-feature pattern for every row is the common case: skip the grouping
+        patterns = [int(pattern[0])] if (pattern == pattern[0]).all() else np.unique(pattern).tolist()
+        for p in patterns:
             if p == 0:
                 continue
-            rows = np.flatnonzero(pattern == p)
+            rows = np.flatnonzero(pattern == p) if len(patterns) > 1 else np.arange(len(f))
             cols, precisions = self.precision(p)
             sub = xb[np.ix_(rows, cols)]
             per_mode = np.stack(
@@ -345,6 +347,8 @@ class Baseline:
     def score(self, f: np.ndarray) -> np.ndarray:
         """Calibrated score per FEATURES row (NaN when the row has none of this baseline's features)."""
         d2, _, k = self._nearest(f)
+        if len(k) and (k == k[0]).all() and k[0] > 0:
+            return surprise(d2, int(k[0]))
         out = np.full(len(f), np.nan)
         for dims in np.unique(k[k > 0]).tolist():
             rows = k == dims
@@ -778,8 +782,9 @@ def score_batch(batch: InterpretedBatch, baselines: BaselineSet) -> tuple[Interp
         verdict[rows] = np.where(
             np.isnan(s), _UNSCORED, np.where(s >= r.anomalous, _ANOMALOUS, np.where(s >= r.unusual, _UNUSUAL, _NORMAL))
         )
-    baseline_col = [None if (b := chosen[g]) is None else b.id for g in group_of.tolist()]
-    baseline_col = [bid if verdict[i] != _UNSCORED else None for i, bid in enumerate(baseline_col)]
+    ids = np.array([None if b is None else b.id for b in chosen], dtype=object)[group_of]
+    ids[verdict == _UNSCORED] = None
+    baseline_col = ids.tolist()
     drivers: list[tuple[Driver, ...]] = list(batch.drivers) if batch.drivers else [()] * n
     explanation = list(batch.explanation)
     off = np.flatnonzero(verdict >= _UNUSUAL)
