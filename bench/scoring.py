@@ -9,8 +9,8 @@ interpretation stages, on the same batches, in one run.
 2. The next rounds of the same fleet are encoded as raw node messages and cut into takes of 500 messages, the
    processor's batch (processors.app.BATCH_MAX).
 3. Baseline: ``process_raw`` alone (decode, validate, normalize). Measured: ``process_raw`` then the stages
-   ``build_interpreter`` would run (processors.app.interpreter_from: enrichment, scoring and whatever stage
-   is added there, e.g. the detectors), over the same takes, the context mirror holding each take's jobs. A
+   ``build_interpreter`` runs (processors.app.interpreter_from: enrichment, scoring, detectors), and the same
+   without the detectors, over the same takes, the context mirror holding each take's jobs. A
    share of the GPUs (``--withheld``) has no context, so the classifier path is part of the cost. CPU time of
    this one process (one core); best of 3.
 Also reported: the verdicts on this normal fleet (false alarms) and the inferred applications' accuracy.
@@ -29,7 +29,7 @@ import numpy as np
 from pipeline.baselines import BaselineManifest
 from pipeline.codec import encode_samples
 from pipeline.config import Settings, ValidationSettings
-from pipeline.events import GpuContext, InterpretedBatch, Verdict, Workload, gpu_key
+from pipeline.events import GpuContext, InterpretedBatch, NodeTopology, Verdict, Workload, gpu_key, node_key
 from processors.app import BATCH_MAX, interpreter_from
 from processors.baselines import BaselineSet
 from processors.features import features, infer_phase
@@ -123,6 +123,10 @@ def main() -> None:
     per_take = [_contexts(fleet, truth[min(len(truth) - 1, (i + 1) * len(take) // len(fleet.nodes))], withheld)
                 for i, take in enumerate(work)]  # fmt: skip
     mirrored: list[dict[bytes, GpuContext]] = [per_take[0]]
+    topologies = {t.kafka_key: t for t in fleet.topologies(now)}
+
+    def topology_of(cluster: str, node: str) -> NodeTopology | None:
+        return topologies.get(node_key(cluster, node))
 
     def context_of(key: bytes) -> GpuContext | None:
         return mirrored[0].get(key)
@@ -133,16 +137,18 @@ def main() -> None:
 
     results: list[InterpretedBatch] = []
 
-    def interpret() -> None:
-        interpreter = interpreter_from(Settings(), context_of, lambda: baselines)
+    def interpret(stages: int | None = None) -> None:
+        interpreter = interpreter_from(Settings(), context_of, topology_of, lambda: baselines)
+        interpreter.stages = interpreter.stages[:stages]
         results.clear()
         for take, contexts in zip(work, per_take, strict=True):
             mirrored[0] = contexts
             for _, batch in process_raw(take, now, limits).forward:
                 results.append(interpreter.apply(batch, now)[0])
 
-    base_s, full_s = _cpu(normalize_only), _cpu(interpret)
-    stages = [type(s).__name__ for s in interpreter_from(Settings(), context_of, lambda: baselines).stages]
+    stages = [type(s).__name__ for s in interpreter_from(Settings(), context_of, topology_of, lambda: baselines).stages]
+    base_s, scored_s = _cpu(normalize_only), _cpu(lambda: interpret(2))
+    full_s = _cpu(interpret)
     verdicts = [v for b in results for v in b.verdict]
     inferred = [
         (w.application, truth[(ts - start_ns) // 10**9][u])
@@ -158,8 +164,11 @@ def main() -> None:
         "baselines": len(baselines.baselines),
         "fit_s": round(fit_s, 2),
         "normalize_samples_per_core_s": round(samples / base_s),
+        "enrich_score_samples_per_core_s": round(samples / scored_s),
         "interpret_samples_per_core_s": round(samples / full_s),
+        "ratio_enrich_score": round(base_s / scored_s, 3),
         "ratio": round(base_s / full_s, 3),
+        "enrich_score_us_per_sample": round((scored_s - base_s) / samples * 1e6, 2),
         "interpretation_us_per_sample": round((full_s - base_s) / samples * 1e6, 2),
         "verdicts": {v.value: verdicts.count(v) / len(verdicts) for v in Verdict},
         "inferred_rows": len(inferred),
@@ -167,9 +176,15 @@ def main() -> None:
     }
     print(f"fleet {fleet.size} GPUs, {samples} samples in {len(work)} takes; stages {', '.join(stages)}")
     print(f"learned {out['baselines']} baselines + classifier in {fit_s:.1f}s")
-    print(f"normalize alone           {out['normalize_samples_per_core_s']:>10,} samples/s per core")
-    print(f"normalize + interpretation {out['interpret_samples_per_core_s']:>10,} samples/s per core")
-    print(f"ratio {out['ratio']:.3f} ({out['interpretation_us_per_sample']} us of interpretation per sample)")
+    print(f"normalize alone                      {out['normalize_samples_per_core_s']:>10,} samples/s per core")
+    print(
+        f"normalize + enrich + score           {out['enrich_score_samples_per_core_s']:>10,} samples/s per core"
+        f"  ratio {out['ratio_enrich_score']:.3f} ({out['enrich_score_us_per_sample']} us per sample)"
+    )
+    print(
+        f"normalize + enrich + score + detect  {out['interpret_samples_per_core_s']:>10,} samples/s per core"
+        f"  ratio {out['ratio']:.3f} ({out['interpretation_us_per_sample']} us per sample)"
+    )
     print("verdicts on a normal fleet: " + ", ".join(f"{k} {v:.2%}" for k, v in out["verdicts"].items()))
     print(f"inferred application accuracy {out['inferred_accuracy']} over {len(inferred)} rows without context")
     if args.json:

@@ -284,6 +284,27 @@ class CollectorSettings(_Section):
         return value
 
 
+class DetectorSettings(_Section):
+    """The domain detectors' timing and thresholds (processors/detectors.py; docs/detectors.md says why each)."""
+
+    enabled: bool = True
+    #: a finding that still holds is sent again this often
+    repeat_s: float = Field(default=60.0, ge=1.0, le=3600.0)
+    #: a GPU silent this long while its node still reports has fallen off the bus
+    lost_after_s: float = Field(default=15.0, ge=2.0, le=3600.0)
+    #: XIDs (other than memory errors and 79) within ``storm_window_s`` that make a storm
+    storm_count: int = Field(default=5, ge=2, le=10_000)
+    storm_window_s: float = Field(default=300.0, ge=10.0, le=86_400.0)
+    #: per-GPU step-time windows compared across the GPUs of one job
+    straggler_window_s: float = Field(default=30.0, ge=5.0, le=3600.0)
+    #: how long memory must keep growing linearly before it is called a leak
+    leak_confirm_s: float = Field(default=240.0, ge=30.0, le=86_400.0)
+    #: a lowered power limit must hold this long, away from a job start, to be a fault and not a setting
+    power_confirm_s: float = Field(default=120.0, ge=0.0, le=3600.0)
+    #: a job change within this long of a power-limit change makes the change a setting, not a fault
+    job_boundary_s: float = Field(default=120.0, ge=0.0, le=3600.0)
+
+
 class Settings(BaseSettings):
     """Everything a hermeneut process needs to know before it connects to anything."""
 
@@ -302,6 +323,7 @@ class Settings(BaseSettings):
     alerts: AlertSettings = AlertSettings()
     context: ContextSettings = ContextSettings()
     collector: CollectorSettings = CollectorSettings()
+    detectors: DetectorSettings = DetectorSettings()
 
     @classmethod
     def settings_customise_sources(

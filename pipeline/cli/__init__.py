@@ -7,10 +7,10 @@ agent; ``context``: workload context per GPU; ``alerts``: alerting; ...); each r
 
 from __future__ import annotations
 
-from pipeline.cli import alerts, baselines, collect, context, core
+from pipeline.cli import alerts, baselines, collect, context, core, evaluate, rightsize
 from pipeline.cli.base import cli
 
-__all__ = ["alerts", "baselines", "cli", "collect", "context", "core", "main"]
+__all__ = ["alerts", "baselines", "cli", "collect", "context", "core", "evaluate", "main", "rightsize"]
 
 
 def main() -> None:
