@@ -99,8 +99,10 @@ def train(
     now_ns: int | None = None,
     progress: bool = True,
     echo: Callable[[str], Any] = log.info,
+    cluster: str | None = None,
 ) -> TrainingReport:
-    """Learn from the last ``range_s`` seconds of history and publish a new version (see module docstring)."""
+    """Learn from the last ``range_s`` seconds of history (of one cluster tag, or all) and publish a new version
+    (see module docstring)."""
     from processors.baselines import baseline_id
     from processors.features import PHASE_INDEX, features, fill_relative, infer_phase
     from processors.learn import LabelledRows, fit_version
@@ -114,7 +116,7 @@ def train(
     previous = previous_manifest(settings)
     version = (previous.version if previous else 0) + 1
 
-    history = training_history(settings, start_ns, stop_ns, stride, progress=progress)
+    history = training_history(settings, start_ns, stop_ns, stride, cluster=cluster, progress=progress)
     feedback = feedback_rows(settings)
     windows = [(w.gpu, w.start_ns, w.end_ns) for w in finding_windows(settings, start_ns, stop_ns)]
     windows += [
