@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from confluent_kafka import Consumer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from tqdm import tqdm
 
 from pipeline import services
@@ -162,21 +162,36 @@ class ContextRelay:
         return [events[i][1] if i >= 0 else None for i in idx.tolist()]
 
 
-def read_topic(settings: Settings, topic: str, idle_s: float = 5.0) -> Iterator[tuple[bytes, bytes | None]]:
-    """Every record of ``topic`` from the beginning, until nothing new arrived for ``idle_s``."""
+def read_topic(settings: Settings, topic: str, timeout_s: float = 600.0) -> Iterator[tuple[bytes, bytes | None]]:
+    """Every record of ``topic``, from the beginning of each partition up to its end when the read started.
+
+    Bounded by the high watermarks rather than by an idle time, so a slow caller (decoding between reads) cannot
+    end the read early; ``timeout_s`` only guards against a broker that stops answering.
+    """
     consumer = Consumer(
         settings.kafka.client_config()
-        | {"group.id": f"eval-reader-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
-           "enable.auto.commit": False}
-    )  # fmt: skip
-    consumer.subscribe([topic])
-    last = time.monotonic()
+        | {"group.id": f"eval-reader-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
+    )
     try:
-        while time.monotonic() - last < idle_s:
-            batch = [m for m in consumer.consume(1000, timeout=0.5) if m.error() is None]
-            if batch:
-                last = time.monotonic()
-                yield from ((m.key() or b"", m.value()) for m in batch)
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        ends: dict[int, int] = {}
+        for p in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            if high > low:
+                ends[p] = high
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        deadline = time.monotonic() + timeout_s
+        while ends:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"reading {topic} timed out with partitions {sorted(ends)} unfinished")
+            for m in consumer.consume(1000, timeout=0.5):
+                if m.error() is not None:
+                    continue
+                p, offset = m.partition() or 0, m.offset() or 0
+                if p in ends:
+                    yield m.key() or b"", m.value()
+                    if offset + 1 >= ends[p]:
+                        del ends[p]
     finally:
         consumer.close()
 
@@ -341,17 +356,19 @@ def learning_producer(nodes: int, gpus: int, hours: float, seed: int) -> Callabl
 
 
 def simulator_producer(
-    nodes: int, gpus: int, hours: float, seed: int, fault_rate_scale: float
+    nodes: int, gpus: int, hours: float, seed: int, faults_per_class: float
 ) -> Callable[[Settings, Path], int]:
-    """The simulator as the producer: fast-forwarded history with faults, as a child process.
+    """The simulator as the producer: fast-forwarded history with a balanced fault mix (each class expected
+    ``faults_per_class`` times over the run), as a child process."""
+    from producers.simulator.faults import FaultPlan
 
-    Relies on the simulator's ``--fast-forward SECONDS``, ``--faults`` and ``--fault-rate-scale`` options.
-    """
+    plan = FaultPlan.for_evaluation(nodes, hours * 3600, faults_per_class)
 
     def produce(settings: Settings, run_dir: Path) -> int:
         sim = start_stage(
             "simulate", settings, run_dir, "--nodes", str(nodes), "--gpus", str(gpus), "--seed", str(seed),
-            "--fast-forward", str(int(hours * 3600)), "--faults", "--fault-rate-scale", str(fault_rate_scale),
+            "--fast-forward", str(int(hours * 3600)), "--faults", "--fault-mix", "balanced",
+            "--fault-rate-scale", repr(plan.rate_scale),
         )  # fmt: skip
         code = sim.proc.wait()
         if code != 0:

@@ -21,7 +21,8 @@ from pipeline.cli.base import cli, errors, settings_of
 @click.option("--gpus", default=8, show_default=True, type=click.IntRange(1, 64), help="GPUs per node.")
 @click.option("--hours", default=2.0, show_default=True, type=click.FloatRange(0.1, 48), help="Simulated history.")
 @click.option("--seed", default=0, show_default=True)
-@click.option("--fault-rate-scale", default=1.0, show_default=True, type=click.FloatRange(0, min_open=True))
+@click.option("--faults-per-class", default=6.0, show_default=True, type=click.FloatRange(0, min_open=True),
+              help="Injected faults expected per class over the run (a balanced mix).")  # fmt: skip
 @click.option("--withhold", default=0.25, show_default=True, type=click.FloatRange(0, 1),
               help="Share of nodes whose context is withheld (classification is measured there).")  # fmt: skip
 @click.option("--grace", default=300.0, show_default=True, help="Seconds after a fault's end a detection still counts.")
@@ -36,7 +37,7 @@ def evaluate_cmd(
     gpus: int,
     hours: float,
     seed: int,
-    fault_rate_scale: float,
+    faults_per_class: float,
     withhold: float,
     grace: float,
     learn_hours: float,
@@ -51,12 +52,12 @@ def evaluate_cmd(
         settings = local_services(settings)
     run_dir = settings.services.state_dir / "evaluations" / time.strftime("%Y%m%d-%H%M%S")
     click.echo(f"evaluating {nodes} nodes x {gpus} GPUs, {hours:g} h simulated, seed {seed} (logs in {run_dir})")
-    produce = simulator_producer(nodes, gpus, hours, seed, fault_rate_scale)
+    produce = simulator_producer(nodes, gpus, hours, seed, faults_per_class)
     with errors():
         try:
-            learn_from = (
-                (learning_producer(nodes, gpus, learn_hours, seed + 1), learn_hours * 3600) if learn_hours else None
-            )
+            # another seed (never the replay's own data), and at least 16 nodes so most applications run in it
+            learner = learning_producer(max(nodes, 16), gpus, learn_hours, seed + 1)
+            learn_from = (learner, learn_hours * 3600) if learn_hours else None
             outcome = run_evaluation(
                 settings, produce, Path(run_dir), seed, withhold, grace_s=grace, learn_from=learn_from
             )
