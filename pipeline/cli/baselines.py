@@ -32,15 +32,18 @@ def baselines_group() -> None:
 @click.option("--range", "range_", default="24h", show_default=True, help="How much history to learn from.")
 @click.option("--min-samples", type=click.IntRange(20), help="Rows a baseline needs (default: settings).")
 @click.option("--stride", help="Read one sample per GPU per window (Flux duration, e.g. 10s) for long ranges.")
+@click.option("--cluster", help="Learn only from this cluster tag's history (default: every cluster in the bucket).")
 @click.pass_context
-def train_cmd(ctx: click.Context, range_: str, min_samples: int | None, stride: str | None) -> None:
+def train_cmd(
+    ctx: click.Context, range_: str, min_samples: int | None, stride: str | None, cluster: str | None
+) -> None:
     """Learn from history in InfluxDB, publish a new version (running processors reload it), write the bands."""
     from pipeline.training import train
 
     seconds = parse_duration(range_)
     settings = resolved(ctx)
     with errors():
-        report = train(settings, seconds, min_samples, stride, echo=click.echo)
+        report = train(settings, seconds, min_samples, stride, echo=click.echo, cluster=cluster)
     click.echo(
         f"read {report.rows} samples ({report.rows_inferred} with an inferred application, not used; "
         f"{report.rows_excluded} excluded by feedback and findings; {report.feedback_used} feedback events used)"

@@ -94,7 +94,9 @@ def test_application_aware_verdicts_findings_feedback_and_hot_reload(settings: S
         assert {r["application"] for r in stored} == set(runs.values())
         assert processor.stats().get("baselines_version") == 0
 
-        out = _cli(settings, "baselines", "train", "--range", "1h", "--min-samples", "100")
+        out = _cli(
+            settings, "baselines", "train", "--range", "1h", "--min-samples", "100", "--cluster", settings.cluster
+        )
         assert "published version 1" in out, out
         assert f"llm-serving/{H100}/compute" in out and f"resnet-training/{H100}/compute" in out
         _wait_version(processor, 1)  # hot reload: same process, new version
@@ -158,7 +160,9 @@ def test_application_aware_verdicts_findings_feedback_and_hot_reload(settings: S
         )
         assert [r["verdict"] for r in stored_points_any(settings, "feedback")] == ["not-anomalous"]
 
-        out = _cli(settings, "baselines", "train", "--range", "1h", "--min-samples", "100")
+        out = _cli(
+            settings, "baselines", "train", "--range", "1h", "--min-samples", "100", "--cluster", settings.cluster
+        )
         assert "published version 2" in out and "1 feedback events used" in out, out
         # the flagged GPU's rows lie in the window of its finding: they do not teach the baseline
         assert "40 excluded by feedback and findings" in out, out
