@@ -171,6 +171,18 @@ class ValidationSettings(_Section):
     max_age_s: float = Field(default=7 * 24 * 3600.0, gt=0)
 
 
+class BaselineSettings(_Section):
+    """Learned baselines: how much history a baseline needs, and the application classifier."""
+
+    #: training rows a (application, GPU model, phase) needs for its own baseline (else its prior judges it)
+    min_samples: int = Field(default=300, ge=20)
+    #: samples per GPU the classifier looks at, and the probability below which it answers "unknown"
+    classifier_window: int = Field(default=30, ge=5, le=600)
+    classifier_min_confidence: float = Field(default=0.6, ge=0.0, le=1.0)
+    #: seconds a GPU must be anomalous before a baseline-anomaly finding fires
+    anomaly_after_s: float = Field(default=30.0, ge=0)
+
+
 class ServiceSettings(_Section):
     """Where local services keep their builds (per version) and their per-run data and logs."""
 
@@ -325,6 +337,7 @@ class Settings(BaseSettings):
     influxdb: InfluxSettings = InfluxSettings()
     topics: TopicSettings = TopicSettings()
     validation: ValidationSettings = ValidationSettings()
+    baselines: BaselineSettings = BaselineSettings()
     services: ServiceSettings = ServiceSettings()
     alerts: AlertSettings = AlertSettings()
     context: ContextSettings = ContextSettings()

@@ -200,8 +200,18 @@ def collect(
     settings: Settings, relay: ContextRelay
 ) -> tuple[list[Finding], list[FaultRecord], dict[tuple[str, str, str], tuple[int, int]], Classification]:
     """Findings, ground truth, each GPU's first/last sample time, and the classification of withheld nodes."""
-    findings = [decode_record(Finding, v) for _k, v in read_topic(settings, settings.topics.alerts) if v]
-    truth = [decode_record(FaultRecord, v) for _k, v in read_topic(settings, settings.topics.ground_truth) if v]
+    # only the evaluated replay counts, not the history the baselines were learned from (its own cluster tag)
+    mine = settings.cluster
+    findings = [
+        f
+        for _k, v in read_topic(settings, settings.topics.alerts)
+        if v and (f := decode_record(Finding, v)).cluster == mine
+    ]
+    truth = [
+        r
+        for _k, v in read_topic(settings, settings.topics.ground_truth)
+        if v and (r := decode_record(FaultRecord, v)).cluster == mine
+    ]
     observed: dict[tuple[str, str, str], tuple[int, int]] = {}
     pairs: list[tuple[str | None, str]] = []
     for _k, value in read_topic(settings, settings.topics.interpreted):
@@ -210,7 +220,8 @@ def collect(
         b = decode_interpreted(value)
         rows_by_gpu: dict[tuple[str, str, str], list[int]] = {}
         for i, key in enumerate(zip(b.cluster, b.node, b.gpu_uuid, strict=True)):
-            rows_by_gpu.setdefault(key, []).append(i)
+            if key[0] == mine:
+                rows_by_gpu.setdefault(key, []).append(i)
         for key, rows in rows_by_gpu.items():
             ts = b.ts_ns[rows]
             first, last = observed.get(key, (int(ts.min()), int(ts.max())))
@@ -254,6 +265,32 @@ def _drain(stages: tuple[Stage, Stage], samples: int, timeout_s: float) -> tuple
     return accounted()
 
 
+def learning_cluster(settings: Settings) -> str:
+    """The cluster tag of the history baselines are learned from before an evaluated replay."""
+    return f"{settings.cluster}-learn"
+
+
+def learn(
+    ev: Settings, stages: tuple[Stage, Stage], run_dir: Path, produce: Producer, history_s: float, timeout_s: float
+) -> int:
+    """Publish a labelled history under the learning cluster tag, store it, train on it and wait until the running
+    processor uses the new version; returns the samples it published."""
+    from pipeline.training import train
+
+    cluster = learning_cluster(ev)
+    samples = produce(replace_settings(ev, cluster=cluster), run_dir)
+    stored, dead = _drain(stages, samples, timeout_s)
+    if stored + dead < samples:
+        raise RuntimeError(f"the learning history was not stored ({stored} of {samples}); see {run_dir}")
+    report = train(ev, history_s + 600, cluster=cluster)
+    if not report.published:
+        raise RuntimeError("no baselines could be learned from the learning history")
+    processor = stages[0]
+    if not wait_for(lambda: processor.stats().get("baselines_version") == report.version, 120):
+        raise RuntimeError(f"the processor did not take up baselines version {report.version}; see {run_dir}")
+    return samples
+
+
 def run_evaluation(
     settings: Settings,
     produce: Producer,
@@ -263,8 +300,14 @@ def run_evaluation(
     tolerance_s: float = 30.0,
     grace_s: float = 300.0,
     drain_timeout_s: float = 1800.0,
+    learn_from: tuple[Producer, float] | None = None,
 ) -> Outcome:
-    """Run one evaluation on resolved settings (see module docstring); the stages are stopped at the end."""
+    """Run one evaluation on resolved settings (see module docstring); the stages are stopped at the end.
+
+    ``learn_from`` (a producer and the seconds of history it publishes): before the replay, baselines and the
+    application classifier are learned from that history, labelled and fault-free, under a cluster tag of its
+    own, as ``hermeneut baselines train`` would; without it the processor has none (nothing is inferred).
+    """
     ev = evaluation_settings(settings, f"{seed}-{uuid.uuid4().hex[:6]}")
     conf = ev.kafka.client_config()
     truth_spec = next(s for s in topic_specs(ev) if s.name == ev.topics.context)
@@ -275,9 +318,11 @@ def run_evaluation(
     try:
         if not wait_for(lambda: all(s.stats().get("assigned") or not s.alive() for s in stages), 120):
             raise RuntimeError(f"processor/sink did not join their groups within 120 s; see {run_dir}")
+        learned = learn(ev, stages, run_dir, *learn_from, drain_timeout_s) if learn_from else 0
         samples = produce(replace_settings(ev, topics=ev.topics.model_copy(update={"context": truth_topic(ev)})),
                           run_dir)  # fmt: skip
-        stored, dead = _drain(stages, samples, drain_timeout_s)
+        stored, dead = _drain(stages, learned + samples, drain_timeout_s)
+        stored -= learned
         # let the processor's 1 s timer publish what time passing concludes
         time.sleep(3.0)
     finally:
@@ -292,6 +337,22 @@ def run_evaluation(
         evaluation, samples, stored, dead, len(findings), len(faults), sorted(relay.withheld_nodes), pai_check(),
         run_dir,
     )  # fmt: skip
+
+
+def learning_producer(nodes: int, gpus: int, hours: float, seed: int) -> Callable[[Settings, Path], int]:
+    """The simulator, fault-free and fully labelled, as the history baselines are learned from."""
+
+    def produce(settings: Settings, run_dir: Path) -> int:
+        sim = start_stage(
+            "simulate", settings, run_dir, "--nodes", str(nodes), "--gpus", str(gpus), "--seed", str(seed),
+            "--fast-forward", str(int(hours * 3600)),
+        )  # fmt: skip
+        code = sim.proc.wait()
+        if code != 0:
+            raise RuntimeError(f"the learning simulator exited with {code}; see {sim.log}")
+        return int(sim.stats().get("samples", 0))
+
+    return produce
 
 
 def simulator_producer(

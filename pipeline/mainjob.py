@@ -88,6 +88,43 @@ def _bar(total: float, desc: str) -> tqdm[Any]:
     return tqdm(total=total, desc=desc, unit="", dynamic_ncols=True, mininterval=0.5, leave=True)
 
 
+#: the main job's fleet is small and its run short: a baseline of its own needs fewer samples than in production
+MAIN_JOB_MIN_SAMPLES = 100
+
+
+def train_midway(settings: Settings, duration_s: float, stop: threading.Event, result: dict[str, Any]) -> None:
+    """Halfway through the run, learn baselines from the history so far and publish them (the running processor
+    takes them up without a restart); the outcome or the reason it failed goes to ``result["training"]``."""
+    from pipeline.errors import HermeneutError
+    from pipeline.training import train
+
+    if duration_s < 40 or stop.wait(duration_s / 2):
+        result["training"] = "run too short to learn baselines midway (needs --duration 40 or more)"
+        return
+    try:
+        result["training"] = train(settings, duration_s, MAIN_JOB_MIN_SAMPLES, progress=False, echo=lambda _line: None)
+    except HermeneutError as exc:
+        result["training"] = f"training failed: {exc}"
+
+
+def print_training(outcome: Any, processor_stats: dict[str, Any]) -> None:
+    from pipeline.training import TrainingReport
+
+    if not isinstance(outcome, TrainingReport):
+        print(f"\nBaselines: {outcome or 'not trained'}")
+        return
+    accuracy = "" if outcome.classifier_accuracy is None else f", classifier accuracy {outcome.classifier_accuracy:.3f}"
+    print(
+        f"\nBaselines: version {outcome.version} learned midway from {outcome.rows} samples: "
+        f"{len(outcome.baselines)} baselines{accuracy}; the processor "
+        + (
+            "switched to it without a restart"
+            if processor_stats.get("baselines_version") == outcome.version
+            else f"is on version {processor_stats.get('baselines_version')}"
+        )
+    )
+
+
 def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_services: bool) -> bool:
     """Run the whole path once; returns True when every produced sample was processed and accounted for."""
     from pipeline.publisher import Publisher
@@ -123,8 +160,13 @@ def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_
                 topics=settings.topics,
             )  # fmt: skip
 
+        # cold start: rows stay unscored until baselines exist; learn once from the first half of the run
+        trainer = threading.Thread(
+            target=train_midway, args=(settings, duration_s, stop, thread_result), name="trainer", daemon=True
+        )
         sim = threading.Thread(target=simulate, name="simulator")
         sim.start()
+        trainer.start()
         with _bar(round(duration_s), "simulating (s)") as bar:
             started = time.monotonic()
             while sim.is_alive():
@@ -136,6 +178,7 @@ def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_
                     sim.join()
                     print(f"stage {', '.join(dead)} exited early; see {run_dir}")
                     return False
+        trainer.join(120)
         report = thread_result["report"]
         produced = report.samples
         print("4/5 draining: waiting until every sample is stored or dead-lettered")
@@ -189,6 +232,7 @@ def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_
         if not stop_services
         else f"\nLogs and data: {state.run_dir}"
     )
+    print_training(thread_result.get("training"), p)
     stored = int(s.get("points_written", 0))
     lost = produced - stored - int(p.get("dead_lettered", 0)) - int(s.get("dead_lettered", 0))
     return bool(publisher.stats.delivered == publisher.stats.published and lost == 0)

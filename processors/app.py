@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,10 +26,12 @@ from faust.types import EventT
 from pipeline.codec import decode_record, encode_interpreted, encode_record
 from pipeline.config import Settings
 from pipeline.errors import ServiceError
-from pipeline.events import Finding, InterpretedBatch, NodeTopology, node_key
+from pipeline.events import Finding, GpuContext, InterpretedBatch, NodeTopology, node_key
 from pipeline.mirror import TopicMirror
 from pipeline.stats import write_stats
+from processors.baselines import AnomalyTracker, BaselineSet, BaselineStore, Scorer, decode_baselines_record
 from processors.detectors import Detectors
+from processors.enrich import Enricher
 from processors.interpret import Interpreter
 from processors.normalize import RawMessage, process_raw
 
@@ -49,6 +51,8 @@ class ProcessorStats:
     messages_out: int = 0
     findings: int = 0
     batches: int = 0
+    #: the learned-baselines version the scorer uses (0: none yet, rows unscored)
+    baselines_version: int = 0
     assigned: bool = False
 
     def write(self, path: Path | None) -> None:
@@ -111,10 +115,34 @@ def build_interpreter(settings: Settings) -> Interpreter:
     """The interpretation stages for these settings, in order (see processors.interpret); the mirrors of the
     compacted topics they read are started here (and read to their end) and injected."""
     kafka = settings.kafka.client_config()
+    contexts = TopicMirror(kafka, settings.topics.context, lambda v: decode_record(GpuContext, v)).start()
     topologies = TopicMirror(kafka, settings.topics.topology, lambda v: decode_record(NodeTopology, v)).start()
-    if not topologies.wait_ready(60):
-        log.warning("mirror of %s not read to its end within 60 s; continuing", topologies.topic)
-    return Interpreter([Detectors(settings.detectors, lambda cluster, node: topologies.get(node_key(cluster, node)))])
+    store = BaselineStore()
+    baselines = TopicMirror(kafka, settings.topics.baselines, decode_baselines_record, store.on_change).start()
+    for mirror in (contexts, topologies, baselines):
+        if not mirror.wait_ready(60):
+            log.warning("mirror of %s not read to its end within 60 s; continuing", mirror.topic)
+    return interpreter_from(
+        settings, contexts.get, lambda cluster, node: topologies.get(node_key(cluster, node)), store.current
+    )
+
+
+def interpreter_from(
+    settings: Settings,
+    context_of: Callable[[bytes], GpuContext | None],
+    topology_of: Callable[[str, str], NodeTopology | None],
+    baselines: Callable[[], BaselineSet | None],
+) -> Interpreter:
+    """The stages over injected state (mirrors in the processor, in-memory tables in bench/scoring.py), in
+    order: enrichment, scoring against the learned baselines, domain detectors."""
+    tracker = AnomalyTracker(after_s=settings.baselines.anomaly_after_s)
+    return Interpreter(
+        [
+            Enricher(context_of, baselines),
+            Scorer(baselines, tracker),
+            Detectors(settings.detectors, topology_of),
+        ]
+    )
 
 
 def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
@@ -203,6 +231,7 @@ def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def snapshot() -> None:
         await publish_findings(interpreter.tick(time.time_ns()))
+        stats.baselines_version = next((s.version for s in interpreter.stages if isinstance(s, Scorer)), 0)
         stats.write(stats_file)
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]

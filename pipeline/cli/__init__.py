@@ -2,16 +2,28 @@
 
 Commands live in one module per area, each registering itself on the group in :mod:`pipeline.cli.base` when
 imported here: ``core`` (services, topics, the stages, run), ``collect`` (the node agent), ``context`` (workload
-context per GPU), ``queries`` (trend, top, compare, anomalies, jobs, storage), ``alerts``, ``rightsize``,
-``evaluate`` and ``web`` (the HTTP API and dashboard).
+context per GPU), ``baselines`` (train, list, feedback), ``queries`` (trend, top, compare, anomalies, jobs,
+storage), ``alerts``, ``rightsize``, ``evaluate`` and ``web`` (the HTTP API and dashboard).
 """
 
 from __future__ import annotations
 
-from pipeline.cli import alerts, collect, context, core, evaluate, queries, rightsize, web
+from pipeline.cli import alerts, baselines, collect, context, core, evaluate, queries, rightsize, web
 from pipeline.cli.base import cli
 
-__all__ = ["alerts", "cli", "collect", "context", "core", "evaluate", "main", "queries", "rightsize", "web"]
+__all__ = [
+    "alerts",
+    "baselines",
+    "cli",
+    "collect",
+    "context",
+    "core",
+    "evaluate",
+    "main",
+    "queries",
+    "rightsize",
+    "web",
+]
 
 
 def main() -> None:

@@ -26,6 +26,9 @@ from pipeline.cli.base import cli, errors, settings_of
 @click.option("--withhold", default=0.25, show_default=True, type=click.FloatRange(0, 1),
               help="Share of nodes whose context is withheld (classification is measured there).")  # fmt: skip
 @click.option("--grace", default=300.0, show_default=True, help="Seconds after a fault's end a detection still counts.")
+@click.option("--learn-hours", default=0.5, show_default=True, type=click.FloatRange(0, 48),
+              help="Labelled, fault-free history of another fleet seed the baselines and the classifier are learned "
+              "from before the replay (0: none, nothing is inferred).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def evaluate_cmd(
@@ -37,10 +40,11 @@ def evaluate_cmd(
     faults_per_class: float,
     withhold: float,
     grace: float,
+    learn_hours: float,
     as_json: bool,
 ) -> None:
     """Score the detectors on a simulated fleet with ground truth, through Kafka, the processor and InfluxDB."""
-    from pipeline.evaljob import local_services, run_evaluation, simulator_producer
+    from pipeline.evaljob import learning_producer, local_services, run_evaluation, simulator_producer
     from pipeline.evaluation import Thresholds, failures, format_table
 
     settings = settings_of(ctx)
@@ -51,7 +55,12 @@ def evaluate_cmd(
     produce = simulator_producer(nodes, gpus, hours, seed, faults_per_class)
     with errors():
         try:
-            outcome = run_evaluation(settings, produce, Path(run_dir), seed, withhold, grace_s=grace)
+            # another seed (never the replay's own data), and at least 16 nodes so most applications run in it
+            learner = learning_producer(max(nodes, 16), gpus, learn_hours, seed + 1)
+            learn_from = (learner, learn_hours * 3600) if learn_hours else None
+            outcome = run_evaluation(
+                settings, produce, Path(run_dir), seed, withhold, grace_s=grace, learn_from=learn_from
+            )
         except RuntimeError as exc:
             click.echo(f"hermeneut: evaluation failed: {exc}", err=True)
             sys.exit(1)
