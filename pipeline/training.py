@@ -1,7 +1,7 @@
 """``hermeneut baselines train``: learn baselines and the application classifier from stored history, version
 them, publish them for running processors to hot-reload, and write the bands to InfluxDB.
 
-The face of the Iterate loop, wiring the query layer (sinks.query_history: history, feedback, findings) to the
+The face of the Iterate loop, wiring the query layer (sinks.query.history: history, feedback, findings) to the
 pure fitting code (processors.baselines, processors.classify); stages are imported inside the functions, as
 everywhere in ``pipeline/``. Steps:
 1. read every stored sample with a known application in the range (not one the classifier inferred: the
@@ -40,7 +40,7 @@ from pipeline.errors import ServiceError
 from pipeline.events import PHASES
 
 if TYPE_CHECKING:
-    from sinks.query_history import History
+    from sinks.query.history import History
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def train(
     from processors.baselines import baseline_id
     from processors.features import PHASE_INDEX, features, fill_relative, infer_phase
     from processors.learn import LabelledRows, fit_version
-    from sinks.query_history import feedback_rows, finding_windows, stored_event, training_history
+    from sinks.query.history import feedback_rows, finding_windows, stored_event, training_history
 
     cfg = settings.baselines
     min_samples = cfg.min_samples if min_samples is None else min_samples

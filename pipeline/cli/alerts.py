@@ -331,7 +331,7 @@ def history_cmd(
     fmt: str,
 ) -> None:
     """What fired, who was told, when, and how it went (newest first)."""
-    from sinks.query_alerts import HistoryQuery, format_history, run_history
+    from sinks.query.alerts import HistoryQuery, format_history, run_history
 
     query = HistoryQuery(range_, subscription, detector, outcome, status, limit=limit)
     with _usage():

@@ -113,7 +113,7 @@ def feedback_cmd(ctx: click.Context, event_id: str, anomalous: bool, note: str, 
     from pipeline.codec import encode_record
     from pipeline.publisher import Publisher
     from sinks.influxdb import InfluxWriter, feedback_line
-    from sinks.query_history import stored_event
+    from sinks.query.history import stored_event
 
     try:
         gpu, ts_ms = parse_event_id(event_id)

@@ -1,6 +1,6 @@
 """``hermeneut rightsize``: per job or application, the smaller slice of GPU its measured usage needs.
 
-Wires the query layer's usage statistics (sinks.query_usage) into the pure advice (processors.rightsize) and
+Wires the query layer's usage statistics (sinks.query.usage) into the pure advice (processors.rightsize) and
 prints a table or JSON.
 """
 
@@ -41,7 +41,7 @@ def rightsize_cmd(
 ) -> None:
     """Right-sizing advice from measured usage: a MIG profile, a smaller GPU, or packing jobs per GPU."""
     from processors.rightsize import LATENCY_S, Link, recommend
-    from sinks.query_usage import UsageQuery, link_throughput, usage
+    from sinks.query.usage import UsageQuery, link_throughput, usage
 
     settings = resolved(ctx, kafka=False)
     query = UsageQuery(range_, job, application, cluster)

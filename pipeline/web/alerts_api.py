@@ -37,7 +37,7 @@ from sinks.alerting.admin import (
     subscription_json,
 )
 from sinks.alerting.model import AlertConfigError, AlertStatus
-from sinks.query_alerts import HistoryQuery, row_json, run_history
+from sinks.query.alerts import HistoryQuery, row_json, run_history
 
 
 class _Admin:

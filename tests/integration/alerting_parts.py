@@ -26,7 +26,7 @@ from pipeline.events import Finding, Severity, Workload
 from pipeline.mainjob import Stage, wait_for
 from pipeline.publisher import Publisher
 from sinks.alerting.receivers import SIGNATURE_HEADER, verify_signature
-from sinks.query_alerts import HistoryQuery, NotificationRow, run_history
+from sinks.query.alerts import HistoryQuery, NotificationRow, run_history
 
 
 def free_port() -> int:

@@ -14,7 +14,7 @@ from pipeline.cli import cli
 from pipeline.config import Settings
 from pipeline.events import GpuSample, InterpretedBatch, InterpretedEvent, Workload
 from sinks.influxdb import InfluxWriter, InfoTracker, batch_lines
-from sinks.query_usage import UsageQuery, link_throughput, usage
+from sinks.query.usage import UsageQuery, link_throughput, usage
 
 pytestmark = pytest.mark.integration
 

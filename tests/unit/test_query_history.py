@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.errors import InvalidQuery
 from pipeline.events import METRIC_INDEX, RELATIVE_FIELDS
-from sinks.query_history import _csv_tables, _history_of, history_flux
+from sinks.query.history import _csv_tables, _history_of, history_flux
 
 START, STOP = 1_800_000_000_000_000_000, 1_800_000_060_123_000_000
 

@@ -9,7 +9,7 @@ from pipeline.catalogue import lookup
 from pipeline.errors import InvalidQuery
 from pipeline.usage import GpuLimits, UsageSample, UsageStats, usage_stats
 from processors.rightsize import Link, catalogue_link, recommend, split_extra_s
-from sinks.query_usage import UsageQuery
+from sinks.query.usage import UsageQuery
 
 GIB = 2**30
 H100 = "NVIDIA H100 80GB HBM3"

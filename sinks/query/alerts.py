@@ -1,8 +1,7 @@
 """The query layer's alerting part: notification history (measurement ``notification``) as typed rows.
 
-Kept apart from ``sinks/query.py`` (trend queries) so both can grow without stepping on each other; the same
-rule holds: user input never reaches Flux unchecked, anything malformed raises :class:`InvalidQuery` with one
-line saying what to fix.
+As in the rest of the query layer, user input never reaches Flux unchecked: anything malformed raises
+:class:`InvalidQuery` with one line saying what to fix.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The query layer's reads for the Iterate loop: stored history for ``hermeneut baselines train``, the stored
 event behind a feedback, operators' feedback and the windows of active findings.
 
-Part of the query layer (it becomes ``sinks/query/history.py`` next to the other questions once the query
-layer is a package): like the rest of it, it is the only place these reads are written in Flux, and it checks
+Part of the query layer: like the rest of it, it is the only place these reads are written in Flux, and it checks
 every value that reaches Flux (GPU ids, durations, strides) before it does.
 """
 

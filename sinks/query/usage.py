@@ -1,6 +1,6 @@
 """Query layer, right-sizing reads: per-GPU-minute usage of jobs and applications, and link throughput seen.
 
-Part of the query layer (the only place Flux is built; it joins ``sinks/query`` when that becomes a package).
+Part of the query layer (the only place Flux is built).
 Reads the raw ``gpu`` measurement downsampled by InfluxDB to one row per GPU and minute (each field's maximum
 in the minute: the peak is what sizing must respect), the job id of that minute (its last value; ``job_id`` is a
 field, not a tag), and each GPU's limits from ``gpu_info``. User input never reaches Flux unchecked: job ids
