@@ -27,6 +27,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench.pipeline $(ARGS)
 	$(BIN)/python -m bench.codec
+	$(BIN)/python -m bench.alerts
 
 services-down: $(STAMP)
 	$(BIN)/hermeneut services down

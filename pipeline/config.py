@@ -171,11 +171,157 @@ class ValidationSettings(_Section):
     max_age_s: float = Field(default=7 * 24 * 3600.0, gt=0)
 
 
+class BaselineSettings(_Section):
+    """Learned baselines: how much history a baseline needs, and the application classifier."""
+
+    #: training rows a (application, GPU model, phase) needs for its own baseline (else its prior judges it)
+    min_samples: int = Field(default=300, ge=20)
+    #: samples per GPU the classifier looks at, and the probability below which it answers "unknown"
+    classifier_window: int = Field(default=30, ge=5, le=600)
+    classifier_min_confidence: float = Field(default=0.6, ge=0.0, le=1.0)
+    #: seconds a GPU must be anomalous before a baseline-anomaly finding fires
+    anomaly_after_s: float = Field(default=30.0, ge=0)
+
+
 class ServiceSettings(_Section):
     """Where local services keep their builds (per version) and their per-run data and logs."""
 
     cache_dir: Path = Field(default_factory=_default_cache_dir)
     state_dir: Path = Field(default_factory=_default_state_dir)
+
+
+#: Default inhibition rules (``;``-separated, see sinks/alerting/model.py ``parse_inhibit_rule``): a node that
+#: stopped reporting mutes its other alerts; a GPU that fell off the bus mutes that GPU's other alerts.
+DEFAULT_INHIBIT_RULES = (
+    'detector="node-silent" -> detector!="node-silent" on cluster,node; '
+    'detector="fallen-off-bus" -> detector!="fallen-off-bus" on cluster,node,gpu'
+)
+
+
+class AlertSettings(_Section):
+    """Alert lifecycle, grouping and delivery defaults (a subscription may override the grouping timers)."""
+
+    #: how long a condition must hold before its alert fires (hysteresis on top of the detectors' own)
+    for_s: float = Field(default=0.0, ge=0, le=86_400)
+    #: how long a cleared alert keeps firing, so a short clear does not resolve and re-fire
+    keep_firing_s: float = Field(default=0.0, ge=0, le=86_400)
+    #: a firing alert whose finding is not repeated for this long resolves (findings repeat every 60 s)
+    stale_after_s: float = Field(default=180.0, gt=0, le=86_400)
+    #: resolved alerts are forgotten (and their state tombstoned) after this long
+    forget_after_s: float = Field(default=86_400.0, gt=0)
+    #: flap damping: this many firing/resolved changes within ``flap_window_s`` make an alert "flapping";
+    #: its notifications are held until it has been stable for ``flap_quiet_s``, then one summary goes out
+    flap_threshold: int = Field(default=4, ge=2, le=1000)
+    flap_window_s: float = Field(default=600.0, gt=0)
+    flap_quiet_s: float = Field(default=300.0, gt=0)
+    group_by: str = "cluster,node,detector"
+    group_wait_s: float = Field(default=30.0, ge=0, le=86_400)
+    group_interval_s: float = Field(default=300.0, ge=0, le=86_400)
+    repeat_interval_s: float = Field(default=4 * 3600.0, gt=0, le=30 * 86_400)
+    #: delivery retries: exponential backoff with jitter from ``retry_initial_s`` up to ``retry_max_s``,
+    #: given up (outcome "failed") once a notification is ``retry_max_age_s`` old
+    retry_initial_s: float = Field(default=1.0, gt=0, le=3600)
+    retry_max_s: float = Field(default=60.0, gt=0, le=3600)
+    retry_max_age_s: float = Field(default=3600.0, gt=0, le=7 * 86_400)
+    http_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    #: how often the manager evaluates timers (group wait, staleness, flapping)
+    tick_s: float = Field(default=0.5, gt=0, le=60)
+    #: where links in notifications point (the hermeneut web app)
+    external_url: str = "http://127.0.0.1:8080"
+    inhibit_rules: str = DEFAULT_INHIBIT_RULES
+    #: sender address of e-mail notifications
+    email_from: str = "hermeneut@localhost"
+
+
+class ContextSettings(_Section):
+    """Workload-context sources of ``hermeneut context watch`` (one watch per node)."""
+
+    #: how often the sources are polled
+    interval_s: float = Field(default=10.0, ge=0.5, le=3600)
+    #: how often the whole current state is published again (repairs lost records in the compacted topic)
+    reassert_s: float = Field(default=600.0, ge=10, le=86400)
+    #: ceiling of the retry backoff of a failing source
+    backoff_max_s: float = Field(default=300.0, ge=1, le=3600)
+    #: where the Slurm prolog writes <jobid>.env files
+    slurm_dir: Path = Path("/run/hermeneut/slurm")
+    kubelet_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    #: Kubernetes API server URL; unset: the in-cluster one (KUBERNETES_SERVICE_HOST) with the pod's token
+    kubernetes_api: str | None = None
+    kubernetes_token_file: Path | None = None
+    kubernetes_ca_file: Path | None = None
+    #: the host's /proc (mount it and set this when the watch runs in a container)
+    proc_root: Path = Path("/proc")
+    #: timeout of squeue / scontrol / nvidia-smi / API calls
+    command_timeout_s: float = Field(default=10.0, gt=0, le=300)
+
+
+class CollectorSettings(_Section):
+    """The node agent (``hermeneut collect``): which source, and how it buffers. Its interval is
+    ``sample_interval_s``."""
+
+    source: Literal["nvml", "dcgm-exporter"] = "nvml"
+    #: the node name samples carry; unset: this host's name
+    node: str | None = Field(default=None, min_length=1, max_length=253)
+    dcgm_exporter_url: str = "http://127.0.0.1:9400/metrics"
+    scrape_timeout_s: float = Field(default=5.0, gt=0, le=300)
+    #: where sysfs is (InfiniBand ports, PCI paths, NUMA); a folder for tests and containers
+    sysfs_root: Path = Path("/sys")
+    #: NVML's sampled PCIe throughput (2 x 20 ms per GPU) where the PCIe byte counters are not supported
+    pcie_throughput_fallback: bool = True
+    topology_interval_s: float = Field(default=60.0, ge=1, le=86_400)
+    #: the producer's buffer while Kafka is away; when full, the agent stops sampling until there is room
+    buffer_mib: int = Field(default=256, ge=1, le=16_384)
+    #: how long a message may wait for Kafka before it counts as failed; 0 = never give up
+    delivery_timeout_s: float = Field(default=0.0, ge=0, le=7 * 24 * 3600)
+    #: after SIGTERM, how long the agent keeps flushing to an unreachable Kafka before it exits
+    shutdown_grace_s: float = Field(default=30.0, ge=0, le=3600)
+
+    @field_validator("dcgm_exporter_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        return value
+
+
+class DetectorSettings(_Section):
+    """The domain detectors' timing and thresholds (processors/detectors.py; docs/detectors.md says why each)."""
+
+    enabled: bool = True
+    #: a finding that still holds is sent again this often
+    repeat_s: float = Field(default=60.0, ge=1.0, le=3600.0)
+    #: a GPU silent this long while its node still reports has fallen off the bus
+    lost_after_s: float = Field(default=15.0, ge=2.0, le=3600.0)
+    #: XIDs (other than memory errors and 79) within ``storm_window_s`` that make a storm
+    storm_count: int = Field(default=5, ge=2, le=10_000)
+    storm_window_s: float = Field(default=300.0, ge=10.0, le=86_400.0)
+    #: per-GPU step-time windows compared across the GPUs of one job
+    straggler_window_s: float = Field(default=30.0, ge=5.0, le=3600.0)
+    #: how long memory must keep growing linearly before it is called a leak
+    leak_confirm_s: float = Field(default=240.0, ge=30.0, le=86_400.0)
+    #: a lowered power limit must hold this long, away from a job start, to be a fault and not a setting
+    power_confirm_s: float = Field(default=120.0, ge=0.0, le=3600.0)
+    #: a job change within this long of a power-limit change makes the change a setting, not a fault
+    job_boundary_s: float = Field(default=120.0, ge=0.0, le=3600.0)
+
+
+class StorageSettings(_Section):
+    """Retention of the InfluxDB buckets (raw, 1-minute rollups, job summaries) and when queries read rollups."""
+
+    raw_retention_days: float = Field(default=7.0, ge=1, le=3650)
+    rollup_retention_days: float = Field(default=90.0, ge=1, le=3650)
+    jobs_retention_days: float = Field(default=400.0, ge=1, le=3650)
+    #: queries over ranges longer than this read the 1-minute rollups
+    rollup_after_days: float = Field(default=2.0, gt=0, le=3650)
+
+
+class WebSettings(_Section):
+    """The HTTP API (``hermeneut web``): where it listens and the bearer token it asks for."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    #: required from clients when ``host`` is not loopback; generated into the state dir when unset
+    token: SecretStr | None = None
 
 
 class Settings(BaseSettings):
@@ -191,7 +337,14 @@ class Settings(BaseSettings):
     influxdb: InfluxSettings = InfluxSettings()
     topics: TopicSettings = TopicSettings()
     validation: ValidationSettings = ValidationSettings()
+    baselines: BaselineSettings = BaselineSettings()
     services: ServiceSettings = ServiceSettings()
+    alerts: AlertSettings = AlertSettings()
+    context: ContextSettings = ContextSettings()
+    collector: CollectorSettings = CollectorSettings()
+    detectors: DetectorSettings = DetectorSettings()
+    storage: StorageSettings = StorageSettings()
+    web: WebSettings = WebSettings()
 
     @classmethod
     def settings_customise_sources(

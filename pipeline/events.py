@@ -296,8 +296,8 @@ class SampleBatch:
 class Workload:
     """What runs on a GPU, as far as a context source (or the classifier) knows.
 
-    ``application`` is one of APPLICATIONS; ``source`` says who said so (``static``, ``kubernetes``, ``slurm``,
-    ``process``, ``simulator``, ``inferred``) and ``confidence`` how sure it is (0..1).
+    ``application`` is one of APPLICATIONS; ``source`` says who said so (``manual``, ``static``, ``kubernetes``,
+    ``slurm``, ``process``, ``simulator``, ``inferred``) and ``confidence`` how sure it is (0..1).
     """
 
     application: str

@@ -88,17 +88,56 @@ def _bar(total: float, desc: str) -> tqdm[Any]:
     return tqdm(total=total, desc=desc, unit="", dynamic_ncols=True, mininterval=0.5, leave=True)
 
 
+#: the main job's fleet is small and its run short: a baseline of its own needs fewer samples than in production
+MAIN_JOB_MIN_SAMPLES = 100
+
+
+def train_midway(settings: Settings, duration_s: float, stop: threading.Event, result: dict[str, Any]) -> None:
+    """Halfway through the run, learn baselines from the history so far and publish them (the running processor
+    takes them up without a restart); the outcome or the reason it failed goes to ``result["training"]``."""
+    from pipeline.errors import HermeneutError
+    from pipeline.training import train
+
+    if duration_s < 40 or stop.wait(duration_s / 2):
+        result["training"] = "run too short to learn baselines midway (needs --duration 40 or more)"
+        return
+    try:
+        result["training"] = train(settings, duration_s, MAIN_JOB_MIN_SAMPLES, progress=False, echo=lambda _line: None)
+    except HermeneutError as exc:
+        result["training"] = f"training failed: {exc}"
+
+
+def print_training(outcome: Any, processor_stats: dict[str, Any]) -> None:
+    from pipeline.training import TrainingReport
+
+    if not isinstance(outcome, TrainingReport):
+        print(f"\nBaselines: {outcome or 'not trained'}")
+        return
+    accuracy = "" if outcome.classifier_accuracy is None else f", classifier accuracy {outcome.classifier_accuracy:.3f}"
+    print(
+        f"\nBaselines: version {outcome.version} learned midway from {outcome.rows} samples: "
+        f"{len(outcome.baselines)} baselines{accuracy}; the processor "
+        + (
+            "switched to it without a restart"
+            if processor_stats.get("baselines_version") == outcome.version
+            else f"is on version {processor_stats.get('baselines_version')}"
+        )
+    )
+
+
 def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_services: bool) -> bool:
     """Run the whole path once; returns True when every produced sample was processed and accounted for."""
     from pipeline.publisher import Publisher
     from producers.simulator import Fleet
     from producers.simulator.run import run_simulation
     from sinks.query import TrendQuery, format_table, run_trend
+    from sinks.retention import setup as storage_setup
 
     print("1/5 local services (first run installs Kafka and builds InfluxDB; later runs start in seconds)")
     state = services.up(settings)
     settings = services.resolve(settings)
     ensure_topics(settings.kafka.client_config(), topic_specs(settings))
+    storage_setup(settings)
     run_dir = Path(state.run_dir) / "pipeline" / time.strftime("%H%M%S")
     stages: list[Stage] = []
     interrupted = False
@@ -117,11 +156,17 @@ def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_
 
         def simulate() -> None:
             thread_result["report"] = run_simulation(
-                fleet, publisher, settings.topics.raw, settings.sample_interval_s, stop, duration_s, sim_stats
-            )
+                fleet, publisher, settings.topics.raw, settings.sample_interval_s, stop, duration_s, sim_stats,
+                topics=settings.topics,
+            )  # fmt: skip
 
+        # cold start: rows stay unscored until baselines exist; learn once from the first half of the run
+        trainer = threading.Thread(
+            target=train_midway, args=(settings, duration_s, stop, thread_result), name="trainer", daemon=True
+        )
         sim = threading.Thread(target=simulate, name="simulator")
         sim.start()
+        trainer.start()
         with _bar(round(duration_s), "simulating (s)") as bar:
             started = time.monotonic()
             while sim.is_alive():
@@ -133,6 +178,7 @@ def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_
                     sim.join()
                     print(f"stage {', '.join(dead)} exited early; see {run_dir}")
                     return False
+        trainer.join(120)
         report = thread_result["report"]
         produced = report.samples
         print("4/5 draining: waiting until every sample is stored or dead-lettered")
@@ -161,7 +207,7 @@ def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_
     print("5/5 report")
     rows = [
         ("samples produced", report.samples),
-        ("messages delivered to Kafka", f"{publisher.stats.delivered}/{report.messages}"),
+        ("messages delivered to Kafka", f"{publisher.stats.delivered}/{publisher.stats.published}"),
         ("processed ok", p.get("samples_ok", 0)),
         ("dead-lettered", int(p.get("dead_lettered", 0)) + int(s.get("dead_lettered", 0))),
         ("stored in InfluxDB", s.get("points_written", 0)),
@@ -173,7 +219,7 @@ def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_
         print(f"  {'latency sample->stored p50/p99':32} {s['latency_p50_s']:.3f}s / {s['latency_p99_s']:.3f}s")
     print("\nTrend read back from InfluxDB: mean power per GPU model, 10 s windows")
     trend = TrendQuery("power_watts", "gpu_model", "10s", f"{int(duration_s) + 120}s", "mean")
-    print(format_table(run_trend(settings, trend), "gpu_model", "mean(power_watts)"))
+    print(format_table(run_trend(settings, trend)))
     i = settings.influxdb
     print(
         f"\nWhere to look:\n  InfluxDB   {i.url}  org={i.org} bucket={i.bucket} "
@@ -186,6 +232,7 @@ def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_
         if not stop_services
         else f"\nLogs and data: {state.run_dir}"
     )
+    print_training(thread_result.get("training"), p)
     stored = int(s.get("points_written", 0))
     lost = produced - stored - int(p.get("dead_lettered", 0)) - int(s.get("dead_lettered", 0))
-    return bool(publisher.stats.delivered == report.messages and lost == 0)
+    return bool(publisher.stats.delivered == publisher.stats.published and lost == 0)

@@ -14,17 +14,39 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from pipeline.errors import InvalidEvent, ServiceError
 
 log = logging.getLogger(__name__)
 
 V = TypeVar("V")
+
+
+_NO_LEADER_YET = frozenset(
+    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
+)
+
+
+def _watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0) -> tuple[int, int]:
+    """A just-created topic may not have a partition leader yet: retry (with backoff) while that lasts."""
+    deadline, delay = time.monotonic() + timeout_s, 0.1
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
+            return int(low), int(high)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if not (err.retriable() or err.code() in _NO_LEADER_YET) or time.monotonic() > deadline:
+                consumer.close()
+                raise ServiceError(f"cannot read {tp.topic} partition {tp.partition}: {exc}") from exc
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 class TopicMirror(Generic[V]):
@@ -68,7 +90,7 @@ class TopicMirror(Generic[V]):
         partitions = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in sorted(info.partitions)]
         pending = set()
         for tp in partitions:
-            low, high = consumer.get_watermark_offsets(tp, timeout=30)
+            low, high = _watermarks(consumer, tp)
             if high > low:
                 pending.add(tp.partition)
         consumer.assign(partitions)

@@ -70,8 +70,21 @@ class Publisher:
                 log.error("delivery failed: %s", err)
             self.last_error = err
 
-    def publish(self, topic: str, key: bytes | None, value: bytes, headers: Headers | None = None) -> None:
-        """Queue one message; blocks (serving delivery reports) while the local queue is full."""
+    def publish(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None = None,
+        timeout_s: float | None = None,
+    ) -> bool:
+        """Queue one message (``value`` None: a tombstone for a compacted topic); blocks (serving delivery
+        reports) while the local queue is full.
+
+        With ``timeout_s``, gives up when the queue stayed full that long and returns False (nothing was queued),
+        so a caller can stay responsive to a shutdown; otherwise returns True.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             try:
                 self._producer.produce(
@@ -83,11 +96,14 @@ class Publisher:
                 )
                 break
             except BufferError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return False
                 start = time.monotonic()
                 self._producer.poll(0.1)
                 self.stats.blocked_s += time.monotonic() - start
         self.stats.published += 1
         self._producer.poll(0)
+        return True
 
     def poll(self, timeout_s: float = 0.0) -> None:
         self._producer.poll(timeout_s)

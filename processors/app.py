@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +23,15 @@ import faust
 from confluent_kafka.admin import AdminClient
 from faust.types import EventT
 
-from pipeline.codec import encode_interpreted, encode_record
+from pipeline.codec import decode_record, encode_interpreted, encode_record
 from pipeline.config import Settings
 from pipeline.errors import ServiceError
-from pipeline.events import Finding
+from pipeline.events import Finding, GpuContext, InterpretedBatch, NodeTopology, node_key
+from pipeline.mirror import TopicMirror
 from pipeline.stats import write_stats
+from processors.baselines import AnomalyTracker, BaselineSet, BaselineStore, Scorer, decode_baselines_record
+from processors.detectors import Detectors
+from processors.enrich import Enricher
 from processors.interpret import Interpreter
 from processors.normalize import RawMessage, process_raw
 
@@ -35,6 +39,8 @@ log = logging.getLogger(__name__)
 
 BATCH_MAX = 500
 BATCH_WITHIN_S = 0.05
+#: under Kafka's default max.message.bytes / max.request.size of 1 MB, with room for headers
+MAX_MESSAGE_BYTES = 900_000
 
 
 @dataclass
@@ -45,6 +51,8 @@ class ProcessorStats:
     messages_out: int = 0
     findings: int = 0
     batches: int = 0
+    #: the learned-baselines version the scorer uses (0: none yet, rows unscored)
+    baselines_version: int = 0
     assigned: bool = False
 
     def write(self, path: Path | None) -> None:
@@ -79,9 +87,62 @@ def partition_count(settings: Settings, topic: str) -> int:
     return len(info.partitions)
 
 
+def encoded_parts(batch: InterpretedBatch) -> list[bytes]:
+    """The batch encoded in as few messages as fit Kafka's default 1 MB message limit, rows kept in order.
+
+    A fast-forward replay puts hundreds of one node's rounds into one take; encoded whole they exceed the limit.
+    """
+    payload = encode_interpreted(batch)
+    if len(payload) <= MAX_MESSAGE_BYTES or len(batch) < 2:
+        return [payload]
+    half = len(batch) // 2
+    return encoded_parts(rows_of(batch, 0, half)) + encoded_parts(rows_of(batch, half, len(batch)))
+
+
+def rows_of(b: InterpretedBatch, lo: int, hi: int) -> InterpretedBatch:
+    """Rows ``lo:hi`` of a batch; the node-level extras (events, NIC readings) go with the first part."""
+    s = slice(lo, hi)
+    first = lo == 0
+    return InterpretedBatch(
+        b.cluster[s], b.node[s], b.gpu_uuid[s], b.gpu_index[s], b.gpu_model[s], b.ts_ns[s], b.metrics[s],
+        b.relative[s], b.workload[s], b.score[s], b.verdict[s], b.baseline[s], b.explanation[s], b.phase[s],
+        b.drivers[s], b.links[s], b.processes[s], b.gpu_events if first else (), b.nics if first else (),
+        b.schema_version,
+    )  # fmt: skip
+
+
 def build_interpreter(settings: Settings) -> Interpreter:
-    """The interpretation stages for these settings, in order (see processors.interpret)."""
-    return Interpreter([])
+    """The interpretation stages for these settings, in order (see processors.interpret); the mirrors of the
+    compacted topics they read are started here (and read to their end) and injected."""
+    kafka = settings.kafka.client_config()
+    contexts = TopicMirror(kafka, settings.topics.context, lambda v: decode_record(GpuContext, v)).start()
+    topologies = TopicMirror(kafka, settings.topics.topology, lambda v: decode_record(NodeTopology, v)).start()
+    store = BaselineStore()
+    baselines = TopicMirror(kafka, settings.topics.baselines, decode_baselines_record, store.on_change).start()
+    for mirror in (contexts, topologies, baselines):
+        if not mirror.wait_ready(60):
+            log.warning("mirror of %s not read to its end within 60 s; continuing", mirror.topic)
+    return interpreter_from(
+        settings, contexts.get, lambda cluster, node: topologies.get(node_key(cluster, node)), store.current
+    )
+
+
+def interpreter_from(
+    settings: Settings,
+    context_of: Callable[[bytes], GpuContext | None],
+    topology_of: Callable[[str, str], NodeTopology | None],
+    baselines: Callable[[], BaselineSet | None],
+) -> Interpreter:
+    """The stages over injected state (mirrors in the processor, in-memory tables in bench/scoring.py), in
+    order: enrichment, scoring against the learned baselines, domain detectors."""
+    tracker = AnomalyTracker(after_s=settings.baselines.anomaly_after_s)
+    return Interpreter(
+        [
+            Enricher(context_of, baselines),
+            Scorer(baselines, tracker),
+            Detectors(settings.detectors, topology_of),
+        ]
+    )
 
 
 def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
@@ -145,7 +206,8 @@ def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
             for partition, normalized in outcome.forward:
                 batch, findings = interpreter.apply(normalized, now_ns)
                 # same partition number as the source: one GPU's events stay in order without a key
-                await interpreted.send(value=encode_interpreted(batch), partition=partition % out_partitions)
+                for payload in encoded_parts(batch):
+                    await interpreted.send(value=payload, partition=partition % out_partitions)
                 await publish_findings(findings)
             for letter in outcome.dead:
                 await dead.send(key=letter.key, value=letter.value, headers=letter.headers)
@@ -169,6 +231,7 @@ def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def snapshot() -> None:
         await publish_findings(interpreter.tick(time.time_ns()))
+        stats.baselines_version = next((s.version for s in interpreter.stages if isinstance(s, Scorer)), 0)
         stats.write(stats_file)
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]

@@ -8,7 +8,9 @@ Schema (the README has the cardinality budget):
          period). Nothing job-scoped is a tag: job ids and users would multiply series without bound.
   fields every canonical reading present in the sample (float, units in the name), the relative values
          (``*_ratio*``), ``verdict`` (string), ``score`` (float, when scored), ``job_id`` / ``user`` (strings,
-         when known).
+         when known); the interpretation when there is one: ``app_source`` / ``app_confidence`` (who said which
+         application, e.g. ``inferred`` 0.93), ``phase``, ``baseline`` (the id it was judged against),
+         ``explanation`` and ``drivers`` (only on rows that are not normal).
 ``gpu_info`` - the GPU's limits (``FieldSpec.limit``: memory total, power limit, max clocks, thermal
   thresholds, max PCIe link), same tags but ``application``, written when they change and every 10 minutes.
   Repeating them every second cost InfluxDB a quarter of its per-point work for values that never change.
@@ -23,13 +25,19 @@ Schema (the README has the cardinality budget):
   ``severity``, ``application`` (when known); fields ``active`` (1/0), ``summary``, ``action``, ``since_ns``,
   ``job_id``, and the evidence as ``ev_<name>``.
 
+``baseline`` - the learned bands, written by ``hermeneut baselines train``: tags ``application``, ``gpu_model``
+  (``*`` for priors), ``phase``, ``feature`` (the stored field it describes); fields ``p01`` ``p05`` ``p50``
+  ``p95`` ``p99`` (in that field's units), ``n``, ``version``; timestamp = training time.
+``feedback`` - operators' verdicts on events (``hermeneut feedback``): tags ``cluster``, ``gpu``,
+  ``application``, ``gpu_model``; fields ``verdict``, ``note``, ``user``, ``event_ts_ms``, ``event_id``.
+
 A replayed event has the same measurement, tags and timestamp, so InfluxDB overwrites instead of duplicating.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Final, cast
 
 import numpy as np
@@ -39,11 +47,13 @@ from influxdb_client.client.write_api import SYNCHRONOUS
 from influxdb_client.domain.write_precision import WritePrecision
 from influxdb_client.rest import ApiException
 
+from pipeline.baselines import BaselineBand, Feedback
 from pipeline.events import (
     METRIC_LIMIT,
     METRIC_NAMES,
     NIC_NAMES,
     RELATIVE_FIELDS,
+    Driver,
     Finding,
     InterpretedBatch,
     NvLinkSample,
@@ -58,6 +68,8 @@ NIC_MEASUREMENT: Final = "nic"
 NVLINK_MEASUREMENT: Final = "nvlink"
 PROCESS_MEASUREMENT: Final = "gpu_process"
 FINDING_MEASUREMENT: Final = "finding"
+BASELINE_MEASUREMENT: Final = "baseline"
+FEEDBACK_MEASUREMENT: Final = "feedback"
 _MS: Final = cast(WritePrecision, WritePrecision.MS)
 _TAG_ESCAPES = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ ", "\n": "", "\r": ""})
 
@@ -209,11 +221,54 @@ def batch_lines(batches: Iterable[InterpretedBatch], info: InfoTracker | None = 
                 fields.append(f"job_id={_str_field(wl.job_id)}")
             if wl and wl.user:
                 fields.append(f"user={_str_field(wl.user)}")
+            if wl:
+                fields.append(f"app_source={_str_field(wl.source)},app_confidence={float(wl.confidence)!r}")
+            phase, baseline = b.phase[i], b.baseline[i]
+            if phase:
+                fields.append(f"phase={_str_field(phase)}")
+            if baseline:
+                fields.append(f"baseline={_str_field(baseline)}")
+            if b.explanation[i]:
+                fields.append(f"explanation={_str_field(b.explanation[i])}")
+            if b.drivers[i]:
+                fields.append(f"drivers={_str_field(drivers_text(b.drivers[i]))}")
             append(f"{MEASUREMENT},{app}{_gpu_tags(b, i)} {','.join(fields)} {ts_ms[i]}")
         if info is not None:
             lines.extend(info.lines(b))
         lines.extend(extra_lines(b))
     return lines
+
+
+def drivers_text(drivers: tuple[Driver, ...]) -> str:
+    """Drivers as one string field: ``feature=observed (p50 expected, p5..p95 low..high)`` joined by ``; ``."""
+    return "; ".join(
+        f"{d.feature}={d.observed:.4g} (p50 {d.expected:.4g}, p5..p95 {d.low:.4g}..{d.high:.4g})" for d in drivers
+    )
+
+
+def baseline_band_line(band: BaselineBand) -> str:
+    """One ``baseline`` point (see module docstring)."""
+    fields = ",".join(
+        f"{name}={float(getattr(band, name))!r}" for name in ("p01", "p05", "p50", "p95", "p99", "n", "version")
+    )
+    return (
+        f"{BASELINE_MEASUREMENT},application={_tag(band.application)},feature={_tag(band.feature)},"
+        f"gpu_model={_tag(band.gpu_model)},phase={_tag(band.phase)} {fields} {band.ts_ns // 1_000_000}"
+    )
+
+
+def feedback_line(fb: Feedback) -> str:
+    """One ``feedback`` point, at the time the operator gave it (see module docstring)."""
+    tags = f"cluster={_tag(fb.cluster)},gpu={_tag(fb.gpu_uuid)}"
+    if fb.application:
+        tags = f"application={_tag(fb.application)}," + tags
+    if fb.gpu_model:
+        tags += f",gpu_model={_tag(fb.gpu_model)}"
+    fields = (
+        f"verdict={_str_field(fb.verdict)},note={_str_field(fb.note)},user={_str_field(fb.user)},"
+        f"event_ts_ms={float(fb.event_ts_ms)!r},event_id={_str_field(fb.event_id)}"
+    )
+    return f"{FEEDBACK_MEASUREMENT},{tags} {fields} {fb.ts_ns // 1_000_000}"
 
 
 def finding_line(f: Finding) -> str:
@@ -261,6 +316,11 @@ class InfluxWriter:
         """Run a Flux query; each record as a dict of its values."""
         tables = self.client.query_api().query(flux, org=self.org)
         return [dict(record.values) for table in tables for record in table.records]
+
+    def query_csv(self, flux: str) -> Iterator[list[str]]:
+        """Run a Flux query; its rows as CSV cells (header rows included), for results too large for dicts."""
+        rows: Iterator[list[str]] = iter(self.client.query_api().query_csv(flux, org=self.org))
+        return rows
 
     def close(self) -> None:
         self.client.close()  # type: ignore[no-untyped-call]

@@ -1,15 +1,29 @@
 """The ``hermeneut`` command: the face that wires the stages together.
 
-Commands live in one module per area (``core``: services, topics, stages, trend, run); each registers itself
-on the group in :mod:`pipeline.cli.base` when imported here.
+Commands live in one module per area, each registering itself on the group in :mod:`pipeline.cli.base` when
+imported here: ``core`` (services, topics, the stages, run), ``collect`` (the node agent), ``context`` (workload
+context per GPU), ``baselines`` (train, list, feedback), ``queries`` (trend, top, compare, anomalies, jobs,
+storage), ``alerts``, ``rightsize``, ``evaluate`` and ``web`` (the HTTP API and dashboard).
 """
 
 from __future__ import annotations
 
-from pipeline.cli import core
+from pipeline.cli import alerts, baselines, collect, context, core, evaluate, queries, rightsize, web
 from pipeline.cli.base import cli
 
-__all__ = ["cli", "core", "main"]
+__all__ = [
+    "alerts",
+    "baselines",
+    "cli",
+    "collect",
+    "context",
+    "core",
+    "evaluate",
+    "main",
+    "queries",
+    "rightsize",
+    "web",
+]
 
 
 def main() -> None:

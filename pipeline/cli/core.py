@@ -1,4 +1,4 @@
-"""Core commands: local services, topics, the pipeline's stages, trends and the main job."""
+"""Core commands: local services, topics, the pipeline's stages and the main job."""
 
 from __future__ import annotations
 
@@ -62,27 +62,60 @@ def topics_cmd(ctx: click.Context) -> None:
 @cli.command("simulate")
 @click.option("--nodes", default=16, show_default=True, type=click.IntRange(1))
 @click.option("--gpus", default=8, show_default=True, type=click.IntRange(1, 64), help="GPUs per node.")
-@click.option("--duration", type=click.FloatRange(0), help="Seconds to run (default: until Ctrl-C).")
+@click.option(
+    "--duration", type=click.FloatRange(0), help="Seconds to run live (default: until Ctrl-C; 0 after --fast-forward)."
+)
 @click.option("--seed", default=0, show_default=True)
+@click.option("--mix", default="default", show_default=True, help="Fleet mix (node kinds): default, llm-a100.")
+@click.option(
+    "--faults/--no-faults", default=False, show_default=True, help="Inject faults (ground truth to its topic)."
+)
+@click.option(
+    "--fault-rate-scale", default=1.0, show_default=True, type=click.FloatRange(0), help="x the trace's fault rates."
+)
+@click.option("--fault-mix", default="trace", show_default=True, type=click.Choice(["trace", "balanced"]))
+@click.option(
+    "--fast-forward",
+    "fast_forward_s",
+    default=0.0,
+    type=click.FloatRange(0),
+    metavar="SECONDS",
+    help="First publish this much history ending now, as fast as Kafka takes it.",
+)
+@click.option("--extras/--no-extras", default=True, show_default=True, help="Per-link NVLink, processes, NICs.")
 @click.option("--stats-file", type=click.Path(path_type=Path))
 @click.pass_context
 def simulate_cmd(
-    ctx: click.Context, nodes: int, gpus: int, duration: float | None, seed: int, stats_file: Path | None
-) -> None:
-    """Publish a simulated fleet's samples to the raw topic in real time."""
+    ctx: click.Context, nodes: int, gpus: int, duration: float | None, seed: int, mix: str, faults: bool,
+    fault_rate_scale: float, fault_mix: str, fast_forward_s: float, extras: bool, stats_file: Path | None,
+) -> None:  # fmt: skip
+    """Publish a simulated fleet (samples, context, topology, ground truth) in real time or fast-forward."""
     from pipeline.publisher import Publisher
-    from producers.simulator import Fleet
+    from pipeline.topics import ensure_topics, topic_specs
+    from producers.simulator import FaultPlan, Fleet
     from producers.simulator.run import run_simulation
 
+    try:
+        plan = FaultPlan(rate_scale=fault_rate_scale, mix=fault_mix) if faults else None
+        fleet = Fleet(nodes, gpus, cluster=settings_of(ctx).cluster, seed=seed, faults=plan, extras=extras, mix=mix)
+    except ValueError as exc:
+        fail(str(exc), 2)
     settings = resolved(ctx, influxdb=False)
-    fleet = Fleet(nodes, gpus, cluster=settings.cluster, seed=seed)
+    with errors():
+        ensure_topics(settings.kafka.client_config(), topic_specs(settings), settings.kafka.request_timeout_s)
     publisher = Publisher(settings.kafka.client_config())
+    if duration is None and fast_forward_s > 0:
+        duration = 0.0
     report = run_simulation(
-        fleet, publisher, settings.topics.raw, settings.sample_interval_s, stop_event(), duration, stats_file
-    )
+        fleet, publisher, settings.topics.raw, settings.sample_interval_s, stop_event(), duration, stats_file,
+        topics=settings.topics, fast_forward_s=fast_forward_s, progress=True,
+    )  # fmt: skip
     if publisher.stats.failed or publisher.stats.in_flight:
-        fail(f"{publisher.stats.failed} samples failed, {publisher.stats.in_flight} undelivered", 1)
-    click.echo(f"published {report.samples} samples in {report.messages} messages")
+        fail(f"{publisher.stats.failed} messages failed, {publisher.stats.in_flight} undelivered", 1)
+    click.echo(
+        f"published {report.samples} samples in {report.messages} messages, {report.contexts} contexts, "
+        f"{report.topologies} topologies, {report.ground_truth} faults"
+    )
 
 
 @cli.command("process")
@@ -112,23 +145,6 @@ def sink_cmd(ctx: click.Context, stats_file: Path | None) -> None:
     sink = InfluxSink(settings, writer, Publisher(settings.kafka.client_config()), stats_file=stats_file)
     sink.run(stop_event())
     writer.close()
-
-
-@cli.command("trend")
-@click.option("--field", "field_", default="power_watts", show_default=True, help="Metric field to aggregate.")
-@click.option("--by", default="gpu_model", show_default=True, help="Tag to group by.")
-@click.option("--every", default="10s", show_default=True, help="Aggregation window (Flux duration).")
-@click.option("--range", "range_", default="15m", show_default=True, help="How far back (Flux duration).")
-@click.option("--fn", default="mean", show_default=True, type=click.Choice(["mean", "max", "min", "median", "count"]))
-@click.pass_context
-def trend_cmd(ctx: click.Context, field_: str, by: str, every: str, range_: str, fn: str) -> None:
-    """A historical trend read back from InfluxDB, one row per window and group."""
-    from sinks.query import TrendQuery, format_table, run_trend
-
-    settings = resolved(ctx, kafka=False)
-    with errors():
-        rows = run_trend(settings, TrendQuery(field_, by, every, range_, fn))
-    click.echo(format_table(rows, by, f"{fn}({field_})"))
 
 
 @cli.command("run")

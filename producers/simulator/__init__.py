@@ -1,5 +1,25 @@
-"""Simulated GPU fleets for development, tests and benchmarks where no GPU is present."""
+"""Simulated GPU fleets for development, tests, benchmarks and evaluation where no GPU is present.
 
-from producers.simulator.fleet import MODELS, PROFILES, Fleet, GpuModel, Profile
+``Fleet`` (fleet.py) is the entry point; hardware.py holds the GPU models and node kinds, profiles.py the
+applications and their phases, scheduler.py the jobs, faults.py the fault injector and its ground truth, run.py
+publishes a simulation to Kafka (real time or fast-forward).
+"""
 
-__all__ = ["MODELS", "PROFILES", "Fleet", "GpuModel", "Profile"]
+from producers.simulator.faults import FaultPlan, Injection
+from producers.simulator.fleet import Fleet, SimRound
+from producers.simulator.hardware import MIXES, MODELS, NODE_KINDS, GpuModel, NodeKind
+from producers.simulator.profiles import PROFILES, Profile
+
+__all__ = [
+    "MIXES",
+    "MODELS",
+    "NODE_KINDS",
+    "PROFILES",
+    "FaultPlan",
+    "Fleet",
+    "GpuModel",
+    "Injection",
+    "NodeKind",
+    "Profile",
+    "SimRound",
+]

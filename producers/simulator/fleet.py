@@ -1,75 +1,133 @@
-"""A simulated GPU fleet: N nodes x M GPUs running workload profiles, sampled as numpy arrays per round.
+"""A simulated GPU fleet: nodes of real GPU models running scheduled jobs with phases, sampled once per round.
 
-Seeded and reproducible: ``Fleet(seed=...)`` gives the same GPUs, the same workloads and, for the same
-``ts_ns`` sequence, the same readings. One ``tick`` computes every GPU's reading with array operations and
-returns one :class:`SampleBatch` per node, ready to publish.
+``Fleet(nodes, gpus_per_node, cluster=..., seed=...)`` builds a mix of node kinds (:mod:`.hardware`), places jobs
+on their GPUs (:mod:`.scheduler`, applications and phases from :mod:`.profiles`) and, when asked, injects faults
+(:mod:`.faults`). ``round(ts_ns)`` advances everything to ``ts_ns`` and returns a :class:`SimRound`: one
+:class:`SampleBatch` per node (every GPU read at the same ``ts_ns``; XID/ECC events and NIC ports when enabled),
+the GPUs whose workload changed (:class:`GpuContext`; every GPU on the first round) and the faults that started
+(:class:`FaultRecord`, ground truth). ``tick(ts_ns)`` is ``round(ts_ns).batches``. ``topologies(ts_ns)`` gives
+every node's :class:`NodeTopology`.
 
-GPU limits (memory, power limit, clocks, thermal thresholds, PCIe link) are those NVIDIA documents for each
-model; workload levels are rough means of public measurements (Zeus power profiles, AcmeTrace utilization).
-The fault injector and richer phases come with the producers issue.
+Seeded and reproducible: the same seed and arguments give the same GPUs, jobs, faults and, for the same sequence
+of ``ts_ns``, the same readings. Everything per GPU is computed with numpy over the whole fleet; only building the
+sample objects touches each GPU in Python.
+
+Physics, per GPU and round: levels of the job's application and phase (:func:`.profiles.level_table`) with a
+per-GPU AR(1) wobble; power demand from the level, the GPU's default limit and a persistent efficiency offset
+(silicon lottery); the enforced limit (an operator's cap, a fault's cap) clips it, with the SW power cap reason and
+clocks scaled by (limit/demand)^0.45; temperature follows power with a first-order lag (tau 45 s) towards
+``inlet + R_th * power``, with a persistent per-GPU cooling offset and inlet (node ambient, position in the
+chassis); at the slowdown threshold a controller lowers clocks to hold it. Idle GPUs drop to P8 (GDDR boards),
+their idle clocks and PCIe Gen1, as the real captures show. Energy integrates power over time.
+
+Fields a model does not report are absent: NVLink fields on PCIe cards, DCGM profiling on GeForce, memory
+temperature on GDDR boards, ECC counters on boards without ECC, fan speed on passively cooled boards.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+from pynvml import (
+    nvmlClocksThrottleReasonApplicationsClocksSetting,
+    nvmlClocksThrottleReasonGpuIdle,
+    nvmlClocksThrottleReasonHwThermalSlowdown,
+    nvmlClocksThrottleReasonSwPowerCap,
+    nvmlClocksThrottleReasonSwThermalSlowdown,
+)
 
-from pipeline.events import GpuSample, SampleBatch
+from pipeline.events import (
+    METRIC_INDEX,
+    METRIC_NAMES,
+    PHASES,
+    FaultRecord,
+    GpuContext,
+    GpuEvent,
+    GpuProcess,
+    GpuSample,
+    NicSample,
+    NodeTopology,
+    NvLinkSample,
+    SampleBatch,
+)
+from producers.simulator.faults import FaultInjector, FaultPlan, GpuView, Now
+from producers.simulator.hardware import MIXES, MODELS, NODE_KINDS, GpuModel, NodeKind, kind_fits, node_topology
+from producers.simulator.hardware import nic_names as kind_nic_names
+from producers.simulator.hardware import nvlink_links as kind_nvlink_links
+from producers.simulator.hardware import pci_bus_id as kind_pci_bus_id
+from producers.simulator.profiles import (
+    APP_INDEX,
+    L_CLOCK,
+    L_DRAM,
+    L_IB,
+    L_NVLINK,
+    L_PCIE_RX,
+    L_PCIE_TX,
+    L_POWER,
+    L_SM,
+    L_TENSOR,
+    L_UTIL,
+    P_IDLE,
+    PROFILES,
+    Profile,
+    jitter_table,
+    level_table,
+    low_table,
+)
+from producers.simulator.scheduler import Scheduler
 
+_MIB = 2**20
 _GIB = 2**30
+#: PCIe bandwidth per lane and direction, bytes/s, by generation (after encoding overhead)
+_LANE_BYTES = np.array([0.0, 0.25e9, 0.5e9, 0.985e9, 1.969e9, 3.938e9, 7.563e9, 15.125e9])
+_THERMAL_TAU_S = 45.0
+_POWER_EWMA_S = 60.0
+_BIT_IDLE = float(nvmlClocksThrottleReasonGpuIdle)
+_BIT_APP_CLOCKS = float(nvmlClocksThrottleReasonApplicationsClocksSetting)
+_BIT_POWER_CAP = float(nvmlClocksThrottleReasonSwPowerCap)
+_BIT_SW_THERMAL = float(nvmlClocksThrottleReasonSwThermalSlowdown)
+_BIT_HW_THERMAL = float(nvmlClocksThrottleReasonHwThermalSlowdown)
+_HASHING = APP_INDEX["hashing"]
+_SERVING = APP_INDEX["llm-serving"]
+_BURSTY = np.array([a in PROFILES and PROFILES[a].dynamics in ("bursty", "interactive") for a in APP_INDEX])
+_INTERACTIVE = np.array([a in PROFILES and PROFILES[a].dynamics == "interactive" for a in APP_INDEX])
+#: requests per second at full load (bursty) and of an interactive session, and how long one runs on average
+_REQUEST_RATE, _SESSION_RATE, _REQUEST_S = 0.35, 0.01, 4.0
+_XORG = "/usr/lib/xorg/Xorg"
+_NIC_FIELDS = (
+    "rx_bytes_per_second", "tx_bytes_per_second", "rx_packets_per_second", "tx_packets_per_second",
+    "symbol_errors_total", "link_downed_total", "link_error_recovery_total", "rcv_errors_total",
+    "xmit_discards_total", "port_state_active", "rate_gbps",
+)  # fmt: skip
+
+
+def _col(name: str) -> int:
+    return METRIC_INDEX[name]
 
 
 @dataclass(frozen=True, slots=True)
-class GpuModel:
-    name: str
-    memory_bytes: int
-    power_limit_watts: float
-    idle_watts: float
-    sm_clock_max_mhz: float
-    memory_clock_mhz: float
-    slowdown_celsius: float
-    shutdown_celsius: float
-    pcie_gen: int
-    pcie_width: int
-    nvlink: bool
+class SimRound:
+    """One round of the fleet: node batches, workload changes, faults that started."""
+
+    ts_ns: int
+    batches: list[SampleBatch]
+    contexts: list[GpuContext]
+    ground_truth: list[FaultRecord]
 
 
-MODELS: dict[str, GpuModel] = {
-    m.name: m
-    for m in (
-        GpuModel("NVIDIA H100 80GB HBM3", 80 * _GIB, 700, 70, 1980, 2619, 87, 92, 5, 16, True),
-        GpuModel("NVIDIA A100-SXM4-40GB", 40 * _GIB, 400, 55, 1410, 1215, 85, 92, 4, 16, True),
-        GpuModel("NVIDIA L40S", 48 * _GIB, 350, 35, 2520, 9001, 88, 93, 4, 16, False),
-        GpuModel("NVIDIA GeForce RTX 3090", 24 * _GIB, 350, 20, 2100, 9751, 93, 98, 4, 16, False),
-    )
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Profile:
-    """Mean levels of a workload (fractions of the GPU's own capacity) and how much they wobble."""
-
-    name: str
-    util: float
-    memory: float
-    power: float
-    clock: float
-    pcie: float  # bytes/s at full activity
-    nvlink: float
-    jitter: float
-
-
-PROFILES: dict[str, Profile] = {
-    p.name: p
-    for p in (
-        Profile("llm-training", 0.97, 0.92, 0.86, 0.93, 2e9, 120e9, 0.03),
-        Profile("llm-inference", 0.55, 0.75, 0.48, 0.85, 1e9, 10e9, 0.25),
-        Profile("resnet-training", 0.90, 0.45, 0.75, 0.95, 6e9, 20e9, 0.05),
-        Profile("stable-diffusion-inference", 0.70, 0.30, 0.62, 0.90, 0.5e9, 0.0, 0.20),
-        Profile("idle", 0.0, 0.01, 0.0, 0.10, 0.0, 0.0, 0.0),
-    )
-}
+def assign_kinds(nodes: int, gpus_per_node: int, mix: str) -> list[NodeKind]:
+    """Node kinds in contiguous racks, in the mix's proportions (largest remainder, so small fleets are mixed)."""
+    if mix not in MIXES:
+        raise ValueError(f"unknown fleet mix {mix!r}; known: {', '.join(MIXES)}")
+    entries = [(NODE_KINDS[k], w) for k, w in MIXES[mix] if kind_fits(NODE_KINDS[k], gpus_per_node)]
+    total = sum(w for _, w in entries)
+    exact = [nodes * w / total for _, w in entries]
+    counts = [math.floor(x) for x in exact]
+    for i in sorted(range(len(entries)), key=lambda i: counts[i] - exact[i])[: nodes - sum(counts)]:
+        counts[i] += 1
+    return [kind for (kind, _), count in zip(entries, counts, strict=True) for _ in range(count)]
 
 
 def _uuid(rng: np.random.Generator) -> str:
@@ -78,103 +136,548 @@ def _uuid(rng: np.random.Generator) -> str:
 
 
 class Fleet:
-    """N nodes x M GPUs; node i gets one GPU model and one workload profile (jobs take whole nodes)."""
+    """N nodes x M GPUs of a realistic mix, running jobs; optionally with faults and per-link/process/NIC extras.
 
-    def __init__(self, nodes: int, gpus_per_node: int, cluster: str = "sim", seed: int = 0) -> None:
+    ``faults``: a :class:`FaultPlan` (None: no faults). ``extras``: per-link NVLink samples, processes, NIC ports
+    and the odd benign XID (off by default: the foundation's consumers count samples, not extras).
+    ``mix``: a key of :data:`.hardware.MIXES`. ``multi_node``: reserve partitions for multi-node pre-training.
+    """
+
+    def __init__(
+        self,
+        nodes: int,
+        gpus_per_node: int,
+        cluster: str = "sim",
+        seed: int = 0,
+        *,
+        faults: FaultPlan | None = None,
+        extras: bool = False,
+        mix: str = "default",
+        multi_node: bool = True,
+    ) -> None:
         if nodes < 1 or gpus_per_node < 1:
             raise ValueError("a fleet needs at least one node with one GPU")
-        rng = np.random.default_rng(seed)
+        hw_rng, sched_rng, noise_rng, fault_rng = (
+            np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4)
+        )
         self.cluster = cluster
-        self.nodes = [f"node-{i:04d}" for i in range(nodes)]
         self.gpus_per_node = gpus_per_node
-        model_names = list(MODELS)
-        profile_names = list(PROFILES)
-        node_models = rng.choice(len(model_names), size=nodes, p=[0.45, 0.3, 0.15, 0.1])
-        node_profiles = rng.choice(len(profile_names), size=nodes, p=[0.35, 0.2, 0.15, 0.15, 0.15])
+        self.extras = extras
+        self.kinds = assign_kinds(nodes, gpus_per_node, mix)
+        self.nodes = [f"node-{i:04d}" for i in range(nodes)]
         n = nodes * gpus_per_node
-        self.uuids = [_uuid(rng) for _ in range(n)]
-        self.model = [MODELS[model_names[node_models[i // gpus_per_node]]] for i in range(n)]
-        self.profile = [PROFILES[profile_names[node_profiles[i // gpus_per_node]]] for i in range(n)]
-        self._rng = np.random.default_rng(seed + 1)
-        col = np.array
-        self._mem_total = col([m.memory_bytes for m in self.model], dtype=np.float64)
-        self._plimit = col([m.power_limit_watts for m in self.model], dtype=np.float64)
-        self._pidle = col([m.idle_watts for m in self.model], dtype=np.float64)
-        self._clock_max = col([m.sm_clock_max_mhz for m in self.model], dtype=np.float64)
-        self._mclock = col([m.memory_clock_mhz for m in self.model], dtype=np.float64)
-        self._slowdown = col([m.slowdown_celsius for m in self.model], dtype=np.float64)
-        self._shutdown = col([m.shutdown_celsius for m in self.model], dtype=np.float64)
-        self._gen = col([m.pcie_gen for m in self.model], dtype=np.float64)
-        self._width = col([m.pcie_width for m in self.model], dtype=np.float64)
-        self._nvlink = col([m.nvlink for m in self.model], dtype=bool)
-        self._util = col([p.util for p in self.profile])
-        self._mem = col([p.memory for p in self.profile])
-        self._power = col([p.power for p in self.profile])
-        self._clock = col([p.clock for p in self.profile])
-        self._pcie = col([p.pcie for p in self.profile])
-        self._nvl = col([p.nvlink for p in self.profile])
-        self._jitter = col([p.jitter for p in self.profile])
-        self._energy = np.zeros(n)
-        self._last_ts: int | None = None
+        self.uuids = [_uuid(hw_rng) for _ in range(n)]
+        self.model: list[GpuModel] = [MODELS[k.model] for k in self.kinds for _ in range(gpus_per_node)]
+        self._rng = noise_rng
+        self._static(hw_rng)
+        self._sched = Scheduler(self.kinds, gpus_per_node, sched_rng, self._mem_total / _GIB, multi_node)
+        self._injector = FaultInjector(faults or FaultPlan(rate_scale=0.0), self._view(), fault_rng, extras)
+        self._levels, self._low, self._jitter = level_table(), low_table(), jitter_table()
+        self._z = noise_rng.standard_normal(n)
+        self._on = np.zeros(n, dtype=bool)
+        self._f_thermal = np.ones(n)
+        self._temp = np.full(n, np.nan)
+        self._energy = noise_rng.uniform(1e7, 5e8, n).round(3)  # energy since the driver loaded, days ago
+        self._power_ewma = np.zeros(n)
+        self._memory_frac = np.zeros(n)
+        self._t0_ns: int | None = None
+        self._last_ns: int | None = None
+        self._layouts = self._field_layouts()
+        self._gpu_node = [node for node in self.nodes for _ in range(gpus_per_node)]
+        self._model_name = [m.name for m in self.model]
+        self._link_state: np.ndarray | None = None
+        self._link_cache: list[tuple[NvLinkSample, ...] | None] = [None] * n
+        self._proc_key: np.ndarray | None = None
+        self._proc_cache: list[tuple[GpuProcess, ...]] = [()] * n
+        self._nic_tables()
 
+    # --- construction -----------------------------------------------------------------------------------
+    def _static(self, rng: np.random.Generator) -> None:
+        """Per-GPU constants: limits from the catalogue, behaviour from the model, persistent offsets."""
+        gpn, models = self.gpus_per_node, self.model
+        n = len(models)
+        col = np.array
+        spec = [m.spec for m in models]
+        self._mem_total = col([s.memory_bytes for s in spec], dtype=np.float64)
+        self._reserved = col([m.reserved_mib * _MIB for m in models])
+        self._usable = self._mem_total - self._reserved
+        self._default_w = col([s.power_default_watts or 0.0 for s in spec])
+        self._min_w = col([s.power_min_watts or 0.3 * (s.power_default_watts or 0.0) for s in spec])
+        self._idle_w = col([m.idle_watts for m in models])
+        self._clock_max = col([s.sm_clock_max_mhz or 0.0 for s in spec])
+        self._idle_clock = col([m.idle_sm_clock_mhz for m in models])
+        self._mclock_max = col([s.memory_clock_max_mhz or 0.0 for s in spec])
+        # GeForce runs CUDA in P2 with memory a notch below max (rtx-3080-v13: 9251 of 9501 MHz); HBM never drops
+        self._mclock_busy = np.where(
+            col([m.busy_pstate == 2 for m in models]), self._mclock_max - 250, self._mclock_max
+        )
+        self._mclock_idle = np.where(col([m.hbm for m in models]), self._mclock_max, 405.0)
+        self._slowdown = col([s.slowdown_celsius or 90.0 for s in spec])
+        self._shutdown = col([s.shutdown_celsius or 95.0 for s in spec])
+        self._gen_max = col([s.pcie_gen_max or 3 for s in spec], dtype=np.float64)
+        self._width_max = col([s.pcie_width_max or 16 for s in spec], dtype=np.float64)
+        self._busy_pstate = col([m.busy_pstate for m in models], dtype=np.float64)
+        self._idle_pstate = col([m.idle_pstate for m in models], dtype=np.float64)
+        self._fan = col([m.fan for m in models])
+        self._workstation = col([k.fabric == "workstation" for k in self.kinds for _ in range(gpn)])
+        # NVLink: remote ends per link as the node kind wires them
+        self._link_remote: list[list[str | None]] = []
+        for kind in self.kinds:
+            self._link_remote += kind_nvlink_links(kind, gpn)
+        self._nvlinks = col([len(r) for r in self._link_remote], dtype=np.float64)
+        self._has_nvlink = self._nvlinks > 0
+        self._link_bytes = col([s.nvlink_gbytes_per_second * 1e9 for s in spec])
+        self._bus_ids = [kind_pci_bus_id(k, g) for k in self.kinds for g in range(gpn)]
+        # persistent offsets: power efficiency, cooling, inlet air by node and chassis position, boost clock
+        self._efficiency = np.clip(rng.normal(1.0, 0.03, n), 0.92, 1.08)
+        self._r_thermal = col([m.thermal_rise_c for m in models]) / self._default_w * rng.normal(1.0, 0.06, n)
+        ambient = np.repeat(rng.normal(21.0, 1.5, len(self.kinds)), gpn)
+        position = (np.arange(n) % gpn) / max(gpn - 1, 1) * 4.0  # GPUs further down the airflow run warmer
+        self._inlet = ambient + position + rng.normal(0, 1.0, n)
+        self._boost = np.clip(rng.normal(1.0, 0.01, n), 0.97, 1.0)
+        # operators cap some nodes' GPUs for good (a state, set before the fleet's first round)
+        capped = np.repeat(rng.random(len(self.kinds)) < 0.08, gpn)
+        self._base_limit = np.where(
+            capped, np.maximum(np.round(self._default_w * rng.uniform(0.7, 0.85, n)), self._min_w), self._default_w
+        )
+        self._operator_limit = self._base_limit.copy()
+        self._node_of = np.arange(n) // gpn
+
+    def _nic_tables(self) -> None:
+        """Every NIC port of the fleet as flat arrays: its node, name, rate and the GPUs on its rail."""
+        gpn = self.gpus_per_node
+        node: list[int] = []
+        name: list[str] = []
+        rate: list[float] = []
+        gpus: list[int] = []
+        starts: list[int] = []
+        span: list[int] = []
+        for i, kind in enumerate(self.kinds):
+            names = kind_nic_names(kind)
+            for k, nic in enumerate(names):
+                rail = [i * gpn + g for g in range(gpn) if g * len(names) // gpn == k] or [i * gpn]
+                node.append(i)
+                name.append(nic)
+                rate.append(kind.nic_rate_gbps)
+                starts.append(len(gpus))
+                span.append(len(rail))
+                gpus += rail
+        self._nic_node, self._nic_name = node, name
+        self._nic_gpus = np.array(gpus, dtype=np.int64)
+        self._nic_starts = np.array(starts, dtype=np.int64)
+        self._nic_span = np.array(span, dtype=np.float64)
+        self._nic_bytes = np.array(rate) * 1e9 / 8
+        # error counters stay at zero on healthy ports; state ACTIVE; the port's rate
+        self._nic_static = np.column_stack([np.zeros((len(node), 5)), np.ones(len(node)), np.array(rate)])
+
+    def _view(self) -> GpuView:
+        lanes = _LANE_BYTES[self._gen_max.astype(int)] * self._width_max
+        return GpuView(
+            self.cluster, self.nodes, self.uuids, self.gpus_per_node, self._has_nvlink, self._nvlinks.astype(int),
+            [m.ecc for m in self.model], self._default_w, self._min_w, self._gen_max, self._width_max, self._usable,
+            np.array([m.thermal_rise_c for m in self.model]), self._slowdown, lanes, self._nvlinks * self._link_bytes,
+        )  # fmt: skip
+
+    def _field_layouts(self) -> list[tuple[np.ndarray, np.ndarray, tuple[str, ...]]]:
+        """GPUs grouped by the fields their model reports: (GPU indices, metric columns, field names)."""
+        always = [
+            "utilization_gpu_percent", "utilization_memory_percent", "memory_used_bytes", "memory_total_bytes",
+            "memory_reserved_bytes", "sm_clock_mhz", "sm_clock_max_mhz", "graphics_clock_mhz",
+            "graphics_clock_max_mhz", "memory_clock_mhz", "memory_clock_max_mhz", "temperature_gpu_celsius",
+            "temperature_slowdown_celsius", "temperature_shutdown_celsius", "power_watts", "power_limit_watts",
+            "power_default_limit_watts", "energy_joules", "performance_state", "throttle_reasons_mask",
+            "pcie_link_gen", "pcie_link_gen_max", "pcie_link_width", "pcie_link_width_max",
+            "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second", "pcie_replay_total", "process_count",
+        ]  # fmt: skip
+        groups: dict[tuple[object, ...], list[int]] = {}
+        for g, m in enumerate(self.model):
+            groups.setdefault((m.fan, m.hbm, m.profiling, m.ecc, bool(self._has_nvlink[g])), []).append(g)
+        out = []
+        for (fan, hbm, profiling, ecc, nvlink), members in groups.items():
+            names = list(always)
+            names += ["fan_speed_percent"] if fan else []
+            names += ["temperature_memory_celsius"] if hbm else []
+            names += ["sm_active_percent", "tensor_active_percent", "dram_active_percent"] if profiling else []
+            names += ["ecc_corrected_total", "ecc_uncorrected_total"] if ecc else []
+            if ecc == "remap":
+                names += ["row_remap_correctable_total", "row_remap_uncorrectable_total", "row_remap_pending",
+                          "row_remap_failure"]  # fmt: skip
+            elif ecc == "retire":
+                names += ["retired_pages_sbe_total", "retired_pages_dbe_total", "retired_pages_pending"]
+            if nvlink:
+                names += ["nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second", "nvlink_links_active",
+                          "nvlink_links_max", "nvlink_crc_errors_total", "nvlink_replay_errors_total",
+                          "nvlink_recovery_errors_total"]  # fmt: skip
+            ordered = tuple(n for n in METRIC_NAMES if n in names)
+            out.append((np.array(members), np.array([_col(n) for n in ordered]), ordered))
+        return out
+
+    # --- public API ---------------------------------------------------------------------------------------
     @property
     def size(self) -> int:
         return len(self.uuids)
 
-    def readings(self, ts_ns: int) -> dict[str, np.ndarray]:
-        """Every GPU's metrics at ``ts_ns`` as arrays (one entry per canonical field)."""
-        n, rng = self.size, self._rng
-        wobble = 1 + self._jitter * rng.standard_normal(n)
-        util = np.clip(self._util * wobble, 0, 1)
-        power_frac = np.clip(self._power * wobble, 0, 1.02)
-        power = self._pidle + (self._plimit - self._pidle) * power_frac
-        dt = 0.0 if self._last_ts is None else (ts_ns - self._last_ts) / 1e9
-        self._energy += power * max(dt, 0.0)
-        self._last_ts = ts_ns
-        temp = 30 + (self._slowdown - 30 - 8) * power_frac + rng.normal(0, 0.7, n)
-        activity = np.clip(util * 1.05, 0, 1)
-        mem_used = np.round(self._mem_total * np.clip(self._mem * (1 + 0.01 * rng.standard_normal(n)), 0.005, 1))
+    @property
+    def profile(self) -> list[Profile]:
+        """The application profile each GPU runs now ("idle" where no job runs)."""
+        names = list(APP_INDEX)
+        return [PROFILES[names[a]] for a in self._sched.gpu_app.tolist()]
+
+    @property
+    def injector(self) -> FaultInjector:
+        return self._injector
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self._sched
+
+    def applications(self) -> list[str]:
+        """The true application per GPU now (``idle`` where nothing runs)."""
+        names = list(APP_INDEX)
+        return [names[a] for a in self._sched.gpu_app.tolist()]
+
+    def phases(self) -> list[str]:
+        """The true phase per GPU now."""
+        return [PHASES[p] for p in self._phase().tolist()]
+
+    def tick(self, ts_ns: int) -> list[SampleBatch]:
+        """One sampling round: one SampleBatch per node, every GPU read at ``ts_ns``."""
+        return self.round(ts_ns).batches
+
+    def contexts(self, ts_ns: int) -> list[GpuContext]:
+        """Every GPU's current workload (None where nothing runs), for a full snapshot of the context topic."""
+        return [
+            GpuContext(self.cluster, self.nodes[g // self.gpus_per_node], uuid, ts_ns, self._sched.workload_of(g))
+            for g, uuid in enumerate(self.uuids)
+        ]
+
+    def topologies(self, ts_ns: int) -> list[NodeTopology]:
+        gpn = self.gpus_per_node
+        return [
+            node_topology(kind, self.cluster, node, self.uuids[i * gpn : (i + 1) * gpn], ts_ns)
+            for i, (kind, node) in enumerate(zip(self.kinds, self.nodes, strict=True))
+        ]
+
+    def round(self, ts_ns: int) -> SimRound:
+        """Advance jobs, faults and physics to ``ts_ns`` and read every GPU."""
+        first = self._t0_ns is None
+        if self._t0_ns is None:
+            self._t0_ns = ts_ns
+        now_s = (ts_ns - self._t0_ns) / 1e9
+        dt = 0.0 if self._last_ns is None else max((ts_ns - self._last_ns) / 1e9, 0.0)
+        self._last_ns = ts_ns
+        sched = self._sched
+        changed = sched.fill(now_s) if first else []
+        changed += sched.advance(now_s)
+        inlet = self._inlet + self._injector.effects.inlet_add
+        faults = self._injector.advance(Now(now_s, ts_ns, dt, sched, self._power_ewma, self._memory_frac, inlet))
+        changed += faults.changed
+        if changed:
+            self._on_job_change(np.unique(changed))
+        values = self._physics(now_s, dt, first)
+        batches = self._batches(values, ts_ns, faults.events)
+        if first:
+            contexts = self.contexts(ts_ns)
+        else:
+            contexts = [
+                GpuContext(self.cluster, self.nodes[g // self.gpus_per_node], self.uuids[g], ts_ns,
+                           sched.workload_of(g))
+                for g in dict.fromkeys(changed)
+            ]  # fmt: skip
+        return SimRound(ts_ns, batches, contexts, faults.records)
+
+    # --- physics ------------------------------------------------------------------------------------------
+    def _on_job_change(self, gpus: np.ndarray) -> None:
+        # miners set a lower power limit when they start (a state, not a fault) and lock the core clock
+        hashing = self._sched.gpu_app[gpus] == _HASHING
+        capped = np.maximum(np.round(self._default_w[gpus] * self._rng.uniform(0.65, 0.8, len(gpus))),
+                            self._min_w[gpus])  # fmt: skip
+        self._operator_limit[gpus] = np.where(hashing, np.minimum(capped, self._base_limit[gpus]),
+                                              self._base_limit[gpus])  # fmt: skip
+
+    def _phase(self) -> np.ndarray:
+        sched = self._sched
+        job = sched.gpu_job
+        return np.where(job >= 0, sched.job_phase[np.maximum(job, 0)], P_IDLE)
+
+    def _physics(self, now_s: float, dt: float, first: bool) -> dict[str, np.ndarray]:
+        sched, e, rng = self._sched, self._injector.effects, self._rng
+        n = self.size
+        app, job = sched.gpu_app, sched.gpu_job
+        has_job = job >= 0
+        slot = np.maximum(job, 0)
+        lv = self._levels[app, self._phase()]
+        low = self._low[app]
+        # serving follows a daily load curve plus request noise; bursty apps switch between requests and idle
+        hour = (now_s / 3600.0 + (self._t0_ns or 0) / 3.6e12) % 24
+        load = sched.job_load_mid[slot] + sched.job_load_amp[slot] * np.cos(
+            2 * np.pi * (hour - sched.job_peak_hour[slot]) / 24
+        )
+        self._z = 0.9 * self._z + math.sqrt(1 - 0.81) * rng.standard_normal(n)
+        white = rng.standard_normal((n, 3))
+        load = np.clip(load + 0.12 * self._z, 0.02, 1.0)
+        serving = app == _SERVING
+        lv = np.where(serving[:, None], low + (lv - low) * load[:, None], lv)
+        # continuous batching launches kernels whenever any request is in flight: utilisation saturates at
+        # modest load while SM activity and power keep scaling with the batch
+        busy_u = low[:, L_UTIL] + (self._levels[app, 0, L_UTIL] - low[:, L_UTIL]) * (1 - np.exp(-4 * load))
+        lv[:, L_UTIL] = np.where(serving, busy_u, lv[:, L_UTIL])
+        if dt > 0:
+            rate = np.where(_INTERACTIVE[app], _SESSION_RATE, _REQUEST_RATE * load)
+            start = rng.random(n) < rate * dt
+            stop = rng.random(n) < dt / _REQUEST_S
+            self._on = np.where(self._on, ~stop, start)
+        bursty = _BURSTY[app] & has_job
+        on_row = self._levels[app, 0]  # a request (or a notebook cell) runs at the compute levels
+        lv = np.where(bursty[:, None], np.where(self._on[:, None], on_row, low), lv)
+        # how hard this job drives the GPU, then its own wobble (AR(1), shared by its levels) and white noise
+        intensity = np.where(has_job, sched.job_intensity[slot], 1.0)
+        lv = lv.copy()
+        idle_frac = self._idle_w / self._default_w
+        lv[:, L_POWER] = np.where(
+            lv[:, L_POWER] > idle_frac, idle_frac + (lv[:, L_POWER] - idle_frac) * intensity, lv[:, L_POWER]
+        )
+        for level in (L_TENSOR, L_DRAM, L_NVLINK, L_IB):
+            lv[:, level] *= intensity
+        lv[:, L_SM] *= np.sqrt(intensity)  # SMs stay occupied by slower, memory-bound kernels: activity drops less
+        wobble = 1 + self._jitter[app] * self._z
+        for level in (L_UTIL, L_SM, L_TENSOR, L_DRAM, L_POWER):
+            lv[:, level] *= wobble
+        lv[:, L_POWER] *= 1 + 0.01 * white[:, 0]
+        traffic = 1 + np.clip(2 * self._jitter[app] * self._z + 0.05 * white[:, 1], -0.5, 0.5)
+        for level in (L_PCIE_TX, L_PCIE_RX, L_NVLINK, L_IB):
+            lv[:, level] *= traffic
+        # peers waiting on a straggler or on a slow NVLink fallback: dips every step, deeper every few seconds
+        wait = e.wait
+        if wait.any():
+            dip = (math.floor(now_s) % e.wait_period) == 0
+            depth = wait * np.where(dip, 1.6, 0.7)
+            for level in (L_SM, L_TENSOR, L_POWER, L_NVLINK, L_IB):
+                lv[:, level] *= np.clip(1 - depth, 0.05, 1)
+            lv[:, L_UTIL] *= np.clip(1 - 0.5 * depth, 0.05, 1)
+        # a host-side straggler computes in fewer of its seconds; restarts (XID, out of memory) idle the GPU
+        computing = rng.random(n) < e.duty
+        stalled = now_s < e.stall_until
+        quiet = stalled | ~computing
+        if quiet.any():
+            clock = lv[:, L_CLOCK].copy()
+            lv = np.where(quiet[:, None], np.where(stalled[:, None], 0.0, lv * 0.15), lv)
+            lv[:, L_CLOCK] = np.where(stalled, 0.0, clock)  # waiting for input does not drop the clocks
+        lv = np.clip(lv, 0.0, 1.0)
+        util = lv[:, L_UTIL]
+        active = (util > 0.005) | (lv[:, L_POWER] > 0.05)
+
+        # power, limits, clocks
+        demand = np.maximum(self._idle_w, lv[:, L_POWER] * self._default_w * self._efficiency)
+        demand *= e.clock_factor**2  # a GPU held at a lower clock also runs at a lower voltage
+        demand = np.maximum(demand * self._f_thermal**1.5, self._idle_w)
+        limit = np.minimum(self._operator_limit, e.cap_watts)
+        capped = demand > limit
+        # at the limit the controller swings around it: NVML's readings overshoot by a few percent now and then
+        power = np.where(capped, limit * np.clip(1 + 0.03 * white[:, 1], 0.94, 1.1), demand)
+        cap_factor = np.where(capped, (limit / demand) ** 0.45, 1.0)
+        clock_frac = np.where(active, lv[:, L_CLOCK], 0.0)
+        clock = np.maximum(self._clock_max * clock_frac * self._boost * cap_factor * self._f_thermal * e.clock_factor,
+                           self._idle_clock)  # fmt: skip
+        clock = np.minimum(clock, self._clock_max)
+        # temperature: first-order lag towards inlet + R * power; the slowdown controller holds the threshold
+        inlet = self._inlet + e.inlet_add
+        equilibrium = inlet + self._r_thermal * e.thermal_k * power
+        if first or np.isnan(self._temp).any():
+            self._temp = np.where(np.isnan(self._temp), equilibrium, self._temp)
+        else:
+            self._temp += (equilibrium - self._temp) * (1 - math.exp(-dt / _THERMAL_TAU_S))
+        temp = self._temp + 0.3 * white[:, 2]
+        over = self._temp - (self._slowdown - 1)
+        if dt > 0:
+            self._f_thermal = np.clip(
+                np.where(over > 0, self._f_thermal - 0.03 * over * dt, self._f_thermal + 0.01 * dt), 0.3, 1.0
+            )
+        throttled = self._f_thermal < 0.999
+        self._energy += power * dt
+        alpha = 1 - math.exp(-dt / _POWER_EWMA_S) if dt > 0 else 1.0
+        self._power_ewma += (power / self._default_w - self._power_ewma) * alpha
+
+        # memory: ramps to the job's level after it (re)starts, plus a leak; a few MiB when nothing runs
+        since = now_s - np.maximum(sched.job_start, e.restarted_at)
+        ramp = 1 - np.exp(-np.maximum(since, 0) / sched.mem_tau)
+        job_mem = self._usable * sched.mem_target * ramp + e.leak_bytes
+        idle_mem = np.where(self._workstation & (np.arange(n) % self.gpus_per_node == 0), 22, 3) * _MIB
+        memory = np.where(has_job, np.maximum(job_mem, 300 * _MIB), idle_mem)
+        memory = np.minimum(np.floor(memory / _MIB) * _MIB, self._usable)
+        self._memory_frac = memory / self._usable
+
+        # PCIe: Gen1 at idle (link power saving), a fault may have trained it lower or narrower
+        gen = np.where(active, np.minimum(self._gen_max, e.gen_cap), 1.0)
+        width = np.minimum(self._width_max, e.width_cap)
+        full_bw = _LANE_BYTES[self._gen_max.astype(int)] * self._width_max
+        now_bw = _LANE_BYTES[gen.astype(int)] * width
+        nvl_wanted = lv[:, L_NVLINK] * self._nvlinks * self._link_bytes * sched.multi
+        fallback = np.where(e.nvlink_fallback, nvl_wanted, 0.0)
+        background = rng.uniform(0, 1e6, (n, 2))
+        tx = np.minimum(lv[:, L_PCIE_TX] * full_bw + fallback, 0.9 * now_bw) + background[:, 0]
+        rx = np.minimum(lv[:, L_PCIE_RX] * full_bw + fallback, 0.9 * now_bw) + background[:, 1]
+        nvl = np.where(e.nvlink_fallback, 0.0, nvl_wanted)
+        links_active = (e.link_up & e.link_exists).sum(axis=1) if e.links else np.zeros(n)
+
+        mask = np.where(active, 0.0, _BIT_IDLE)
+        mask += np.where(capped & active, _BIT_POWER_CAP, 0.0)
+        mask += np.where(throttled, _BIT_SW_THERMAL, 0.0)
+        mask += np.where(self._temp >= self._slowdown, _BIT_HW_THERMAL, 0.0)
+        mask += np.where((app == _HASHING) & active, _BIT_APP_CLOCKS, 0.0)
+        fan = np.where(self._fan == "curve", np.where(temp < 45, 0.0, np.clip(30 + (temp - 45) * 2.0, 30, 100)), 0.0)
+        self._ib = lv[:, L_IB] * sched.multi_node
         return {
             "utilization_gpu_percent": np.round(util * 100),
-            "utilization_memory_percent": np.round(util * 100 * 0.6),
-            "memory_used_bytes": mem_used,
+            "utilization_memory_percent": np.round(lv[:, L_DRAM] * 100),
+            "memory_used_bytes": memory,
             "memory_total_bytes": self._mem_total,
-            "sm_clock_mhz": np.round(self._clock_max * np.clip(self._clock + 0.01 * rng.standard_normal(n), 0.05, 1)),
+            "memory_reserved_bytes": self._reserved,
+            "sm_clock_mhz": np.round(clock),
             "sm_clock_max_mhz": self._clock_max,
-            "memory_clock_mhz": self._mclock,
+            "graphics_clock_mhz": np.round(clock),
+            "graphics_clock_max_mhz": self._clock_max,
+            "memory_clock_mhz": np.where(has_job | active, self._mclock_busy, self._mclock_idle),
+            "memory_clock_max_mhz": self._mclock_max,
             "temperature_gpu_celsius": np.round(temp),
+            "temperature_memory_celsius": np.round(0.7 * temp + 21),
             "temperature_slowdown_celsius": self._slowdown,
             "temperature_shutdown_celsius": self._shutdown,
             "power_watts": np.round(power, 2),
-            "power_limit_watts": self._plimit,
+            "power_limit_watts": limit,
+            "power_default_limit_watts": self._default_w,
             "energy_joules": np.round(self._energy, 3),
-            "performance_state": np.where(util > 0.05, 0.0, 8.0),
-            "throttle_reasons_mask": np.where(util > 0.05, 0.0, 1.0),
-            "pcie_link_gen": np.where(util > 0.05, self._gen, 1.0),
-            "pcie_link_gen_max": self._gen,
-            "pcie_link_width": self._width,
-            "pcie_link_width_max": self._width,
-            "pcie_tx_bytes_per_second": np.round(self._pcie * activity * np.abs(wobble)),
-            "pcie_rx_bytes_per_second": np.round(self._pcie * activity * np.abs(wobble) * 1.1),
-            "nvlink_tx_bytes_per_second": np.where(self._nvlink, np.round(self._nvl * activity), np.nan),
-            "nvlink_rx_bytes_per_second": np.where(self._nvlink, np.round(self._nvl * activity), np.nan),
-            "ecc_corrected_total": np.zeros(n),
-            "ecc_uncorrected_total": np.zeros(n),
+            "fan_speed_percent": np.round(fan),
+            "performance_state": np.where(has_job | active, self._busy_pstate, self._idle_pstate),
+            "throttle_reasons_mask": mask,
+            "pcie_link_gen": gen,
+            "pcie_link_gen_max": self._gen_max,
+            "pcie_link_width": width,
+            "pcie_link_width_max": self._width_max,
+            "pcie_tx_bytes_per_second": np.round(tx),
+            "pcie_rx_bytes_per_second": np.round(rx),
+            "pcie_replay_total": e.pcie_replay,
+            "nvlink_tx_bytes_per_second": np.round(nvl),
+            "nvlink_rx_bytes_per_second": np.round(nvl * (1 + 0.01 * white[:, 1])).clip(0),
+            "nvlink_links_active": links_active,
+            "nvlink_links_max": self._nvlinks,
+            "nvlink_crc_errors_total": e.nvl_crc.sum(axis=1),
+            "nvlink_replay_errors_total": e.nvl_replay.sum(axis=1),
+            "nvlink_recovery_errors_total": e.nvl_recovery.sum(axis=1),
+            "sm_active_percent": np.round(lv[:, L_SM] * 100, 1),
+            "tensor_active_percent": np.round(lv[:, L_TENSOR] * 100, 1),
+            "dram_active_percent": np.round(lv[:, L_DRAM] * 100, 1),
+            "ecc_corrected_total": e.ecc_corrected,
+            "ecc_uncorrected_total": e.ecc_uncorrected,
+            "row_remap_correctable_total": e.remap_correctable,
+            "row_remap_uncorrectable_total": e.remap_uncorrectable,
+            "row_remap_pending": e.remap_pending,
+            "row_remap_failure": e.remap_failure,
+            "retired_pages_sbe_total": e.retired_sbe,
+            "retired_pages_dbe_total": e.retired_dbe,
+            "retired_pages_pending": e.retired_pending,
+            "process_count": has_job.astype(np.float64)
+            + (self._workstation & (np.arange(n) % self.gpus_per_node == 0)),
         }
 
-    def tick(self, ts_ns: int) -> list[SampleBatch]:
-        """One sampling round: one SampleBatch per node. Fields a model lacks (NVLink on PCIe cards) are absent."""
-        values = self.readings(ts_ns)
-        names = list(values)
-        rows = np.column_stack([values[k] for k in names]).tolist()
-        per_node = self.gpus_per_node
+    # --- assembly -----------------------------------------------------------------------------------------
+    def _batches(
+        self, values: dict[str, np.ndarray], ts_ns: int, events: list[tuple[int, GpuEvent]]
+    ) -> list[SampleBatch]:
+        n, gpn, cluster = self.size, self.gpus_per_node, self.cluster
+        matrix = np.empty((n, len(METRIC_NAMES)))
+        for name, column in values.items():
+            matrix[:, METRIC_INDEX[name]] = column
+        lost = self._injector.effects.lost
+        links = self._links() if self.extras else [None] * n
+        procs: list[tuple[GpuProcess, ...]] | list[None] = (
+            self._processes(values["memory_used_bytes"]) if self.extras else [None] * n
+        )
+        samples: list[GpuSample | None] = [None] * n
+        gpu_node, model_name, uuids = self._gpu_node, self._model_name, self.uuids
+        for members, cols, names in self._layouts:
+            rows = matrix[np.ix_(members, cols)].tolist()
+            for g, row in zip(members.tolist(), rows, strict=True):
+                samples[g] = GpuSample(cluster, gpu_node[g], uuids[g], g % gpn, model_name[g], ts_ns,
+                                       dict(zip(names, row, strict=True)), links[g], procs[g])  # fmt: skip
+        for g in np.flatnonzero(lost).tolist():  # fallen off the bus: no reading
+            samples[g] = None
+        by_node: dict[int, list[GpuEvent]] = {}
+        for at, event in events:
+            by_node.setdefault(at, []).append(event)
+        nics = self._nics(ts_ns) if self.extras else [()] * len(self.nodes)
         batches = []
-        for ni, node in enumerate(self.nodes):
-            samples = []
-            for gi in range(per_node):
-                i = ni * per_node + gi
-                # absent fields are NaN in the arrays; `v == v` drops them
-                metrics = {k: v for k, v in zip(names, rows[i], strict=True) if v == v}  # noqa: PLR0124
-                samples.append(GpuSample(self.cluster, node, self.uuids[i], gi, self.model[i].name, ts_ns, metrics))
-            batches.append(SampleBatch(self.cluster, node, tuple(samples)))
+        for i, name in enumerate(self.nodes):
+            mine = samples[i * gpn : (i + 1) * gpn]
+            node_events = by_node.get(i)
+            batches.append(SampleBatch(
+                cluster,
+                name,
+                tuple(s for s in mine if s is not None) if None in mine else tuple(mine),  # type: ignore[arg-type]
+                tuple(sorted(node_events, key=lambda e: (e.ts_ns, e.gpu_index))) if node_events else (),
+                nics[i],
+            ))  # fmt: skip
         return batches
+
+    def _links(self) -> list[tuple[NvLinkSample, ...] | None]:
+        """Per-link state and error counters; the tuples are rebuilt only for GPUs where something changed.
+
+        Per-link throughput is left None: the GPU's totals carry it (building 18 link objects per GPU per
+        round would cost more than the rest of the round, and the sink stores link points only on change).
+        """
+        e = self._injector.effects
+        if not e.links:
+            return [None] * self.size
+        state = np.concatenate([e.link_up & e.link_exists, e.nvl_crc, e.nvl_replay, e.nvl_recovery], axis=1)
+        if self._link_state is None or self._link_state.shape != state.shape:
+            dirty = np.flatnonzero(self._has_nvlink)
+        else:
+            dirty = np.flatnonzero((state != self._link_state).any(axis=1) & self._has_nvlink)
+        self._link_state = state
+        if len(dirty):
+            up = e.link_up[dirty].tolist()
+            crc, replay, recovery = (a[dirty].astype(np.int64).tolist() for a in (e.nvl_crc, e.nvl_replay,
+                                                                                  e.nvl_recovery))  # fmt: skip
+            for row, g in enumerate(dirty.tolist()):
+                self._link_cache[g] = tuple(
+                    NvLinkSample(k, up[row][k], None, None, crc[row][k], replay[row][k], recovery[row][k], end)
+                    for k, end in enumerate(self._link_remote[g])
+                )
+        return self._link_cache
+
+    def _processes(self, memory: np.ndarray) -> list[tuple[GpuProcess, ...]]:
+        """Processes per GPU (Xorg on a workstation's first GPU, one per rank of a job); reused while unchanged."""
+        sched, gpn = self._sched, self.gpus_per_node
+        key = np.stack([sched.gpu_job.astype(np.float64), memory], axis=1)
+        changed = np.flatnonzero((key != self._proc_key).any(axis=1)) if self._proc_key is not None else None
+        self._proc_key = key
+        gpus = range(self.size) if changed is None else changed.tolist()
+        used_all = memory.astype(np.int64)
+        for g in gpus:
+            procs: list[GpuProcess] = []
+            xorg = bool(self._workstation[g]) and g % gpn == 0
+            if xorg:
+                procs.append(GpuProcess(1200 + int(self._node_of[g]), _XORG, 22 * _MIB, "graphics"))
+            job = sched.job_of(g)
+            if job is not None:
+                name = job.profile.process[job.workload.framework or ""]
+                used = int(used_all[g]) - (22 * _MIB if xorg else 0)
+                procs.append(GpuProcess(job.pid + job.gpus.index(g), name, used, "compute"))
+            self._proc_cache[g] = tuple(procs)
+        return self._proc_cache
+
+    def _nics(self, ts_ns: int) -> list[tuple[NicSample, ...]]:
+        """One NicSample per port; the load of NIC k is the mean InfiniBand level of the GPUs on its rail."""
+        if not len(self._nic_node):
+            return [()] * len(self.nodes)
+        load = np.add.reduceat(self._ib[self._nic_gpus], self._nic_starts) / self._nic_span
+        noise = 1 + 0.02 * self._rng.standard_normal((len(load), 2))
+        rx = np.maximum(load * self._nic_bytes * noise[:, 0], 0.0).round() + 2e5
+        tx = np.maximum(load * self._nic_bytes * noise[:, 1], 0.0).round() + 2e5
+        rows = np.column_stack([rx, tx, (rx / 4096).round(), (tx / 4096).round(), self._nic_static]).tolist()
+        out: list[list[NicSample]] = [[] for _ in self.nodes]
+        for k, row in enumerate(rows):
+            node = self._nic_node[k]
+            out[node].append(NicSample(self.cluster, self.nodes[node], self._nic_name[k], 1, ts_ns,
+                                       dict(zip(_NIC_FIELDS, row, strict=True))))  # fmt: skip
+        return [tuple(ports) for ports in out]

@@ -36,16 +36,35 @@ class InfluxServer:
         )
 
 
+class KafkaServer:
+    """The session's broker; ``stop``/``start`` keep its ports and data (reliability tests restart it)."""
+
+    def __init__(self, proc: kafka.KafkaProcess, cache_dir: Path) -> None:
+        self.proc, self.cache_dir = proc, cache_dir
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.proc.bootstrap_servers
+
+    def stop(self) -> None:
+        self.proc.stop()
+
+    def start(self) -> None:
+        p = self.proc
+        self.proc = kafka.start(self.cache_dir, p.version, p.run_dir, port=p.port, controller_port=p.controller_port)
+
+
 @pytest.fixture(scope="session")
 def defaults() -> Settings:
     return load_settings()
 
 
 @pytest.fixture(scope="session")
-def kafka_server(tmp_path_factory: pytest.TempPathFactory, defaults: Settings) -> Iterator[kafka.KafkaProcess]:
-    proc = kafka.start(defaults.services.cache_dir, defaults.kafka.version, tmp_path_factory.mktemp("kafka"))
-    yield proc
-    proc.stop()
+def kafka_server(tmp_path_factory: pytest.TempPathFactory, defaults: Settings) -> Iterator[KafkaServer]:
+    cache = defaults.services.cache_dir
+    server = KafkaServer(kafka.start(cache, defaults.kafka.version, tmp_path_factory.mktemp("kafka")), cache)
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -60,9 +79,7 @@ def influx_server(tmp_path_factory: pytest.TempPathFactory, defaults: Settings) 
 
 
 @pytest.fixture
-def settings(
-    kafka_server: kafka.KafkaProcess, influx_server: InfluxServer, defaults: Settings, tmp_path: Path
-) -> Settings:
+def settings(kafka_server: KafkaServer, influx_server: InfluxServer, defaults: Settings, tmp_path: Path) -> Settings:
     """Settings for one test: its own topics, consumer groups and cluster tag on the shared servers."""
     tag = uuid.uuid4().hex[:8]
     p = influx_server.proc

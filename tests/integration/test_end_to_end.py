@@ -88,8 +88,9 @@ def test_node_extras_and_findings_are_stored(settings: Settings, tmp_path: Path)
     )  # fmt: skip
     xid = GpuEvent(settings.cluster, "n1", "GPU-x", 0, ts, EventKind.XID, 48, "double-bit ECC error")
     nic = NicSample(settings.cluster, "n1", "mlx5_0", 1, ts, {"rx_bytes_per_second": 2e9, "rate_gbps": 400.0})
+    # on another GPU than the sample's: the processor's detectors report the XID 48 on GPU-x themselves
     finding = Finding(
-        "ecc-uncorrectable", Severity.CRITICAL, True, settings.cluster, "n1", "GPU-x", "NVIDIA H100 80GB HBM3",
+        "ecc-uncorrectable", Severity.CRITICAL, True, settings.cluster, "n1", "GPU-y", "NVIDIA H100 80GB HBM3",
         ts, ts, "XID 48: double-bit ECC error", "drain the node and reset the GPU", {"xid": 48.0},
     )  # fmt: skip
     with running_pipeline(settings, tmp_path) as (_processor, sink):
@@ -98,7 +99,7 @@ def test_node_extras_and_findings_are_stored(settings: Settings, tmp_path: Path)
         pub.publish(settings.topics.alerts, finding.dedup_key.encode(), encode_record(finding))
         assert pub.close(30) == 0
         wait_stored(sink, 1)
-        assert wait_for(lambda: sink.stats().get("findings_written") == 1, 30)
+        assert wait_for(lambda: sink.stats().get("findings_written") == 2, 30)
 
     (event,) = stored_points(settings, "gpu_event")
     assert (event["kind"], event["code"], event["detail"]) == ("xid", "48", "double-bit ECC error")
@@ -109,6 +110,9 @@ def test_node_extras_and_findings_are_stored(settings: Settings, tmp_path: Path)
     assert links["0"]["active"] == 1.0 and links["1"]["active"] == 0.0 and links["1"]["crc_errors_total"] == 12.0
     (procs,) = stored_points(settings, "gpu_process")
     assert procs["processes"] == "4242 python3 1024MiB" and procs["count"] == 1.0
-    (stored_finding,) = stored_points(settings, "finding")
+    by_gpu = {f["gpu"]: f for f in stored_points(settings, "finding")}
+    assert set(by_gpu) == {"GPU-x", "GPU-y"}
+    assert by_gpu["GPU-x"]["detector"] == "ecc-uncorrectable" and "XID 48" in by_gpu["GPU-x"]["summary"]
+    stored_finding = by_gpu["GPU-y"]
     assert stored_finding["summary"] == finding.summary and stored_finding["severity"] == "critical"
     assert stored_finding["ev_xid"] == 48.0 and stored_finding["active"] == 1.0

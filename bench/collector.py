@@ -1,0 +1,156 @@
+"""What the NVML collector costs: CPU time per GPU-sample, next to the bare NVML calls it makes, plus encoding.
+
+For each configuration, on the fake NVML of tests/fakes/nvml.py (devices replaying the real nvidia-smi captures;
+no GPU on the benchmark machine):
+
+- *collector*: ``NvmlCollector.collect`` (NVML calls + mapping into GpuSample, rates, processes, NVLink), and the
+  event drain of ``EventWatcher`` (one NVML call per round);
+- *bare NVML calls*: the baseline, measured in the same run: the exact list of NVML calls one collector round
+  made (recorded by the fake), replayed without any mapping;
+- *encode*: ``encode_samples`` of the round's SampleBatch (what the agent adds before publishing).
+
+CPU time is the process's (``time.process_time``), over many rounds after two warm-up rounds (so unsupported
+readings are already cached, as in steady state). Real NVML calls go into the driver and cost more than the
+fake's, so on a GPU node the bare-call time is larger and our share smaller than the ratio here says: the ratio
+is an upper bound of our overhead.
+
+Run: ``python -m bench.collector [--rounds N] [--json PATH]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+from pipeline.codec import encode_samples
+from pipeline.events import SampleBatch
+from producers.nvml import NvmlCollector
+from producers.nvml.events import EventWatcher
+from tests.fakes.nvml import FakeGpu, FakeLink, FakeNvml, load_capture
+
+T0 = 1_763_790_000_123_456_789
+MIX = (
+    "rtx-3080-v13.xml",
+    "a10g.xml",
+    "rtx-3090-v12.xml",
+    "3090-v13.xml",
+    "rtx-4000-sff-ada-v13.xml",
+    "rtx-3060-v12.xml",
+    "quadro-p2000-v12.xml",
+    "gt-1030.xml",
+)
+
+
+def mixed_node() -> list[FakeGpu]:
+    """Eight different real captures (no NVLink, sampled PCIe throughput)."""
+    return [load_capture(name)[0] for name in MIX]
+
+
+def nvlink_node() -> list[FakeGpu]:
+    """Eight A10G captures with 18 NVLinks each through 4 switches and PCIe byte counters: an HGX-like load."""
+    base = load_capture("a10g.xml")[0]
+    gpus = []
+    for i in range(8):
+        values = dict(base.values) | {"pcie.tx_bytes": 10**9, "pcie.rx_bytes": 10**9, "energy_mj": 10**9}
+        links = [
+            FakeLink(f"00000000:0{link % 4 + 5}:00.0", remote_type=pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
+            for link in range(18)
+        ]
+        gpus.append(dataclasses.replace(base, uuid=f"GPU-{i:08x}", pci_bus_id=f"00000000:{i + 16:02X}:00.0",
+                                        values=values, links=links))  # fmt: skip
+    return gpus
+
+
+@dataclass
+class Row:
+    config: str
+    gpus: int
+    rounds: int
+    nvml_calls_per_gpu: float
+    collector_us: float
+    events_us: float
+    bare_calls_us: float
+    ratio: float
+    encode_us: float
+
+
+def _cpu_per_sample(fn: Callable[[], Any], rounds: int, samples_per_round: int) -> float:
+    start = time.process_time()
+    for _ in range(rounds):
+        fn()
+    return (time.process_time() - start) / (rounds * samples_per_round) * 1e6
+
+
+def measure(config: str, gpus: list[FakeGpu], rounds: int) -> Row:
+    fake = FakeNvml(gpus)
+    collector = NvmlCollector(fake, "bench", "node-1")
+    collector.open()
+    watcher = EventWatcher(fake, "bench", "node-1")
+    watcher.open(collector.devices)
+    ts = iter(range(T0, T0 + (rounds + 10) * 10**9, 10**9))
+    for _ in range(2):
+        collector.collect(next(ts))
+    fake.record = []
+    samples, _ = collector.collect(next(ts))
+    calls = fake.record
+    fake.record = None
+    n = len(samples)
+    assert n == len(gpus)
+
+    def replay() -> None:
+        for name, args in calls:
+            with contextlib.suppress(pynvml.NVMLError):
+                getattr(fake, name)(*args)
+
+    def round_() -> None:
+        collector.collect(next(ts))
+
+    batch = SampleBatch("bench", "node-1", tuple(samples))
+    collector_us = _cpu_per_sample(round_, rounds, n)
+    events_us = _cpu_per_sample(lambda: watcher.drain(T0), rounds, n)
+    bare_us = _cpu_per_sample(replay, rounds, n)
+    encode_us = _cpu_per_sample(lambda: encode_samples(batch), rounds, n)
+    return Row(config, n, rounds, len(calls) / n, collector_us, events_us, bare_us, collector_us / bare_us, encode_us)
+
+
+def table(rows: Sequence[Row]) -> str:
+    head = (
+        f"{'configuration':34} {'NVML calls/GPU':>14} {'collector µs':>12} {'events µs':>9} "
+        f"{'bare calls µs':>13} {'ratio':>6} {'encode µs':>9} {'µs total':>8}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        total = r.collector_us + r.events_us + r.encode_us
+        lines.append(
+            f"{r.config:34} {r.nvml_calls_per_gpu:14.0f} {r.collector_us:12.1f} {r.events_us:9.2f} "
+            f"{r.bare_calls_us:13.1f} {r.ratio:6.2f} {r.encode_us:9.1f} {total:8.1f}"
+        )
+    lines.append("(CPU µs per GPU-sample; ratio = collector / bare NVML calls of the same round, same run)")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.collector", description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2000)
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON")
+    args = parser.parse_args(argv)
+    rows = [
+        measure("8 captured GPUs (mix, no NVLink)", mixed_node(), args.rounds),
+        measure("8 GPUs x 18 NVLinks (HGX-like)", nvlink_node(), max(args.rounds // 4, 50)),
+    ]
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
+
+
+if __name__ == "__main__":
+    main()

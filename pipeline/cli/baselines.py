@@ -1,0 +1,153 @@
+"""Iterate commands: ``baselines train`` / ``baselines list`` (learned baselines) and ``feedback`` (operators'
+verdicts on events, used by the next training)."""
+
+from __future__ import annotations
+
+import getpass
+import re
+import time
+
+import click
+
+from pipeline.cli.base import cli, errors, fail, resolved
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: str) -> float:
+    """``90s``, ``15m``, ``24h``, ``7d`` -> seconds; click.BadParameter otherwise."""
+    match = _DURATION.match(value.strip())
+    if not match or float(match.group(1)) <= 0:
+        raise click.BadParameter(f"{value!r} is not a duration like 90s, 15m, 24h, 7d")
+    return float(match.group(1)) * _SECONDS[match.group(2)]
+
+
+@cli.group("baselines")
+def baselines_group() -> None:
+    """Learned baselines per application, GPU model and phase."""
+
+
+@baselines_group.command("train")
+@click.option("--range", "range_", default="24h", show_default=True, help="How much history to learn from.")
+@click.option("--min-samples", type=click.IntRange(20), help="Rows a baseline needs (default: settings).")
+@click.option("--stride", help="Read one sample per GPU per window (Flux duration, e.g. 10s) for long ranges.")
+@click.option("--cluster", help="Learn only from this cluster tag's history (default: every cluster in the bucket).")
+@click.pass_context
+def train_cmd(
+    ctx: click.Context, range_: str, min_samples: int | None, stride: str | None, cluster: str | None
+) -> None:
+    """Learn from history in InfluxDB, publish a new version (running processors reload it), write the bands."""
+    from pipeline.training import train
+
+    seconds = parse_duration(range_)
+    settings = resolved(ctx)
+    with errors():
+        report = train(settings, seconds, min_samples, stride, echo=click.echo, cluster=cluster)
+    click.echo(
+        f"read {report.rows} samples ({report.rows_inferred} with an inferred application, not used; "
+        f"{report.rows_excluded} excluded by feedback and findings; {report.feedback_used} feedback events used)"
+    )
+    for bid, n in sorted(report.baselines.items()):
+        click.echo(f"  {bid:70} {n:>9} samples")
+    for bid, n in sorted(report.skipped.items()):
+        click.echo(f"  {bid:70} {n:>9} samples: too few, judged by its prior")
+    if report.classifier_accuracy is not None:
+        classes = ", ".join(report.classifier_classes)
+        click.echo(f"classifier: {classes}; held-out window accuracy {report.classifier_accuracy:.3f}")
+    if not report.published:
+        fail("no baseline had enough samples; nothing published", 1)
+    click.echo(f"published version {report.version}; {report.bands_written} band points written to InfluxDB")
+
+
+@baselines_group.command("list")
+@click.pass_context
+def list_cmd(ctx: click.Context) -> None:
+    """The version running processors use, its training range and what it covers."""
+    from pipeline.baselines import CLASSIFIER_KEY, MANIFEST_KEY, BaselineManifest, BaselineRecord, ClassifierRecord
+    from pipeline.mirror import TopicMirror
+    from processors.baselines import decode_baselines_record
+
+    settings = resolved(ctx, influxdb=False)
+    with errors():
+        mirror = TopicMirror(settings.kafka.client_config(), settings.topics.baselines, decode_baselines_record)
+        mirror.start()
+    try:
+        mirror.wait_ready(30)
+        state = mirror.snapshot()
+    finally:
+        mirror.stop()
+    manifest = state.get(MANIFEST_KEY)
+    if not isinstance(manifest, BaselineManifest):
+        click.echo("no baselines published yet: rows stay unscored (run `hermeneut baselines train`)")
+        return
+    fmt = "%Y-%m-%d %H:%M:%S"
+    click.echo(
+        f"version {manifest.version}, trained {time.strftime(fmt, time.gmtime(manifest.trained_ns / 1e9))} UTC "
+        f"from {time.strftime(fmt, time.gmtime(manifest.range_start_ns / 1e9))} to "
+        f"{time.strftime(fmt, time.gmtime(manifest.range_end_ns / 1e9))} UTC; "
+        f"{manifest.feedback_used} feedback events, {manifest.rows_excluded} samples excluded"
+    )
+    click.echo(f"{'baseline':70} {'samples':>9} {'unusual':>8} {'anomalous':>9} features")
+    for bid in manifest.ids:
+        r = state.get(bid.encode())
+        if isinstance(r, BaselineRecord):
+            click.echo(f"{bid:70} {r.n:>9} {r.unusual:>8.2f} {r.anomalous:>9.2f} {len(r.features)}")
+    classifier = state.get(CLASSIFIER_KEY)
+    if manifest.classifier and isinstance(classifier, ClassifierRecord):
+        click.echo(
+            f"classifier: {', '.join(classifier.classes)}; window {classifier.window} samples, "
+            f"held-out accuracy {classifier.holdout_accuracy:.3f}, unknown below {classifier.min_confidence:.2f}"
+        )
+
+
+@cli.command("feedback")
+@click.argument("event_id")
+@click.option("--anomalous/--not-anomalous", "anomalous", required=True, help="Your verdict on the event.")
+@click.option("--note", default="", help="Why (kept with the feedback).")
+@click.option("--user", default=None, help="Who says so (default: the login name).")
+@click.pass_context
+def feedback_cmd(ctx: click.Context, event_id: str, anomalous: bool, note: str, user: str | None) -> None:
+    """Mark an interpreted event (<gpu uuid>@<epoch ms>) as anomalous or not; the next training uses it."""
+    from pipeline.baselines import Feedback, parse_event_id
+    from pipeline.codec import encode_record
+    from pipeline.publisher import Publisher
+    from sinks.influxdb import InfluxWriter, feedback_line
+    from sinks.query.history import stored_event
+
+    try:
+        gpu, ts_ms = parse_event_id(event_id)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="EVENT_ID") from exc
+    settings = resolved(ctx)
+    with errors():
+        event = stored_event(settings, gpu, ts_ms)
+    if event is None:
+        fail(f"no stored event {event_id} (GPU {gpu} at {ts_ms} ms) in InfluxDB", 1)
+        return
+    fb = Feedback(
+        event_id=event_id,
+        cluster=event.cluster,
+        node=event.node,
+        gpu_uuid=gpu,
+        event_ts_ms=ts_ms,
+        verdict="anomalous" if anomalous else "not-anomalous",
+        ts_ns=time.time_ns(),
+        application=event.application,
+        gpu_model=event.gpu_model,
+        note=note,
+        user=user or getpass.getuser(),
+    )
+    pub = Publisher(settings.kafka.client_config())
+    pub.publish(settings.topics.feedback, event_id.encode(), encode_record(fb))
+    if pub.close(30) or pub.stats.failed:
+        fail(f"could not publish the feedback to {settings.topics.feedback}: {pub.last_error}", 1)
+    i = settings.influxdb
+    assert i.url and i.token
+    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
+    try:
+        writer.write([feedback_line(fb)])
+    finally:
+        writer.close()
+    was = f"{event.verdict}" + (f": {event.explanation}" if event.explanation else "")
+    click.echo(f"recorded {event_id} as {fb.verdict} (the pipeline said {was}); the next training uses it")

@@ -1,0 +1,97 @@
+"""``hermeneut collect``: the node agent (NVML or an existing dcgm-exporter -> the raw and topology topics)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import click
+
+from pipeline.cli.base import cli, fail, resolved, stop_event
+from pipeline.config import Settings
+from producers.source import Source
+
+
+def _source(settings: Settings, source: str, url: str | None, node: str) -> Source:
+    c = settings.collector
+    if source == "dcgm-exporter":
+        from producers.dcgm_exporter import DcgmExporterSource
+
+        return DcgmExporterSource(url or c.dcgm_exporter_url, settings.cluster, node, timeout_s=c.scrape_timeout_s)
+    import pynvml
+
+    from producers.nvml import NvmlSource
+
+    return NvmlSource(
+        pynvml,
+        settings.cluster,
+        node,
+        sysfs_root=c.sysfs_root,
+        pcie_throughput_fallback=c.pcie_throughput_fallback,
+    )
+
+
+@cli.command("collect")
+@click.option("--source", type=click.Choice(["nvml", "dcgm-exporter"]), help="Default: collector.source (nvml).")
+@click.option("--url", help="dcgm-exporter /metrics URL (default: collector.dcgm_exporter_url).")
+@click.option("--interval", type=click.FloatRange(0.1, 3600), help="Seconds between rounds (sample_interval_s).")
+@click.option("--duration", type=click.FloatRange(0), help="Seconds to run (default: until SIGTERM/Ctrl-C).")
+@click.option("--node", help="Node name the samples carry (default: collector.node, else this host's name).")
+@click.option("--stats-file", type=click.Path(path_type=Path), help="JSON counters, rewritten every round.")
+@click.pass_context
+def collect_cmd(
+    ctx: click.Context,
+    source: str | None,
+    url: str | None,
+    interval: float | None,
+    duration: float | None,
+    node: str | None,
+    stats_file: Path | None,
+) -> None:
+    """Read this node's GPUs every interval and publish them (SIGTERM: finish the round, flush, exit)."""
+    from pipeline.publisher import Publisher
+    from producers.agent import NodeAgent
+
+    settings = resolved(ctx, influxdb=False)
+    c = settings.collector
+    if url is not None and not url.startswith(("http://", "https://")):
+        fail(f"--url must be an http:// or https:// URL, got {url!r}", 2)
+    chosen = _source(settings, source or c.source, url, node or c.node or socket.gethostname())
+    try:
+        chosen.open()
+    except Exception as exc:  # NVML raises its own error type when there is no driver or no GPU
+        hint = " (no NVIDIA driver here? --source dcgm-exporter reads an existing exporter)"
+        hint = hint if chosen.name == "nvml" else ""
+        fail(f"cannot start the {chosen.name} source: {exc}{hint}", 1)
+    buffer_kib = c.buffer_mib * 1024
+    publisher = Publisher(
+        settings.kafka.client_config(),
+        buffer_messages=1_000_000,
+        delivery_timeout_ms=int(c.delivery_timeout_s * 1000),
+        extra={"queue.buffering.max.kbytes": buffer_kib},
+    )
+    agent = NodeAgent(
+        chosen,
+        publisher,
+        settings.topics,
+        interval or settings.sample_interval_s,
+        topology_interval_s=c.topology_interval_s,
+        shutdown_grace_s=c.shutdown_grace_s,
+        stats_file=stats_file,
+    )
+    try:
+        report = agent.run(stop_event(), duration)
+    finally:
+        chosen.close()
+    lost = publisher.stats.failed + report.undelivered + report.unqueued_samples
+    click.echo(
+        f"{report.rounds} rounds, {report.samples} samples, {report.events} events, {report.nics} NIC readings "
+        f"in {report.messages} messages; {report.late_rounds} late, {report.skipped_rounds} skipped rounds, "
+        f"{report.source_errors} failed reads, {report.dead_lettered} dead-lettered"
+    )
+    if lost:
+        fail(
+            f"{publisher.stats.failed} messages failed, {report.undelivered} undelivered at exit, "
+            f"{report.unqueued_samples} samples never queued",
+            1,
+        )

@@ -1,0 +1,85 @@
+"""``hermeneut rightsize``: per job or application, the smaller slice of GPU its measured usage needs.
+
+Wires the query layer's usage statistics (sinks.query.usage) into the pure advice (processors.rightsize) and
+prints a table or JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import click
+
+from pipeline.cli.base import cli, errors, resolved
+from pipeline.events import APPLICATIONS
+
+
+@cli.command("rightsize")
+@click.option("--job", help="One job id.")
+@click.option("--application", type=click.Choice(APPLICATIONS), help="One application, across its runs.")
+@click.option("--cluster", help="Only this cluster (default: every cluster in the bucket).")
+@click.option("--range", "range_", default="7d", show_default=True, help="How far back (Flux duration).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--headroom", default=0.2, show_default=True, type=click.FloatRange(0, 2), help="Memory/compute margin.")
+@click.option(
+    "--exchange-bytes",
+    type=click.FloatRange(0, min_open=True),
+    help="Bytes the model exchanges per step if split over several GPUs (gradients/activations): prices a split.",
+)
+@click.pass_context
+def rightsize_cmd(
+    ctx: click.Context,
+    job: str | None,
+    application: str | None,
+    cluster: str | None,
+    range_: str,
+    fmt: str,
+    headroom: float,
+    exchange_bytes: float | None,
+) -> None:
+    """Right-sizing advice from measured usage: a MIG profile, a smaller GPU, or packing jobs per GPU."""
+    from processors.rightsize import LATENCY_S, Link, recommend
+    from sinks.query.usage import UsageQuery, link_throughput, usage
+
+    settings = resolved(ctx, kafka=False)
+    query = UsageQuery(range_, job, application, cluster)
+    with errors():
+        stats = usage(settings, query)
+        measured: dict[str, Link] = {}
+        for t in link_throughput(settings, range_, cluster):
+            if t.nvlink_bytes_per_second:
+                measured[t.gpu_model] = Link("nvlink", t.nvlink_bytes_per_second, LATENCY_S["nvlink"], "measured")
+            elif t.pcie_bytes_per_second:
+                measured[t.gpu_model] = Link("pcie", t.pcie_bytes_per_second, LATENCY_S["pcie"], "measured")
+    if not stats:
+        what = f"job {job}" if job else f"application {application}" if application else "any job"
+        click.echo(f"no usage of {what} in the last {range_} (job ids come from the workload context)")
+        return
+    advice = [recommend(s, headroom=headroom, exchange_bytes=exchange_bytes, measured=measured) for s in stats]
+    if fmt == "json":
+        click.echo(json.dumps([_jsonable(dataclasses.asdict(a)) for a in advice], indent=2))
+        return
+    click.echo(f"{'key':24} {'application':18} {'GPUs':>4} {'GPU-h':>8} {'used':>5} {'wasted':>8}  advice")
+    for a in advice:
+        s, best = a.stats, a.options[0]
+        click.echo(
+            f"{s.key[:24]:24} {(s.application or '-')[:18]:18} {s.gpus:>4} {s.gpu_hours:>8.1f} {a.used_share:>5.0%} "
+            f"{a.wasted_gpu_hours:>8.1f}  {best.kind}: {best.target} ({best.detail})"
+        )
+    for a in advice:
+        click.echo(f"\n{a.summary}")
+        for o in a.options[1:]:
+            click.echo(f"  also: {o.kind}: {o.target}, saves {o.saved_gpu_hours:.1f} GPU-h ({o.detail})")
+
+
+def _jsonable(value: Any) -> Any:
+    """NaN is not JSON: it becomes null."""
+    if isinstance(value, float) and value != value:  # noqa: PLR0124
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value

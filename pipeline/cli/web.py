@@ -1,0 +1,29 @@
+"""``hermeneut web``: serve the HTTP API (pipeline/web) until Ctrl-C / SIGTERM."""
+
+from __future__ import annotations
+
+import click
+
+from pipeline.cli.base import cli, errors, resolved
+
+
+@cli.command("web")
+@click.option("--host", default=None, help="Address to listen on [default: web.host, 127.0.0.1].")
+@click.option("--port", default=None, type=click.IntRange(1, 65535), help="Port [default: web.port, 8080].")
+@click.pass_context
+def web_cmd(ctx: click.Context, host: str | None, port: int | None) -> None:
+    """Serve the HTTP API; a bearer token is required unless it listens on loopback only."""
+    from aiohttp import web
+
+    from pipeline.web.app import create_app, is_loopback, token_path
+
+    settings = resolved(ctx, kafka=False)
+    w = settings.web.model_copy(update={k: v for k, v in (("host", host), ("port", port)) if v is not None})
+    settings = settings.model_copy(update={"web": w})
+    with errors():
+        app = create_app(settings)
+    if settings.web.token is not None:
+        click.echo("clients send Authorization: Bearer <web.token>")
+    elif not is_loopback(w.host):
+        click.echo(f"clients send Authorization: Bearer <token in {token_path(settings)}>")
+    web.run_app(app, host=w.host, port=w.port, print=lambda _: click.echo(f"serving http://{w.host}:{w.port}"))

@@ -1,0 +1,260 @@
+"""``hermeneut baselines train``: learn baselines and the application classifier from stored history, version
+them, publish them for running processors to hot-reload, and write the bands to InfluxDB.
+
+The face of the Iterate loop, wiring the query layer (sinks.query.history: history, feedback, findings) to the
+pure fitting code (processors.baselines, processors.classify); stages are imported inside the functions, as
+everywhere in ``pipeline/``. Steps:
+1. read every stored sample with a known application in the range (not one the classifier inferred: the
+   baselines must not learn from their own guesses), per (application, GPU model), with a progress bar;
+2. leave out what must not count as normal: samples of a GPU within 60 s of an event an operator marked
+   anomalous, and samples inside the windows of active findings;
+3. per (application, GPU model, phase) with at least ``min_samples`` rows fit a baseline, per (application,
+   phase) a prior pooled over models, per phase a fleet-wide prior; events marked not anomalous join the
+   baseline that judged them and widen its thresholds;
+4. fit the classifier on rolling windows of the same history;
+5. publish records, then the manifest (version = previous + 1), tombstone ids the new version dropped, and
+   write the ``baseline`` measurement.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipeline.baselines import (
+    CLASSIFIER_KEY,
+    MANIFEST_KEY,
+    BaselineBand,
+    BaselineManifest,
+    BaselineRecord,
+    ClassifierRecord,
+)
+from pipeline.codec import encode_record
+from pipeline.config import Settings
+from pipeline.errors import ServiceError
+from pipeline.events import PHASES
+
+if TYPE_CHECKING:
+    from sinks.query.history import History
+
+log = logging.getLogger(__name__)
+
+#: samples of a GPU this close to an event marked anomalous are left out of training
+FEEDBACK_EXCLUDE_NS = 60 * 10**9
+
+
+@dataclass
+class TrainingReport:
+    """What one training run learned and published."""
+
+    version: int = 0
+    rows: int = 0
+    rows_excluded: int = 0
+    rows_inferred: int = 0
+    baselines: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    classifier_accuracy: float | None = None
+    classifier_classes: tuple[str, ...] = ()
+    feedback_used: int = 0
+    bands_written: int = 0
+    published: bool = False
+
+
+def previous_manifest(settings: Settings, timeout_s: float = 30.0) -> BaselineManifest | None:
+    """The manifest currently on the baselines topic (None before the first training)."""
+    from pipeline.mirror import TopicMirror
+    from processors.baselines import decode_baselines_record
+
+    mirror = TopicMirror(settings.kafka.client_config(), settings.topics.baselines, decode_baselines_record).start()
+    try:
+        if not mirror.wait_ready(timeout_s):
+            raise ServiceError(f"could not read {settings.topics.baselines} within {timeout_s:.0f}s")
+        manifest = mirror.get(MANIFEST_KEY)
+    finally:
+        mirror.stop()
+    return manifest if isinstance(manifest, BaselineManifest) else None
+
+
+def _excluded(h: History, windows: list[tuple[str, int, int]]) -> np.ndarray:
+    """Rows of ``h`` inside any (gpu, start, end) window."""
+    out = np.zeros(len(h), dtype=bool)
+    if not windows:
+        return out
+    gpu = np.asarray(h.gpu, dtype=object)
+    for uuid, start, end in windows:
+        out |= (gpu == uuid) & (h.ts_ns >= start) & (h.ts_ns <= end)
+    return out
+
+
+def train(
+    settings: Settings,
+    range_s: float,
+    min_samples: int | None = None,
+    stride: str | None = None,
+    now_ns: int | None = None,
+    progress: bool = True,
+    echo: Callable[[str], Any] = log.info,
+    cluster: str | None = None,
+) -> TrainingReport:
+    """Learn from the last ``range_s`` seconds of history (of one cluster tag, or all) and publish a new version
+    (see module docstring)."""
+    from processors.baselines import baseline_id
+    from processors.features import PHASE_INDEX, features, fill_relative, infer_phase
+    from processors.learn import LabelledRows, fit_version
+    from sinks.query.history import feedback_rows, finding_windows, stored_event, training_history
+
+    cfg = settings.baselines
+    min_samples = cfg.min_samples if min_samples is None else min_samples
+    stop_ns = now_ns or time.time_ns()
+    start_ns = stop_ns - int(range_s * 1e9)
+    report = TrainingReport()
+    previous = previous_manifest(settings)
+    version = (previous.version if previous else 0) + 1
+
+    history = training_history(settings, start_ns, stop_ns, stride, cluster=cluster, progress=progress)
+    feedback = feedback_rows(settings)
+    windows = [(w.gpu, w.start_ns, w.end_ns) for w in finding_windows(settings, start_ns, stop_ns)]
+    windows += [
+        (fb.gpu, fb.event_ts_ms * 10**6 - FEEDBACK_EXCLUDE_NS, fb.event_ts_ms * 10**6 + FEEDBACK_EXCLUDE_NS)
+        for fb in feedback
+        if fb.verdict == "anomalous"
+    ]
+
+    parts: list[LabelledRows] = []
+    for (app, model), h in history.items():
+        report.rows += len(h)
+        known = np.array([s != "inferred" for s in h.source], dtype=bool)
+        report.rows_inferred += int((~known).sum())
+        use = known & ~_excluded(h, windows)
+        report.rows_excluded += int((known & ~use).sum())
+        if not use.any():
+            continue
+        models = (model,) * len(h)
+        f = features(h.metrics, fill_relative(h.metrics, h.relative, models), models)
+        stored_phase = np.array([PHASE_INDEX.get(p or "", -1) for p in h.phase], dtype=np.int64)
+        phase = np.where(stored_phase < 0, infer_phase(f), stored_phase)
+        gpu = np.unique(np.asarray(h.gpu, dtype=object), return_inverse=True)[1]
+        parts.append(LabelledRows(app, model, f[use], phase[use], gpu[use], h.ts_ns[use]))
+
+    keep: dict[str, list[np.ndarray]] = {}
+    for fb in feedback:
+        if fb.verdict != "not-anomalous":
+            continue
+        event = stored_event(settings, fb.gpu, fb.event_ts_ms)
+        if event is None or not event.application:
+            continue
+        models = (event.gpu_model,)
+        one = event.metrics[None, :]
+        f = features(one, fill_relative(one, event.relative[None, :], models), models)
+        phase_name = PHASES[int(infer_phase(f)[0])]
+        keep.setdefault(event.baseline or baseline_id(event.application, event.gpu_model, phase_name), []).append(f)
+        report.feedback_used += 1
+
+    trained_ns = time.time_ns()
+    fitted = fit_version(
+        parts, version, trained_ns, min_samples, cfg.classifier_window, cfg.classifier_min_confidence, keep
+    )
+    records, classifier = fitted.records, fitted.classifier
+    report.baselines = {r.baseline_id: r.n for r in records}
+    report.skipped = fitted.skipped
+    if classifier is not None:
+        report.classifier_accuracy = classifier.holdout_accuracy
+        report.classifier_classes = classifier.classes
+    report.version = version
+    if not records:
+        echo(f"nothing to publish: no (application, model, phase) has {min_samples} known samples in range")
+        return report
+    manifest = BaselineManifest(
+        version=version,
+        trained_ns=trained_ns,
+        range_start_ns=start_ns,
+        range_end_ns=stop_ns,
+        ids=tuple(r.baseline_id for r in records),
+        counts={r.baseline_id: r.n for r in records},
+        classifier=classifier is not None,
+        feedback_used=report.feedback_used,
+        rows_excluded=report.rows_excluded,
+    )
+    publish(settings, manifest, records, classifier, previous)
+    report.published = True
+    report.bands_written = write_bands(settings, records)
+    return report
+
+
+def publish(
+    settings: Settings,
+    manifest: BaselineManifest,
+    records: list[BaselineRecord],
+    classifier: ClassifierRecord | None,
+    previous: BaselineManifest | None = None,
+) -> None:
+    """Records first, the manifest last (readers switch on a complete manifest); tombstones for dropped ids."""
+    from pipeline.publisher import Publisher
+
+    topic = settings.topics.baselines
+    pub = Publisher(settings.kafka.client_config())
+    for record in records:
+        pub.publish(topic, record.baseline_id.encode(), encode_record(record))
+    if classifier is not None:
+        pub.publish(topic, CLASSIFIER_KEY, encode_record(classifier))
+    pub.publish(topic, MANIFEST_KEY, encode_record(manifest))
+    dropped = set(previous.ids) - set(manifest.ids) if previous else set()
+    for bid in sorted(dropped):
+        pub.publish(topic, bid.encode(), None)  # a tombstone
+    if pub.close(60) or pub.stats.failed:
+        raise ServiceError(f"could not publish baselines version {manifest.version} to {topic}: {pub.last_error}")
+    log.info("published baselines version %d (%d baselines)", manifest.version, len(records))
+
+
+def bands(record: BaselineRecord) -> list[BaselineBand]:
+    """The ``baseline`` measurement points of one record, in the units of the stored fields they describe."""
+    from processors.baselines import QUANTILES
+    from processors.features import LINK_METRIC, link_capacity
+
+    k = len(record.features)
+    q = np.array(record.quantiles).reshape(len(QUANTILES), k)
+    out = []
+    for j, feature in enumerate(record.features):
+        name, factor = feature, 1.0
+        if feature in LINK_METRIC and record.gpu_model is not None:
+            capacity = link_capacity(record.gpu_model, feature)
+            if capacity == capacity:  # noqa: PLR0124 (known)
+                name, factor = LINK_METRIC[feature], capacity
+        p01, p05, p50, p95, p99 = (float(v) * factor for v in q[:, j])
+        out.append(
+            BaselineBand(
+                record.application,
+                record.gpu_model or "*",
+                record.phase,
+                name,
+                p01,
+                p05,
+                p50,
+                p95,
+                p99,
+                record.n,
+                record.version,
+                record.trained_ns,
+            )
+        )
+    return out
+
+
+def write_bands(settings: Settings, records: list[BaselineRecord]) -> int:
+    """Write every record's bands to InfluxDB; returns the number of points."""
+    from sinks.influxdb import InfluxWriter, baseline_band_line
+
+    i = settings.influxdb
+    assert i.url and i.token, "resolve settings first"
+    lines = [baseline_band_line(b) for r in records for b in bands(r)]
+    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
+    try:
+        writer.write(lines)
+    finally:
+        writer.close()
+    return len(lines)

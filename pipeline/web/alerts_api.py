@@ -1,0 +1,197 @@
+"""Alerting routes of the web app: subscriptions, silences, alerts, acks and notification history (JSON).
+
+    GET    /api/v1/alerts[?status=firing|pending|resolved]   current alerts (with silenced/inhibited/acked)
+    POST   /api/v1/alerts/{fingerprint}/ack                   {"by": "...", "comment": "..."}
+    GET    /api/v1/alerts/subscriptions                       secrets redacted
+    POST   /api/v1/alerts/subscriptions                       {"name", "owner", "team", "match": [...],
+                                                            "receivers": [{"kind": "webhook", "url", "secret"}...],
+                                                            "group_by", "group_wait", "group_interval", "repeat",
+                                                            "send_resolved"}  -> 201 {"id": ...}
+    DELETE /api/v1/alerts/subscriptions/{id}
+    GET    /api/v1/alerts/silences
+    POST   /api/v1/alerts/silences                            {"match": [...], "for": "2h", "by", "comment"} -> 201
+    DELETE /api/v1/alerts/silences/{id}
+    GET    /api/v1/alerts/history?range=24h&subscription=&detector=&outcome=&status=&limit=
+
+Malformed input is HTTP 400 with ``{"error": "<one line>"}``; an unknown id is 404; Kafka or InfluxDB
+unreachable is 503. Blocking work (Kafka, InfluxDB) runs in a thread, off the event loop. The admin (mirrors
+of the alert topics) starts on the first alerting request, so the rest of the app serves without Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from pipeline.config import Settings
+from pipeline.errors import ConfigError, InvalidQuery, ServiceError
+from sinks.alerting.admin import (
+    AlertAdmin,
+    silence_from_json,
+    silence_json,
+    subscription_from_json,
+    subscription_json,
+)
+from sinks.alerting.model import AlertConfigError, AlertStatus
+from sinks.query.alerts import HistoryQuery, row_json, run_history
+
+
+class _Admin:
+    """The AlertAdmin, started on first use (a failed start is a 503 and is tried again next time)."""
+
+    def __init__(self, settings: Settings, admin: AlertAdmin | None) -> None:
+        self.settings, self.admin = settings, admin
+        self.lock = asyncio.Lock()
+
+    async def get(self) -> AlertAdmin:
+        async with self.lock:
+            if self.admin is None:
+                try:
+                    self.admin = await _run(lambda: AlertAdmin(self.settings).start())
+                except ConfigError as exc:
+                    raise ServiceError(str(exc)) from exc
+            return self.admin
+
+    async def close(self) -> None:
+        if self.admin is not None:
+            await _run(self.admin.close)
+
+
+ADMIN: web.AppKey[_Admin] = web.AppKey("alerts_admin", _Admin)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message.splitlines()[0] if message else "error"}, status=status)
+
+
+async def _run(fn: Callable[[], Any]) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+def _guard(
+    handler: Callable[[web.Request], Awaitable[web.Response]],
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def wrapped(request: web.Request) -> web.Response:
+        try:
+            return await handler(request)
+        except (AlertConfigError, InvalidQuery) as exc:
+            status = 404 if str(exc).startswith("no ") else 400
+            return _error(status, str(exc))
+        except ServiceError as exc:
+            return _error(503, str(exc))
+
+    return wrapped
+
+
+async def _body(request: web.Request) -> Any:
+    try:
+        return json.loads(await request.text())
+    except ValueError:
+        raise AlertConfigError("the request body is not JSON") from None
+
+
+def add_routes(app: web.Application, settings: Settings, admin: AlertAdmin | None = None) -> None:
+    """Mount the alerting routes; the admin (Kafka mirrors) starts on first use and stops with the app."""
+    app[ADMIN] = _Admin(settings, admin)
+
+    async def stop(app: web.Application) -> None:
+        await app[ADMIN].close()
+
+    app.on_cleanup.append(stop)
+
+    @_guard
+    async def list_alerts(request: web.Request) -> web.Response:
+        raw = request.query.get("status")
+        if raw is not None and raw not in {s.value for s in AlertStatus}:
+            raise AlertConfigError(f"status {raw!r} is not one of pending, firing, resolved")
+        status = AlertStatus(raw) if raw else None
+        adm = await request.app[ADMIN].get()
+        return web.json_response(await _run(lambda: adm.alerts_json(status)))
+
+    @_guard
+    async def ack(request: web.Request) -> web.Response:
+        body = await _body(request)
+        if not isinstance(body, dict) or not isinstance(body.get("by"), str):
+            raise AlertConfigError('an acknowledgement needs {"by": "<name>"}')
+        comment = body.get("comment", "")
+        if not isinstance(comment, str):
+            raise AlertConfigError("'comment' must be a string")
+        ref = request.match_info["alert"]
+        adm = await request.app[ADMIN].get()
+        done = await _run(lambda: adm.ack(ref, body["by"], comment))
+        return web.json_response({"dedup_key": done.dedup_key, "by": done.by, "at_ns": done.at_ns})
+
+    @_guard
+    async def list_subscriptions(request: web.Request) -> web.Response:
+        adm = await request.app[ADMIN].get()
+        subs = await _run(adm.subscriptions)
+        return web.json_response([subscription_json(s) for s in subs])
+
+    @_guard
+    async def add_subscription(request: web.Request) -> web.Response:
+        sub = subscription_from_json(await _body(request))
+        adm = await request.app[ADMIN].get()
+        await _run(lambda: adm.add(sub))
+        return web.json_response(subscription_json(sub), status=201)
+
+    @_guard
+    async def delete_subscription(request: web.Request) -> web.Response:
+        sub_id = request.match_info["id"]
+        adm = await request.app[ADMIN].get()
+        await _run(lambda: adm.remove_subscription(sub_id))
+        return web.json_response({"deleted": sub_id})
+
+    @_guard
+    async def list_silences(request: web.Request) -> web.Response:
+        admin = await request.app[ADMIN].get()
+        sils = await _run(admin.silences)
+        now = admin.clock_ns()
+        return web.json_response([silence_json(s, now) for s in sils])
+
+    @_guard
+    async def add_silence(request: web.Request) -> web.Response:
+        silence = silence_from_json(await _body(request))
+        admin = await request.app[ADMIN].get()
+        await _run(lambda: admin.add(silence))
+        return web.json_response(silence_json(silence, admin.clock_ns()), status=201)
+
+    @_guard
+    async def delete_silence(request: web.Request) -> web.Response:
+        silence_id = request.match_info["id"]
+        adm = await request.app[ADMIN].get()
+        await _run(lambda: adm.remove_silence(silence_id))
+        return web.json_response({"deleted": silence_id})
+
+    @_guard
+    async def history(request: web.Request) -> web.Response:
+        q = request.query
+        limit = q.get("limit", "1000")
+        if not limit.isdigit():
+            raise InvalidQuery(f"limit {limit!r} is not a whole number")
+        query = HistoryQuery(
+            q.get("range", "24h"),
+            q.get("subscription"),
+            q.get("detector"),
+            q.get("outcome"),
+            q.get("status"),
+            q.get("cluster"),
+            q.get("dedup_key"),
+            int(limit),
+        )
+        query.validate()
+        rows = await _run(lambda: run_history(settings, query))
+        return web.json_response([row_json(r) for r in rows])
+
+    app.router.add_get("/api/v1/alerts", list_alerts)
+    app.router.add_get("/api/v1/alerts/subscriptions", list_subscriptions)
+    app.router.add_post("/api/v1/alerts/subscriptions", add_subscription)
+    app.router.add_delete("/api/v1/alerts/subscriptions/{id}", delete_subscription)
+    app.router.add_get("/api/v1/alerts/silences", list_silences)
+    app.router.add_post("/api/v1/alerts/silences", add_silence)
+    app.router.add_delete("/api/v1/alerts/silences/{id}", delete_silence)
+    app.router.add_get("/api/v1/alerts/history", history)
+    app.router.add_post("/api/v1/alerts/{alert}/ack", ack)

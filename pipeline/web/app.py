@@ -1,0 +1,123 @@
+"""The one aiohttp application: bearer-token check, JSON errors, ``/healthz``, and each area's routes.
+
+A token is required whenever the server listens on anything but loopback (and whenever one is configured):
+``Authorization: Bearer <token>``, compared in constant time. It comes from ``web.token`` or, when unset, is
+generated once and kept in ``<state_dir>/web-token`` (mode 0600); it is never logged and never put in a page.
+Every error is JSON ``{"error": "<one line>"}``: 400 for a malformed request, 401 without the right token,
+404/405 for unknown routes, 503 when InfluxDB does not answer, 500 (logged here, never a stack trace in the
+response) for anything else.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import os
+import secrets
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from pipeline.config import Settings
+from pipeline.errors import HermeneutError, InvalidQuery, ServiceError
+from pipeline.web import alerts_api, query_api
+from sinks.query import Store
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PUBLIC_PATHS = frozenset({"/healthz"})
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name or a wildcard: reachable from elsewhere
+
+
+def token_path(settings: Settings) -> Path:
+    return settings.services.state_dir / "web-token"
+
+
+def load_or_create_token(path: Path) -> str:
+    """The token kept at ``path``, generated (mode 0600) the first time."""
+    try:
+        token = path.read_text().strip()
+        if token:
+            return token
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+def required_token(settings: Settings) -> str | None:
+    """The token clients must present, or None (loopback without a configured token)."""
+    if settings.web.token is not None:
+        return settings.web.token.get_secret_value()
+    if is_loopback(settings.web.host):
+        return None
+    return load_or_create_token(token_path(settings))
+
+
+def error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message.splitlines()[0] if message else "error"}, status=status)
+
+
+def auth_middleware(token: str | None) -> Middleware:
+    expected = token.encode() if token is not None else None
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if expected is not None and request.path not in PUBLIC_PATHS:
+            scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+                response = error(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+                response.headers["WWW-Authenticate"] = "Bearer"
+                return response
+        return await handler(request)
+
+    return check
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error(exc.status, exc.reason or exc.text or "error")
+    except InvalidQuery as exc:
+        return error(400, str(exc))
+    except ServiceError as exc:
+        return error(503, str(exc))
+    except HermeneutError as exc:
+        return error(400, str(exc))
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        return error(500, "internal error (the server log has the details)")
+
+
+async def healthz(_request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def create_app(settings: Settings, store: Store | None = None) -> web.Application:
+    """The application for resolved settings (InfluxDB known); ``store`` is created from them when not given
+    (and then closed with the app)."""
+    app = web.Application(middlewares=[json_errors, auth_middleware(required_token(settings))])
+    app.router.add_get("/healthz", healthz)
+    query_api.add_routes(app, settings, store)
+    alerts_api.add_routes(app, settings)
+    return app

@@ -1,0 +1,376 @@
+"""dcgm-exporter as a source: its ``/metrics`` (Prometheus text exposition) turned into the same SampleBatches.
+
+A cluster that already runs NVIDIA's dcgm-exporter can feed hermeneut without a new agent on the GPU nodes.
+Emits one :class:`SampleBatch` per node (``Hostname`` label, else the configured node) per scrape, with the
+METRIC_FIELDS the exporter's counters map to (``DCGM_FI_DEV_*`` / ``DCGM_FI_PROF_*`` names as in
+dcgm-exporter's ``etc/default-counters.csv`` and ``etc/dcp-metrics-included.csv`` and DCGM's ``dcgm_fields.h``),
+converted to our units (MiB -> bytes, mJ -> J, DCP ratios 0..1 -> percent), and an ``XID`` :class:`GpuEvent`
+whenever ``DCGM_FI_DEV_XID_ERRORS`` (the last XID seen) changes.
+
+- Labels: ``gpu`` (index), ``UUID``, ``modelName``, ``pci_bus_id``, ``Hostname``; a MIG instance carries
+  ``GPU_I_PROFILE`` and ``GPU_I_ID`` and becomes its own sample with uuid ``MIG-<parent uuid>/<instance id>``
+  (dcgm-exporter does not expose NVML's MIG uuid) and model ``<model> MIG <profile>``.
+- DCGM's "blank" values (``DCGM_INT64_BLANK`` = 0x7ffffffffffffff0 and up, ``DCGM_FP64_BLANK`` = 2^47 and up,
+  e.g. the 9223372036854775794 = NOT_SUPPORTED that dcgm-exporter prints for an HBM temperature a board lacks)
+  and NaN mean "no value": the field is absent, never a huge number or zero.
+- Limits the default counters do not carry (power limit, max clocks, thresholds, max PCIe link) come from the
+  GPU catalogue by model, only where the exporter does not report them; memory total is used + free + reserved.
+- Metrics we do not map are ignored and counted (``unmapped``); text that is not valid exposition format is an
+  error naming the line (``BadSourceData``, which the agent dead-letters with the original bytes).
+
+The parser is a small strict one written here (one regex per sample line, escapes per the format spec): a new
+dependency for one function was not worth it, and it gives line numbers and rejects what a lenient parser
+would guess at.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from pipeline import catalogue
+from pipeline.errors import DecodeError
+from pipeline.events import EventKind, GpuEvent, GpuSample, NodeTopology, SampleBatch, TopologyGpu
+from producers.nvml.collector import sysfs_bus_id
+from producers.source import BadSourceData, SourceUnavailable
+
+log = logging.getLogger(__name__)
+
+_MIB: Final = float(2**20)
+_INT64_BLANK: Final = float(0x7FFFFFFFFFFFFFF0)
+_FP64_BLANK: Final = 140737488355328.0
+_INT32_BLANK: Final = 0x7FFFFFF0
+_TYPES: Final = frozenset({"counter", "gauge", "histogram", "summary", "untyped"})
+
+#: DCGM metric -> (our field, factor)
+METRICS: Final[dict[str, tuple[str, float]]] = {
+    "DCGM_FI_DEV_GPU_UTIL": ("utilization_gpu_percent", 1.0),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": ("utilization_memory_percent", 1.0),
+    "DCGM_FI_DEV_FB_USED": ("memory_used_bytes", _MIB),
+    "DCGM_FI_DEV_FB_TOTAL": ("memory_total_bytes", _MIB),
+    "DCGM_FI_DEV_FB_RESERVED": ("memory_reserved_bytes", _MIB),
+    "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", 1.0),
+    "DCGM_FI_DEV_MEM_CLOCK": ("memory_clock_mhz", 1.0),
+    "DCGM_FI_DEV_MAX_SM_CLOCK": ("sm_clock_max_mhz", 1.0),
+    "DCGM_FI_DEV_MAX_MEM_CLOCK": ("memory_clock_max_mhz", 1.0),
+    "DCGM_FI_DEV_GPU_TEMP": ("temperature_gpu_celsius", 1.0),
+    "DCGM_FI_DEV_MEMORY_TEMP": ("temperature_memory_celsius", 1.0),
+    "DCGM_FI_DEV_SLOWDOWN_TEMP": ("temperature_slowdown_celsius", 1.0),
+    "DCGM_FI_DEV_SHUTDOWN_TEMP": ("temperature_shutdown_celsius", 1.0),
+    "DCGM_FI_DEV_POWER_USAGE": ("power_watts", 1.0),
+    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": ("power_limit_watts", 1.0),
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_watts", 1.0),
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF": ("power_default_limit_watts", 1.0),
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("energy_joules", 1e-3),
+    "DCGM_FI_DEV_FAN_SPEED": ("fan_speed_percent", 1.0),
+    "DCGM_FI_DEV_PSTATE": ("performance_state", 1.0),
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("throttle_reasons_mask", 1.0),
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("throttle_reasons_mask", 1.0),
+    "DCGM_FI_DEV_PCIE_LINK_GEN": ("pcie_link_gen", 1.0),
+    "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": ("pcie_link_gen_max", 1.0),
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH": ("pcie_link_width", 1.0),
+    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": ("pcie_link_width_max", 1.0),
+    # deprecated in DCGM for DCGM_FI_PROF_PCIE_*_BYTES; NVML's sampled PCIe throughput in KB/s
+    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": ("pcie_tx_bytes_per_second", 1024.0),
+    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": ("pcie_rx_bytes_per_second", 1024.0),
+    "DCGM_FI_PROF_PCIE_TX_BYTES": ("pcie_tx_bytes_per_second", 1.0),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": ("pcie_rx_bytes_per_second", 1.0),
+    "DCGM_FI_PROF_NVLINK_TX_BYTES": ("nvlink_tx_bytes_per_second", 1.0),
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_bytes_per_second", 1.0),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("pcie_replay_total", 1.0),
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": ("ecc_corrected_total", 1.0),
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": ("ecc_uncorrected_total", 1.0),
+    "DCGM_FI_DEV_RETIRED_SBE": ("retired_pages_sbe_total", 1.0),
+    "DCGM_FI_DEV_RETIRED_DBE": ("retired_pages_dbe_total", 1.0),
+    "DCGM_FI_DEV_RETIRED_PENDING": ("retired_pages_pending", 1.0),
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("row_remap_correctable_total", 1.0),
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("row_remap_uncorrectable_total", 1.0),
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": ("row_remap_pending", 1.0),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("row_remap_failure", 1.0),
+    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": ("nvlink_replay_errors_total", 1.0),
+    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": ("nvlink_recovery_errors_total", 1.0),
+    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active_percent", 100.0),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active_percent", 100.0),
+    "DCGM_FI_PROF_DRAM_ACTIVE": ("dram_active_percent", 100.0),
+}
+#: summed into one field (flit + data CRC errors over all links)
+SUMMED: Final[dict[str, str]] = {
+    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": "nvlink_crc_errors_total",
+    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": "nvlink_crc_errors_total",
+}
+#: preferred when both are present: the enforced limit, and DCP's measured PCIe bytes over the deprecated field
+_PREFERRED: Final = {"DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"}
+XID: Final = "DCGM_FI_DEV_XID_ERRORS"
+_FB_FREE: Final = "DCGM_FI_DEV_FB_FREE"
+
+
+@dataclass(frozen=True, slots=True)
+class PromSample:
+    """One sample line of an exposition: name, labels, value, and the line it came from."""
+
+    name: str
+    labels: dict[str, str]
+    value: float
+    line: int
+
+
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_SAMPLE: Final = re.compile(rf"^({_NAME})(?:\{{(.*)\}})?\s+(\S+)(?:\s+(-?\d+))?\s*$")
+_LABEL: Final = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
+_ESCAPES: Final = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+def _float(text: str) -> float:
+    if text in ("+Inf", "Inf"):
+        return math.inf
+    if text == "-Inf":
+        return -math.inf
+    if text == "NaN":
+        return math.nan
+    if not re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", text):
+        raise ValueError(text)
+    return float(text)
+
+
+def _labels(text: str, number: int) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    position = 0
+    while position < len(text):
+        match = _LABEL.match(text, position)
+        if match is None:
+            raise DecodeError("malformed", f"line {number}: bad label set {{{text[:80]}}}")
+        name = match.group(1)
+        if name in labels:
+            raise DecodeError("malformed", f"line {number}: label {name} given twice")
+        labels[name] = re.sub(r"\\[\\\"n]", lambda m: _ESCAPES[m.group(0)], match.group(2))
+        position = match.end()
+        if not match.group(3):
+            break
+    if text[position:].strip():
+        raise DecodeError("malformed", f"line {number}: unexpected text after the labels")
+    return labels
+
+
+def parse_exposition(text: str) -> list[PromSample]:
+    """Samples of a Prometheus text exposition; raises DecodeError("malformed", "line N: ...")."""
+    out: list[PromSample] = []
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 2 and parts[1] in ("HELP", "TYPE"):
+                if len(parts) < 3 or not re.fullmatch(_NAME, parts[2]):
+                    raise DecodeError("malformed", f"line {number}: # {parts[1]} needs a metric name")
+                if parts[1] == "TYPE" and (len(parts) < 4 or parts[3].strip() not in _TYPES):
+                    raise DecodeError("malformed", f"line {number}: unknown metric type in {line[:80]!r}")
+            continue
+        match = _SAMPLE.match(line)
+        if match is None:
+            raise DecodeError("malformed", f"line {number}: not a sample: {line[:80]!r}")
+        labels = _labels(match.group(2) or "", number)
+        try:
+            value = _float(match.group(3))
+        except ValueError:
+            raise DecodeError("malformed", f"line {number}: {match.group(3)[:40]!r} is not a number") from None
+        series = (match.group(1), tuple(sorted(labels.items())))
+        if series in seen:
+            raise DecodeError("malformed", f"line {number}: {match.group(1)} repeats a series already given")
+        seen.add(series)
+        out.append(PromSample(match.group(1), labels, value, number))
+    return out
+
+
+def is_blank(value: float) -> bool:
+    """DCGM's "no value" markers (BLANK, NOT_FOUND, NOT_SUPPORTED, NOT_PERMISSIONED), NaN and infinities."""
+    value = float(value)
+    if math.isnan(value) or math.isinf(value):
+        return True
+    if value >= _FP64_BLANK:  # covers DCGM_INT64_BLANK and up as well
+        return True
+    return value.is_integer() and _INT32_BLANK <= value < _INT32_BLANK + 16
+
+
+@dataclass
+class ScrapeStats:
+    samples: int = 0
+    unmapped: int = 0
+    blank: int = 0
+    #: series without a UUID or gpu label (cannot be tied to a GPU)
+    anonymous: int = 0
+
+
+@dataclass
+class _Gpu:
+    node: str
+    uuid: str
+    index: int
+    model: str
+    parent_uuid: str | None
+    metrics: dict[str, float] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    free_bytes: float | None = None
+    xid: float | None = None
+
+
+def _identity(labels: dict[str, str], default_node: str) -> tuple[str, str, int, str, str | None] | None:
+    uuid, index = labels.get("UUID"), labels.get("gpu")
+    if not uuid or index is None or not index.isdigit():
+        return None
+    model = labels.get("modelName", "")
+    node = labels.get("Hostname") or default_node
+    profile, instance = labels.get("GPU_I_PROFILE"), labels.get("GPU_I_ID")
+    if profile and instance:
+        return node, f"MIG-{uuid}/{instance}", int(index), f"{model} MIG {profile}".strip(), uuid
+    return node, uuid, int(index), model, None
+
+
+def _fill_from_catalogue(gpu: _Gpu) -> None:
+    spec = catalogue.lookup(gpu.model)
+    if spec is None:
+        return
+    if gpu.parent_uuid is not None:
+        profile = gpu.model.rsplit(" MIG ", 1)[-1]
+        memory = next((p.memory_bytes for p in spec.mig_profiles if p.name == profile), None)
+        if memory is not None:
+            gpu.metrics.setdefault("memory_total_bytes", float(memory))
+        return
+    for name, value in spec.limit_metrics().items():
+        gpu.metrics.setdefault(name, value)
+
+
+def to_batches(
+    samples: list[PromSample],
+    cluster: str,
+    default_node: str,
+    ts_ns: int,
+    last_xid: dict[str, float],
+    stats: ScrapeStats | None = None,
+) -> list[SampleBatch]:
+    """One SampleBatch per node; ``last_xid`` (uuid -> last XID value seen) is updated in place."""
+    stats = stats if stats is not None else ScrapeStats()
+    gpus: dict[str, _Gpu] = {}
+    for s in samples:
+        stats.samples += 1
+        if s.name not in METRICS and s.name not in SUMMED and s.name not in (XID, _FB_FREE):
+            stats.unmapped += 1
+            continue
+        ident = _identity(s.labels, default_node)
+        if ident is None:
+            stats.anonymous += 1
+            continue
+        if is_blank(s.value):
+            stats.blank += 1
+            continue
+        gpu = gpus.get(ident[1])
+        if gpu is None:
+            gpu = gpus[ident[1]] = _Gpu(*ident)
+        if s.name == XID:
+            gpu.xid = s.value
+        elif s.name == _FB_FREE:
+            gpu.free_bytes = s.value * _MIB
+        elif s.name in SUMMED:
+            name = SUMMED[s.name]
+            gpu.metrics[name] = gpu.metrics.get(name, 0.0) + s.value
+        else:
+            name, factor = METRICS[s.name]
+            if name in gpu.metrics and gpu.sources[name] in _PREFERRED:
+                continue
+            gpu.metrics[name] = s.value * factor
+            gpu.sources[name] = s.name
+    per_node: dict[str, tuple[list[GpuSample], list[GpuEvent]]] = {}
+    for gpu in gpus.values():
+        m = gpu.metrics
+        if "memory_total_bytes" not in m and gpu.free_bytes is not None and "memory_used_bytes" in m:
+            m["memory_total_bytes"] = m["memory_used_bytes"] + gpu.free_bytes + m.get("memory_reserved_bytes", 0.0)
+        _fill_from_catalogue(gpu)
+        node_samples, node_events = per_node.setdefault(gpu.node, ([], []))
+        node_samples.append(GpuSample(cluster, gpu.node, gpu.uuid, gpu.index, gpu.model, ts_ns, m))
+        if gpu.xid is not None:
+            previous = last_xid.get(gpu.uuid)
+            last_xid[gpu.uuid] = gpu.xid
+            if gpu.xid > 0 and gpu.xid != previous:
+                detail = "last XID when the collector started" if previous is None else ""
+                node_events.append(
+                    GpuEvent(cluster, gpu.node, gpu.uuid, gpu.index, ts_ns, EventKind.XID, int(gpu.xid), detail)
+                )
+    return [SampleBatch(cluster, node, tuple(s), tuple(e)) for node, (s, e) in sorted(per_node.items())]
+
+
+def _http_get(url: str, timeout_s: float) -> bytes:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            body: bytes = response.read()
+            return body
+    except (urllib.error.URLError, TimeoutError, OSError) as exc:
+        raise SourceUnavailable(f"cannot scrape {url}: {exc}") from exc
+
+
+class DcgmExporterSource:
+    """Scrapes one dcgm-exporter per round (``fetch`` is injectable; plain HTTP GET by default)."""
+
+    name = "dcgm-exporter"
+
+    def __init__(
+        self,
+        url: str,
+        cluster: str,
+        node: str,
+        *,
+        timeout_s: float = 5.0,
+        fetch: Callable[[str, float], bytes] = _http_get,
+    ) -> None:
+        self.url, self.cluster, self.node = url, cluster, node
+        self._timeout = timeout_s
+        self._fetch = fetch
+        self._last_xid: dict[str, float] = {}
+        self._gpus: dict[str, tuple[TopologyGpu, ...]] = {}
+        self.scrape_stats = ScrapeStats()
+
+    def open(self) -> None:
+        """Nothing to connect: an unreachable exporter is a transient failure of each round, not a start error."""
+
+    def collect(self, ts_ns: int) -> list[SampleBatch]:
+        body = self._fetch(self.url, self._timeout)
+        try:
+            samples = parse_exposition(body.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise BadSourceData("malformed", f"not UTF-8 text: {exc}", body, self.url) from exc
+        except DecodeError as exc:
+            raise BadSourceData(exc.reason, exc.detail, body, self.url) from exc
+        batches = to_batches(samples, self.cluster, self.node, ts_ns, self._last_xid, self.scrape_stats)
+        buses = {s.labels["UUID"]: s.labels.get("pci_bus_id", "") for s in samples if "UUID" in s.labels}
+        self._gpus = {b.node: self._topology_gpus(b, buses) for b in batches}
+        return batches
+
+    @staticmethod
+    def _topology_gpus(batch: SampleBatch, buses: dict[str, str]) -> tuple[TopologyGpu, ...]:
+        out = []
+        for s in batch.samples:
+            parent = s.gpu_uuid.split("/", 1)[0].removeprefix("MIG-") if s.gpu_uuid.startswith("MIG-") else None
+            bus = sysfs_bus_id(buses.get(parent or s.gpu_uuid, ""))
+            out.append(TopologyGpu(s.gpu_uuid, s.gpu_index, s.gpu_model, bus, parent_uuid=parent))
+        return tuple(out)
+
+    def topology(self, ts_ns: int) -> NodeTopology | None:
+        """Only the GPUs (dcgm-exporter exposes no interconnect), for the node of the last scrape."""
+        gpus = self._gpus.get(self.node) or next(iter(self._gpus.values()), None)
+        if not gpus:
+            return None
+        node = self.node if self.node in self._gpus else next(iter(self._gpus))
+        return NodeTopology(self.cluster, node, ts_ns, gpus)
+
+    def stats(self) -> dict[str, int]:
+        s = self.scrape_stats
+        return {"scraped_series": s.samples, "unmapped_series": s.unmapped, "blank_values": s.blank}
+
+    def close(self) -> None:
+        """Nothing held between scrapes."""

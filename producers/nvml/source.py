@@ -1,0 +1,78 @@
+"""The NVML node source: the collector, NVML events, topology and InfiniBand ports of this node, per round.
+
+Emits one :class:`SampleBatch` per round (every GPU and MIG instance, the GPU events since the last round, every
+InfiniBand/RoCE port) and, on request, the node's :class:`NodeTopology`. A MIG reconfiguration event makes it
+re-read the MIG layout, which changes the topology the agent publishes next.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.events import EventKind, GpuEvent, NodeTopology, SampleBatch
+from producers.infiniband import InfinibandReader
+from producers.nvml.collector import NvmlCollector
+from producers.nvml.events import EventWatcher
+from producers.nvml.topology import TopologyReader
+
+
+class NvmlSource:
+    """This node's GPUs through NVML (``nvml``: the ``pynvml`` module, or a fake in tests)."""
+
+    name = "nvml"
+
+    def __init__(
+        self,
+        nvml: Any,
+        cluster: str,
+        node: str,
+        *,
+        sysfs_root: Path = Path("/sys"),
+        pcie_throughput_fallback: bool = True,
+        infiniband: bool = True,
+    ) -> None:
+        self.cluster, self.node = cluster, node
+        self.collector = NvmlCollector(nvml, cluster, node, pcie_throughput_fallback=pcie_throughput_fallback)
+        self.events = EventWatcher(nvml, cluster, node)
+        self.ib = InfinibandReader(sysfs_root) if infiniband else None
+        self._topology = TopologyReader(nvml, sysfs_root, self.ib)
+        self._lost: set[str] = set()
+
+    def open(self) -> None:
+        self.collector.open()
+        self.events.open(self.collector.devices)
+
+    def collect(self, ts_ns: int) -> list[SampleBatch]:
+        nvml_events = self.events.drain(ts_ns)
+        if any(e.kind is EventKind.MIG_CONFIG for e in nvml_events):
+            self.collector.refresh_mig()  # before reading: the old MIG handles are gone
+        samples, lost = self.collector.collect(ts_ns)
+        events: list[GpuEvent] = []
+        for event in [*nvml_events, *lost]:
+            if event.kind is EventKind.GPU_LOST:
+                if event.gpu_uuid in self._lost:
+                    continue  # NVML's unavailable event and our GPU_IS_LOST say the same thing once
+                self._lost.add(event.gpu_uuid)
+            events.append(event)
+        nics = self.ib.read(self.cluster, self.node, ts_ns) if self.ib else ()
+        return [SampleBatch(self.cluster, self.node, tuple(samples), tuple(events), nics)]
+
+    def topology(self, ts_ns: int) -> NodeTopology:
+        return self._topology.read(self.collector.devices, self.cluster, self.node, ts_ns)
+
+    def stats(self) -> dict[str, int]:
+        c, e = self.collector.stats, self.events.stats
+        return {
+            "nvml_errors": c.nvml_errors,
+            "unsupported_readings": c.unsupported,
+            "lost_gpus": c.lost_gpus,
+            "empty_samples": c.empty_samples,
+            "nvml_events": e.events,
+            "events_coalesced": e.coalesced,
+            "events_unknown_device": e.unknown_device,
+        }
+
+    def close(self) -> None:
+        self.events.close()
+        self.collector.close()

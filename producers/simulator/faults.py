@@ -1,0 +1,652 @@
+"""The fault injector: seeded faults with physically plausible signatures, and their exact ground truth.
+
+Rates and durations come from the StepFun InfiniteHBD fault trace (584 faults on 400 servers over 349 days, see
+``TRACE_CLASSES`` for how its descriptions map onto :data:`pipeline.events.FAULTS`). A fault class occurs per node
+as a Poisson process at the trace's rate times ``FaultPlan.rate_scale`` (the real rates are ~1e-3 per node-day,
+so an evaluation of a small fleet over two hours needs a scale of ~1e4); ``mix="balanced"`` gives every class the
+same rate (the trace's mean) so that rare classes (NVLink: 3 faults in the trace) are seen as often as the others.
+A fault lasts the trace's repair time for its class (drawn from its quantiles), times ``duration_scale``, clipped
+to ``[min_duration_s, max_duration_s]``: the trace's repair times (hours to weeks) include waiting for a
+technician; compressed, they keep the classes' order (XID and ECC short, link and power faults long).
+
+A fault only starts where it can show (thermal throttling on a GPU drawing enough power to overheat, NVLink loss
+on a GPU exchanging traffic over NVLink, a straggler in a multi-GPU job, ECC where the GPU has ECC...), never on a
+GPU or node that already has one, and jobs under a fault keep running until it ends, so each ground-truth record
+names a fault whose signature is in the telemetry. Signatures (what the fleet reads from :class:`Effects`):
+
+- thermal-throttling: the GPU's cooling degrades (thermal resistance x2-6, inlet warmer); temperature climbs with
+  the thermal time constant to the slowdown threshold, where the GPU's controller lowers clocks (and so power) to
+  hold it, with NVML's SW thermal (0x20) and, at the threshold, HW thermal slowdown (0x40) reasons; util stays.
+- power-capping (node-level, as after a power-supply failure): every GPU's enforced power limit drops to 50-70 %
+  of its default; busy GPUs run at the new limit with the SW power cap reason (0x4) and lower clocks.
+- nvlink-down: some or all of the GPU's links go inactive, NVLink traffic stops, the same traffic moves to PCIe
+  (up to what the link carries), CRC/replay/recovery counters jump; the job's GPUs wait on the slower path.
+- pcie-link-degraded: the link retrains at a lower width (x8/x4) or generation while busy; the replay counter
+  rises and PCIe throughput is capped at the narrower link.
+- memory-leak: memory used grows linearly to ~98.5 % of the usable memory; at the end the process runs out of
+  memory and restarts (memory drops and ramps up again).
+- straggler: one GPU of a synchronous multi-GPU job runs slower (GPU-side: SM clock x0.6-0.8; host-side: its
+  compute duty cycle x0.55-0.8); its peers wait on it every step (periodic dips of SM activity and power).
+- xid-storm: XIDs 13/31/43/45 every few seconds; after a 43/45 the application restarts (seconds at idle).
+- ecc-uncorrectable: a DBE: ``ecc_uncorrected_total`` increments, XID 48 and NVML's double-bit ECC event; on
+  Ampere+ XID 94/95 and a row remap (XID 63, ``row_remap_pending``; 10 %: the remap fails, XID 64 and
+  ``row_remap_failure``), on Volta a retired page (``retired_pages_dbe_total``, ``retired_pages_pending``). The job
+  dies; the GPU is drained until a reset at the end of the fault.
+- fallen-off-bus: XID 79 and a GPU_LOST event, then the GPU's samples stop (the node's others keep reporting);
+  its job dies; the GPU is back after the fault.
+
+Healthy GPUs also accumulate the rare counter increments real ones do (corrected ECC on some "weak" GPUs, the
+odd PCIe replay or NVLink CRC error) and, when events are on, an occasional single application XID (13/31).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+
+from pipeline.events import FAULTS, EventKind, FaultRecord, GpuEvent
+from producers.simulator.profiles import APP_INDEX, BUSY_APPS, L_NVLINK, PROFILES, SYNC_APPS
+from producers.simulator.scheduler import Scheduler
+
+_MIB = 2**20
+_DAY_S = 86_400.0
+
+
+@dataclass(frozen=True, slots=True)
+class TraceClass:
+    """A fault class as the trace shows it: which (Level, Class, Desc) it covers, how often, how long."""
+
+    fault: str
+    #: (Level, Class, Desc) patterns; None matches anything
+    sources: tuple[tuple[str, str | None, str | None], ...]
+    #: faults in the trace
+    count: int
+    #: repair time, hours, at the quantiles of REPAIR_QUANTILES
+    repair_hours: tuple[float, ...]
+    #: "gpu" or "node": what the fault hits
+    scope: str = "gpu"
+
+
+TRACE_SERVERS: Final = 400
+TRACE_DAYS: Final = 348.98
+REPAIR_QUANTILES: Final = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+_HW = "Hardware Failure"
+
+#: The trace's descriptions per fault class; counts and repair-time quantiles measured on fault_events.csv
+#: (tests/unit/test_simulator_faults.py recomputes them from the copy in tests/testdata).
+TRACE_CLASSES: Final[dict[str, TraceClass]] = {
+    t.fault: t
+    for t in (
+        # overheating: the GPU's own alarm, and the chassis fans failing
+        TraceClass("thermal-throttling", ((_HW, "GPU", "GPU Temperature High"), (_HW, "Fan", None)), 35,
+                   (0.27, 14.56, 26.19, 82.15, 234.05, 1337.11, 2199.69)),
+        # a failed power supply: the node's GPUs are power-limited until it is replaced
+        TraceClass("power-capping", ((_HW, "Power Supply", None),), 26,
+                   (8.72, 19.28, 45.23, 351.1, 493.23, 1315.42, 1367.01), scope="node"),
+        TraceClass("nvlink-down", ((_HW, "GPU", "GPU P2P Bandwidth Low"),), 3,
+                   (841.13, 851.02, 865.85, 890.58, 1548.7, 1943.57, 2206.82)),
+        TraceClass("pcie-link-degraded", ((_HW, "GPU", "GPU PCI link width low"),), 25,
+                   (0.2, 0.75, 17.12, 71.98, 246.56, 409.44, 1079.28)),
+        # the trace has no memory-leak class; the closest is its software failures (rate and repair times)
+        TraceClass("memory-leak", (("Software Failure", None, None),), 24,
+                   (0.19, 1.05, 4.09, 19.11, 48.79, 163.17, 290.77)),
+        # machines the training job itself flagged as suspect (typically slow workers)
+        TraceClass("straggler", (("Other Failure", "Training Task Troubleshooting", None),), 14,
+                   (1.57, 2.44, 3.69, 16.53, 38.57, 58.0, 93.77)),
+        TraceClass("xid-storm", ((_HW, "GPU", "GPU xid Error"), (_HW, "GPU", "GPU device unknow error")), 51,
+                   (0.18, 0.2, 0.23, 1.56, 32.57, 89.43, 410.0)),
+        TraceClass("ecc-uncorrectable", ((_HW, "GPU", "GPU DBE(Double Bit ECC) > Threshold"),), 60,
+                   (0.07, 0.21, 0.21, 3.21, 51.04, 540.7, 2124.07)),
+        TraceClass("fallen-off-bus", ((_HW, "GPU", "GPU Lost"), (_HW, "GPU", "GPU device not found"),
+                                      (_HW, "GPU", "nvidia-smi Timeout")), 15,
+                   (1.48, 3.92, 22.02, 37.3, 68.08, 84.55, 623.97)),
+    )
+}  # fmt: skip
+
+
+def trace_rate_per_node_s(fault: str) -> float:
+    """Faults of a class per node and second in the trace."""
+    return TRACE_CLASSES[fault].count / (TRACE_SERVERS * TRACE_DAYS * _DAY_S)
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    """One fault at a fixed time (seconds after the first round). Without ``node``/``gpu`` (index within the
+    node) the injector picks an eligible target at that time; ``duration_s`` None draws it as for random faults."""
+
+    fault: str
+    at_s: float
+    duration_s: float | None = None
+    node: int | None = None
+    gpu: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FaultPlan:
+    """What to inject: random faults at the trace's rates (scaled) and/or fixed injections."""
+
+    rate_scale: float = 1.0
+    mix: str = "trace"
+    duration_scale: float = 1 / 120
+    min_duration_s: float = 180.0
+    max_duration_s: float = 1800.0
+    classes: tuple[str, ...] = FAULTS
+    injections: tuple[Injection, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.mix not in ("trace", "balanced"):
+            raise ValueError(f"fault mix must be 'trace' or 'balanced', got {self.mix!r}")
+        unknown = sorted(set(self.classes) - set(FAULTS)) + [i.fault for i in self.injections if i.fault not in FAULTS]
+        if unknown:
+            raise ValueError(f"unknown fault class {unknown[0]!r}; known: {', '.join(FAULTS)}")
+        if self.rate_scale < 0 or self.duration_scale <= 0 or not 0 < self.min_duration_s <= self.max_duration_s:
+            raise ValueError("rate_scale must be >= 0, duration_scale > 0 and 0 < min_duration_s <= max_duration_s")
+
+    def rate_per_node_s(self, fault: str) -> float:
+        if fault not in self.classes:
+            return 0.0
+        if self.mix == "balanced":
+            base = sum(trace_rate_per_node_s(f) for f in FAULTS) / len(FAULTS)
+        else:
+            base = trace_rate_per_node_s(fault)
+        return base * self.rate_scale
+
+    def expected(self, nodes: int, seconds: float) -> dict[str, float]:
+        """Expected number of random faults per class for a fleet of ``nodes`` over ``seconds``."""
+        return {f: self.rate_per_node_s(f) * nodes * seconds for f in FAULTS}
+
+    @classmethod
+    def for_evaluation(cls, nodes: int, seconds: float, per_class: float = 5.0, **kwargs: object) -> FaultPlan:
+        """A balanced plan where each class is expected ``per_class`` times on ``nodes`` nodes over ``seconds``."""
+        base = sum(trace_rate_per_node_s(f) for f in FAULTS) / len(FAULTS)
+        return cls(rate_scale=per_class / (base * nodes * seconds), mix="balanced", **kwargs)  # type: ignore[arg-type]
+
+    def draw_duration_s(self, fault: str, rng: np.random.Generator) -> float:
+        """A repair time from the class's trace quantiles (log-linear between them), compressed and clipped."""
+        hours = np.interp(rng.random(), REPAIR_QUANTILES, np.log(TRACE_CLASSES[fault].repair_hours))
+        return float(np.clip(math.exp(hours) * 3600 * self.duration_scale, self.min_duration_s, self.max_duration_s))
+
+
+#: XIDs of an application-level storm and their weights, with the kernel log's wording
+STORM_XIDS: Final = ((13, 0.3), (31, 0.3), (43, 0.25), (45, 0.15))
+XID_TEXT: Final[dict[int, str]] = {
+    13: "Graphics SM Warp Exception on (GPC 2, TPC 1, SM 0): Out Of Range Address",
+    31: "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f3a_1c000000. Fault is of type FAULT_PDE",
+    43: "GPU stopped processing",
+    45: "Preemptive Cleanup, due to previous errors -- Most likely to see when running multiple cuda applications",
+    48: "DBE (Double Bit Error) ECC Error",
+    63: "Row Remapper: New row marked for remapping, reset gpu to activate",
+    64: "Row Remapper: Error when marking a row for remapping",
+    79: "GPU has fallen off the bus",
+    94: "Contained ECC error",
+    95: "Uncontained ECC error",
+}
+#: classes whose signature needs the job to keep running
+_HOLDS_JOB: Final = frozenset(
+    {"thermal-throttling", "nvlink-down", "pcie-link-degraded", "memory-leak", "straggler", "xid-storm"}
+)
+
+
+@dataclass
+class Effects:
+    """Per-GPU state the fleet reads every round: what faults do to the physics, and the health counters."""
+
+    n: int
+    links: int
+    thermal_k: np.ndarray = field(init=False)
+    inlet_add: np.ndarray = field(init=False)
+    cap_watts: np.ndarray = field(init=False)
+    link_up: np.ndarray = field(init=False)
+    link_exists: np.ndarray = field(init=False)
+    nvlink_fallback: np.ndarray = field(init=False)
+    gen_cap: np.ndarray = field(init=False)
+    width_cap: np.ndarray = field(init=False)
+    replay_rate: np.ndarray = field(init=False)
+    leak_rate: np.ndarray = field(init=False)
+    leak_bytes: np.ndarray = field(init=False)
+    clock_factor: np.ndarray = field(init=False)
+    duty: np.ndarray = field(init=False)
+    wait: np.ndarray = field(init=False)
+    wait_period: np.ndarray = field(init=False)
+    xid_interval: np.ndarray = field(init=False)
+    stall_until: np.ndarray = field(init=False)
+    lost: np.ndarray = field(init=False)
+    restarted_at: np.ndarray = field(init=False)
+    # health counters (what NVML reports as totals)
+    ecc_corrected: np.ndarray = field(init=False)
+    ecc_uncorrected: np.ndarray = field(init=False)
+    remap_correctable: np.ndarray = field(init=False)
+    remap_uncorrectable: np.ndarray = field(init=False)
+    remap_pending: np.ndarray = field(init=False)
+    remap_failure: np.ndarray = field(init=False)
+    retired_sbe: np.ndarray = field(init=False)
+    retired_dbe: np.ndarray = field(init=False)
+    retired_pending: np.ndarray = field(init=False)
+    pcie_replay: np.ndarray = field(init=False)
+    nvl_crc: np.ndarray = field(init=False)
+    nvl_replay: np.ndarray = field(init=False)
+    nvl_recovery: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        n, links = self.n, self.links
+        self.link_exists = np.zeros((n, links), dtype=bool)  # set by the injector from each GPU's link count
+        self.thermal_k = np.ones(n)
+        self.inlet_add = np.zeros(n)
+        self.cap_watts = np.full(n, np.inf)
+        self.link_up = np.ones((n, links), dtype=bool)
+        self.nvlink_fallback = np.zeros(n, dtype=bool)
+        self.gen_cap = np.full(n, 99.0)
+        self.width_cap = np.full(n, 99.0)
+        self.replay_rate = np.zeros(n)
+        self.leak_rate = np.zeros(n)
+        self.leak_bytes = np.zeros(n)
+        self.clock_factor = np.ones(n)
+        self.duty = np.ones(n)
+        self.wait = np.zeros(n)
+        self.wait_period = np.ones(n, dtype=np.int64)
+        self.xid_interval = np.zeros(n)
+        self.stall_until = np.full(n, -np.inf)
+        self.lost = np.zeros(n, dtype=bool)
+        self.restarted_at = np.full(n, -np.inf)
+        for name in ("ecc_corrected", "ecc_uncorrected", "remap_correctable", "remap_uncorrectable",
+                     "remap_pending", "remap_failure", "retired_sbe", "retired_dbe", "retired_pending",
+                     "pcie_replay"):  # fmt: skip
+            setattr(self, name, np.zeros(n))
+        self.nvl_crc = np.zeros((n, links))
+        self.nvl_replay = np.zeros((n, links))
+        self.nvl_recovery = np.zeros((n, links))
+
+
+@dataclass
+class ActiveFault:
+    record: FaultRecord
+    node: int
+    gpu: int | None
+    end_s: float
+    peers: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    """What the injector needs to know about each GPU from the fleet (static, per GPU)."""
+
+    cluster: str
+    nodes: list[str]
+    uuids: list[str]
+    gpus_per_node: int
+    has_nvlink: np.ndarray
+    nvlink_count: np.ndarray
+    ecc: list[str]
+    default_watts: np.ndarray
+    min_watts: np.ndarray
+    gen_max: np.ndarray
+    width_max: np.ndarray
+    usable_bytes: np.ndarray
+    thermal_rise_c: np.ndarray
+    slowdown_c: np.ndarray
+    pcie_bytes_per_s: np.ndarray
+    nvlink_bytes_per_s: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class Now:
+    """This round, as the injector sees it: time, the jobs, and each GPU's recent power and memory."""
+
+    now_s: float
+    ts_ns: int
+    dt: float
+    sched: Scheduler
+    #: recent power as a fraction of the default limit (an EWMA over about a minute)
+    busy_power: np.ndarray
+    memory_frac: np.ndarray
+    inlet_c: np.ndarray
+
+
+@dataclass
+class Started:
+    detail: str
+    peers: list[int] = field(default_factory=list)
+    events: list[tuple[int, GpuEvent]] = field(default_factory=list)
+    changed: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Round:
+    """What one round of the injector produced: new ground truth, (node, event) pairs, GPUs whose job changed."""
+
+    records: list[FaultRecord] = field(default_factory=list)
+    events: list[tuple[int, GpuEvent]] = field(default_factory=list)
+    changed: list[int] = field(default_factory=list)
+
+
+class FaultInjector:
+    """Starts and ends faults each round and keeps :class:`Effects` current; collects events and ground truth."""
+
+    def __init__(self, plan: FaultPlan, view: GpuView, rng: np.random.Generator, benign_events: bool) -> None:
+        self.plan = plan
+        self.view = view
+        self.rng = rng
+        self.benign_events = benign_events
+        n = len(view.uuids)
+        self.n = n
+        self.effects = Effects(n, int(view.nvlink_count.max()) if n else 0)
+        self.active: list[ActiveFault] = []
+        self.gpu_fault = np.zeros(n, dtype=bool)  # a fault on the GPU, or it is a peer a fault slows down
+        self.node_fault = np.zeros(len(view.nodes), dtype=bool)
+        self.skipped: dict[str, int] = dict.fromkeys(FAULTS, 0)
+        self._pending = sorted(plan.injections, key=lambda i: i.at_s)
+        self._node_of = np.arange(n) // view.gpus_per_node
+        self._node_starts = np.arange(0, n, view.gpus_per_node)
+        self._has_ecc = np.array([k != "" for k in view.ecc], dtype=bool)
+        self._busy_apps = np.array([a in BUSY_APPS for a in APP_INDEX])
+        self._sync_apps = np.array([a in SYNC_APPS for a in APP_INDEX])
+        # thermal faults go where power is steady enough to hold the GPU at its threshold (not request-driven)
+        self._steady_busy = np.array([a in BUSY_APPS and PROFILES[a].dynamics == "steady" for a in APP_INDEX])
+        self._nvlink_level = np.array(
+            [PROFILES[a].phases["compute"][L_NVLINK] if a in PROFILES else 0.0 for a in APP_INDEX]
+        )
+        e = self.effects
+        e.link_exists[:] = np.arange(e.links) < view.nvlink_count[:, None]
+        # healthy history: some GPUs carry corrected errors, remapped rows or retired pages from the past
+        e.ecc_corrected[:] = np.where(self._has_ecc, rng.poisson(3.0, n), np.nan)
+        e.ecc_uncorrected[:] = np.where(self._has_ecc, 0.0, np.nan)
+        remap = np.array([k == "remap" for k in view.ecc], dtype=bool)
+        e.remap_correctable[:] = np.where(remap, rng.poisson(0.05, n), 0)
+        e.retired_sbe[:] = np.where(np.array([k == "retire" for k in view.ecc], dtype=bool), rng.poisson(0.3, n), 0)
+        self._weak = (rng.random(n) < 0.03) & self._has_ecc  # weak cells: a corrected error every hour or so
+        self._replay_noise = rng.random(n) < 0.05  # marginal links: a PCIe replay a day
+
+    # --- per round --------------------------------------------------------------------------------------
+    def advance(self, now: Now) -> Round:
+        """End due faults, start new ones, tick the running ones."""
+        out = Round()
+        for due in [f for f in self.active if now.now_s >= f.end_s]:
+            self._end(due, now)
+        while self._pending and self._pending[0].at_s <= now.now_s:
+            injection = self._pending.pop(0)
+            self._start(injection.fault, now, out, injection)
+        for fault in self.plan.classes:
+            rate = self.plan.rate_per_node_s(fault) * len(self.view.nodes) * now.dt
+            for _ in range(int(self.rng.poisson(rate)) if rate > 0 else 0):
+                self._start(fault, now, out, None)
+        self._tick(now, out)
+        return out
+
+    def _tick(self, now: Now, out: Round) -> None:
+        e, rng, n, dt = self.effects, self.rng, self.n, now.dt
+        if dt <= 0:
+            return
+        e.leak_bytes += e.leak_rate * dt
+        busy = now.sched.gpu_busy & ~e.lost
+        e.pcie_replay += rng.poisson(e.replay_rate * dt * busy + self._replay_noise * dt / _DAY_S)
+        e.ecc_corrected[self._has_ecc] += rng.poisson(self._weak[self._has_ecc] * dt / 3600.0)
+        if e.links:
+            e.nvl_crc += rng.poisson(dt / (3 * _DAY_S), e.nvl_crc.shape) * (e.link_up & e.link_exists)
+        storm = np.flatnonzero(e.xid_interval > 0)
+        if len(storm):
+            fire = storm[rng.random(len(storm)) < dt / e.xid_interval[storm]]
+            for g in fire.tolist():
+                code = _draw_xid(rng)
+                out.events.append((int(self._node_of[g]), self._event(g, now.ts_ns, EventKind.XID, code)))
+                if code in (43, 45):  # the channel was torn down: the application restarts
+                    e.stall_until[g] = now.now_s + rng.uniform(2, 6)
+        if self.benign_events:
+            # a user's bug now and then: a single application XID on a healthy GPU, about one per 5 GPU-days
+            for g in np.flatnonzero(busy & ~self.gpu_fault & (rng.random(n) < dt * 0.2 / _DAY_S)).tolist():
+                code = 13 if rng.random() < 0.5 else 31
+                out.events.append((int(self._node_of[g]), self._event(g, now.ts_ns, EventKind.XID, code)))
+
+    # --- starting and ending faults -----------------------------------------------------------------------
+    def eligible(self, fault: str, now: Now) -> np.ndarray:
+        """Mask of GPUs (or nodes, for power capping) where the fault can start now and show its signature.
+
+        Faults do not meet: a GPU or node already under a fault, and every GPU of a job that has a GPU under a
+        fault (or on a power-capped node), is left alone, so each fault's signature stays its own.
+        """
+        v, e, sched = self.view, self.effects, now.sched
+        clean = self._job_clean(sched)
+        if fault == "power-capping":
+            hot = (now.busy_power >= 0.5) & sched.gpu_busy & ~e.lost
+            busy_nodes = np.add.reduceat(hot.astype(np.int64), self._node_starts) > 0
+            tainted = np.add.reduceat((self.gpu_fault | ~clean).astype(np.int64), self._node_starts) > 0
+            mask: np.ndarray = busy_nodes & ~tainted & ~self.node_fault
+            return mask
+        free = ~self.gpu_fault & ~self.node_fault[self._node_of] & ~e.lost & clean
+        app, busy = sched.gpu_app, sched.gpu_busy
+        where: dict[str, np.ndarray] = {
+            "thermal-throttling": busy & self._steady_busy[app] & (now.busy_power >= 0.45),
+            "nvlink-down": v.has_nvlink & sched.multi & (self._nvlink_level[app] > 0),
+            "pcie-link-degraded": busy & self._busy_apps[app],
+            "memory-leak": (sched.gpu_job >= 0) & (now.memory_frac < 0.7),
+            "straggler": sched.multi & self._sync_apps[app],
+            "xid-storm": busy,
+            "ecc-uncorrectable": self._has_ecc,
+        }
+        out: np.ndarray = free & where[fault] if fault in where else free  # fallen-off-bus: any GPU
+        return out
+
+    def _job_clean(self, sched: Scheduler) -> np.ndarray:
+        """GPUs without a job, or whose job has no GPU under a fault or on a power-capped node."""
+        jobs = sched.gpu_job
+        touched = (self.gpu_fault | self.node_fault[self._node_of]) & (jobs >= 0)
+        mask: np.ndarray = (jobs < 0) | ~np.isin(jobs, np.unique(jobs[touched]))
+        return mask
+
+    def _start(self, fault: str, now: Now, out: Round, inj: Injection | None) -> None:
+        v, rng = self.view, self.rng
+        node_level = TRACE_CLASSES[fault].scope == "node"
+        mask = self.eligible(fault, now)
+        if inj is not None and inj.node is not None:
+            target = inj.node if node_level else inj.node * v.gpus_per_node + (inj.gpu or 0)
+            if not mask[target]:
+                self.skipped[fault] += 1
+                return
+        else:
+            candidates = np.flatnonzero(mask)
+            if not len(candidates):
+                self.skipped[fault] += 1
+                return
+            target = int(rng.choice(candidates))
+        duration = inj.duration_s if inj is not None and inj.duration_s is not None else None
+        if duration is None:
+            duration = self.plan.draw_duration_s(fault, rng)
+        started: Started = getattr(self, "_start_" + fault.replace("-", "_"))(target, now, duration)
+        node = target if node_level else int(self._node_of[target])
+        gpu = None if node_level else target
+        record = FaultRecord(
+            v.cluster, v.nodes[node], None if gpu is None else v.uuids[gpu], fault, now.ts_ns,
+            now.ts_ns + round(duration * 1e9), started.detail,
+        )  # fmt: skip
+        self.active.append(ActiveFault(record, node, gpu, now.now_s + duration, started.peers))
+        if gpu is None:
+            self.node_fault[node] = True
+        else:
+            self.gpu_fault[[gpu, *started.peers]] = True
+            if fault in _HOLDS_JOB:
+                now.sched.hold[gpu] = True
+        out.records.append(record)
+        out.events += started.events
+        out.changed += started.changed
+
+    def _end(self, fault: ActiveFault, now: Now) -> None:
+        self.active.remove(fault)
+        e, v, sched = self.effects, self.view, now.sched
+        name, g = fault.record.fault, fault.gpu
+        if g is None:  # power capping: the node's limits come back
+            lo = fault.node * v.gpus_per_node
+            e.cap_watts[lo : lo + v.gpus_per_node] = np.inf
+            self.node_fault[fault.node] = False
+            return
+        self.gpu_fault[[g, *fault.peers]] = False
+        sched.hold[g] = False
+        sched.unavailable[g] = False
+        if name == "thermal-throttling":
+            e.thermal_k[g], e.inlet_add[g] = 1.0, 0.0
+        elif name == "nvlink-down":
+            e.link_up[g] = True
+            e.nvlink_fallback[g] = False
+            e.wait[[g, *fault.peers]] = 0.0
+        elif name == "pcie-link-degraded":
+            e.gen_cap[g], e.width_cap[g], e.replay_rate[g] = 99.0, 99.0, 0.0
+        elif name == "memory-leak":
+            # out of memory: the process dies and its supervisor restarts it
+            e.leak_rate[g], e.leak_bytes[g] = 0.0, 0.0
+            e.restarted_at[g] = now.now_s
+            e.stall_until[g] = now.now_s + self.rng.uniform(10, 30)
+        elif name == "straggler":
+            e.clock_factor[g], e.duty[g] = 1.0, 1.0
+            e.wait[fault.peers] = 0.0
+        elif name == "xid-storm":
+            e.xid_interval[g] = 0.0
+        elif name == "ecc-uncorrectable":
+            # the GPU reset applied the remap (or retired the page)
+            e.remap_pending[g], e.retired_pending[g], e.remap_failure[g] = 0.0, 0.0, 0.0
+        elif name == "fallen-off-bus":
+            e.lost[g] = False
+
+    # one starter per class: (target GPU or node, now, duration) -> what happened
+    def _start_thermal_throttling(self, g: int, now: Now, _duration: float) -> Started:
+        v, e, rng = self.view, self.effects, self.rng
+        add = float(rng.uniform(3, 8))
+        rise = v.thermal_rise_c[g] * max(0.8 * float(now.busy_power[g]), 0.3)
+        # cooling degrades enough that the equilibrium lies well above the slowdown threshold
+        need = (v.slowdown_c[g] + 12 - now.inlet_c[g] - add) / max(rise, 1.0)
+        k = float(np.clip(max(rng.uniform(2.0, 2.6), need), 2.0, 6.0))
+        e.thermal_k[g], e.inlet_add[g] = k, add
+        return Started(f"cooling degraded (fan/airflow): thermal resistance x{k:.1f}, inlet +{add:.0f} C")
+
+    def _start_power_capping(self, node: int, _now: Now, _duration: float) -> Started:
+        v, e = self.view, self.effects
+        frac = float(self.rng.uniform(0.5, 0.7))
+        gpus = slice(node * v.gpus_per_node, (node + 1) * v.gpus_per_node)
+        e.cap_watts[gpus] = np.maximum(np.round(v.default_watts[gpus] * frac), v.min_watts[gpus])
+        watts = float(e.cap_watts[node * v.gpus_per_node])
+        return Started(f"power supply failure: GPU power limit lowered to {watts:.0f} W ({frac:.0%} of default)")
+
+    def _start_nvlink_down(self, g: int, now: Now, _duration: float) -> Started:
+        v, e, rng = self.view, self.effects, self.rng
+        count = int(v.nvlink_count[g])
+        down = count if count == 1 or rng.random() < 0.6 else int(rng.integers(1, count))
+        which = rng.choice(count, size=down, replace=False)
+        e.link_up[g, which] = False
+        e.nvlink_fallback[g] = True
+        e.nvl_crc[g, which] += rng.poisson(200, down)
+        e.nvl_replay[g, which] += rng.poisson(20, down)
+        e.nvl_recovery[g, which] += rng.integers(1, 4, down)
+        peers = self._peers(g, now.sched)
+        # the job's traffic to this GPU now crosses PCIe: every GPU of the job waits for the slower path
+        wanted = self._nvlink_level[now.sched.gpu_app[g]] * v.nvlink_bytes_per_s[g]
+        wait = float(np.clip(1 - 0.85 * v.pcie_bytes_per_s[g] / max(wanted, 1.0), 0.1, 0.6))
+        e.wait[[g, *peers]] = wait
+        e.wait_period[[g, *peers]] = int(rng.integers(3, 8))
+        return Started(f"{down} of {count} NVLinks inactive: peer traffic falls back to PCIe, job waits ~{wait:.0%}",
+                       peers)  # fmt: skip
+
+    def _start_pcie_link_degraded(self, g: int, _now: Now, _duration: float) -> Started:
+        v, e, rng = self.view, self.effects, self.rng
+        gen, width = int(v.gen_max[g]), int(v.width_max[g])
+        if rng.random() < 0.7 or gen <= 1:
+            e.width_cap[g] = max(1, width // int(rng.choice([2, 4])))
+        else:
+            e.gen_cap[g] = max(1, gen - int(rng.integers(1, 3)))
+        e.replay_rate[g] = float(rng.uniform(0.5, 20))
+        got = f"Gen{int(min(gen, e.gen_cap[g]))} x{int(min(width, e.width_cap[g]))}"
+        return Started(f"PCIe link trained at {got} (max Gen{gen} x{width}), replays ~{e.replay_rate[g]:.0f}/s")
+
+    def _start_memory_leak(self, g: int, now: Now, duration: float) -> Started:
+        e, v = self.effects, self.view
+        # leak so that memory nears the top when the fault ends: that is when the process runs out of memory
+        top = 0.985 * v.usable_bytes[g]
+        rate = max(top - now.memory_frac[g] * v.usable_bytes[g], 0.0) / duration
+        e.leak_rate[g], e.leak_bytes[g] = rate, 0.0
+        return Started(f"memory leak of {rate / _MIB:.1f} MiB/s until the process runs out of memory")
+
+    def _start_straggler(self, g: int, now: Now, _duration: float) -> Started:
+        e, rng = self.effects, self.rng
+        peers = self._peers(g, now.sched)
+        if rng.random() < 0.6:
+            factor = float(rng.uniform(0.6, 0.8))
+            e.clock_factor[g] = factor
+            what = f"GPU-side straggler: SM clock x{factor:.2f}"
+        else:
+            factor = float(rng.uniform(0.55, 0.8))
+            e.duty[g] = factor
+            what = f"host-side straggler: compute duty cycle x{factor:.2f}"
+        wait = 1 - factor
+        e.wait[peers] = wait
+        e.wait_period[peers] = int(rng.integers(3, 8))
+        return Started(f"{what}; {len(peers)} peers wait ~{wait:.0%} of each step", peers)
+
+    def _start_xid_storm(self, g: int, now: Now, _duration: float) -> Started:
+        interval = float(self.rng.uniform(3, 15))
+        self.effects.xid_interval[g] = interval
+        code = _draw_xid(self.rng)
+        event = (int(self._node_of[g]), self._event(g, now.ts_ns, EventKind.XID, code))
+        codes = "/".join(str(c) for c, _ in STORM_XIDS)
+        return Started(f"XID storm: XIDs {codes} about every {interval:.0f} s", events=[event])
+
+    def _start_ecc_uncorrectable(self, g: int, now: Now, _duration: float) -> Started:
+        v, e, rng = self.view, self.effects, self.rng
+        node, ts = int(self._node_of[g]), now.ts_ns
+        errors = int(rng.integers(1, 5))
+        e.ecc_uncorrected[g] += errors
+        events = [
+            (node, self._event(g, ts, EventKind.ECC_DOUBLE_BIT, 0, f"{errors} double-bit ECC errors")),
+            (node, self._event(g, ts, EventKind.XID, 48)),
+        ]
+        if v.ecc[g] == "remap":
+            events.append((node, self._event(g, ts, EventKind.XID, 94 if rng.random() < 0.7 else 95)))
+            e.remap_uncorrectable[g] += 1
+            if rng.random() < 0.1:
+                e.remap_failure[g] = 1
+                events.append((node, self._event(g, ts, EventKind.XID, 64)))
+                what = "row remap failed: the GPU needs service"
+            else:
+                e.remap_pending[g] = 1
+                events.append((node, self._event(g, ts, EventKind.XID, 63)))
+                events.append((node, self._event(g, ts, EventKind.ROW_REMAP, 1, "row remap pending")))
+                what = "row remap pending until reset"
+        else:
+            e.retired_dbe[g] += 1
+            e.retired_pending[g] = 1
+            events.append((node, self._event(g, ts, EventKind.XID, 63, "ECC page retirement recording event")))
+            what = "page retirement pending until reset"
+        changed = self._kill(g, now)
+        return Started(f"{errors} uncorrectable ECC errors (DBE), {what}; job killed", [], events, changed)
+
+    def _start_fallen_off_bus(self, g: int, now: Now, _duration: float) -> Started:
+        node = int(self._node_of[g])
+        events = [
+            (node, self._event(g, now.ts_ns, EventKind.XID, 79)),
+            (node, self._event(g, now.ts_ns, EventKind.GPU_LOST, 0, "NVML: GPU is lost (NVML_ERROR_GPU_IS_LOST)")),
+        ]
+        self.effects.lost[g] = True
+        changed = self._kill(g, now)
+        return Started("XID 79: GPU has fallen off the bus; its samples stop until it is back", [], events, changed)
+
+    # --- helpers ------------------------------------------------------------------------------------------
+    def _kill(self, g: int, now: Now) -> list[int]:
+        now.sched.unavailable[g] = True
+        job = now.sched.job_of(g)
+        return now.sched.end(job, now.now_s) if job is not None else []
+
+    @staticmethod
+    def _peers(g: int, sched: Scheduler) -> list[int]:
+        job = sched.job_of(g)
+        return [] if job is None else [p for p in job.gpus if p != g]
+
+    def _event(self, g: int, ts_ns: int, kind: EventKind, code: int, detail: str = "") -> GpuEvent:
+        v = self.view
+        if kind == EventKind.XID and not detail:
+            detail = f"NVRM: Xid: {code}, {XID_TEXT.get(code, 'unknown')}"
+        return GpuEvent(v.cluster, v.nodes[int(self._node_of[g])], v.uuids[g], g % v.gpus_per_node, ts_ns, kind,
+                        code, detail)  # fmt: skip
+
+
+def _draw_xid(rng: np.random.Generator) -> int:
+    codes = [c for c, _ in STORM_XIDS]
+    weights = np.array([w for _, w in STORM_XIDS])
+    return int(codes[int(rng.choice(len(codes), p=weights / weights.sum()))])

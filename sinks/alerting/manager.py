@@ -1,0 +1,418 @@
+"""The alert manager service (``hermeneut alerts run``): findings in, notifications out, state in Kafka.
+
+Start-up rebuilds everything from Kafka: alert states, the groups' notification logs and the outbox from the
+compacted ``topics.alert_state``; subscriptions, silences and acks from ``topics.alert_config`` (mirrored for
+the whole run, so changes apply within a tick). Deliveries left in the outbox by the previous run are sent.
+
+Then one loop, in this order (the order is the crash-safety argument):
+
+1. consume findings (consumer group ``<group_prefix>-alerting``); undecodable ones go to the dead-letter topic;
+2. apply them to the lifecycle and run the timers; evaluate every subscription's groups; each notification
+   becomes one outbox :class:`Delivery` per receiver; suppressed/damped ones become history records;
+3. publish every changed state record (alerts, groups, new outbox entries, tombstones of finished ones) and
+   wait for Kafka's acknowledgement;
+4. only then commit the findings' offsets and hand the new deliveries to the workers.
+
+A crash before 3 loses nothing (the findings are consumed again; applying an old finding is a no-op); a crash
+after 3 finds the deliveries in the outbox at restart. The one duplicate possible: a receiver accepted a
+delivery and the process died before the delivery's tombstone reached Kafka; it is sent again with the same
+``X-Hermeneut-Delivery`` id.
+
+Run one manager per deployment (like a single Alertmanager): groups span every partition of the findings.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from pipeline.codec import decode_record, encode_record
+from pipeline.config import Settings
+from pipeline.deadletter import dead_letter
+from pipeline.errors import DecodeError, ServiceError
+from pipeline.events import Finding
+from pipeline.mirror import TopicMirror
+from pipeline.publisher import Publisher
+from pipeline.stats import write_stats
+from sinks.alerting.delivery import Attempt, DeliveryPool
+from sinks.alerting.engine import AlertEngine
+from sinks.alerting.grouping import DAMPED, Notification, Suppressed
+from sinks.alerting.history import HistoryWriter, NotificationRecord
+from sinks.alerting.inhibit import INHIBITED, SILENCED, parse_inhibit_rules
+from sinks.alerting.model import (
+    Ack,
+    AlertState,
+    ConfigRecord,
+    Delivery,
+    GroupState,
+    Receiver,
+    Silence,
+    StateRecord,
+    Subscription,
+    decode_config,
+    decode_state,
+    new_id,
+)
+from sinks.alerting.receivers import Sender
+
+log = logging.getLogger(__name__)
+
+STAGE = "alerting"
+_OUTCOME = {SILENCED: "suppressed-silence", INHIBITED: "suppressed-inhibited", DAMPED: "damped"}
+
+
+@dataclass
+class ManagerStats:
+    assigned: bool = False
+    ready: bool = False
+    findings: int = 0
+    dead_lettered: int = 0
+    alerts_firing: int = 0
+    alerts_known: int = 0
+    notifications: int = 0
+    deliveries_queued: int = 0
+    delivered: int = 0
+    failed: int = 0
+    retries: int = 0
+    suppressed: int = 0
+    state_records: int = 0
+    commits: int = 0
+    outbox: int = 0
+    recovered_deliveries: int = 0
+    history_written: int = 0
+    history_dropped: int = 0
+
+
+class AlertManager:
+    """One alerting process. ``senders`` maps receiver kinds to senders (the CLI builds the real ones)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        senders: dict[str, Sender],
+        history: HistoryWriter | None,
+        stats_file: Path | None = None,
+        clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.settings = settings
+        self.cfg = settings.alerts
+        self.engine = AlertEngine(self.cfg, parse_inhibit_rules(self.cfg.inhibit_rules))
+        self.clock_ns = clock_ns
+        self.history = history
+        self.stats = ManagerStats()
+        self.stats_file = stats_file
+        self._kafka = settings.kafka.client_config()
+        self._pub = Publisher(self._kafka, linger_ms=2)
+        self.pool = DeliveryPool(self.cfg, senders, clock_ns)
+        self.outbox: dict[str, Delivery] = {}
+        self._dirty: dict[bytes, bytes | None] = {}
+        self._letters: list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]] = []
+        self._to_submit: list[Delivery] = []
+        self._uncommitted: list[Message] = []
+        self._config: TopicMirror[ConfigRecord] | None = None
+        self._config_version = -1
+        self._consumer: Consumer | None = None
+
+    # --- start-up ------------------------------------------------------------------------------------------
+
+    def start(self, timeout_s: float = 120.0) -> None:
+        """Rebuild state and config from Kafka, then join the findings consumer group."""
+        state: TopicMirror[StateRecord] = TopicMirror(self._kafka, self.settings.topics.alert_state, decode_state)
+        state.start()
+        try:
+            if not state.wait_ready(timeout_s):
+                raise ServiceError(f"could not read {self.settings.topics.alert_state} within {timeout_s:.0f}s")
+            self._rebuild(list(state.snapshot().values()))
+        finally:
+            state.stop()
+        self._config = TopicMirror(self._kafka, self.settings.topics.alert_config, decode_config).start()
+        if not self._config.wait_ready(timeout_s):
+            raise ServiceError(f"could not read {self.settings.topics.alert_config} within {timeout_s:.0f}s")
+        self._refresh_config()
+        self._consumer = Consumer(
+            {
+                **self._kafka,
+                "group.id": f"{self.settings.group_prefix}-alerting",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": int(self.settings.kafka.session_timeout_s * 1000),
+                "fetch.wait.max.ms": 50,
+            }
+        )
+        self._consumer.subscribe([self.settings.topics.alerts], on_assign=self._on_assign)
+        for d in sorted(self.outbox.values(), key=lambda d: d.created_ns):
+            self.stats.recovered_deliveries += 1
+            self._submit(d)
+        self.stats.ready = True
+        e = self.engine
+        log.info(
+            "alert manager ready: %d alerts, %d groups, %d deliveries to resume, %d subscriptions, %d silences",
+            len(e.alerts),
+            sum(len(g) for g in e.groups.values()),
+            len(self.outbox),
+            len(e.subscriptions),
+            len(e.silences),
+        )
+
+    def _rebuild(self, records: list[StateRecord]) -> None:
+        self.engine.restore(
+            [r for r in records if isinstance(r, AlertState)], [r for r in records if isinstance(r, GroupState)]
+        )
+        self.outbox = {r.id: r for r in records if isinstance(r, Delivery)}
+
+    def _on_assign(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
+        self.stats.assigned = True
+        self._write_stats()
+
+    def _refresh_config(self) -> None:
+        assert self._config is not None
+        if self._config.version == self._config_version:
+            return
+        self._config_version = self._config.version
+        records = list(self._config.snapshot().values())
+        self.engine.configure(
+            [r for r in records if isinstance(r, Subscription)],
+            [r for r in records if isinstance(r, Silence)],
+            [r for r in records if isinstance(r, Ack)],
+        )
+
+    # --- the loop ------------------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve until ``stop`` is set; then let deliveries under way finish and persist what they did."""
+        assert self._consumer is not None, "start() first"
+        last_eval, last_stats = 0.0, 0.0
+        try:
+            while not stop.is_set():
+                for msg in self._consumer.consume(500, timeout=min(self.cfg.tick_s, 0.2)):
+                    self._take(msg)
+                now = time.monotonic()
+                if self._uncommitted or now - last_eval >= self.cfg.tick_s:
+                    self.step(self.clock_ns())
+                    last_eval = now
+                else:
+                    self._collect()
+                self._persist_and_commit()
+                if now - last_stats >= 1.0:
+                    self._write_stats()
+                    last_stats = now
+            self.pool.close(grace_s=min(5.0, self.cfg.http_timeout_s))
+            self._collect()
+            self._persist_and_commit()
+        finally:
+            self._consumer.close()
+            if self._config is not None:
+                self._config.stop()
+            if self._pub.close(30):
+                log.error("some alert state records were not acknowledged at shutdown")
+            self._write_stats()
+
+    def _take(self, msg: Message) -> None:
+        err = msg.error()
+        if err is not None:
+            if err.code() != KafkaError._PARTITION_EOF:
+                log.warning("consume error: %s", err)
+            return
+        self._uncommitted.append(msg)
+        try:
+            finding = decode_record(Finding, msg.value() or b"")
+        except DecodeError as exc:
+            source = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
+            letter = dead_letter(msg.key(), msg.value() or b"", exc.reason, exc.detail, STAGE, source)
+            self._letters.append((letter.key, letter.value, letter.headers))
+            self.stats.dead_lettered += 1
+            return
+        self.stats.findings += 1
+        self.apply(finding)
+
+    def apply(self, finding: Finding) -> None:
+        new = self.engine.apply(finding, self.clock_ns())
+        if new is not None:
+            self._dirty[new.key] = encode_record(new)
+
+    def step(self, now_ns: int) -> None:
+        """Timers and every subscription's groups; queues state records, notifications and history records."""
+        if self._config is not None:
+            self._refresh_config()
+        result = self.engine.step(now_ns)
+        for a in result.alerts:
+            self._dirty[a.key] = encode_record(a)
+        for a in result.forgotten:
+            self._dirty[a.key] = None
+        for g in result.groups:
+            self._dirty[g.key] = encode_record(g)
+        for g in result.dropped_groups:
+            self._dirty[g.key] = None
+        for sub, note in result.notifications:
+            self._notify(sub, note, now_ns)
+        for sub, held in result.suppressed:
+            self._record_suppressed(sub, [held], now_ns)
+        self._collect()
+        self.stats.alerts_known = len(self.engine.alerts)
+        self.stats.alerts_firing = self.engine.firing()
+
+    def _notify(self, sub: Subscription, note: Notification, now_ns: int) -> None:
+        self.stats.notifications += 1
+        nid = new_id()
+        for i, _ in enumerate(sub.receivers):
+            d = Delivery(
+                f"{nid}.{i}",
+                nid,
+                sub.id,
+                i,
+                note.group_key,
+                note.group_labels,
+                note.status,
+                note.reason,
+                note.alerts,
+                now_ns,
+            )
+            self.outbox[d.id] = d
+            self._dirty[d.key] = encode_record(d)
+            self._to_submit.append(d)
+
+    def _record_suppressed(self, sub: Subscription, held: list[Suppressed], now_ns: int) -> None:
+        if not held:
+            return
+        self.stats.suppressed += len(held)
+        if self.history is None:
+            return
+        self.history.add(
+            [
+                NotificationRecord(
+                    now_ns,
+                    h.alert.labels.get("cluster", ""),
+                    "-",
+                    sub.id,
+                    h.alert.labels.get("detector", ""),
+                    h.alert.status.value,
+                    _OUTCOME[h.why],
+                    h.alert.dedup_key,
+                    h.alert.fingerprint,
+                    h.group_key,
+                    h.alert.summary,
+                    "",
+                    sub.owner,
+                    h.why,
+                )
+                for h in held
+            ]
+        )
+
+    def _submit(self, d: Delivery) -> None:
+        sub = self.engine.subscriptions.get(d.subscription_id)
+        receiver: Receiver | None = None
+        if sub is not None and d.receiver_index < len(sub.receivers):
+            receiver = sub.receivers[d.receiver_index]
+        if receiver is None:
+            log.warning("delivery %s dropped: subscription %s no longer exists", d.id, d.subscription_id)
+            self._finish(d)
+            return
+        self.stats.deliveries_queued += 1
+        self.pool.submit(d, receiver)
+
+    def _finish(self, d: Delivery) -> None:
+        if self.outbox.pop(d.id, None) is not None:
+            self._dirty[d.key] = None
+
+    def _collect(self) -> None:
+        """Attempts reported by the workers: history records, and finished deliveries leave the outbox."""
+        records: list[NotificationRecord] = []
+        while True:
+            try:
+                a: Attempt = self.pool.results.get_nowait()
+            except queue.Empty:
+                break
+            if a.result.ok:
+                self.stats.delivered += 1
+            elif a.final:
+                self.stats.failed += 1
+                log.warning("delivery %s to %s failed: %s", a.delivery.id, a.receiver.target(), a.result.error)
+            else:
+                self.stats.retries += 1
+                if a.attempt == 1:
+                    log.warning(
+                        "delivery %s to %s will be retried: %s", a.delivery.id, a.receiver.target(), a.result.error
+                    )
+            if a.final:
+                self._finish(a.delivery)
+            records.extend(self._attempt_records(a))
+        if records and self.history is not None:
+            self.history.add(records)
+
+    def _attempt_records(self, a: Attempt) -> list[NotificationRecord]:
+        sub = self.engine.subscriptions.get(a.delivery.subscription_id)
+        return [
+            NotificationRecord(
+                a.at_ns,
+                v.labels.get("cluster", ""),
+                a.receiver.kind,
+                a.delivery.subscription_id,
+                v.labels.get("detector", ""),
+                v.status.value,
+                a.outcome,
+                v.dedup_key,
+                v.fingerprint,
+                a.delivery.group_key,
+                v.annotations.get("summary", ""),
+                a.receiver.target(),
+                sub.owner if sub else "",
+                a.delivery.reason,
+                a.attempt,
+                a.result.http_status,
+                a.result.error,
+                round(a.latency_ms, 3),
+                a.delivery.id,
+            )
+            for v in a.delivery.alerts
+        ]
+
+    def _persist_and_commit(self) -> None:
+        """Publish changed state (and dead letters), wait for Kafka, then commit findings and start deliveries."""
+        if not self._dirty and not self._letters and not self._uncommitted and not self._to_submit:
+            return
+        failed_before = self._pub.stats.failed
+        for key, value in self._dirty.items():
+            self._pub.publish(self.settings.topics.alert_state, key, value)
+        for letter_key, letter, headers in self._letters:
+            self._pub.publish(self.settings.topics.dead_letter, letter_key, letter, headers)
+        if self._pub.flush(30.0) or self._pub.stats.failed > failed_before:
+            log.error("alert state not acknowledged by Kafka; retrying before anything is committed or sent")
+            return  # everything stays dirty and is published again next round (idempotent: latest value wins)
+        self.stats.state_records += len(self._dirty)
+        self._dirty.clear()
+        self._letters.clear()
+        if self._uncommitted:
+            self._commit(self._uncommitted)
+            self._uncommitted = []
+        for d in self._to_submit:
+            self._submit(d)
+        self._to_submit.clear()
+        self.stats.outbox = len(self.outbox)
+
+    def _commit(self, messages: list[Message]) -> None:
+        assert self._consumer is not None
+        offsets: dict[tuple[str, int], int] = {}
+        for m in messages:
+            key = (str(m.topic()), int(m.partition() or 0))
+            offsets[key] = max(offsets.get(key, -1), int(m.offset() or 0))
+        try:
+            self._consumer.commit(
+                offsets=[TopicPartition(t, p, o + 1) for (t, p), o in offsets.items()], asynchronous=False
+            )
+            self.stats.commits += 1
+        except Exception as exc:  # revoked meanwhile: the findings are re-read and re-applying them is a no-op
+            log.warning("offset commit failed (%s); those findings will be re-read", exc)
+
+    def _write_stats(self) -> None:
+        if self.history is not None:
+            self.stats.history_written = self.history.written
+            self.stats.history_dropped = self.history.dropped
+        write_stats(self.stats_file, asdict(self.stats))

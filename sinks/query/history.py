@@ -1,0 +1,346 @@
+"""The query layer's reads for the Iterate loop: stored history for ``hermeneut baselines train``, the stored
+event behind a feedback, operators' feedback and the windows of active findings.
+
+Part of the query layer: like the rest of it, it is the only place these reads are written in Flux, and it checks
+every value that reaches Flux (GPU ids, durations, strides) before it does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+from tqdm import tqdm
+
+from pipeline.config import Settings
+from pipeline.errors import InvalidQuery
+from pipeline.events import METRIC_INDEX, METRIC_NAMES, RELATIVE_FIELDS
+from sinks.influxdb import FEEDBACK_MEASUREMENT, FINDING_MEASUREMENT, MEASUREMENT, InfluxWriter
+
+_DURATION = re.compile(r"^([1-9][0-9]*(ns|us|ms|s|m|h|d|w|mo|y))+$")
+
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:@/ -]{1,200}$")
+#: metric fields the baselines are learned from (the relative ones are added by the query)
+HISTORY_METRICS: Final = (
+    "utilization_gpu_percent",
+    "utilization_memory_percent",
+    "sm_active_percent",
+    "tensor_active_percent",
+    "dram_active_percent",
+    "pcie_rx_bytes_per_second",
+    "pcie_tx_bytes_per_second",
+    "nvlink_rx_bytes_per_second",
+    "nvlink_tx_bytes_per_second",
+    "memory_total_bytes",
+    "throttle_reasons_mask",
+)
+_HISTORY_STRINGS: Final = ("phase", "app_source")
+
+
+def _checked_value(what: str, value: str) -> str:
+    if not _SAFE_VALUE.match(value):
+        raise InvalidQuery(f"{what} {value!r} has characters a {what} cannot have")
+    return value
+
+
+def _checked_duration(what: str, value: str) -> str:
+    if not _DURATION.match(value):
+        raise InvalidQuery(f"{what} {value!r} is not a duration like 10s, 5m, 24h")
+    return value
+
+
+def _flux_time(ts_ns: int) -> str:
+    seconds, ns = divmod(ts_ns, 1_000_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{ns:09d}Z"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class History:
+    """Stored samples of one (application, GPU model), column-wise: ``metrics`` has the METRIC_NAMES columns
+    (NaN where not stored or not queried), ``relative`` the RELATIVE_FIELDS; ``phase`` as stored (None where
+    the processor had none); ``source`` says who named the application."""
+
+    application: str
+    gpu_model: str
+    cluster: tuple[str, ...]
+    gpu: tuple[str, ...]
+    ts_ns: np.ndarray
+    metrics: np.ndarray
+    relative: np.ndarray
+    phase: tuple[str | None, ...]
+    source: tuple[str | None, ...]
+
+    def __len__(self) -> int:
+        return len(self.gpu)
+
+
+def history_flux(bucket: str, start_ns: int, stop_ns: int, stride: str | None, cluster: str | None) -> str:
+    """Flux for the gpu points with a known application in [start, stop), one row per point (or per GPU and
+    ``stride`` window: its last point, a real sample rather than an average)."""
+    fields = (*HISTORY_METRICS, *RELATIVE_FIELDS, *_HISTORY_STRINGS)
+    where = f' and r.cluster == "{_checked_value("cluster", cluster)}"' if cluster else ""
+    window = (
+        f"  |> aggregateWindow(every: {_checked_duration('stride', stride)}, fn: last, createEmpty: false)\n"
+        if stride
+        else ""
+    )
+    return (
+        f'from(bucket: "{bucket}")\n'
+        f"  |> range(start: {_flux_time(start_ns)}, stop: {_flux_time(stop_ns)})\n"
+        f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}" and exists r.application{where})\n'
+        f"  |> filter(fn: (r) => contains(value: r._field, set: {json.dumps(list(fields))}))\n"
+        f"{window}"
+        '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
+        "  |> group()"
+    )
+
+
+def _csv_tables(rows: Iterator[list[str]]) -> Iterator[dict[str, list[str]]]:
+    """Columns of each table of an un-annotated Flux CSV answer (a header row starts a table)."""
+    header: list[str] | None = None
+    body: list[list[str]] = []
+    for row in rows:
+        if not row or row == [""]:
+            continue
+        if "_time" in row and "result" in row:
+            if header is not None and body:
+                yield {name: [r[i] for r in body] for i, name in enumerate(header)}
+            header, body = row, []
+        elif header is not None:
+            body.append(row)
+    if header is not None and body:
+        yield {name: [r[i] for r in body] for i, name in enumerate(header)}
+
+
+def _floats(column: list[str] | None, n: int) -> np.ndarray:
+    if column is None:
+        return np.full(n, np.nan)
+    cells = np.array(column, dtype=object)
+    cells[cells == ""] = "nan"
+    return cells.astype(np.float64)
+
+
+def _times(column: list[str]) -> np.ndarray:
+    return np.array([t.rstrip("Z") for t in column], dtype="datetime64[ns]").astype(np.int64)
+
+
+def _history_of(table: dict[str, list[str]]) -> dict[tuple[str, str], History]:
+    n = len(table["_time"])
+    metrics = np.full((n, len(METRIC_NAMES)), np.nan)
+    for name in HISTORY_METRICS:
+        metrics[:, METRIC_INDEX[name]] = _floats(table.get(name), n)
+    relative = np.column_stack([_floats(table.get(name), n) for name in RELATIVE_FIELDS]).reshape(n, -1)
+    ts = _times(table["_time"])
+    apps, models = table["application"], table.get("gpu_model", [""] * n)
+    empty = [""] * n
+    phase = [p or None for p in table.get("phase", empty)]
+    source = [s or None for s in table.get("app_source", empty)]
+    keys = np.array([f"{a}\x00{m}" for a, m in zip(apps, models, strict=True)], dtype=object)
+    out = {}
+    for key in np.unique(keys).tolist():
+        rows = np.flatnonzero(keys == key)
+        app, model = key.split("\x00")
+        pick = rows.tolist()
+        out[(app, model)] = History(
+            app,
+            model,
+            tuple(table["cluster"][i] for i in pick),
+            tuple(table["gpu"][i] for i in pick),
+            ts[rows],
+            metrics[rows],
+            relative[rows],
+            tuple(phase[i] for i in pick),
+            tuple(source[i] for i in pick),
+        )
+    return out
+
+
+def _concat(parts: list[History]) -> History:
+    first = parts[0]
+    return History(
+        first.application,
+        first.gpu_model,
+        tuple(c for p in parts for c in p.cluster),
+        tuple(g for p in parts for g in p.gpu),
+        np.concatenate([p.ts_ns for p in parts]),
+        np.vstack([p.metrics for p in parts]),
+        np.vstack([p.relative for p in parts]),
+        tuple(x for p in parts for x in p.phase),
+        tuple(x for p in parts for x in p.source),
+    )
+
+
+def training_history(
+    settings: Settings,
+    start_ns: int,
+    stop_ns: int,
+    stride: str | None = None,
+    chunks: int = 24,
+    cluster: str | None = None,
+    progress: bool = True,
+) -> dict[tuple[str, str], History]:
+    """Every stored sample with a known application in [start, stop), per (application, GPU model), read in
+    ``chunks`` time slices with a progress bar (see :func:`history_flux`)."""
+    i = settings.influxdb
+    assert i.url and i.token, "resolve settings first"
+    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, max(i.timeout_s, 120.0))
+    edges = np.linspace(start_ns, stop_ns, max(1, chunks) + 1).astype(np.int64).tolist()
+    parts: dict[tuple[str, str], list[History]] = {}
+    rows = 0
+    try:
+        with tqdm(total=len(edges) - 1, desc="reading history", unit="chunk", disable=not progress) as bar:
+            for lo, hi in itertools.pairwise(edges):
+                for table in _csv_tables(writer.query_csv(history_flux(i.bucket, lo, hi, stride, cluster))):
+                    for key, h in _history_of(table).items():
+                        parts.setdefault(key, []).append(h)
+                        rows += len(h)
+                bar.set_postfix(rows=rows)
+                bar.update()
+    finally:
+        writer.close()
+    return {key: _concat(p) for key, p in sorted(parts.items())}
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """One stored interpreted event, found by GPU and time (the parts feedback and training need)."""
+
+    cluster: str
+    node: str
+    gpu: str
+    gpu_model: str
+    application: str | None
+    ts_ns: int
+    metrics: np.ndarray
+    relative: np.ndarray
+    verdict: str | None
+    explanation: str | None
+    baseline: str | None
+
+
+def stored_event(settings: Settings, gpu: str, ts_ms: int) -> StoredEvent | None:
+    """The ``gpu`` point of one GPU at one millisecond, or None when there is none."""
+    i = settings.influxdb
+    assert i.url and i.token, "resolve settings first"
+    start = ts_ms * 1_000_000
+    flux = (
+        f'from(bucket: "{i.bucket}")\n'
+        f"  |> range(start: {_flux_time(start)}, stop: {_flux_time(start + 1_000_000)})\n"
+        f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}" and r.gpu == "{_checked_value("gpu", gpu)}")\n'
+        '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
+        "  |> group()"
+    )
+    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
+    try:
+        rows = writer.query(flux)
+    finally:
+        writer.close()
+    if not rows:
+        return None
+    r = rows[0]
+    nan = float("nan")
+    return StoredEvent(
+        cluster=str(r["cluster"]),
+        node=str(r["node"]),
+        gpu=gpu,
+        gpu_model=str(r.get("gpu_model", "")),
+        application=r.get("application"),
+        ts_ns=start,
+        metrics=np.array([float(r.get(n, nan) or nan) for n in METRIC_NAMES]),
+        relative=np.array([float(r.get(n, nan) or nan) for n in RELATIVE_FIELDS]),
+        verdict=r.get("verdict"),
+        explanation=r.get("explanation"),
+        baseline=r.get("baseline"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackRow:
+    """The latest operator verdict on one event."""
+
+    event_id: str
+    cluster: str
+    gpu: str
+    event_ts_ms: int
+    verdict: str
+    application: str | None
+    gpu_model: str | None
+
+
+def feedback_rows(settings: Settings, range_: str = "30d") -> list[FeedbackRow]:
+    """Operators' verdicts given in the last ``range_``, the latest per event."""
+    i = settings.influxdb
+    assert i.url and i.token, "resolve settings first"
+    flux = (
+        f'from(bucket: "{i.bucket}")\n'
+        f"  |> range(start: -{_checked_duration('range', range_)})\n"
+        f'  |> filter(fn: (r) => r._measurement == "{FEEDBACK_MEASUREMENT}")\n'
+        '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
+        '  |> group()\n  |> sort(columns: ["_time"])'
+    )
+    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
+    try:
+        rows = writer.query(flux)
+    finally:
+        writer.close()
+    latest = {
+        str(r["event_id"]): FeedbackRow(
+            str(r["event_id"]),
+            str(r["cluster"]),
+            str(r["gpu"]),
+            int(r["event_ts_ms"]),
+            str(r["verdict"]),
+            r.get("application"),
+            r.get("gpu_model"),
+        )
+        for r in rows
+    }
+    return list(latest.values())
+
+
+@dataclass(frozen=True, slots=True)
+class FindingWindow:
+    """When a detector's finding was active on a GPU: [start_ns, end_ns]."""
+
+    gpu: str
+    detector: str
+    start_ns: int
+    end_ns: int
+
+
+def finding_windows(settings: Settings, start_ns: int, stop_ns: int, repeat_s: float = 60.0) -> list[FindingWindow]:
+    """Windows of findings active in [start, stop): from ``since_ns`` to the clear (or the last repeat plus one
+    repeat interval, if it has not cleared)."""
+    i = settings.influxdb
+    assert i.url and i.token, "resolve settings first"
+    flux = (
+        f'from(bucket: "{i.bucket}")\n'
+        f"  |> range(start: {_flux_time(start_ns)}, stop: {_flux_time(stop_ns)})\n"
+        f'  |> filter(fn: (r) => r._measurement == "{FINDING_MEASUREMENT}" and '
+        '(r._field == "active" or r._field == "since_ns"))\n'
+        '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
+        "  |> group()"
+    )
+    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
+    try:
+        rows = writer.query(flux)
+    finally:
+        writer.close()
+    spans: dict[tuple[str, str, int], tuple[int, bool]] = {}
+    for r in sorted(rows, key=lambda r: r["_time"]):
+        # since_ns is stored as a float (ns lose their last bits): floor it to the ms the samples are stored at
+        since_ms = int(r.get("since_ns") or 0) // 1_000_000
+        key = (str(r["gpu"]), str(r["detector"]), since_ms * 1_000_000)
+        spans[key] = (int(r["_time"].timestamp() * 1e9), bool(r.get("active")))
+    repeat_ns = int(repeat_s * 1e9)
+    return [
+        FindingWindow(gpu, detector, since, last + (repeat_ns if still_active else 0))
+        for (gpu, detector, since), (last, still_active) in spans.items()
+        if gpu != "-"
+    ]

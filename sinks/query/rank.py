@@ -1,0 +1,189 @@
+"""Top-N lists: hottest GPUs, most throttled, most wasted capacity, highest power, most XIDs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Final
+
+from pipeline.events import APPLICATIONS
+from sinks.query.model import (
+    BENIGN_MASKS,
+    GPU,
+    GPU_EVENT,
+    TOP_KINDS,
+    Aggregate,
+    AggRow,
+    Expr,
+    Filter,
+    Fn,
+    TagIn,
+    TimeRange,
+    TopQuery,
+    ValueBelow,
+    ValueNotIn,
+    check_fn,
+)
+from sinks.query.output import Table, iso
+from sinks.query.scope import gpu_filter, read_from, rollup_blocker, scope_filters
+from sinks.query.store import Store, now_ns
+
+IDENTITY: Final = ("cluster", "node", "gpu", "gpu_model")
+#: an application tag other than "idle": a workload holds the GPU (docs/queries.md, wasted capacity)
+ALLOCATED: Final = TagIn("application", tuple(a for a in APPLICATIONS if a != "idle"))
+
+
+@dataclass(frozen=True, slots=True)
+class TopRow:
+    rank: int
+    cluster: str
+    node: str
+    gpu: str
+    gpu_model: str
+    values: tuple[float | str | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopResult:
+    kind: str
+    value_names: tuple[str, ...]
+    range: TimeRange
+    rows: tuple[TopRow, ...]
+    backend: str
+    source: str
+    notes: tuple[str, ...] = ()
+
+    def tables(self) -> list[Table]:
+        rows = tuple((r.rank, r.cluster, r.node, r.gpu, r.gpu_model, *r.values) for r in self.rows)
+        title = f"top {len(self.rows)}: {TOP_KINDS[self.kind]}, {iso(self.range.start_ns)} .. {iso(self.range.stop_ns)}"
+        notes = (f"answered by {self.backend} from the {self.source} bucket", *self.notes)
+        return [Table(title, ("rank", *IDENTITY, *self.value_names), rows, notes)]
+
+
+def _ranked(rows: list[tuple[dict[str, str], tuple[float | str | None, ...]]], n: int) -> tuple[TopRow, ...]:
+    """Highest first value first; ties by GPU id so the order is stable."""
+
+    def key(item: tuple[dict[str, str], tuple[float | str | None, ...]]) -> tuple[float, str]:
+        first = item[1][0]
+        return (-(first if isinstance(first, float) else float("-inf")), item[0].get("gpu", ""))
+
+    ordered = sorted(rows, key=key)[:n]
+    return tuple(
+        TopRow(i + 1, t.get("cluster", ""), t.get("node", ""), t.get("gpu", ""), t.get("gpu_model", ""), v)
+        for i, (t, v) in enumerate(ordered)
+    )
+
+
+def _by_gpu(rows: list[AggRow]) -> dict[str, AggRow]:
+    return {r.tag("gpu"): r for r in rows}
+
+
+def top(store: Store, q: TopQuery, now: int | None = None) -> TopResult:
+    """Run a top-N question (validated here)."""
+    q.validate()
+    now = now_ns() if now is None else now
+    tr = q.time_range(now)
+    fn = check_fn(q.fn)
+    if q.kind in ("hot", "power"):
+        fields = ("temperature_ratio_of_slowdown", "temperature_gpu_celsius")
+        if q.kind == "power":
+            fields = ("power_watts", "power_ratio_of_limit")
+        return _fields_top(store, q, tr, now, fields, fn)
+    if q.kind == "throttled":
+        return _throttled(store, q, tr, now)
+    if q.kind == "wasted":
+        return _wasted(store, q, tr, now)
+    return _xids(store, q, tr, now)
+
+
+def _plan_on(
+    store: Store, q: TopQuery, tr: TimeRange, now: int, exprs: tuple[Expr, ...], blocker: str | None
+) -> tuple[Aggregate, str, list[str]]:
+    source = store.source(tr, now, blocker)
+    bucket, exprs, notes = read_from(store, source, exprs)
+    return Aggregate(bucket, GPU, exprs, tr, scope_filters(q.scope), IDENTITY), source, notes
+
+
+def _fields_top(store: Store, q: TopQuery, tr: TimeRange, now: int, fields: tuple[str, ...], fn: Fn) -> TopResult:
+    exprs = tuple(Expr(f, fn) for f in fields)
+    plan, source, notes = _plan_on(store, q, tr, now, exprs, rollup_blocker(fields[0], fn, None, q.scope.job))
+    rows, backend = store.aggregate(plan, q.backend)
+    ranked = _ranked([(dict(r.tags), r.values) for r in rows], q.n)
+    return TopResult(q.kind, tuple(f"{fn}({f})" for f in fields), tr, ranked, backend, source, tuple(notes))
+
+
+def _throttled(store: Store, q: TopQuery, tr: TimeRange, now: int) -> TopResult:
+    """Share of samples whose clocks-event mask is not a benign one: two counts per GPU."""
+    mask = "throttle_reasons_mask"
+    blocker = "job ids are not kept in the rollups (per-job queries read raw data)" if q.scope.job else None
+    source = store.source(tr, now, blocker)
+    filters = scope_filters(q.scope)
+    if source == "1m":
+        plan = Aggregate(
+            store.buckets.rollup, GPU, (Expr("throttled_samples", "sum"), Expr("throttle_samples", "sum")), tr,
+            filters, IDENTITY,
+        )  # fmt: skip
+        rows, backend = store.aggregate(plan, q.backend)
+        counts = {r.tag("gpu"): (dict(r.tags), r.values[0] or 0.0, r.values[1] or 0.0) for r in rows}
+    else:
+        every = Aggregate(store.buckets.raw, GPU, (Expr(mask, "count"),), tr, filters, IDENTITY)
+        all_rows, backend = store.aggregate(every, q.backend)
+        throttled, _ = store.aggregate(every.with_filters(ValueNotIn(BENIGN_MASKS)), q.backend)
+        hits = {r.tag("gpu"): r.values[0] or 0.0 for r in throttled}
+        counts = {r.tag("gpu"): (dict(r.tags), hits.get(r.tag("gpu"), 0.0), r.values[0] or 0.0) for r in all_rows}
+    rows_out: list[tuple[dict[str, str], tuple[float | str | None, ...]]] = [
+        (tags, (hit / total if total else None, total)) for tags, hit, total in counts.values()
+    ]
+    notes = ("throttled: a clocks-event reason other than idle, application clocks, sync boost, display clocks",)
+    return TopResult(q.kind, ("throttled_share", "samples"), tr, _ranked(rows_out, q.n), backend, source, notes)
+
+
+def _wasted(store: Store, q: TopQuery, tr: TimeRange, now: int) -> TopResult:
+    store.source(tr, now, "wasted capacity counts raw samples under the threshold")
+    util = "utilization_gpu_percent"
+    base: tuple[Filter, ...] = (*scope_filters(q.scope), ALLOCATED)
+    low_plan = Aggregate(store.buckets.raw, GPU, (Expr(util, "count"),), tr, (*base, ValueBelow(q.threshold)), IDENTITY)
+    all_plan = Aggregate(
+        store.buckets.raw, GPU, (Expr(util, "count"), Expr("memory_used_ratio", "mean")), tr, base, IDENTITY
+    )
+    low_rows, backend = store.aggregate(low_plan, q.backend)
+    all_rows, _ = store.aggregate(all_plan, q.backend)
+    low, hours = _by_gpu(low_rows), store.policy.sample_interval_s / 3600
+    rows: list[tuple[dict[str, str], tuple[float | str | None, ...]]] = []
+    for gpu, r in _by_gpu(all_rows).items():
+        allocated = r.values[0] or 0.0
+        wasted = (low[gpu].values[0] or 0.0) if gpu in low else 0.0
+        if wasted:
+            share = wasted / allocated if allocated else None
+            rows.append((dict(r.tags), (wasted * hours, allocated * hours, share, r.values[1])))
+    notes = (
+        f"wasted: allocated (application tag other than idle) with {util} < {q.threshold:g}; "
+        f"one sample = {store.policy.sample_interval_s:g} s",
+    )
+    names = ("wasted_gpu_hours", "allocated_gpu_hours", "wasted_share", "mean(memory_used_ratio)")
+    return TopResult(q.kind, names, tr, _ranked(rows, q.n), backend, "raw", notes)
+
+
+def _xids(store: Store, q: TopQuery, tr: TimeRange, now: int) -> TopResult:
+    store.source(tr, now, "XID events are kept with the raw data only")
+    filters = gpu_filter(store, q.scope, tr, GPU_EVENT)
+    if filters is None:
+        return TopResult(q.kind, ("xids", "codes"), tr, (), "-", "raw", ("no GPU of this scope in range",))
+    plan = Aggregate(
+        store.buckets.raw,
+        GPU_EVENT,
+        (Expr("dedup_key", "count"),),
+        tr,
+        (*filters, TagIn("kind", ("xid",))),
+        ("cluster", "node", "gpu", "code"),
+    )
+    rows, backend = store.aggregate(plan, q.backend)
+    per_gpu: dict[tuple[tuple[str, str], ...], dict[str, float]] = defaultdict(dict)
+    for r in rows:
+        ident = tuple((k, r.tag(k)) for k in ("cluster", "node", "gpu"))
+        per_gpu[ident][r.tag("code")] = r.values[0] or 0.0
+    out: list[tuple[dict[str, str], tuple[float | str | None, ...]]] = []
+    for ident, codes in per_gpu.items():
+        described = " ".join(f"{c}x{int(n)}" for c, n in sorted(codes.items(), key=lambda kv: (-kv[1], kv[0])))
+        out.append((dict(ident), (sum(codes.values()), described)))
+    return TopResult(q.kind, ("xids", "codes"), tr, _ranked(out, q.n), backend, "raw")

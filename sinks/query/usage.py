@@ -1,0 +1,207 @@
+"""Query layer, right-sizing reads: per-GPU-minute usage of jobs and applications, and link throughput seen.
+
+Part of the query layer (the only place Flux is built).
+Reads the raw ``gpu`` measurement downsampled by InfluxDB to one row per GPU and minute (each field's maximum
+in the minute: the peak is what sizing must respect), the job id of that minute (its last value; ``job_id`` is a
+field, not a tag), and each GPU's limits from ``gpu_info``. User input never reaches Flux unchecked: job ids
+and applications are validated, ranges must be Flux durations; anything else raises :class:`InvalidQuery`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from pipeline.config import Settings
+from pipeline.errors import InvalidQuery
+from pipeline.events import APPLICATIONS
+from pipeline.usage import GpuLimits, UsageSample, UsageStats, usage_stats
+from sinks.influxdb import INFO_MEASUREMENT, MEASUREMENT, InfluxWriter
+
+_DURATION: Final = re.compile(r"^([1-9][0-9]*(s|m|h|d|w|mo|y))+$")
+_JOB_ID: Final = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,128}$")
+_FIELDS: Final = (
+    "memory_used_bytes",
+    "utilization_gpu_percent",
+    "sm_active_percent",
+    "power_watts",
+    "nvlink_tx_bytes_per_second",
+    "nvlink_rx_bytes_per_second",
+    "pcie_tx_bytes_per_second",
+    "pcie_rx_bytes_per_second",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageQuery:
+    """Usage of one job, one application (across its runs), or every job in ``range``."""
+
+    range: str = "7d"
+    job: str | None = None
+    application: str | None = None
+    cluster: str | None = None
+
+    def validate(self) -> None:
+        if not _DURATION.match(self.range):
+            raise InvalidQuery(f"range {self.range!r} is not a duration like 1h, 7d, 2w")
+        if self.job is not None and not _JOB_ID.match(self.job):
+            raise InvalidQuery(f"job id {self.job!r} has characters a job id cannot have")
+        if self.application is not None and self.application not in APPLICATIONS:
+            raise InvalidQuery(f"application {self.application!r} is not one of {', '.join(APPLICATIONS)}")
+        if self.job is not None and self.application is not None:
+            raise InvalidQuery("ask for a job or an application, not both")
+        if self.cluster is not None and not _JOB_ID.match(self.cluster):
+            raise InvalidQuery(f"cluster {self.cluster!r} is not a cluster name")
+
+    @property
+    def scope(self) -> str:
+        return "application" if self.application else "job"
+
+    def _filters(self) -> str:
+        """Tag predicates, joined to the measurement's filter so that InfluxDB applies them while it reads."""
+        out = ""
+        if self.cluster:
+            out += f' and r.cluster == "{self.cluster}"'
+        if self.application:
+            out += f' and r.application == "{self.application}"'
+        return out
+
+    def minutes_flux(self, bucket: str) -> str:
+        """Per GPU and minute, each usage field's maximum."""
+        self.validate()
+        fields = ", ".join(f'"{f}"' for f in _FIELDS)
+        return (
+            f'from(bucket: "{bucket}")\n  |> range(start: -{self.range})\n'
+            f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}"{self._filters()} and '
+            f"contains(value: r._field, set: [{fields}]))\n"
+            "  |> aggregateWindow(every: 1m, fn: max, createEmpty: false)\n"
+            '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
+            "  |> group()"
+        )
+
+    def jobs_flux(self, bucket: str) -> str:
+        """Per GPU and minute, the job id it ran."""
+        self.validate()
+        job = f'\n  |> filter(fn: (r) => r._value == "{self.job}")' if self.job else ""
+        return (
+            f'from(bucket: "{bucket}")\n  |> range(start: -{self.range})\n'
+            f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}"{self._filters()} and r._field == "job_id")'
+            f"{job}\n"
+            "  |> aggregateWindow(every: 1m, fn: last, createEmpty: false)\n"
+            '  |> group()\n  |> keep(columns: ["_time", "gpu", "_value"])'
+        )
+
+    def limits_flux(self, bucket: str) -> str:
+        """Each GPU's latest memory total and power limit."""
+        self.validate()
+        cluster = f' and r.cluster == "{self.cluster}"' if self.cluster else ""
+        return (
+            f'from(bucket: "{bucket}")\n  |> range(start: -{self.range})\n'
+            f'  |> filter(fn: (r) => r._measurement == "{INFO_MEASUREMENT}"{cluster} and '
+            '(r._field == "memory_total_bytes" or r._field == "power_limit_watts"))\n'
+            '  |> last()\n  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
+            "  |> group()"
+        )
+
+
+def _opt(row: dict[str, Any], name: str) -> float | None:
+    value = row.get(name)
+    return None if value is None else float(value)
+
+
+def _sum(row: dict[str, Any], a: str, b: str) -> float | None:
+    x, y = _opt(row, a), _opt(row, b)
+    return None if x is None and y is None else (x or 0.0) + (y or 0.0)
+
+
+def samples_from_rows(minutes: list[dict[str, Any]], jobs: list[dict[str, Any]], only_jobs: bool) -> list[UsageSample]:
+    """Join the minute rows with the job-id rows (by GPU and minute); with ``only_jobs`` keep minutes of a job."""
+    job_of: dict[tuple[str, datetime], str] = {(r["gpu"], r["_time"]): str(r["_value"]) for r in jobs}
+    out = []
+    for r in minutes:
+        if r.get("memory_used_bytes") is None or r.get("utilization_gpu_percent") is None:
+            continue
+        job = job_of.get((r["gpu"], r["_time"]))
+        if only_jobs and job is None:
+            continue
+        out.append(
+            UsageSample(
+                gpu_uuid=r["gpu"],
+                gpu_model=r.get("gpu_model", ""),
+                job_id=job,
+                application=r.get("application"),
+                memory_used_bytes=float(r["memory_used_bytes"]),
+                utilization_percent=float(r["utilization_gpu_percent"]),
+                power_watts=float(r.get("power_watts") or 0.0),
+                sm_active_percent=_opt(r, "sm_active_percent"),
+                nvlink_bytes_per_second=_sum(r, "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second"),
+                pcie_bytes_per_second=_sum(r, "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second"),
+            )
+        )
+    return out
+
+
+def usage(settings: Settings, query: UsageQuery) -> list[UsageStats]:
+    """Usage statistics per job (or for the application) in the range, from the configured InfluxDB."""
+    query.validate()
+    i = settings.influxdb
+    assert i.url and i.token, "resolve settings first"
+    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
+    try:
+        minutes = writer.query(query.minutes_flux(i.bucket))
+        jobs = writer.query(query.jobs_flux(i.bucket))
+        limit_rows = writer.query(query.limits_flux(i.bucket))
+    finally:
+        writer.close()
+    limits = {
+        r["gpu"]: GpuLimits(float(r["memory_total_bytes"]), _opt(r, "power_limit_watts"))
+        for r in limit_rows
+        if r.get("memory_total_bytes") is not None
+    }
+    samples = samples_from_rows(minutes, jobs, only_jobs=query.scope == "job")
+    return usage_stats(samples, limits, query.scope)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkThroughput:
+    """The most one GPU of a model pushed over NVLink and over PCIe per direction in the range (bytes/s)."""
+
+    gpu_model: str
+    nvlink_bytes_per_second: float | None
+    pcie_bytes_per_second: float | None
+
+
+def link_throughput_flux(bucket: str, range_: str, cluster: str | None = None) -> str:
+    if not _DURATION.match(range_):
+        raise InvalidQuery(f"range {range_!r} is not a duration like 1h, 7d, 2w")
+    if cluster is not None and not _JOB_ID.match(cluster):
+        raise InvalidQuery(f"cluster {cluster!r} is not a cluster name")
+    where = f' and r.cluster == "{cluster}"' if cluster else ""
+    return (
+        f'from(bucket: "{bucket}")\n  |> range(start: -{range_})\n'
+        f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}"{where} and contains(value: r._field, set: '
+        '["nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second", "pcie_tx_bytes_per_second", '
+        '"pcie_rx_bytes_per_second"]))\n'
+        "  |> max()\n"
+        '  |> group(columns: ["gpu_model", "_field"])\n  |> max()\n  |> group()\n'
+        '  |> keep(columns: ["gpu_model", "_field", "_value"])'
+    )
+
+
+def link_throughput(settings: Settings, range_: str, cluster: str | None = None) -> list[LinkThroughput]:
+    """Per GPU model, the best link throughput seen on the fleet: a demonstrated lower bound of the bandwidth."""
+    i = settings.influxdb
+    assert i.url and i.token, "resolve settings first"
+    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
+    try:
+        rows = writer.query(link_throughput_flux(i.bucket, range_, cluster))
+    finally:
+        writer.close()
+    best: dict[str, dict[str, float]] = {}
+    for r in rows:
+        kind = "nvlink" if str(r["_field"]).startswith("nvlink") else "pcie"
+        per_model = best.setdefault(str(r["gpu_model"]), {})
+        per_model[kind] = max(per_model.get(kind, 0.0), float(r["_value"]))
+    return [LinkThroughput(model, v.get("nvlink") or None, v.get("pcie") or None) for model, v in sorted(best.items())]

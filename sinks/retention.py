@@ -1,0 +1,255 @@
+"""Retention and downsampling: the three buckets, their retention rules and the InfluxDB tasks that fill the
+long-lived ones, created idempotently through the InfluxDB API (``hermeneut storage setup``; the main job
+calls :func:`setup`).
+
+``<bucket>``        raw samples, findings, events, baselines: ``storage.raw_retention_days`` (7)
+``<bucket>_1m``     1-minute rollups per GPU series: ``<field>_mean/_max/_min/_count`` of the key fields
+                    (:data:`sinks.query.model.ROLLUP_FIELDS`), ``throttle_samples`` / ``throttled_samples``,
+                    ``verdict_unusual`` and ``verdict_anomalous`` counts: ``storage.rollup_retention_days`` (90)
+``<bucket>_jobs``   per job, application, GPU model and 10 minutes: ``gpu_seconds`` and p50/p95/max of
+                    utilization, memory used and power (measurement ``job``, ``job_id`` a tag):
+                    ``storage.jobs_retention_days`` (400)
+
+The rollups are InfluxDB tasks (Flux built in :mod:`sinks.query.flux`): ``every: 1m`` over the two last whole
+minutes, and ``every: 10m`` over the last whole 10 minutes; docs/queries.md has their measured cost. Each
+bucket is also mapped for InfluxQL (DBRP). Everything is looked up by name first, so running setup again
+changes only what differs (a retention, a task's Flux).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import urllib3
+from influxdb_client.domain.bucket_retention_rules import BucketRetentionRules
+from influxdb_client.domain.task_create_request import TaskCreateRequest
+from influxdb_client.domain.task_update_request import TaskUpdateRequest
+from influxdb_client.rest import ApiException
+
+from pipeline.config import Settings
+from pipeline.errors import ConfigError, ServiceError
+from sinks.query.flux import jobs_task_flux, rollup_task_flux
+from sinks.query.model import JOB_FIELDS, NS, ROLLUP_FIELDS
+from sinks.query.store import Store
+
+DAY_S: Final = 86400
+
+
+@dataclass(frozen=True, slots=True)
+class BucketSpec:
+    name: str
+    retention_s: int
+    holds: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSpec:
+    name: str
+    flux: str
+    every: str
+
+
+def bucket_specs(settings: Settings) -> tuple[BucketSpec, ...]:
+    s, raw = settings.storage, settings.influxdb.bucket
+    if s.raw_retention_days * DAY_S < settings.validation.max_age_s:
+        # older samples would pass validation and then be refused by InfluxDB (beyond retention) forever
+        raise ConfigError(
+            f"invalid configuration: storage.raw_retention_days ({s.raw_retention_days:g}) is shorter than "
+            f"validation.max_age_s ({settings.validation.max_age_s:g} s)"
+        )
+    return (
+        BucketSpec(raw, int(s.raw_retention_days * DAY_S), "raw samples, events, findings, baselines"),
+        BucketSpec(f"{raw}_1m", int(s.rollup_retention_days * DAY_S), "1-minute rollups per GPU"),
+        BucketSpec(f"{raw}_jobs", int(s.jobs_retention_days * DAY_S), "job summaries per 10 minutes"),
+    )
+
+
+def task_specs(settings: Settings) -> tuple[TaskSpec, ...]:
+    raw, org = settings.influxdb.bucket, settings.influxdb.org
+    rollup_name = f"hermeneut rollup 1m: {raw} -> {raw}_1m"
+    jobs_name = f"hermeneut job summaries: {raw} -> {raw}_jobs"
+    return (
+        TaskSpec(rollup_name, rollup_task_flux(rollup_name, raw, f"{raw}_1m", org, ROLLUP_FIELDS), "1m"),
+        TaskSpec(
+            jobs_name,
+            jobs_task_flux(jobs_name, raw, f"{raw}_jobs", org, JOB_FIELDS, settings.sample_interval_s),
+            "10m",
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    what: str
+    name: str
+    action: str  # created, updated, unchanged
+
+
+def _org_id(store: Store) -> str:
+    orgs = store.client.organizations_api().find_organizations(org=store.org)  # type: ignore[no-untyped-call]
+    if not orgs:
+        raise ServiceError(f"InfluxDB has no organization {store.org!r}")
+    org_id: str = orgs[0].id
+    return org_id
+
+
+def _api_errors(what: str, exc: Exception) -> ServiceError:
+    detail = f"HTTP {exc.status}: {exc.body or exc.reason}" if isinstance(exc, ApiException) else str(exc)
+    return ServiceError(f"{what} failed: {detail}".splitlines()[0][:300])
+
+
+def _ensure_bucket(store: Store, spec: BucketSpec) -> Change:
+    api = store.client.buckets_api()
+    found = api.find_bucket_by_name(spec.name)  # type: ignore[no-untyped-call]
+    rule = BucketRetentionRules(type="expire", every_seconds=spec.retention_s)  # type: ignore[no-untyped-call]
+    if found is None:
+        api.create_bucket(bucket_name=spec.name, retention_rules=rule, description=spec.holds, org=store.org)
+        return Change("bucket", spec.name, "created")
+    current = [r.every_seconds for r in found.retention_rules or [] if r.type == "expire"]
+    if current == [spec.retention_s]:
+        return Change("bucket", spec.name, "unchanged")
+    found.retention_rules = [rule]
+    api.update_bucket(found)
+    return Change("bucket", spec.name, "updated")
+
+
+def _find_task(store: Store, name: str) -> Any:
+    tasks = store.client.tasks_api().find_tasks(name=name)  # type: ignore[no-untyped-call]
+    return tasks[0] if tasks else None
+
+
+def _ensure_task(store: Store, spec: TaskSpec, org_id: str) -> Change:
+    api = store.client.tasks_api()
+    found = _find_task(store, spec.name)
+    if found is None:
+        request = TaskCreateRequest(org_id=org_id, flux=spec.flux, status="active", description="hermeneut")  # type: ignore[no-untyped-call]
+        api.create_task(task_create_request=request)
+        return Change("task", spec.name, "created")
+    if found.flux == spec.flux and found.status == "active":
+        return Change("task", spec.name, "unchanged")
+    api.update_task_request(found.id, TaskUpdateRequest(flux=spec.flux, status="active"))  # type: ignore[no-untyped-call]
+    return Change("task", spec.name, "updated")
+
+
+def setup(settings: Settings, store: Store | None = None, tasks: bool = True) -> list[Change]:
+    """Create or update the buckets, their InfluxQL mappings and (``tasks``) the rollup tasks."""
+    buckets, specs = bucket_specs(settings), task_specs(settings)
+    own = store is None
+    store = store or Store.from_settings(settings)
+    try:
+        org_id = _org_id(store)
+        changes = [_ensure_bucket(store, b) for b in buckets]
+        for b in buckets:
+            store.influxql.ensure_dbrp(b.name)
+        if tasks:
+            changes += [_ensure_task(store, t, org_id) for t in specs]
+        return changes
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+        raise _api_errors("storage setup", exc) from exc
+    finally:
+        if own:
+            store.close()
+
+
+@dataclass(frozen=True, slots=True)
+class BucketStatus:
+    name: str
+    holds: str
+    exists: bool
+    retention_s: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStatus:
+    name: str
+    exists: bool
+    status: str
+    every: str
+    last_run: str
+    last_run_at: str
+    last_run_s: float | None
+
+
+def status(settings: Settings, store: Store) -> tuple[list[BucketStatus], list[TaskStatus]]:
+    """The buckets and tasks as they are now."""
+    try:
+        buckets = []
+        for spec in bucket_specs(settings):
+            found = store.client.buckets_api().find_bucket_by_name(spec.name)  # type: ignore[no-untyped-call]
+            rules = [r.every_seconds for r in (found.retention_rules or []) if r.type == "expire"] if found else []
+            buckets.append(BucketStatus(spec.name, spec.holds, found is not None, rules[0] if rules else None))
+        tasks = []
+        for task in task_specs(settings):
+            found = _find_task(store, task.name)
+            if found is None:
+                tasks.append(TaskStatus(task.name, False, "missing", task.every, "-", "-", None))
+                continue
+            since = datetime.fromtimestamp(time.time() - DAY_S, UTC)
+            runs = store.client.tasks_api().get_runs(found.id, after_time=since, limit=500)
+            run = max(runs, key=lambda r: r.started_at or since, default=None)
+            took = (run.finished_at - run.started_at).total_seconds() if run and run.finished_at else None
+            when = run.scheduled_for.isoformat() if run and run.scheduled_for else "-"
+            tasks.append(TaskStatus(task.name, True, found.status, task.every, run.status if run else "-", when, took))
+        return buckets, tasks
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+        raise _api_errors("storage status", exc) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    task: str
+    status: str
+    scheduled_ns: int
+    seconds: float
+    log: tuple[str, ...]
+
+
+def _run_now(api: Any, task_id: str, run: Any) -> Any:
+    """The run as it is now; a run that just finished is briefly in neither the running set nor the history
+    (HTTP 404, seen in tests): keep the last state and ask again."""
+    try:
+        return api.get_run(task_id, run.id)
+    except ApiException as exc:
+        if exc.status == 404:
+            return run
+        raise
+
+
+def _logs(api: Any, task_id: str, run_id: str, tries: int = 25) -> list[Any]:
+    """A finished run's log; like the run itself it can be briefly missing (HTTP 404) while it moves to the
+    history."""
+    for _ in range(tries):
+        try:
+            events: list[Any] = api.get_run_logs(task_id, run_id) or []
+            return events
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            time.sleep(0.2)
+    return []
+
+
+def run_task(store: Store, name: str, scheduled_ns: int, timeout_s: float = 120.0) -> RunResult:
+    """Run a task now as if scheduled at ``scheduled_ns`` (its ``now()``), wait for it, return how it went.
+
+    For tests and for back-filling after an outage (``hermeneut storage rollup --at``).
+    """
+    api = store.client.tasks_api()
+    try:
+        found = _find_task(store, name)
+        if found is None:
+            raise ServiceError(f"task {name!r} does not exist: run `hermeneut storage setup`")
+        when = datetime.fromtimestamp(scheduled_ns / NS, UTC)
+        run = api.run_manually(found.id, scheduled_for=when)
+        deadline = time.monotonic() + timeout_s
+        while run.status not in ("success", "failed", "canceled") and time.monotonic() < deadline:
+            time.sleep(0.2)
+            run = _run_now(api, found.id, run)
+        logs = _logs(api, found.id, run.id)
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+        raise _api_errors(f"running task {name!r}", exc) from exc
+    took = (run.finished_at - run.started_at).total_seconds() if run.finished_at and run.started_at else float("nan")
+    return RunResult(name, str(run.status), scheduled_ns, took, tuple(str(e.message) for e in logs or []))

@@ -1,0 +1,641 @@
+"""Trend queries, top-N lists, comparisons and anomaly history on data with known values, written through the
+real pipeline into the real InfluxDB, checked against aggregates computed here with numpy.
+
+Two data sets, each loaded once per module:
+- ``raw``: SampleBatches published to the raw topic, through the processor and the sink (the acceptance
+  path); every aggregate function, window, scope filter, both backends, top-N on readings.
+- ``interpreted``: InterpretedBatches with workloads, verdicts, XIDs and findings published to the
+  interpreted and alerts topics and stored by the real sink. On this branch the processor has no
+  enrichment/scoring stages yet, so this is how job ids, applications and verdicts reach InfluxDB exactly
+  as the sink writes them. Baseline bands are written in the contract's shape through ``InfluxWriter``.
+
+Percentiles: Flux ``exact_selector`` is rank ceil(n*q); InfluxQL ``percentile`` is rank floor(n*q + 0.5).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from pydantic import SecretStr
+
+from pipeline.cli import cli
+from pipeline.codec import encode_interpreted, encode_record
+from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, TopicSettings, WebSettings
+from pipeline.events import (
+    EventKind,
+    Finding,
+    GpuEvent,
+    GpuSample,
+    InterpretedBatch,
+    InterpretedEvent,
+    SampleBatch,
+    Severity,
+    Verdict,
+    Workload,
+)
+from pipeline.mainjob import Stage, start_stage, wait_for
+from pipeline.publisher import Publisher
+from pipeline.services import kafka
+from pipeline.topics import ensure_topics, topic_specs
+from pipeline.web.app import create_app
+from sinks.influxdb import InfluxWriter
+from sinks.query import (
+    FUNCTIONS,
+    AnomalyQuery,
+    CompareJobQuery,
+    CompareModelsQuery,
+    Scope,
+    Store,
+    TopQuery,
+    TrendQuery,
+    anomalies,
+    compare_job,
+    compare_models,
+    render,
+    top,
+    trend,
+)
+from sinks.query.output import iso
+from tests.webserver import get, get_json, serving
+
+from .conftest import InfluxServer
+from .harness import publish_batches, running_pipeline, wait_stored
+
+pytestmark = pytest.mark.integration
+
+NS = 1_000_000_000
+MIN = 60 * NS
+ROUNDS = 180
+H100, A100 = "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"
+#: (node, gpu uuid, index, model, power limit, slowdown temperature)
+GPUS = (
+    ("n0", "GPU-a", 0, H100, 700.0, 87.0),
+    ("n0", "GPU-b", 1, H100, 700.0, 87.0),
+    ("n1", "GPU-c", 0, A100, 400.0, 85.0),
+    ("n1", "GPU-d", 1, A100, 400.0, 85.0),
+)
+THROTTLING = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
+def expected(values: list[float], fn: str, backend: str) -> float:
+    """What ``fn`` of ``values`` is, computed here (ranks as each backend defines them)."""
+    a = np.sort(np.asarray(values, dtype=np.float64))
+    n = len(a)
+    if fn.startswith("p"):
+        q = float(fn[1:])
+        if backend == "flux":
+            rank = math.ceil(q / 100 * float(n))
+            return float(a[max(rank, 1) - 1])
+        return float(a[math.floor(float(n) * q / 100.0 + 0.5) - 1])
+    simple: dict[str, Callable[[np.ndarray], Any]] = {
+        "mean": np.mean, "max": np.max, "min": np.min, "sum": np.sum, "count": len, "median": np.median,
+        "stddev": lambda x: np.std(x, ddof=1),
+    }  # fmt: skip
+    return float(simple[fn](a))
+
+
+def _settings(
+    kafka_server: kafka.KafkaProcess, influx: InfluxServer, base: Settings, state: Path, bucket: str | None = None
+) -> Settings:
+    tag = uuid.uuid4().hex[:8]
+    p = influx.proc
+    s = Settings(
+        cluster=f"q-{tag}",
+        group_prefix=f"q-{tag}",
+        kafka=KafkaSettings(bootstrap_servers=kafka_server.bootstrap_servers, session_timeout_s=6.0),
+        influxdb=InfluxSettings(url=p.url, org=p.org, bucket=bucket or p.bucket, token=p.token, flush_interval_s=0.1),
+        topics=TopicSettings.with_prefix(f"q{tag}", partitions=2),
+        services=ServiceSettings(cache_dir=base.services.cache_dir, state_dir=state),
+        web=WebSettings(token=SecretStr("integration-token")),
+    )
+    ensure_topics(s.kafka.client_config(), topic_specs(s))
+    return s
+
+
+def _start_ns() -> int:
+    """A whole minute, far enough back that three minutes of samples end before now."""
+    return (time.time_ns() // MIN - 8) * MIN
+
+
+# ---- data set 1: raw samples through processor and sink ------------------------------------------------------
+
+
+@dataclass
+class RawData:
+    settings: Settings
+    start_ns: int
+    #: gpu uuid -> column -> values in time order; "ts" holds the timestamps
+    series: dict[str, dict[str, list[float]]]
+
+    @property
+    def span(self) -> dict[str, str]:
+        return {"start": iso(self.start_ns), "stop": iso(self.start_ns + 3 * MIN)}
+
+    def values(self, gpus: list[str], column: str, window: int | None = None) -> list[float]:
+        out: list[float] = []
+        for g in gpus:
+            for ts, v in zip(self.series[g]["ts"], self.series[g][column], strict=True):
+                if window is None or self.start_ns + window * MIN <= ts < self.start_ns + (window + 1) * MIN:
+                    out.append(v)
+        return out
+
+
+def _raw_samples(cluster: str, start_ns: int) -> tuple[list[SampleBatch], dict[str, dict[str, list[float]]]]:
+    rng = np.random.default_rng(20250601)
+    series: dict[str, dict[str, list[float]]] = {g[1]: defaultdict(list) for g in GPUS}
+    batches = []
+    for r in range(ROUNDS):
+        ts = start_ns + r * NS
+        per_node: dict[str, list[GpuSample]] = defaultdict(list)
+        for node, uuid_, index, model, limit, slowdown in GPUS:
+            m = {
+                "power_watts": round(float(rng.uniform(60, limit * 0.95)), 2),
+                "power_limit_watts": limit,
+                "temperature_gpu_celsius": float(rng.integers(30, 86)),
+                "temperature_slowdown_celsius": slowdown,
+                "utilization_gpu_percent": float(rng.integers(0, 101)),
+                "throttle_reasons_mask": float(rng.choice([0, 0, 1, 4, 5, 0x10, 0x40, 0x44])),
+            }
+            per_node[node].append(GpuSample(cluster, node, uuid_, index, model, ts, m))
+            s = series[uuid_]
+            s["ts"].append(ts)
+            for k, v in m.items():
+                s[k].append(v)
+            s["power_ratio_of_limit"].append(m["power_watts"] / limit)
+            s["temperature_ratio_of_slowdown"].append(m["temperature_gpu_celsius"] / slowdown)
+        batches += [SampleBatch(cluster, node, tuple(samples)) for node, samples in per_node.items()]
+    return batches, series
+
+
+@pytest.fixture(scope="module")
+def raw(
+    kafka_server: kafka.KafkaProcess,
+    influx_server: InfluxServer,
+    defaults: Settings,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> RawData:
+    state = tmp_path_factory.mktemp("raw")
+    settings = _settings(kafka_server, influx_server, defaults, state)
+    start = _start_ns()
+    batches, series = _raw_samples(settings.cluster, start)
+    with running_pipeline(settings, state / "run") as (_processor, sink):
+        publish_batches(settings, batches)
+        wait_stored(sink, ROUNDS * len(GPUS))
+    return RawData(settings, start, series)
+
+
+@pytest.fixture
+def store(raw: RawData) -> Iterator[Store]:
+    with Store.from_settings(raw.settings) as s:
+        yield s
+
+
+@pytest.mark.parametrize("backend", ["flux", "influxql"])
+def test_every_function_per_window_and_gpu(raw: RawData, store: Store, backend: str) -> None:
+    scope = Scope(cluster=raw.settings.cluster)
+    for fn in FUNCTIONS:
+        result = trend(store, TrendQuery("power_watts", "gpu", "1m", None, fn, scope, backend=backend, **raw.span))
+        assert result.backend == backend and result.source == "raw"
+        got = {(r.time_ns, r.group[0]): r.value for r in result.rows}
+        assert len(got) == 3 * len(GPUS), fn
+        for (t, gpu), value in got.items():
+            window = (t - raw.start_ns) // MIN
+            want = expected(raw.values([gpu], "power_watts", window), fn, backend)
+            assert value == pytest.approx(want, rel=1e-9), (fn, gpu, window)
+
+
+def test_the_backend_is_chosen_per_question(raw: RawData, store: Store) -> None:
+    scope = Scope(cluster=raw.settings.cluster)
+    windowed = {
+        fn: trend(store, TrendQuery("power_watts", "node", "3m", None, fn, scope, **raw.span)).backend
+        for fn in ("mean", "max", "p95", "stddev")
+    }
+    assert set(windowed.values()) == {"influxql"}
+    assert top(store, TopQuery("hot", 2, None, scope, "max", **raw.span)).backend == "flux"  # pushed down
+    assert top(store, TopQuery("hot", 2, None, scope, "p95", **raw.span)).backend == "influxql"
+
+
+@pytest.mark.parametrize(
+    ("scope", "by", "groups"),
+    [
+        (Scope(node="n0"), "gpu", {"GPU-a": ["GPU-a"], "GPU-b": ["GPU-b"]}),
+        (Scope(gpu="GPU-c"), "gpu", {"GPU-c": ["GPU-c"]}),
+        (Scope(gpu_model=A100), "node", {"n1": ["GPU-c", "GPU-d"]}),
+        (Scope(), "gpu_model", {H100: ["GPU-a", "GPU-b"], A100: ["GPU-c", "GPU-d"]}),
+        (Scope(), "cluster", {"(this test's cluster)": ["GPU-a", "GPU-b", "GPU-c", "GPU-d"]}),
+    ],
+)
+def test_scope_filters_and_groups(
+    raw: RawData, store: Store, scope: Scope, by: str, groups: dict[str, list[str]]
+) -> None:
+    cluster = raw.settings.cluster
+    scoped = Scope(cluster=cluster, node=scope.node, gpu=scope.gpu, gpu_model=scope.gpu_model)
+    groups = {cluster if k.startswith("(") else k: v for k, v in groups.items()}
+    for field in ("temperature_ratio_of_slowdown", "utilization_gpu_percent"):
+        result = trend(store, TrendQuery(field, by, "1m", None, "mean", scoped, **raw.span))
+        assert {r.group[0] for r in result.rows} == set(groups)
+        assert len(result.rows) == 3 * len(groups)
+        for r in result.rows:
+            window = (r.time_ns - raw.start_ns) // MIN
+            assert r.value == pytest.approx(np.mean(raw.values(groups[r.group[0]], field, window)), rel=1e-9)
+
+
+def test_an_automatic_window_and_a_relative_range(raw: RawData, store: Store) -> None:
+    scope = Scope(cluster=raw.settings.cluster, gpu="GPU-a")
+    result = trend(store, TrendQuery("power_watts", "gpu", None, "30m", "count", scope))
+    assert result.window_ns == 10 * NS  # 30 minutes in about 300 points
+    assert sum(r.value or 0 for r in result.rows) == ROUNDS
+    assert all(r.value == 10 for r in result.rows)  # 1 Hz samples, windows start on whole minutes
+
+
+@pytest.mark.parametrize(("kind", "fn"), [("hot", "max"), ("hot", "p95"), ("power", "mean"), ("throttled", "max")])
+def test_top_lists_on_readings(raw: RawData, store: Store, kind: str, fn: str) -> None:
+    result = top(store, TopQuery(kind, 3, None, Scope(cluster=raw.settings.cluster), fn, **raw.span))
+    gpus = [g[1] for g in GPUS]
+    backend = result.backend
+    if kind == "hot":
+        want = {g: expected(raw.values([g], "temperature_ratio_of_slowdown"), fn, backend) for g in gpus}
+    elif kind == "power":
+        want = {g: expected(raw.values([g], "power_watts"), fn, backend) for g in gpus}
+    else:
+        masks = {g: np.array(raw.values([g], "throttle_reasons_mask"), dtype=np.int64) for g in gpus}
+        want = {g: float(np.mean((m & THROTTLING) != 0)) for g, m in masks.items()}
+    ranking = sorted(gpus, key=lambda g: (-want[g], g))[:3]
+    assert [r.gpu for r in result.rows] == ranking
+    for r in result.rows:
+        assert r.values[0] == pytest.approx(want[r.gpu], rel=1e-9)
+        models = {g[1]: g[3] for g in GPUS}
+        assert (r.rank, r.gpu_model, r.cluster) == (ranking.index(r.gpu) + 1, models[r.gpu], raw.settings.cluster)
+    if kind == "throttled":
+        assert all(r.values[1] == ROUNDS for r in result.rows)
+
+
+def test_unscored_samples_show_in_anomaly_history(raw: RawData, store: Store) -> None:
+    history = anomalies(store, AnomalyQuery(None, "1m", Scope(cluster=raw.settings.cluster), **raw.span))
+    assert [(w.samples, w.unusual, w.anomalous) for w in history.windows] == [(60 * len(GPUS), 0, 0)] * 3
+    assert history.findings == ()
+
+
+def test_output_formats_parse_back(raw: RawData, store: Store) -> None:
+    q = TrendQuery("power_watts", "gpu", "1m", None, "p95", Scope(cluster=raw.settings.cluster), **raw.span)
+    result = trend(store, q)
+    doc = json.loads(render(result.tables(), "json"))
+    rows = list(csv.DictReader(io.StringIO(render(result.tables(), "csv"))))
+    assert len(doc["rows"]) == len(rows) == len(result.rows) == 12
+    for r, j, c in zip(result.rows, doc["rows"], rows, strict=True):
+        assert j == {"time": iso(r.time_ns), "gpu": r.group[0], "p95(power_watts)": r.value}
+        assert (c["time"], c["gpu"], float(c["p95(power_watts)"])) == (iso(r.time_ns), r.group[0], r.value)
+    assert doc["notes"][0] == "answered by influxql from the raw bucket"
+
+
+def test_cli_trend_csv(raw: RawData) -> None:
+    env = {
+        "HERMENEUT_INFLUXDB__URL": raw.settings.influxdb.url or "",
+        "HERMENEUT_INFLUXDB__TOKEN": raw.settings.influxdb.token.get_secret_value()
+        if raw.settings.influxdb.token
+        else "",
+    }
+    args = ["trend", "--field", "utilization_gpu_percent", "--by", "node", "--every", "3m", "--fn", "max",
+            "--cluster", raw.settings.cluster, "--start", raw.span["start"], "--stop", raw.span["stop"],
+            "--format", "csv"]  # fmt: skip
+    result = CliRunner().invoke(cli, args, env=env)
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    nodes = {"n0": ["GPU-a", "GPU-b"], "n1": ["GPU-c", "GPU-d"]}
+    assert {r["node"]: float(r["max(utilization_gpu_percent)"]) for r in rows} == {
+        n: max(raw.values(g, "utilization_gpu_percent")) for n, g in nodes.items()
+    }
+    assert "note: answered by influxql from the raw bucket" in result.stderr
+
+
+# ---- data set 2: interpreted batches (workloads, verdicts, events, findings) through the sink ----------------
+
+
+@contextmanager
+def running_sink(settings: Settings, run_dir: Path) -> Iterator[Stage]:
+    sink = start_stage("sink", settings, run_dir)
+    try:
+        assert wait_for(lambda: bool(sink.stats().get("assigned")), 90), "sink did not get partitions"
+        yield sink
+    finally:
+        sink.stop()
+
+
+@dataclass
+class Row:
+    gpu: str
+    model: str
+    ts: int
+    job: str | None
+    application: str | None
+    verdict: str
+    power_watts: float
+    power_ratio_of_limit: float
+    utilization_gpu_percent: float
+    memory_used_ratio: float
+    temperature_ratio_of_slowdown: float
+
+
+@dataclass
+class JobData:
+    settings: Settings
+    start_ns: int
+    rows: list[Row]
+    xids: dict[str, list[int]]
+    findings: list[Finding]
+
+    @property
+    def span(self) -> dict[str, str]:
+        return {"start": iso(self.start_ns), "stop": iso(self.start_ns + 3 * MIN)}
+
+    def where(self, **match: object) -> list[Row]:
+        return [r for r in self.rows if all(getattr(r, k) == v for k, v in match.items())]
+
+    def window(self, rows: list[Row], t: int) -> list[Row]:
+        return [r for r in rows if t <= r.ts < t + MIN]
+
+
+#: baseline bands in the contract's shape: two versions, the later one counts
+BANDS = {
+    (H100, 1.0): (0.10, 0.15, 0.30, 0.50, 0.60),
+    (H100, 2.0): (0.20, 0.30, 0.55, 0.80, 0.90),
+    (A100, 2.0): (0.05, 0.10, 0.40, 0.70, 0.80),
+}
+
+
+def _workload(gpu: str, r: int) -> Workload | None:
+    if gpu == "GPU-a" or (gpu == "GPU-b" and r < 120):
+        return Workload("llm-pretraining", job_id="job-1", user="ana", source="slurm", confidence=1.0)
+    if gpu == "GPU-b":
+        return Workload("llm-finetuning", job_id="job-3", user="bo", source="slurm", confidence=1.0)
+    if gpu == "GPU-c":
+        return Workload("llm-pretraining", job_id="job-2", user="cy", source="slurm", confidence=1.0)
+    return None  # GPU-d: nothing allocated
+
+
+def _interpreted(cluster: str, start_ns: int) -> tuple[list[InterpretedBatch], list[Row], dict[str, list[int]]]:
+    rng = np.random.default_rng(7)
+    verdicts = [Verdict.NORMAL, Verdict.NORMAL, Verdict.NORMAL, Verdict.UNUSUAL, Verdict.ANOMALOUS]
+    rows: list[Row] = []
+    batches = []
+    xids: dict[str, list[int]] = {"GPU-a": [79, 79, 48], "GPU-c": [13]}
+    for r in range(ROUNDS):
+        ts = start_ns + r * NS
+        events = []
+        for node, gpu, index, model, limit, slowdown in GPUS:
+            util = float(rng.integers(0, 20)) if gpu == "GPU-c" else float(rng.integers(0, 101))
+            total = 80 * 2**30 if model == H100 else 40 * 2**30
+            m = {
+                "power_watts": round(float(rng.uniform(60, limit * 0.95)), 2),
+                "power_limit_watts": limit,
+                "utilization_gpu_percent": util,
+                "memory_used_bytes": float(rng.integers(1, total // 2**20) * 2**20),
+                "memory_total_bytes": float(total),
+                "temperature_gpu_celsius": float(rng.integers(30, 86)),
+                "temperature_slowdown_celsius": slowdown,
+            }
+            rel = {
+                "power_ratio_of_limit": m["power_watts"] / limit,
+                "memory_used_ratio": m["memory_used_bytes"] / total,
+                "temperature_ratio_of_slowdown": m["temperature_gpu_celsius"] / slowdown,
+            }
+            wl = _workload(gpu, r)
+            verdict = verdicts[int(rng.integers(0, len(verdicts)))]
+            sample = GpuSample(cluster, node, gpu, index, model, ts, m)
+            events.append(InterpretedEvent(sample, rel, wl, float(rng.uniform(0, 5)), verdict))
+            rows.append(
+                Row(gpu, model, ts, wl.job_id if wl else None, wl.application if wl else None, verdict.value,
+                    m["power_watts"], rel["power_ratio_of_limit"], util, rel["memory_used_ratio"],
+                    rel["temperature_ratio_of_slowdown"])
+            )  # fmt: skip
+        gpu_events = []
+        if r in (10, 20, 30, 40):
+            gpu = "GPU-a" if r < 40 else "GPU-c"
+            code = {10: 79, 20: 79, 30: 48, 40: 13}[r]
+            node = "n0" if gpu == "GPU-a" else "n1"
+            gpu_events.append(GpuEvent(cluster, node, gpu, 0, ts, EventKind.XID, code, f"XID {code}"))
+            gpu_events.append(GpuEvent(cluster, node, gpu, 0, ts, EventKind.ROW_REMAP, 0, "not an XID"))
+        batches.append(InterpretedBatch.from_events(events, tuple(gpu_events)))
+    return batches, rows, xids
+
+
+def _findings(cluster: str, start_ns: int) -> list[Finding]:
+    job1 = Workload("llm-pretraining", job_id="job-1")
+    return [
+        Finding("thermal-throttling", Severity.WARNING, True, cluster, "n0", "GPU-a", H100, start_ns + 30 * NS,
+                start_ns + 25 * NS, "GPU-a throttled for heat", workload=job1),
+        Finding("thermal-throttling", Severity.WARNING, False, cluster, "n0", "GPU-a", H100, start_ns + 90 * NS,
+                start_ns + 25 * NS, "GPU-a no longer throttled", workload=job1),
+        Finding("xid", Severity.WARNING, True, cluster, "n1", "GPU-c", A100, start_ns + 40 * NS, start_ns + 40 * NS,
+                "XID 13 on GPU-c"),
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def jobs(
+    kafka_server: kafka.KafkaProcess,
+    influx_server: InfluxServer,
+    defaults: Settings,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> JobData:
+    state = tmp_path_factory.mktemp("jobs")
+    settings = _settings(kafka_server, influx_server, defaults, state)
+    start = _start_ns()
+    batches, rows, xids = _interpreted(settings.cluster, start)
+    findings = _findings(settings.cluster, start)
+    pub = Publisher(settings.kafka.client_config())
+    with running_sink(settings, state / "run") as sink:
+        for b in batches:
+            pub.publish(settings.topics.interpreted, None, encode_interpreted(b))
+        for f in findings:
+            pub.publish(settings.topics.alerts, f.dedup_key.encode(), encode_record(f))
+        assert pub.close(30) == 0
+        wait_stored(sink, ROUNDS * len(GPUS))
+        assert wait_for(lambda: sink.stats().get("findings_written") == len(findings), 30)
+    i = settings.influxdb
+    assert i.url and i.token
+    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket)
+    trained = start - 3600 * NS
+    lines = []
+    for (model, version), (p01, p05, p50, p95, p99) in BANDS.items():
+        escaped = model.replace(" ", "\\ ")
+        tags = f"application=llm-pretraining,feature=power_ratio_of_limit,gpu_model={escaped},phase=compute"
+        fields = f"p01={p01},p05={p05},p50={p50},p95={p95},p99={p99},n=5000.0,version={version}"
+        lines.append(f"baseline,{tags} {fields} {(trained + int(version) * MIN) // 1_000_000}")
+    writer.write(lines)
+    writer.close()
+    return JobData(settings, start, rows, xids, findings)
+
+
+@pytest.fixture
+def jstore(jobs: JobData) -> Iterator[Store]:
+    with Store.from_settings(jobs.settings) as s:
+        yield s
+
+
+@pytest.mark.parametrize("backend", ["flux", "influxql"])
+def test_a_job_trend_per_gpu(jobs: JobData, jstore: Store, backend: str) -> None:
+    scope = Scope(cluster=jobs.settings.cluster, job="job-1")
+    for fn in ("mean", "max", "count", "p95", "median"):
+        result = trend(jstore, TrendQuery("power_watts", "gpu", "1m", None, fn, scope, backend=backend, **jobs.span))
+        job_rows = jobs.where(job="job-1")
+        want = {
+            (t, g): expected([r.power_watts for r in jobs.window(job_rows, t) if r.gpu == g], fn, backend)
+            for t in range(jobs.start_ns, jobs.start_ns + 3 * MIN, MIN)
+            for g in ("GPU-a", "GPU-b")
+            if any(r.gpu == g for r in jobs.window(job_rows, t))
+        }
+        got = {(r.time_ns, r.group[0]): r.value for r in result.rows}
+        assert got.keys() == want.keys(), fn  # GPU-b left job-1 after two minutes
+        for k, v in want.items():
+            assert got[k] == pytest.approx(v, rel=1e-9), (fn, k)
+
+
+def test_trend_with_the_baseline_band(jobs: JobData, jstore: Store) -> None:
+    scope = Scope(cluster=jobs.settings.cluster, node="n0")
+    q = TrendQuery("power_ratio_of_limit", "gpu", "1m", None, "mean", scope, band=True, **jobs.span)
+    result = trend(jstore, q)
+    assert result.group_by == ("gpu", "application", "gpu_model")
+    latest = BANDS[(H100, 2.0)]
+    for r in result.rows:
+        if r.group[1] == "llm-pretraining":
+            assert r.band is not None and (r.band.p05, r.band.p50, r.band.p95, r.band.version) == (*latest[1:4], 2.0)
+        else:
+            assert r.band is None
+    assert any("no compute baseline for power_ratio_of_limit on llm-finetuning/" + H100 in n for n in result.notes)
+    table = result.tables()[0]
+    assert table.columns[-3:] == ("band_p05", "band_p50", "band_p95")
+
+
+def test_job_against_its_baseline(jobs: JobData, jstore: Store) -> None:
+    q = CompareJobQuery("job-1", None, ("power_ratio_of_limit", "utilization_gpu_percent"), **jobs.span)
+    result = compare_job(jstore, q)
+    assert result.backend == "influxql"
+    rows = jobs.where(job="job-1")
+    assert len(rows) == ROUNDS + 120
+    by_feature = {r.feature: r for r in result.rows}
+    assert set(by_feature) == {"power_ratio_of_limit", "utilization_gpu_percent"}
+    for feature, r in by_feature.items():
+        values = [getattr(x, feature) for x in rows]
+        assert (r.application, r.gpu_model, r.samples) == ("llm-pretraining", H100, len(rows))
+        assert r.p50 == pytest.approx(expected(values, "p50", "influxql"), rel=1e-9)
+        assert r.p95 == pytest.approx(expected(values, "p95", "influxql"), rel=1e-9)
+    power = by_feature["power_ratio_of_limit"]
+    assert power.band is not None and (power.band.p05, power.band.p50, power.band.p95) == BANDS[(H100, 2.0)][1:4]
+    p50 = power.p50 or 0.0
+    assert power.position == ("above band" if p50 > 0.8 else "below band" if p50 < 0.3 else "within band")
+    assert by_feature["utilization_gpu_percent"].position == "no baseline"
+    assert compare_job(jstore, CompareJobQuery("job-404", None, **jobs.span)).rows == ()
+
+
+def test_two_gpu_models_on_one_application(jobs: JobData, jstore: Store) -> None:
+    features = ("power_ratio_of_limit", "memory_used_ratio")
+    q = CompareModelsQuery("llm-pretraining", H100, A100, None, features, jobs.settings.cluster, **jobs.span)
+    result = compare_models(jstore, q)
+    assert [(r.feature, r.gpu_model) for r in result.rows] == [(f, m) for f in features for m in (H100, A100)]
+    for r in result.rows:
+        values = [getattr(x, r.feature) for x in jobs.where(application="llm-pretraining", model=r.gpu_model)]
+        assert r.samples == len(values) == (ROUNDS + 120 if r.gpu_model == H100 else ROUNDS)
+        assert r.mean == pytest.approx(np.mean(values), rel=1e-9)
+        for stat in ("p05", "p50", "p95"):
+            assert getattr(r, stat) == pytest.approx(expected(values, stat, "influxql"), rel=1e-9), stat
+    delta = result.tables()[0].rows[1][-1]
+    assert delta == pytest.approx((result.rows[1].p50 or 0) - (result.rows[0].p50 or 0))
+
+
+def test_most_wasted_capacity(jobs: JobData, jstore: Store) -> None:
+    result = top(jstore, TopQuery("wasted", 10, None, Scope(cluster=jobs.settings.cluster), threshold=10, **jobs.span))
+    want = {}
+    for g in ("GPU-a", "GPU-b", "GPU-c", "GPU-d"):
+        allocated = [r for r in jobs.where(gpu=g) if r.application is not None]
+        low = [r for r in allocated if r.utilization_gpu_percent < 10]
+        if low:
+            want[g] = (len(low) / 3600, len(allocated) / 3600, np.mean([r.memory_used_ratio for r in allocated]))
+    assert "GPU-d" not in want  # idle but never allocated: not waste
+    assert [r.gpu for r in result.rows] == sorted(want, key=lambda g: (-want[g][0], g))
+    for r in result.rows:
+        hours, allocated, memory = want[r.gpu]
+        assert r.values[0] == pytest.approx(hours) and r.values[1] == pytest.approx(allocated)
+        assert r.values[2] == pytest.approx(hours / allocated) and r.values[3] == pytest.approx(memory, rel=1e-9)
+
+
+def test_most_xids(jobs: JobData, jstore: Store) -> None:
+    result = top(jstore, TopQuery("xid", 5, None, Scope(cluster=jobs.settings.cluster), **jobs.span))
+    assert [(r.gpu, r.values) for r in result.rows] == [("GPU-a", (3.0, "79x2 48x1")), ("GPU-c", (1.0, "13x1"))]
+    scoped = top(jstore, TopQuery("xid", 5, None, Scope(cluster=jobs.settings.cluster, gpu_model=A100), **jobs.span))
+    assert [r.gpu for r in scoped.rows] == ["GPU-c"]  # gpu_event has no model tag: resolved through gpu
+
+
+@pytest.mark.parametrize("scope", [Scope(), Scope(job="job-1"), Scope(gpu_model=H100), Scope(node="n1")])
+def test_anomaly_history(jobs: JobData, jstore: Store, scope: Scope) -> None:
+    scoped = Scope(cluster=jobs.settings.cluster, job=scope.job, gpu_model=scope.gpu_model, node=scope.node)
+    history = anomalies(jstore, AnomalyQuery(None, "1m", scoped, **jobs.span))
+    rows = [
+        r for r in jobs.rows
+        if (scope.job is None or r.job == scope.job) and (scope.gpu_model is None or r.model == scope.gpu_model)
+        and (scope.node is None or r.gpu in ("GPU-c", "GPU-d"))
+    ]  # fmt: skip
+    want = [
+        (t, len(w), sum(r.verdict == "unusual" for r in w), sum(r.verdict == "anomalous" for r in w))
+        for t in range(jobs.start_ns, jobs.start_ns + 3 * MIN, MIN)
+        if (w := jobs.window(rows, t))
+    ]
+    assert [(w.time_ns, w.samples, w.unusual, w.anomalous) for w in history.windows] == want
+    findings = [
+        f for f in jobs.findings
+        if (scope.job is None or (f.workload and f.workload.job_id == scope.job))
+        and (scope.gpu_model is None or f.gpu_model == scope.gpu_model) and (scope.node is None or f.node == scope.node)
+    ]  # fmt: skip
+    findings.sort(key=lambda f: -f.ts_ns)
+    assert [(h.time_ns, h.detector, h.active, h.summary, h.since_ns, h.gpu) for h in history.findings] == [
+        (f.ts_ns, f.detector, f.active, f.summary, f.since_ns, f.gpu_uuid) for f in findings
+    ]
+
+
+def test_http_api_answers_like_the_query_layer(jobs: JobData, jstore: Store) -> None:
+    cluster, span = jobs.settings.cluster, f"start={jobs.span['start']}&stop={jobs.span['stop']}"
+    token = "integration-token"
+    with serving(create_app(jobs.settings, jstore)) as url:
+        assert get_json(f"{url}/api/v1/trend?cluster={cluster}&{span}")[0] == 401
+        status, doc = get_json(
+            f"{url}/api/v1/trend?field=power_watts&by=gpu&every=1m&fn=p95&cluster={cluster}&job=job-1&{span}", token
+        )
+        assert status == 200
+        direct = trend(
+            jstore,
+            TrendQuery("power_watts", "gpu", "1m", None, "p95", Scope(cluster=cluster, job="job-1"), **jobs.span),
+        )
+        assert [(r["time"], r["gpu"], r["p95(power_watts)"]) for r in doc["rows"]] == [
+            (iso(r.time_ns), r.group[0], r.value) for r in direct.rows
+        ]
+        status, ctype, text = get(f"{url}/api/v1/top/xid?cluster={cluster}&{span}&format=csv", token)
+        assert (status, ctype) == (200, "text/csv")
+        assert [(r["gpu"], r["xids"]) for r in csv.DictReader(io.StringIO(text))] == [
+            ("GPU-a", "3.0"),
+            ("GPU-c", "1.0"),
+        ]
+        status, doc = get_json(f"{url}/api/v1/compare/job?job=job-1&feature=power_ratio_of_limit&{span}", token)
+        assert status == 200 and doc["rows"][0]["base_p50"] == BANDS[(H100, 2.0)][2]
+        status, doc = get_json(
+            f"{url}/api/v1/compare/models?application=llm-pretraining&a={H100}&b={A100}&cluster={cluster}&{span}"
+            .replace(" ", "%20"), token)  # fmt: skip
+        assert status == 200 and {r["gpu_model"] for r in doc["rows"]} == {H100, A100}
+        status, doc = get_json(f"{url}/api/v1/anomalies?cluster={cluster}&every=1m&{span}", token)
+        assert status == 200 and [d["title"].split(" ")[0] for d in doc] == ["verdicts", "findings"]
+        assert len(doc[1]["rows"]) == len(jobs.findings)
+        status, doc = get_json(f"{url}/api/v1/trend?field=gpu_temp&{span}", token)
+        assert status == 400 and doc == {"error": "field 'gpu_temp' is not a stored reading"}

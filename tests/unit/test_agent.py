@@ -1,0 +1,176 @@
+"""The node agent's loop: what it publishes where, and what it does with failing sources and a full buffer.
+
+The publisher here is a recording stand-in (the real one, against a real broker that is stopped and restarted,
+is in tests/integration/test_producer_reliability.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import threading
+import time
+from typing import Any
+
+from pipeline.codec import decode_record, decode_samples
+from pipeline.config import TopicSettings
+from pipeline.deadletter import headers_dict
+from pipeline.events import EventKind, GpuEvent, GpuSample, NodeTopology, SampleBatch, TopologyGpu
+from pipeline.publisher import PublisherStats
+from producers.agent import NodeAgent
+from producers.source import BadSourceData, SourceUnavailable
+
+TOPICS = TopicSettings.with_prefix("t")
+
+
+class RecordingPublisher:
+    def __init__(self, full_for: int = 0) -> None:
+        self.sent: list[tuple[str, bytes | None, bytes, Any]] = []
+        self.stats = PublisherStats()
+        self.full_for = full_for  # how many publish attempts find the buffer full
+        self.closed = False
+
+    def publish(self, topic: str, key: bytes | None, value: bytes, headers: Any = None, timeout_s: Any = None) -> bool:
+        if self.full_for:
+            self.full_for -= 1
+            time.sleep(0.05)  # the real one waits up to timeout_s for room
+            return False
+        self.sent.append((topic, key, value, headers))
+        self.stats.published += 1
+        self.stats.delivered += 1
+        return True
+
+    def poll(self, timeout_s: float = 0.0) -> None:
+        pass
+
+    def close(self, timeout_s: float = 60.0) -> int:
+        self.closed = True
+        return 0
+
+    def on(self, topic: str) -> list[tuple[str, bytes | None, bytes, Any]]:
+        return [m for m in self.sent if m[0] == topic]
+
+
+class ScriptedSource:
+    """Answers each round from a script: a list of batches, or an exception to raise."""
+
+    name = "scripted"
+
+    def __init__(self, script: list[Any], topologies: list[NodeTopology | None] | None = None) -> None:
+        self.script = script
+        self.topologies = topologies or []
+        self.rounds = 0
+
+    def open(self) -> None:
+        pass
+
+    def collect(self, ts_ns: int) -> list[SampleBatch]:
+        step = self.script[min(self.rounds, len(self.script) - 1)]
+        self.rounds += 1
+        if isinstance(step, Exception):
+            raise step
+        return [
+            dataclasses.replace(b, samples=tuple(dataclasses.replace(s, ts_ns=ts_ns) for s in b.samples)) for b in step
+        ]
+
+    def topology(self, ts_ns: int) -> NodeTopology | None:
+        if not self.topologies:
+            return None
+        return dataclasses.replace(self.topologies[min(self.rounds - 1, len(self.topologies) - 1)], ts_ns=ts_ns)
+
+    def stats(self) -> dict[str, int]:
+        return {"scripted_rounds": self.rounds}
+
+    def close(self) -> None:
+        pass
+
+
+def batch(gpus: int = 2, events: tuple[GpuEvent, ...] = ()) -> SampleBatch:
+    samples = tuple(GpuSample("dc1", "n1", f"GPU-{i}", i, "m", 0, {"power_watts": 100.0 + i}) for i in range(gpus))
+    return SampleBatch("dc1", "n1", samples, events)
+
+
+def topo(gpus: int) -> NodeTopology:
+    return NodeTopology(
+        "dc1", "n1", 0, tuple(TopologyGpu(f"GPU-{i}", i, "m", f"0000:{i:02x}:00.0") for i in range(gpus))
+    )
+
+
+def run(source: ScriptedSource, publisher: RecordingPublisher, rounds: int, **kwargs: Any) -> NodeAgent:
+    clock = itertools.count(10**18, 10**8)
+    agent = NodeAgent(source, publisher, TOPICS, 0.001, clock=lambda: next(clock), **kwargs)  # type: ignore[arg-type]
+    stop = threading.Event()
+    original = agent.round
+
+    def counted(stop_event: threading.Event) -> bool:
+        changed = original(stop_event)
+        if agent.report.rounds >= rounds:
+            stop.set()
+        return changed
+
+    agent.round = counted  # type: ignore[method-assign]
+    agent.run(stop)
+    return agent
+
+
+def test_one_message_per_round_keyed_by_node_and_topology_only_when_it_changes() -> None:
+    source = ScriptedSource([[batch()]], [topo(2), topo(2), topo(2), topo(3)])
+    publisher = RecordingPublisher()
+    agent = run(source, publisher, 5, topology_interval_s=0)  # checked after each round but the last (stop)
+    raw = publisher.on(TOPICS.raw)
+    assert len(raw) == 5 and {m[1] for m in raw} == {b"dc1/n1"}
+    decoded = [decode_samples(m[2])[0] for m in raw]
+    assert [len(b.samples) for b in decoded] == [2] * 5
+    assert len({b.samples[0].ts_ns for b in decoded}) == 5
+    topologies = [decode_record(NodeTopology, m[2]) for m in publisher.on(TOPICS.topology)]
+    assert [len(t.gpus) for t in topologies] == [2, 3]
+    assert agent.report.topologies == 2 and agent.report.samples == 10 and publisher.closed
+
+
+def test_a_failing_source_skips_the_round_and_bad_data_is_dead_lettered() -> None:
+    bad = BadSourceData("malformed", "line 3: not a sample", b"garbage\n", "http://x:9400/metrics")
+    source = ScriptedSource([SourceUnavailable("connection refused"), bad, [batch()]])
+    publisher = RecordingPublisher()
+    agent = run(source, publisher, 3)
+    assert agent.report.source_errors == 1 and agent.report.dead_lettered == 1
+    (letter,) = publisher.on(TOPICS.dead_letter)
+    assert letter[2] == b"garbage\n"
+    headers = headers_dict(letter[3])
+    assert headers["hermeneut-reason"] == "malformed" and headers["hermeneut-stage"] == "collector"
+    assert headers["hermeneut-source"] == "http://x:9400/metrics"
+    assert len(publisher.on(TOPICS.raw)) == 1
+
+
+def test_a_full_buffer_blocks_the_round_and_is_counted_as_skipped_rounds() -> None:
+    publisher = RecordingPublisher(full_for=3)  # 3 x 50 ms waiting for room
+    agent = run(ScriptedSource([[batch()]]), publisher, 2)
+    assert len(publisher.on(TOPICS.raw)) == 2  # nothing dropped: the round waited
+    assert agent.report.late_rounds >= 1 and agent.report.skipped_rounds >= 100  # 150 ms at 1 ms per round
+
+
+def test_a_stop_while_the_buffer_is_full_counts_what_was_never_queued() -> None:
+    publisher = RecordingPublisher(full_for=10**9)
+    source = ScriptedSource([[batch(3)]])
+    agent = NodeAgent(source, publisher, TOPICS, 0.01)  # type: ignore[arg-type]
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    report = agent.run(stop)
+    assert report.unqueued_samples == 3 and report.messages == 0 and publisher.closed
+
+
+def test_events_alone_are_published_and_empty_rounds_are_not() -> None:
+    xid = GpuEvent("dc1", "n1", "GPU-0", 0, 5, EventKind.XID, 79)
+    source = ScriptedSource([[batch(0, (xid,))], [batch(0)]])
+    publisher = RecordingPublisher()
+    agent = run(source, publisher, 2)
+    assert len(publisher.on(TOPICS.raw)) == 1 and agent.report.events == 1
+
+
+def test_duration_ends_the_run_and_stats_are_written(tmp_path: Any) -> None:
+    stats_file = tmp_path / "agent.json"
+    agent = NodeAgent(ScriptedSource([[batch()]]), RecordingPublisher(), TOPICS, 0.05, stats_file=stats_file)  # type: ignore[arg-type]
+    report = agent.run(threading.Event(), duration_s=0.3)
+    assert 3 <= report.rounds <= 8
+    written = json.loads(stats_file.read_text())
+    assert written["rounds"] == report.rounds and written["delivered"] == report.messages
+    assert written["scripted_rounds"] == report.rounds

@@ -1,0 +1,468 @@
+"""The detectors on hand-built batches shaped like each fault's physical signature, and on healthy behaviour
+that looks alarming but is normal (idle PCIe downshift, checkpoint dips, KV-cache growth, an operator's cap)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+import pynvml
+import pytest
+
+from pipeline.config import DetectorSettings
+from pipeline.events import (
+    EventKind,
+    Finding,
+    GpuEvent,
+    GpuSample,
+    InterpretedBatch,
+    InterpretedEvent,
+    NodeTopology,
+    NvLinkSample,
+    TopologyGpu,
+    TopologyLink,
+    Workload,
+    metric_matrix,
+)
+from processors.detectors import Detectors
+from processors.normalize import relative_values
+
+S = 1_000_000_000
+T0 = 1_700_000_000 * S
+MODEL = "NVIDIA H100 80GB HBM3"
+GIB = 2**30
+HW_THERMAL = pynvml.nvmlClocksThrottleReasonHwThermalSlowdown
+SW_POWER_CAP = pynvml.nvmlClocksThrottleReasonSwPowerCap
+
+
+def healthy(t: int, gpu: int, rng: np.random.Generator) -> dict[str, float]:
+    """A busy H100 of an LLM pre-training job, with a little noise."""
+    return {
+        "utilization_gpu_percent": float(np.clip(96 + rng.normal(0, 1.5), 0, 100)),
+        "memory_used_bytes": float(round(56 * GIB * (1 + rng.normal(0, 0.002)))),
+        "memory_total_bytes": 80.0 * GIB,
+        "sm_clock_mhz": float(round(1830 + rng.normal(0, 8))),
+        "sm_clock_max_mhz": 1980.0,
+        "temperature_gpu_celsius": float(round(68 + rng.normal(0, 0.7))),
+        "temperature_slowdown_celsius": 90.0,
+        "temperature_shutdown_celsius": 92.0,
+        "power_watts": float(610 + rng.normal(0, 10)),
+        "power_limit_watts": 700.0,
+        "power_default_limit_watts": 700.0,
+        "throttle_reasons_mask": 0.0,
+        "pcie_link_gen": 5.0,
+        "pcie_link_gen_max": 5.0,
+        "pcie_link_width": 16.0,
+        "pcie_link_width_max": 16.0,
+        "pcie_tx_bytes_per_second": 2e9,
+        "pcie_rx_bytes_per_second": 2e9,
+        "nvlink_tx_bytes_per_second": 120e9,
+        "nvlink_rx_bytes_per_second": 120e9,
+        "nvlink_links_active": 18.0,
+        "nvlink_links_max": 18.0,
+        "nvlink_crc_errors_total": 3.0,
+        "nvlink_recovery_errors_total": 0.0,
+        "ecc_uncorrected_total": 0.0,
+        "row_remap_uncorrectable_total": 0.0,
+        "row_remap_pending": 0.0,
+        "row_remap_failure": 0.0,
+        "pcie_replay_total": 10.0,
+    }
+
+
+Shape = Callable[[int, int, dict[str, float]], dict[str, float] | None]
+Job = Callable[[int, int], Workload | None]
+
+
+def pretraining(_t: int, _gpu: int) -> Workload:
+    return Workload("llm-pretraining", job_id="job-7", source="simulator", confidence=1.0, job_gpus=8)
+
+
+def run(
+    seconds: int,
+    shape: Shape | None = None,
+    job: Job = pretraining,
+    gpus: int = 8,
+    events: Callable[[int], list[GpuEvent]] | None = None,
+    rounds_per_batch: int = 1,
+    detectors: Detectors | None = None,
+    start: int = 0,
+    seed: int = 0,
+) -> tuple[Detectors, list[Finding], list[InterpretedBatch]]:
+    """Feed ``seconds`` rounds of one node (``gpus`` GPUs at 1 Hz) through the detectors.
+
+    ``shape(t, gpu, metrics)`` rewrites a healthy reading (None: the GPU sends no sample that round).
+    """
+    det = detectors or Detectors(DetectorSettings())
+    rng = np.random.default_rng(seed)
+    found: list[Finding] = []
+    out: list[InterpretedBatch] = []
+    pending: list[InterpretedEvent] = []
+    pending_events: list[GpuEvent] = []
+    for t in range(start, start + seconds):
+        ts = T0 + t * S
+        for gpu in range(gpus):
+            metrics = healthy(t, gpu, rng)
+            if shape is not None:
+                shaped = shape(t, gpu, metrics)
+                if shaped is None:
+                    continue
+                metrics = shaped
+            sample = GpuSample("c1", "node-1", f"GPU-{gpu}", gpu, MODEL, ts, metrics)
+            pending.append(InterpretedEvent(sample, workload=job(t, gpu)))
+        pending_events.extend(events(t) if events else [])
+        if (t - start + 1) % rounds_per_batch == 0 or t == start + seconds - 1:
+            batch = _batch(pending, tuple(pending_events))
+            batch, findings = det.apply(batch, ts)
+            found.extend(findings)
+            found.extend(det.tick(ts))
+            out.append(batch)
+            pending, pending_events = [], []
+    return det, found, out
+
+
+def _batch(events: list[InterpretedEvent], gpu_events: tuple[GpuEvent, ...]) -> InterpretedBatch:
+    b = InterpretedBatch.from_events(events, gpu_events)
+    return replace(b, relative=relative_values(metric_matrix([e.sample for e in events])))
+
+
+def starts(found: list[Finding], detector: str | None = None) -> list[Finding]:
+    return [f for f in found if f.active and f.ts_ns == f.since_ns and (detector is None or f.detector == detector)]
+
+
+def kinds(found: list[Finding]) -> set[tuple[str, str | None]]:
+    return {(f.detector, f.gpu_uuid) for f in starts(found)}
+
+
+# --------------------------------------------------------------------------------------- healthy behaviour
+def test_healthy_busy_node_raises_nothing() -> None:
+    _det, found, _ = run(1800)
+    assert found == []
+
+
+def test_checkpoint_dips_idle_downshift_and_idle_gpus_are_normal() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu >= 6:  # idle GPUs: gen 1 at idle is normal, the width stays
+            m |= {
+                "utilization_gpu_percent": 0.0,
+                "pcie_link_gen": 1.0,
+                "sm_clock_mhz": 345.0,
+                "power_watts": 70.0,
+                "memory_used_bytes": 0.5 * GIB,
+                "nvlink_tx_bytes_per_second": 0.0,
+                "throttle_reasons_mask": 1.0,
+            }
+        elif t % 600 < 45:  # a checkpoint every 10 min: util collapses, the link downshifts, PCIe bursts
+            m |= {
+                "utilization_gpu_percent": 3.0,
+                "pcie_link_gen": 2.0,
+                "pcie_tx_bytes_per_second": 20e9,
+                "sm_clock_mhz": 600.0,
+            }
+        return m  # fmt: skip
+
+    def job(_t: int, gpu: int) -> Workload | None:
+        return pretraining(_t, gpu) if gpu < 6 else None
+
+    _det, found, _ = run(3600, shape, job)
+    assert found == []
+
+
+def test_kv_cache_growth_that_plateaus_is_not_a_leak() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        fill = 0.2 + 0.7 * (1 - np.exp(-t / 800))  # KV cache fills (time constant 13 min), then plateaus at 90%
+        return m | {"memory_used_bytes": float(round(80 * GIB * fill)), "utilization_gpu_percent": 60.0}
+
+    def serving(_t: int, _gpu: int) -> Workload:
+        return Workload("llm-serving", job_id="serve-1", source="simulator", job_gpus=1)
+
+    _det, found, _ = run(3600, shape, serving, gpus=2)
+    assert found == []
+
+
+def test_job_start_memory_ramp_is_not_a_leak() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        return m | {"memory_used_bytes": float(round(80 * GIB * min(0.75, 0.01 + t / 120 * 0.75)))}
+
+    _det, found, _ = run(2400, shape, gpus=2)
+    assert found == []
+
+
+def test_operator_power_cap_at_job_start_is_a_setting() -> None:
+    def job(t: int, gpu: int) -> Workload | None:
+        return None if t < 300 else Workload("bert-training", job_id="job-9", source="simulator", job_gpus=2)
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if t < 300:
+            return m | {"utilization_gpu_percent": 0.0, "power_watts": 70.0, "pcie_link_gen": 1.0}
+        # the operator caps at 450 W when the job starts (the limit lands a few seconds before the context)
+        cap = 450.0 if t >= 295 else 700.0
+        return m | {"power_limit_watts": cap, "power_watts": 440.0, "throttle_reasons_mask": float(SW_POWER_CAP)}
+
+    _det, found, _ = run(1200, shape, job, gpus=2)
+    assert found == []
+
+
+def test_a_gpu_capped_when_first_seen_is_a_setting() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        return m | {"power_limit_watts": 400.0, "power_watts": 395.0, "throttle_reasons_mask": float(SW_POWER_CAP)}
+
+    _det, found, _ = run(600, shape, gpus=2)
+    assert found == []
+
+
+# ---------------------------------------------------------------------------------------------- faults
+def test_thermal_throttling_starts_repeats_clears_and_explains() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu == 3 and 300 <= t < 600:
+            return m | {"temperature_gpu_celsius": 89.0, "throttle_reasons_mask": float(HW_THERMAL),
+                        "sm_clock_mhz": 1230.0, "power_watts": 480.0, "utilization_gpu_percent": 97.0}  # fmt: skip
+        return m
+
+    _det, found, batches = run(900, shape)
+    assert kinds(found) == {("thermal-throttling", "GPU-3")}
+    first = starts(found)[0]
+    assert T0 + 300 * S <= first.ts_ns <= T0 + 315 * S
+    assert first.evidence["temperature_c"] == 89.0 and first.evidence["sm_clock_ratio"] == pytest.approx(1230 / 1980)
+    assert "GPU 3" in first.summary and "job job-7 (llm-pretraining)" in first.summary and "62%" in first.summary
+    assert "cooling" in first.action
+    repeats = [f for f in found if f.active and f.ts_ns > f.since_ns]
+    assert 3 <= len(repeats) <= 5 and all(f.since_ns == first.since_ns for f in repeats)
+    (clear,) = [f for f in found if not f.active]
+    assert T0 + 600 * S <= clear.ts_ns <= T0 + 630 * S and clear.dedup_key == first.dedup_key
+    explained = [
+        e for b in batches for e, u in zip(b.explanation, b.gpu_uuid, strict=True) if "thermal throttling" in e
+    ]
+    assert explained and all(u for u in explained)
+
+
+def test_power_capping_mid_job_is_a_fault() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu == 2 and 400 <= t < 1000:
+            return m | {"power_limit_watts": 420.0, "power_watts": 415.0, "sm_clock_mhz": 1400.0,
+                        "throttle_reasons_mask": float(SW_POWER_CAP)}  # fmt: skip
+        return m
+
+    _det, found, _ = run(1200, shape)
+    assert kinds(found) == {("power-capping", "GPU-2")}
+    first = starts(found)[0]
+    assert T0 + 515 * S <= first.ts_ns <= T0 + 530 * S  # confirmed after power_confirm_s (120 s)
+    assert first.evidence["power_limit_w"] == 420 and first.evidence["previous_limit_w"] == 700
+    assert "420 W from 700 W" in first.summary
+    (clear,) = [f for f in found if not f.active]
+    assert clear.ts_ns == T0 + 1000 * S
+
+
+def test_nvlink_down_names_the_peers_and_the_pcie_path() -> None:
+    topo = NodeTopology(
+        "c1", "node-1", T0,
+        tuple(TopologyGpu(f"GPU-{i}", i, MODEL, f"0000:{i:02x}:00.0", numa_node=i // 2, nvlink_links=18)
+              for i in range(4)),
+        tuple(TopologyLink(f"GPU-{a}", f"GPU-{b}", "NV18", 18) for a in range(4) for b in range(a + 1, 4)),
+    )  # fmt: skip
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu == 1 and t >= 200:
+            return m | {"nvlink_links_active": 0.0, "nvlink_tx_bytes_per_second": 0.0,
+                        "nvlink_rx_bytes_per_second": 0.0, "pcie_tx_bytes_per_second": 24e9,
+                        "pcie_rx_bytes_per_second": 24e9, "nvlink_crc_errors_total": 480.0,
+                        "nvlink_recovery_errors_total": 12.0}  # fmt: skip
+        return m
+
+    det = Detectors(DetectorSettings(), lambda cluster, node: topo if node == "node-1" else None)
+    _det, found, _ = run(400, shape, gpus=4, detectors=det)
+    assert kinds(found) == {("nvlink-down", "GPU-1")}
+    first = starts(found)[0]
+    assert first.ts_ns <= T0 + 210 * S
+    assert first.evidence["links_active"] == 0 and first.evidence["links_expected"] == 18
+    assert first.evidence["pcie_bytes_per_second"] == 48e9
+    assert "GPU 0 (NODE), GPU 2 (SYS), GPU 3 (SYS) now crosses PCIe" in first.summary
+
+
+def test_nvlink_from_per_link_samples_when_totals_are_missing() -> None:
+    det = Detectors(DetectorSettings())
+    rng = np.random.default_rng(0)
+    found = []
+    for t in range(60):
+        events = []
+        for gpu in range(2):
+            m = healthy(t, gpu, rng)
+            del m["nvlink_links_active"], m["nvlink_links_max"]
+            links = tuple(NvLinkSample(k, not (gpu == 1 and t >= 20 and k < 4)) for k in range(18))
+            sample = GpuSample("c1", "node-1", f"GPU-{gpu}", gpu, MODEL, T0 + t * S, m, links=links)
+            events.append(InterpretedEvent(sample, workload=pretraining(t, gpu)))
+        found += det.apply(_batch(events, ()), T0)[1]
+    assert kinds(found) == {("nvlink-down", "GPU-1")}
+    assert starts(found)[0].evidence["links_active"] == 14
+
+
+def test_nvlink_without_topology_uses_the_samples_own_link_count() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        return m | {"nvlink_links_active": 12.0} if gpu == 0 and t >= 100 else m
+
+    _det, found, _ = run(200, shape, gpus=2)
+    assert kinds(found) == {("nvlink-down", "GPU-0")}
+    assert starts(found)[0].evidence["links_expected"] == 18
+
+
+def test_pcie_link_trained_narrow_while_busy() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu == 4 and t >= 100:
+            return m | {"pcie_link_width": 8.0, "pcie_link_gen": 4.0, "pcie_replay_total": 10.0 + (t - 100) * 5}
+        return m
+
+    _det, found, _ = run(400, shape)
+    assert kinds(found) == {("pcie-link-degraded", "GPU-4")}
+    first = starts(found)[0]
+    assert first.evidence["pcie_width"] == 8 and first.evidence["bandwidth_share"] == pytest.approx(0.25)
+    assert "Gen4 x8 of Gen5 x16" in first.summary
+
+
+def test_memory_leak_is_found_and_named() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu == 0 and t >= 900:
+            used = min(0.99, 0.3 + (t - 900) / 60 * 0.01 + noise.normal(0, 0.01))  # +1% of memory per minute
+            return m | {"memory_used_bytes": float(round(80 * GIB * used))}
+        return m | {"memory_used_bytes": 24.0 * GIB} if gpu == 0 else m
+
+    noise = np.random.default_rng(5)
+    _det, found, _ = run(3000, shape, gpus=2)
+    assert kinds(found) == {("memory-leak", "GPU-0")}
+    first = starts(found)[0]
+    # the long trend has to forget the flat past before the trends agree, then 300 s of confirmation
+    assert T0 + 1200 * S <= first.ts_ns <= T0 + 1800 * S
+    assert first.evidence["growth_per_min"] == pytest.approx(0.01, rel=0.25)
+
+
+def test_straggler_in_an_eight_gpu_job() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if t < 900:
+            return m
+        if gpu == 5:  # slower: lower clock, lower duty cycle
+            return m | {"sm_clock_mhz": 1400.0, "utilization_gpu_percent": 88.0}
+        # the peers wait for it at every all-reduce: periodic util dips
+        return m | {"utilization_gpu_percent": 35.0 if t % 10 < 3 else 97.0}
+
+    _det, found, _ = run(1800, shape)
+    assert kinds(found) == {("straggler", "GPU-5")}
+    first = starts(found)[0]
+    assert T0 + 900 * S < first.ts_ns <= T0 + 1200 * S
+    assert first.evidence["slower_than_median"] > 0.2 and first.evidence["peers"] == 8
+
+
+def test_straggler_explained_by_thermal_throttling_is_reported_once() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu == 5 and t >= 300:
+            return m | {"sm_clock_mhz": 1200.0, "temperature_gpu_celsius": 90.0,
+                        "throttle_reasons_mask": float(HW_THERMAL)}  # fmt: skip
+        return m
+
+    _det, found, _ = run(1200, shape)
+    assert kinds(found) == {("thermal-throttling", "GPU-5")}
+
+
+def test_xid_storm_versus_a_single_xid() -> None:
+    def events(t: int) -> list[GpuEvent]:
+        out = []
+        if t == 100:
+            out.append(GpuEvent("c1", "node-1", "GPU-1", 1, T0 + t * S, EventKind.XID, 13, "graphics exception"))
+        if 600 <= t < 780 and t % 20 == 0:
+            code = (13, 31, 94, 45)[t // 20 % 4]  # 94 (contained ECC error) without ECC counters: part of the storm
+            out.append(GpuEvent("c1", "node-1", "GPU-6", 6, T0 + t * S, EventKind.XID, code, ""))
+        return out
+
+    _det, found, _ = run(1500, events=events)
+    assert kinds(found) == {("xid", "GPU-1"), ("xid", "GPU-6"), ("xid-storm", "GPU-6")}
+    storm = starts(found, "xid-storm")[0]
+    assert storm.ts_ns == T0 + 680 * S and storm.severity == "critical"
+    assert "XID storm: 5 XIDs" in storm.summary and "94 (" in storm.summary
+    single = starts(found, "xid")[0]
+    assert "XID 13" in single.summary and single.severity == "warning"
+    # the single XID on GPU-6 became part of the storm: cleared when the storm started
+    assert [f.ts_ns for f in found if f.detector == "xid" and f.gpu_uuid == "GPU-6" and not f.active] == [storm.ts_ns]
+
+
+def test_uncorrectable_ecc_from_counters_events_and_remap() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu == 2 and t >= 300:
+            return m | {"ecc_uncorrected_total": 2.0, "row_remap_uncorrectable_total": 1.0, "row_remap_pending": 1.0}
+        return m
+
+    def events(t: int) -> list[GpuEvent]:
+        if t == 301:
+            return [GpuEvent("c1", "node-1", "GPU-2", 2, T0 + t * S, EventKind.XID, 48, "DBE"),
+                    GpuEvent("c1", "node-1", "GPU-2", 2, T0 + t * S, EventKind.XID, 63, "row remap")]  # fmt: skip
+        return []
+
+    _det, found, _ = run(600, shape, events=events)
+    assert kinds(found) == {("ecc-uncorrectable", "GPU-2")}
+    first = starts(found)[0]
+    assert first.ts_ns == T0 + 300 * S and first.severity == "critical"
+    assert first.evidence["ecc_uncorrected_total"] == 2 and first.evidence["remap_pending"] == 1
+    assert "drain the GPU and reset it" in first.action
+
+
+def test_row_remap_pending_alone_is_a_row_remap_warning() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        return m | {"row_remap_pending": 1.0} if gpu == 0 and t >= 100 else m
+
+    _det, found, _ = run(300, shape, gpus=2)
+    assert kinds(found) == {("row-remap", "GPU-0")}
+
+
+@pytest.mark.parametrize("with_event", [True, False])
+def test_fallen_off_the_bus(with_event: bool) -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float] | None:
+        return None if gpu == 7 and 500 <= t < 900 else m
+
+    def events(t: int) -> list[GpuEvent]:
+        if with_event and t == 499:
+            return [GpuEvent("c1", "node-1", "GPU-7", 7, T0 + t * S, EventKind.XID, 79, "fallen off the bus"),
+                    GpuEvent("c1", "node-1", "GPU-7", 7, T0 + t * S, EventKind.GPU_LOST, 0, "")]  # fmt: skip
+        return []
+
+    _det, found, _ = run(1200, shape, events=events)
+    assert kinds(found) == {("fallen-off-bus", "GPU-7")}
+    first = starts(found)[0]
+    assert first.ts_ns == (T0 + 499 * S if with_event else T0 + 514 * S)
+    assert first.severity == "critical" and "reboot" in first.action
+    (clear,) = [f for f in found if not f.active]
+    assert clear.ts_ns == T0 + 930 * S
+
+
+def test_idle_but_allocated() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        return m | {"utilization_gpu_percent": 0.0, "power_watts": 80.0} if gpu == 1 else m
+
+    _det, found, _ = run(1800, shape, gpus=2)
+    assert kinds(found) == {("idle-capacity", "GPU-1")}
+    first = starts(found)[0]
+    assert first.severity == "info" and T0 + 600 * S < first.ts_ns < T0 + 800 * S
+
+
+def test_fast_forward_batches_find_the_same_as_live_ones() -> None:
+    """Many rounds per batch (fast-forward replay) give the same findings at the same data times."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float] | None:
+        if gpu == 3 and 300 <= t < 600:
+            m |= {"temperature_gpu_celsius": 89.0, "throttle_reasons_mask": float(HW_THERMAL), "sm_clock_mhz": 1200.0}
+        if gpu == 5 and t >= 900:
+            m |= {"sm_clock_mhz": 1300.0}
+        return None if gpu == 7 and t >= 1000 else m
+
+    _d, live, _ = run(1300, shape)
+    _d, replayed, _ = run(1300, shape, rounds_per_batch=37)
+    key = [(f.detector, f.gpu_uuid, f.active, f.since_ns) for f in starts(live)]
+    assert key == [(f.detector, f.gpu_uuid, f.active, f.since_ns) for f in starts(replayed)]
+    assert {f.detector for f in starts(live)} == {"thermal-throttling", "straggler", "fallen-off-bus"}
+
+
+def test_disabled_stage_passes_batches_through() -> None:
+    det = Detectors(DetectorSettings(enabled=False))
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        return m | {"nvlink_links_active": 0.0}
+
+    _d, found, _ = run(100, shape, detectors=det)
+    assert found == []

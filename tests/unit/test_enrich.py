@@ -1,0 +1,138 @@
+"""Enrichment: workload from the context mirror (or inferred when there is none), phase per row, and relative
+values filled from the catalogue where a sample lacks its limit."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from pipeline.baselines import BaselineManifest
+from pipeline.codec import encode_samples
+from pipeline.config import ValidationSettings
+from pipeline.events import RELATIVE_FIELDS, GpuContext, GpuSample, SampleBatch, Workload, gpu_key
+from processors.baselines import BaselineSet
+from processors.classify import MIN_SAMPLES, fit_classifier, history_windows, window_inputs
+from processors.enrich import Enricher
+from processors.features import FEATURE_INDEX, PHASE_INDEX, features, infer_phase
+from processors.normalize import RawMessage, process_raw
+
+from .fleet_history import T0, labelled_history
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _normalized(*samples: GpuSample) -> tuple:  # type: ignore[type-arg]
+    batch = SampleBatch("c", "n", samples)
+    out = process_raw([RawMessage(batch.kafka_key, encode_samples(batch), "t/0/0")], T0, ValidationSettings())
+    return out.forward[0][1]
+
+
+def test_context_wins_and_missing_context_is_inferred() -> None:
+    h = labelled_history(seed=1, nodes=20, rounds=80)
+    windows, ends = history_windows(h.f, h.gpu, h.ts_ns, 20, 5)
+    classifier = fit_classifier(window_inputs(windows), h.application[ends], 1, 20, 0.6)
+    assert classifier is not None
+    baselines = BaselineSet(BaselineManifest(1, 0, 0, 0, (), classifier=True), [], classifier)
+    withheld = set(h.fleet.uuids[::2])  # every other GPU has no context
+    contexts: dict[bytes, GpuContext] = {}
+    enricher = Enricher(contexts.get, lambda: baselines)
+    right = total = 0
+    for r, (batch, apps) in enumerate(zip(h.batches[:40], h.batch_apps[:40], strict=True)):
+        # what a scheduler integration publishes: the job on each GPU, None where nothing runs
+        for uuid, node, app in zip(batch.gpu_uuid, batch.node, apps, strict=True):
+            if uuid not in withheld:
+                workload = None if app == "idle" else Workload(app, source="slurm", confidence=1.0)
+                contexts[gpu_key(batch.cluster[0], node, uuid)] = GpuContext(batch.cluster[0], node, uuid, T0, workload)
+        out, findings = enricher.apply(batch, 0)
+        assert findings == []
+        for i, uuid in enumerate(out.gpu_uuid):
+            w = out.workload[i]
+            if uuid not in withheld:
+                assert w is not None and w.source in ("slurm", "context")
+                assert w.application == apps[i]
+            elif r + 1 < MIN_SAMPLES:
+                assert w is None
+            else:
+                assert w is not None and w.source == "inferred" and 0 < w.confidence <= 1
+                right += w.application == apps[i]
+                total += 1
+    assert total and right / total >= 0.9
+
+
+def test_without_a_classifier_gpus_without_context_stay_unknown() -> None:
+    h = labelled_history(seed=3, nodes=2, rounds=2)
+    out, _ = Enricher(lambda _key: None, lambda: None).apply(h.batches[0], 0)
+    assert set(out.workload) == {None}
+    assert all(p is not None for p in out.phase)
+
+
+def test_nothing_running_means_idle() -> None:
+    sample = GpuSample("c", "n", "GPU-1", 0, H100, T0, {"utilization_gpu_percent": 0.0, "power_watts": 70.0})
+    context = GpuContext("c", "n", "GPU-1", T0, None)
+    out, _ = Enricher({gpu_key("c", "n", "GPU-1"): context}.get, lambda: None).apply(_normalized(sample), 0)
+    assert out.workload[0] == Workload("idle", source="context", confidence=1.0)
+    assert out.phase == ("idle",)
+
+
+def test_missing_limits_come_from_the_catalogue_and_metrics_stay_as_reported() -> None:
+    # a dcgm-exporter style sample: no power limit, no memory total, no clock maximum
+    sample = GpuSample(
+        "c", "n", "GPU-1", 0, H100, T0,
+        {"power_watts": 350.0, "memory_used_bytes": float(40 * 2**30), "sm_clock_mhz": 990.0},
+    )  # fmt: skip
+    batch = _normalized(sample)
+    assert np.isnan(batch.relative).all()
+    out, _ = Enricher(lambda _k: None, lambda: None).apply(batch, 0)
+    rel = dict(zip(RELATIVE_FIELDS, out.relative[0].tolist(), strict=True))
+    assert rel["power_ratio_of_limit"] == 0.5
+    assert rel["memory_used_ratio"] == 0.5
+    assert rel["sm_clock_ratio_of_max"] == 0.5
+    assert np.array_equal(out.metrics, batch.metrics, equal_nan=True)
+
+
+def test_own_limits_win_over_the_catalogue() -> None:
+    capped = GpuSample("c", "n", "GPU-1", 0, H100, T0, {"power_watts": 350.0, "power_limit_watts": 400.0})
+    out, _ = Enricher(lambda _k: None, lambda: None).apply(_normalized(capped), 0)
+    assert out.relative[0, 0] == 350.0 / 400.0
+
+
+def test_phases_from_the_telemetry() -> None:
+    gen5 = {"pcie_link_gen_max": 5.0, "pcie_link_width_max": 16.0, "power_limit_watts": 700.0}
+    link = 3.938e9 * 16
+    cases = {
+        "compute": {"utilization_gpu_percent": 97.0, "power_watts": 600.0, "pcie_rx_bytes_per_second": 0.3 * link},
+        "data-loading": {"utilization_gpu_percent": 10.0, "power_watts": 200.0, "pcie_rx_bytes_per_second": 0.4 * link},
+        "checkpoint": {
+            "utilization_gpu_percent": 5.0,
+            "power_watts": 150.0,
+            "pcie_tx_bytes_per_second": 0.5 * link,
+            "memory_used_bytes": float(70 * 2**30),
+            "memory_total_bytes": float(80 * 2**30),
+        },
+        "idle": {"utilization_gpu_percent": 0.0, "power_watts": 70.0},
+    }
+    samples = [GpuSample("c", "n", f"GPU-{i}", i, H100, T0, gen5 | m) for i, m in enumerate(cases.values())]
+    batch = _normalized(*samples)
+    f = features(batch.metrics, batch.relative, batch.gpu_model)
+    assert f[1, FEATURE_INDEX["pcie_rx_ratio_of_capacity"]] == 0.4
+    assert infer_phase(f).tolist() == [PHASE_INDEX[p] for p in cases]
+    reported = dataclasses.replace(batch, phase=("eval", None, None, None))
+    out, _ = Enricher(lambda _k: None, lambda: None).apply(reported, 0)
+    assert out.phase == ("eval", "data-loading", "checkpoint", "idle")  # a reported phase is kept
+
+
+def test_link_traffic_is_relative_to_the_links_the_gpu_has() -> None:
+    traffic = {"nvlink_rx_bytes_per_second": 90e9, "pcie_rx_bytes_per_second": 3.938e9 * 16 / 4}
+    catalogue = GpuSample("c", "n", "GPU-1", 0, H100, T0, traffic)
+    reported = GpuSample("c", "n", "GPU-2", 1, H100, T0, traffic | {"nvlink_links_max": 6.0})
+    batch = _normalized(catalogue, reported)
+    f = features(batch.metrics, batch.relative, batch.gpu_model)
+    assert f[:, FEATURE_INDEX["nvlink_rx_ratio_of_capacity"]].tolist() == [0.2, 0.6]  # 18 x 25 GB/s, 6 x 25 GB/s
+    assert f[:, FEATURE_INDEX["pcie_rx_ratio_of_capacity"]].tolist() == [0.25, 0.25]  # gen 5 x16 from the catalogue
+    pcie_card = _normalized(GpuSample("c", "n", "GPU-3", 0, "NVIDIA L40S", T0, traffic))
+    assert np.isnan(
+        features(pcie_card.metrics, pcie_card.relative, pcie_card.gpu_model)[
+            0, FEATURE_INDEX["nvlink_rx_ratio_of_capacity"]
+        ]
+    )

@@ -1,0 +1,335 @@
+"""The NVML collector on a fake NVML replaying the real nvidia-smi captures (no GPU needed)."""
+
+from __future__ import annotations
+
+import time
+import xml.etree.ElementTree as ET
+from collections import Counter
+
+import pynvml
+import pytest
+
+from pipeline.codec import encode_samples
+from pipeline.config import ValidationSettings
+from pipeline.events import METRIC_INDEX, EventKind, SampleBatch
+from processors.normalize import RawMessage, process_raw
+from producers.nvml import NvmlCollector, decode_throttle_reasons
+from producers.nvml.collector import readings, sysfs_bus_id
+from producers.nvml.reasons import THROTTLE_REASONS
+from tests.fakes.nvml import CAPTURES, FakeGpu, FakeLink, FakeMig, FakeNvml, FakeProcess, capture_names, load_capture
+
+MIB = 2**20
+T0 = 1_700_000_000_000_000_000
+
+
+def collector_for(*names: str, **kwargs: object) -> tuple[FakeNvml, NvmlCollector]:
+    gpus = [g for name in names for g in load_capture(name)]
+    fake = FakeNvml(gpus)
+    collector = NvmlCollector(fake, "dc1", "node-1", **kwargs)  # type: ignore[arg-type]
+    collector.open()
+    return fake, collector
+
+
+def one_sample(name: str, rounds: int = 1) -> dict[str, float]:
+    _, collector = collector_for(name)
+    for r in range(rounds):
+        samples, _ = collector.collect(T0 + r * 1_000_000_000)
+    return samples[0].metrics
+
+
+def test_throttle_reason_names_are_nvmls_own() -> None:
+    for bit, name in THROTTLE_REASONS:
+        assert getattr(pynvml, f"nvmlClocksThrottleReason{name}") == bit
+    assert decode_throttle_reasons(0) == []
+    assert decode_throttle_reasons(0x24) == ["SwPowerCap", "SwThermalSlowdown"]
+    assert decode_throttle_reasons(0x1 | 0x40 | 0x1000) == ["GpuIdle", "HwThermalSlowdown", "Unknown(0x1000)"]
+    with pytest.raises(ValueError):
+        decode_throttle_reasons(-1)
+
+
+@pytest.mark.parametrize("name", capture_names())
+def test_every_capture_loads_and_each_gpu_is_one_sample_with_its_identity(name: str) -> None:
+    root = ET.parse(CAPTURES / name).getroot()
+    xml_gpus = root.findall("gpu")
+    _, collector = collector_for(name)
+    samples, events = collector.collect(T0)
+    assert events == []
+    assert [s.gpu_uuid for s in samples] == [g.findtext("uuid") for g in xml_gpus]
+    assert [s.gpu_model for s in samples] == [g.findtext("product_name") for g in xml_gpus]
+    assert [s.gpu_index for s in samples] == list(range(len(xml_gpus)))
+    for sample, gpu in zip(samples, xml_gpus, strict=True):
+        # values the capture prints as N/A are absent; printed ones are there with the capture's value
+        for path, field, scale in (
+            ("fan_speed", "fan_speed_percent", 1),
+            ("utilization/gpu_util", "utilization_gpu_percent", 1),
+            ("fb_memory_usage/used", "memory_used_bytes", MIB),
+            ("fb_memory_usage/total", "memory_total_bytes", MIB),
+            ("pci/replay_counter", "pcie_replay_total", 1),
+            ("temperature/gpu_temp_slow_threshold", "temperature_slowdown_celsius", 1),
+        ):
+            text = (gpu.findtext(path) or "N/A").strip()
+            if text == "N/A" or gpu.find(path) is None:
+                if not name.startswith("rtx-4000-sff-ada"):  # the Ada board's is derived (test below)
+                    assert field not in sample.metrics, (name, field)
+            else:
+                assert sample.metrics[field] == float(text.split()[0].rstrip("x")) * scale, (name, field)
+        assert all(isinstance(v, int | float) for v in sample.metrics.values())
+
+
+def test_the_collector_output_passes_the_processors_validation() -> None:
+    batches = []
+    for name in capture_names():
+        _, collector = collector_for(name)
+        collector.collect(time.time_ns() - 10**9)
+        samples, _ = collector.collect(time.time_ns())
+        batches.append(SampleBatch("dc1", name, tuple(samples)))
+    raw = [RawMessage(b.kafka_key, encode_samples(b), f"raw/0/{i}") for i, b in enumerate(batches)]
+    outcome = process_raw(raw, time.time_ns(), ValidationSettings())
+    assert outcome.dead == [], [(d.reason, dict(d.headers)) for d in outcome.dead]
+    assert outcome.samples_ok == sum(len(b.samples) for b in batches) == 17
+
+
+def test_user_lowered_power_cap_is_the_limit_and_the_default_is_kept_apart() -> None:
+    m = one_sample("rtx-3090-v12.xml")
+    assert m["power_limit_watts"] == 200.0
+    assert m["power_default_limit_watts"] == 350.0
+    assert m["power_watts"] == pytest.approx(27.23)
+    raised = one_sample("rtx-3080-v12.xml")
+    assert (raised["power_limit_watts"], raised["power_default_limit_watts"]) == (336.0, 320.0)
+
+
+def test_loaded_capture_values() -> None:
+    m = one_sample("rtx-3080-v13.xml")
+    assert m["utilization_gpu_percent"] == 65
+    assert m["performance_state"] == 2
+    assert m["sm_clock_mhz"] == 1950 and m["sm_clock_max_mhz"] == 2100
+    assert m["memory_clock_mhz"] == 9251 and m["memory_clock_max_mhz"] == 9501
+    assert m["power_watts"] == pytest.approx(139.62)  # NVML's 1 s average on Ampere (average_power_draw)
+    assert m["throttle_reasons_mask"] == 0
+    assert m["memory_used_bytes"] == 9184 * MIB and m["memory_reserved_bytes"] == 397 * MIB
+
+
+def test_ada_thresholds_are_derived_from_the_tlimit_margin() -> None:
+    # gpu_temp 38 C, T.Limit margin 49 C, slowdown at -2 C and shutdown at -7 C relative to T.Limit
+    m = one_sample("rtx-4000-sff-ada-v13.xml")
+    assert m["temperature_gpu_celsius"] == 38
+    assert m["temperature_slowdown_celsius"] == 38 + 49 + 2
+    assert m["temperature_shutdown_celsius"] == 38 + 49 + 7
+
+
+def test_vgpu_guest_yields_almost_nothing_and_no_zero_sensors() -> None:
+    m = one_sample("tesla_p4.xml", rounds=2)
+    assert set(m) == {
+        "utilization_gpu_percent",
+        "utilization_memory_percent",
+        "memory_used_bytes",
+        "memory_total_bytes",
+        "memory_reserved_bytes",
+        "performance_state",
+        "process_count",
+    }
+    _, collector = collector_for("tesla_p4.xml")
+    samples, _ = collector.collect(T0)
+    procs = samples[0].processes
+    assert procs is not None and len(procs) == 13
+    assert all(p.used_memory_bytes is None for p in procs)  # WDDM: NVML cannot tell per-process memory
+    assert [p.name for p in procs if p.name] == ["C:\\Windows\\explorer.exe"]
+
+
+def test_no_power_reading_but_a_limit_and_ecc_and_row_remap_where_supported() -> None:
+    gt = one_sample("gt-1030.xml")
+    assert "power_watts" not in gt and gt["power_limit_watts"] == 30.0
+    a10g = one_sample("a10g.xml")
+    assert a10g["ecc_corrected_total"] == 0 and a10g["ecc_uncorrected_total"] == 0
+    assert a10g["row_remap_correctable_total"] == 0 and a10g["row_remap_failure"] == 0
+    assert "ecc_corrected_total" not in one_sample("rtx-4000-sff-ada-v13.xml")  # ECC disabled on that board
+
+
+def test_processes_with_their_memory_and_kind() -> None:
+    _, collector = collector_for("rtx-4000-sff-ada-v13.xml")
+    samples, _ = collector.collect(T0)
+    procs = {p.pid: p for p in samples[0].processes or ()}
+    assert procs[4937].name == "python" and procs[4937].kind == "compute"
+    assert procs[4937].used_memory_bytes == 160 * MIB
+    assert procs[1842].kind == "graphics" and procs[1842].used_memory_bytes == 410 * MIB
+    assert procs[34626].kind == "compute"  # C+G counts once
+    assert samples[0].metrics["process_count"] == 4
+
+
+def test_unsupported_readings_are_cached_and_not_asked_again() -> None:
+    fake, collector = collector_for("tesla_p4.xml")
+    fake.record = []
+    collector.collect(T0)
+    first = Counter(name for name, _ in fake.record)
+    fake.record = []
+    collector.collect(T0 + 10**9)
+    second = Counter(name for name, _ in fake.record)
+    assert first["nvmlDeviceGetPowerUsage"] == 1 and second["nvmlDeviceGetPowerUsage"] == 0
+    assert second["nvmlDeviceGetPcieThroughput"] == 0
+    assert second["nvmlDeviceGetUtilizationRates"] == 1
+    assert sum(second.values()) < sum(first.values())
+
+
+def test_pcie_rates_come_from_counter_deltas_and_the_first_round_has_none() -> None:
+    gpus = load_capture("rtx-3090-v12.xml")
+    gpus[0].values |= {"pcie.tx_bytes": 10_000_000, "pcie.rx_bytes": 5_000}
+    fake = FakeNvml(gpus)
+    collector = NvmlCollector(fake, "dc1", "n1")
+    collector.open()
+    first, _ = collector.collect(T0)
+    assert "pcie_tx_bytes_per_second" not in first[0].metrics  # counters work, so no sampled fallback either
+    gpus[0].values |= {"pcie.tx_bytes": 10_000_000 + 3_000_000, "pcie.rx_bytes": 5_000 + 1_000}
+    second, _ = collector.collect(T0 + 500_000_000)
+    assert second[0].metrics["pcie_tx_bytes_per_second"] == pytest.approx(6_000_000)
+    assert second[0].metrics["pcie_rx_bytes_per_second"] == pytest.approx(2_000)
+    gpus[0].values |= {"pcie.tx_bytes": 1_000}  # counter reset (driver reload): no rate, not a negative one
+    third, _ = collector.collect(T0 + 10**9)
+    assert "pcie_tx_bytes_per_second" not in third[0].metrics
+    assert third[0].metrics["pcie_rx_bytes_per_second"] == 0.0  # rx did not move: a measured zero
+
+
+def test_sampled_pcie_fallback_can_be_switched_off() -> None:
+    _, collector = collector_for("rtx-3080-v12.xml", pcie_throughput_fallback=False)
+    samples, _ = collector.collect(T0)
+    assert "pcie_tx_bytes_per_second" not in samples[0].metrics
+    _, with_fallback = collector_for("rtx-3080-v12.xml")
+    samples, _ = with_fallback.collect(T0)
+    assert samples[0].metrics["pcie_rx_bytes_per_second"] == 6000 * 1024  # capture: rx_util 6000 KB/s
+
+
+def test_a_lost_gpu_is_one_event_and_the_other_gpus_keep_being_read() -> None:
+    fake, collector = collector_for("dual_2080-v13.xml")
+    fake.lose(0)
+    samples, events = collector.collect(T0)
+    assert [s.gpu_index for s in samples] == [1]
+    assert [(e.kind, e.gpu_index) for e in events] == [(EventKind.GPU_LOST, 0)]
+    assert "GPU is lost" in events[0].detail
+    samples, events = collector.collect(T0 + 10**9)
+    assert [s.gpu_index for s in samples] == [1] and events == []
+    assert collector.stats.lost_gpus == 1
+
+
+def test_an_unknown_error_on_one_gpu_costs_only_that_gpu_and_only_while_it_lasts() -> None:
+    fake, collector = collector_for("dual_2070-v13.xml")
+    fake.fail(0, pynvml.NVML_ERROR_UNKNOWN)
+    samples, events = collector.collect(T0)
+    assert [s.gpu_index for s in samples] == [1] and events == []
+    assert collector.stats.empty_samples == 1 and collector.stats.nvml_errors > 0
+    fake.heal(0)
+    samples, _ = collector.collect(T0 + 10**9)
+    assert [s.gpu_index for s in samples] == [0, 1]
+    assert samples[0].metrics["power_watts"] == pytest.approx(9.23)  # transient: not cached as unsupported
+
+
+def test_a_transient_error_leaves_one_field_out_for_one_round() -> None:
+    fake, collector = collector_for("a10g.xml")
+    fake.fail(0, pynvml.NVML_ERROR_TIMEOUT, {"nvmlDeviceGetPowerUsage"})
+    samples, _ = collector.collect(T0)
+    assert "power_watts" not in samples[0].metrics and "temperature_gpu_celsius" in samples[0].metrics
+    fake.heal(0)
+    samples, _ = collector.collect(T0 + 10**9)
+    assert samples[0].metrics["power_watts"] == pytest.approx(25.58)
+
+
+def test_a_gpu_lost_before_start_is_skipped_and_the_rest_open() -> None:
+    fake = FakeNvml(load_capture("dual_2080-v13.xml"))
+    fake.lose(1)
+    collector = NvmlCollector(fake, "dc1", "n1")
+    collector.open()
+    assert [d.index for d in collector.devices] == [0]
+
+
+def _nvlink_pair() -> tuple[FakeNvml, list[FakeGpu]]:
+    gpus = load_capture("dual_2080-v13.xml")  # real boards; their NVLink bridge is described here, not captured
+    a, b = gpus
+    a.links = [FakeLink(b.pci_bus_id), FakeLink(b.pci_bus_id)]
+    b.links = [FakeLink(a.pci_bus_id), FakeLink(a.pci_bus_id)]
+    return FakeNvml(gpus), gpus
+
+
+def test_nvlink_state_errors_and_per_link_throughput() -> None:
+    fake, gpus = _nvlink_pair()
+    collector = NvmlCollector(fake, "dc1", "n1")
+    collector.open()
+    first, _ = collector.collect(T0)
+    links = first[0].links
+    assert links is not None and [link.link for link in links] == [0, 1]
+    assert all(link.active and link.tx_bytes_per_second is None for link in links)
+    assert links[0].remote_pci_bus_id == sysfs_bus_id(gpus[1].pci_bus_id)
+    assert first[0].metrics["nvlink_links_active"] == 2 and first[0].metrics["nvlink_links_max"] == 2
+    assert "nvlink_tx_bytes_per_second" not in first[0].metrics
+    gpus[0].links[0].tx_kib += 1_000_000
+    gpus[0].links[1].tx_kib += 500_000
+    gpus[0].links[1].active = False
+    gpus[0].links[1].crc_flit, gpus[0].links[1].crc_data, gpus[0].links[1].replay = 3, 2, 7
+    second, _ = collector.collect(T0 + 2 * 10**9)
+    m = second[0].metrics
+    links = second[0].links
+    assert links is not None
+    assert links[0].tx_bytes_per_second == pytest.approx(1_000_000 * 1024 / 2)
+    assert links[1].active is False and links[1].crc_errors_total == 5 and links[1].replay_errors_total == 7
+    assert m["nvlink_links_active"] == 1
+    assert m["nvlink_tx_bytes_per_second"] == pytest.approx(1_500_000 * 1024 / 2)
+    assert m["nvlink_crc_errors_total"] == 5 and m["nvlink_replay_errors_total"] == 7
+    assert first[0].links is not None and "nvlink_links_max" not in one_sample("dual_2080-v13.xml")
+
+
+def _a100_with_mig(report_memory: bool = True) -> FakeNvml:
+    """No capture has a MIG GPU: an A100 described from the catalogue (synthetic), two 1g.5gb instances."""
+    base = load_capture("a10g.xml")[0]  # a real capture's answers for everything MIG does not change
+    parent = FakeGpu(
+        "NVIDIA A100-SXM4-40GB",
+        "GPU-0c1f3a2e-aaaa-bbbb-cccc-000000000001",
+        "00000000:07:00.0",
+        base.values | {"mig.current": 1, "util.gpu": None, "util.memory": None},
+    )
+    memory = 4864 * MIB if report_memory else None
+    parent.migs = [
+        FakeMig("MIG-11111111-2222-3333-4444-555555555555", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 13, 0, 0, 0),
+        FakeMig("MIG-66666666-7777-8888-9999-000000000000", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 14, 0, 0, 0),
+    ]
+    for mig in parent.migs:
+        mig.memory_total = memory
+        mig.memory_used = 1024 * MIB
+    parent.migs[0].processes = [FakeProcess(4242, "python", "C", 1000 * MIB)]
+    return FakeNvml([parent])
+
+
+def test_each_mig_instance_is_a_sample_of_its_own() -> None:
+    fake = _a100_with_mig()
+    collector = NvmlCollector(fake, "dc1", "n1")
+    collector.open()
+    samples, _ = collector.collect(T0)
+    by_uuid = {s.gpu_uuid: s for s in samples}
+    assert len(samples) == 3
+    mig = by_uuid["MIG-11111111-2222-3333-4444-555555555555"]
+    assert mig.gpu_model == "NVIDIA A100-SXM4-40GB MIG 1g.5gb" and mig.gpu_index == 0
+    assert mig.metrics["memory_total_bytes"] == 4864 * MIB and mig.metrics["memory_used_bytes"] == 1024 * MIB
+    assert mig.processes is not None and [p.pid for p in mig.processes] == [4242]
+    assert "power_watts" not in mig.metrics  # power belongs to the whole GPU: on the parent's sample
+    parent = by_uuid["GPU-0c1f3a2e-aaaa-bbbb-cccc-000000000001"]
+    assert parent.metrics["power_watts"] == pytest.approx(25.58)
+    assert "utilization_gpu_percent" not in parent.metrics
+    assert {d.parent_uuid for d in collector.devices if d.is_mig} == {parent.gpu_uuid}
+
+
+def test_mig_memory_comes_from_the_catalogue_profile_when_nvml_does_not_say() -> None:
+    fake = _a100_with_mig(report_memory=False)
+    collector = NvmlCollector(fake, "dc1", "n1")
+    collector.open()
+    samples, _ = collector.collect(T0)
+    mig = next(s for s in samples if s.gpu_uuid.startswith("MIG-"))
+    assert mig.metrics["memory_total_bytes"] == 5 * 2**30  # catalogue: A100-SXM4-40GB 1g.5gb
+
+
+def test_every_reading_maps_to_a_schema_field() -> None:
+    fake, collector = collector_for(*capture_names())
+    gpus = fake.gpus
+    gpus[0].values |= {"energy_mj": 123_456, "temp.memory": 71, "pcie.tx_bytes": 1, "pcie.rx_bytes": 1}
+    collector.collect(T0)
+    samples, _ = collector.collect(T0 + 10**9)
+    produced = {name for s in samples for name in s.metrics}
+    assert produced <= set(METRIC_INDEX)
+    assert samples[0].metrics["energy_joules"] == pytest.approx(123.456)
+    assert samples[0].metrics["temperature_memory_celsius"] == 71
+    assert len({r.key for r in readings(pynvml)}) == len(readings(pynvml))

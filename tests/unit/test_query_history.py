@@ -1,0 +1,56 @@
+"""The query layer's history reads: Flux built only from checked values, and Flux CSV answers parsed into
+per-(application, GPU model) columns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.errors import InvalidQuery
+from pipeline.events import METRIC_INDEX, RELATIVE_FIELDS
+from sinks.query.history import _csv_tables, _history_of, history_flux
+
+START, STOP = 1_800_000_000_000_000_000, 1_800_000_060_123_000_000
+
+
+def test_history_flux_reads_labelled_points_in_the_range() -> None:
+    flux = history_flux("telemetry", START, STOP, "10s", "dc1")
+    assert "range(start: 2027-01-15T08:00:00.000000000Z, stop: 2027-01-15T08:01:00.123000000Z)" in flux
+    assert 'r._measurement == "gpu" and exists r.application and r.cluster == "dc1"' in flux
+    assert "aggregateWindow(every: 10s, fn: last, createEmpty: false)" in flux
+    assert '"power_ratio_of_limit"' in flux and '"app_source"' in flux
+    assert "aggregateWindow" not in history_flux("telemetry", START, STOP, None, None)
+
+
+@pytest.mark.parametrize(("stride", "cluster"), [("10 s", None), ("10s", 'dc1" or true or "'), ("1h)|>drop(", None)])
+def test_values_that_could_change_the_flux_are_rejected(stride: str, cluster: str | None) -> None:
+    with pytest.raises(InvalidQuery):
+        history_flux("telemetry", START, STOP, stride, cluster)
+
+
+def test_csv_answers_become_columns_per_application_and_model() -> None:
+    header = ["", "result", "table", "_time", "application", "cluster", "gpu", "gpu_model", "power_ratio_of_limit",
+              "utilization_gpu_percent", "phase", "app_source"]  # fmt: skip
+    t0, t1, t2 = "2027-01-15T08:00:00Z", "2027-01-15T08:00:01.5Z", "2027-01-15T08:00:02Z"
+    rows = iter(
+        [
+            header,
+            ["", "_result", "0", t0, "llm-serving", "dc1", "GPU-1", "H100", "0.5", "55", "compute", "slurm"],
+            ["", "_result", "0", t1, "llm-serving", "dc1", "GPU-1", "H100", "", "56", "", "slurm"],
+            ["", "_result", "0", t0, "idle", "dc1", "GPU-2", "L40S", "0.1", "0", "idle", "inferred"],
+            [""],
+            header[:-1],  # a second table without the app_source column
+            ["", "_result", "1", t2, "llm-serving", "dc1", "GPU-3", "H100", "0.6", "60", "compute"],
+        ]
+    )
+    tables = list(_csv_tables(rows))
+    assert [len(t["_time"]) for t in tables] == [3, 1]
+    first = _history_of(tables[0])
+    serving = first[("llm-serving", "H100")]
+    assert serving.gpu == ("GPU-1", "GPU-1") and serving.phase == ("compute", None)
+    assert serving.ts_ns.tolist() == [START, START + 1_500_000_000]
+    power = serving.relative[:, RELATIVE_FIELDS.index("power_ratio_of_limit")]
+    assert power[0] == 0.5 and np.isnan(power[1])  # absent stays absent
+    assert serving.metrics[:, METRIC_INDEX["utilization_gpu_percent"]].tolist() == [55.0, 56.0]
+    assert first[("idle", "L40S")].source == ("inferred",)
+    assert _history_of(tables[1])[("llm-serving", "H100")].source == (None,)

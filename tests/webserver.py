@@ -1,0 +1,50 @@
+"""A real aiohttp server for tests: the application on a free loopback port, served by a background thread."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from aiohttp import web
+
+from pipeline.services.procs import free_port
+
+
+@contextmanager
+def serving(app: web.Application) -> Iterator[str]:
+    """Serve ``app`` on 127.0.0.1:<free port> until the block ends; yields the base URL."""
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    port = free_port()
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.run_until_complete(runner.cleanup())
+        loop.close()
+
+
+def get(url: str, token: str | None = None) -> tuple[int, str, str]:
+    """GET ``url``: status, content type and body text (error statuses too)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as resp:
+            return resp.status, resp.headers.get_content_type(), resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get_content_type(), exc.read().decode()
+
+
+def get_json(url: str, token: str | None = None) -> tuple[int, Any]:
+    status, _, body = get(url, token)
+    return status, json.loads(body)
