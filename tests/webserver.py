@@ -18,20 +18,27 @@ from pipeline.services.procs import free_port
 
 @contextmanager
 def serving(app: web.Application) -> Iterator[str]:
-    """Serve ``app`` on 127.0.0.1:<free port> until the block ends; yields the base URL."""
+    """Serve ``app`` on 127.0.0.1:<free port> until the block ends; yields the base URL.
+
+    The event loop lives in its own thread from setup to cleanup, so this works beside another running loop
+    (Playwright's sync API keeps one in the calling thread)."""
     loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    port = free_port()
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
+    runner = web.AppRunner(app)
+    port = free_port()
+
+    async def start() -> None:
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+
+    asyncio.run_coroutine_threadsafe(start(), loop).result(60)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(60)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
-        loop.run_until_complete(runner.cleanup())
         loop.close()
 
 

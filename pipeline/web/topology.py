@@ -7,7 +7,8 @@ carry its peer traffic (the topology says it has NVLinks to its job's peers) but
 its PCIe link is busy; its NVLink edge is drawn as down and its PCIe edge as ``fallback``.
 
 PCIe switches are not in NVML's topology; they are inferred from the pairwise paths: GPUs (and NICs) whose path is
-``PIX`` (one switch) share a switch; the switch hangs off the CPU of their NUMA node.
+``PIX`` or ``PXB`` (one or several PCIe bridges, never the host bridge) share a switch; the switch hangs off the
+CPU of their NUMA node.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class GraphNode:
     numa: int | None = None
     verdict: str | None = None
     flags: list[str] = field(default_factory=list)
+    detail: str = ""
 
 
 @dataclass
@@ -86,7 +88,7 @@ def falls_back_to_pcie(t: GpuTraffic | None, has_nvlink: bool) -> bool:
 
 
 def _switch_groups(topo: NodeTopology, members: list[str]) -> list[list[str]]:
-    """Endpoints joined by PIX paths share a PCIe switch (union-find over the PIX pairs)."""
+    """Endpoints joined by PIX/PXB paths share a PCIe switch (union-find over those pairs)."""
     parent = {m: m for m in members}
 
     def root(x: str) -> str:
@@ -96,7 +98,7 @@ def _switch_groups(topo: NodeTopology, members: list[str]) -> list[list[str]]:
         return x
 
     for link in topo.links:
-        if link.kind == "PIX" and link.a in parent and link.b in parent:
+        if link.kind in ("PIX", "PXB") and link.a in parent and link.b in parent:
             parent[root(link.a)] = root(link.b)
     groups: dict[str, list[str]] = {}
     for m in members:
@@ -129,7 +131,8 @@ def build_graph(topo: NodeTopology, gpus: dict[str, GpuTraffic], nics: dict[str,
             fallback.append(g.uuid)
         nodes.append(node)
     for n in topo.nics:
-        nodes.append(GraphNode(n.name, "nic", f"{n.name} ({n.link_layer}, {n.rate_gbps or '?'} Gb/s)", numa_of[n.name]))
+        rate = f"{n.rate_gbps:g} Gb/s " if n.rate_gbps else ""
+        nodes.append(GraphNode(n.name, "nic", n.name, numa_of[n.name], detail=f"{rate}{n.link_layer}"))
 
     # NVLink: through NVSwitch when the node has them, else direct GPU-GPU links
     if topo.nvswitches:

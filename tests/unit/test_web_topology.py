@@ -29,6 +29,8 @@ def test_pcie_switches_are_inferred_from_pix_paths() -> None:
     assert len(switches) == 4
     members = {e.a for e in graph.edges if e.b == switches[0].id}
     assert members == {"GPU-0", "GPU-1", "mlx5_0"}
+    nic = next(n for n in graph.nodes if n.id == "mlx5_0")
+    assert (nic.label, nic.detail) == ("mlx5_0", "400 Gb/s InfiniBand")
     assert {n.id for n in graph.nodes if n.kind == "cpu"} == {"cpu0", "cpu1"}
 
 

@@ -150,7 +150,7 @@ async function renderGpu(uuid) {
     const points = data.series[field] || [];
     if (!points.length) continue;
     const band = data.band[field] || null;
-    lineChart(charts, { field, title: band ? `${title} · baseline band ${band.baseline}` : title, unit, tMin: data.from_ms, tMax: data.to_ms,
+    lineChart(charts, { field, title: band ? `${title} · shaded: learned baseline p5–p95 of its application` : title, unit, tMin: data.from_ms, tMax: data.to_ms,
       series: [{ points }], band, markers });
   }
   const events = h("ul", { class: "events", "data-testid": "events" }, ...data.events.map((e) =>
@@ -232,23 +232,30 @@ async function renderTopology(cluster, node) {
 // ---------------------------------------------------------------- alerts
 async function renderAlerts() {
   const [alerts, silences, subs, history] = await Promise.all([
-    api("/api/v1/alerts"), api("/api/v1/silences"), api("/api/v1/subscriptions"), api("/api/v1/alerts/history?range=24h")]);
+    api("/api/v1/alerts"), api("/api/v1/alerts/silences"), api("/api/v1/alerts/subscriptions"), api("/api/v1/alerts/history?range=24h")]);
   const table = (cols, rows) => rows.length ? h("table", {}, h("tr", {}, ...cols.map((c) => h("th", {}, c))), ...rows) : h("p", { class: "empty" }, "none");
-  const t0 = history.from_ms, t1 = history.to_ms;
+  const now = Date.now();
   const timeline = h("div", { class: "charts" });
-  lineChart(timeline, { title: "notifications (24 h): marks are firing (red) and resolved (grey) notices", unit: "", tMin: t0, tMax: t1,
-    series: [], band: null, markers: history.items.map((n) => ({ t: n.ts_ms, severity: n.status === "firing" ? "" : "info", text: `${n.detector} → ${n.subscription}: ${n.outcome}` })) });
+  lineChart(timeline, { title: "notifications in the last 24 h (red: firing, grey: resolved)", unit: "", tMin: now - 86400000, tMax: now,
+    series: [], band: null, markers: history.map((n) => ({ t: Date.parse(n.time), severity: n.status === "firing" ? "" : "info", text: `${n.detector} → ${n.subscription}: ${n.outcome}` })) });
+  const where = (l) => `${l.node || ""}${l.gpu && l.gpu !== "-" ? " / " + l.gpu : ""}`;
+  const state = (a) => a.silenced_by ? "silenced" : a.inhibited ? "inhibited" : a.acked_by ? `acked by ${a.acked_by}` : a.flapping ? "flapping" : "";
   view().replaceChildren(h("h2", {}, "Alerts"),
-    h("h3", {}, "Current"), table(["state", "severity", "detector", "where", "since", "summary"], alerts.items.map((a) =>
-      h("tr", { "data-alert": a.dedup_key }, h("td", {}, h("span", { class: `badge ${a.status}` }, a.status)), h("td", {}, h("span", { class: `badge ${a.severity}` }, a.severity)),
-        h("td", {}, a.detector), h("td", {}, `${a.node}${a.gpu ? " / " + a.gpu : ""}`), h("td", {}, since(a.since_ms)), h("td", { class: "explain" }, a.summary)))),
+    h("h3", {}, "Current"), table(["status", "severity", "detector", "where", "since", "", "summary"], alerts.map((a) =>
+      h("tr", { "data-alert": a.dedup_key }, h("td", {}, h("span", { class: `badge ${a.status}` }, a.status)),
+        h("td", {}, h("span", { class: `badge ${a.labels.severity || ""}` }, a.labels.severity || "")),
+        h("td", {}, a.labels.detector || ""), h("td", {}, where(a.labels)), h("td", {}, since(a.starts_ns / 1e6)),
+        h("td", { class: "muted" }, state(a)), h("td", { class: "explain" }, a.summary)))),
     h("h3", {}, "Timeline"), timeline,
-    h("h3", {}, "Silences"), table(["matchers", "until", "by", "comment"], silences.items.map((s) =>
-      h("tr", {}, h("td", {}, s.matchers.join(", ")), h("td", {}, new Date(s.ends_ms).toLocaleString()), h("td", {}, s.created_by), h("td", {}, s.comment)))),
-    h("h3", {}, "Subscriptions"), table(["name", "owner", "filters", "receivers"], subs.items.map((s) =>
-      h("tr", {}, h("td", {}, s.name), h("td", {}, s.owner), h("td", {}, s.matchers.join(", ")), h("td", {}, s.receivers.join(", "))))),
-    h("h3", {}, "Notification history"), table(["time", "status", "detector", "subscription", "receiver", "outcome"], history.items.slice(-50).reverse().map((n) =>
-      h("tr", {}, h("td", {}, new Date(n.ts_ms).toLocaleString()), h("td", {}, n.status), h("td", {}, n.detector), h("td", {}, n.subscription), h("td", {}, n.receiver), h("td", {}, n.outcome)))));
+    h("h3", {}, "Silences"), table(["matchers", "state", "until", "by", "comment"], silences.map((s) =>
+      h("tr", {}, h("td", {}, s.match.join(", ")), h("td", {}, s.state), h("td", {}, new Date(s.ends_ns / 1e6).toLocaleString()),
+        h("td", {}, s.created_by), h("td", {}, s.comment)))),
+    h("h3", {}, "Subscriptions"), table(["name", "owner", "filters", "receivers"], subs.map((s) =>
+      h("tr", {}, h("td", {}, s.name), h("td", {}, s.owner + (s.team ? ` (${s.team})` : "")), h("td", {}, s.match.join(", ")),
+        h("td", {}, s.receivers.map((r) => r.kind).join(", "))))),
+    h("h3", {}, "Notification history"), table(["time", "status", "detector", "subscription", "receiver", "outcome"], history.slice(0, 50).map((n) =>
+      h("tr", {}, h("td", {}, new Date(n.time).toLocaleString()), h("td", {}, n.status), h("td", {}, n.detector), h("td", {}, n.subscription),
+        h("td", {}, n.receiver_kind), h("td", {}, n.outcome)))));
 }
 
 // ---------------------------------------------------------------- right-sizing

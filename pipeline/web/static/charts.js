@@ -36,7 +36,7 @@ export function lineChart(container, spec) {
   if (spec.band) values.push(spec.band.p05, spec.band.p95);
   const finite = values.filter((v) => Number.isFinite(v));
   let lo = finite.length ? Math.min(...finite) : 0, hi = finite.length ? Math.max(...finite) : 1;
-  if (hi - lo < 1e-9) { hi += 1; lo -= lo > 0 ? Math.min(1, lo) : 0; }
+  if (hi - lo < 1e-9) { const pad = Math.abs(hi) * 0.1 || 1; hi += pad; lo -= pad; }
   lo = Math.min(lo, 0 <= lo && lo < hi * 0.25 ? 0 : lo);
   const x = (t) => L + ((t - spec.tMin) / Math.max(1, spec.tMax - spec.tMin)) * (W - L - R);
   const y = (v) => T + (1 - (v - lo) / (hi - lo)) * (H - T - B);

@@ -2,7 +2,8 @@
 import { el, fmt } from "./charts.js";
 
 const LAYER = { cpu: 60, "pcie-switch": 170, gpu: 300, nic: 300, nvswitch: 470 };
-const SIZE = { cpu: [130, 34], "pcie-switch": [110, 28], gpu: [74, 46], nic: [96, 40], nvswitch: [260, 34] };
+const SIZE = { cpu: [130, 34], "pcie-switch": [96, 28], gpu: [74, 46], nic: [74, 40], nvswitch: [260, 34] };
+const LABEL_MIN = 1e8; // edges carrying less than 100 MB/s are drawn but not labelled
 
 function layout(graph, width) {
   const pos = {};
@@ -34,7 +35,8 @@ function strokeWidth(bytesPerSecond) {
 }
 
 export function drawTopology(container, graph) {
-  const width = 1100;
+  const leaves = graph.nodes.filter((n) => n.kind === "gpu" || n.kind === "nic").length;
+  const width = Math.max(1100, 86 * (leaves + 1));
   const svg = el("svg", { viewBox: `0 0 ${width} 540`, "data-testid": "topology-svg" });
   const pos = layout(graph, width);
   for (const e of graph.edges) {
@@ -45,8 +47,8 @@ export function drawTopology(container, graph) {
       "data-edge": `${e.kind}:${e.a}:${e.b}`, "data-state": e.state,
     }, svg);
     el("title", {}, line).textContent = `${e.kind} ${e.label || ""} ${e.state}: ${fmt(e.bytes_per_second, "B/s")}`;
-    if (e.bytes_per_second) {
-      el("text", { x: (x1 + x2) / 2 + 6, y: (y1 + y2) / 2, class: "edge-label" }, svg).textContent = fmt(e.bytes_per_second, "B/s");
+    if (e.bytes_per_second >= LABEL_MIN && e.kind !== "cpu-link" && !e.b.startsWith("cpu")) {
+      el("text", { x: x1 + (x2 - x1) * 0.35 + 4, y: y1 + (y2 - y1) * 0.35, class: "edge-label" }, svg).textContent = fmt(e.bytes_per_second, "B/s");
     }
   }
   for (const n of graph.nodes) {
@@ -57,6 +59,7 @@ export function drawTopology(container, graph) {
     el("rect", { x: cx - w / 2, y: cy - h / 2, width: w, height: h, rx: 5 }, g);
     el("text", { x: cx, y: cy - (n.kind === "gpu" ? 6 : 0) }, g).textContent = n.label;
     if (n.kind === "gpu") el("text", { x: cx, y: cy + 10, class: "edge-label" }, g).textContent = n.verdict || "";
+    if (n.kind === "nic") el("text", { x: cx, y: cy + 10, class: "edge-label" }, g).textContent = n.detail;
     el("title", {}, g).textContent = `${n.label}${n.flags.length ? " — " + n.flags.join(", ") : ""}`;
   }
   container.appendChild(svg);
