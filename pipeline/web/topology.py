@@ -131,8 +131,8 @@ def build_graph(topo: NodeTopology, gpus: dict[str, GpuTraffic], nics: dict[str,
             fallback.append(g.uuid)
         nodes.append(node)
     for n in topo.nics:
-        rate = f"{n.rate_gbps:g} Gb/s " if n.rate_gbps else ""
-        nodes.append(GraphNode(n.name, "nic", n.name, numa_of[n.name], detail=f"{rate}{n.link_layer}"))
+        speed = f"{n.rate_gbps:g} Gb/s " if n.rate_gbps else ""
+        nodes.append(GraphNode(n.name, "nic", n.name, numa_of[n.name], detail=f"{speed}{n.link_layer}"))
 
     # NVLink: through NVSwitch when the node has them, else direct GPU-GPU links
     if topo.nvswitches:
