@@ -10,13 +10,16 @@ response) for anything else.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import ipaddress
 import logging
 import os
 import secrets
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
@@ -25,6 +28,7 @@ from aiohttp.typedefs import Middleware
 
 from pipeline.config import Settings
 from pipeline.errors import HermeneutError, InvalidQuery, ServiceError
+from pipeline.services.procs import free_port
 from pipeline.web import alerts_api, dashboard, query_api
 from sinks.query import Store
 
@@ -166,3 +170,29 @@ def create_app(settings: Settings, store: Store | None = None) -> web.Applicatio
     alerts_api.add_routes(app, settings)
     dashboard.add_routes(app, settings)
     return app
+
+
+@contextmanager
+def serving(app: web.Application, host: str = "127.0.0.1", port: int | None = None) -> Iterator[str]:
+    """Serve ``app`` from a background thread until the block ends; yields the base URL (tests, benchmarks).
+
+    The event loop lives in its own thread from setup to cleanup, so this works beside another running loop
+    (Playwright's sync API keeps one in the calling thread)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    runner = web.AppRunner(app)
+    port = port or free_port()
+
+    async def start() -> None:
+        await runner.setup()
+        await web.TCPSite(runner, host, port).start()
+
+    asyncio.run_coroutine_threadsafe(start(), loop).result(60)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

@@ -27,11 +27,11 @@ from pydantic import SecretStr
 from pipeline.config import Settings, WebSettings
 from pipeline.mainjob import wait_for
 from pipeline.publisher import Publisher
-from pipeline.web.app import create_app
+from pipeline.web.app import create_app, serving
 from producers.simulator import Fleet
 from producers.simulator.faults import FaultPlan, Injection
 from producers.simulator.run import run_simulation
-from tests.webserver import get, get_json, serving
+from tests.webserver import get, get_json
 
 from .alerting_parts import start_manager
 from .conftest import InfluxServer, KafkaServer, isolated_settings
