@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench services-down clean
+.PHONY: run test bench services-down clean chromium
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null && command -v mvn >/dev/null || { echo "need Java 17+ and Maven (Debian: apt-get install openjdk-17-jdk-headless maven)"; exit 2; }
@@ -18,7 +18,15 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/hermeneut run $(ARGS)
 
-test: $(STAMP)
+# the dashboard's end-to-end tests drive Debian's Chromium (Playwright never downloads a browser here)
+CHROMIUM := $(shell command -v chromium 2>/dev/null)
+
+chromium:
+ifeq ($(CHROMIUM),)
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+endif
+
+test: $(STAMP) chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

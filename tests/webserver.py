@@ -1,38 +1,11 @@
-"""A real aiohttp server for tests: the application on a free loopback port, served by a background thread."""
+"""A real aiohttp server for tests (``serving``, from pipeline.web.app) and small HTTP helpers to read it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
-
-from aiohttp import web
-
-from pipeline.services.procs import free_port
-
-
-@contextmanager
-def serving(app: web.Application) -> Iterator[str]:
-    """Serve ``app`` on 127.0.0.1:<free port> until the block ends; yields the base URL."""
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    port = free_port()
-    loop.run_until_complete(runner.setup())
-    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.run_until_complete(runner.cleanup())
-        loop.close()
 
 
 def get(url: str, token: str | None = None) -> tuple[int, str, str]:

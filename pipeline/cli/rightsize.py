@@ -1,7 +1,7 @@
 """``hermeneut rightsize``: per job or application, the smaller slice of GPU its measured usage needs.
 
-Wires the query layer's usage statistics (sinks.query.usage) into the pure advice (processors.rightsize) and
-prints a table or JSON.
+The advice comes from :func:`pipeline.rightsizing.advise` (shared with the dashboard); this prints it as a table
+or JSON.
 """
 
 from __future__ import annotations
@@ -40,24 +40,15 @@ def rightsize_cmd(
     exchange_bytes: float | None,
 ) -> None:
     """Right-sizing advice from measured usage: a MIG profile, a smaller GPU, or packing jobs per GPU."""
-    from processors.rightsize import LATENCY_S, Link, recommend
-    from sinks.query.usage import UsageQuery, link_throughput, usage
+    from pipeline.rightsizing import advise
 
     settings = resolved(ctx, kafka=False)
-    query = UsageQuery(range_, job, application, cluster)
     with errors():
-        stats = usage(settings, query)
-        measured: dict[str, Link] = {}
-        for t in link_throughput(settings, range_, cluster):
-            if t.nvlink_bytes_per_second:
-                measured[t.gpu_model] = Link("nvlink", t.nvlink_bytes_per_second, LATENCY_S["nvlink"], "measured")
-            elif t.pcie_bytes_per_second:
-                measured[t.gpu_model] = Link("pcie", t.pcie_bytes_per_second, LATENCY_S["pcie"], "measured")
-    if not stats:
+        advice = advise(settings, range_, job, application, cluster, headroom, exchange_bytes)
+    if not advice:
         what = f"job {job}" if job else f"application {application}" if application else "any job"
         click.echo(f"no usage of {what} in the last {range_} (job ids come from the workload context)")
         return
-    advice = [recommend(s, headroom=headroom, exchange_bytes=exchange_bytes, measured=measured) for s in stats]
     if fmt == "json":
         click.echo(json.dumps([_jsonable(dataclasses.asdict(a)) for a in advice], indent=2))
         return

@@ -10,26 +10,32 @@ response) for anything else.
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import hmac
 import ipaddress
 import logging
 import os
 import secrets
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Final
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from pipeline.config import Settings
 from pipeline.errors import HermeneutError, InvalidQuery, ServiceError
-from pipeline.web import alerts_api, query_api
+from pipeline.services.procs import free_port
+from pipeline.web import alerts_api, dashboard, query_api
 from sinks.query import Store
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-PUBLIC_PATHS = frozenset({"/healthz"})
+PUBLIC_PATHS = frozenset({"/healthz", "/login"})
 
 
 def is_loopback(host: str) -> bool:
@@ -74,20 +80,60 @@ def error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message.splitlines()[0] if message else "error"}, status=status)
 
 
+SESSION_COOKIE: Final = "hermeneut_session"
+
+
+def session_value(token: str) -> str:
+    """What the dashboard's session cookie holds: an HMAC of the token, so the token itself never sits in a
+    browser (and a leaked cookie does not give the bearer token to the API's other clients)."""
+    return hmac.new(token.encode(), b"hermeneut dashboard session", hashlib.sha256).hexdigest()
+
+
+def _public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path.startswith("/static/")
+
+
 def auth_middleware(token: str | None) -> Middleware:
     expected = token.encode() if token is not None else None
+    session = session_value(token).encode() if token is not None else None
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if expected is not None and request.path not in PUBLIC_PATHS:
+        if expected is not None and session is not None and not _public(request.path):
             scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), expected):
+            bearer = scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected)
+            cookie = hmac.compare_digest(request.cookies.get(SESSION_COOKIE, "").encode(), session)
+            if not (bearer or cookie):
+                if request.method == "GET" and request.path == "/":
+                    raise web.HTTPFound("/login")
                 response = error(401, "missing or wrong bearer token (Authorization: Bearer <token>)")
                 response.headers["WWW-Authenticate"] = "Bearer"
                 return response
         return await handler(request)
 
     return check
+
+
+def add_login(app: web.Application, token: str | None) -> None:
+    """``/login``: a form that trades the token for an HttpOnly, SameSite=Strict session cookie."""
+
+    async def form(_request: web.Request) -> web.StreamResponse:
+        if token is None:
+            raise web.HTTPFound("/")
+        return web.FileResponse(Path(__file__).parent / "static" / "login.html")
+
+    async def login(request: web.Request) -> web.StreamResponse:
+        given = str((await request.post()).get("token", "")).strip()
+        if token is None or not hmac.compare_digest(given.encode(), token.encode()):
+            raise web.HTTPFound("/login?failed=1")
+        response = web.HTTPFound("/")
+        response.set_cookie(
+            SESSION_COOKIE, session_value(token), httponly=True, samesite="Strict", secure=request.secure, path="/"
+        )
+        raise response
+
+    app.router.add_get("/login", form)
+    app.router.add_post("/login", login)
 
 
 @web.middleware
@@ -116,8 +162,37 @@ async def healthz(_request: web.Request) -> web.Response:
 def create_app(settings: Settings, store: Store | None = None) -> web.Application:
     """The application for resolved settings (InfluxDB known); ``store`` is created from them when not given
     (and then closed with the app)."""
-    app = web.Application(middlewares=[json_errors, auth_middleware(required_token(settings))])
+    token = required_token(settings)
+    app = web.Application(middlewares=[json_errors, auth_middleware(token)])
     app.router.add_get("/healthz", healthz)
+    add_login(app, token)
     query_api.add_routes(app, settings, store)
     alerts_api.add_routes(app, settings)
+    dashboard.add_routes(app, settings)
     return app
+
+
+@contextmanager
+def serving(app: web.Application, host: str = "127.0.0.1", port: int | None = None) -> Iterator[str]:
+    """Serve ``app`` from a background thread until the block ends; yields the base URL (tests, benchmarks).
+
+    The event loop lives in its own thread from setup to cleanup, so this works beside another running loop
+    (Playwright's sync API keeps one in the calling thread)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    runner = web.AppRunner(app)
+    port = port or free_port()
+
+    async def start() -> None:
+        await runner.setup()
+        await web.TCPSite(runner, host, port).start()
+
+    asyncio.run_coroutine_threadsafe(start(), loop).result(60)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

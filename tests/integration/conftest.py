@@ -78,9 +78,10 @@ def influx_server(tmp_path_factory: pytest.TempPathFactory, defaults: Settings) 
     server.stop()
 
 
-@pytest.fixture
-def settings(kafka_server: KafkaServer, influx_server: InfluxServer, defaults: Settings, tmp_path: Path) -> Settings:
-    """Settings for one test: its own topics, consumer groups and cluster tag on the shared servers."""
+def isolated_settings(
+    kafka_server: KafkaServer, influx_server: InfluxServer, defaults: Settings, state_dir: Path
+) -> Settings:
+    """Settings with their own topics, consumer groups and cluster tag on the shared servers (topics created)."""
     tag = uuid.uuid4().hex[:8]
     p = influx_server.proc
     s = Settings(
@@ -90,7 +91,13 @@ def settings(kafka_server: KafkaServer, influx_server: InfluxServer, defaults: S
         kafka=KafkaSettings(bootstrap_servers=kafka_server.bootstrap_servers, session_timeout_s=6.0),
         influxdb=InfluxSettings(url=p.url, org=p.org, bucket=p.bucket, token=p.token, flush_interval_s=0.1),
         topics=TopicSettings.with_prefix(f"t{tag}", partitions=3),
-        services=ServiceSettings(cache_dir=defaults.services.cache_dir, state_dir=tmp_path / "state"),
+        services=ServiceSettings(cache_dir=defaults.services.cache_dir, state_dir=state_dir),
     )
     ensure_topics(s.kafka.client_config(), topic_specs(s))
     return s
+
+
+@pytest.fixture
+def settings(kafka_server: KafkaServer, influx_server: InfluxServer, defaults: Settings, tmp_path: Path) -> Settings:
+    """Settings for one test: its own topics, consumer groups and cluster tag on the shared servers."""
+    return isolated_settings(kafka_server, influx_server, defaults, tmp_path / "state")

@@ -51,7 +51,7 @@ from pipeline.mainjob import Stage, start_stage, wait_for
 from pipeline.publisher import Publisher
 from pipeline.services import kafka
 from pipeline.topics import ensure_topics, topic_specs
-from pipeline.web.app import create_app
+from pipeline.web.app import create_app, serving
 from sinks.influxdb import InfluxWriter
 from sinks.query import (
     FUNCTIONS,
@@ -70,7 +70,7 @@ from sinks.query import (
     trend,
 )
 from sinks.query.output import iso
-from tests.webserver import get, get_json, serving
+from tests.webserver import get, get_json
 
 from .conftest import InfluxServer
 from .harness import publish_batches, running_pipeline, wait_stored

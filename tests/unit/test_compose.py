@@ -23,7 +23,7 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 
-INFRA = {"kafka", "influxdb"}
+INFRA = {"kafka", "influxdb", "grafana"}
 PIPELINE = {"topics": "topics", "simulator": "simulate", "processor": "process", "sink": "sink"}
 LONG_RUNNING = {"simulator", "processor", "sink"}
 NEEDS_TOPICS = LONG_RUNNING
@@ -259,6 +259,22 @@ def test_infra_has_healthchecks(services: dict[str, dict[str, Any]]) -> None:
     assert "kafka:19092" in kafka_test, "the kafka healthcheck should use the internal listener"
     influx_test = " ".join(services["influxdb"]["healthcheck"]["test"])
     assert "influx ping" in influx_test or "/health" in influx_test
+    assert "/api/health" in " ".join(services["grafana"]["healthcheck"]["test"])
+
+
+def test_grafana_is_provisioned_from_the_repository(services: dict[str, dict[str, Any]]) -> None:
+    mounts = {dst: src for src, dst, *_ in (str(v).split(":") for v in services["grafana"]["volumes"])}
+    assert mounts["/etc/grafana/provisioning"] == "./grafana/provisioning"
+    assert mounts["/var/lib/grafana/dashboards"] == "./grafana/dashboards"
+    for src in ("grafana/provisioning/datasources", "grafana/provisioning/dashboards", "grafana/dashboards"):
+        assert (ROOT / src).is_dir(), src
+    datasource = yaml.safe_load((ROOT / "grafana/provisioning/datasources/influxdb.yaml").read_text())
+    (ds,) = datasource["datasources"]
+    assert ds["uid"] == "hermeneut-influxdb" and ds["jsonData"]["version"] == "Flux"
+    # the datasource's ${VAR}s are exactly what the grafana service is given
+    env = _environment(services["grafana"])
+    wanted = set(re.findall(r"\$\{(\w+)\}", (ROOT / "grafana/provisioning/datasources/influxdb.yaml").read_text()))
+    assert wanted and wanted <= set(env), wanted - set(env)
 
 
 def test_kafka_listeners_are_consistent(services: dict[str, dict[str, Any]]) -> None:

@@ -13,8 +13,8 @@ import pytest
 from pydantic import SecretStr
 
 from pipeline.config import InfluxSettings, ServiceSettings, Settings, WebSettings
-from pipeline.web.app import create_app, is_loopback, required_token, token_path
-from tests.webserver import get, get_json, serving
+from pipeline.web.app import create_app, is_loopback, required_token, serving, token_path
+from tests.webserver import get, get_json
 
 
 def _settings(tmp_path: Path, **web: object) -> Settings:

@@ -1,0 +1,36 @@
+"""Right-sizing advice, wired: the query layer's usage statistics (``sinks.query.usage``) and measured link
+throughput into the pure advice of ``processors.rightsize``. One function for the CLI (``hermeneut rightsize``)
+and the dashboard, so both give the same answer. Face-level wiring: it imports the stages only when called.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pipeline.config import Settings
+
+if TYPE_CHECKING:
+    from processors.rightsize import Recommendation
+
+
+def advise(
+    settings: Settings,
+    range_: str = "7d",
+    job: str | None = None,
+    application: str | None = None,
+    cluster: str | None = None,
+    headroom: float = 0.2,
+    exchange_bytes: float | None = None,
+) -> list[Recommendation]:
+    """Advice per job (or per application across its runs) from what it actually used over ``range_``."""
+    from processors.rightsize import LATENCY_S, Link, recommend
+    from sinks.query.usage import UsageQuery, link_throughput, usage
+
+    stats = usage(settings, UsageQuery(range_, job, application, cluster))
+    measured: dict[str, Link] = {}
+    for t in link_throughput(settings, range_, cluster):
+        if t.nvlink_bytes_per_second:
+            measured[t.gpu_model] = Link("nvlink", t.nvlink_bytes_per_second, LATENCY_S["nvlink"], "measured")
+        elif t.pcie_bytes_per_second:
+            measured[t.gpu_model] = Link("pcie", t.pcie_bytes_per_second, LATENCY_S["pcie"], "measured")
+    return [recommend(s, headroom=headroom, exchange_bytes=exchange_bytes, measured=measured) for s in stats]

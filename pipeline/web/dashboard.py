@@ -1,0 +1,277 @@
+"""The dashboard: the single-page views in ``static/`` and the JSON they read.
+
+    GET /                                   the dashboard (fleet, GPU, job, topology, alerts, right-sizing views)
+    GET /login, POST /login                 exchange the API token for a session cookie (only when a token is needed)
+    GET /api/v1/fleet                       the latest state of every GPU (LiveFleet)
+    GET /api/v1/live?since=V                server-sent events: the GPUs that changed, once a second
+    GET /api/v1/topology                    nodes with a published topology, with their PCIe-fallback flag
+    GET /api/v1/topology/{cluster}/{node}   a node's interconnect graph with live traffic (pipeline.web.topology)
+    GET /api/v1/gpus/{uuid}/history         key metrics with their baseline band, and the GPU's timeline
+    GET /api/v1/jobs/{job}/history          every GPU of a job side by side, stragglers marked
+    GET /api/v1/rightsizing                 right-sizing advice per job (pipeline.rightsizing)
+
+Live state comes from Kafka (interpreted + alerts topics, and a mirror of the topology topic), history from
+InfluxDB through the query layer. Both start on first use, so the page answers (with 503s for what is missing)
+while a server is down. Nothing secret is ever sent to the browser: the session cookie is an HMAC of the API
+token, HttpOnly and SameSite=Strict, and no InfluxDB or receiver credential is in any response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, Generic, TypeVar
+
+from aiohttp import web
+
+from pipeline.codec import decode_record
+from pipeline.config import Settings
+from pipeline.errors import ConfigError, InvalidQuery, ServiceError
+from pipeline.events import RELATIVE_FIELDS, NodeTopology, node_key
+from pipeline.mirror import TopicMirror
+from pipeline.web.live import GpuState, LiveFleet
+from pipeline.web.query_api import STORE
+from pipeline.web.topology import GpuTraffic, build_graph
+from sinks.query import Scope, TrendQuery, trend
+from sinks.query.model import check_value, parse_duration
+from sinks.query.timeline import TimelineQuery, gpu_timeline
+
+STATIC: Final = Path(__file__).parent / "static"
+#: the charts of the GPU view: (field, with the baseline band)
+GPU_CHARTS: Final = (
+    "utilization_gpu_percent",
+    "power_ratio_of_limit",
+    "memory_used_ratio",
+    "temperature_ratio_of_slowdown",
+    "sm_clock_ratio_of_max",
+    "pcie_tx_bytes_per_second",
+    "nvlink_tx_bytes_per_second",
+)
+_MAX_RANGE_NS: Final = 7 * 86400 * 10**9
+T = TypeVar("T")
+
+
+class Lazy(Generic[T]):
+    """A Kafka-fed part started on first use; a failed start is a 503 and is tried again on the next request."""
+
+    def __init__(self, start: Callable[[], T], stop: Callable[[T], None]) -> None:
+        self._start, self._stop = start, stop
+        self.value: T | None = None
+        self.lock = asyncio.Lock()
+
+    async def get(self) -> T:
+        async with self.lock:
+            if self.value is None:
+                try:
+                    self.value = await _thread(self._start)
+                except (ConfigError, ServiceError) as exc:
+                    raise ServiceError(f"live data unavailable: {exc}") from exc
+            return self.value
+
+    def close(self) -> None:
+        if self.value is not None:
+            self._stop(self.value)
+
+
+LIVE: Final = web.AppKey("live_fleet", Lazy[LiveFleet])
+TOPOLOGY: Final = web.AppKey("topology_mirror", Lazy[TopicMirror[NodeTopology]])
+
+
+async def _thread(fn: Callable[[], T]) -> T:
+    return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+def _range_ns(request: web.Request, default: str = "30m") -> tuple[str, int]:
+    value = request.query.get("range", default)
+    length = parse_duration(value, "range")
+    if length > _MAX_RANGE_NS:
+        raise InvalidQuery(f"range {value!r} is longer than the dashboard shows (7d)")
+    return value, length
+
+
+def _traffic(state: GpuState, job_findings: bool) -> GpuTraffic:
+    v = state.values
+    nvlink = None
+    if "nvlink_tx_bytes_per_second" in v or "nvlink_rx_bytes_per_second" in v:
+        nvlink = v.get("nvlink_tx_bytes_per_second", 0.0) + v.get("nvlink_rx_bytes_per_second", 0.0)
+    pcie = None
+    if "pcie_tx_bytes_per_second" in v or "pcie_rx_bytes_per_second" in v:
+        pcie = v.get("pcie_tx_bytes_per_second", 0.0) + v.get("pcie_rx_bytes_per_second", 0.0)
+    return GpuTraffic(
+        nvlink,
+        pcie,
+        v.get("nvlink_links_active"),
+        v.get("nvlink_links_max"),
+        state.job_gpus,
+        state.verdict,
+        job_findings,
+    )
+
+
+def _graph_json(topo: NodeTopology, fleet: LiveFleet) -> dict[str, Any]:
+    states = {s.uuid: s for s in fleet.snapshot() if s.cluster == topo.cluster and s.node == topo.node}
+    traffic = {u: _traffic(s, "nvlink-down" in s.findings) for u, s in states.items()}
+    graph = build_graph(topo, traffic, fleet.nic_traffic(topo.cluster, topo.node))
+    return {
+        "cluster": topo.cluster,
+        "node": topo.node,
+        "nodes": [n.__dict__ for n in graph.nodes],
+        "edges": [e.__dict__ for e in graph.edges],
+        "fallback_gpus": graph.fallback_gpus,
+    }
+
+
+def add_routes(app: web.Application, settings: Settings) -> None:
+    """Mount the dashboard on ``app`` (which already has the query store, see pipeline.web.app)."""
+    app[LIVE] = Lazy(lambda: _started_fleet(settings), LiveFleet.stop)
+    app[TOPOLOGY] = Lazy(lambda: _started_topology(settings), TopicMirror.stop)
+
+    async def close(app: web.Application) -> None:
+        app[LIVE].close()
+        app[TOPOLOGY].close()
+
+    app.on_cleanup.append(close)
+
+    async def index(_request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    async def fleet(request: web.Request) -> web.Response:
+        live = await request.app[LIVE].get()
+        version, states = live.changes_since(0)
+        return web.json_response({"version": version, "gpus": [s.to_json() for s in states]})
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        live = await request.app[LIVE].get()
+        since = request.query.get("since", "0")
+        if not since.isdigit():
+            raise InvalidQuery(f"since {since!r} is not a version number")
+        version = int(since)
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
+        await response.prepare(request)
+        last_beat = time.monotonic()
+        try:
+            while True:
+                version, changed = live.changes_since(version)
+                if changed:
+                    data = json.dumps({"version": version, "gpus": [s.to_json() for s in changed]})
+                    await response.write(f"event: update\ndata: {data}\n\n".encode())
+                elif time.monotonic() - last_beat > 15:
+                    await response.write(b": keep-alive\n\n")
+                    last_beat = time.monotonic()
+                await asyncio.sleep(1.0)
+        except ConnectionResetError:  # the browser left: the normal end of a stream
+            return response
+
+    async def topology_index(request: web.Request) -> web.Response:
+        mirror, live = await request.app[TOPOLOGY].get(), await request.app[LIVE].get()
+        nodes = []
+        for topo in sorted(mirror.snapshot().values(), key=lambda t: (t.cluster, t.node)):
+            graph = _graph_json(topo, live)
+            nodes.append({
+                "cluster": topo.cluster, "node": topo.node, "gpus": len(topo.gpus), "nvswitches": topo.nvswitches,
+                "nics": len(topo.nics), "fallback": bool(graph["fallback_gpus"]),
+            })  # fmt: skip
+        return web.json_response({"nodes": nodes})
+
+    async def topology(request: web.Request) -> web.Response:
+        cluster = check_value(request.match_info["cluster"], "cluster")
+        node = check_value(request.match_info["node"], "node")
+        mirror, live = await request.app[TOPOLOGY].get(), await request.app[LIVE].get()
+        topo = mirror.get(node_key(cluster, node))
+        if topo is None:
+            raise web.HTTPNotFound(reason=f"no topology published for {cluster}/{node}")
+        return web.json_response(_graph_json(topo, live))
+
+    async def gpu_history(request: web.Request) -> web.Response:
+        uuid = check_value(request.match_info["uuid"], "gpu")
+        range_, length = _range_ns(request)
+        store = request.app[STORE]
+        every = f"{max(5, length // 10**9 // 120)}s"
+
+        def series(field: str) -> tuple[str, list[list[float]], dict[str, Any] | None]:
+            q = TrendQuery(field, "gpu", every, range_, "mean", Scope(gpu=uuid), field in RELATIVE_FIELDS)
+            result = trend(store, q)
+            points = [[r.time_ns // 10**6, r.value] for r in result.rows if r.value is not None]
+            band = next((r.band for r in result.rows if r.band is not None), None)
+            band_json = None if band is None else {"p05": band.p05, "p50": band.p50, "p95": band.p95, "baseline": ""}
+            return field, points, band_json
+
+        results = await asyncio.gather(*(_thread(functools.partial(series, f)) for f in GPU_CHARTS))
+        timeline = await _thread(lambda: gpu_timeline(store, TimelineQuery(uuid, range_)))
+        return web.json_response({
+            "from_ms": timeline.range.start_ns // 10**6,
+            "to_ms": timeline.range.stop_ns // 10**6,
+            "series": {f: points for f, points, _ in results if points},
+            "band": {f: band for f, _, band in results if band},
+            "events": [
+                {"ts_ms": e.time_ns // 10**6, "kind": e.kind, "severity": e.severity, "title": e.title, "text": e.text}
+                for e in timeline.events
+            ],
+        })  # fmt: skip
+
+    async def job_history(request: web.Request) -> web.Response:
+        job = check_value(request.match_info["job"], "job")
+        range_, length = _range_ns(request)
+        live = await request.app[LIVE].get()
+        gpus = sorted((s for s in live.snapshot() if s.job_id == job), key=lambda s: (s.node, s.index))
+        q = TrendQuery("utilization_gpu_percent", "gpu", f"{max(5, length // 10**9 // 120)}s", range_, "mean",
+                       Scope(job=job))  # fmt: skip
+        result = await _thread(lambda: trend(request.app[STORE], q))
+        series: dict[str, list[list[float]]] = {}
+        for r in result.rows:
+            if r.value is not None:
+                series.setdefault(r.group[0], []).append([r.time_ns // 10**6, r.value])
+        now_ms = time.time_ns() // 10**6
+        return web.json_response({
+            "from_ms": result.range.start_ns // 10**6, "to_ms": min(now_ms, result.range.stop_ns // 10**6),
+            "gpus": [s.to_json() for s in gpus], "series": series,
+            "stragglers": [s.uuid for s in gpus if "straggler" in s.findings],
+        })  # fmt: skip
+
+    async def rightsizing(request: web.Request) -> web.Response:
+        from pipeline.rightsizing import advise
+
+        range_, _ = _range_ns(request, "24h")
+        advice = await _thread(lambda: advise(settings, range_))
+        items = []
+        for a in sorted(advice, key=lambda a: -a.wasted_gpu_hours):
+            s, best = a.stats, a.options[0]
+            items.append({
+                "job_id": s.key if s.scope == "job" else None, "application": s.application or "unknown",
+                "gpus": s.gpus, "gpu_model": s.gpu_model, "memory_p95_bytes": s.memory_p95_bytes,
+                "memory_allocated_bytes": s.memory_total_bytes, "sm_p95_percent": s.sm_active_p95_percent
+                if s.sm_active_p95_percent is not None else s.utilization_p95_percent,
+                "gpu_hours": s.gpu_hours, "wasted_gpu_hours": a.wasted_gpu_hours,
+                "recommendation": f"{best.kind}: {best.target} ({best.detail})", "summary": a.summary,
+            })  # fmt: skip
+        return web.json_response({"items": items})
+
+    app.router.add_get("/", index)
+    app.router.add_static("/static/", STATIC, append_version=False)
+    app.router.add_get("/api/v1/fleet", fleet)
+    app.router.add_get("/api/v1/live", stream)
+    app.router.add_get("/api/v1/topology", topology_index)
+    app.router.add_get("/api/v1/topology/{cluster}/{node}", topology)
+    app.router.add_get("/api/v1/gpus/{uuid}/history", gpu_history)
+    app.router.add_get("/api/v1/jobs/{job}/history", job_history)
+    app.router.add_get("/api/v1/rightsizing", rightsizing)
+
+
+def _started_topology(settings: Settings) -> TopicMirror[NodeTopology]:
+    mirror = TopicMirror(
+        settings.kafka.client_config(), settings.topics.topology, lambda v: decode_record(NodeTopology, v)
+    ).start()
+    mirror.wait_ready(10)
+    return mirror
+
+
+def _started_fleet(settings: Settings) -> LiveFleet:
+    fleet = LiveFleet(settings).start()
+    fleet.ready.wait(10)  # the first catch-up pass, so the first page shows the fleet
+    return fleet

@@ -1,0 +1,312 @@
+// The hermeneut dashboard: fleet, GPU, job, topology, alerts and right-sizing views over the project's HTTP API.
+// Live state comes as server-sent events; history through the query layer. No secret is ever sent to this page.
+import { lineChart, fmt } from "./charts.js";
+import { drawTopology } from "./topology.js";
+
+const state = { gpus: new Map(), version: 0, filters: { cluster: "", application: "", model: "", job: "" } };
+// for benchmarks and tests: when the page was usable, how late the last updates were drawn
+window.__hermeneut = { loadedAt: null, updates: 0, updateLatencyMs: [] };
+
+const view = () => document.getElementById("view");
+const h = (tag, attrs = {}, ...children) => {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (v !== null && v !== undefined && v !== false) node.setAttribute(k, v);
+  }
+  for (const c of children.flat()) if (c !== null && c !== undefined) node.append(c instanceof Node ? c : String(c));
+  return node;
+};
+const esc = encodeURIComponent;
+
+async function api(path) {
+  const resp = await fetch(path, { credentials: "same-origin" });
+  if (resp.status === 401) { location.href = "/login"; throw new Error("login required"); }
+  const body = await resp.json();
+  if (!resp.ok) throw new Error(body.error || resp.statusText);
+  return body;
+}
+
+function verdictOf(g) {
+  if (!g.application || g.application === "idle") return (g.values.utilization_gpu_percent || 0) < 5 ? "idle" : g.verdict;
+  return g.verdict;
+}
+const pct = (v) => (v === undefined || v === null ? "–" : `${Math.round(v * 100)}%`);
+const memRatio = (g) => g.relative.memory_used_ratio;
+const wasted = (g) => g.job_id && (g.values.utilization_gpu_percent || 0) < 10;
+const since = (ms) => new Date(ms).toLocaleTimeString();
+
+// ---------------------------------------------------------------- live state
+function applyGpus(list) {
+  for (const g of list) state.gpus.set(g.uuid, g);
+}
+
+function connectLive() {
+  const badge = document.getElementById("live");
+  const source = new EventSource(`/api/v1/live?since=${state.version}`);
+  source.addEventListener("update", (ev) => {
+    const msg = JSON.parse(ev.data);
+    state.version = msg.version;
+    applyGpus(msg.gpus);
+    badge.textContent = `live · ${state.gpus.size} GPUs`;
+    badge.classList.add("on");
+    requestAnimationFrame(() => {
+      if (currentRoute().name === "fleet") renderFleetBody();
+      const now = Date.now();
+      const stats = window.__hermeneut;
+      stats.updates += 1;
+      for (const g of msg.gpus) stats.updateLatencyMs.push(now - g.ts_ms);
+      if (stats.updateLatencyMs.length > 20000) stats.updateLatencyMs.splice(0, 10000);
+    });
+  });
+  source.onerror = () => { badge.textContent = "reconnecting…"; badge.classList.remove("on"); };
+}
+
+// ---------------------------------------------------------------- fleet
+function filtered() {
+  const f = state.filters;
+  return [...state.gpus.values()].filter((g) =>
+    (!f.cluster || g.cluster === f.cluster) && (!f.application || g.application === f.application) &&
+    (!f.model || g.model === f.model) && (!f.job || g.job_id === f.job));
+}
+
+function select(name, label, values) {
+  const s = h("select", { "data-filter": name, onchange: (e) => { state.filters[name] = e.target.value; renderFleetBody(); } },
+    h("option", { value: "" }, "all"), ...values.map((v) => h("option", { value: v, selected: state.filters[name] === v ? "" : null }, v)));
+  return h("label", {}, label, s);
+}
+
+function renderFleet() {
+  const uniq = (fn) => [...new Set([...state.gpus.values()].map(fn).filter(Boolean))].sort();
+  view().replaceChildren(
+    h("h2", {}, "Fleet"),
+    h("div", { class: "filters" },
+      select("cluster", "cluster", uniq((g) => g.cluster)),
+      select("application", "application", uniq((g) => g.application)),
+      select("model", "GPU model", uniq((g) => g.model)),
+      select("job", "job", uniq((g) => g.job_id))),
+    h("div", { id: "fleet-body" }));
+  renderFleetBody();
+}
+
+function renderFleetBody() {
+  const body = document.getElementById("fleet-body");
+  if (!body) return;
+  const gpus = filtered();
+  const count = (fn) => gpus.filter(fn).length;
+  const counts = h("div", { class: "counts" },
+    ...[["GPUs", gpus.length, "total"], ["busy", count((g) => (g.values.utilization_gpu_percent || 0) >= 5), "busy"],
+      ["idle", count((g) => (g.values.utilization_gpu_percent || 0) < 5), "idle"],
+      ["anomalous", count((g) => g.verdict === "anomalous"), "anomalous"],
+      ["with findings", count((g) => Object.keys(g.findings).length > 0), "findings"],
+      ["wasted capacity", count(wasted), "wasted"]].map(([label, n, id]) =>
+      h("div", { class: "count", "data-count": id }, h("b", {}, n), h("span", {}, label))));
+  const legend = h("div", { class: "legend" }, ...["normal", "unusual", "anomalous", "unscored", "idle"].map((v) =>
+    h("span", {}, h("i", { style: `background: var(--${v})` }), v)), h("span", {}, "! open finding"));
+  const byCluster = new Map();
+  for (const g of gpus.sort((a, b) => a.node.localeCompare(b.node) || a.index - b.index)) {
+    if (!byCluster.has(g.cluster)) byCluster.set(g.cluster, new Map());
+    const nodes = byCluster.get(g.cluster);
+    if (!nodes.has(g.node)) nodes.set(g.node, []);
+    nodes.get(g.node).push(g);
+  }
+  const clusters = [...byCluster.entries()].map(([cluster, nodes]) => h("section", { class: "cluster", "data-cluster": cluster },
+    h("h3", {}, `${cluster} — ${nodes.size} nodes`),
+    h("div", { class: "nodes" }, ...[...nodes.entries()].map(([node, list]) => h("div", { class: "node", "data-node": node },
+      h("div", { class: "node-name" }, h("span", {}, node), h("a", { href: `#/topology/${esc(cluster)}/${esc(node)}` }, "topology")),
+      h("div", { class: "tiles" }, ...list.map((g) => h("a", {
+        class: `tile ${verdictOf(g)} ${Object.keys(g.findings).length ? "finding" : ""}`, href: `#/gpu/${esc(g.uuid)}`,
+        "data-gpu": g.uuid, "data-verdict": g.verdict,
+        title: `${g.node} GPU ${g.index} · ${g.model}\n${g.application || "no workload known"}${g.inferred ? " (inferred)" : ""}` +
+          `${g.job_id ? " · job " + g.job_id : ""}\nutil ${fmt(g.values.utilization_gpu_percent)}% · power ${pct(g.relative.power_ratio_of_limit)} of limit` +
+          `${g.explanation ? "\n" + g.explanation : ""}`,
+      }))))))));
+  body.replaceChildren(counts, legend, ...(clusters.length ? clusters : [h("p", { class: "empty" }, "No GPU has reported yet.")]));
+}
+
+// ---------------------------------------------------------------- GPU
+const GPU_CHARTS = [
+  ["utilization_gpu_percent", "GPU utilization", "%"], ["power_ratio_of_limit", "power / limit", "%"],
+  ["memory_used_ratio", "memory used / total", "%"], ["temperature_ratio_of_slowdown", "temperature / slowdown", "%"],
+  ["sm_clock_ratio_of_max", "SM clock / max", "%"], ["pcie_tx_bytes_per_second", "PCIe TX", "B/s"],
+  ["nvlink_tx_bytes_per_second", "NVLink TX", "B/s"],
+];
+
+async function renderGpu(uuid) {
+  const g = state.gpus.get(uuid);
+  view().replaceChildren(h("h2", {}, `GPU ${uuid}`), h("p", { class: "muted" }, "loading…"));
+  const data = await api(`/api/v1/gpus/${esc(uuid)}/history?range=30m`);
+  const head = g ? [
+    h("p", {}, `${g.cluster} / ${g.node} · GPU ${g.index} · ${g.model} · `,
+      g.application ? `${g.application}${g.inferred ? " (inferred)" : ""}` : "no workload known",
+      g.job_id ? h("span", {}, " · job ", h("a", { href: `#/job/${esc(g.job_id)}` }, g.job_id)) : null,
+      g.phase ? ` · phase ${g.phase}` : "", " ", h("span", { class: `badge ${g.verdict}`, "data-testid": "verdict" }, g.verdict)),
+    g.explanation ? h("p", { class: "explain", "data-testid": "explanation" }, g.explanation) : null,
+  ] : [];
+  const charts = h("div", { class: "charts" });
+  const markers = data.events.map((e) => ({ t: e.ts_ms, severity: e.severity, text: `${e.title}: ${e.text}` }));
+  for (const [field, title, unit] of GPU_CHARTS) {
+    const points = data.series[field] || [];
+    if (!points.length) continue;
+    const band = data.band[field] || null;
+    lineChart(charts, { field, title: band ? `${title} · shaded: learned baseline p5–p95 of its application` : title, unit, tMin: data.from_ms, tMax: data.to_ms,
+      series: [{ points }], band, markers });
+  }
+  const events = h("ul", { class: "events", "data-testid": "events" }, ...data.events.map((e) =>
+    h("li", { "data-detector": e.detector || e.kind }, h("time", {}, since(e.ts_ms)), h("span", { class: `badge ${e.severity}` }, e.severity), " ",
+      h("b", {}, e.title), " ", h("span", { class: "explain" }, e.text))));
+  view().replaceChildren(h("h2", {}, `GPU ${g ? g.index : ""} on ${g ? g.node : ""}`), ...head, charts,
+    h("h3", {}, "Events (same time axis: the marks on the charts)"),
+    data.events.length ? events : h("p", { class: "empty" }, "No events in the last 30 minutes."));
+}
+
+// ---------------------------------------------------------------- jobs
+function renderJobs() {
+  const jobs = new Map();
+  for (const g of state.gpus.values()) if (g.job_id) {
+    if (!jobs.has(g.job_id)) jobs.set(g.job_id, []);
+    jobs.get(g.job_id).push(g);
+  }
+  const rows = [...jobs.entries()].sort((a, b) => b[1].length - a[1].length).map(([job, gpus]) => h("tr", { "data-job": job },
+    h("td", {}, h("a", { href: `#/job/${esc(job)}` }, job)), h("td", {}, gpus[0].application || "–"), h("td", {}, gpus[0].user || "–"),
+    h("td", { class: "num" }, gpus.length), h("td", {}, [...new Set(gpus.map((g) => g.model))].join(", ")),
+    h("td", {}, gpus.some((g) => g.findings.straggler) ? h("span", { class: "badge warning" }, "straggler") : "",
+      gpus.some((g) => g.verdict === "anomalous") ? h("span", { class: "badge anomalous" }, "anomalous") : "")));
+  view().replaceChildren(h("h2", {}, "Jobs"), rows.length ? h("table", {},
+    h("tr", {}, ...["job", "application", "user", "GPUs", "models", ""].map((c) => h("th", {}, c))), ...rows)
+    : h("p", { class: "empty" }, "No job context known (see hermeneut context)."));
+}
+
+async function renderJob(job) {
+  view().replaceChildren(h("h2", {}, `Job ${job}`), h("p", { class: "muted" }, "loading…"));
+  const data = await api(`/api/v1/jobs/${esc(job)}/history?range=30m`);
+  const stragglers = new Set(data.stragglers);
+  const cards = h("div", { class: "job-grid" }, ...data.gpus.map((g) => {
+    const card = h("div", { class: `gpu-card ${stragglers.has(g.uuid) ? "straggler" : ""}`, "data-gpu": g.uuid },
+      h("div", {}, h("a", { href: `#/gpu/${esc(g.uuid)}` }, `${g.node} GPU ${g.index}`), " ",
+        stragglers.has(g.uuid) ? h("span", { class: "badge warning" }, "straggler") : "", " ", h("span", { class: `badge ${g.verdict}` }, g.verdict)),
+      h("div", { class: "muted" }, `util ${fmt(g.values.utilization_gpu_percent)}% · SM clock ${fmt(g.values.sm_clock_mhz)} MHz · power ${pct(g.relative.power_ratio_of_limit)}`));
+    lineChart(card, { field: "utilization_gpu_percent", title: "utilization", unit: "%", tMin: data.from_ms, tMax: data.to_ms,
+      series: [{ points: data.series[g.uuid] || [], cls: stragglers.has(g.uuid) ? "straggler" : "" }], band: null, markers: [] });
+    return card;
+  }));
+  const app = data.gpus[0] ? data.gpus[0].application : "";
+  view().replaceChildren(h("h2", {}, `Job ${job}`),
+    h("p", {}, `${data.gpus.length} GPUs · ${app || "application unknown"}`,
+      stragglers.size ? h("span", { class: "warn", "data-testid": "stragglers" }, ` straggler: ${[...stragglers].map((u) => {
+        const g = data.gpus.find((x) => x.uuid === u); return g ? `${g.node} GPU ${g.index}` : u; }).join(", ")}`) : ""),
+    cards);
+}
+
+// ---------------------------------------------------------------- topology
+async function renderTopologyIndex() {
+  const data = await api("/api/v1/topology");
+  view().replaceChildren(h("h2", {}, "Topology"), data.nodes.length ? h("table", {},
+    h("tr", {}, ...["node", "GPUs", "NVSwitch", "NICs", ""].map((c) => h("th", {}, c))),
+    ...data.nodes.map((n) => h("tr", {}, h("td", {}, h("a", { href: `#/topology/${esc(n.cluster)}/${esc(n.node)}` }, `${n.cluster} / ${n.node}`)),
+      h("td", { class: "num" }, n.gpus), h("td", { class: "num" }, n.nvswitches), h("td", { class: "num" }, n.nics),
+      h("td", {}, n.fallback ? h("span", { class: "badge warning" }, "PCIe fallback") : ""))))
+    : h("p", { class: "empty" }, "No topology published yet."));
+}
+
+let topoTimer = null;
+async function renderTopology(cluster, node) {
+  const draw = async () => {
+    const graph = await api(`/api/v1/topology/${esc(cluster)}/${esc(node)}`);
+    const container = h("div", { class: "topo" });
+    drawTopology(container, graph);
+    const names = graph.fallback_gpus.map((u) => (graph.nodes.find((n) => n.id === u) || { label: u }).label);
+    view().replaceChildren(h("h2", {}, `Topology of ${node}`),
+      graph.fallback_gpus.length ? h("div", { class: "warn", "data-testid": "fallback" },
+        `${names.join(", ")}: NVLink should carry this traffic but it goes over PCIe (link down or idle while PCIe is busy).`) : null,
+      h("div", { class: "legend" }, h("span", {}, h("i", { style: "background: var(--nvlink)" }), "NVLink"),
+        h("span", {}, h("i", { style: "background: var(--pcie)" }), "PCIe"), h("span", {}, h("i", { style: "background: var(--fallback)" }), "PCIe carrying NVLink traffic"),
+        h("span", {}, h("i", { style: "background: var(--down)" }), "link down"), h("span", {}, "line width: live traffic")),
+      container);
+  };
+  await draw();
+  topoTimer = setInterval(() => draw().catch(() => {}), 2000);
+}
+
+// ---------------------------------------------------------------- alerts
+async function renderAlerts() {
+  const [alerts, silences, subs, history] = await Promise.all([
+    api("/api/v1/alerts"), api("/api/v1/alerts/silences"), api("/api/v1/alerts/subscriptions"), api("/api/v1/alerts/history?range=24h")]);
+  const table = (cols, rows) => rows.length ? h("table", {}, h("tr", {}, ...cols.map((c) => h("th", {}, c))), ...rows) : h("p", { class: "empty" }, "none");
+  const now = Date.now();
+  const timeline = h("div", { class: "charts" });
+  lineChart(timeline, { title: "notifications in the last 24 h (red: firing, grey: resolved)", unit: "", tMin: now - 86400000, tMax: now,
+    series: [], band: null, markers: history.map((n) => ({ t: Date.parse(n.time), severity: n.status === "firing" ? "" : "info", text: `${n.detector} → ${n.subscription}: ${n.outcome}` })) });
+  const where = (l) => `${l.node || ""}${l.gpu && l.gpu !== "-" ? " / " + l.gpu : ""}`;
+  const state = (a) => a.silenced_by ? "silenced" : a.inhibited ? "inhibited" : a.acked_by ? `acked by ${a.acked_by}` : a.flapping ? "flapping" : "";
+  view().replaceChildren(h("h2", {}, "Alerts"),
+    h("h3", {}, "Current"), table(["status", "severity", "detector", "where", "since", "", "summary"], alerts.map((a) =>
+      h("tr", { "data-alert": a.dedup_key }, h("td", {}, h("span", { class: `badge ${a.status}` }, a.status)),
+        h("td", {}, h("span", { class: `badge ${a.labels.severity || ""}` }, a.labels.severity || "")),
+        h("td", {}, a.labels.detector || ""), h("td", {}, where(a.labels)), h("td", {}, since(a.starts_ns / 1e6)),
+        h("td", { class: "muted" }, state(a)), h("td", { class: "explain" }, a.summary)))),
+    h("h3", {}, "Timeline"), timeline,
+    h("h3", {}, "Silences"), table(["matchers", "state", "until", "by", "comment"], silences.map((s) =>
+      h("tr", {}, h("td", {}, s.match.join(", ")), h("td", {}, s.state), h("td", {}, new Date(s.ends_ns / 1e6).toLocaleString()),
+        h("td", {}, s.created_by), h("td", {}, s.comment)))),
+    h("h3", {}, "Subscriptions"), table(["name", "owner", "filters", "receivers"], subs.map((s) =>
+      h("tr", {}, h("td", {}, s.name), h("td", {}, s.owner + (s.team ? ` (${s.team})` : "")), h("td", {}, s.match.join(", ")),
+        h("td", {}, s.receivers.map((r) => r.kind).join(", "))))),
+    h("h3", {}, "Notification history"), table(["time", "status", "detector", "subscription", "receiver", "outcome"], history.slice(0, 50).map((n) =>
+      h("tr", {}, h("td", {}, new Date(n.time).toLocaleString()), h("td", {}, n.status), h("td", {}, n.detector), h("td", {}, n.subscription),
+        h("td", {}, n.receiver_kind), h("td", {}, n.outcome)))));
+}
+
+// ---------------------------------------------------------------- right-sizing
+async function renderRightsizing() {
+  const data = await api("/api/v1/rightsizing?range=24h");
+  const bar = (used, allocated) => h("div", { class: "bar", title: `${fmt(used, "B")} of ${fmt(allocated, "B")}` },
+    h("i", { style: `width:${Math.min(100, (100 * used) / Math.max(1, allocated)).toFixed(1)}%` }));
+  view().replaceChildren(h("h2", {}, "Right-sizing"),
+    h("p", { class: "muted" }, "Peak and p95 use over the range against what the job was given, and what would fit."),
+    data.items.length ? h("table", {}, h("tr", {}, ...["job", "application", "GPUs × model", "memory p95 / allocated", "SM p95", "GPU-hours", "wasted", "recommendation"].map((c) => h("th", {}, c))),
+      ...data.items.map((r) => h("tr", { "data-job": r.job_id || "" },
+        h("td", {}, r.job_id ? h("a", { href: `#/job/${esc(r.job_id)}` }, r.job_id) : "–"), h("td", {}, r.application),
+        h("td", {}, `${r.gpus} × ${r.gpu_model}`), h("td", {}, bar(r.memory_p95_bytes, r.memory_allocated_bytes), fmt(r.memory_p95_bytes, "B")),
+        h("td", { class: "num" }, `${fmt(r.sm_p95_percent)}%`), h("td", { class: "num" }, fmt(r.gpu_hours)), h("td", { class: "num" }, fmt(r.wasted_gpu_hours)),
+        h("td", { class: "explain" }, r.recommendation))))
+      : h("p", { class: "empty" }, "No job history in range."));
+}
+
+// ---------------------------------------------------------------- routing
+function currentRoute() {
+  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  return { name: parts[0] || "fleet", args: parts.slice(1) };
+}
+
+async function route() {
+  clearInterval(topoTimer);
+  const { name, args } = currentRoute();
+  for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.view === (name === "gpu" ? "fleet" : name === "job" ? "jobs" : name));
+  try {
+    if (name === "gpu") await renderGpu(args[0]);
+    else if (name === "jobs") renderJobs();
+    else if (name === "job") await renderJob(args[0]);
+    else if (name === "topology") await (args.length === 2 ? renderTopology(args[0], args[1]) : renderTopologyIndex());
+    else if (name === "alerts") await renderAlerts();
+    else if (name === "rightsizing") await renderRightsizing();
+    else renderFleet();
+  } catch (err) {
+    view().replaceChildren(h("p", { class: "error" }, `Could not load this view: ${err.message}`));
+  }
+  document.body.dataset.view = name;
+  document.body.dataset.ready = "1";
+}
+
+async function main() {
+  const fleet = await api("/api/v1/fleet");
+  state.version = fleet.version;
+  applyGpus(fleet.gpus);
+  window.addEventListener("hashchange", route);
+  await route();
+  window.__hermeneut.loadedAt = performance.now();
+  connectLive();
+}
+
+main().catch((err) => view().replaceChildren(h("p", { class: "error" }, `hermeneut: ${err.message}`)));

@@ -1,0 +1,244 @@
+"""The dashboard end to end, in a real headless Chromium (Debian's, driven by Playwright) against ``create_app``
+served on loopback, with real data: a simulated fleet with an injected NVLink failure goes through Kafka, the
+processor, the sink and the alert manager; the views must show the expected GPUs, values and events, the
+filters must work, and the topology must highlight the GPU whose NVLink traffic fell back to PCIe.
+
+Every view's screenshot is saved under ``artifacts/screenshots/`` (ignored by git) for people to look at.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+from pydantic import SecretStr
+
+from pipeline.config import Settings, WebSettings
+from pipeline.mainjob import wait_for
+from pipeline.publisher import Publisher
+from pipeline.web.app import create_app, serving
+from producers.simulator import Fleet
+from producers.simulator.faults import FaultPlan, Injection
+from producers.simulator.run import run_simulation
+from tests.webserver import get, get_json
+
+from .alerting_parts import start_manager
+from .conftest import InfluxServer, KafkaServer, isolated_settings
+from .harness import running_pipeline
+
+pytestmark = pytest.mark.integration
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+HISTORY_S = 240
+BROKEN = (0, 3)  # node 0 (an HGX H100 board), GPU 3: in a 4-GPU fine-tuning job on that seed
+
+
+@dataclass
+class Scene:
+    url: str
+    settings: Settings
+    fleet: Fleet
+    broken_uuid: str
+    job: str
+
+
+@pytest.fixture(scope="module")
+def scene(
+    kafka_server: KafkaServer,
+    influx_server: InfluxServer,
+    defaults: Settings,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Scene]:
+    run_dir = tmp_path_factory.mktemp("dashboard")
+    settings = isolated_settings(kafka_server, influx_server, defaults, run_dir / "state")
+    plan = FaultPlan(rate_scale=0.0, injections=(Injection("nvlink-down", 20.0, 7200.0, *BROKEN),))
+    fleet = Fleet(4, 8, cluster=settings.cluster, seed=1, faults=plan, extras=True)
+    broken = fleet.uuids[BROKEN[0] * 8 + BROKEN[1]]
+    with ExitStack() as stack:
+        stages = stack.enter_context(running_pipeline(settings, run_dir / "pipeline"))
+        manager = start_manager(settings, run_dir / "alerts")
+        stack.callback(manager.stop)
+        stop = threading.Event()
+        publisher = Publisher(settings.kafka.client_config())
+        sim = threading.Thread(
+            target=run_simulation,
+            args=(fleet, publisher, settings.topics.raw, 1.0, stop),
+            kwargs={"topics": settings.topics, "fast_forward_s": HISTORY_S},
+            daemon=True,
+        )
+        sim.start()
+        stack.callback(sim.join, 30)
+        stack.callback(stop.set)
+        sink = stages[1]
+        assert wait_for(lambda: sink.stats().get("points_written", 0) >= HISTORY_S * 32, 180), sink.stats()
+        url = stack.enter_context(serving(create_app(settings)))
+        contexts = {c.gpu_uuid: c.workload for c in fleet.contexts(time.time_ns()) if c.workload}
+        job = contexts[broken].job_id
+        assert job is not None
+        yield Scene(url, settings, fleet, broken, job)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--no-first-run", "--disable-sync"],
+        )  # fmt: skip
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    p = context.new_page()
+    errors: list[str] = []
+    p.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield p
+    context.close()
+    assert not errors, f"JavaScript errors: {errors}"
+
+
+def shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def open_view(page: Page, scene: Scene, hash_: str) -> None:
+    page.goto(f"{scene.url}/#{hash_}")
+    page.wait_for_function("document.body.dataset.ready === '1'", timeout=60_000)
+
+
+def test_fleet_view_shows_every_gpu_live_and_filters(page: Page, scene: Scene) -> None:
+    open_view(page, scene, "/fleet")
+    tiles = page.locator("a.tile")
+    expect(tiles).to_have_count(32)
+    expect(page.locator("[data-count=total] b")).to_have_text("32")
+    # the broken GPU carries its open finding
+    expect(page.locator(f'a.tile[data-gpu="{scene.broken_uuid}"]')).to_have_class(re.compile(r"\bfinding\b"))
+    # live updates arrive over server-sent events and are drawn
+    page.wait_for_function("window.__hermeneut.updates > 0", timeout=30_000)
+    shot(page, "fleet")
+    models = {m.name for m in scene.fleet.model}
+    page.select_option("select[data-filter=model]", "NVIDIA H100 80GB HBM3")
+    expect(tiles).to_have_count(sum(1 for m in scene.fleet.model if m.name == "NVIDIA H100 80GB HBM3"))
+    assert len(models) > 1
+    page.select_option("select[data-filter=model]", "")
+    page.select_option("select[data-filter=job]", scene.job)
+    expect(tiles).to_have_count(4)
+
+
+def test_gpu_view_draws_metrics_and_events_on_one_time_axis(page: Page, scene: Scene) -> None:
+    open_view(page, scene, f"/gpu/{scene.broken_uuid}")
+    expect(page.locator(".chart[data-field=utilization_gpu_percent] path.series")).to_have_count(1)
+    expect(page.locator(".chart[data-field=nvlink_tx_bytes_per_second]")).to_have_count(1)
+    events = page.locator("[data-testid=events] li")
+    expect(events.filter(has_text="nvlink-down started")).not_to_have_count(0)
+    expect(events.filter(has_text="links active").first).to_be_visible()
+    # the same events are marks on the charts' time axis
+    assert page.locator(".chart[data-field=utilization_gpu_percent] line.marker").count() >= 1
+    shot(page, "gpu")
+
+
+def test_job_view_puts_the_jobs_gpus_side_by_side(page: Page, scene: Scene) -> None:
+    open_view(page, scene, f"/job/{scene.job}")
+    cards = page.locator(".gpu-card")
+    expect(cards).to_have_count(4)
+    expect(page.locator(f'.gpu-card[data-gpu="{scene.broken_uuid}"]')).to_have_count(1)
+    for i in range(4):
+        expect(cards.nth(i).locator("path.series")).to_have_count(1)
+    shot(page, "job")
+
+
+def test_topology_highlights_the_pcie_fallback(page: Page, scene: Scene) -> None:
+    open_view(page, scene, f"/topology/{scene.settings.cluster}/node-0000")
+    expect(page.locator("[data-testid=fallback]")).to_contain_text("GPU 3")
+    gpu = page.locator(f'g.n[data-node="{scene.broken_uuid}"]')
+    expect(gpu).to_have_attribute("data-flags", re.compile("pcie-fallback"))
+    expect(page.locator(f'line[data-edge^="pcie:{scene.broken_uuid}:"]')).to_have_attribute("data-state", "fallback")
+    nvlink = page.locator(f'line[data-edge="nvlink:{scene.broken_uuid}:nvswitch"]')
+    expect(nvlink).to_have_attribute("data-state", "down")
+    # its peers keep their NVLink
+    peer = scene.fleet.uuids[1]
+    expect(page.locator(f'line[data-edge="nvlink:{peer}:nvswitch"]')).not_to_have_attribute("data-state", "down")
+    expect(page.locator("g.n.gpu")).to_have_count(8)
+    expect(page.locator("g.n.nic")).not_to_have_count(0)
+    shot(page, "topology")
+    open_view(page, scene, "/topology")
+    row = page.locator("tr", has_text="node-0000")
+    expect(row).to_contain_text("PCIe fallback")
+
+
+def test_alerts_view_shows_the_firing_alert_and_subscriptions(page: Page, scene: Scene) -> None:
+    receiver = {"kind": "kafka", "topic": scene.settings.topics.alerts + ".notifications"}
+    match = ['detector="nvlink-down"']
+    body = json.dumps({"name": "gpu-team", "owner": "ops", "match": match, "receivers": [receiver]})
+    request = urllib.request.Request(
+        f"{scene.url}/api/v1/alerts/subscriptions", body.encode(), {"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=60) as resp:
+        assert resp.status == 201
+    assert wait_for(
+        lambda: any(
+            a["labels"].get("detector") == "nvlink-down" and a["status"] == "firing"
+            for a in get_json(f"{scene.url}/api/v1/alerts")[1]
+        ),
+        90,
+    )
+    open_view(page, scene, "/alerts")
+    firing = page.locator("tr[data-alert]", has_text="nvlink-down")
+    expect(firing.first).to_contain_text("firing")
+    expect(page.locator("tr", has_text="gpu-team")).to_have_count(1)
+    shot(page, "alerts")
+
+
+def test_rightsizing_view_lists_jobs_with_advice(page: Page, scene: Scene) -> None:
+    open_view(page, scene, "/rightsizing")
+    rows = page.locator("tr[data-job]")
+    expect(rows.first).to_be_visible(timeout=60_000)
+    expect(page.locator(f'tr[data-job="{scene.job}"]')).to_have_count(1)
+    assert rows.count() >= 3
+    shot(page, "rightsizing")
+
+
+def test_beyond_loopback_the_dashboard_needs_the_token_and_keeps_secrets(
+    scene: Scene, browser: Browser, tmp_path: Path
+) -> None:
+    exposed = scene.settings.model_copy(update={"web": WebSettings(host="0.0.0.0", token=SecretStr("dash-token"))})
+    with serving(create_app(exposed)) as url:
+        assert get(f"{url}/api/v1/fleet")[0] == 401
+        context = browser.new_context()
+        page = context.new_page()
+        page.goto(url)
+        expect(page).to_have_url(re.compile("/login"))
+        page.fill("input[name=token]", "wrong")
+        page.click("button[type=submit]")
+        expect(page.locator("#failed")).to_be_visible()
+        page.fill("input[name=token]", "dash-token")
+        page.click("button[type=submit]")
+        page.wait_for_function("document.body.dataset.ready === '1'", timeout=60_000)
+        expect(page.locator("a.tile")).to_have_count(32)
+        cookies = {c["name"]: c for c in context.cookies()}
+        session = cookies["hermeneut_session"]
+        assert session["httpOnly"] and session["sameSite"] == "Strict" and "dash-token" not in session["value"]
+        assert page.evaluate("document.cookie") == ""  # HttpOnly: invisible to scripts
+        token = exposed.influxdb.token.get_secret_value() if exposed.influxdb.token else ""
+        for path in ("/", "/static/app.js", "/api/v1/fleet"):
+            text = page.evaluate(f"fetch({path!r}).then(r => r.text())")
+            assert token not in text and "dash-token" not in text, path
+        context.close()
+    assert urllib.parse.urlparse(url).hostname == "127.0.0.1"
