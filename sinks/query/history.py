@@ -94,7 +94,8 @@ def history_flux(bucket: str, start_ns: int, stop_ns: int, stride: str | None, c
         f'from(bucket: "{bucket}")\n'
         f"  |> range(start: {_flux_time(start_ns)}, stop: {_flux_time(stop_ns)})\n"
         f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}" and exists r.application{where})\n'
-        f"  |> filter(fn: (r) => contains(value: r._field, set: {json.dumps(list(fields))}))\n"
+        # OR-ed equalities are pushed down to storage; contains() over the list is not (measured 400x slower)
+        f"  |> filter(fn: (r) => {' or '.join(f'r._field == {json.dumps(f)}' for f in fields)})\n"
         f"{window}"
         '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
         "  |> group()"
