@@ -460,6 +460,9 @@ class Detectors:
         for k in range(int(rank.max()) + 1):
             rows = np.flatnonzero(rank == k)
             g = s[rows]
+            # a finding started on this row describes this row, so it is the GPU's latest before any detector runs
+            self.last_row[g] = m[rows]
+            self.last_rel[g] = rel[rows]
             self._debounce(g, rows, ts, dt_s, cond, seen, out)
             self._power(g, ts[rows], m[rows], out)
             self._leak(g, ts[rows], rel[rows], out)
@@ -467,8 +470,6 @@ class Detectors:
             gap = (self.last_ts[g] >= 0) & (ts[rows] - self.last_ts[g] >= self.settings.lost_after_s * _S)
             self.back_since[g[gap]] = ts[rows][gap]
             self.last_ts[g] = ts[rows]
-            self.last_row[g] = m[rows]
-            self.last_rel[g] = rel[rows]
             self._memory_errors(g, ts[rows], m[rows], deltas[rows], out)
         np.maximum.at(self.node_latest, self.node_of[s], ts)
         self._stragglers(out)

@@ -280,6 +280,25 @@ def test_nvlink_down_names_the_peers_and_the_pcie_path() -> None:
     assert "GPU 0 (NODE), GPU 2 (SYS), GPU 3 (SYS) now crosses PCIe" in first.summary
 
 
+def test_a_finding_describes_the_row_it_started_on() -> None:
+    """After a gap in the data (a collector restart, a replay), a fault can be confirmed on its first row: the
+    summary must quote that row, not the healthy one before the gap."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float] | None:
+        if 100 <= t < 160:
+            return None  # nothing reported for a minute
+        if gpu == 1 and t >= 160:
+            return m | {"nvlink_links_active": 0.0, "nvlink_tx_bytes_per_second": 0.0,
+                        "nvlink_rx_bytes_per_second": 0.0, "pcie_tx_bytes_per_second": 24e9,
+                        "pcie_rx_bytes_per_second": 24e9}  # fmt: skip
+        return m
+
+    _det, found, _ = run(200, shape, gpus=2)
+    first = next(f for f in starts(found) if f.detector == "nvlink-down")
+    assert "0 of 18 links active" in first.summary, first.summary
+    assert first.evidence["links_active"] == 0
+
+
 def test_nvlink_from_per_link_samples_when_totals_are_missing() -> None:
     det = Detectors(DetectorSettings())
     rng = np.random.default_rng(0)
