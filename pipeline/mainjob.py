@@ -1,9 +1,14 @@
 """The main job (``hermeneut run``) and the stage processes it, the tests and the benchmarks start.
 
-``main_job``: local services up (installing what is missing), topics, processor and sink as child processes,
-a simulated fleet published in real time for a bounded time, a drain until every sample is accounted for,
-then a report (produced / processed / dead-lettered / stored, end-to-end latency) and a trend query read back
-from InfluxDB. Ctrl-C stops everything, local services included.
+``main_job`` shows the whole system on a simulated fleet, end to end, on real servers:
+1. local services up (installing what is missing), topics, storage buckets and rollup tasks, the dashboard;
+2. processor, sink and alert manager as child processes, and a subscription for the local operators;
+3. learn: a stretch of healthy history (fast-forwarded) goes through the pipeline, baselines and the workload
+   classifier are learned from it in InfluxDB and published; the running processor takes them up;
+4. live: the fleet in real time, with a few faults injected, judged against what it learned;
+5. a drain until every sample is stored or dead-lettered;
+6. a report: produced / processed / dead-lettered / stored, latency, verdicts, findings, notifications, a trend
+   read back from InfluxDB, and where to look. Ctrl-C stops everything, local services included.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from tqdm import tqdm
 
 from pipeline import services
 from pipeline.config import Settings
+from pipeline.errors import HermeneutError
 from pipeline.topics import ensure_topics, topic_specs
 
 
@@ -67,15 +73,17 @@ class Stage:
             return self.proc.wait()
 
 
-def start_stage(name: str, settings: Settings, run_dir: Path, *extra: str) -> Stage:
-    """Start ``hermeneut <name>`` with the (resolved) settings handed over through the environment."""
+def start_stage(
+    name: str, settings: Settings, run_dir: Path, *extra: str, command: tuple[str, ...] | None = None
+) -> Stage:
+    """Start ``hermeneut <command or name>`` with the (resolved) settings handed over through the environment."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log, stats = run_dir / f"{name}.log", run_dir / f"{name}.stats.json"
     stats.unlink(missing_ok=True)
     env = services.child_env(settings) | {"PYTHONUNBUFFERED": "1"}
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.cli", "-v", name, "--stats-file", str(stats), *extra],
+            [sys.executable, "-m", "pipeline.cli", "-v", *(command or (name,)), "--stats-file", str(stats), *extra],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -84,89 +92,138 @@ def start_stage(name: str, settings: Settings, run_dir: Path, *extra: str) -> St
     return Stage(name, proc, log, stats)
 
 
-def _bar(total: float, desc: str) -> tqdm[Any]:
-    return tqdm(total=total, desc=desc, unit="", dynamic_ncols=True, mininterval=0.5, leave=True)
-
-
-#: the main job's fleet is small and its run short: a baseline of its own needs fewer samples than in production
+#: the demo's fleet is small and its history short: a baseline of its own needs fewer samples than in production
 MAIN_JOB_MIN_SAMPLES = 100
+#: faults injected in the live part (seconds after it starts), the injector picking a fitting GPU for each
+DEMO_FAULTS = (
+    # the quickly confirmed first, so that a short run shows some; thermal throttling and XID storms take ~40 s
+    ("ecc-uncorrectable", 2.0),
+    ("pcie-link-degraded", 4.0),
+    ("nvlink-down", 6.0),
+    ("thermal-throttling", 8.0),
+    ("xid-storm", 10.0),
+)
+OPERATORS = "local operators"
 
 
-def train_midway(settings: Settings, duration_s: float, stop: threading.Event, result: dict[str, Any]) -> None:
-    """Halfway through the run, learn baselines from the history so far and publish them (the running processor
-    takes them up without a restart); the outcome or the reason it failed goes to ``result["training"]``."""
-    from pipeline.errors import HermeneutError
-    from pipeline.training import train
+def ensure_operator_subscription(settings: Settings) -> None:
+    """A subscription for the people running this: every warning or critical alert to the notifications topic
+    (created once; see it with ``hermeneut alerts list --subscriptions``)."""
+    from sinks.alerting.admin import AlertAdmin, subscription_from_json
 
-    if duration_s < 40 or stop.wait(duration_s / 2):
-        result["training"] = "run too short to learn baselines midway (needs --duration 40 or more)"
-        return
+    admin = AlertAdmin(settings, state=False).start()
     try:
-        result["training"] = train(settings, duration_s, MAIN_JOB_MIN_SAMPLES, progress=False, echo=lambda _line: None)
-    except HermeneutError as exc:
-        result["training"] = f"training failed: {exc}"
-
-
-def print_training(outcome: Any, processor_stats: dict[str, Any]) -> None:
-    from pipeline.training import TrainingReport
-
-    if not isinstance(outcome, TrainingReport):
-        print(f"\nBaselines: {outcome or 'not trained'}")
-        return
-    accuracy = "" if outcome.classifier_accuracy is None else f", classifier accuracy {outcome.classifier_accuracy:.3f}"
-    print(
-        f"\nBaselines: version {outcome.version} learned midway from {outcome.rows} samples: "
-        f"{len(outcome.baselines)} baselines{accuracy}; the processor "
-        + (
-            "switched to it without a restart"
-            if processor_stats.get("baselines_version") == outcome.version
-            else f"is on version {processor_stats.get('baselines_version')}"
+        if any(s.name == OPERATORS for s in admin.subscriptions()):
+            return
+        admin.add(
+            subscription_from_json(
+                {
+                    "name": OPERATORS,
+                    "owner": "hermeneut run",
+                    "match": ['severity=~"warning|critical"'],
+                    "receivers": [{"kind": "kafka", "topic": settings.topics.notifications}],
+                    "group_by": ["detector", "node"],
+                    "group_wait": "5s",
+                }
+            )
         )
-    )
+    finally:
+        admin.close()
 
 
-def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_services: bool) -> bool:
-    """Run the whole path once; returns True when every produced sample was processed and accounted for."""
+def _bar(total: float, desc: str, unit: str = "") -> tqdm[Any]:
+    return tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True, mininterval=0.5, leave=True)
+
+
+def _drain(stages: list[Stage], produced: int, timeout_s: float) -> int:
+    processor, sink = stages[0], stages[1]
+
+    def accounted() -> int:
+        p, s = processor.stats(), sink.stats()
+        return int(s.get("points_written", 0)) + int(p.get("dead_lettered", 0)) + int(s.get("dead_lettered", 0))
+
+    with _bar(produced, "samples stored or dead-lettered", "sample") as bar:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and accounted() < produced and all(s.alive() for s in stages):
+            bar.update(max(0, accounted() - bar.n))
+            time.sleep(0.5)
+        bar.update(max(0, accounted() - bar.n))
+    return accounted()
+
+
+def main_job(
+    settings: Settings,
+    nodes: int,
+    gpus: int,
+    duration_s: float,
+    stop_services: bool,
+    learn_s: float = 900.0,
+    seed: int = 0,
+) -> bool:
+    """Run the whole system once (see module docstring); True when every produced sample was delivered and is
+    accounted for (stored or dead-lettered)."""
     from pipeline.publisher import Publisher
+    from pipeline.training import TrainingReport, train
     from producers.simulator import Fleet
-    from producers.simulator.run import run_simulation
-    from sinks.query import TrendQuery, format_table, run_trend
+    from producers.simulator.faults import FaultPlan, Injection
+    from producers.simulator.run import SimulationReport, run_simulation
     from sinks.retention import setup as storage_setup
 
-    print("1/5 local services (first run installs Kafka and builds InfluxDB; later runs start in seconds)")
+    print("1/6 local services (the first run installs Kafka and builds InfluxDB; later runs start in seconds)")
     state = services.up(settings)
     settings = services.resolve(settings)
     ensure_topics(settings.kafka.client_config(), topic_specs(settings))
     storage_setup(settings)
+    state = services.start_web(settings)
+    url = state.web["url"] if state.web else "(dashboard not running)"
     run_dir = Path(state.run_dir) / "pipeline" / time.strftime("%H%M%S")
     stages: list[Stage] = []
     interrupted = False
+    ok = False
     try:
-        print(f"2/5 processor and sink (logs in {run_dir})")
-        stages = [start_stage("process", settings, run_dir), start_stage("sink", settings, run_dir)]
+        print(f"2/6 processor, sink and alert manager (logs in {run_dir}); dashboard at {url}")
+        stages = [
+            start_stage("process", settings, run_dir),
+            start_stage("sink", settings, run_dir),
+            start_stage("alerts", settings, run_dir, command=("alerts", "run")),
+        ]
         if not wait_for(lambda: all(s.stats().get("assigned") or not s.alive() for s in stages), 120):
-            print(f"processor/sink did not join their consumer groups within 120 s; see {run_dir}")
+            print(f"the stages did not join their consumer groups within 120 s; see {run_dir}")
             return False
-        fleet = Fleet(nodes, gpus, cluster=settings.cluster, seed=0)
-        print(f"3/5 simulating {nodes} nodes x {gpus} GPUs for {duration_s:.0f}s at {settings.sample_interval_s}s")
+        ensure_operator_subscription(settings)
+        injections = tuple(Injection(fault, learn_s + at_s, 1800.0) for fault, at_s in DEMO_FAULTS)
+        fleet = Fleet(
+            nodes, gpus, cluster=settings.cluster, seed=seed, faults=FaultPlan(rate_scale=0.0, injections=injections),
+            extras=True,
+        )  # fmt: skip
         stop = threading.Event()
-        sim_stats = run_dir / "simulate.stats.json"
-        thread_result: dict[str, Any] = {}
-        publisher = Publisher(settings.kafka.client_config())
+        reports: list[SimulationReport] = []
+        publishers: list[Publisher] = []
 
-        def simulate() -> None:
-            thread_result["report"] = run_simulation(
-                fleet, publisher, settings.topics.raw, settings.sample_interval_s, stop, duration_s, sim_stats,
-                topics=settings.topics,
+        def simulate(**kwargs: Any) -> None:
+            publishers.append(Publisher(settings.kafka.client_config()))
+            reports.append(
+                run_simulation(
+                    fleet, publishers[-1], settings.topics.raw, settings.sample_interval_s, stop,
+                    stats_file=run_dir / "simulate.stats.json", topics=settings.topics, **kwargs,
+                )
             )  # fmt: skip
 
-        # cold start: rows stay unscored until baselines exist; learn once from the first half of the run
-        trainer = threading.Thread(
-            target=train_midway, args=(settings, duration_s, stop, thread_result), name="trainer", daemon=True
-        )
-        sim = threading.Thread(target=simulate, name="simulator")
+        print(f"3/6 learning: {learn_s / 60:.0f} simulated minutes of healthy history from {nodes} nodes x {gpus} GPUs")
+        simulate(fast_forward_s=learn_s, duration_s=0.0, progress=True)
+        _drain(stages, reports[0].samples, 300)
+        training: TrainingReport | str
+        try:
+            training = train(settings, learn_s + 60, MAIN_JOB_MIN_SAMPLES, "5s", progress=True, echo=lambda _l: None)
+        except HermeneutError as exc:
+            training = f"training failed: {exc}"
+        if isinstance(training, TrainingReport):
+            version = training.version
+            wait_for(lambda: stages[0].stats().get("baselines_version") == version, 60)
+        print(f"4/6 live: {duration_s:.0f}s in real time, with {len(DEMO_FAULTS)} faults injected")
+        live_from_ns = time.time_ns()
+        sim = threading.Thread(target=simulate, kwargs={"duration_s": duration_s}, name="simulator")
         sim.start()
-        trainer.start()
         with _bar(round(duration_s), "simulating (s)") as bar:
             started = time.monotonic()
             while sim.is_alive():
@@ -178,22 +235,16 @@ def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_
                     sim.join()
                     print(f"stage {', '.join(dead)} exited early; see {run_dir}")
                     return False
-        trainer.join(120)
-        report = thread_result["report"]
-        produced = report.samples
-        print("4/5 draining: waiting until every sample is stored or dead-lettered")
-        processor, sink = stages
-
-        def accounted() -> int:
-            p, s = processor.stats(), sink.stats()
-            return int(s.get("points_written", 0)) + int(p.get("dead_lettered", 0)) + int(s.get("dead_lettered", 0))
-
-        with _bar(produced, "samples accounted for") as bar:
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and accounted() < produced:
-                bar.update(max(0, accounted() - bar.n))
-                time.sleep(0.5)
-            bar.update(max(0, accounted() - bar.n))
+        produced = sum(r.samples for r in reports)
+        print("5/6 draining: waiting until every sample is stored or dead-lettered")
+        accounted = _drain(stages, produced, 180)
+        time.sleep(2.0)  # the alert manager's group wait for what the last samples concluded
+        stats = [s.stats() for s in stages]
+        published = sum(p.stats.published for p in publishers)
+        delivered = sum(p.stats.delivered for p in publishers)
+        print("6/6 report")
+        report(settings, stats, reports, produced, published, delivered, training, live_from_ns, url, run_dir)
+        ok = delivered == published and accounted == produced
     except KeyboardInterrupt:
         interrupted = True
         print("\ninterrupted: stopping the pipeline and the local services")
@@ -203,36 +254,83 @@ def main_job(settings: Settings, nodes: int, gpus: int, duration_s: float, stop_
             stage.stop()
         if interrupted or stop_services:
             services.down(settings, quiet=True)
-    p, s = processor.stats(), sink.stats()
-    print("5/5 report")
-    rows = [
-        ("samples produced", report.samples),
-        ("messages delivered to Kafka", f"{publisher.stats.delivered}/{publisher.stats.published}"),
+    return ok
+
+
+def report(
+    settings: Settings,
+    stats: list[dict[str, Any]],
+    sims: list[Any],
+    produced: int,
+    published: int,
+    delivered: int,
+    training: Any,
+    live_from_ns: int,
+    url: str,
+    run_dir: Path,
+) -> None:
+    """What the main job did and saw, read back from the stages' counters, Kafka and InfluxDB."""
+    from pipeline.training import TrainingReport
+    from sinks.query import AnomalyQuery, Store, TrendQuery, anomalies, format_table, run_trend
+    from sinks.query.alerts import HistoryQuery, run_history
+
+    p, s = stats[0], stats[1]
+    dead = int(p.get("dead_lettered", 0)) + int(s.get("dead_lettered", 0))
+    rows: list[tuple[str, Any]] = [
+        ("samples produced", produced),
+        ("messages delivered to Kafka", f"{delivered}/{published}"),
         ("processed ok", p.get("samples_ok", 0)),
-        ("dead-lettered", int(p.get("dead_lettered", 0)) + int(s.get("dead_lettered", 0))),
+        ("dead-lettered", dead),
         ("stored in InfluxDB", s.get("points_written", 0)),
-        ("late simulator rounds", report.late_rounds),
+        ("late simulator rounds", sum(r.late_rounds for r in sims)),
     ]
     for label, value in rows:
         print(f"  {label:32} {value:>10}")
-    if s.get("latency_p50_s") is not None:
-        print(f"  {'latency sample->stored p50/p99':32} {s['latency_p50_s']:.3f}s / {s['latency_p99_s']:.3f}s")
-    print("\nTrend read back from InfluxDB: mean power per GPU model, 10 s windows")
-    trend = TrendQuery("power_watts", "gpu_model", "10s", f"{int(duration_s) + 120}s", "mean")
-    print(format_table(run_trend(settings, trend)))
+    if s.get("recent_latency_p50_s") is not None:
+        p50, p99 = s["recent_latency_p50_s"], s["recent_latency_p99_s"]
+        print(f"  {'latency sample->stored p50/p99':32} {p50:.3f}s / {p99:.3f}s (the last 30 s of live samples)")
+    if isinstance(training, TrainingReport):
+        switched = p.get("baselines_version") == training.version
+        accuracy = (
+            "" if training.classifier_accuracy is None else f"; workload classifier {training.classifier_accuracy:.0%}"
+        )
+        print(
+            f"\nLearned baselines version {training.version} from {training.rows} stored samples: "
+            f"{len(training.baselines)} baselines (application x GPU model x phase){accuracy}; the running processor "
+            + ("switched to it without a restart" if switched else f"is on version {p.get('baselines_version')}")
+        )
+    else:
+        print(f"\nBaselines: {training}")
+    span = f"{max(60, (time.time_ns() - live_from_ns) // 10**9 + 5)}s"
+    with Store.from_settings(settings) as store:
+        history = anomalies(store, AnomalyQuery(span))
+    totals = {k: sum(getattr(w, k) for w in history.windows) for k in ("samples", "unusual", "anomalous")}
+    if totals["samples"]:
+        print(
+            f"Live part judged: {totals['samples']} samples, {totals['unusual']} unusual, "
+            f"{totals['anomalous']} anomalous ({totals['anomalous'] / totals['samples']:.2%})"
+        )
+    started = [f for f in history.findings if f.active]
+    by_detector: dict[str, set[str]] = {}
+    for f in started:
+        by_detector.setdefault(f.detector, set()).add(f"{f.node}/{f.gpu[:12]}")
+    print(f"Findings: {', '.join(f'{d} on {len(g)} GPU(s)' for d, g in sorted(by_detector.items())) or 'none'}")
+    for f in sorted(started, key=lambda f: f.time_ns)[:8]:
+        print(f"  {f.severity:8} {f.summary[:150]}")
+    notified = run_history(settings, HistoryQuery(span, limit=10_000))
+    outcomes: dict[str, int] = {}
+    for n in notified:
+        outcomes[n.outcome] = outcomes.get(n.outcome, 0) + 1
+    print(f"Notifications to '{OPERATORS}': {', '.join(f'{v} {k}' for k, v in sorted(outcomes.items())) or 'none yet'}")
+    print("\nTrend read back from InfluxDB: p95 of power relative to each GPU's limit, per GPU model, 30 s windows")
+    print(format_table(run_trend(settings, TrendQuery("power_ratio_of_limit", "gpu_model", "30s", span, "p95"))))
     i = settings.influxdb
     print(
-        f"\nWhere to look:\n  InfluxDB   {i.url}  org={i.org} bucket={i.bucket} "
-        f"(token in {services.state_path(settings)})\n"
+        f"\nWhere to look:\n  dashboard  {url}  (fleet, GPU, job, topology, alerts, right-sizing)\n"
+        f"  InfluxDB   {i.url}  org={i.org} bucket={i.bucket} (token in {services.state_path(settings)})\n"
         f"  Kafka      {settings.kafka.bootstrap_servers}  topics {settings.topics.raw}, "
-        f"{settings.topics.interpreted}, {settings.topics.dead_letter}\n"
+        f"{settings.topics.interpreted}, {settings.topics.alerts}, {settings.topics.dead_letter}\n"
         f"  logs       {run_dir}\n"
-        "  more       hermeneut trend --field temperature_gpu_celsius --by node --fn max\n"
+        "  try        hermeneut top hot | hermeneut anomalies | hermeneut alerts list --firing | hermeneut rightsize\n"
         "  stop       hermeneut services down"
-        if not stop_services
-        else f"\nLogs and data: {state.run_dir}"
     )
-    print_training(thread_result.get("training"), p)
-    stored = int(s.get("points_written", 0))
-    lost = produced - stored - int(p.get("dead_lettered", 0)) - int(s.get("dead_lettered", 0))
-    return bool(publisher.stats.delivered == publisher.stats.published and lost == 0)

@@ -13,6 +13,7 @@
 | feedback     | event id          | compact          | operators' verdicts on events, read by the next training  |
 | alert_state  | alert dedup key   | compact          | alert lifecycle state: survives a restart of alerting     |
 | alert_config | subscription/silence id | compact    | subscriptions and silences (tombstone = deleted)          |
+| notifications| alert group key   | delete, 7 days   | what the Kafka receiver of a subscription delivers        |
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(t.feedback, 1, rf, compact),
         TopicSpec(t.alert_state, 1, rf, compact),
         TopicSpec(t.alert_config, 1, rf, compact),
+        TopicSpec(t.notifications, 1, rf, common | {"retention.ms": str(7 * 24 * _HOUR_MS)}),
     ]
 
 

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 STAGE = "sink"
 _LATENCY_KEEP = 2_000_000
+_RECENT_NS = 30 * 10**9
 
 
 @dataclass
@@ -62,18 +63,25 @@ class SinkStats:
     latency_p50_s: float | None = None
     latency_p99_s: float | None = None
     latency_max_s: float | None = None
-    _latencies: list[np.ndarray] = field(default_factory=list, repr=False)
+    #: over the freshest data only: samples taken in the last 30 s of sample time seen (a backfill of history,
+    #: stored in the same seconds, does not count: its samples are old on purpose)
+    recent_latency_p50_s: float | None = None
+    recent_latency_p99_s: float | None = None
+    _latencies: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list, repr=False)
 
     def record_latency(self, ack_ns: int, ts_ns: np.ndarray) -> None:
-        self._latencies.append((ack_ns - ts_ns) / 1e9)
-        while sum(len(a) for a in self._latencies) > _LATENCY_KEEP:
+        self._latencies.append((ts_ns, (ack_ns - ts_ns) / 1e9))
+        while sum(len(a) for _, a in self._latencies) > _LATENCY_KEEP:
             self._latencies.pop(0)
 
     def summarize(self) -> None:
         if self._latencies:
-            lat = np.concatenate(self._latencies)
+            ts = np.concatenate([t for t, _ in self._latencies])
+            lat = np.concatenate([a for _, a in self._latencies])
             self.latency_p50_s, self.latency_p99_s = (float(x) for x in np.percentile(lat, [50, 99]))
             self.latency_max_s = float(lat.max())
+            recent = lat[ts >= ts.max() - _RECENT_NS]
+            self.recent_latency_p50_s, self.recent_latency_p99_s = (float(x) for x in np.percentile(recent, [50, 99]))
 
     def write(self, path: Path | None) -> None:
         if path is not None:

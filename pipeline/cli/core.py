@@ -17,12 +17,19 @@ def services_group() -> None:
 
 
 @services_group.command("up")
+@click.option("--web/--no-web", default=True, show_default=True, help="Also serve the dashboard.")
 @click.pass_context
-def services_up(ctx: click.Context) -> None:
-    """Install (first time), start and onboard the local services."""
+def services_up(ctx: click.Context, web: bool) -> None:
+    """Install (first time), start and onboard the local services (and the dashboard)."""
     settings = settings_of(ctx)
     with errors():
         services.up(settings)
+        if web:
+            from pipeline.topics import ensure_topics, topic_specs
+
+            resolved = services.resolve(settings)
+            ensure_topics(resolved.kafka.client_config(), topic_specs(resolved))
+            services.start_web(settings)
     for name, line in services.status(settings).items():
         click.echo(f"{name:9} {line}")
 
@@ -150,15 +157,20 @@ def sink_cmd(ctx: click.Context, stats_file: Path | None) -> None:
 @cli.command("run")
 @click.option("--nodes", default=16, show_default=True, type=click.IntRange(1))
 @click.option("--gpus", default=8, show_default=True, type=click.IntRange(1, 64), help="GPUs per node.")
-@click.option("--duration", default=60.0, show_default=True, type=click.FloatRange(1), help="Seconds of simulation.")
+@click.option("--duration", default=60.0, show_default=True, type=click.FloatRange(1), help="Live seconds.")
+@click.option("--learn-minutes", default=15.0, show_default=True, type=click.FloatRange(2, 24 * 60),
+              help="Simulated minutes of healthy history the baselines are learned from first.")  # fmt: skip
+@click.option("--seed", default=0, show_default=True, help="The simulated fleet's seed.")
 @click.option("--down/--keep", default=False, help="Stop the local services at the end (default: keep, to look).")
 @click.pass_context
-def run_cmd(ctx: click.Context, nodes: int, gpus: int, duration: float, down: bool) -> None:
-    """The main job: services up, simulated fleet -> Kafka -> processor -> InfluxDB, then a report."""
+def run_cmd(
+    ctx: click.Context, nodes: int, gpus: int, duration: float, learn_minutes: float, seed: int, down: bool
+) -> None:
+    """The main job: the whole system on a simulated fleet (learn, then live with faults), then a report."""
     from pipeline.mainjob import main_job
 
     settings = settings_of(ctx)
     with errors():
-        ok = main_job(settings, nodes=nodes, gpus=gpus, duration_s=duration, stop_services=down)
+        ok = main_job(settings, nodes, gpus, duration, down, learn_s=learn_minutes * 60, seed=seed)
     if not ok:
         sys.exit(1)

@@ -1,4 +1,5 @@
-"""Local Kafka + InfluxDB for people and tests without a cluster: ``hermeneut services up|status|down``.
+"""Local Kafka + InfluxDB (and the dashboard) for people and tests without a cluster: ``hermeneut services
+up|status|down``.
 
 Each ``up`` gets a fresh run folder (``<state>/runs/<UTC time>/{kafka,influxdb}``) with data and logs, which are
 kept after ``down``. Ports are free loopback ports. The endpoints and the generated InfluxDB token go to
@@ -12,7 +13,9 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,7 @@ from pydantic import SecretStr
 from pipeline.config import Settings, settings_env
 from pipeline.errors import ConfigError, ServiceError
 from pipeline.services import influxdb, kafka
-from pipeline.services.procs import pid_alive, port_open, stop_pid
+from pipeline.services.procs import free_port, pid_alive, port_open, start_daemon, stop_pid, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +37,7 @@ class LocalState:
     run_dir: str
     kafka: dict[str, Any] | None = None
     influxdb: dict[str, Any] | None = None
+    web: dict[str, Any] | None = None
 
 
 def state_path(settings: Settings) -> Path:
@@ -80,6 +84,39 @@ def _start_kafka(settings: Settings, run_dir: Path) -> kafka.KafkaProcess:
         return kafka.start(cache, k.fallback_version, run_dir / "kafka-fallback", heap_mb=k.heap_mb)
 
 
+def _web_running(info: dict[str, Any] | None) -> bool:
+    return bool(info) and pid_alive(int(info["pid"])) and web_healthy(str(info["url"]))  # type: ignore[index]
+
+
+def web_healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def start_web(settings: Settings) -> LocalState:
+    """The dashboard (``hermeneut web``) as a local service on the resolved servers, on ``web.port`` when it is
+    free (else a free port); it stops with ``services down``."""
+    state = read_state(settings)
+    if state is None:
+        raise ServiceError("start the local services first (`hermeneut services up`)")
+    if _web_running(state.web):
+        return state
+    resolved = resolve(settings)
+    host = resolved.web.host
+    port = resolved.web.port if not port_open(resolved.web.port, host) else free_port()
+    log_path = Path(state.run_dir) / "web" / "web.log"
+    cmd = [sys.executable, "-m", "pipeline.cli", "web", "--host", host, "--port", str(port)]
+    pid = start_daemon(cmd, log_path, env=child_env(resolved))
+    url = f"http://{host}:{port}"
+    wait_until(lambda: web_healthy(url), 60, "the dashboard", lambda: pid_alive(pid))
+    state.web = {"pid": pid, "url": url, "log": str(log_path)}
+    _write_state(settings, state)
+    return state
+
+
 def up(settings: Settings) -> LocalState:
     """Start whatever local service the settings need and is not running yet; returns the state."""
     state = read_state(settings)
@@ -122,6 +159,7 @@ def up(settings: Settings) -> LocalState:
     except BaseException:
         down(settings, quiet=True)
         raise
+    _write_state(settings, state)  # also with external servers: the run folder and the dashboard live here
     return state
 
 
@@ -148,6 +186,12 @@ def status(settings: Settings) -> dict[str, str]:
         )
     else:
         lines["influxdb"] = f"external {settings.influxdb.url}"
+    web = state.web if state else None
+    lines["web"] = (
+        f"up   {web['url']} (dashboard and API, pid {web['pid']}, log {web['log']})"
+        if web and _web_running(web)
+        else "down (`hermeneut services up` starts it)"
+    )
     return lines
 
 
@@ -156,7 +200,7 @@ def down(settings: Settings, quiet: bool = False) -> None:
     state = read_state(settings)
     if state is None:
         return
-    for info in (state.kafka, state.influxdb):
+    for info in (state.web, state.kafka, state.influxdb):
         if info and pid_alive(int(info["pid"])):
             stop_pid(int(info["pid"]))
     with contextlib.suppress(FileNotFoundError):
