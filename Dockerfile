@@ -30,7 +30,7 @@ ENV PATH=/opt/hermeneut/bin:$PATH \
 # A fixed, unprivileged uid; its home holds ~/.cache and ~/.local/state (settings.services.*), and the
 # working directory is where the faust worker keeps its data directory (<group_prefix>-processor-data).
 RUN useradd --uid "${UID}" --user-group --create-home --home-dir /home/hermeneut --shell /usr/sbin/nologin hermeneut \
-    && install -d -o hermeneut -g hermeneut /var/lib/hermeneut
+    && install -d -o hermeneut -g hermeneut /var/lib/hermeneut /home/hermeneut/.local/state/hermeneut
 COPY --from=build /opt/hermeneut /opt/hermeneut
 USER hermeneut:hermeneut
 WORKDIR /var/lib/hermeneut

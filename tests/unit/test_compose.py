@@ -24,10 +24,17 @@ DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 
 INFRA = {"kafka", "influxdb", "grafana"}
-PIPELINE = {"topics": "topics", "simulator": "simulate", "processor": "process", "sink": "sink"}
-LONG_RUNNING = {"simulator", "processor", "sink"}
+PIPELINE = {
+    "topics": "topics",
+    "simulator": "simulate",
+    "processor": "process",
+    "sink": "sink",
+    "alerts": "alerts",
+    "web": "web",
+}
+LONG_RUNNING = {"simulator", "processor", "sink", "alerts", "web"}
 NEEDS_TOPICS = LONG_RUNNING
-NEEDS_INFLUXDB = {"sink"}
+NEEDS_INFLUXDB = {"sink", "alerts", "web"}
 REQUIRED_PIPELINE_ENV = {
     "HERMENEUT_KAFKA__BOOTSTRAP_SERVERS",
     "HERMENEUT_INFLUXDB__URL",
