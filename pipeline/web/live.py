@@ -1,10 +1,11 @@
 """The fleet as it is now, for the dashboard: the latest interpreted reading of every GPU and its open findings.
 
-A background thread reads the interpreted and alerts topics (every partition, no consumer group, starting a
-minute back so a freshly started server shows the fleet at once: findings repeat every 60 s while active) and
-keeps one compact :class:`GpuState` per GPU plus each node's NIC traffic. Readers take consistent snapshots;
-``changes_since(version)`` gives what changed for the server-sent-event stream, so a browser never re-downloads
-the whole fleet.
+A background thread reads the interpreted and alerts topics (every partition, no consumer group) and keeps one
+compact :class:`GpuState` per GPU plus each node's NIC traffic. It starts 90 s back (findings repeat every 60 s
+while active) or at the last messages of each partition, whichever is earlier, so a freshly started server shows
+the fleet at once, and the last state it had when the data stopped (the page says how old it is). Readers take
+consistent snapshots; ``changes_since(version)`` gives what changed for the server-sent-event stream, so a
+browser never re-downloads the whole fleet.
 
 Nothing here decodes anything but the project's own schema; a record that does not decode is counted and skipped
 (the sink dead-letters the same record, so nothing is lost).
@@ -50,6 +51,9 @@ LIVE_FIELDS: tuple[str, ...] = (
 )
 _LIVE_COLS = np.array([METRIC_INDEX[f] for f in LIVE_FIELDS])
 _LOOKBACK_MS = 90_000
+#: at least this many of the last messages per partition (each holds one processing batch of many GPUs)
+_LAST_MESSAGES = 200
+_LAST_FINDINGS = 2000
 
 
 @dataclass
@@ -156,8 +160,13 @@ class LiveFleet:
         for topic in (self.settings.topics.interpreted, self.settings.topics.alerts):
             meta = consumer.list_topics(topic, timeout=30).topics[topic]
             wanted += [TopicPartition(topic, p, since_ms) for p in meta.partitions]
-        offsets = consumer.offsets_for_times(wanted, timeout=30)
-        consumer.assign(offsets)
+        starts = []
+        for tp in consumer.offsets_for_times(wanted, timeout=30):
+            low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=30)
+            by_time = tp.offset if tp.offset >= 0 else high
+            keep = _LAST_MESSAGES if tp.topic == self.settings.topics.interpreted else _LAST_FINDINGS
+            starts.append(TopicPartition(tp.topic, tp.partition, max(low, min(by_time, high - keep))))
+        consumer.assign(starts)
         self._thread = threading.Thread(target=self._run, args=(consumer,), name="live-fleet", daemon=True)
         self._thread.start()
         return self

@@ -42,6 +42,16 @@ function applyGpus(list) {
   for (const g of list) state.gpus.set(g.uuid, g);
 }
 
+function showFreshness() {
+  const badge = document.getElementById("live");
+  const newest = Math.max(0, ...[...state.gpus.values()].map((g) => g.ts_ms));
+  const age = (Date.now() - newest) / 1000;
+  const stale = newest > 0 && age > 60;
+  badge.textContent = stale ? `no new samples for ${age < 3600 ? Math.round(age / 60) + " min" : Math.round(age / 3600) + " h"} · ${state.gpus.size} GPUs (their last state)`
+    : `live · ${state.gpus.size} GPUs`;
+  badge.classList.toggle("on", !stale);
+}
+
 function connectLive() {
   const badge = document.getElementById("live");
   const source = new EventSource(`/api/v1/live?since=${state.version}`);
@@ -49,8 +59,7 @@ function connectLive() {
     const msg = JSON.parse(ev.data);
     state.version = msg.version;
     applyGpus(msg.gpus);
-    badge.textContent = `live · ${state.gpus.size} GPUs`;
-    badge.classList.add("on");
+    showFreshness();
     requestAnimationFrame(() => {
       if (currentRoute().name === "fleet") renderFleetBody();
       const now = Date.now();
@@ -306,6 +315,8 @@ async function main() {
   window.addEventListener("hashchange", route);
   await route();
   window.__hermeneut.loadedAt = performance.now();
+  showFreshness();
+  setInterval(showFreshness, 15000);
   connectLive();
 }
 
