@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from influxdb_client.client.influxdb_client import InfluxDBClient
 from pydantic import SecretStr
 
 from pipeline.cli import cli
@@ -124,6 +125,14 @@ def _settings(
     )
     ensure_topics(s.kafka.client_config(), topic_specs(s))
     return s
+
+
+def _own_bucket(influx: InfluxServer) -> str:
+    p = influx.proc
+    name = f"q{uuid.uuid4().hex[:8]}"
+    with InfluxDBClient(url=p.url, token=p.token, org=p.org) as client:
+        client.buckets_api().create_bucket(bucket_name=name, org=p.org)
+    return name
 
 
 def _start_ns() -> int:
@@ -453,7 +462,8 @@ def jobs(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> JobData:
     state = tmp_path_factory.mktemp("jobs")
-    settings = _settings(kafka_server, influx_server, defaults, state)
+    # Baselines are fleet-wide (no cluster tag): a bucket of its own keeps other tests' trained bands out.
+    settings = _settings(kafka_server, influx_server, defaults, state, bucket=_own_bucket(influx_server))
     start = _start_ns()
     batches, rows, xids = _interpreted(settings.cluster, start)
     findings = _findings(settings.cluster, start)
