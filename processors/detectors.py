@@ -116,6 +116,8 @@ _BUSY_UTIL: Final = 20.0
 _PCIE_BUSY_UTIL: Final = 40.0
 _CONTAINED_ECC: Final = 94
 _NO_PROCS: Final = -(2**63)
+#: process signatures of a GPU without compute processes (an empty list, a process count of 0); with _NO_PROCS
+_NO_WORK: Final = (_NO_PROCS, hash(()), 0)
 _IDLE_UTIL: Final = 5.0
 
 
@@ -475,7 +477,6 @@ class Detectors:
         for col, target in ((0, self.boundary_ts), (1, self.app_boundary_ts)):
             rows = np.flatnonzero(changed[:, col] | (col == 1) & changed[:, 0])
             np.maximum.at(target, s[rows], ts[rows])
-        self._process_boundaries(b, order, s, ts)
         last = np.r_[s[1:] != s[:-1], True]
         moved = last & ((self.job_code[s] != codes).any(axis=1) | changed.any(axis=1))
         self.job_code[s[last]] = codes[last]
@@ -501,9 +502,12 @@ class Detectors:
                 if known is not None:
                     self.expected_links[known] = gpu.nvlink_links if gpu.nvlink_links > 0 else -1
 
-    def _process_boundaries(self, b: InterpretedBatch, order: np.ndarray, s: np.ndarray, ts: np.ndarray) -> None:
-        """A change of a GPU's compute processes (other pids; without a process list, another process count) is a
-        job boundary the telemetry shows by itself, with or without a context source (rows sorted by slot, time)."""
+    def _job_starts(self, b: InterpretedBatch, order: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """Per row (sorted by slot, time), whether the GPU's compute processes changed to a new, non-empty set
+        (other pids; without a process list, another process count above 0): a job start the telemetry shows by
+        itself, with or without a context source. Processes going away are not: a job's end restores limits
+        (accepted anyway) and its memory falls (which restarts the leak history by itself). Applied level by
+        level, so a replay batch does not see a start before the row that shows it."""
         counts = b.metrics[order, METRIC_INDEX["process_count"]].tolist()
         sig = np.fromiter(
             (_process_signature(b.processes[i], c) for i, c in zip(order.tolist(), counts, strict=True)),
@@ -512,12 +516,10 @@ class Detectors:
         )
         first = np.r_[True, s[1:] != s[:-1]]
         prev = np.where(first, self.proc_sig[s], np.r_[_NO_PROCS, sig[:-1]])
-        rows = np.flatnonzero((prev != _NO_PROCS) & (sig != _NO_PROCS) & (prev != sig))
-        np.maximum.at(self.boundary_ts, s[rows], ts[rows])
-        np.maximum.at(self.app_boundary_ts, s[rows], ts[rows])
         known = np.flatnonzero(sig != _NO_PROCS)
         last = known[np.r_[s[known][1:] != s[known][:-1], True]] if len(known) else known
         self.proc_sig[s[last]] = sig[last]
+        return np.asarray((prev != _NO_PROCS) & (prev != sig) & ~np.isin(sig, _NO_WORK))
 
     def _regroup(self, slot: int) -> None:
         """Keep the GPU in the peer group of its current job (or none)."""
@@ -560,9 +562,14 @@ class Detectors:
         cond, seen = level_conditions(m, rel, allocated, self.expected_links[s])
         deltas = self._counter_deltas(s, first, m)
 
+        job_start = self._job_starts(b, order, s)
         for k in range(int(rank.max()) + 1):
             rows = np.flatnonzero(rank == k)
             g = s[rows]
+            started = rows[job_start[rows]]
+            if len(started):
+                np.maximum.at(self.boundary_ts, s[started], ts[started])
+                np.maximum.at(self.app_boundary_ts, s[started], ts[started])
             self._debounce(g, rows, ts, dt_s, cond, seen, out)
             self._power(g, ts[rows], m[rows], out)
             self._leak(g, ts[rows], m[rows], rel[rows], out)

@@ -78,10 +78,10 @@ def gtx(t: int, gpu: int) -> tuple[dict[str, float], None, tuple[GpuProcess, ...
     }
     if gpu != 1 or t < MINER_AT:
         return m, None, ()
-    m |= {"utilization_gpu_percent": 100.0, "memory_used_bytes": 2.4 * GIB, "sm_clock_mhz": 1480.0,
+    m |= {"utilization_gpu_percent": 100.0, "memory_used_bytes": 2.5 * GIB, "sm_clock_mhz": 1480.0,
           "power_watts": 170.0, "power_limit_watts": 173.0, "throttle_reasons_mask": SW_POWER_CAP,
           "process_count": 1.0}  # fmt: skip
-    return m, None, (GpuProcess(3207845, "t-rex", int(2.4 * GIB)),)
+    return m, None, (GpuProcess(3207845, "t-rex", int(2.5 * GIB)),)
 
 
 def test_node_level_power_cap_fast_leak_and_a_miners_setting(settings: Settings, tmp_path: Path) -> None:

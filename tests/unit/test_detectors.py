@@ -265,7 +265,7 @@ def _miner(t: int, gpu: int, m: dict[str, float], start: int, limit_at: int) -> 
     if t < start:
         return m | {"utilization_gpu_percent": 0.0, "power_watts": 12.0, "memory_used_bytes": 3.0 * 2**20,
                     "sm_clock_mhz": 139.0, "pcie_link_gen": 1.0}  # fmt: skip
-    return m | {"utilization_gpu_percent": 100.0, "power_watts": 170.0, "memory_used_bytes": 2.4 * GIB,
+    return m | {"utilization_gpu_percent": 100.0, "power_watts": 170.0, "memory_used_bytes": 2.5 * GIB,
                 "sm_clock_mhz": 1480.0, "throttle_reasons_mask": float(SW_POWER_CAP)}  # fmt: skip
 
 
@@ -279,7 +279,7 @@ def test_a_miner_lowering_its_limit_at_its_start_is_a_setting_without_context(wi
     def processes(t: int, gpu: int) -> tuple[GpuProcess, ...] | None:
         if not with_processes:
             return None
-        return (GpuProcess(3207845 + gpu, "t-rex", int(2.4 * GIB)),) if t >= 600 else ()
+        return (GpuProcess(3207845 + gpu, "t-rex", int(2.5 * GIB)),) if t >= 600 else ()
 
     def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
         return _miner(t, gpu, m, 600, limit_at)
@@ -295,7 +295,7 @@ def test_a_limit_lowered_mid_job_without_context_is_still_a_fault() -> None:
         return _miner(t, gpu, m, 0, 600)
 
     def processes(t: int, gpu: int) -> tuple[GpuProcess, ...]:
-        return (GpuProcess(3207845, "t-rex", int(2.4 * GIB)),)
+        return (GpuProcess(3207845, "t-rex", int(2.5 * GIB)),)
 
     _det, found, _ = run(1000, shape, job=lambda _t, _g: None, gpus=1, processes=processes)
     assert kinds(found) == {("power-capping", "GPU-0")}
@@ -334,6 +334,47 @@ def test_power_supply_failure_is_one_node_level_finding() -> None:
     explained = {uuid for uuid, ts, text in rows if "power capping on 8 of 8 GPUs" in text}
     assert explained == {f"GPU-{g}" for g in range(8)}
     assert not [text for _u, ts, text in rows if ts >= T0 + 1400 * S and "power capping" in text]
+
+
+def test_power_supply_failure_next_to_job_ends_and_starts_without_context() -> None:
+    """No context. GPU 3's job ended 40 s before the PSU failed (its process went away): a job's end is no
+    setting, GPU 3 is in the node finding. GPU 2's next job starts 30 s after (a new pid): its lower limit is
+    taken for that job's setting, a documented limit."""
+
+    def processes(t: int, gpu: int) -> tuple[GpuProcess, ...]:
+        if gpu == 3 and t >= 360:
+            return ()
+        return (GpuProcess(7000 + gpu + (50 if gpu == 2 and t >= 430 else 0), "python", None),)
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if t >= 400:
+            m |= {"power_limit_watts": 400.0, "power_watts": 398.0, "throttle_reasons_mask": float(SW_POWER_CAP)}
+        if gpu == 3 and t >= 360:
+            m |= {"utilization_gpu_percent": 0.0, "power_watts": 70.0, "memory_used_bytes": 0.0}
+        return m
+
+    _det, found, _ = run(900, shape, job=lambda _t, _g: None, gpus=4, processes=processes)
+    assert [(f.detector, f.gpu_uuid, f.ts_ns) for f in starts(found)] == [("power-capping", None, T0 + 520 * S)]
+    assert "on 3 of 4 GPUs at once (GPU 0, 1, 3)" in starts(found)[0].summary
+
+
+def test_a_job_start_from_processes_counts_from_its_row_on_in_replays_too() -> None:
+    """GPU 2's next job starts 10 s after the node's lowered limits were confirmed: live, GPU 2 is in the node
+    finding; a replay batch of 37 rounds holding both rows must not see that start early."""
+
+    def processes(t: int, gpu: int) -> tuple[GpuProcess, ...]:
+        return (GpuProcess(7000 + gpu + (50 if gpu == 2 and t >= 530 else 0), "python", None),)
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        return m | {"power_limit_watts": 400.0, "power_watts": 398.0} if t >= 400 else m
+
+    found = {}
+    for per_batch in (1, 37):
+        _det, out, _ = run(700, shape, job=lambda _t, _g: None, gpus=4, processes=processes, rounds_per_batch=per_batch)
+        found[per_batch] = [(f.gpu_uuid, f.since_ns, f.summary) for f in starts(out)]
+    assert found[1] == found[37]
+    assert [(uuid, since) for uuid, since, _ in found[1]] == [(None, T0 + 520 * S)]
+    assert "on 4 of 4 GPUs at once" in found[1][0][2]
 
 
 def test_two_gpus_lowered_seconds_apart_are_one_node_finding_and_one_alone_is_per_gpu() -> None:
