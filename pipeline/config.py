@@ -300,6 +300,8 @@ class DetectorSettings(_Section):
     straggler_window_s: float = Field(default=30.0, ge=5.0, le=3600.0)
     #: how long memory must keep growing linearly before it is called a leak
     leak_confirm_s: float = Field(default=240.0, ge=30.0, le=86_400.0)
+    #: a fast, straight-line growth is a leak at once when it projects to full memory within this long
+    leak_fast_full_s: float = Field(default=600.0, ge=0.0, le=86_400.0)
     #: a lowered power limit must hold this long, away from a job start, to be a fault and not a setting
     power_confirm_s: float = Field(default=120.0, ge=0.0, le=3600.0)
     #: a job change within this long of a power-limit change makes the change a setting, not a fault

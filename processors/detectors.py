@@ -6,7 +6,8 @@ after the fault classes (``thermal-throttling``, ``power-capping``, ``nvlink-dow
 below storm level), ``row-remap`` (a remap/retirement waiting for a reset) and ``idle-capacity`` (allocated but
 unused). A finding is sent when its condition starts, again every ``repeat_s`` while it holds, and once with
 ``active=False`` when it clears; the summary of every active finding is appended to the ``explanation`` of the
-GPU's rows.
+GPU's rows. A power cap that lowers several GPUs of a node at once (a failed power supply, a rack's budget) is one
+*node-level* finding (``gpu_uuid`` None) naming the GPUs; each of their rows carries its summary.
 
 Everything runs on *data time* (the samples' ``ts_ns``), never the wall clock, so a replay or a fast-forwarded
 history gives the findings a live stream would have given, at the same timestamps.
@@ -17,7 +18,8 @@ of all GPUs at once (one level per sampling round; a live batch has one, a fast-
 Level conditions are debounced by an exponentially weighted score in data time with hysteresis (start above
 0.6, clear below 0.15), so noise and short dips neither start nor end a finding. How each detector tells a fault
 from healthy behaviour that looks alike (idle PCIe downshift, checkpoint dips, KV-cache growth, an operator's power
-cap) is in docs/detectors.md.
+cap) is in docs/detectors.md. Job boundaries come from the context (a change of job id) and from the telemetry
+itself (a change of the GPU's compute processes), so a rule that needs them works without a context source too.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from pipeline.events import (
     EventKind,
     Finding,
     GpuEvent,
+    GpuProcess,
     InterpretedBatch,
     NodeTopology,
     NvLinkSample,
@@ -94,12 +97,27 @@ _S: Final = 1_000_000_000
 #: memory-leak trend: 9 per-minute means (two 4-minute growths), at least 0.2% of the GPU's memory per minute
 _MEM_RING: Final = 9
 _LEAK_MIN_SLOPE: Final = 0.002 / 60
+#: fast leaks: 12 means of 10 s (a 2-minute straight line), at least 1% of the GPU's memory per minute
+_FAST_BUCKET_S: Final = 10
+_FAST_RING: Final = 12
+_FAST_MIN_SLOPE: Final = 0.01 / 60
+#: the line must explain the growth (R^2), the second minute must grow at >= 0.95x the first (a cache filling
+#: towards a plateau with a time constant under ~20 minutes slows down more than that; one with a longer time
+#: constant is never projected full within 10 minutes), and no 10 s may fall
+_FAST_R2: Final = 0.98
+_FAST_KEEP_PACE: Final = 0.95
+_FAST_MAX_DIP: Final = 0.002
+#: the first minute after a job starts (or the GPU is first seen) is start-up: its allocations are not judged
+_FAST_STARTUP_S: Final = 60
 #: completed straggler windows kept per GPU (a fast-forward batch spans a few windows; judging lags by two)
 _RING: Final = 8
 _BUSY_UTIL: Final = 20.0
 #: an idle or lightly loaded GPU may train its link at a lower generation: only judged above this
 _PCIE_BUSY_UTIL: Final = 40.0
 _CONTAINED_ECC: Final = 94
+_NO_PROCS: Final = -(2**63)
+#: process signatures of a GPU without compute processes (an empty list, a process count of 0); with _NO_PROCS
+_NO_WORK: Final = (_NO_PROCS, hash(()), 0)
 _IDLE_UTIL: Final = 5.0
 
 
@@ -187,6 +205,45 @@ def level_conditions(
     return cond, seen
 
 
+def fast_leak(
+    ring: np.ndarray, full: np.ndarray, min_slope: float, max_full_s: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per GPU, whether its memory is leaking fast: the 10-s means of the memory used ratio in ``ring`` (oldest
+    first, the window complete) rise along a straight line that does not slow down and reaches ``full`` within
+    ``max_full_s``. Returns (leaking, slope per second, projected seconds to full).
+
+    Pure: a table of windows in, three arrays out.
+    """
+    k = ring.shape[1]
+    x = np.arange(k, dtype=np.float64) * _FAST_BUCKET_S
+    complete = ~np.isnan(ring).any(axis=1)
+    y = np.where(complete[:, None], ring, 0.0)
+
+    def slopes(part: np.ndarray, xs: np.ndarray) -> np.ndarray:
+        xc = xs - xs.mean()
+        return np.asarray((part - part.mean(axis=1, keepdims=True)) @ xc / (xc @ xc))
+
+    slope = slopes(y, x)
+    fitted = y.mean(axis=1, keepdims=True) + slope[:, None] * (x - x.mean())
+    ss_tot = ((y - y.mean(axis=1, keepdims=True)) ** 2).sum(axis=1)
+    ss_res = ((y - fitted) ** 2).sum(axis=1)
+    half = k // 2
+    first, second = slopes(y[:, :half], x[:half]), slopes(y[:, half:], x[half:])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r2 = np.where(ss_tot > 0, 1.0 - ss_res / ss_tot, 0.0)
+        to_full = np.where(slope > 0, (full - y[:, -1]) / slope, np.inf)
+    leaking = (
+        complete
+        & (slope >= min_slope)
+        & (r2 >= _FAST_R2)
+        & (second >= _FAST_KEEP_PACE * first)
+        & (np.diff(y, axis=1) > -_FAST_MAX_DIP).all(axis=1)
+        & (to_full > 0)
+        & (to_full <= max_full_s)
+    )
+    return leaking, np.where(complete, slope, np.nan), to_full
+
+
 def _links_from_samples(m: np.ndarray, links: list[tuple[NvLinkSample, ...] | None]) -> None:
     """Where a source reports per-link NVLink state but not the totals, count the links (in place)."""
     active, most = METRIC_INDEX["nvlink_links_active"], METRIC_INDEX["nvlink_links_max"]
@@ -196,6 +253,20 @@ def _links_from_samples(m: np.ndarray, links: list[tuple[NvLinkSample, ...] | No
             m[i, active] = sum(1 for link in per_link if link.active)
             if np.isnan(m[i, most]):
                 m[i, most] = len(per_link)
+
+
+def _usable_ratio(m: np.ndarray) -> np.ndarray:
+    """The share of each GPU's memory that processes can use (the driver reserves the rest; 1 where unknown)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        usable = 1.0 - _col(m, "memory_reserved_bytes") / _col(m, "memory_total_bytes")
+    return np.where(np.isnan(usable), 1.0, usable)
+
+
+def _process_signature(processes: tuple[GpuProcess, ...] | None, count: float) -> int:
+    """Which compute processes use a GPU, as one number: a hash of their pids, else the process count."""
+    if processes is not None:
+        return hash(tuple(sorted(p.pid for p in processes if p.kind == "compute")))
+    return _NO_PROCS if count != count else int(count)  # noqa: PLR0124 (NaN test)
 
 
 def _fmt(value: float, unit: str = "", digits: int = 0) -> str:
@@ -228,6 +299,11 @@ class Detectors:
     leak_since: np.ndarray
     leak_false_since: np.ndarray
     leak_peak: np.ndarray
+    fast_ring: np.ndarray
+    fast_acc: np.ndarray
+    fast_bucket: np.ndarray
+    proc_sig: np.ndarray
+    power_by_node: np.ndarray
     win_idx: np.ndarray
     win_sums: np.ndarray
     win_done: np.ndarray
@@ -254,6 +330,8 @@ class Detectors:
         self._cap = 0
         self._alloc(64)
         self._episodes: dict[tuple[int, int], _Episode] = {}
+        #: node-level findings, by (node id, detector): a power cap on several GPUs of a node at once
+        self._node_episodes: dict[tuple[int, int], _Episode] = {}
         self._xids: dict[int, deque[tuple[int, int]]] = {}
         self._jobs: dict[str, _Peers] = {}
         self._job_codes: dict[str, int] = {}
@@ -287,6 +365,8 @@ class Detectors:
         grow("ref_limit", nan, np.float64)
         grow("drop_since", -1, np.int64)
         grow("drop_from", nan, np.float64)
+        # the GPU's lowered limit is reported by its node's finding (several GPUs of the node lowered together)
+        grow("power_by_node", False, bool)
         # memory leak: per-minute means of the memory used ratio (oldest first) and the minute being summed
         grow("mem_ring", nan, np.float64, _MEM_RING)
         grow("mem_acc", 0.0, np.float64, 2)
@@ -296,6 +376,12 @@ class Detectors:
         grow("leak_since", -1, np.int64)
         grow("leak_false_since", -1, np.int64)
         grow("leak_peak", 0.0, np.float64)
+        # fast leaks: 10-s means of the memory used ratio (oldest first) and the 10 s being summed
+        grow("fast_ring", nan, np.float64, _FAST_RING)
+        grow("fast_acc", 0.0, np.float64, 2)
+        grow("fast_bucket", -1, np.int64)
+        # the GPU's compute processes as last seen (a hash of their pids; _NO_PROCS: not reported)
+        grow("proc_sig", _NO_PROCS, np.int64)
         # straggler windows: sums of util, busy sm-clock ratio and their counts for the current window
         grow("win_idx", -1, np.int64)
         grow("win_sums", 0.0, np.float64, 4)
@@ -349,7 +435,7 @@ class Detectors:
         if batch.gpu_events:
             self._events(batch.gpu_events, out)
         self._post(out)
-        if len(batch) and self._episodes:
+        if len(batch) and (self._episodes or self._node_episodes):
             batch = self._explain(batch)
         return batch, out
 
@@ -416,6 +502,25 @@ class Detectors:
                 if known is not None:
                     self.expected_links[known] = gpu.nvlink_links if gpu.nvlink_links > 0 else -1
 
+    def _job_starts(self, b: InterpretedBatch, order: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """Per row (sorted by slot, time), whether the GPU's compute processes changed to a new, non-empty set
+        (other pids; without a process list, another process count above 0): a job start the telemetry shows by
+        itself, with or without a context source. Processes going away are not: a job's end restores limits
+        (accepted anyway) and its memory falls (which restarts the leak history by itself). Applied level by
+        level, so a replay batch does not see a start before the row that shows it."""
+        counts = b.metrics[order, METRIC_INDEX["process_count"]].tolist()
+        sig = np.fromiter(
+            (_process_signature(b.processes[i], c) for i, c in zip(order.tolist(), counts, strict=True)),
+            dtype=np.int64,
+            count=len(order),
+        )
+        first = np.r_[True, s[1:] != s[:-1]]
+        prev = np.where(first, self.proc_sig[s], np.r_[_NO_PROCS, sig[:-1]])
+        known = np.flatnonzero(sig != _NO_PROCS)
+        last = known[np.r_[s[known][1:] != s[known][:-1], True]] if len(known) else known
+        self.proc_sig[s[last]] = sig[last]
+        return np.asarray((prev != _NO_PROCS) & (prev != sig) & ~np.isin(sig, _NO_WORK))
+
     def _regroup(self, slot: int) -> None:
         """Keep the GPU in the peer group of its current job (or none)."""
         key = self._job_key(slot)
@@ -457,15 +562,20 @@ class Detectors:
         cond, seen = level_conditions(m, rel, allocated, self.expected_links[s])
         deltas = self._counter_deltas(s, first, m)
 
+        job_start = self._job_starts(b, order, s)
         for k in range(int(rank.max()) + 1):
             rows = np.flatnonzero(rank == k)
             g = s[rows]
+            started = rows[job_start[rows]]
+            if len(started):
+                np.maximum.at(self.boundary_ts, s[started], ts[started])
+                np.maximum.at(self.app_boundary_ts, s[started], ts[started])
             # a finding started on this row describes this row, so it is the GPU's latest before any detector runs
             self.last_row[g] = m[rows]
             self.last_rel[g] = rel[rows]
             self._debounce(g, rows, ts, dt_s, cond, seen, out)
             self._power(g, ts[rows], m[rows], out)
-            self._leak(g, ts[rows], rel[rows], out)
+            self._leak(g, ts[rows], m[rows], rel[rows], out)
             self._windows(g, ts[rows], m[rows], rel[rows])
             gap = (self.last_ts[g] >= 0) & (ts[rows] - self.last_ts[g] >= self.settings.lost_after_s * _S)
             self.back_since[g[gap]] = ts[rows][gap]
@@ -501,8 +611,10 @@ class Detectors:
         """A power limit lowered below the one accepted for this job, away from a job boundary, is a fault.
 
         A limit seen from a GPU's first sample, or changed within ``job_boundary_s`` of a job starting or
-        changing (before or after: context can lag the limit), is the operator's setting: it becomes the accepted
-        limit and never a finding. A drop is confirmed after ``power_confirm_s``; it clears when the limit is back.
+        changing (a new job id in the context or new compute processes on the GPU; before or after: a prolog can
+        set the limit before the job's process starts, and context can lag), is the operator's setting: it becomes
+        the accepted limit and never a finding. A drop is confirmed after ``power_confirm_s``; it clears when the
+        limit is back. Several GPUs of a node confirmed together make one node-level finding (_power_starts).
         """
         cfg = self.settings
         limit = _col(m, "power_limit_watts")
@@ -525,15 +637,59 @@ class Detectors:
         self.ref_limit[g] = ref
         self.drop_from[g[begin]] = ref[begin]
         self.drop_since[g] = np.where(begin, ts, np.where(setting | back | start, -1, since))
-        for i in np.flatnonzero(start | restored).tolist():
-            self._transition(int(g[i]), POWER, bool(start[i]), int(ts[i]), out)
+        if start.any():
+            self._power_starts(g[start], ts[start], out)
+        for i in np.flatnonzero(restored).tolist():
+            slot, t = int(g[i]), int(ts[i])
+            if self.power_by_node[slot]:
+                self._power_leaves_node(slot, t, out)
+            else:
+                self._transition(slot, POWER, False, t, out)
 
-    def _leak(self, g: np.ndarray, ts: np.ndarray, rel: np.ndarray, out: list[Finding]) -> None:
-        """Memory that keeps growing at the same pace: per-minute means, the growth of the last 4 minutes against
-        the 4 before (a cache filling towards a plateau decelerates; a leak does not), for ``leak_confirm_s``."""
+    def _power_starts(self, g: np.ndarray, ts: np.ndarray, out: list[Finding]) -> None:
+        """Confirmed lowered limits: one node-level finding when two or more GPUs of the node are lowered at once
+        (confirmed together, or others still waiting for confirmation): one cause, one finding; else per GPU."""
+        used = len(self._uuid)
+        nodes = self.node_of[g]
+        for node in dict.fromkeys(nodes.tolist()):
+            mine, t = g[nodes == node], int(ts[nodes == node].min())
+            key = (node, _D[POWER])
+            if key not in self._node_episodes:
+                peers = np.flatnonzero(self.node_of[:used] == node)
+                others = peers[~np.isin(peers, mine)]
+                lowered = (self.drop_since[others] >= 0) | (
+                    self.active[others, _D[POWER]] & ~self.power_by_node[others]
+                )
+                if len(mine) == 1 and not lowered.any():
+                    self._transition(int(mine[0]), POWER, True, t, out)
+                    continue
+            self.active[mine, _D[POWER]] = True
+            self.power_by_node[mine] = True
+            self.explained_until[mine] = np.iinfo(np.int64).max
+            if key not in self._node_episodes:
+                self._node_episodes[key] = _Episode(t, t, Severity.WARNING, "", "", {}, {})
+                self._send_node(node, _D[POWER], True, t, out)
+
+    def _power_leaves_node(self, slot: int, ts: int, out: list[Finding]) -> None:
+        node = int(self.node_of[slot])
+        self.active[slot, _D[POWER]] = False
+        self.power_by_node[slot] = False
+        self.explained_until[slot] = ts
+        if not self.power_by_node[: len(self._uuid)][self.node_of[: len(self._uuid)] == node].any():
+            self._send_node(node, _D[POWER], False, ts, out)
+            del self._node_episodes[(node, _D[POWER])]
+
+    def _leak(self, g: np.ndarray, ts: np.ndarray, m: np.ndarray, rel: np.ndarray, out: list[Finding]) -> None:
+        """Memory that keeps growing at the same pace, by two routes (docs/detectors.md gives the numbers):
+
+        - *slow*: per-minute means, the growth of the last 4 minutes against the 4 before (a cache filling towards
+          a plateau decelerates; a leak does not), held for ``leak_confirm_s``;
+        - *fast*: 10-s means on a straight line for 2 minutes, not slowing down, full within ``leak_fast_full_s``
+          (at that pace the process runs out of memory before the slow route could confirm).
+        """
         y = rel[:, _REL["memory_used_ratio"]]
         ok = ~np.isnan(y)
-        g, ts, y = g[ok], ts[ok], y[ok]
+        g, ts, y, m = g[ok], ts[ok], y[ok], m[ok]
         if not len(g):
             return
         # a job change or an OOM restart (memory falls well below its peak) starts a new history
@@ -541,56 +697,92 @@ class Detectors:
         self.leak_origin[g] = np.where(reset | (self.leak_origin[g] < 0), ts, self.leak_origin[g])
         self.mem_ring[g[reset]] = np.nan
         self.mem_acc[g[reset]] = 0.0
+        self.fast_ring[g[reset]] = np.nan
+        self.fast_acc[g[reset]] = 0.0
         self.leak_since[g[reset]] = -1
         self.leak_peak[g] = np.where(reset, y, np.maximum(self.leak_peak[g], y))
-        minute = ts // (60 * _S)
-        rolled = (self.mem_minute[g] >= 0) & (minute > self.mem_minute[g]) & ~reset
-        if rolled.any():
-            self._roll_minutes(g[rolled], minute[rolled])
-        self.mem_minute[g] = minute
-        self.mem_acc[g] += np.column_stack([y, np.ones_like(y)])
+        rolled = self._accumulate(self.mem_ring, self.mem_acc, self.mem_minute, g, ts // (60 * _S), y, reset)
+        fast = self._accumulate(
+            self.fast_ring, self.fast_acc, self.fast_bucket, g, ts // (_FAST_BUCKET_S * _S), y, reset
+        )
         active = self.active[g, _D[LEAK]]
         clear = active & reset
         start = np.zeros(len(g), dtype=bool)
+        rate = np.full(len(g), np.nan)  # growth per minute, of the route that found it
+        since = np.full(len(g), -1, dtype=np.int64)  # when the growth it saw began
         if rolled.any():
             r = self.mem_ring[g[rolled]]
             recent, before = r[:, 8] - r[:, 4], r[:, 4] - r[:, 0]
             floor = 4 * _LEAK_MIN_SLOPE * 60
+            # the last minute of 10-s means still grew: a fast leak found early keeps its finding
+            last_minute = self.fast_ring[g[rolled]]
             with np.errstate(invalid="ignore"):
                 steady = (np.diff(r[:, 4:], axis=1) > -0.005).all(axis=1)
                 growing = (recent >= floor) & (before >= floor) & (recent >= 0.8 * before) & steady & (r[:, 8] >= 0.15)
+                still = growing | (last_minute[:, -1] - last_minute[:, -7] >= floor / 4)
             rg, rts = g[rolled], ts[rolled]
-            since = self.leak_since[rg]
-            self.leak_since[rg] = np.where(growing, np.where(since < 0, rts, since), -1)
+            leak_since = self.leak_since[rg]
+            self.leak_since[rg] = np.where(growing, np.where(leak_since < 0, rts, leak_since), -1)
             false_since = self.leak_false_since[rg]
-            self.leak_false_since[rg] = np.where(growing, -1, np.where(false_since < 0, rts, false_since))
+            self.leak_false_since[rg] = np.where(still, -1, np.where(false_since < 0, rts, false_since))
             self.leak_rate[rg] = recent / 4
             confirmed = growing & (rts - self.leak_since[rg] >= self.settings.leak_confirm_s * _S)
-            stopped = ~growing & (rts - self.leak_false_since[rg] >= 120 * _S)
-            start[np.flatnonzero(rolled)] = confirmed
-            clear[np.flatnonzero(rolled)] |= stopped & active[rolled]
+            stopped = ~still & (rts - self.leak_false_since[rg] >= 120 * _S)
+            idx = np.flatnonzero(rolled)
+            start[idx] = confirmed
+            rate[idx] = recent / 4
+            # the trend needs 8 minutes of growth before it holds
+            since[idx] = self.leak_since[rg] - 8 * 60 * _S
+            clear[idx] |= stopped & active[rolled]
+        if fast.any():
+            fg = fast
+            hit, slope, _to_full = fast_leak(
+                self.fast_ring[g[fg]], _usable_ratio(m[fg]), _FAST_MIN_SLOPE, self.settings.leak_fast_full_s
+            )
+            window_start = ts[fg] - (_FAST_RING + 1) * _FAST_BUCKET_S * _S
+            hit &= window_start - self.leak_origin[g[fg]] >= _FAST_STARTUP_S * _S
+            idx = np.flatnonzero(fg)[hit]
+            start[idx] = True
+            rate[idx] = slope[hit] * 60
+            since[idx] = window_start[hit]
         start &= ~active
         for i in np.flatnonzero(start | clear).tolist():
             slot = int(g[i])
-            detail = {"slope_per_min": float(self.leak_rate[slot]), "since_ns": float(self.leak_since[slot])}
+            detail = {"slope_per_min": float(rate[i]), "growing_since_ns": float(since[i])} if start[i] else {}
             self._transition(slot, LEAK, bool(start[i]), int(ts[i]), out, detail)
 
-    def _roll_minutes(self, g: np.ndarray, minute: np.ndarray) -> None:
-        """Close each GPU's current minute: its mean goes into the ring, missing minutes as NaN."""
-        acc = self.mem_acc[g]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean = acc[:, 0] / acc[:, 1]
-        steps = np.clip(minute - self.mem_minute[g], 1, _MEM_RING)
-        ring = self.mem_ring[g]
-        for k in np.unique(steps).tolist():
-            rows = steps == k
-            shifted = np.full((int(rows.sum()), _MEM_RING), np.nan)
-            keep = _MEM_RING - k
-            shifted[:, :keep] = ring[rows, k:]
-            shifted[:, keep] = mean[rows]
-            ring[rows] = shifted
-        self.mem_ring[g] = ring
-        self.mem_acc[g] = 0.0
+    @staticmethod
+    def _accumulate(
+        ring: np.ndarray,
+        acc: np.ndarray,
+        period: np.ndarray,
+        g: np.ndarray,
+        now: np.ndarray,
+        y: np.ndarray,
+        reset: np.ndarray,
+    ) -> np.ndarray:
+        """Add ``y`` to each GPU's sum for its current period (a minute, 10 s); a GPU entering a new period first
+        closes its previous one into ``ring`` (missing periods as NaN). Returns which rows closed a period."""
+        rolled = (period[g] >= 0) & (now > period[g]) & ~reset
+        if rolled.any():
+            rg = g[rolled]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mean = acc[rg, 0] / acc[rg, 1]
+            size = ring.shape[1]
+            steps = np.clip(now[rolled] - period[rg], 1, size)
+            window = ring[rg]
+            for k in np.unique(steps).tolist():
+                rows = steps == k
+                shifted = np.full((int(rows.sum()), size), np.nan)
+                keep = size - k
+                shifted[:, :keep] = window[rows, k:]
+                shifted[:, keep] = mean[rows]
+                window[rows] = shifted
+            ring[rg] = window
+            acc[rg] = 0.0
+        period[g] = now
+        acc[g] += np.column_stack([y, np.ones_like(y)])
+        return np.asarray(rolled)
 
     def _counter_deltas(self, s: np.ndarray, first: np.ndarray, m: np.ndarray) -> np.ndarray:
         """Per row, how much each error counter rose since the GPU's previous sample (0 on a reset or a gap)."""
@@ -815,6 +1007,10 @@ class Detectors:
                 self._transition(slot, name, False, t, out)
             elif t - episode.last_sent_ns >= cfg.repeat_s * _S:
                 self._send(slot, d, True, t, out)
+        for (node, d), episode in list(self._node_episodes.items()):
+            t = int(self.node_latest[node])
+            if t - episode.last_sent_ns >= cfg.repeat_s * _S:
+                self._send_node(node, d, True, t, out)
 
     # ----------------------------------------------------------------------------------------- findings
     def _transition(
@@ -850,11 +1046,36 @@ class Detectors:
             )
         )  # fmt: skip
 
+    def _send_node(self, node: int, d: int, active: bool, ts: int, out: list[Finding]) -> None:
+        """Send a node-level finding (``gpu_uuid`` None); a clear repeats the last description."""
+        episode = self._node_episodes[(node, d)]
+        slots = np.flatnonzero(self.node_of[: len(self._uuid)] == node)
+        first = int(slots[0])
+        if active:
+            # GPUs whose lowered limit is still being confirmed are named too: the same cause lowered them
+            lowered = self.power_by_node[slots] | (self.drop_since[slots] >= 0)
+            severity, what, action, evidence = _power_node(self, slots, slots[lowered])
+            evidence = {k: v for k, v in evidence.items() if v == v}  # noqa: PLR0124
+            episode.severity, episode.summary, episode.action = severity, f"{self._node[first]}: {what}", action
+            episode.evidence = evidence
+        summary = episode.summary if active else f"cleared: {episode.summary}"
+        episode.last_sent_ns = ts
+        models = {self._model[s] for s in slots.tolist()}
+        out.append(
+            Finding(
+                DETECTORS[d], episode.severity, active, self._cluster[first], self._node[first], None,
+                models.pop() if len(models) == 1 else "", ts, episode.since_ns, summary, episode.action,
+                episode.evidence,
+            )
+        )  # fmt: skip
+
     def _explain(self, b: InterpretedBatch) -> InterpretedBatch:
         """Append the summary of every finding active on a row's GPU (from its start on) to its explanation."""
         by_slot: dict[int, list[_Episode]] = {}
         for (slot, _d), episode in self._episodes.items():
             by_slot.setdefault(slot, []).append(episode)
+        for slot in np.flatnonzero(self.power_by_node[: len(self._uuid)]).tolist():
+            by_slot.setdefault(slot, []).append(self._node_episodes[(int(self.node_of[slot]), _D[POWER])])
         explanation = list(b.explanation)
         changed = False
         for i, key in enumerate(zip(b.cluster, b.node, b.gpu_uuid, strict=True)):
@@ -972,6 +1193,49 @@ def _power(
     )
 
 
+def _power_node(det: Detectors, slots: np.ndarray, members: np.ndarray) -> tuple[Severity, str, str, dict[str, float]]:
+    """A node's GPUs whose limits were lowered together (``members`` of the node's ``slots``)."""
+    rows = det.last_row[members]
+    limit = _col(rows, "power_limit_watts")
+    default = _col(rows, "power_default_limit_watts")
+    before = det.drop_from[members]
+    busy = _gt(_col(rows, "utilization_gpu_percent"), _BUSY_UTIL)
+    capped = busy & _bits(_col(rows, "throttle_reasons_mask"), _SW_POWER_CAP)
+    clock = det.last_rel[members, _REL["sm_clock_ratio_of_max"]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: shown as "?"
+        lo, hi = float(np.nanmin(limit)), float(np.nanmax(limit))
+        share = float(np.nanmedian(limit / default))
+        was = float(np.nanmedian(before))
+        busy_clock = float(np.nanmedian(clock[busy])) if busy.any() else math.nan
+    indexes = ", ".join(str(det._index[s]) for s in members.tolist())
+    watts = _fmt(lo, " W") if hi - lo < 1 else f"{_fmt(lo)}-{_fmt(hi, ' W')}"
+    what = (
+        f"power capping on {len(members)} of {len(slots)} GPUs at once (GPU {indexes}): limit lowered mid-job to "
+        f"{watts} from {_fmt(was, ' W')} ({_fmt(share * 100, '%')} of default)"
+        + (f"; {int(capped.sum())} busy GPUs held by the SW power cap, SM clock {_fmt(busy_clock * 100, '%')} of max"
+           if capped.any() else "")
+    )  # fmt: skip
+    action = (
+        "one cause for the node: check its power supplies (BMC / ipmitool sdr: a failed or degraded PSU), the PDU "
+        "or rack power budget, or a node-wide power policy; restore the limits once it is fixed"
+    )
+    return (
+        (Severity.WARNING if busy.any() else Severity.INFO),
+        what,
+        action,
+        {
+            "gpus_capped": float(len(members)),
+            "gpus_on_node": float(len(slots)),
+            "busy_gpus_capped": float(capped.sum()),
+            "power_limit_w": lo,
+            "previous_limit_w": was,
+            "limit_ratio_of_default": share,
+            "sm_clock_ratio": busy_clock,
+        },
+    )
+
+
 def _nvlink(
     det: Detectors, slot: int, row: dict[str, float], rel: dict[str, float], ep: _Episode, ts: int
 ) -> tuple[Severity, str, str, dict[str, float]]:
@@ -1060,14 +1324,15 @@ def _leak(
 ) -> tuple[Severity, str, str, dict[str, float]]:
     nan = math.nan
     used = rel.get("memory_used_ratio", nan)
+    total = row.get("memory_total_bytes", nan)
+    full = 1.0 - row.get("memory_reserved_bytes", 0.0) / total if total > 0 else 1.0
     slope = ep.detail.get("slope_per_min", nan)
-    minutes_left = (0.98 - used) / slope if slope > 0 else nan
-    # growing since the first minute of the confirmed trend, which started 8 minutes of history earlier
-    grown_for = (ts - ep.detail.get("since_ns", ts)) / _S / 60 + 8
+    minutes_left = max(full - used, 0.0) / slope if slope > 0 else nan
+    grown_for = (ts - ep.detail.get("growing_since_ns", ts)) / _S / 60
     what = (
-        f"memory leak: memory used grows {_fmt(slope * 100, '%', 2)} of "
-        f"{_fmt(row.get('memory_total_bytes', nan) / 2**30, ' GiB')} per minute, steadily for "
-        f"{_fmt(grown_for, ' min')}, now {_fmt(used * 100, '%')}; full in ~{_fmt(minutes_left, ' min')}"
+        f"memory leak: memory used grows {_fmt(slope * 100, '%', 2)} of {_fmt(total / 2**30, ' GiB')} per minute "
+        f"({_fmt(slope * total / 60 / 2**20, ' MiB/s', 1)}), steadily for {_fmt(grown_for, ' min', 1)}, now "
+        f"{_fmt(used * 100, '%')}; full in ~{_fmt(minutes_left, ' min', 1)}"
     )
     action = (
         "tell the job's owner: the process keeps allocating without freeing (caches, tensors kept alive); "

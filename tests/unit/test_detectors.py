@@ -15,6 +15,7 @@ from pipeline.events import (
     EventKind,
     Finding,
     GpuEvent,
+    GpuProcess,
     GpuSample,
     InterpretedBatch,
     InterpretedEvent,
@@ -25,7 +26,7 @@ from pipeline.events import (
     Workload,
     metric_matrix,
 )
-from processors.detectors import Detectors
+from processors.detectors import Detectors, fast_leak
 from processors.normalize import relative_values
 
 S = 1_000_000_000
@@ -89,10 +90,12 @@ def run(
     detectors: Detectors | None = None,
     start: int = 0,
     seed: int = 0,
+    processes: Callable[[int, int], tuple[GpuProcess, ...] | None] | None = None,
 ) -> tuple[Detectors, list[Finding], list[InterpretedBatch]]:
     """Feed ``seconds`` rounds of one node (``gpus`` GPUs at 1 Hz) through the detectors.
 
-    ``shape(t, gpu, metrics)`` rewrites a healthy reading (None: the GPU sends no sample that round).
+    ``shape(t, gpu, metrics)`` rewrites a healthy reading (None: the GPU sends no sample that round);
+    ``processes(t, gpu)`` gives the GPU's process list (default: not reported).
     """
     det = detectors or Detectors(DetectorSettings())
     rng = np.random.default_rng(seed)
@@ -109,7 +112,8 @@ def run(
                 if shaped is None:
                     continue
                 metrics = shaped
-            sample = GpuSample("c1", "node-1", f"GPU-{gpu}", gpu, MODEL, ts, metrics)
+            procs = processes(t, gpu) if processes is not None else None
+            sample = GpuSample("c1", "node-1", f"GPU-{gpu}", gpu, MODEL, ts, metrics, processes=procs)
             pending.append(InterpretedEvent(sample, workload=job(t, gpu)))
         pending_events.extend(events(t) if events else [])
         if (t - start + 1) % rounds_per_batch == 0 or t == start + seconds - 1:
@@ -189,6 +193,44 @@ def test_job_start_memory_ramp_is_not_a_leak() -> None:
     assert found == []
 
 
+@pytest.mark.parametrize("tau_s", [120, 300, 500, 600, 800])
+def test_a_cache_filling_towards_a_plateau_is_not_a_fast_leak(tau_s: int) -> None:
+    """KV caches (TGI grows its cache with traffic, time constant ~10 min) fill fast at first, then slow down:
+    the time constants below ~10 min slow down within the 2-minute window, the longer ones project to full in
+    more than 10 minutes."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        fill = 0.9 - 0.7 * np.exp(-t / tau_s) + noise.normal(0, 0.001)
+        return m | {"memory_used_bytes": float(round(80 * GIB * fill)), "utilization_gpu_percent": 60.0}
+
+    def serving(_t: int, _gpu: int) -> Workload:
+        return Workload("llm-serving", job_id="serve-1", source="simulator", job_gpus=1)
+
+    noise = np.random.default_rng(tau_s)
+    _det, found, _ = run(1800, shape, serving, gpus=2)
+    assert found == []
+
+
+def test_eval_phase_allocations_and_a_restarted_job_are_not_leaks() -> None:
+    """Every 10 minutes an eval phase allocates 10% of the memory within 40 s and frees it after 2 minutes; at
+    t=1500 the job is restarted (new pid) and ramps up again within a minute."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        used = 0.5
+        phase = t % 600
+        if 300 <= phase < 460:
+            used += 0.1 * min(1.0, (phase - 300) / 40)
+        if t >= 1500:
+            used = 0.5 * min(1.0, (t - 1500 + 1) / 50)
+        return m | {"memory_used_bytes": float(round(80 * GIB * max(used, 0.004)))}
+
+    def processes(t: int, gpu: int) -> tuple[GpuProcess, ...]:
+        return (GpuProcess(4000 + gpu + (100 if t >= 1500 else 0), "python", None),)
+
+    _det, found, _ = run(2400, shape, gpus=2, processes=processes)
+    assert found == []
+
+
 def test_operator_power_cap_at_job_start_is_a_setting() -> None:
     def job(t: int, gpu: int) -> Workload | None:
         return None if t < 300 else Workload("bert-training", job_id="job-9", source="simulator", job_gpus=2)
@@ -212,7 +254,190 @@ def test_a_gpu_capped_when_first_seen_is_a_setting() -> None:
     assert found == []
 
 
+def _miner(t: int, gpu: int, m: dict[str, float], start: int, limit_at: int) -> dict[str, float]:
+    """A GTX 1080 Ti: idle until a miner's process starts at ``start``; its limit is lowered at ``limit_at``."""
+    m |= {"memory_total_bytes": 11.0 * GIB, "power_default_limit_watts": 250.0, "sm_clock_max_mhz": 1911.0,
+          "power_limit_watts": 173.0 if t >= limit_at else 250.0, "pcie_link_gen_max": 3.0, "pcie_link_gen": 3.0,
+          "process_count": 1.0 if t >= start else 0.0}  # fmt: skip
+    for name in ("nvlink_links_active", "nvlink_links_max", "nvlink_tx_bytes_per_second",
+                 "nvlink_rx_bytes_per_second", "nvlink_crc_errors_total", "nvlink_recovery_errors_total"):  # fmt: skip
+        del m[name]
+    if t < start:
+        return m | {"utilization_gpu_percent": 0.0, "power_watts": 12.0, "memory_used_bytes": 3.0 * 2**20,
+                    "sm_clock_mhz": 139.0, "pcie_link_gen": 1.0}  # fmt: skip
+    return m | {"utilization_gpu_percent": 100.0, "power_watts": 170.0, "memory_used_bytes": 2.5 * GIB,
+                "sm_clock_mhz": 1480.0, "throttle_reasons_mask": float(SW_POWER_CAP)}  # fmt: skip
+
+
+@pytest.mark.parametrize(("with_processes", "limit_at"), [(True, 600), (False, 600), (True, 590), (False, 640)])
+def test_a_miner_lowering_its_limit_at_its_start_is_a_setting_without_context(with_processes: bool,
+                                                                               limit_at: int) -> None:  # fmt: skip
+    """The evaluation's power-capping false alarms: no context source, and a hashing job lowers the GPU's limit
+    when its process starts (the same second, or a little before or after it). The new process is the job
+    boundary the telemetry shows by itself (a new pid; without a process list, the process count)."""
+
+    def processes(t: int, gpu: int) -> tuple[GpuProcess, ...] | None:
+        if not with_processes:
+            return None
+        return (GpuProcess(3207845 + gpu, "t-rex", int(2.5 * GIB)),) if t >= 600 else ()
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        return _miner(t, gpu, m, 600, limit_at)
+
+    _det, found, _ = run(1200, shape, job=lambda _t, _g: None, gpus=2, processes=processes)
+    assert found == []
+
+
+def test_a_limit_lowered_mid_job_without_context_is_still_a_fault() -> None:
+    """The same GPU, the miner running for 10 minutes with the same process when its limit drops: a fault."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        return _miner(t, gpu, m, 0, 600)
+
+    def processes(t: int, gpu: int) -> tuple[GpuProcess, ...]:
+        return (GpuProcess(3207845, "t-rex", int(2.5 * GIB)),)
+
+    _det, found, _ = run(1000, shape, job=lambda _t, _g: None, gpus=1, processes=processes)
+    assert kinds(found) == {("power-capping", "GPU-0")}
+    assert starts(found)[0].ts_ns == T0 + 720 * S
+
+
 # ---------------------------------------------------------------------------------------------- faults
+def test_power_supply_failure_is_one_node_level_finding() -> None:
+    """Every GPU of the node is lowered to 50% mid-job at once (a failed PSU): one finding for the node (gpu_uuid
+    None) naming the GPUs, not eight; every GPU's rows are explained by it and none of them is a straggler."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if 400 <= t < 1400 and not (gpu == 7 and t < 403):  # GPU 7's limit lands 3 s later
+            m |= {"power_limit_watts": 350.0, "power_watts": 352.0, "sm_clock_mhz": 1150.0 + gpu,
+                  "throttle_reasons_mask": float(SW_POWER_CAP)}  # fmt: skip
+            if gpu >= 6:  # two GPUs idle: capped as well, but not drawing power
+                m |= {"utilization_gpu_percent": 0.0, "power_watts": 80.0, "throttle_reasons_mask": 0.0}
+        return m
+
+    def job(t: int, gpu: int) -> Workload | None:
+        return pretraining(t, gpu) if gpu < 6 else None
+
+    _det, found, batches = run(1600, shape, job)
+    (start,) = starts(found)
+    assert (start.detector, start.gpu_uuid, start.node) == ("power-capping", None, "node-1")
+    assert start.ts_ns == T0 + 520 * S
+    assert "power capping on 8 of 8 GPUs at once (GPU 0, 1, 2, 3, 4, 5, 6, 7)" in start.summary
+    assert "to 350 W from 700 W (50% of default)" in start.summary and "6 busy GPUs held" in start.summary
+    assert "power supplies" in start.action and start.severity == "warning"
+    assert start.evidence["gpus_capped"] == 8 and start.evidence["busy_gpus_capped"] == 6
+    (clear,) = [f for f in found if not f.active]
+    assert clear.gpu_uuid is None and clear.ts_ns == T0 + 1400 * S and clear.since_ns == start.since_ns
+    repeats = [f for f in found if f.active and f.ts_ns > f.since_ns]
+    assert repeats and all(f.gpu_uuid is None for f in repeats)
+    rows = [(b.gpu_uuid[i], b.ts_ns[i], b.explanation[i]) for b in batches for i in range(len(b))]
+    explained = {uuid for uuid, ts, text in rows if "power capping on 8 of 8 GPUs" in text}
+    assert explained == {f"GPU-{g}" for g in range(8)}
+    assert not [text for _u, ts, text in rows if ts >= T0 + 1400 * S and "power capping" in text]
+
+
+def test_power_supply_failure_next_to_job_ends_and_starts_without_context() -> None:
+    """No context. GPU 3's job ended 40 s before the PSU failed (its process went away): a job's end is no
+    setting, GPU 3 is in the node finding. GPU 2's next job starts 30 s after (a new pid): its lower limit is
+    taken for that job's setting, a documented limit."""
+
+    def processes(t: int, gpu: int) -> tuple[GpuProcess, ...]:
+        if gpu == 3 and t >= 360:
+            return ()
+        return (GpuProcess(7000 + gpu + (50 if gpu == 2 and t >= 430 else 0), "python", None),)
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if t >= 400:
+            m |= {"power_limit_watts": 400.0, "power_watts": 398.0, "throttle_reasons_mask": float(SW_POWER_CAP)}
+        if gpu == 3 and t >= 360:
+            m |= {"utilization_gpu_percent": 0.0, "power_watts": 70.0, "memory_used_bytes": 0.0}
+        return m
+
+    _det, found, _ = run(900, shape, job=lambda _t, _g: None, gpus=4, processes=processes)
+    assert [(f.detector, f.gpu_uuid, f.ts_ns) for f in starts(found)] == [("power-capping", None, T0 + 520 * S)]
+    assert "on 3 of 4 GPUs at once (GPU 0, 1, 3)" in starts(found)[0].summary
+
+
+def test_a_job_start_from_processes_counts_from_its_row_on_in_replays_too() -> None:
+    """GPU 2's next job starts 10 s after the node's lowered limits were confirmed: live, GPU 2 is in the node
+    finding; a replay batch of 37 rounds holding both rows must not see that start early."""
+
+    def processes(t: int, gpu: int) -> tuple[GpuProcess, ...]:
+        return (GpuProcess(7000 + gpu + (50 if gpu == 2 and t >= 530 else 0), "python", None),)
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        return m | {"power_limit_watts": 400.0, "power_watts": 398.0} if t >= 400 else m
+
+    found = {}
+    for per_batch in (1, 37):
+        _det, out, _ = run(700, shape, job=lambda _t, _g: None, gpus=4, processes=processes, rounds_per_batch=per_batch)
+        found[per_batch] = [(f.gpu_uuid, f.since_ns, f.summary) for f in starts(out)]
+    assert found[1] == found[37]
+    assert [(uuid, since) for uuid, since, _ in found[1]] == [(None, T0 + 520 * S)]
+    assert "on 4 of 4 GPUs at once" in found[1][0][2]
+
+
+def test_two_gpus_lowered_seconds_apart_are_one_node_finding_and_one_alone_is_per_gpu() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        lowered = (gpu == 1 and 200 <= t < 900) or (gpu == 4 and 230 <= t < 900) or (gpu == 6 and t >= 1200)
+        return m | {"power_limit_watts": 450.0, "power_watts": 445.0} if lowered else m
+
+    _det, found, _ = run(1500, shape)
+    assert [(f.gpu_uuid, f.ts_ns) for f in starts(found)] == [(None, T0 + 320 * S), ("GPU-6", T0 + 1320 * S)]
+    assert "on 2 of 8 GPUs at once (GPU 1, 4)" in starts(found)[0].summary
+    assert [(f.gpu_uuid, f.ts_ns) for f in found if not f.active] == [(None, T0 + 900 * S)]
+
+
+def test_a_fast_leak_is_found_before_the_process_runs_out_of_memory() -> None:
+    """140 MiB/s on an 80 GiB GPU from 40%: the process dies (OOM) ~340 s later; the per-minute trend would need
+    9+ minutes. The 2-minute straight line finds it minutes before, names the time to full, and clears at the
+    OOM; the restarted process ramping back up is not a leak."""
+    rate, total = 140 * 2**20, 80 * GIB
+    usable = total - 0.5 * GIB
+    oom = 900 + int((0.985 * usable - 0.4 * total) / rate)
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        m["memory_reserved_bytes"] = 0.5 * GIB
+        if gpu != 0:
+            return m
+        if t < oom:
+            used = 0.4 * total + max(t - 900, 0) * rate
+        else:  # out of memory: the process dies, its supervisor restarts it 20 s later and it ramps up again
+            used = 0.3 * GIB if t < oom + 20 else 0.4 * total * (1 - np.exp(-(t - oom - 20) / 15))
+        return m | {"memory_used_bytes": float(np.floor(max(used, 0.3 * GIB) / 2**20) * 2**20)}
+
+    _det, found, _ = run(2400, shape, gpus=2)
+    (leak,) = starts(found)
+    assert (leak.detector, leak.gpu_uuid) == ("memory-leak", "GPU-0")
+    assert T0 + 1000 * S <= leak.ts_ns <= T0 + 1100 * S and leak.ts_ns <= T0 + (oom - 200) * S
+    assert leak.severity == "critical"
+    assert leak.evidence["growth_per_min"] == pytest.approx(rate * 60 / total, rel=0.1)
+    minutes_left = (oom * S + T0 - leak.ts_ns) / S / 60
+    assert leak.evidence["minutes_to_full"] == pytest.approx(minutes_left, rel=0.2)
+    assert "MiB/s" in leak.summary and "full in ~" in leak.summary
+    (clear,) = [f for f in found if not f.active]
+    assert clear.ts_ns == T0 + oom * S
+
+
+def test_fast_leak_rule_on_windows() -> None:
+    """The pure rule on 2-minute windows of 10-s means: a line is a leak, a plateauing fill, a slow line, a dip,
+    a far-off full and a gap are not."""
+    x = np.arange(12) * 10.0
+    windows = np.array([
+        0.4 + x * 0.1 / 60,  # 10%/min: full in ~6 min
+        0.4 + np.maximum(x - 10, 0) * 0.1 / 60,  # the same, starting 10 s into the window
+        0.9 - 0.5 * np.exp(-(x + 60) / 300),  # a cache filling with a 5-minute time constant
+        0.4 + x * 0.005 / 60,  # 0.5%/min: for the slow route
+        np.r_[0.4 + x[:6] * 0.1 / 60, 0.4 + x[6:] * 0.1 / 60 - 0.05],  # a drop in the middle
+        0.1 + x * 0.02 / 60,  # 2%/min from 10%: full in 45 min
+        np.r_[np.nan, 0.4 + x[1:] * 0.1 / 60],  # a missing 10 s
+    ])  # fmt: skip
+    leaking, slope, to_full = fast_leak(windows, np.full(7, 0.99), 0.01 / 60, 600.0)
+    assert leaking.tolist() == [True, True, False, False, False, False, False]
+    assert slope[0] * 60 == pytest.approx(0.1) and to_full[0] == pytest.approx((0.99 - 0.4 - 110 * 0.1 / 60) / 0.1 * 60)
+
+
+# ---------------------------------------------------------------------------------------------- faults (GPU)
 def test_thermal_throttling_starts_repeats_clears_and_explains() -> None:
     def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
         if gpu == 3 and 300 <= t < 600:
