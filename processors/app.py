@@ -31,7 +31,7 @@ from pipeline.mirror import TopicMirror
 from pipeline.stats import write_stats
 from processors.baselines import AnomalyTracker, BaselineSet, BaselineStore, Scorer, decode_baselines_record
 from processors.detectors import Detectors
-from processors.enrich import Enricher
+from processors.enrich import ContextTimeline, Enricher
 from processors.interpret import Interpreter
 from processors.normalize import RawMessage, process_raw
 
@@ -115,7 +115,8 @@ def build_interpreter(settings: Settings) -> Interpreter:
     """The interpretation stages for these settings, in order (see processors.interpret); the mirrors of the
     compacted topics they read are started here (and read to their end) and injected."""
     kafka = settings.kafka.client_config()
-    contexts = TopicMirror(kafka, settings.topics.context, lambda v: decode_record(GpuContext, v)).start()
+    timeline = ContextTimeline()
+    contexts = TopicMirror(kafka, settings.topics.context, lambda v: decode_record(GpuContext, v), timeline.see).start()
     topologies = TopicMirror(kafka, settings.topics.topology, lambda v: decode_record(NodeTopology, v)).start()
     store = BaselineStore()
     baselines = TopicMirror(kafka, settings.topics.baselines, decode_baselines_record, store.on_change).start()
@@ -123,7 +124,11 @@ def build_interpreter(settings: Settings) -> Interpreter:
         if not mirror.wait_ready(60):
             log.warning("mirror of %s not read to its end within 60 s; continuing", mirror.topic)
     return interpreter_from(
-        settings, contexts.get, lambda cluster, node: topologies.get(node_key(cluster, node)), store.current
+        settings,
+        contexts.get,
+        lambda cluster, node: topologies.get(node_key(cluster, node)),
+        store.current,
+        timeline,
     )
 
 
@@ -132,13 +137,14 @@ def interpreter_from(
     context_of: Callable[[bytes], GpuContext | None],
     topology_of: Callable[[str, str], NodeTopology | None],
     baselines: Callable[[], BaselineSet | None],
+    timeline: ContextTimeline | None = None,
 ) -> Interpreter:
     """The stages over injected state (mirrors in the processor, in-memory tables in bench/scoring.py), in
     order: enrichment, scoring against the learned baselines, domain detectors."""
     tracker = AnomalyTracker(after_s=settings.baselines.anomaly_after_s)
     return Interpreter(
         [
-            Enricher(context_of, baselines),
+            Enricher(context_of, baselines, timeline),
             Scorer(baselines, tracker),
             Detectors(settings.detectors, topology_of),
         ]

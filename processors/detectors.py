@@ -859,7 +859,8 @@ class Detectors:
         if wl is None or wl.application in ("idle", "unknown"):
             return None
         if wl.job_id is not None:
-            return None if wl.job_gpus is not None and wl.job_gpus < 2 else f"job:{wl.job_id}"
+            # job ids are unique within one cluster (a scheduler's own sequence), not across clusters
+            return None if wl.job_gpus is not None and wl.job_gpus < 2 else f"job:{self._cluster[slot]}/{wl.job_id}"
         # no job id (inferred workload): GPUs of one node running the same application are taken as one job
         return f"node:{self._cluster[slot]}/{self._node[slot]}/{wl.application}"
 

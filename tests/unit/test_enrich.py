@@ -13,7 +13,7 @@ from pipeline.config import ValidationSettings
 from pipeline.events import RELATIVE_FIELDS, GpuContext, GpuSample, SampleBatch, Workload, gpu_key
 from processors.baselines import BaselineSet
 from processors.classify import MIN_SAMPLES, fit_classifier, history_windows, window_inputs
-from processors.enrich import Enricher
+from processors.enrich import ContextTimeline, Enricher
 from processors.features import FEATURE_INDEX, PHASE_INDEX, features, infer_phase
 from processors.normalize import RawMessage, process_raw
 
@@ -136,3 +136,39 @@ def test_link_traffic_is_relative_to_the_links_the_gpu_has() -> None:
             0, FEATURE_INDEX["nvlink_rx_ratio_of_capacity"]
         ]
     )
+
+
+def test_a_backlog_is_labelled_with_the_job_that_ran_then() -> None:
+    # a processor behind its input: the context topic already says job-2 (and a job-3 that starts later)
+    s = 1_000_000_000
+    key = gpu_key("c", "n", "GPU-1")
+    first = GpuContext("c", "n", "GPU-1", T0, Workload("llm-pretraining", job_id="job-1"))
+    second = GpuContext("c", "n", "GPU-1", T0 + 60 * s, Workload("cv-inference", job_id="job-2"))
+    third = GpuContext("c", "n", "GPU-1", T0 + 120 * s, None)
+    timeline = ContextTimeline()
+    for context in (first, second, third):  # what the mirror's reader thread sees, in topic order
+        timeline.see(key, context)
+    latest = {key: third}
+    samples = [
+        GpuSample("c", "n", "GPU-1", 0, H100, T0 + t * s, {"utilization_gpu_percent": 90.0, "power_watts": 500.0})
+        for t in (-5, 10, 59, 60, 119, 125)
+    ]
+    out, _ = Enricher(latest.get, lambda: None, timeline).apply(_normalized(*samples), 0)
+    apps = [w.application if w is not None else None for w in out.workload]
+    # before the first context known: the oldest known one; from each context's own time on: that context
+    assert apps == ["llm-pretraining", "llm-pretraining", "llm-pretraining", "cv-inference", "cv-inference", "idle"]
+
+
+def test_the_timeline_keeps_the_latest_few_and_forgets_a_deleted_gpu() -> None:
+    key = gpu_key("c", "n", "GPU-1")
+    timeline = ContextTimeline(keep=3)
+    contexts = [GpuContext("c", "n", "GPU-1", T0 + i, Workload(f"app-{i}")) for i in range(5)]
+    for c in reversed(contexts):  # out of order: sorted by their own time
+        timeline.see(key, c)
+    at = timeline.at(key, np.array([T0, T0 + 2, T0 + 3, T0 + 9], dtype=np.int64))
+    assert [c.workload.application if c and c.workload else None for c in at] == ["app-2", "app-2", "app-3", "app-4"]
+    again = GpuContext("c", "n", "GPU-1", T0 + 4, Workload("app-4-corrected"))
+    timeline.see(key, again)  # the same time re-published: the latest word on it
+    assert timeline.at(key, np.array([T0 + 4], dtype=np.int64)) == [again]
+    timeline.see(key, None)
+    assert timeline.at(key, np.array([T0 + 4], dtype=np.int64)) == [None]
