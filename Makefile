@@ -35,7 +35,14 @@ test: $(STAMP) chromium
 bench: $(STAMP)
 	$(BIN)/python -m bench.pipeline $(ARGS)
 	$(BIN)/python -m bench.codec
+	$(BIN)/python -m bench.simulator
+	$(BIN)/python -m bench.collector
+	$(BIN)/python -m bench.context
+	$(BIN)/python -m bench.scoring
+	$(BIN)/python -m bench.detectors
 	$(BIN)/python -m bench.alerts
+	$(BIN)/python -m bench.queries
+	$(BIN)/python -m bench.dashboard
 
 services-down: $(STAMP)
 	$(BIN)/hermeneut services down

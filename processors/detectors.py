@@ -430,7 +430,7 @@ class Detectors:
         out: list[Finding] = []
         if len(batch):
             slots = self._slots_of(batch)
-            self._refresh_context(batch, slots)
+            self._refresh_context(batch, slots, out)
             self._samples(batch, slots, out)
         if batch.gpu_events:
             self._events(batch.gpu_events, out)
@@ -461,7 +461,7 @@ class Detectors:
             codes = self._wl_codes[key] = (self._code(f"job:{job}"), self._code(f"app:{app}"))
         return codes
 
-    def _refresh_context(self, b: InterpretedBatch, slots: np.ndarray) -> None:
+    def _refresh_context(self, b: InterpretedBatch, slots: np.ndarray, out: list[Finding]) -> None:
         """Latest workload per GPU, job boundaries and topology-expected NVLinks.
 
         A *job* boundary is a change of job id (a context source said so); an *application* boundary also counts
@@ -484,7 +484,7 @@ class Detectors:
             slot = int(s[i])
             self._workload[slot] = wls[i]
             if moved[i] or (self._group[slot] is None and wls[i] is not None):
-                self._regroup(slot)
+                self._regroup(slot, int(ts[i]), out)
             elif (key := self._group[slot]) is not None:
                 self._touched.add(key)
         # 0: no topology seen yet (asked again a minute of data later); -1: the topology says no NVLink
@@ -521,8 +521,9 @@ class Detectors:
         self.proc_sig[s[last]] = sig[last]
         return np.asarray((prev != _NO_PROCS) & (prev != sig) & ~np.isin(sig, _NO_WORK))
 
-    def _regroup(self, slot: int) -> None:
-        """Keep the GPU in the peer group of its current job (or none)."""
+    def _regroup(self, slot: int, ts: int, out: list[Finding]) -> None:
+        """Keep the GPU in the peer group of its current job (or none); a GPU that leaves its job is no longer
+        that job's straggler (its finding clears with the job, not at the end of the next job)."""
         key = self._job_key(slot)
         old = self._group[slot]
         if key == old:
@@ -532,6 +533,8 @@ class Detectors:
         self._group[slot] = key
         if old is not None and old in self._jobs:
             self._jobs[old].members.discard(slot)
+        if self.active[slot, _D[STRAGGLER]]:
+            self._transition(slot, STRAGGLER, False, ts, out)
         if key is not None:
             peers = self._jobs.get(key)
             if peers is None:
@@ -856,13 +859,15 @@ class Detectors:
 
     def _job_key(self, slot: int) -> str | None:
         wl = self._workload[slot]
-        if wl is None or wl.application in ("idle", "unknown"):
+        # peers are the GPUs of one job, which only a context source knows: GPUs of a node running the same
+        # (inferred) application are as often independent replicas or renders, each at its own pace (in the
+        # evaluation every straggler found on such a guess was a false alarm)
+        if wl is None or wl.job_id is None or wl.application in ("idle", "unknown"):
             return None
-        if wl.job_id is not None:
-            # job ids are unique within one cluster (a scheduler's own sequence), not across clusters
-            return None if wl.job_gpus is not None and wl.job_gpus < 2 else f"job:{self._cluster[slot]}/{wl.job_id}"
-        # no job id (inferred workload): GPUs of one node running the same application are taken as one job
-        return f"node:{self._cluster[slot]}/{self._node[slot]}/{wl.application}"
+        if wl.job_gpus is not None and wl.job_gpus < 2:
+            return None
+        # job ids are unique within one cluster (a scheduler's own sequence), not across clusters
+        return f"job:{self._cluster[slot]}/{wl.job_id}"
 
     def _stragglers(self, out: list[Finding]) -> None:
         """Judge the jobs seen in this batch, window by window: a window once every live GPU of the job is past it.

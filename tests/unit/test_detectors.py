@@ -595,6 +595,36 @@ def test_straggler_in_an_eight_gpu_job() -> None:
     assert first.evidence["slower_than_median"] > 0.2 and first.evidence["peers"] == 8
 
 
+def _slow_gpu_5(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+    if t < 900:
+        return m
+    if gpu == 5:
+        return m | {"sm_clock_mhz": 1400.0, "utilization_gpu_percent": 88.0}
+    return m | {"utilization_gpu_percent": 35.0 if t % 10 < 3 else 97.0}
+
+
+def test_a_straggler_finding_clears_when_the_job_ends() -> None:
+    def job(t: int, _gpu: int) -> Workload | None:
+        return pretraining(t, _gpu) if t < 1500 else None  # the scheduler says the job ended; the GPU stays slow
+
+    _det, found, _ = run(2400, _slow_gpu_5, job=job)
+    assert kinds(found) == {("straggler", "GPU-5")}
+    cleared = [f for f in found if f.detector == "straggler" and not f.active]
+    assert len(cleared) == 1 and cleared[0].ts_ns == T0 + 1500 * S
+    assert not any(f.active for f in found if f.detector == "straggler" and f.ts_ns > T0 + 1500 * S)
+
+
+def test_gpus_without_a_job_id_are_not_peers() -> None:
+    def inferred(_t: int, _gpu: int) -> Workload:
+        # what the classifier says of a node without context: same application, but no job, no peers known
+        return Workload("llm-pretraining", source="inferred", confidence=0.95)
+
+    _det, found, _ = run(1800, _slow_gpu_5, job=inferred)
+    assert not starts(found, "straggler")
+    _det, found, _ = run(1800, _slow_gpu_5)  # the same telemetry with the job context: found
+    assert kinds(found) == {("straggler", "GPU-5")}
+
+
 def test_straggler_explained_by_thermal_throttling_is_reported_once() -> None:
     def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
         if gpu == 5 and t >= 300:
