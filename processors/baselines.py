@@ -23,7 +23,9 @@ by baseline and by missing-feature pattern, and each group is one matrix product
 Emits per row: score, verdict, baseline id, drivers (features outside [p5, p95], largest standardized
 deviation first) and, for rows that are not normal, a one-line explanation naming the application, GPU model
 and phase. Findings ``baseline-anomaly``: active once a GPU has been anomalous for 30 s, repeated every 60 s,
-cleared once it has not been anomalous for 60 s.
+cleared once it has not been anomalous for 60 s; only for workloads a context source named (against an
+inferred application's baseline, rows keep their verdict but raise no finding: in the evaluation most such
+findings on healthy GPUs came from a wrong guess of the application, not from the GPU).
 """
 
 from __future__ import annotations
@@ -630,7 +632,14 @@ class AnomalyTracker:
         rows = np.flatnonzero(scored)
         slot = self._slot_of(batch)[rows]
         ts = batch.ts_ns[rows].astype(np.int64)
-        bad = verdict[rows] == _ANOMALOUS
+        # an anomaly against an inferred application's baseline is as likely a wrong guess as a sick GPU: the row
+        # keeps its verdict, but only a workload a context source named raises a finding (counted as calm)
+        named = np.fromiter(
+            (w is not None and w.source != "inferred" for w in (batch.workload[r] for r in rows.tolist())),
+            dtype=bool,
+            count=len(rows),
+        )
+        bad = (verdict[rows] == _ANOMALOUS) & named
         size = len(self.anomalous_since)
         last_calm, last_bad = np.full(size, _NONE), np.full(size, _NONE)
         np.maximum.at(last_calm, slot[~bad], ts[~bad])

@@ -251,6 +251,14 @@ def test_baseline_anomaly_findings_fire_repeat_and_clear() -> None:
     assert fired == [(30, True, 0), (90, True, 0), (180, False, 0)]
 
 
+def test_an_inferred_application_raises_no_finding() -> None:
+    tracker = AnomalyTracker()
+    batch, codes = _verdict_batch([float(t) for t in range(120)], [3] * 120)
+    guessed = dataclasses.replace(batch, workload=(Workload("llm-serving", source="inferred", confidence=0.9),) * 120)
+    assert tracker.update(guessed, codes, ["x"] * 120, batch.score) == []
+    assert [f.active for f in tracker.update(batch, codes, ["x"] * 120, batch.score)] == [True]  # named: found
+
+
 def test_a_calm_sample_restarts_the_streak() -> None:
     tracker = AnomalyTracker()
     batch, codes = _verdict_batch([float(t) for t in range(25)], [3] * 25)
