@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
-from pipeline.cli.base import cli, errors, resolved
+from pipeline import services
+from pipeline.cli.base import cli, errors, resolved, settings_of
+from pipeline.errors import ConfigError
 
 
 @cli.command("web")
@@ -17,7 +19,11 @@ def web_cmd(ctx: click.Context, host: str | None, port: int | None) -> None:
 
     from pipeline.web.app import create_app, is_loopback, token_path
 
-    settings = resolved(ctx, kafka=False)
+    try:
+        settings = services.resolve(settings_of(ctx))
+    except ConfigError:
+        # no Kafka yet: the API serves what InfluxDB holds, live data says why it is unavailable until Kafka is up
+        settings = resolved(ctx, kafka=False)
     w = settings.web.model_copy(update={k: v for k, v in (("host", host), ("port", port)) if v is not None})
     settings = settings.model_copy(update={"web": w})
     with errors():

@@ -291,6 +291,7 @@ function currentRoute() {
 
 async function route() {
   clearInterval(topoTimer);
+  document.body.dataset.ready = "0"; // a view is ready once it has rendered, also after a hash change
   const { name, args } = currentRoute();
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.view === (name === "gpu" ? "fleet" : name === "job" ? "jobs" : name));
   try {
