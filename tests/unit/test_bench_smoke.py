@@ -1,0 +1,42 @@
+"""The CPU-only benchmarks run at a tiny size and print their ratios: they must not rot between the runs whose
+numbers the README quotes (nothing here asserts a speed; the Kafka/InfluxDB/browser benchmarks run by hand)."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from bench import codec, collector, context, detectors, simulator
+from producers.simulator import Fleet
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], main: object, *argv: str) -> str:
+    monkeypatch.setattr(sys, "argv", ["bench", *argv])
+    main()  # type: ignore[operator]
+    return capsys.readouterr().out
+
+
+def test_detectors_and_context_benchmarks_report_ratios(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = _run(monkeypatch, capsys, detectors.main, "--rounds", "3", "--repeats", "1")
+    assert re.search(r"^live .* \d+\.\d\d ", out, re.M) and re.search(r"^replay .* \d+\.\d\d ", out, re.M)
+    out = _run(monkeypatch, capsys, context.main, "--quick")
+    assert "x one regex search" in out and "0.0175x" in out  # the simulated day is seeded: same records
+
+
+def test_collector_and_simulator_benchmarks_run(capsys: pytest.CaptureFixture[str]) -> None:
+    collector.main(["--rounds", "2"])
+    out = capsys.readouterr().out
+    assert "8 GPUs x 18 NVLinks (HGX-like)" in out and "bare NVML calls" in out
+    simulator.main(["--quick"])
+    assert "10,000" in capsys.readouterr().out
+
+
+def test_codec_granularity_compares_the_same_samples() -> None:
+    rounds = [Fleet(2, 8, seed=1).tick(1_763_790_000_000_000_000)]
+    per_gpu, node = codec.measure_granularity_cpu(rounds, 1)
+    assert (per_gpu.samples_per_message, node.samples_per_message) == (1, 8)
+    assert per_gpu.bytes_per_sample > node.bytes_per_sample > 0
