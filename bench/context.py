@@ -206,9 +206,14 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     args = parser.parse_args()
-    logging.getLogger("producers.context").setLevel(logging.ERROR)  # part C's simulated failures are expected
     repeats = 5 if args.quick else 30
-    results = {"inference": bench_inference(repeats), "step": bench_step(repeats), "volume": bench_volume(seed=7)}
+    quiet = logging.getLogger("producers.context")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # part C's simulated failures are expected
+    try:
+        results = {"inference": bench_inference(repeats), "step": bench_step(repeats), "volume": bench_volume(seed=7)}
+    finally:
+        quiet.setLevel(level)
     i, s, v = results["inference"], results["step"], results["volume"]
     print(
         f"A. inference: {i['infer_us_per_command']:.1f} µs per command line over {i['commands']:.0f} "
