@@ -636,6 +636,21 @@ def test_straggler_explained_by_thermal_throttling_is_reported_once() -> None:
     assert kinds(found) == {("thermal-throttling", "GPU-5")}
 
 
+def test_a_gpu_slowed_by_its_xid_storm_is_not_also_a_straggler() -> None:
+    def events(t: int) -> list[GpuEvent]:
+        if 600 <= t < 1500 and t % 20 == 0:  # channel resets (43, 45) stall the GPU's work
+            return [GpuEvent("c1", "node-1", "GPU-5", 5, T0 + t * S, EventKind.XID, (43, 45)[t // 20 % 2], "")]
+        return []
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        return _slow_gpu_5(t + 300, gpu, m) if t >= 700 else m  # the storm (5 XIDs) is known from t=680
+
+    _det, found, _ = run(1500, shape, events=events)
+    assert kinds(found) == {("xid", "GPU-5"), ("xid-storm", "GPU-5")}
+    _det, found, _ = run(1500, shape)  # the same slowness without the storm: a straggler
+    assert kinds(found) == {("straggler", "GPU-5")}
+
+
 def test_xid_storm_versus_a_single_xid() -> None:
     def events(t: int) -> list[GpuEvent]:
         out = []
