@@ -902,6 +902,10 @@ class Detectors:
             duty = np.minimum(1.0, util / np.nanmedian(util))
             step = 1.0 / (clock * duty)
         step[~np.isfinite(step)] = np.nan
+        if np.count_nonzero(~np.isnan(step)) == 2:
+            # two GPUs wait for each other, so their duty cycles cannot say which one is slow: the clock can
+            with np.errstate(divide="ignore"):
+                step = np.where(np.isnan(step), np.nan, 1.0 / clock)
         peers.state, verdict = peer_step(peers.state, step, self.straggler_params)
         if not verdict.judged:
             return
@@ -1355,10 +1359,14 @@ def _straggler(
 ) -> tuple[Severity, str, str, dict[str, float]]:
     nan = math.nan
     d = ep.detail
+    than = (
+        "its one peer per step (a 2-GPU job: judged by its SM clock)"
+        if d.get("peers") == 2
+        else f"the median of its {_fmt(d.get('peers', nan))} peers per step (robust z "
+        f"{_fmt(d.get('robust_z', nan), '', 1)})"
+    )
     what = (
-        f"straggler: {_fmt(d.get('slower_than_median', nan) * 100, '%')} slower than the median of its "
-        f"{_fmt(d.get('peers', nan))}"
-        f" peers per step (robust z {_fmt(d.get('robust_z', nan), '', 1)}), SM clock "
+        f"straggler: {_fmt(d.get('slower_than_median', nan) * 100, '%')} slower than {than}, SM clock "
         f"{_fmt(rel.get('sm_clock_ratio_of_max', nan) * 100, '%')} of max, util "
         f"{_fmt(row.get('utilization_gpu_percent', nan), '%')}"
     )

@@ -40,6 +40,9 @@ class StragglerParams:
     acute: int = 1
     clear: int = 3
     min_workers: int = 3
+    #: two workers have no median to be slower than: the slower one is judged by its excess over the faster one,
+    #: this much counting as the robust z's ``z_min`` (0 turns pairs off)
+    pair_rel: float = 0.15
     #: the MAD's floor as a fraction of the median
     mad_floor: float = 0.01
 
@@ -84,14 +87,23 @@ def window_scores(step_times: np.ndarray, mad_floor: float = 0.01) -> tuple[np.n
     return rel, z, med
 
 
+def pair_scores(step_times: np.ndarray, params: StragglerParams) -> tuple[np.ndarray, np.ndarray, float]:
+    """For a window of exactly two workers: each one's excess over the faster one, and that excess on the robust
+    z's scale (``pair_rel`` maps to ``z_min``), so the same persistence rules apply."""
+    fastest = float(np.nanmin(step_times))
+    rel = step_times / fastest - 1.0
+    return rel, rel / params.pair_rel * params.z_min, fastest
+
+
 def peer_step(state: PeerState, step_times: np.ndarray, params: StragglerParams) -> tuple[PeerState, PeerVerdict]:
     """Advance one job by one window of per-worker step times (NaN: the worker did not report)."""
     n = int(np.count_nonzero(~np.isnan(step_times)))
     workers = step_times.shape[0]
-    if n < params.min_workers:
+    pair = n == 2 and params.pair_rel > 0
+    if n < params.min_workers and not pair:
         nan = np.full(workers, np.nan)
         return state, PeerVerdict(state.active.copy(), nan, nan, nan, nan, float("nan"), judged=False)
-    rel, z, med = window_scores(step_times, params.mad_floor)
+    rel, z, med = pair_scores(step_times, params) if pair else window_scores(step_times, params.mad_floor)
     rel_hist = np.roll(state.rel, -1, axis=1)
     z_hist = np.roll(state.z, -1, axis=1)
     rel_hist[:, -1], z_hist[:, -1] = rel, z

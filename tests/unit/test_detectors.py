@@ -614,6 +614,27 @@ def test_a_straggler_finding_clears_when_the_job_ends() -> None:
     assert not any(f.active for f in found if f.detector == "straggler" and f.ts_ns > T0 + 1500 * S)
 
 
+def _pair(_t: int, _gpu: int) -> Workload:
+    return Workload("llm-finetuning", job_id="job-2", source="simulator", confidence=1.0, job_gpus=2)
+
+
+def test_the_slower_gpu_of_a_two_gpu_job_by_its_clock() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if t < 600:
+            return m
+        if gpu == 1:  # its clock holds the pair back; it never waits
+            return m | {"sm_clock_mhz": float(round(0.71 * m["sm_clock_mhz"])), "utilization_gpu_percent": 97.0}
+        return m | {"utilization_gpu_percent": 35.0 if t % 10 < 3 else 97.0}  # its peer waits at every step
+
+    _det, found, _ = run(1500, shape, job=_pair, gpus=2)
+    assert kinds(found) == {("straggler", "GPU-1")}
+    first = starts(found)[0]
+    assert first.evidence["peers"] == 2 and first.evidence["slower_than_median"] == pytest.approx(0.41, abs=0.05)
+    assert "than its one peer per step" in first.summary
+    _det, found, _ = run(1500, job=_pair, gpus=2)  # a healthy pair: nothing
+    assert not starts(found, "straggler")
+
+
 def test_gpus_without_a_job_id_are_not_peers() -> None:
     def inferred(_t: int, _gpu: int) -> Workload:
         # what the classifier says of a node without context: same application, but no job, no peers known

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.evaluation import PAI_LABELS, PAI_WINDOW, pai_result, pai_step_windows
-from processors.straggler import PeerState, StragglerParams, peer_step, scan
+from processors.straggler import PeerState, StragglerParams, pair_scores, peer_step, scan
 
 DATA = Path(__file__).parents[1] / "testdata" / "alibaba-pai2020-minibatch-stragglers"
 
@@ -55,14 +55,6 @@ def test_emerging_straggler_is_caught_and_clears() -> None:
     assert not np.delete(flags, 5, axis=0).any()
 
 
-def test_two_workers_are_not_judged() -> None:
-    params = StragglerParams()
-    state = PeerState.empty(2, params)
-    for _ in range(20):
-        state, verdict = peer_step(state, np.array([100.0, 200.0]), params)
-        assert not verdict.judged and not verdict.active.any()
-
-
 def test_missing_workers_do_not_break_the_window() -> None:
     steps = np.full((6, 20), 100.0)
     steps[1, ::2] = np.nan  # reports every other window
@@ -97,3 +89,19 @@ def test_flag_rate_on_the_dispersion_of_100_real_jobs() -> None:
     moderate = m < 0.1
     assert moderate.sum() >= 50
     assert r[moderate].mean() < 0.01
+
+
+def test_a_pair_is_judged_by_the_excess_over_the_faster_one() -> None:
+    params = StragglerParams()
+    steps = np.array([[1.0, 1.0, 1.0], [1.35, 1.05, np.nan]])  # 35% and 5% slower, then the pair's one left
+    rel, z, fastest = pair_scores(steps[:, 0], params)
+    assert fastest == 1.0 and rel.tolist() == pytest.approx([0.0, 0.35]) and z[1] == pytest.approx(7.0)
+    state = PeerState.empty(2, params)
+    state, verdict = peer_step(state, steps[:, 0], params)
+    assert verdict.judged and verdict.active.tolist() == [False, True]  # acute: 35% at once
+    state, verdict = peer_step(state, steps[:, 1], params)
+    assert verdict.rel[1] == pytest.approx(0.05)
+    _, alone = peer_step(state, steps[:, 2], params)
+    assert not alone.judged  # one worker: nothing to compare with
+    off = StragglerParams(pair_rel=0.0)
+    assert not peer_step(PeerState.empty(2, off), steps[:, 0], off)[1].judged
