@@ -121,7 +121,9 @@ class Enricher:
         return out
 
     def _infer(self, rows: np.ndarray, keys: list[bytes], f: np.ndarray, workload: list[Workload | None]) -> None:
-        """Classify the GPUs of ``rows`` from their windows (after adding these rows to them)."""
+        """Classify each of ``rows`` from its GPU's window as of that row: a batch holding many rounds of a GPU
+        (a processor catching up, a replay) is taken round by round, so rows before a job change are not labelled
+        with the job after it."""
         current = self._baselines()
         classifier = current.classifier if current is not None else None
         if classifier is None:
@@ -129,18 +131,22 @@ class Enricher:
         window = classifier.record.window
         if self._buffer is None or self._buffer.window != window:
             self._buffer = WindowBuffer(window)
-        row_keys = [keys[r] for r in rows.tolist()]
-        slots = self._buffer.slots(row_keys)
-        self._buffer.update(slots, f[rows])
-        distinct, back = np.unique(slots, return_inverse=True)
-        windows, counts = self._buffer.windows(distinct)
-        names, confidence = classifier.predict(window_inputs(windows))
-        inferred = [
-            Workload(name, source="inferred", confidence=round(float(p), 3)) if count >= MIN_SAMPLES else None
-            for name, p, count in zip(names, confidence.tolist(), counts.tolist(), strict=True)
-        ]
-        for r, g in zip(rows.tolist(), back.tolist(), strict=True):
-            workload[r] = inferred[g]
+        slots = self._buffer.slots([keys[r] for r in rows.tolist()])
+        # each row's rank among its GPU's rows of this batch (rows are in arrival order)
+        order = np.argsort(slots, kind="stable")
+        s = slots[order]
+        starts = np.r_[0, np.flatnonzero(np.diff(s)) + 1]
+        rank = np.empty(len(s), dtype=np.int64)
+        rank[order] = np.arange(len(s)) - np.repeat(starts, np.diff(np.r_[starts, len(s)]))
+        for k in range(int(rank.max()) + 1):
+            level = np.flatnonzero(rank == k)
+            self._buffer.update(slots[level], f[rows[level]])
+            windows, counts = self._buffer.windows(slots[level])
+            names, confidence = classifier.predict(window_inputs(windows))
+            for i, name, p, count in zip(level.tolist(), names, confidence.tolist(), counts.tolist(), strict=True):
+                workload[int(rows[i])] = (
+                    Workload(name, source="inferred", confidence=round(float(p), 3)) if count >= MIN_SAMPLES else None
+                )
 
     def tick(self, now_ns: int) -> list[Finding]:
         return []
