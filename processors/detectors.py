@@ -74,7 +74,7 @@ _TAU_S: Final = np.array([10.0, 5.0, 15.0, 300.0])
 _ON: Final = np.array([0.6, 0.6, 0.6, 0.9])
 _OFF: Final = np.array([0.15, 0.15, 0.15, 0.3])
 #: a straggler whose GPU already has one of these findings is explained by it and not reported twice
-_EXPLAINS_SLOWNESS: Final = (THERMAL, POWER, NVLINK, PCIE, STORM, ECC, LOST_BUS)
+_EXPLAINS_SLOWNESS: Final = (THERMAL, POWER, NVLINK, PCIE, LEAK, STORM, ECC, LOST_BUS)
 
 # NVML clocks-event (throttle) reason bits
 _HW_SLOWDOWN: Final = int(pynvml.nvmlClocksThrottleReasonHwSlowdown)

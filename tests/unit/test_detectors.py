@@ -672,6 +672,18 @@ def test_a_gpu_slowed_by_its_xid_storm_is_not_also_a_straggler() -> None:
     assert kinds(found) == {("straggler", "GPU-5")}
 
 
+def test_a_gpu_slowed_by_its_memory_leak_is_not_also_a_straggler() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu != 5 or t < 600:
+            return m | {"memory_used_bytes": 24.0 * GIB} if gpu == 5 else m
+        used = min(0.99, 0.3 + (t - 600) / 60 * 0.08)  # +8% of memory a minute: full within 10 minutes
+        slowed = _slow_gpu_5(t + 300, gpu, m) if t >= 800 else m  # the leaking process thrashes, then stalls
+        return slowed | {"memory_used_bytes": float(round(80 * GIB * used))}
+
+    _det, found, _ = run(1500, shape)
+    assert kinds(found) == {("memory-leak", "GPU-5")}
+
+
 def test_xid_storm_versus_a_single_xid() -> None:
     def events(t: int) -> list[GpuEvent]:
         out = []
