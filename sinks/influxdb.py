@@ -48,6 +48,7 @@ from influxdb_client.domain.write_precision import WritePrecision
 from influxdb_client.rest import ApiException
 
 from pipeline.baselines import BaselineBand, Feedback
+from pipeline.config import InfluxSettings
 from pipeline.events import (
     METRIC_LIMIT,
     METRIC_NAMES,
@@ -324,3 +325,15 @@ class InfluxWriter:
 
     def close(self) -> None:
         self.client.close()  # type: ignore[no-untyped-call]
+
+
+def query_rows(settings: InfluxSettings, *fluxes: str) -> list[list[dict[str, Any]]]:
+    """Run Flux queries on one client (opened and closed here); each query's records as dicts, in order."""
+    assert settings.url and settings.token, "resolve settings first"
+    writer = InfluxWriter(
+        settings.url, settings.token.get_secret_value(), settings.org, settings.bucket, settings.timeout_s
+    )
+    try:
+        return [writer.query(flux) for flux in fluxes]
+    finally:
+        writer.close()

@@ -17,7 +17,7 @@ from typing import Any, Final
 from pipeline.config import Settings
 from pipeline.errors import InvalidQuery
 from sinks.alerting.history import MEASUREMENT, OUTCOMES
-from sinks.influxdb import InfluxWriter
+from sinks.influxdb import query_rows
 
 _DURATION = re.compile(r"^([1-9][0-9]*(ms|s|m|h|d|w))+$")
 _VALUE = re.compile(r"^[A-Za-z0-9._:/-]{1,200}$")
@@ -127,12 +127,8 @@ def run_history(settings: Settings, query: HistoryQuery) -> list[NotificationRow
     """Run a history query against the configured InfluxDB (query errors are raised before connecting)."""
     flux = query.flux(settings.influxdb.bucket)
     i = settings.influxdb
-    assert i.url and i.token, "resolve settings first"
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
-    try:
-        return [_row(r) for r in writer.query(flux)]
-    finally:
-        writer.close()
+    [rows] = query_rows(i, flux)
+    return [_row(r) for r in rows]
 
 
 def row_json(row: NotificationRow) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from pipeline.config import Settings
 from pipeline.errors import InvalidQuery
 from pipeline.events import METRIC_INDEX, METRIC_NAMES, RELATIVE_FIELDS
-from sinks.influxdb import FEEDBACK_MEASUREMENT, FINDING_MEASUREMENT, MEASUREMENT, InfluxWriter
+from sinks.influxdb import FEEDBACK_MEASUREMENT, FINDING_MEASUREMENT, MEASUREMENT, InfluxWriter, query_rows
 
 _DURATION = re.compile(r"^([1-9][0-9]*(ns|us|ms|s|m|h|d|w|mo|y))+$")
 
@@ -228,7 +228,6 @@ class StoredEvent:
 def stored_event(settings: Settings, gpu: str, ts_ms: int) -> StoredEvent | None:
     """The ``gpu`` point of one GPU at one millisecond, or None when there is none."""
     i = settings.influxdb
-    assert i.url and i.token, "resolve settings first"
     start = ts_ms * 1_000_000
     flux = (
         f'from(bucket: "{i.bucket}")\n'
@@ -237,11 +236,7 @@ def stored_event(settings: Settings, gpu: str, ts_ms: int) -> StoredEvent | None
         '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
         "  |> group()"
     )
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
-    try:
-        rows = writer.query(flux)
-    finally:
-        writer.close()
+    [rows] = query_rows(i, flux)
     if not rows:
         return None
     r = rows[0]
@@ -277,7 +272,6 @@ class FeedbackRow:
 def feedback_rows(settings: Settings, range_: str = "30d") -> list[FeedbackRow]:
     """Operators' verdicts given in the last ``range_``, the latest per event."""
     i = settings.influxdb
-    assert i.url and i.token, "resolve settings first"
     flux = (
         f'from(bucket: "{i.bucket}")\n'
         f"  |> range(start: -{_checked_duration('range', range_)})\n"
@@ -285,11 +279,7 @@ def feedback_rows(settings: Settings, range_: str = "30d") -> list[FeedbackRow]:
         '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
         '  |> group()\n  |> sort(columns: ["_time"])'
     )
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
-    try:
-        rows = writer.query(flux)
-    finally:
-        writer.close()
+    [rows] = query_rows(i, flux)
     latest = {
         str(r["event_id"]): FeedbackRow(
             str(r["event_id"]),
@@ -319,7 +309,6 @@ def finding_windows(settings: Settings, start_ns: int, stop_ns: int, repeat_s: f
     """Windows of findings active in [start, stop): from ``since_ns`` to the clear (or the last repeat plus one
     repeat interval, if it has not cleared)."""
     i = settings.influxdb
-    assert i.url and i.token, "resolve settings first"
     flux = (
         f'from(bucket: "{i.bucket}")\n'
         f"  |> range(start: {_flux_time(start_ns)}, stop: {_flux_time(stop_ns)})\n"
@@ -328,11 +317,7 @@ def finding_windows(settings: Settings, start_ns: int, stop_ns: int, repeat_s: f
         '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
         "  |> group()"
     )
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
-    try:
-        rows = writer.query(flux)
-    finally:
-        writer.close()
+    [rows] = query_rows(i, flux)
     spans: dict[tuple[str, str, int], tuple[int, bool]] = {}
     for r in sorted(rows, key=lambda r: r["_time"]):
         # since_ns is stored as a float (ns lose their last bits): floor it to the ms the samples are stored at

@@ -18,7 +18,7 @@ from pipeline.config import Settings
 from pipeline.errors import InvalidQuery
 from pipeline.events import APPLICATIONS
 from pipeline.usage import GpuLimits, UsageSample, UsageStats, usage_stats
-from sinks.influxdb import INFO_MEASUREMENT, MEASUREMENT, InfluxWriter
+from sinks.influxdb import INFO_MEASUREMENT, MEASUREMENT, query_rows
 
 _DURATION: Final = re.compile(r"^([1-9][0-9]*(s|m|h|d|w|mo|y))+$")
 _JOB_ID: Final = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,128}$")
@@ -157,14 +157,9 @@ def usage(settings: Settings, query: UsageQuery) -> list[UsageStats]:
     """Usage statistics per job (or for the application) in the range, from the configured InfluxDB."""
     query.validate()
     i = settings.influxdb
-    assert i.url and i.token, "resolve settings first"
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
-    try:
-        minutes = writer.query(query.minutes_flux(i.bucket))
-        jobs = writer.query(query.jobs_flux(i.bucket))
-        limit_rows = writer.query(query.limits_flux(i.bucket))
-    finally:
-        writer.close()
+    minutes, jobs, limit_rows = query_rows(
+        i, query.minutes_flux(i.bucket), query.jobs_flux(i.bucket), query.limits_flux(i.bucket)
+    )
     limits = {
         r["gpu"]: GpuLimits(float(r["memory_total_bytes"]), _opt(r, "power_limit_watts"))
         for r in limit_rows
@@ -201,12 +196,7 @@ def link_throughput_flux(bucket: str, range_: str, cluster: str | None = None) -
 def link_throughput(settings: Settings, range_: str, cluster: str | None = None) -> list[LinkThroughput]:
     """Per GPU model, the best link throughput seen on the fleet: a demonstrated lower bound of the bandwidth."""
     i = settings.influxdb
-    assert i.url and i.token, "resolve settings first"
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
-    try:
-        rows = writer.query(link_throughput_flux(i.bucket, range_, cluster))
-    finally:
-        writer.close()
+    [rows] = query_rows(i, link_throughput_flux(i.bucket, range_, cluster))
     best: dict[str, dict[str, float]] = {}
     for r in rows:
         kind = "nvlink" if str(r["_field"]).startswith("nvlink") else "pcie"
