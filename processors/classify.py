@@ -154,6 +154,16 @@ def history_windows(
     return np.concatenate(out), np.concatenate(ends)
 
 
+def arrival_ranks(slot: np.ndarray) -> np.ndarray:
+    """Each row's rank among the rows of its slot, in arrival (row) order: 0 for a slot's first row."""
+    order = np.argsort(slot, kind="stable")
+    s = slot[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(s)) + 1]
+    rank = np.empty(len(s), dtype=np.int64)
+    rank[order] = np.arange(len(s)) - np.repeat(starts, np.diff(np.r_[starts, len(s)]))
+    return rank
+
+
 class WindowBuffer:
     """The last ``window`` FEATURES rows of every GPU seen, as one array; slots are handed out per GPU key."""
 
@@ -179,15 +189,12 @@ class WindowBuffer:
         """Append rows (in arrival order) to their GPUs' windows."""
         if not len(slot):
             return
-        order = np.argsort(slot, kind="stable")
-        s = slot[order]
-        starts = np.r_[0, np.flatnonzero(np.diff(s)) + 1]
-        rank = np.arange(len(s)) - np.repeat(starts, np.diff(np.r_[starts, len(s)]))
-        per_gpu = np.bincount(s, minlength=len(self._count))[s]
+        rank = arrival_ranks(slot)
+        per_gpu = np.bincount(slot, minlength=len(self._count))[slot]
         recent = rank >= per_gpu - self.window  # only the last `window` rows of a GPU can stay
-        position = (self._count[s[recent]] + rank[recent]) % self.window
-        self._data[s[recent], position] = f[order[recent]]
-        np.add.at(self._count, s, 1)
+        position = (self._count[slot[recent]] + rank[recent]) % self.window
+        self._data[slot[recent], position] = f[recent]
+        np.add.at(self._count, slot, 1)
 
     def windows(self, slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(windows of these slots, samples each holds)."""

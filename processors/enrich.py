@@ -28,7 +28,7 @@ import numpy as np
 
 from pipeline.events import PHASES, Finding, GpuContext, InterpretedBatch, Workload, gpu_key
 from processors.baselines import BaselineSet
-from processors.classify import MIN_SAMPLES, WindowBuffer, window_inputs
+from processors.classify import MIN_SAMPLES, WindowBuffer, arrival_ranks, window_inputs
 from processors.features import features, fill_relative, infer_phase
 
 _IDLE = Workload("idle", source="context", confidence=1.0)
@@ -132,12 +132,7 @@ class Enricher:
         if self._buffer is None or self._buffer.window != window:
             self._buffer = WindowBuffer(window)
         slots = self._buffer.slots([keys[r] for r in rows.tolist()])
-        # each row's rank among its GPU's rows of this batch (rows are in arrival order)
-        order = np.argsort(slots, kind="stable")
-        s = slots[order]
-        starts = np.r_[0, np.flatnonzero(np.diff(s)) + 1]
-        rank = np.empty(len(s), dtype=np.int64)
-        rank[order] = np.arange(len(s)) - np.repeat(starts, np.diff(np.r_[starts, len(s)]))
+        rank = arrival_ranks(slots)  # rows are in arrival order
         for k in range(int(rank.max()) + 1):
             level = np.flatnonzero(rank == k)
             self._buffer.update(slots[level], f[rows[level]])
