@@ -49,9 +49,9 @@ from pipeline.config import (
     load_settings,
 )
 from pipeline.events import Finding, Severity, Workload
-from pipeline.mainjob import Stage, read_stats, wait_for
 from pipeline.publisher import Publisher
 from pipeline.services import influxdb, kafka
+from pipeline.services.stages import Stage, read_stats, wait_for
 from pipeline.topics import ensure_topics, topic_specs
 from sinks.alerting.admin import AlertAdmin, make_receiver, make_subscription
 from sinks.alerting.engine import AlertEngine
@@ -198,7 +198,7 @@ def _manager(s: Settings, run_dir: Path) -> Stage:
     stats.unlink(missing_ok=True)
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.cli", "-v", "alerts", "run", "--stats-file", str(stats)],
+            [sys.executable, "-m", "pipeline.face.cli", "-v", "alerts", "run", "--stats-file", str(stats)],
             env=services.child_env(s),
             stdout=out,
             stderr=subprocess.STDOUT,

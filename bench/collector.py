@@ -1,7 +1,7 @@
 """What the NVML collector costs: CPU time per GPU-sample, next to the bare NVML calls it makes, plus encoding.
 
-For each configuration, on the fake NVML of tests/fakes/nvml.py (devices replaying the real nvidia-smi captures;
-no GPU on the benchmark machine):
+For each configuration, on the NVML replay of producers/nvml/replay.py (devices replaying the real nvidia-smi captures
+of tests/testdata; no GPU on the benchmark machine):
 
 - *collector*: ``NvmlCollector.collect`` (NVML calls + mapping into GpuSample, rates, processes, NVLink), and the
   event drain of ``EventWatcher`` (one NVML call per round);
@@ -34,10 +34,12 @@ import pynvml
 from pipeline.codec import encode_samples
 from pipeline.events import SampleBatch
 from producers.nvml import NvmlCollector
+from producers.nvml.capture import CapturedGpu, CapturedLink, parse_capture
 from producers.nvml.events import EventWatcher
-from tests.fakes.nvml import FakeGpu, FakeLink, FakeNvml, load_capture
+from producers.nvml.replay import ReplayNvml
 
 T0 = 1_763_790_000_123_456_789
+CAPTURES = Path(__file__).resolve().parent.parent / "tests" / "testdata" / "nvidia-smi-xml"
 MIX = (
     "rtx-3080-v13.xml",
     "a10g.xml",
@@ -50,19 +52,19 @@ MIX = (
 )
 
 
-def mixed_node() -> list[FakeGpu]:
+def mixed_node() -> list[CapturedGpu]:
     """Eight different real captures (no NVLink, sampled PCIe throughput)."""
-    return [load_capture(name)[0] for name in MIX]
+    return [parse_capture(CAPTURES / name)[0] for name in MIX]
 
 
-def nvlink_node() -> list[FakeGpu]:
+def nvlink_node() -> list[CapturedGpu]:
     """Eight A10G captures with 18 NVLinks each through 4 switches and PCIe byte counters: an HGX-like load."""
-    base = load_capture("a10g.xml")[0]
+    base = parse_capture(CAPTURES / "a10g.xml")[0]
     gpus = []
     for i in range(8):
         values = dict(base.values) | {"pcie.tx_bytes": 10**9, "pcie.rx_bytes": 10**9, "energy_mj": 10**9}
         links = [
-            FakeLink(f"00000000:0{link % 4 + 5}:00.0", remote_type=pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
+            CapturedLink(f"00000000:0{link % 4 + 5}:00.0", remote_type=pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
             for link in range(18)
         ]
         gpus.append(dataclasses.replace(base, uuid=f"GPU-{i:08x}", pci_bus_id=f"00000000:{i + 16:02X}:00.0",
@@ -90,8 +92,8 @@ def _cpu_per_sample(fn: Callable[[], Any], rounds: int, samples_per_round: int) 
     return (time.process_time() - start) / (rounds * samples_per_round) * 1e6
 
 
-def measure(config: str, gpus: list[FakeGpu], rounds: int) -> Row:
-    fake = FakeNvml(gpus)
+def measure(config: str, gpus: list[CapturedGpu], rounds: int) -> Row:
+    fake = ReplayNvml(gpus)
     collector = NvmlCollector(fake, "bench", "node-1")
     collector.open()
     watcher = EventWatcher(fake, "bench", "node-1")

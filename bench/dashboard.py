@@ -30,10 +30,10 @@ from playwright.sync_api import Page, sync_playwright
 
 from bench.pipeline import GPUS_PER_NODE, bench_settings
 from pipeline.config import load_settings
-from pipeline.mainjob import start_stage, wait_for
+from pipeline.face.web.app import create_app, serving
 from pipeline.publisher import Publisher
 from pipeline.services import influxdb, kafka
-from pipeline.web.app import create_app, serving
+from pipeline.services.stages import start_stage, wait_for
 from producers.simulator import Fleet
 from producers.simulator.run import run_simulation
 

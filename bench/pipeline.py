@@ -30,9 +30,9 @@ from typing import Any
 
 from pipeline.codec import encode_samples
 from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, TopicSettings, load_settings
-from pipeline.mainjob import Stage, start_stage, wait_for
 from pipeline.publisher import Publisher
 from pipeline.services import influxdb, kafka
+from pipeline.services.stages import Stage, start_stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet

@@ -108,7 +108,7 @@ def start_web(settings: Settings) -> LocalState:
     host = resolved.web.host
     port = resolved.web.port if not port_open(resolved.web.port, host) else free_port()
     log_path = Path(state.run_dir) / "web" / "web.log"
-    cmd = [sys.executable, "-m", "pipeline.cli", "web", "--host", host, "--port", str(port)]
+    cmd = [sys.executable, "-m", "pipeline.face.cli", "web", "--host", host, "--port", str(port)]
     pid = start_daemon(cmd, log_path, env=child_env(resolved))
     url = f"http://{host}:{port}"
     wait_until(lambda: web_healthy(url), 60, "the dashboard", lambda: pid_alive(pid))

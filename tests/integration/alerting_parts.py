@@ -23,8 +23,8 @@ from pipeline import services
 from pipeline.codec import encode_record
 from pipeline.config import AlertSettings, Settings
 from pipeline.events import Finding, Severity, Workload
-from pipeline.mainjob import Stage, wait_for
 from pipeline.publisher import Publisher
+from pipeline.services.stages import Stage, wait_for
 from sinks.alerting.receivers import SIGNATURE_HEADER, verify_signature
 from sinks.query.alerts import HistoryQuery, NotificationRow, run_history
 
@@ -152,7 +152,7 @@ def start_manager(settings: Settings, run_dir: Path, env: dict[str, str] | None 
     child_env = services.child_env(settings) | {"PYTHONUNBUFFERED": "1"} | (env or {})
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.cli", "-v", "alerts", "run", "--stats-file", str(stats)],
+            [sys.executable, "-m", "pipeline.face.cli", "-v", "alerts", "run", "--stats-file", str(stats)],
             env=child_env,
             stdout=out,
             stderr=subprocess.STDOUT,

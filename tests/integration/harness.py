@@ -14,8 +14,8 @@ from confluent_kafka import Consumer, Message
 from pipeline.codec import encode_samples
 from pipeline.config import Settings
 from pipeline.events import SampleBatch
-from pipeline.mainjob import Stage, start_stage, wait_for
 from pipeline.publisher import Publisher
+from pipeline.services.stages import Stage, start_stage, wait_for
 from sinks.influxdb import InfluxWriter
 
 

@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from pydantic import SecretStr
 
 from pipeline.config import Settings, WebSettings
-from pipeline.web.app import create_app
+from pipeline.face.web.app import create_app
 
 pytestmark = pytest.mark.integration
 

@@ -14,12 +14,12 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.baselines import Feedback
-from pipeline.cli import cli
 from pipeline.codec import decode_record, encode_record
 from pipeline.config import Settings
 from pipeline.events import GpuContext, GpuSample, SampleBatch, Workload
-from pipeline.mainjob import Stage, wait_for
+from pipeline.face.cli import cli
 from pipeline.publisher import Publisher
+from pipeline.services.stages import Stage, wait_for
 from processors.classify import MIN_SAMPLES
 from producers.simulator import Fleet
 

@@ -25,9 +25,9 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from pydantic import SecretStr
 
 from pipeline.config import Settings, WebSettings
-from pipeline.mainjob import wait_for
+from pipeline.face.web.app import create_app, serving
 from pipeline.publisher import Publisher
-from pipeline.web.app import create_app, serving
+from pipeline.services.stages import wait_for
 from producers.simulator import Fleet
 from producers.simulator.faults import FaultPlan, Injection
 from producers.simulator.run import run_simulation

@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.config import Settings
 from pipeline.events import GpuProcess, GpuSample, SampleBatch
-from pipeline.mainjob import wait_for
+from pipeline.services.stages import wait_for
 
 from .harness import publish_batches, running_pipeline, stored_points, wait_stored
 

@@ -26,8 +26,8 @@ from pipeline.events import (
     TopologyGpu,
     TopologyLink,
 )
-from pipeline.mainjob import wait_for
 from pipeline.publisher import Publisher
+from pipeline.services.stages import wait_for
 
 from .harness import consume_all, publish_batches, running_pipeline, stored_points, wait_stored
 

@@ -21,8 +21,8 @@ from pipeline.events import (
     SampleBatch,
     Severity,
 )
-from pipeline.mainjob import wait_for
 from pipeline.publisher import Publisher
+from pipeline.services.stages import wait_for
 from producers.simulator import Fleet
 
 from .harness import publish_batches, running_pipeline, stored_points, wait_stored

@@ -13,9 +13,9 @@ import pytest
 
 from pipeline.codec import encode_record
 from pipeline.config import Settings
-from pipeline.evaljob import run_evaluation, withheld
-from pipeline.evaluation import format_table
 from pipeline.events import FaultRecord, GpuContext, GpuSample, SampleBatch, Workload
+from pipeline.face.evaljob import run_evaluation, withheld
+from pipeline.face.evaluation import format_table
 from pipeline.publisher import Publisher
 
 from .harness import publish_batches

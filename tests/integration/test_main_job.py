@@ -11,7 +11,7 @@ import pytest
 
 from pipeline import services
 from pipeline.config import Settings
-from pipeline.mainjob import main_job
+from pipeline.face.mainjob import main_job
 
 from .harness import stored_points
 

@@ -8,9 +8,9 @@ import pytest
 from pipeline.codec import decode_record, encode_record
 from pipeline.config import Settings
 from pipeline.events import GpuContext, Workload
-from pipeline.mainjob import wait_for
 from pipeline.mirror import TopicMirror
 from pipeline.publisher import Publisher
+from pipeline.services.stages import wait_for
 
 pytestmark = pytest.mark.integration
 

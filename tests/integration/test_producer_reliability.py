@@ -17,8 +17,8 @@ import pytest
 from pipeline.codec import decode_record, decode_samples
 from pipeline.config import KafkaSettings, ServiceSettings, Settings, TopicSettings
 from pipeline.events import NodeTopology, SampleBatch
-from pipeline.mainjob import start_stage, wait_for
 from pipeline.publisher import Publisher
+from pipeline.services.stages import start_stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
 from producers.agent import NodeAgent
 from producers.simulator import Fleet

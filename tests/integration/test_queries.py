@@ -33,7 +33,6 @@ from click.testing import CliRunner
 from influxdb_client.client.influxdb_client import InfluxDBClient
 from pydantic import SecretStr
 
-from pipeline.cli import cli
 from pipeline.codec import encode_interpreted, encode_record
 from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, TopicSettings, WebSettings
 from pipeline.events import (
@@ -48,11 +47,12 @@ from pipeline.events import (
     Verdict,
     Workload,
 )
-from pipeline.mainjob import Stage, start_stage, wait_for
+from pipeline.face.cli import cli
+from pipeline.face.web.app import create_app, serving
 from pipeline.publisher import Publisher
 from pipeline.services import kafka
+from pipeline.services.stages import Stage, start_stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
-from pipeline.web.app import create_app, serving
 from sinks.influxdb import InfluxWriter
 from sinks.query import (
     FUNCTIONS,

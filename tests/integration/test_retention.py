@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli import cli
 from pipeline.codec import encode_interpreted
 from pipeline.config import Settings
 from pipeline.errors import InvalidQuery
 from pipeline.events import GpuSample, InterpretedBatch, InterpretedEvent, Verdict, Workload
+from pipeline.face.cli import cli
 from pipeline.publisher import Publisher
 from pipeline.services import kafka
 from sinks.query import (

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli import cli
 from pipeline.config import Settings
 from pipeline.events import GpuSample, InterpretedBatch, InterpretedEvent, Workload
+from pipeline.face.cli import cli
 from sinks.influxdb import InfluxWriter, InfoTracker, batch_lines
 from sinks.query.usage import UsageQuery, link_throughput, usage
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Settings
-from pipeline.mainjob import wait_for
+from pipeline.services.stages import wait_for
 from producers.simulator import Fleet
 
 from .conftest import InfluxServer

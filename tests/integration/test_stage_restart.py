@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Settings
-from pipeline.mainjob import start_stage, wait_for
+from pipeline.services.stages import start_stage, wait_for
 from producers.simulator import Fleet
 
 from .harness import publish_batches, running_pipeline, stored_points

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli import cli
+from pipeline.face.cli import cli
 
 COMMANDS = [
     [],

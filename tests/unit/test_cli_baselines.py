@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli import cli
-from pipeline.cli.baselines import parse_duration
+from pipeline.face.cli import cli
+from pipeline.face.cli.baselines import parse_duration
 
 
 @pytest.mark.parametrize("args", [["baselines"], ["baselines", "train"], ["baselines", "list"], ["feedback"]])

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli import cli
+from pipeline.face.cli import cli
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ import click
 import pytest
 import yaml
 
-from pipeline.cli import cli
 from pipeline.config import CONFIG_FILE_ENV, ENV_PREFIX, env_names, load_settings
+from pipeline.face.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli import cli
-from pipeline.cli.context import format_contexts
 from pipeline.events import GpuContext, Workload
+from pipeline.face.cli import cli
+from pipeline.face.cli.context import format_contexts
 
 
 @pytest.fixture(autouse=True)

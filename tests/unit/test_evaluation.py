@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.evaluation import (
+from pipeline.events import FAULTS, FaultRecord, Finding, Severity
+from pipeline.face.evaluation import (
     DAY_S,
     Thresholds,
     classify_score,
@@ -16,7 +17,6 @@ from pipeline.evaluation import (
     merge_faults,
     score,
 )
-from pipeline.events import FAULTS, FaultRecord, Finding, Severity
 
 S = 1_000_000_000
 T0 = 1_700_000_000 * S

@@ -14,17 +14,19 @@ from pipeline.config import ValidationSettings
 from pipeline.events import METRIC_INDEX, EventKind, SampleBatch
 from processors.normalize import RawMessage, process_raw
 from producers.nvml import NvmlCollector, decode_throttle_reasons
+from producers.nvml.capture import CapturedGpu, CapturedLink, CapturedMig, CapturedProcess
 from producers.nvml.collector import readings, sysfs_bus_id
 from producers.nvml.reasons import THROTTLE_REASONS
-from tests.fakes.nvml import CAPTURES, FakeGpu, FakeLink, FakeMig, FakeNvml, FakeProcess, capture_names, load_capture
+from producers.nvml.replay import ReplayNvml
+from tests.fakes.nvml import CAPTURES, capture_names, load_capture
 
 MIB = 2**20
 T0 = 1_700_000_000_000_000_000
 
 
-def collector_for(*names: str, **kwargs: object) -> tuple[FakeNvml, NvmlCollector]:
+def collector_for(*names: str, **kwargs: object) -> tuple[ReplayNvml, NvmlCollector]:
     gpus = [g for name in names for g in load_capture(name)]
-    fake = FakeNvml(gpus)
+    fake = ReplayNvml(gpus)
     collector = NvmlCollector(fake, "dc1", "node-1", **kwargs)  # type: ignore[arg-type]
     collector.open()
     return fake, collector
@@ -173,7 +175,7 @@ def test_unsupported_readings_are_cached_and_not_asked_again() -> None:
 def test_pcie_rates_come_from_counter_deltas_and_the_first_round_has_none() -> None:
     gpus = load_capture("rtx-3090-v12.xml")
     gpus[0].values |= {"pcie.tx_bytes": 10_000_000, "pcie.rx_bytes": 5_000}
-    fake = FakeNvml(gpus)
+    fake = ReplayNvml(gpus)
     collector = NvmlCollector(fake, "dc1", "n1")
     collector.open()
     first, _ = collector.collect(T0)
@@ -232,19 +234,19 @@ def test_a_transient_error_leaves_one_field_out_for_one_round() -> None:
 
 
 def test_a_gpu_lost_before_start_is_skipped_and_the_rest_open() -> None:
-    fake = FakeNvml(load_capture("dual_2080-v13.xml"))
+    fake = ReplayNvml(load_capture("dual_2080-v13.xml"))
     fake.lose(1)
     collector = NvmlCollector(fake, "dc1", "n1")
     collector.open()
     assert [d.index for d in collector.devices] == [0]
 
 
-def _nvlink_pair() -> tuple[FakeNvml, list[FakeGpu]]:
+def _nvlink_pair() -> tuple[ReplayNvml, list[CapturedGpu]]:
     gpus = load_capture("dual_2080-v13.xml")  # real boards; their NVLink bridge is described here, not captured
     a, b = gpus
-    a.links = [FakeLink(b.pci_bus_id), FakeLink(b.pci_bus_id)]
-    b.links = [FakeLink(a.pci_bus_id), FakeLink(a.pci_bus_id)]
-    return FakeNvml(gpus), gpus
+    a.links = [CapturedLink(b.pci_bus_id), CapturedLink(b.pci_bus_id)]
+    b.links = [CapturedLink(a.pci_bus_id), CapturedLink(a.pci_bus_id)]
+    return ReplayNvml(gpus), gpus
 
 
 def test_nvlink_state_errors_and_per_link_throughput() -> None:
@@ -274,10 +276,10 @@ def test_nvlink_state_errors_and_per_link_throughput() -> None:
     assert first[0].links is not None and "nvlink_links_max" not in one_sample("dual_2080-v13.xml")
 
 
-def _a100_with_mig(report_memory: bool = True) -> FakeNvml:
+def _a100_with_mig(report_memory: bool = True) -> ReplayNvml:
     """No capture has a MIG GPU: an A100 described from the catalogue (synthetic), two 1g.5gb instances."""
     base = load_capture("a10g.xml")[0]  # a real capture's answers for everything MIG does not change
-    parent = FakeGpu(
+    parent = CapturedGpu(
         "NVIDIA A100-SXM4-40GB",
         "GPU-0c1f3a2e-aaaa-bbbb-cccc-000000000001",
         "00000000:07:00.0",
@@ -285,14 +287,14 @@ def _a100_with_mig(report_memory: bool = True) -> FakeNvml:
     )
     memory = 4864 * MIB if report_memory else None
     parent.migs = [
-        FakeMig("MIG-11111111-2222-3333-4444-555555555555", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 13, 0, 0, 0),
-        FakeMig("MIG-66666666-7777-8888-9999-000000000000", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 14, 0, 0, 0),
+        CapturedMig("MIG-11111111-2222-3333-4444-555555555555", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 13, 0, 0, 0),
+        CapturedMig("MIG-66666666-7777-8888-9999-000000000000", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 14, 0, 0, 0),
     ]
     for mig in parent.migs:
         mig.memory_total = memory
         mig.memory_used = 1024 * MIB
-    parent.migs[0].processes = [FakeProcess(4242, "python", "C", 1000 * MIB)]
-    return FakeNvml([parent])
+    parent.migs[0].processes = [CapturedProcess(4242, "python", "C", 1000 * MIB)]
+    return ReplayNvml([parent])
 
 
 def test_each_mig_instance_is_a_sample_of_its_own() -> None:

@@ -6,14 +6,16 @@ import pynvml
 
 from pipeline.events import EventKind
 from producers.nvml import NvmlCollector, NvmlSource
+from producers.nvml.capture import CapturedGpu, CapturedMig
 from producers.nvml.events import EVENT_KINDS, EventWatcher
-from tests.fakes.nvml import FakeGpu, FakeMig, FakeNvml, load_capture
+from producers.nvml.replay import ReplayNvml
+from tests.fakes.nvml import load_capture
 
 T0 = 1_700_000_000_000_000_000
 
 
-def watcher_for(*names: str) -> tuple[FakeNvml, NvmlCollector, EventWatcher]:
-    fake = FakeNvml([g for n in names for g in load_capture(n)])
+def watcher_for(*names: str) -> tuple[ReplayNvml, NvmlCollector, EventWatcher]:
+    fake = ReplayNvml([g for n in names for g in load_capture(n)])
     collector = NvmlCollector(fake, "dc1", "n1")
     collector.open()
     watcher = EventWatcher(fake, "dc1", "n1")
@@ -79,7 +81,7 @@ def test_ecc_events_only_where_ecc_is_enabled() -> None:
 
 
 def test_the_source_reports_a_lost_gpu_once_even_when_nvml_also_says_so() -> None:
-    fake = FakeNvml(load_capture("dual_2080-v13.xml"))
+    fake = ReplayNvml(load_capture("dual_2080-v13.xml"))
     source = NvmlSource(fake, "dc1", "n1", infiniband=False)
     source.open()
     fake.events.append((0, pynvml.nvmlEventTypeXidCriticalError, 79))
@@ -93,14 +95,14 @@ def test_the_source_reports_a_lost_gpu_once_even_when_nvml_also_says_so() -> Non
 
 def test_a_mig_reconfiguration_event_makes_the_source_reread_the_layout() -> None:
     base = load_capture("a10g.xml")[0]
-    parent = FakeGpu(
+    parent = CapturedGpu(
         "NVIDIA A100-SXM4-40GB",
         "GPU-0c1f3a2e-aaaa-bbbb-cccc-000000000001",
         "00000000:07:00.0",
         base.values | {"mig.current": 1},
-        migs=[FakeMig(f"MIG-{i}", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 7 + i, 0, 4864 * 2**20, 0) for i in range(3)],
+        migs=[CapturedMig(f"MIG-{i}", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", 7 + i, 0, 4864 * 2**20, 0) for i in range(3)],
     )  # synthetic: no capture has MIG
-    fake = FakeNvml([parent])
+    fake = ReplayNvml([parent])
     source = NvmlSource(fake, "dc1", "n1", infiniband=False)
     source.open()
     (batch,) = source.collect(T0)

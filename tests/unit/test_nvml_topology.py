@@ -11,8 +11,10 @@ from pipeline.codec import decode_record, encode_record
 from pipeline.events import NodeTopology
 from producers.infiniband import InfinibandReader
 from producers.nvml import NvmlCollector
+from producers.nvml.capture import CapturedGpu, CapturedLink, CapturedMig
+from producers.nvml.replay import ReplayNvml
 from producers.nvml.topology import TopologyReader, cpulist, pcie_path_kind
-from tests.fakes.nvml import FakeGpu, FakeLink, FakeMig, FakeNvml, load_capture
+from tests.fakes.nvml import load_capture
 
 from .sysfs import ib_port, pci_device
 
@@ -41,7 +43,7 @@ def test_pcie_path_kinds() -> None:
     assert pcie_path_kind(gpu, other_bridge, None, None) == "SYS"
 
 
-def _copies(name: str, count: int, buses: list[str]) -> list[FakeGpu]:
+def _copies(name: str, count: int, buses: list[str]) -> list[CapturedGpu]:
     """``count`` GPUs answering like the capture's first GPU, each with its own uuid and PCI address."""
     base = load_capture(name)[0]
     return [
@@ -52,7 +54,7 @@ def _copies(name: str, count: int, buses: list[str]) -> list[FakeGpu]:
     ]
 
 
-def _read(fake: FakeNvml, sysfs: Path, ib: bool = False) -> NodeTopology:
+def _read(fake: ReplayNvml, sysfs: Path, ib: bool = False) -> NodeTopology:
     collector = NvmlCollector(fake, "dc1", "n1")
     collector.open()
     reader = TopologyReader(fake, sysfs, InfinibandReader(sysfs) if ib else None)
@@ -67,7 +69,7 @@ def test_pcie_levels_from_nvml_numa_and_cpus_from_sysfs_nics_by_pci_path(tmp_pat
     nic = pci_device(tmp_path, [*chain, "0000:19:04.0", "0000:1b:00.0"], 0, "0-31,64-95")
     ib_port(tmp_path, "mlx5_0", nic)
     gpus = _copies("rtx-3080-v13.xml", 3, ["00000000:1A:00.0", "00000000:22:00.0", "00000000:9B:00.0"])
-    fake = FakeNvml(
+    fake = ReplayNvml(
         gpus,
         topology={(0, 1): pynvml.NVML_TOPOLOGY_MULTIPLE, (0, 2): pynvml.NVML_TOPOLOGY_SYSTEM},
     )
@@ -90,9 +92,9 @@ def test_pcie_levels_from_nvml_numa_and_cpus_from_sysfs_nics_by_pci_path(tmp_pat
 
 def test_direct_nvlinks_between_a_pair(tmp_path: Path) -> None:
     gpus = load_capture("dual_2080-v13.xml")
-    gpus[0].links = [FakeLink(gpus[1].pci_bus_id), FakeLink(gpus[1].pci_bus_id)]
-    gpus[1].links = [FakeLink(gpus[0].pci_bus_id), FakeLink(gpus[0].pci_bus_id)]
-    topology = _read(FakeNvml(gpus), tmp_path)
+    gpus[0].links = [CapturedLink(gpus[1].pci_bus_id), CapturedLink(gpus[1].pci_bus_id)]
+    gpus[1].links = [CapturedLink(gpus[0].pci_bus_id), CapturedLink(gpus[0].pci_bus_id)]
+    topology = _read(ReplayNvml(gpus), tmp_path)
     assert [(link.kind, link.nvlinks) for link in topology.links] == [("NV2", 2)]
     assert [g.nvlink_links for g in topology.gpus] == [2, 2]
     assert topology.nvswitches == 0
@@ -104,9 +106,9 @@ def test_nvswitch_board_shows_nv18_and_counts_the_switches(tmp_path: Path) -> No
     switches = [f"00000000:{b:02X}:00.0" for b in (0x05, 0x06, 0x07, 0x08)]
     for gpu in gpus:
         gpu.links = [
-            FakeLink(switches[link % 4], remote_type=pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH) for link in range(18)
+            CapturedLink(switches[link % 4], remote_type=pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH) for link in range(18)
         ]
-    topology = _read(FakeNvml(gpus), tmp_path)
+    topology = _read(ReplayNvml(gpus), tmp_path)
     assert len(topology.links) == 6
     assert {(link.kind, link.nvlinks) for link in topology.links} == {("NV18", 18)}
     assert topology.nvswitches == 4
@@ -114,13 +116,13 @@ def test_nvswitch_board_shows_nv18_and_counts_the_switches(tmp_path: Path) -> No
 
 def test_mig_instances_are_listed_with_their_parent(tmp_path: Path) -> None:
     base = load_capture("a10g.xml")[0]
-    parent = FakeGpu(
+    parent = CapturedGpu(
         "NVIDIA A100-SXM4-40GB", "GPU-0c1f3a2e-aaaa-bbbb-cccc-000000000001", "00000000:07:00.0",
         base.values | {"mig.current": 1},
-        migs=[FakeMig("MIG-11111111-2222-3333-4444-555555555555", "NVIDIA A100-SXM4-40GB MIG 3g.20gb", 1, 0,
+        migs=[CapturedMig("MIG-11111111-2222-3333-4444-555555555555", "NVIDIA A100-SXM4-40GB MIG 3g.20gb", 1, 0,
                       20 * 2**30, 0)],
     )  # fmt: skip
-    topology = _read(FakeNvml([parent]), tmp_path)
+    topology = _read(ReplayNvml([parent]), tmp_path)
     assert [(g.uuid, g.parent_uuid) for g in topology.gpus] == [
         (parent.uuid, None),
         ("MIG-11111111-2222-3333-4444-555555555555", parent.uuid),

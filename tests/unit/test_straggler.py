@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.evaluation import PAI_LABELS, PAI_WINDOW, pai_result, pai_step_windows
+from pipeline.face.evaluation import PAI_LABELS, PAI_WINDOW, pai_result, pai_step_windows
 from processors.straggler import PeerState, StragglerParams, pair_scores, peer_step, scan
 
 DATA = Path(__file__).parents[1] / "testdata" / "alibaba-pai2020-minibatch-stragglers"

@@ -13,7 +13,7 @@ import pytest
 from pydantic import SecretStr
 
 from pipeline.config import InfluxSettings, ServiceSettings, Settings, WebSettings
-from pipeline.web.app import create_app, is_loopback, required_token, serving, token_path
+from pipeline.face.web.app import create_app, is_loopback, required_token, serving, token_path
 from tests.webserver import get, get_json
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from pipeline.cli.base import cli, errors, resolved
+from pipeline.face.cli.base import cli, errors, resolved
 
 if TYPE_CHECKING:
     from sinks.query import Scope, Store, Table

@@ -13,13 +13,8 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,69 +23,8 @@ from tqdm import tqdm
 from pipeline import services
 from pipeline.config import Settings
 from pipeline.errors import HermeneutError
+from pipeline.services.stages import Stage, start_stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
-
-
-def read_stats(path: Path) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
-        return {}
-    return data
-
-
-def wait_for(check: Callable[[], bool], timeout_s: float, interval_s: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(interval_s)
-    return check()
-
-
-@dataclass
-class Stage:
-    """A hermeneut stage running as a child process, with its log and stats file."""
-
-    name: str
-    proc: subprocess.Popen[bytes]
-    log: Path
-    stats_file: Path
-
-    def stats(self) -> dict[str, Any]:
-        return read_stats(self.stats_file)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def stop(self, timeout_s: float = 60.0) -> int:
-        if self.alive():
-            self.proc.terminate()
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
-
-
-def start_stage(
-    name: str, settings: Settings, run_dir: Path, *extra: str, command: tuple[str, ...] | None = None
-) -> Stage:
-    """Start ``hermeneut <command or name>`` with the (resolved) settings handed over through the environment."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log, stats = run_dir / f"{name}.log", run_dir / f"{name}.stats.json"
-    stats.unlink(missing_ok=True)
-    env = services.child_env(settings) | {"PYTHONUNBUFFERED": "1"}
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.cli", "-v", *(command or (name,)), "--stats-file", str(stats), *extra],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    return Stage(name, proc, log, stats)
-
 
 #: the demo's fleet is small and its history short: a baseline of its own needs fewer samples than in production
 MAIN_JOB_MIN_SAMPLES = 100
@@ -162,8 +96,8 @@ def main_job(
 ) -> bool:
     """Run the whole system once (see module docstring); True when every produced sample was delivered and is
     accounted for (stored or dead-lettered)."""
+    from pipeline.face.training import TrainingReport, train
     from pipeline.publisher import Publisher
-    from pipeline.training import TrainingReport, train
     from producers.simulator import Fleet
     from producers.simulator.faults import FaultPlan, Injection
     from producers.simulator.run import SimulationReport, run_simulation
@@ -270,7 +204,7 @@ def report(
     run_dir: Path,
 ) -> None:
     """What the main job did and saw, read back from the stages' counters, Kafka and InfluxDB."""
-    from pipeline.training import TrainingReport
+    from pipeline.face.training import TrainingReport
     from sinks.query import AnomalyQuery, Store, TrendQuery, anomalies, format_table, run_trend
     from sinks.query.alerts import HistoryQuery, run_history
 

@@ -5,10 +5,10 @@
     GET /api/v1/fleet                       the latest state of every GPU (LiveFleet)
     GET /api/v1/live?since=V                server-sent events: the GPUs that changed, once a second
     GET /api/v1/topology                    nodes with a published topology, with their PCIe-fallback flag
-    GET /api/v1/topology/{cluster}/{node}   a node's interconnect graph with live traffic (pipeline.web.topology)
+    GET /api/v1/topology/{cluster}/{node}   a node's interconnect graph with live traffic (pipeline.face.web.topology)
     GET /api/v1/gpus/{uuid}/history         key metrics with their baseline band, and the GPU's timeline
     GET /api/v1/jobs/{job}/history          every GPU of a job side by side, stragglers marked
-    GET /api/v1/rightsizing                 right-sizing advice per job (pipeline.rightsizing)
+    GET /api/v1/rightsizing                 right-sizing advice per job (pipeline.face.rightsizing)
 
 Live state comes from Kafka (interpreted + alerts topics, and a mirror of the topology topic), history from
 InfluxDB through the query layer. Both start on first use, so the page answers (with 503s for what is missing)
@@ -32,10 +32,10 @@ from pipeline.codec import decode_record
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, InvalidQuery, ServiceError
 from pipeline.events import RELATIVE_FIELDS, NodeTopology, node_key
+from pipeline.face.web.live import GpuState, LiveFleet
+from pipeline.face.web.query_api import STORE
+from pipeline.face.web.topology import GpuTraffic, build_graph
 from pipeline.mirror import TopicMirror
-from pipeline.web.live import GpuState, LiveFleet
-from pipeline.web.query_api import STORE
-from pipeline.web.topology import GpuTraffic, build_graph
 from sinks.query import Scope, TrendQuery, trend
 from sinks.query.model import check_value, parse_duration
 from sinks.query.timeline import TimelineQuery, gpu_timeline
@@ -126,7 +126,7 @@ def _graph_json(topo: NodeTopology, fleet: LiveFleet) -> dict[str, Any]:
 
 
 def add_routes(app: web.Application, settings: Settings) -> None:
-    """Mount the dashboard on ``app`` (which already has the query store, see pipeline.web.app)."""
+    """Mount the dashboard on ``app`` (which already has the query store, see pipeline.face.web.app)."""
     app[LIVE] = Lazy(lambda: _started_fleet(settings), LiveFleet.stop)
     app[TOPOLOGY] = Lazy(lambda: _started_topology(settings), TopicMirror.stop)
 
@@ -235,7 +235,7 @@ def add_routes(app: web.Application, settings: Settings) -> None:
         })  # fmt: skip
 
     async def rightsizing(request: web.Request) -> web.Response:
-        from pipeline.rightsizing import advise
+        from pipeline.face.rightsizing import advise
 
         range_, _ = _range_ns(request, "24h")
         advice = await _thread(lambda: advise(settings, range_))

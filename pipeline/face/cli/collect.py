@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from pipeline.cli.base import cli, fail, resolved, stop_event
 from pipeline.config import Settings
+from pipeline.face.cli.base import cli, fail, resolved, stop_event
 from producers.source import Source
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from pipeline import services
-from pipeline.cli.base import cli, errors, resolved, settings_of
 from pipeline.errors import ConfigError
+from pipeline.face.cli.base import cli, errors, resolved, settings_of
 
 
 @cli.command("web")
@@ -17,7 +17,7 @@ def web_cmd(ctx: click.Context, host: str | None, port: int | None) -> None:
     """Serve the HTTP API; a bearer token is required unless it listens on loopback only."""
     from aiohttp import web
 
-    from pipeline.web.app import create_app, is_loopback, token_path
+    from pipeline.face.web.app import create_app, is_loopback, token_path
 
     try:
         settings = services.resolve(settings_of(ctx))

@@ -1,6 +1,6 @@
 """The ``hermeneut`` command: the face that wires the stages together.
 
-Commands live in one module per area, each registering itself on the group in :mod:`pipeline.cli.base` when
+Commands live in one module per area, each registering itself on the group in :mod:`pipeline.face.cli.base` when
 imported here: ``core`` (services, topics, the stages, run), ``collect`` (the node agent), ``context`` (workload
 context per GPU), ``baselines`` (train, list, feedback), ``queries`` (trend, top, compare, anomalies, jobs,
 storage), ``alerts``, ``rightsize``, ``evaluate`` and ``web`` (the HTTP API and dashboard).
@@ -8,8 +8,8 @@ storage), ``alerts``, ``rightsize``, ``evaluate`` and ``web`` (the HTTP API and 
 
 from __future__ import annotations
 
-from pipeline.cli import alerts, baselines, collect, context, core, evaluate, queries, rightsize, web
-from pipeline.cli.base import cli
+from pipeline.face.cli import alerts, baselines, collect, context, core, evaluate, queries, rightsize, web
+from pipeline.face.cli.base import cli
 
 __all__ = [
     "alerts",

@@ -28,8 +28,8 @@ from aiohttp.typedefs import Middleware
 
 from pipeline.config import Settings
 from pipeline.errors import HermeneutError, InvalidQuery, ServiceError
+from pipeline.face.web import alerts_api, dashboard, query_api
 from pipeline.services.procs import free_port
-from pipeline.web import alerts_api, dashboard, query_api
 from sinks.query import Store
 
 log = logging.getLogger(__name__)

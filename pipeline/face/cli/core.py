@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from pipeline import services
-from pipeline.cli.base import cli, errors, fail, resolved, settings_of, stop_event
+from pipeline.face.cli.base import cli, errors, fail, resolved, settings_of, stop_event
 
 
 @cli.group("services")
@@ -167,7 +167,7 @@ def run_cmd(
     ctx: click.Context, nodes: int, gpus: int, duration: float, learn_minutes: float, seed: int, down: bool
 ) -> None:
     """The main job: the whole system on a simulated fleet (learn, then live with faults), then a report."""
-    from pipeline.mainjob import main_job
+    from pipeline.face.mainjob import main_job
 
     settings = settings_of(ctx)
     with errors():

@@ -1,6 +1,6 @@
 """Scoring of the detectors against ground truth: pure functions, no I/O but reading the PAI step-time files.
 
-``hermeneut evaluate`` (pipeline/cli/evaluate.py) replays a simulated fleet with injected faults through the real
+``hermeneut evaluate`` (pipeline/face/cli/evaluate.py) replays a simulated fleet with injected faults through the real
 pipeline and hands what came out (findings, ground-truth :class:`FaultRecord` s, inferred vs true applications)
 to :func:`score`, which returns per fault class precision / recall / F1 and detection delay, false alarms per
 healthy GPU-day and workload classification accuracy; :func:`failures` lists the acceptance thresholds missed.

@@ -16,8 +16,8 @@ from typing import Any
 
 import click
 
-from pipeline.cli.base import cli, errors, fail, resolved, stop_event
 from pipeline.errors import InvalidQuery
+from pipeline.face.cli.base import cli, errors, fail, resolved, stop_event
 from sinks.alerting.model import AlertConfigError, format_duration
 
 

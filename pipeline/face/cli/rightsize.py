@@ -1,6 +1,6 @@
 """``hermeneut rightsize``: per job or application, the smaller slice of GPU its measured usage needs.
 
-The advice comes from :func:`pipeline.rightsizing.advise` (shared with the dashboard); this prints it as a table
+The advice comes from :func:`pipeline.face.rightsizing.advise` (shared with the dashboard); this prints it as a table
 or JSON.
 """
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from pipeline.cli.base import cli, errors, resolved
 from pipeline.events import APPLICATIONS
+from pipeline.face.cli.base import cli, errors, resolved
 
 
 @cli.command("rightsize")
@@ -40,7 +40,7 @@ def rightsize_cmd(
     exchange_bytes: float | None,
 ) -> None:
     """Right-sizing advice from measured usage: a MIG profile, a smaller GPU, or packing jobs per GPU."""
-    from pipeline.rightsizing import advise
+    from pipeline.face.rightsizing import advise
 
     settings = resolved(ctx, kafka=False)
     with errors():

@@ -9,7 +9,7 @@
 3. Drain: wait until every published sample is stored or dead-lettered (progress bar).
 4. Read back findings (alerts topic), ground truth (ground-truth topic) and the interpreted rows (which GPUs were
    seen when, what application was inferred where context was withheld) and score them with
-   :mod:`pipeline.evaluation`; the PAI straggler check runs on the real step-time files.
+   :mod:`pipeline.face.evaluation`; the PAI straggler check runs on the real step-time files.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from pipeline import services
 from pipeline.codec import decode_interpreted, decode_record
 from pipeline.config import Settings, TopicSettings
 from pipeline.errors import InvalidEvent
-from pipeline.evaluation import (
+from pipeline.events import FaultRecord, Finding, GpuContext
+from pipeline.face.evaluation import (
     Classification,
     Evaluation,
     PaiResult,
@@ -41,9 +42,8 @@ from pipeline.evaluation import (
     pai_step_windows,
     score,
 )
-from pipeline.events import FaultRecord, Finding, GpuContext
-from pipeline.mainjob import Stage, start_stage, wait_for
 from pipeline.publisher import Publisher
+from pipeline.services.stages import Stage, start_stage, wait_for
 from pipeline.topics import TopicSpec, ensure_topics, topic_specs
 
 #: publishes history to the raw / truth-context / topology / ground-truth topics; returns samples published
@@ -275,7 +275,7 @@ def learn(
 ) -> int:
     """Publish a labelled history under the learning cluster tag, store it, train on it and wait until the running
     processor uses the new version; returns the samples it published."""
-    from pipeline.training import train
+    from pipeline.face.training import train
 
     cluster = learning_cluster(ev)
     samples = produce(replace_settings(ev, cluster=cluster), run_dir)

@@ -11,11 +11,11 @@ from typing import Any
 
 import click
 
-from pipeline.cli.base import cli, errors, fail, resolved, stop_event
 from pipeline.codec import decode_record, encode_record
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, HermeneutError
 from pipeline.events import GpuContext, NodeTopology, Workload, gpu_key, node_key
+from pipeline.face.cli.base import cli, errors, fail, resolved, stop_event
 
 
 @cli.group("context")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from pipeline.cli.base import cli, errors, settings_of
+from pipeline.face.cli.base import cli, errors, settings_of
 
 
 @cli.command("evaluate")
@@ -44,8 +44,8 @@ def evaluate_cmd(
     as_json: bool,
 ) -> None:
     """Score the detectors on a simulated fleet with ground truth, through Kafka, the processor and InfluxDB."""
-    from pipeline.evaljob import learning_producer, local_services, run_evaluation, simulator_producer
-    from pipeline.evaluation import Thresholds, failures, format_table
+    from pipeline.face.evaljob import learning_producer, local_services, run_evaluation, simulator_producer
+    from pipeline.face.evaluation import Thresholds, failures, format_table
 
     settings = settings_of(ctx)
     with errors():

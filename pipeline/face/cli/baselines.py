@@ -9,7 +9,7 @@ import time
 
 import click
 
-from pipeline.cli.base import cli, errors, fail, resolved
+from pipeline.face.cli.base import cli, errors, fail, resolved
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -38,7 +38,7 @@ def train_cmd(
     ctx: click.Context, range_: str, min_samples: int | None, stride: str | None, cluster: str | None
 ) -> None:
     """Learn from history in InfluxDB, publish a new version (running processors reload it), write the bands."""
-    from pipeline.training import train
+    from pipeline.face.training import train
 
     seconds = parse_duration(range_)
     settings = resolved(ctx)

@@ -1,0 +1,266 @@
+"""Parse ``nvidia-smi -q -x`` captures into what NVML would answer for each GPU (in NVML's units).
+
+One ``<gpu>`` element becomes a :class:`CapturedGpu`: ``values`` maps each reading to the value NVML returns for it
+(mW, mJ, bytes, MHz, KB/s), None where the capture prints ``N/A`` (or has no such element: energy, NVLink and PCIe
+byte counters), so a replay answers NOT_SUPPORTED exactly where the real board does. ``<mig_devices>`` become
+:class:`CapturedMig` instances. What no capture can say (NVLink peers, counters that move between rounds) is
+described by the caller with :class:`CapturedLink` or by editing ``values``.
+
+Used by :mod:`producers.nvml.replay` (an NVML that replays captures: the collector's tests, its benchmark, and the
+import of capture directories).
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+_MIB = 2**20
+_REASON_BITS = {
+    "gpu_idle": pynvml.nvmlClocksEventReasonGpuIdle,
+    "applications_clocks_setting": pynvml.nvmlClocksEventReasonApplicationsClocksSetting,
+    "sw_power_cap": pynvml.nvmlClocksEventReasonSwPowerCap,
+    "hw_slowdown": pynvml.nvmlClocksEventReasonHwSlowdown,
+    "sync_boost": pynvml.nvmlClocksEventReasonSyncBoost,
+    "sw_thermal_slowdown": pynvml.nvmlClocksEventReasonSwThermalSlowdown,
+    "hw_thermal_slowdown": pynvml.nvmlClocksEventReasonHwThermalSlowdown,
+    "hw_power_brake_slowdown": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,
+    "display_clocks_setting": pynvml.nvmlClocksEventReasonDisplayClockSetting,
+}
+_VIRTUALIZATION = {"None": 0, "Pass-Through": 1, "VGPU": 2, "Host VGPU": 3}
+
+
+@dataclass
+class CapturedProcess:
+    pid: int
+    name: str
+    kind: str  # "C", "G" or "C+G", as nvidia-smi prints it
+    used_memory_bytes: int | None
+
+
+@dataclass
+class CapturedLink:
+    """One NVLink (not in any capture: tests describe them)."""
+
+    remote_bus_id: str
+    active: bool = True
+    remote_type: int = pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
+    crc_flit: int = 0
+    crc_data: int = 0
+    replay: int = 0
+    recovery: int = 0
+    tx_kib: int = 0
+    rx_kib: int = 0
+
+
+@dataclass
+class CapturedMig:
+    """A MIG device (GPU instance + compute instance); no capture has one, tests describe them."""
+
+    uuid: str
+    name: str
+    gi_id: int
+    ci_id: int
+    memory_total: int | None  # None: NVML does not report it
+    memory_used: int
+    processes: list[CapturedProcess] = field(default_factory=list)
+
+
+@dataclass
+class CapturedGpu:
+    """One device: ``values`` maps a reading to its value in NVML's unit, None (or absent) = not supported."""
+
+    name: str
+    uuid: str
+    pci_bus_id: str
+    values: dict[str, Any]
+    processes: list[CapturedProcess] = field(default_factory=list)
+    links: list[CapturedLink] = field(default_factory=list)
+    migs: list[CapturedMig] = field(default_factory=list)
+    numa_node: int | None = None
+    cpu_affinity: list[int] | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Handle:
+    gpu: int
+    mig: int | None = None
+
+
+# --- capture parsing ---------------------------------------------------------------------------------------
+
+_NOT_A_VALUE = ("N/A", "", "[REDACTED]", "Requested functionality has been deprecated", "Unknown Error")
+
+
+def _text(el: ET.Element | None, path: str) -> str | None:
+    if el is None:
+        return None
+    found = el.find(path)
+    if found is None or found.text is None:
+        return None
+    text = found.text.strip()
+    return None if text in _NOT_A_VALUE else text
+
+
+def _number(el: ET.Element | None, path: str) -> float | None:
+    """``350.00 W`` -> 350.0, ``16x`` -> 16, ``P8`` -> 8, ``N/A`` or missing -> None."""
+    text = _text(el, path)
+    if text is None:
+        return None
+    match = re.match(r"^P?(-?\d+(?:\.\d+)?)", text)
+    return float(match.group(1)) if match else None
+
+
+def _int(el: ET.Element | None, path: str) -> int | None:
+    value = _number(el, path)
+    return None if value is None else int(value)
+
+
+def _yes(el: ET.Element | None, path: str) -> int | None:
+    text = _text(el, path)
+    return None if text is None else int(text.lower() in ("yes", "active", "enabled"))
+
+
+def _first(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
+
+
+def _sum(values: list[int | None]) -> int | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _ecc(gpu: ET.Element, scope: str) -> tuple[int | None, int | None]:
+    root = gpu.find(f"ecc_errors/{scope}")
+    if root is None:
+        return None, None
+    if root.find("single_bit") is not None:  # drivers <= 470: per location, with totals
+        return _int(root, "single_bit/total"), _int(root, "double_bit/total")
+    corrected = _sum([_int(root, "sram_correctable"), _int(root, "dram_correctable")])
+    uncorrected = _sum(
+        [_int(root, t) for t in ("sram_uncorrectable", "sram_uncorrectable_parity", "sram_uncorrectable_secded")]
+        + [_int(root, "dram_uncorrectable")]
+    )
+    return corrected, uncorrected
+
+
+def _reasons(gpu: ET.Element) -> int | None:
+    root = gpu.find("clocks_event_reasons")
+    prefix = "clocks_event_reason_"
+    if root is None:
+        root, prefix = gpu.find("clocks_throttle_reasons"), "clocks_throttle_reason_"
+    if root is None or len(root) == 0:
+        return None
+    mask = 0
+    for child in root:
+        bit = _REASON_BITS.get(child.tag.removeprefix(prefix))
+        if bit is not None and (child.text or "").strip() == "Active":
+            mask |= bit
+    return mask
+
+
+def _mib(el: ET.Element | None, path: str) -> int | None:
+    value = _number(el, path)
+    return None if value is None else int(value) * _MIB
+
+
+def _milli(el: ET.Element | None, *paths: str) -> int | None:
+    value = _first(*(_number(el, p) for p in paths))
+    return None if value is None else round(value * 1000)
+
+
+def _processes(gpu: ET.Element) -> list[CapturedProcess]:
+    out = []
+    for p in gpu.findall("processes/process_info"):
+        pid = _int(p, "pid")
+        assert pid is not None
+        name = (p.findtext("process_name") or "").strip()
+        out.append(CapturedProcess(pid, name, (p.findtext("type") or "C").strip(), _mib(p, "used_memory")))
+    return out
+
+
+def gpu_from_xml(gpu: ET.Element, source: str = "") -> CapturedGpu:
+    """What NVML would answer for one ``<gpu>`` element of a capture."""
+    pci, temp, link = gpu.find("pci"), gpu.find("temperature"), gpu.find("pci/pci_gpu_link_info")
+    power = gpu.find("power_readings")
+    if power is None:
+        power = gpu.find("gpu_power_readings")
+    mem, clocks, max_clocks = gpu.find("fb_memory_usage"), gpu.find("clocks"), gpu.find("max_clocks")
+    remap = gpu.find("remapped_rows")
+    remap_values = (
+        None
+        if remap is None or _text(remap, "remapped_row_corr") is None
+        else (
+            _int(remap, "remapped_row_corr"),
+            _int(remap, "remapped_row_unc"),
+            _yes(remap, "remapped_row_pending"),
+            _yes(remap, "remapped_row_failure"),
+        )
+    )
+    ecc_mode = _text(gpu, "ecc_mode/current_ecc")
+    agg_corrected, agg_uncorrected = _ecc(gpu, "aggregate")
+    mig = _text(gpu, "mig_mode/current_mig")
+    values: dict[str, Any] = {
+        "util.gpu": _int(gpu, "utilization/gpu_util"),
+        "util.memory": _int(gpu, "utilization/memory_util"),
+        "mem.total": _mib(mem, "total"),
+        "mem.reserved": _mib(mem, "reserved"),
+        "mem.used": _mib(mem, "used"),
+        "mem.free": _mib(mem, "free"),
+        "clock.graphics": _int(clocks, "graphics_clock"),
+        "clock.sm": _int(clocks, "sm_clock"),
+        "clock.mem": _int(clocks, "mem_clock"),
+        "maxclock.graphics": _int(max_clocks, "graphics_clock"),
+        "maxclock.sm": _int(max_clocks, "sm_clock"),
+        "maxclock.mem": _int(max_clocks, "mem_clock"),
+        "temp.gpu": _int(temp, "gpu_temp"),
+        "temp.memory": _int(temp, "memory_temp"),
+        "threshold.shutdown": _int(temp, "gpu_temp_max_threshold"),
+        "threshold.slowdown": _int(temp, "gpu_temp_slow_threshold"),
+        "threshold.gpu_max": _int(temp, "gpu_temp_max_gpu_threshold"),
+        "threshold.mem_max": _int(temp, "gpu_temp_max_mem_threshold"),
+        "temp.margin": _int(temp, "gpu_temp_tlimit"),
+        "tlimit.shutdown": _int(temp, "gpu_temp_max_tlimit_threshold"),
+        "tlimit.slowdown": _int(temp, "gpu_temp_slow_tlimit_threshold"),
+        "tlimit.gpu_max": _int(temp, "gpu_temp_max_gpu_tlimit_threshold"),
+        "tlimit.mem_max": _int(temp, "gpu_temp_max_mem_tlimit_threshold"),
+        # NVML: 1 s average on Ampere+ (newer drivers print it as average_power_draw), instantaneous before
+        "power.usage_mw": _milli(power, "power_draw", "average_power_draw", "instant_power_draw"),
+        "power.enforced_mw": _milli(power, "enforced_power_limit", "current_power_limit"),
+        "power.default_mw": _milli(power, "default_power_limit"),
+        "fan": _int(gpu, "fan_speed"),
+        "pstate": _int(gpu, "performance_state"),
+        "reasons": _reasons(gpu),
+        "ecc.mode": None if ecc_mode is None else int(ecc_mode == "Enabled"),
+        "ecc.corrected": agg_corrected,
+        "ecc.uncorrected": agg_uncorrected,
+        "retired.sbe": _int(gpu, "retired_pages/multiple_single_bit_retirement/retired_count"),
+        "retired.dbe": _int(gpu, "retired_pages/double_bit_retirement/retired_count"),
+        "retired.pending": _yes(gpu, "retired_pages/pending_retirement"),
+        "remap": remap_values,
+        "pcie.gen": _int(link, "pcie_gen/current_link_gen"),
+        "pcie.gen_max": _int(link, "pcie_gen/max_link_gen"),
+        "pcie.width": _int(link, "link_widths/current_link_width"),
+        "pcie.width_max": _int(link, "link_widths/max_link_width"),
+        "pcie.replay": _int(pci, "replay_counter"),
+        "pcie.tx_kbs": _int(pci, "tx_util"),
+        "pcie.rx_kbs": _int(pci, "rx_util"),
+        "virt": _VIRTUALIZATION.get(_text(gpu, "gpu_virtualization_mode/virtualization_mode") or ""),
+        "mig.current": None if mig is None else int(mig == "Enabled"),
+    }
+    name = _text(gpu, "product_name") or "Unknown"
+    uuid = _text(gpu, "uuid") or ""
+    bus_id = _text(pci, "pci_bus_id") or gpu.get("id") or ""
+    return CapturedGpu(name, uuid, bus_id, values, _processes(gpu), source=source)
+
+
+def parse_capture(path: Path) -> list[CapturedGpu]:
+    """Every GPU of one capture file."""
+    root = ET.parse(path).getroot()
+    return [gpu_from_xml(g, path.name) for g in root.findall("gpu")]
