@@ -30,8 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import SourceUnavailable
 from pipeline.events import GpuProcess, Workload
-from producers.context.base import Observation, SourceUnavailable
+from producers.context.base import Observation
 from producers.context.inference import Evidence, infer
 from producers.context.inventory import GpuInventory, InventoryGpu
 from producers.context.processes import ProcessSource, parse_nvidia_smi_processes

@@ -1,14 +1,21 @@
 """The exception tree shared by every stage.
 
     HermeneutError
-    ├── ConfigError          invalid settings; the CLI prints its one line and exits 2
-    ├── ServiceError         a local Kafka/InfluxDB could not be installed, started or reached
-    ├── InvalidQuery         a trend query that cannot be run as asked (bad field, window, range...)
-    └── InvalidEvent         an event that cannot be accepted (carries a short machine-readable ``reason``)
-        └── DecodeError      bytes that do not decode into the schema
+    ├── ConfigError            invalid settings; the CLI prints its one line and exits 2
+    ├── ServiceError           a local Kafka/InfluxDB could not be installed, started or reached
+    ├── SourceUnavailable      a source cannot answer now (exporter down, scheduler busy): retried with backoff
+    ├── InvalidInput           a value a person gave that cannot be read (duration, time, matcher); one line
+    │   ├── InvalidQuery       a trend query that cannot be run as asked (bad field, window, range...)
+    │   └── AlertConfigError   a subscription, silence, matcher, receiver that cannot be accepted
+    ├── InvalidEvent           an event that cannot be accepted (carries a short machine-readable ``reason``)
+    │   ├── DecodeError        bytes that do not decode into the schema
+    │   └── BadSourceData      a source's answer that cannot be read; its original bytes are dead-lettered
+    └── WriteError             a sink could not write a batch
+        ├── TransientWriteError   may succeed later (server down, overloaded, timed out): retry with backoff
+        └── PermanentWriteError   the data itself was rejected: retrying the same data will not help
 
-Transient I/O failures are not in this tree: each edge retries them with backoff and only gives up with a
-ServiceError.
+Transient I/O failures of clients are not in this tree: each edge retries them with backoff and only gives up
+with a ServiceError (or a TransientWriteError the runner retries).
 """
 
 from __future__ import annotations
@@ -26,8 +33,20 @@ class ServiceError(HermeneutError):
     """A local service failed to install, start or answer."""
 
 
-class InvalidQuery(HermeneutError):
+class SourceUnavailable(HermeneutError):
+    """A source could not be read now; the caller keeps what it had and tries again later."""
+
+
+class InvalidInput(HermeneutError):
+    """A value a person gave (CLI flag, HTTP body, config entry) that cannot be read; ``str()`` says what to fix."""
+
+
+class InvalidQuery(InvalidInput):
     """A query rejected before it reaches the database; ``str(exc)`` says what to fix."""
+
+
+class AlertConfigError(InvalidInput):
+    """A subscription, silence, matcher, receiver or query that cannot be accepted; ``str()`` is one line."""
 
 
 class InvalidEvent(HermeneutError):
@@ -41,3 +60,24 @@ class InvalidEvent(HermeneutError):
 
 class DecodeError(InvalidEvent):
     """Bytes that are not a valid encoded event."""
+
+
+class BadSourceData(InvalidEvent):
+    """A source's answer is unusable: ``payload`` (the original bytes) is dead-lettered with ``reason``."""
+
+    def __init__(self, reason: str, detail: str, payload: bytes, origin: str) -> None:
+        super().__init__(reason, detail)
+        self.payload = payload
+        self.origin = origin
+
+
+class WriteError(HermeneutError):
+    """A sink could not write a batch."""
+
+
+class TransientWriteError(WriteError):
+    """The write may succeed later (server down, overloaded, timed out): retry with backoff."""
+
+
+class PermanentWriteError(WriteError):
+    """The sink's server rejected the data itself (e.g. HTTP 400/413): retrying the same data will not help."""

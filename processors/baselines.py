@@ -59,6 +59,7 @@ from pipeline.events import (
     Verdict,
     Workload,
 )
+from pipeline.vocab import HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, SW_POWER_CAP, SW_THERMAL
 from processors.classify import Classifier
 from processors.features import FEATURE_FLOOR, FEATURE_INDEX, FEATURES, features, infer_phase
 
@@ -91,10 +92,10 @@ APPLICATION_LABELS: Final[dict[str, str]] = {
 
 # NVML clocks-event reasons that hold clocks down, and what an operator should do about them
 _THROTTLE_HINTS: Final = (
-    (0x40 | 0x20, "clocks held by thermal slowdown: check cooling"),
-    (0x8, "clocks held by HW slowdown: check cooling and power delivery"),
-    (0x80, "clocks held by the power brake: check the PSU/board"),
-    (0x4, "clocks held by the power cap"),
+    (HW_THERMAL | SW_THERMAL, "clocks held by thermal slowdown: check cooling"),
+    (HW_SLOWDOWN, "clocks held by HW slowdown: check cooling and power delivery"),
+    (HW_POWER_BRAKE, "clocks held by the power brake: check the PSU/board"),
+    (SW_POWER_CAP, "clocks held by the power cap"),
 )
 
 

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 import numpy as np
-import pynvml
 
 from pipeline.config import DetectorSettings
 from pipeline.events import (
@@ -49,6 +48,7 @@ from pipeline.events import (
     Severity,
     Workload,
 )
+from pipeline.vocab import HW_SLOWDOWN, HW_THERMAL, SW_POWER_CAP, SW_THERMAL
 from processors.straggler import PeerState, StragglerParams, peer_step
 from processors.xid import LOST, UNCORRECTABLE, describe
 
@@ -77,10 +77,6 @@ _OFF: Final = np.array([0.15, 0.15, 0.15, 0.3])
 _EXPLAINS_SLOWNESS: Final = (THERMAL, POWER, NVLINK, PCIE, LEAK, STORM, ECC, LOST_BUS)
 
 # NVML clocks-event (throttle) reason bits
-_HW_SLOWDOWN: Final = int(pynvml.nvmlClocksThrottleReasonHwSlowdown)
-_HW_THERMAL: Final = int(pynvml.nvmlClocksThrottleReasonHwThermalSlowdown)
-_SW_THERMAL: Final = int(pynvml.nvmlClocksThrottleReasonSwThermalSlowdown)
-_SW_POWER_CAP: Final = int(pynvml.nvmlClocksThrottleReasonSwPowerCap)
 
 _COUNTERS: Final = (
     "ecc_uncorrected_total",
@@ -177,10 +173,10 @@ def level_conditions(
     mask = _col(m, "throttle_reasons_mask")
     temp, slowdown = _col(m, "temperature_gpu_celsius"), _col(m, "temperature_slowdown_celsius")
     clock = rel[:, _REL["sm_clock_ratio_of_max"]]
-    thermal_bits = _bits(mask, _HW_THERMAL | _SW_THERMAL)
+    thermal_bits = _bits(mask, HW_THERMAL | SW_THERMAL)
     hot = ~_lt(temp, slowdown - 3.0)
     # HW slowdown alone can be a power brake; with the GPU at its slowdown temperature it is thermal
-    thermal = thermal_bits | (_bits(mask, _HW_SLOWDOWN) & hot)
+    thermal = thermal_bits | (_bits(mask, HW_SLOWDOWN) & hot)
     # without the reasons mask (some exporters), the temperature at slowdown with clocks pulled down says it
     thermal |= np.isnan(mask) & ~_lt(temp, slowdown) & _lt(clock, 0.9)
     thermal_seen = ~np.isnan(mask) | ~np.isnan(temp)
@@ -1147,7 +1143,7 @@ def _thermal(
     shutdown = row.get("temperature_shutdown_celsius", nan)
     clock = rel.get("sm_clock_ratio_of_max", nan)
     mask = int(row.get("throttle_reasons_mask", 0))
-    why = "HW thermal slowdown" if mask & (_HW_THERMAL | _HW_SLOWDOWN) else "SW thermal slowdown" if mask else "heat"
+    why = "HW thermal slowdown" if mask & (HW_THERMAL | HW_SLOWDOWN) else "SW thermal slowdown" if mask else "heat"
     severity = Severity.CRITICAL if temp >= shutdown - 3 else Severity.WARNING
     what = (
         f"thermal throttling: SM clock at {_fmt(clock * 100, '%')} of max by {why} at {_fmt(temp, ' C')} "
@@ -1176,7 +1172,7 @@ def _power(
     nan = math.nan
     limit, before = row.get("power_limit_watts", nan), float(det.drop_from[slot])
     default = row.get("power_default_limit_watts", nan)
-    capped = bool(int(row.get("throttle_reasons_mask", 0)) & _SW_POWER_CAP)
+    capped = bool(int(row.get("throttle_reasons_mask", 0)) & SW_POWER_CAP)
     what = (
         f"power limit lowered to {_fmt(limit, ' W')} from {_fmt(before, ' W')} mid-job (default {_fmt(default, ' W')})"
         f"{', clocks held by the SW power cap' if capped else ''}: SM clock "
@@ -1210,7 +1206,7 @@ def _power_node(det: Detectors, slots: np.ndarray, members: np.ndarray) -> tuple
     default = _col(rows, "power_default_limit_watts")
     before = det.drop_from[members]
     busy = _gt(_col(rows, "utilization_gpu_percent"), _BUSY_UTIL)
-    capped = busy & _bits(_col(rows, "throttle_reasons_mask"), _SW_POWER_CAP)
+    capped = busy & _bits(_col(rows, "throttle_reasons_mask"), SW_POWER_CAP)
     clock = det.last_rel[members, _REL["sm_clock_ratio_of_max"]]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns: shown as "?"

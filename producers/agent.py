@@ -33,10 +33,11 @@ from typing import Any
 from pipeline.codec import CONTENT_TYPE, encode_record, encode_samples
 from pipeline.config import TopicSettings
 from pipeline.deadletter import dead_letter
+from pipeline.errors import BadSourceData, SourceUnavailable
 from pipeline.events import EventKind, NodeTopology, SampleBatch
 from pipeline.publisher import Headers, Publisher
 from pipeline.stats import write_stats
-from producers.source import BadSourceData, Source, SourceUnavailable
+from producers.source import Source
 
 log = logging.getLogger(__name__)
 

@@ -35,10 +35,9 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from pipeline import catalogue
-from pipeline.errors import DecodeError
+from pipeline.errors import BadSourceData, DecodeError, SourceUnavailable
 from pipeline.events import EventKind, GpuEvent, GpuSample, NodeTopology, SampleBatch, TopologyGpu
 from producers.nvml.collector import sysfs_bus_id
-from producers.source import BadSourceData, SourceUnavailable
 
 log = logging.getLogger(__name__)
 

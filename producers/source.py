@@ -14,21 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pipeline.errors import HermeneutError, InvalidEvent
 from pipeline.events import NodeTopology, SampleBatch
-
-
-class SourceUnavailable(HermeneutError):
-    """Nothing could be read this round; the next round tries again."""
-
-
-class BadSourceData(InvalidEvent):
-    """The source's answer is unusable: ``payload`` (the original bytes) is dead-lettered with ``reason``."""
-
-    def __init__(self, reason: str, detail: str, payload: bytes, origin: str) -> None:
-        super().__init__(reason, detail)
-        self.payload = payload
-        self.origin = origin
 
 
 class Source(Protocol):

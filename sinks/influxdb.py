@@ -49,6 +49,7 @@ from influxdb_client.rest import ApiException
 
 from pipeline.baselines import BaselineBand, Feedback
 from pipeline.config import InfluxSettings
+from pipeline.errors import PermanentWriteError, TransientWriteError
 from pipeline.events import (
     METRIC_LIMIT,
     METRIC_NAMES,
@@ -73,14 +74,6 @@ BASELINE_MEASUREMENT: Final = "baseline"
 FEEDBACK_MEASUREMENT: Final = "feedback"
 _MS: Final = cast(WritePrecision, WritePrecision.MS)
 _TAG_ESCAPES = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ ", "\n": "", "\r": ""})
-
-
-class TransientWriteError(Exception):
-    """The write may succeed later (server down, overloaded, timed out): retry with backoff."""
-
-
-class PermanentWriteError(Exception):
-    """InfluxDB rejected the data itself (HTTP 400/413): retrying the same lines will not help."""
 
 
 def _tag(value: str) -> str:

@@ -30,15 +30,13 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from pipeline.codec import decode_interpreted, decode_record
 from pipeline.config import Settings
 from pipeline.deadletter import DeadLetter, dead_letter
-from pipeline.errors import DecodeError
+from pipeline.errors import DecodeError, PermanentWriteError, TransientWriteError
 from pipeline.events import Finding, InterpretedBatch
 from pipeline.publisher import Publisher
 from pipeline.stats import write_stats
 from sinks.influxdb import (
     InfluxWriter,
     InfoTracker,
-    PermanentWriteError,
-    TransientWriteError,
     batch_lines,
     finding_line,
 )

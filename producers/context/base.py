@@ -34,10 +34,6 @@ PROCESS_CONFIDENCE_CAP: Final = 0.7
 _KNOWN: Final = frozenset(APPLICATIONS)
 
 
-class SourceUnavailable(Exception):
-    """A transient failure: the watch loop keeps the source's last observation and retries with backoff."""
-
-
 class ContextSource(Protocol):
     """A source of workload context for the GPUs of one node."""
 

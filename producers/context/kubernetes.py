@@ -41,14 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, SourceUnavailable
 from pipeline.events import Workload
 from producers.context.base import (
     DECLARED_CONFIDENCE,
     HINT_CONFIDENCE_CAP,
     Backoff,
     Observation,
-    SourceUnavailable,
     is_application,
 )
 from producers.context.inference import EVIDENCE_ENV, Evidence, capped, infer

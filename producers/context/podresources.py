@@ -25,8 +25,7 @@ from typing import Any, Final
 
 import grpc
 
-from pipeline.errors import DecodeError
-from producers.context.base import SourceUnavailable
+from pipeline.errors import DecodeError, SourceUnavailable
 
 LIST_METHOD: Final = "/v1.PodResourcesLister/List"
 DEFAULT_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")

@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import DecodeError
+from pipeline.errors import DecodeError, SourceUnavailable
 from pipeline.events import GpuProcess, Workload
-from producers.context.base import PROCESS_CONFIDENCE_CAP, Observation, SourceUnavailable
+from producers.context.base import PROCESS_CONFIDENCE_CAP, Observation
 from producers.context.inference import EVIDENCE_ENV, Evidence, infer_many
 from producers.context.inventory import GpuInventory
 

@@ -32,13 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, SourceUnavailable
 from pipeline.events import Workload
 from producers.context.base import (
     DECLARED_CONFIDENCE,
     HINT_CONFIDENCE_CAP,
     Observation,
-    SourceUnavailable,
     is_application,
 )
 from producers.context.inference import Evidence, capped, infer

@@ -24,8 +24,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pipeline.codec import encode_record
+from pipeline.errors import SourceUnavailable
 from pipeline.events import GpuContext, Workload, gpu_key
-from producers.context.base import MANUAL, Backoff, ContextSource, Observation, SourceUnavailable
+from producers.context.base import MANUAL, Backoff, ContextSource, Observation
 from producers.context.merge import diff, merge_observations
 
 log = logging.getLogger(__name__)

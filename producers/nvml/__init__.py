@@ -1,8 +1,8 @@
-"""NVML node collection: ``collector`` (GPU samples), ``events`` (NVML events), ``topology``, ``reasons``
-(throttle-reason names) and ``source`` (all of them as one agent source)."""
+"""NVML node collection: ``collector`` (GPU samples), ``events`` (NVML events), ``topology``, ``source`` (all of
+them as one agent source), ``capture`` (nvidia-smi -q -x captures parsed into NVML's answers) and ``replay`` (an
+NVML that replays captures)."""
 
 from producers.nvml.collector import NvmlCollector
-from producers.nvml.reasons import decode_throttle_reasons
 from producers.nvml.source import NvmlSource
 
-__all__ = ["NvmlCollector", "NvmlSource", "decode_throttle_reasons"]
+__all__ = ["NvmlCollector", "NvmlSource"]

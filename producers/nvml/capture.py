@@ -20,18 +20,22 @@ from typing import Any
 
 import pynvml
 
+from pipeline.vocab import CLOCK_REASONS
+
 _MIB = 2**20
-_REASON_BITS = {
-    "gpu_idle": pynvml.nvmlClocksEventReasonGpuIdle,
-    "applications_clocks_setting": pynvml.nvmlClocksEventReasonApplicationsClocksSetting,
-    "sw_power_cap": pynvml.nvmlClocksEventReasonSwPowerCap,
-    "hw_slowdown": pynvml.nvmlClocksEventReasonHwSlowdown,
-    "sync_boost": pynvml.nvmlClocksEventReasonSyncBoost,
-    "sw_thermal_slowdown": pynvml.nvmlClocksEventReasonSwThermalSlowdown,
-    "hw_thermal_slowdown": pynvml.nvmlClocksEventReasonHwThermalSlowdown,
-    "hw_power_brake_slowdown": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,
-    "display_clocks_setting": pynvml.nvmlClocksEventReasonDisplayClockSetting,
+#: nvidia-smi's element names (after ``clocks_event_reason_`` / ``clocks_throttle_reason_``) -> NVML's reason names
+_REASON_TAGS = {
+    "gpu_idle": "GpuIdle",
+    "applications_clocks_setting": "ApplicationsClocksSetting",
+    "sw_power_cap": "SwPowerCap",
+    "hw_slowdown": "HwSlowdown",
+    "sync_boost": "SyncBoost",
+    "sw_thermal_slowdown": "SwThermalSlowdown",
+    "hw_thermal_slowdown": "HwThermalSlowdown",
+    "hw_power_brake_slowdown": "HwPowerBrakeSlowdown",
+    "display_clocks_setting": "DisplayClockSetting",
 }
+_REASON_BITS = {tag: next(r.bit for r in CLOCK_REASONS if r.name == name) for tag, name in _REASON_TAGS.items()}
 _VIRTUALIZATION = {"None": 0, "Pass-Through": 1, "VGPU": 2, "Host VGPU": 3}
 
 

@@ -30,13 +30,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from pynvml import (
-    nvmlClocksThrottleReasonApplicationsClocksSetting,
-    nvmlClocksThrottleReasonGpuIdle,
-    nvmlClocksThrottleReasonHwThermalSlowdown,
-    nvmlClocksThrottleReasonSwPowerCap,
-    nvmlClocksThrottleReasonSwThermalSlowdown,
-)
 
 from pipeline.events import (
     METRIC_INDEX,
@@ -52,6 +45,7 @@ from pipeline.events import (
     NvLinkSample,
     SampleBatch,
 )
+from pipeline.vocab import CLOCK_REASONS, GPU_IDLE, HW_THERMAL, SW_POWER_CAP, SW_THERMAL
 from producers.simulator.faults import FaultInjector, FaultPlan, GpuView, Now
 from producers.simulator.hardware import MIXES, MODELS, NODE_KINDS, GpuModel, NodeKind, kind_fits, node_topology
 from producers.simulator.hardware import nic_names as kind_nic_names
@@ -84,11 +78,11 @@ _GIB = 2**30
 _LANE_BYTES = np.array([0.0, 0.25e9, 0.5e9, 0.985e9, 1.969e9, 3.938e9, 7.563e9, 15.125e9])
 _THERMAL_TAU_S = 45.0
 _POWER_EWMA_S = 60.0
-_BIT_IDLE = float(nvmlClocksThrottleReasonGpuIdle)
-_BIT_APP_CLOCKS = float(nvmlClocksThrottleReasonApplicationsClocksSetting)
-_BIT_POWER_CAP = float(nvmlClocksThrottleReasonSwPowerCap)
-_BIT_SW_THERMAL = float(nvmlClocksThrottleReasonSwThermalSlowdown)
-_BIT_HW_THERMAL = float(nvmlClocksThrottleReasonHwThermalSlowdown)
+_BIT_IDLE = float(GPU_IDLE)
+_BIT_APP_CLOCKS = float(next(r.bit for r in CLOCK_REASONS if r.name == "ApplicationsClocksSetting"))
+_BIT_POWER_CAP = float(SW_POWER_CAP)
+_BIT_SW_THERMAL = float(SW_THERMAL)
+_BIT_HW_THERMAL = float(HW_THERMAL)
 _HASHING = APP_INDEX["hashing"]
 _SERVING = APP_INDEX["llm-serving"]
 _BURSTY = np.array([a in PROFILES and PROFILES[a].dynamics in ("bursty", "interactive") for a in APP_INDEX])

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.config import Settings
-from pipeline.errors import ServiceError
+from pipeline.errors import AlertConfigError, ServiceError
 from pipeline.mirror import TopicMirror
 from pipeline.publisher import Publisher
+from pipeline.vocab import parse_duration, parse_seconds
 from sinks.alerting.inhibit import Inhibitor, parse_inhibit_rules, silenced_by
 from sinks.alerting.model import (
     Ack,
-    AlertConfigError,
     AlertState,
     AlertStatus,
     ConfigRecord,
@@ -32,7 +32,6 @@ from sinks.alerting.model import (
     decode_state,
     encode_config,
     new_id,
-    parse_duration,
     parse_matchers,
 )
 
@@ -115,7 +114,7 @@ def make_subscription(
     now_ns: int | None = None,
 ) -> Subscription:
     def seconds(value: str | None, what: str) -> float | None:
-        return None if value is None else parse_duration(value, what)
+        return None if value is None else parse_seconds(value, what, error=AlertConfigError)
 
     return Subscription(
         new_id(),
@@ -135,8 +134,8 @@ def make_subscription(
 
 def make_silence(match: list[str], duration: str, by: str, comment: str = "", now_ns: int | None = None) -> Silence:
     now = time.time_ns() if now_ns is None else now_ns
-    length = parse_duration(duration, "silence duration")
-    return Silence(new_id(), parse_matchers(match), now, now + int(length * 1e9), by.strip(), comment).validate()
+    length = parse_duration(duration, "silence duration", error=AlertConfigError)
+    return Silence(new_id(), parse_matchers(match), now, now + length, by.strip(), comment).validate()
 
 
 def _check(obj: Any, allowed: set[str], what: str) -> dict[str, Any]:

@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass
 from typing import Final
 
-from sinks.influxdb import InfluxWriter, PermanentWriteError, TransientWriteError, _str_field, _tag
+from pipeline.errors import PermanentWriteError, TransientWriteError
+from sinks.influxdb import InfluxWriter, _str_field, _tag
 
 log = logging.getLogger(__name__)
 

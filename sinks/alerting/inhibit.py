@@ -12,10 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pipeline.errors import ConfigError
+from pipeline.errors import AlertConfigError, ConfigError
 from sinks.alerting.model import (
     LABELS,
-    AlertConfigError,
     AlertState,
     AlertStatus,
     Matcher,

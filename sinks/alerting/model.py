@@ -27,13 +27,8 @@ from enum import StrEnum
 from typing import Final
 
 from pipeline.codec import decode_record, encode_record
-from pipeline.errors import DecodeError, HermeneutError
+from pipeline.errors import AlertConfigError, DecodeError
 from pipeline.events import APPLICATIONS, Finding, Severity, Verdict
-
-
-class AlertConfigError(HermeneutError):
-    """A subscription, silence, matcher, receiver or query that cannot be accepted; ``str()`` is one line."""
-
 
 #: Labels an alert carries and a matcher may name (``alertname`` is the detector, for Alertmanager tooling).
 LABELS: Final = (
@@ -59,9 +54,6 @@ _VOCABULARY: Final[dict[str, tuple[str, ...]]] = {
 RECEIVER_KINDS: Final = ("webhook", "slack", "email", "kafka")
 _MATCHER = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$")
 _BARE_VALUE = re.compile(r"^[^\s\"',{}=!~]*$")
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h|d|w))+$")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_SECONDS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0, "w": 604_800.0}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _EMAIL = re.compile(r"^[^@\s,;<>]+@[^@\s,;<>]+$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -167,21 +159,6 @@ def _split_top(text: str) -> list[str]:
 
 def matches_all(matchers: tuple[Matcher, ...], labels: dict[str, str]) -> bool:
     return all(m.matches(labels) for m in matchers)
-
-
-def parse_duration(text: str, what: str = "duration") -> float:
-    """``30s``, ``5m``, ``4h``, ``1h30m``, ``2d`` -> seconds."""
-    cleaned = text.strip()
-    if not _DURATION.match(cleaned):
-        raise AlertConfigError(f"{what} {text!r} is not a duration like 30s, 5m, 4h, 1h30m, 2d")
-    return sum(float(n) * _SECONDS[unit] for n, unit in _DURATION_PART.findall(cleaned))
-
-
-def format_duration(seconds: float) -> str:
-    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
 
 
 def new_id() -> str:

@@ -16,10 +16,10 @@ from typing import Any, Final
 
 from pipeline.config import Settings
 from pipeline.errors import InvalidQuery
+from pipeline.vocab import format_duration, parse_duration
 from sinks.alerting.history import MEASUREMENT, OUTCOMES
 from sinks.influxdb import query_rows
 
-_DURATION = re.compile(r"^([1-9][0-9]*(ms|s|m|h|d|w))+$")
 _VALUE = re.compile(r"^[A-Za-z0-9._:/-]{1,200}$")
 FORMATS: Final = ("table", "json", "csv")
 
@@ -38,8 +38,7 @@ class HistoryQuery:
     limit: int = 1000
 
     def validate(self) -> None:
-        if not _DURATION.match(self.range):
-            raise InvalidQuery(f"range {self.range!r} is not a duration like 30m, 24h, 7d")
+        parse_duration(self.range, "range", error=InvalidQuery)
         if self.outcome is not None and self.outcome not in OUTCOMES:
             raise InvalidQuery(f"outcome {self.outcome!r} is not one of {', '.join(OUTCOMES)}")
         if self.status is not None and self.status not in ("firing", "resolved"):
@@ -60,7 +59,7 @@ class HistoryQuery:
                 conds.append(f'r.{tag} == "{value}"')
         out = (
             f'from(bucket: "{bucket}")\n'
-            f"  |> range(start: -{self.range})\n"
+            f"  |> range(start: -{format_duration(parse_duration(self.range))})\n"
             f"  |> filter(fn: (r) => {' and '.join(conds)})\n"
             '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
             "  |> group()\n"

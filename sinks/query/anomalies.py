@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline.vocab import format_duration
 from sinks.query.model import (
     FINDING,
     GPU,
@@ -15,7 +16,6 @@ from sinks.query.model import (
     Points,
     TagIn,
     TimeRange,
-    format_duration,
 )
 from sinks.query.output import Table, iso
 from sinks.query.scope import gpu_filter, scope_filters

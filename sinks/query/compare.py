@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline.vocab import format_duration
 from sinks.query.model import (
     GPU,
     Aggregate,
@@ -15,7 +16,6 @@ from sinks.query.model import (
     Scope,
     TagIn,
     TimeRange,
-    format_duration,
 )
 from sinks.query.output import Table, iso
 from sinks.query.scope import Band, baseline_bands, job_extent, read_from, rollup_blocker, scope_filters

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from influxdb_client.client.influxdb_client import InfluxDBClient
 
+from pipeline.vocab import format_duration
 from sinks.query.model import (
     BENIGN_MASKS,
     GPU,
@@ -31,7 +32,6 @@ from sinks.query.model import (
     TagIn,
     ValueBelow,
     ValueNotIn,
-    format_duration,
 )
 
 NAME: Final = "flux"

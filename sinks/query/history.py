@@ -21,9 +21,8 @@ from tqdm import tqdm
 from pipeline.config import Settings
 from pipeline.errors import InvalidQuery
 from pipeline.events import METRIC_INDEX, METRIC_NAMES, RELATIVE_FIELDS
+from pipeline.vocab import format_duration, parse_duration
 from sinks.influxdb import FEEDBACK_MEASUREMENT, FINDING_MEASUREMENT, MEASUREMENT, InfluxWriter, query_rows
-
-_DURATION = re.compile(r"^([1-9][0-9]*(ns|us|ms|s|m|h|d|w|mo|y))+$")
 
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:@/ -]{1,200}$")
 #: metric fields the baselines are learned from (the relative ones are added by the query)
@@ -50,9 +49,8 @@ def _checked_value(what: str, value: str) -> str:
 
 
 def _checked_duration(what: str, value: str) -> str:
-    if not _DURATION.match(value):
-        raise InvalidQuery(f"{what} {value!r} is not a duration like 10s, 5m, 24h")
-    return value
+    """A duration in the one grammar (pipeline.vocab), spelt as a Flux duration literal."""
+    return format_duration(parse_duration(value, what, error=InvalidQuery))
 
 
 def _flux_time(ts_ns: int) -> str:

@@ -19,6 +19,7 @@ from urllib.parse import urlencode
 import urllib3
 
 from pipeline.errors import ServiceError
+from pipeline.vocab import format_duration
 from sinks.query.model import (
     QUANTILES,
     TAGS,
@@ -33,7 +34,6 @@ from sinks.query.model import (
     TimeRange,
     ValueBelow,
     ValueNotIn,
-    format_duration,
 )
 
 log = logging.getLogger(__name__)

@@ -17,12 +17,9 @@ from typing import Final, Literal
 
 from pipeline.errors import InvalidQuery
 from pipeline.events import APPLICATIONS, METRIC_FIELDS, PHASES, RELATIVE_FIELDS
+from pipeline.vocab import CLOCK_REASONS, NS_PER_S, format_duration, parse_duration
 
-NS: Final = 1_000_000_000
-_UNITS: Final = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": NS, "m": 60 * NS, "h": 3600 * NS, "d": 86400 * NS}
-_UNITS["w"] = 7 * _UNITS["d"]
-_DURATION: Final = re.compile(r"^(?:[0-9]{1,9}(?:ns|us|ms|s|m|h|d|w))+$")
-_DURATION_PART: Final = re.compile(r"([0-9]+)(ns|us|ms|s|m|h|d|w)")
+NS: Final = NS_PER_S
 #: tag values and job ids: what GPU models, uuids, node names, Slurm/Kubernetes job ids are made of
 _VALUE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/@+()-]{0,127}$")
 
@@ -78,41 +75,14 @@ ROLLUP_FIELDS: Final = (
 )
 #: the fields summarized per job (p50/p95/max per 10 minutes) in the jobs bucket
 JOB_FIELDS: Final = ("utilization_gpu_percent", "memory_used_bytes", "power_watts")
-#: NVML clocks-event reasons that do not slow a busy GPU down: idle 0x1, application clocks 0x2, sync boost
-#: 0x10, display clocks 0x100. Any other reason (SW power cap 0x4, HW slowdown 0x8, SW thermal 0x20, HW
-#: thermal 0x40, HW power brake 0x80, and any future one) is throttling. As a list of the 16 benign masks a
-#: value filter can exclude (measured: a per-row bit test in Flux costs 35x a filter).
-BENIGN_REASONS: Final = (0x1, 0x2, 0x10, 0x100)
+#: NVML clocks-event reasons that do not slow a busy GPU down (pipeline.vocab), as every mask made of them alone:
+#: a value filter can exclude them (measured: a per-row bit test in Flux costs 35x a filter).
+_BENIGN_BITS: Final = tuple(r.bit for r in CLOCK_REASONS if not r.throttles)
 BENIGN_MASKS: Final = tuple(
-    float(sum(bit for i, bit in enumerate(BENIGN_REASONS) if n >> i & 1)) for n in range(2 ** len(BENIGN_REASONS))
+    float(sum(bit for i, bit in enumerate(_BENIGN_BITS) if n >> i & 1)) for n in range(2 ** len(_BENIGN_BITS))
 )
 MAX_WINDOWS: Final = 10_000
 MAX_TOP: Final = 1000
-
-
-def parse_duration(value: str, what: str) -> int:
-    """A duration like ``10s``, ``5m``, ``1h30m``, ``7d``, ``2w`` in nanoseconds (positive)."""
-    text = value.strip()
-    if not _DURATION.match(text):
-        raise InvalidQuery(f"{what} {value!r} is not a duration like 10s, 5m, 1h30m, 7d")
-    ns = sum(int(n) * _UNITS[unit] for n, unit in _DURATION_PART.findall(text))
-    if ns <= 0:
-        raise InvalidQuery(f"{what} {value!r} must be longer than zero")
-    return ns
-
-
-def format_duration(ns: int) -> str:
-    """The shortest ``1h30m``-style spelling of a duration (whole seconds and up, else ms/us/ns)."""
-    if ns % NS:
-        for unit in ("ms", "us", "ns"):
-            if ns % _UNITS[unit] == 0:
-                return f"{ns // _UNITS[unit]}{unit}"
-    out, rest = [], ns
-    for unit in ("w", "d", "h", "m", "s"):
-        n, rest = divmod(rest, _UNITS[unit])
-        if n:
-            out.append(f"{n}{unit}")
-    return "".join(out) or "0s"
 
 
 def parse_time(value: str, what: str) -> int:
@@ -178,7 +148,11 @@ def resolve_range(range_: str | None, start: str | None, stop: str | None, now_n
     ``start`` .. ``stop``."""
     check_range(range_, start, stop)
     stop_ns = parse_time(stop, "stop") if stop else now_ns
-    start_ns = parse_time(start, "start") if start else stop_ns - parse_duration(range_ or default, "range")
+    start_ns = (
+        parse_time(start, "start")
+        if start
+        else stop_ns - parse_duration(range_ or default, "range", error=InvalidQuery)
+    )
     if start_ns >= stop_ns:
         raise InvalidQuery("the range is empty: start must be before stop")
     return TimeRange(start_ns, stop_ns)
@@ -189,7 +163,7 @@ def check_range(range_: str | None, start: str | None, stop: str | None) -> None
     if start and range_:
         raise InvalidQuery("give either a range (how far back) or a start time, not both")
     if range_ is not None:
-        parse_duration(range_, "range")
+        parse_duration(range_, "range", error=InvalidQuery)
     start_ns = parse_time(start, "start") if start else None
     stop_ns = parse_time(stop, "stop") if stop else None
     if start_ns is not None and stop_ns is not None and start_ns >= stop_ns:
@@ -197,7 +171,7 @@ def check_range(range_: str | None, start: str | None, stop: str | None) -> None
 
 
 _NICE: Final = tuple(
-    parse_duration(d, "window")
+    parse_duration(d, "window", error=InvalidQuery)
     for d in ("1s", "5s", "10s", "30s", "1m", "5m", "10m", "15m", "30m", "1h", "3h", "6h", "12h", "1d", "1w")
 )
 
@@ -400,7 +374,7 @@ class TrendQuery:
         check_backend(self.backend)
         self.scope.validate()
         if self.every is not None:
-            parse_duration(self.every, "window")
+            parse_duration(self.every, "window", error=InvalidQuery)
         check_range(self.range, self.start, self.stop)
         if self.band and self.phase not in PHASES:
             raise InvalidQuery(f"phase {self.phase!r} is not one of {', '.join(PHASES)}")
@@ -409,7 +383,7 @@ class TrendQuery:
         return resolve_range(self.range, self.start, self.stop, now_ns, "15m")
 
     def window_ns(self, tr: TimeRange) -> int:
-        w = parse_duration(self.every, "window") if self.every else auto_window(tr.length_ns)
+        w = parse_duration(self.every, "window", error=InvalidQuery) if self.every else auto_window(tr.length_ns)
         check_window(w, tr.length_ns)
         return w
 
@@ -541,14 +515,14 @@ class AnomalyQuery:
         if not 1 <= self.limit <= 10_000:
             raise InvalidQuery(f"limit {self.limit} is not between 1 and 10000")
         if self.every is not None:
-            parse_duration(self.every, "window")
+            parse_duration(self.every, "window", error=InvalidQuery)
         check_range(self.range, self.start, self.stop)
 
     def time_range(self, now_ns: int) -> TimeRange:
         return resolve_range(self.range, self.start, self.stop, now_ns, "24h")
 
     def window_ns(self, tr: TimeRange) -> int:
-        w = parse_duration(self.every, "window") if self.every else auto_window(tr.length_ns, 100)
+        w = parse_duration(self.every, "window", error=InvalidQuery) if self.every else auto_window(tr.length_ns, 100)
         check_window(w, tr.length_ns)
         return w
 

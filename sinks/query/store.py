@@ -24,6 +24,7 @@ from influxdb_client.rest import ApiException
 
 from pipeline.config import Settings
 from pipeline.errors import InvalidQuery, ServiceError
+from pipeline.vocab import format_duration
 from sinks.query.flux import FluxBackend
 from sinks.query.influxql import InfluxQLBackend
 from sinks.query.model import (
@@ -34,7 +35,6 @@ from sinks.query.model import (
     PointRow,
     Points,
     TimeRange,
-    format_duration,
 )
 
 T = TypeVar("T")

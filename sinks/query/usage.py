@@ -18,9 +18,9 @@ from pipeline.config import Settings
 from pipeline.errors import InvalidQuery
 from pipeline.events import APPLICATIONS
 from pipeline.usage import GpuLimits, UsageSample, UsageStats, usage_stats
+from pipeline.vocab import format_duration, parse_duration
 from sinks.influxdb import INFO_MEASUREMENT, MEASUREMENT, query_rows
 
-_DURATION: Final = re.compile(r"^([1-9][0-9]*(s|m|h|d|w|mo|y))+$")
 _JOB_ID: Final = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,128}$")
 _FIELDS: Final = (
     "memory_used_bytes",
@@ -44,8 +44,7 @@ class UsageQuery:
     cluster: str | None = None
 
     def validate(self) -> None:
-        if not _DURATION.match(self.range):
-            raise InvalidQuery(f"range {self.range!r} is not a duration like 1h, 7d, 2w")
+        parse_duration(self.range, "range", error=InvalidQuery)
         if self.job is not None and not _JOB_ID.match(self.job):
             raise InvalidQuery(f"job id {self.job!r} has characters a job id cannot have")
         if self.application is not None and self.application not in APPLICATIONS:
@@ -72,7 +71,7 @@ class UsageQuery:
         """Per GPU and minute, each usage field's maximum."""
         self.validate()
         return (
-            f'from(bucket: "{bucket}")\n  |> range(start: -{self.range})\n'
+            f'from(bucket: "{bucket}")\n  |> range(start: -{format_duration(parse_duration(self.range))})\n'
             f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}"{self._filters()} and '
             f"{_any_field(_FIELDS)})\n"
             "  |> aggregateWindow(every: 1m, fn: max, createEmpty: false)\n"
@@ -85,7 +84,7 @@ class UsageQuery:
         self.validate()
         job = f'\n  |> filter(fn: (r) => r._value == "{self.job}")' if self.job else ""
         return (
-            f'from(bucket: "{bucket}")\n  |> range(start: -{self.range})\n'
+            f'from(bucket: "{bucket}")\n  |> range(start: -{format_duration(parse_duration(self.range))})\n'
             f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}"{self._filters()} and r._field == "job_id")'
             f"{job}\n"
             "  |> aggregateWindow(every: 1m, fn: last, createEmpty: false)\n"
@@ -97,7 +96,7 @@ class UsageQuery:
         self.validate()
         cluster = f' and r.cluster == "{self.cluster}"' if self.cluster else ""
         return (
-            f'from(bucket: "{bucket}")\n  |> range(start: -{self.range})\n'
+            f'from(bucket: "{bucket}")\n  |> range(start: -{format_duration(parse_duration(self.range))})\n'
             f'  |> filter(fn: (r) => r._measurement == "{INFO_MEASUREMENT}"{cluster} and '
             '(r._field == "memory_total_bytes" or r._field == "power_limit_watts"))\n'
             '  |> last()\n  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
@@ -179,8 +178,7 @@ class LinkThroughput:
 
 
 def link_throughput_flux(bucket: str, range_: str, cluster: str | None = None) -> str:
-    if not _DURATION.match(range_):
-        raise InvalidQuery(f"range {range_!r} is not a duration like 1h, 7d, 2w")
+    range_ = format_duration(parse_duration(range_, "range", error=InvalidQuery))
     if cluster is not None and not _JOB_ID.match(cluster):
         raise InvalidQuery(f"cluster {cluster!r} is not a cluster name")
     where = f' and r.cluster == "{cluster}"' if cluster else ""

@@ -15,10 +15,10 @@ from typing import Any
 from pipeline.codec import decode_record, decode_samples
 from pipeline.config import TopicSettings
 from pipeline.deadletter import headers_dict
+from pipeline.errors import BadSourceData, SourceUnavailable
 from pipeline.events import EventKind, GpuEvent, GpuSample, NodeTopology, SampleBatch, TopologyGpu
 from pipeline.publisher import PublisherStats
 from producers.agent import NodeAgent
-from producers.source import BadSourceData, SourceUnavailable
 
 TOPICS = TopicSettings.with_prefix("t")
 

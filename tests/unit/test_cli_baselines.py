@@ -6,7 +6,6 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline.face.cli import cli
-from pipeline.face.cli.baselines import parse_duration
 
 
 @pytest.mark.parametrize("args", [["baselines"], ["baselines", "train"], ["baselines", "list"], ["feedback"]])
@@ -37,7 +36,3 @@ def test_too_few_min_samples_in_settings_is_a_config_error(monkeypatch: pytest.M
     result = CliRunner().invoke(cli, ["baselines", "list"])
     assert result.exit_code == 2
     assert "baselines.min_samples" in result.output
-
-
-def test_durations() -> None:
-    assert [parse_duration(v) for v in ("90s", "15m", "24h", "7d", "1.5h")] == [90, 900, 86400, 604800, 5400]

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from pipeline.errors import ConfigError, DecodeError
+from pipeline.errors import ConfigError, DecodeError, SourceUnavailable
 from pipeline.events import Workload
-from producers.context.base import Backoff, SourceUnavailable
+from producers.context.base import Backoff
 from producers.context.kubernetes import ApiServer, KubernetesSource, parse_pod
 from producers.context.podresources import (
     ContainerDevices,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.errors import SourceUnavailable
 from pipeline.events import GpuProcess, Workload
-from producers.context.base import SourceUnavailable
 from producers.context.inventory import GpuInventory
 from producers.context.processes import (
     ProcessSource,

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, SourceUnavailable
 from pipeline.events import Workload
-from producers.context.base import SourceUnavailable
 from producers.context.inventory import GpuInventory
 from producers.context.slurm import (
     EPILOG,

@@ -9,8 +9,9 @@ import threading
 import pytest
 
 from pipeline.codec import decode_record
+from pipeline.errors import SourceUnavailable
 from pipeline.events import GpuContext, Workload, gpu_key
-from producers.context.base import Observation, SourceUnavailable
+from producers.context.base import Observation
 from producers.context.watch import Watcher
 
 JOB = Workload("llm-pretraining", job_id="4242", source="slurm", confidence=0.95, job_gpus=16)

@@ -9,11 +9,10 @@ import pytest
 
 from pipeline.codec import encode_samples
 from pipeline.config import ValidationSettings
-from pipeline.errors import DecodeError
+from pipeline.errors import BadSourceData, DecodeError, SourceUnavailable
 from pipeline.events import METRIC_INDEX, EventKind
 from processors.normalize import RawMessage, process_raw
 from producers.dcgm_exporter import DcgmExporterSource, ScrapeStats, is_blank, parse_exposition, to_batches
-from producers.source import BadSourceData, SourceUnavailable
 
 SAMPLE = Path(__file__).resolve().parent.parent / "testdata" / "dcgm-exporter" / "a100-mig-node.txt"
 MIB = 2**20

@@ -13,10 +13,9 @@ from pipeline.codec import encode_samples
 from pipeline.config import ValidationSettings
 from pipeline.events import METRIC_INDEX, EventKind, SampleBatch
 from processors.normalize import RawMessage, process_raw
-from producers.nvml import NvmlCollector, decode_throttle_reasons
+from producers.nvml import NvmlCollector
 from producers.nvml.capture import CapturedGpu, CapturedLink, CapturedMig, CapturedProcess
 from producers.nvml.collector import readings, sysfs_bus_id
-from producers.nvml.reasons import THROTTLE_REASONS
 from producers.nvml.replay import ReplayNvml
 from tests.fakes.nvml import CAPTURES, capture_names, load_capture
 
@@ -37,16 +36,6 @@ def one_sample(name: str, rounds: int = 1) -> dict[str, float]:
     for r in range(rounds):
         samples, _ = collector.collect(T0 + r * 1_000_000_000)
     return samples[0].metrics
-
-
-def test_throttle_reason_names_are_nvmls_own() -> None:
-    for bit, name in THROTTLE_REASONS:
-        assert getattr(pynvml, f"nvmlClocksThrottleReason{name}") == bit
-    assert decode_throttle_reasons(0) == []
-    assert decode_throttle_reasons(0x24) == ["SwPowerCap", "SwThermalSlowdown"]
-    assert decode_throttle_reasons(0x1 | 0x40 | 0x1000) == ["GpuIdle", "HwThermalSlowdown", "Unknown(0x1000)"]
-    with pytest.raises(ValueError):
-        decode_throttle_reasons(-1)
 
 
 @pytest.mark.parametrize("name", capture_names())

@@ -50,7 +50,10 @@ def test_health_and_json_errors(tmp_path: Path) -> None:
         status, body = get_json(f"{url}/nope")
         assert status == 404 and body == {"error": "Not Found"}
         status, body = get_json(f"{url}/api/v1/trend?every=ten+seconds")
-        assert status == 400 and body["error"] == "window 'ten seconds' is not a duration like 10s, 5m, 1h30m, 7d"
+        assert (
+            status == 400
+            and body["error"] == "window 'ten seconds' is not a duration like 90s, 15m, 1h30m, 1.5h, 7d, 2w"
+        )
         status, body = get_json(f"{url}/api/v1/trend?feild=power_watts")
         assert status == 400 and body["error"].startswith("unknown parameter(s) feild; this endpoint takes field,")
         status, body = get_json(f"{url}/api/v1/top/coolest")

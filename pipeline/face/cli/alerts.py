@@ -16,9 +16,9 @@ from typing import Any
 
 import click
 
-from pipeline.errors import InvalidQuery
+from pipeline.errors import InvalidInput
 from pipeline.face.cli.base import cli, errors, fail, resolved, stop_event
-from sinks.alerting.model import AlertConfigError, format_duration
+from pipeline.vocab import format_duration
 
 
 @contextmanager
@@ -27,7 +27,7 @@ def _usage() -> Iterator[None]:
     with errors():
         try:
             yield
-        except (AlertConfigError, InvalidQuery) as exc:
+        except InvalidInput as exc:
             fail(str(exc), 2)
 
 
@@ -271,7 +271,7 @@ def silence_cmd(ctx: click.Context, match: tuple[str, ...], duration: str, comme
             admin.add(silence)
         finally:
             admin.close()
-    length = format_duration((silence.ends_ns - silence.starts_ns) / 1e9)
+    length = format_duration(silence.ends_ns - silence.starts_ns)
     click.echo(f"silenced: {silence.id} until {_when(silence.ends_ns)} UTC ({length})")
 
 

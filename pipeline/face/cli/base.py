@@ -19,7 +19,7 @@ import click
 
 from pipeline import services
 from pipeline.config import Settings, load_settings
-from pipeline.errors import ConfigError, HermeneutError, ServiceError
+from pipeline.errors import ConfigError, HermeneutError, InvalidInput, InvalidQuery, ServiceError
 
 
 def fail(message: str, code: int) -> None:
@@ -35,6 +35,10 @@ def errors() -> Iterator[None]:
         fail(str(exc), 2)
     except ServiceError as exc:
         fail(str(exc), 3)
+    except InvalidQuery as exc:
+        fail(str(exc), 1)
+    except InvalidInput as exc:
+        fail(str(exc), 2)
     except HermeneutError as exc:
         fail(str(exc), 1)
 

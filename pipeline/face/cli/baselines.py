@@ -4,23 +4,12 @@ verdicts on events, used by the next training)."""
 from __future__ import annotations
 
 import getpass
-import re
 import time
 
 import click
 
 from pipeline.face.cli.base import cli, errors, fail, resolved
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
-_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(value: str) -> float:
-    """``90s``, ``15m``, ``24h``, ``7d`` -> seconds; click.BadParameter otherwise."""
-    match = _DURATION.match(value.strip())
-    if not match or float(match.group(1)) <= 0:
-        raise click.BadParameter(f"{value!r} is not a duration like 90s, 15m, 24h, 7d")
-    return float(match.group(1)) * _SECONDS[match.group(2)]
+from pipeline.vocab import parse_seconds
 
 
 @cli.group("baselines")
@@ -40,7 +29,8 @@ def train_cmd(
     """Learn from history in InfluxDB, publish a new version (running processors reload it), write the bands."""
     from pipeline.face.training import train
 
-    seconds = parse_duration(range_)
+    with errors():
+        seconds = parse_seconds(range_, "--range")
     settings = resolved(ctx)
     with errors():
         report = train(settings, seconds, min_samples, stride, echo=click.echo, cluster=cluster)

@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from pipeline.config import Settings
-from pipeline.errors import ConfigError, InvalidQuery, ServiceError
+from pipeline.errors import AlertConfigError, ConfigError, InvalidInput, InvalidQuery, ServiceError
 from sinks.alerting.admin import (
     AlertAdmin,
     silence_from_json,
@@ -36,7 +36,7 @@ from sinks.alerting.admin import (
     subscription_from_json,
     subscription_json,
 )
-from sinks.alerting.model import AlertConfigError, AlertStatus
+from sinks.alerting.model import AlertStatus
 from sinks.query.alerts import HistoryQuery, row_json, run_history
 
 
@@ -78,7 +78,7 @@ def _guard(
     async def wrapped(request: web.Request) -> web.Response:
         try:
             return await handler(request)
-        except (AlertConfigError, InvalidQuery) as exc:
+        except InvalidInput as exc:
             status = 404 if str(exc).startswith("no ") else 400
             return _error(status, str(exc))
         except ServiceError as exc:

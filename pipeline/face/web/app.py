@@ -27,7 +27,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from pipeline.config import Settings
-from pipeline.errors import HermeneutError, InvalidQuery, ServiceError
+from pipeline.errors import HermeneutError, InvalidInput, ServiceError
 from pipeline.face.web import alerts_api, dashboard, query_api
 from pipeline.services.procs import free_port
 from sinks.query import Store
@@ -144,7 +144,7 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         if exc.status < 400:
             raise
         return error(exc.status, exc.reason or exc.text or "error")
-    except InvalidQuery as exc:
+    except InvalidInput as exc:
         return error(400, str(exc))
     except ServiceError as exc:
         return error(503, str(exc))

@@ -36,8 +36,9 @@ from pipeline.face.web.live import GpuState, LiveFleet
 from pipeline.face.web.query_api import STORE
 from pipeline.face.web.topology import GpuTraffic, build_graph
 from pipeline.mirror import TopicMirror
+from pipeline.vocab import parse_duration
 from sinks.query import Scope, TrendQuery, trend
-from sinks.query.model import check_value, parse_duration
+from sinks.query.model import check_value
 from sinks.query.timeline import TimelineQuery, gpu_timeline
 
 STATIC: Final = Path(__file__).parent / "static"
