@@ -50,8 +50,8 @@ from pipeline.topics import TopicSpec, ensure_topics, topic_specs
 Producer = Callable[[Settings, Path], int]
 
 PAI_DIRS = (
-    Path(__file__).resolve().parents[1] / "tests" / "testdata" / "alibaba-pai2020-minibatch-stragglers",
-    Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-pai2020-minibatch-stragglers",
+    Path(__file__).resolve().parents[2] / "tests" / "testdata" / "alibaba-pai2020-minibatch-stragglers",
+    Path(__file__).resolve().parents[3] / "shared" / "data" / "alibaba-pai2020-minibatch-stragglers",
 )
 
 
