@@ -5,6 +5,10 @@ between levels, e.g. ``HERMENEUT_KAFKA__BOOTSTRAP_SERVERS``), then a TOML file n
 (or ``--config`` on the CLI), then defaults. An invalid value raises :class:`pipeline.errors.ConfigError` whose
 message is one readable line; only the CLI turns it into an exit code.
 
+:func:`load_settings` reads the environment and never writes it: the TOML file is handed to the settings class
+it builds, and a child process gets its settings as an environment of its own
+(:func:`pipeline.services.child_env`, from :func:`settings_env`).
+
 Leaving ``kafka.bootstrap_servers`` or ``influxdb.url`` unset means "use the local services that
 ``hermeneut services up`` (or ``hermeneut run``) started"; setting them means nothing local is started.
 """
@@ -358,11 +362,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        toml_path = os.environ.get(CONFIG_FILE_ENV)
-        if toml_path:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(toml_path)))
-        return tuple(sources)
+        """Keyword arguments, then the environment; a TOML file only through :func:`load_settings`."""
+        return init_settings, env_settings
 
     @property
     def uses_local_kafka(self) -> bool:
@@ -398,22 +399,45 @@ def _reject_unknown_env() -> None:
             raise ConfigError(f"invalid configuration: unknown setting {name}{hint}")
 
 
+def _from_file(toml_file: Path) -> type[Settings]:
+    """:class:`Settings` that also read ``toml_file``, below the environment in priority."""
+
+    class FromFile(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=toml_file)
+
+    return FromFile
+
+
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
-    """Build the settings, or raise :class:`ConfigError` with one readable line."""
-    if config_file is not None:
-        if not config_file.is_file():
-            raise ConfigError(f"invalid configuration: config file {config_file} does not exist")
-        os.environ[CONFIG_FILE_ENV] = str(config_file)
+    """Build the settings from ``overrides``, the environment and the TOML file (``config_file``, else the one
+    ``HERMENEUT_CONFIG`` names), or raise :class:`ConfigError` with one readable line. Reads the environment,
+    never writes it."""
+    if config_file is not None and not config_file.is_file():
+        raise ConfigError(f"invalid configuration: config file {config_file} does not exist")
     _reject_unknown_env()
-    toml_path = os.environ.get(CONFIG_FILE_ENV)
-    if toml_path and not Path(toml_path).is_file():
-        raise ConfigError(f"invalid configuration: {CONFIG_FILE_ENV}={toml_path} does not exist")
+    if config_file is None and os.environ.get(CONFIG_FILE_ENV):
+        config_file = Path(os.environ[CONFIG_FILE_ENV])
+        if not config_file.is_file():
+            raise ConfigError(f"invalid configuration: {CONFIG_FILE_ENV}={config_file} does not exist")
     try:
-        return Settings(**overrides)
+        if config_file is None:
+            return Settings(**overrides)
+        loaded = _from_file(config_file)(**overrides)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from exc
     except ValueError as exc:  # malformed TOML or env JSON
         raise ConfigError(f"invalid configuration: {exc}".splitlines()[0]) from exc
+    # the plain class, validated above, so settings from a file compare equal to the same settings built directly
+    return Settings.model_construct(loaded.model_fields_set, **dict(loaded))
 
 
 def settings_env(settings: BaseModel, prefix: str = ENV_PREFIX) -> dict[str, str]:
