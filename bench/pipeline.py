@@ -35,8 +35,9 @@ from pipeline.services import influxdb, kafka
 from pipeline.services.stages import Stage, start_stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
 from processors.normalize import RawMessage, process_raw
+from producers.agent import NodeAgent
 from producers.simulator import Fleet
-from producers.simulator.run import run_simulation
+from producers.simulator.source import SimulatorSource
 from sinks.influxdb import InfluxWriter, batch_lines
 
 GPUS_PER_NODE = 8
@@ -161,7 +162,7 @@ def live(s: Settings, run_dir: Path, gpus: int, duration_s: float) -> dict[str, 
         publisher = Publisher(s.kafka.client_config())
         stop = threading.Event()
         start = time.perf_counter()
-        report = run_simulation(fleet, publisher, s.topics.raw, 1.0, stop, duration_s)
+        report = NodeAgent(SimulatorSource.of(fleet, samples_only=True), publisher, s.topics, 1.0).run(stop, duration_s)
         produced_s = time.perf_counter() - start
         drained = wait_for(_progress(stages, "points_written", report.samples), 300, 0.1)
         drain_s = time.perf_counter() - start - produced_s

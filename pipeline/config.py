@@ -37,6 +37,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from pipeline import registry
 from pipeline.errors import ConfigError
 
 ENV_PREFIX = "HERMENEUT_"
@@ -264,7 +265,8 @@ class CollectorSettings(_Section):
     """The node agent (``hermeneut collect``): which source, and how it buffers. Its interval is
     ``sample_interval_s``."""
 
-    source: Literal["nvml", "dcgm-exporter"] = "nvml"
+    #: a source registered in pipeline.registry (nvml, dcgm-exporter, simulator)
+    source: str = "nvml"
     #: the node name samples carry; unset: this host's name
     node: str | None = Field(default=None, min_length=1, max_length=253)
     dcgm_exporter_url: str = "http://127.0.0.1:9400/metrics"
@@ -280,6 +282,13 @@ class CollectorSettings(_Section):
     delivery_timeout_s: float = Field(default=0.0, ge=0, le=7 * 24 * 3600)
     #: after SIGTERM, how long the agent keeps flushing to an unreachable Kafka before it exits
     shutdown_grace_s: float = Field(default=30.0, ge=0, le=3600)
+
+    @field_validator("source")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        if value not in registry.names("source"):
+            raise ValueError(f"unknown source {value!r} (known: {', '.join(registry.names('source'))})")
+        return value
 
     @field_validator("dcgm_exporter_url")
     @classmethod

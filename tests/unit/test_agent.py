@@ -1,15 +1,14 @@
 """The node agent's loop: what it publishes where, and what it does with failing sources and a full buffer.
 
 The publisher here is a recording stand-in (the real one, against a real broker that is stopped and restarted,
-is in tests/integration/test_producer_reliability.py)."""
+is in tests/integration/test_producer_reliability.py); the simulator through this loop is in
+tests/unit/test_simulator_run.py."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import threading
-import time
 from typing import Any
 
 from pipeline.codec import decode_record, decode_samples
@@ -17,72 +16,11 @@ from pipeline.config import TopicSettings
 from pipeline.deadletter import headers_dict
 from pipeline.errors import BadSourceData, SourceUnavailable
 from pipeline.events import EventKind, GpuEvent, GpuSample, NodeTopology, SampleBatch, TopologyGpu
-from pipeline.publisher import PublisherStats
 from producers.agent import NodeAgent
+from tests.fakes.kafka import RecordingPublisher
+from tests.fakes.sources import ScriptedSource
 
 TOPICS = TopicSettings.with_prefix("t")
-
-
-class RecordingPublisher:
-    def __init__(self, full_for: int = 0) -> None:
-        self.sent: list[tuple[str, bytes | None, bytes, Any]] = []
-        self.stats = PublisherStats()
-        self.full_for = full_for  # how many publish attempts find the buffer full
-        self.closed = False
-
-    def publish(self, topic: str, key: bytes | None, value: bytes, headers: Any = None, timeout_s: Any = None) -> bool:
-        if self.full_for:
-            self.full_for -= 1
-            time.sleep(0.05)  # the real one waits up to timeout_s for room
-            return False
-        self.sent.append((topic, key, value, headers))
-        self.stats.published += 1
-        self.stats.delivered += 1
-        return True
-
-    def poll(self, timeout_s: float = 0.0) -> None:
-        pass
-
-    def close(self, timeout_s: float = 60.0) -> int:
-        self.closed = True
-        return 0
-
-    def on(self, topic: str) -> list[tuple[str, bytes | None, bytes, Any]]:
-        return [m for m in self.sent if m[0] == topic]
-
-
-class ScriptedSource:
-    """Answers each round from a script: a list of batches, or an exception to raise."""
-
-    name = "scripted"
-
-    def __init__(self, script: list[Any], topologies: list[NodeTopology | None] | None = None) -> None:
-        self.script = script
-        self.topologies = topologies or []
-        self.rounds = 0
-
-    def open(self) -> None:
-        pass
-
-    def collect(self, ts_ns: int) -> list[SampleBatch]:
-        step = self.script[min(self.rounds, len(self.script) - 1)]
-        self.rounds += 1
-        if isinstance(step, Exception):
-            raise step
-        return [
-            dataclasses.replace(b, samples=tuple(dataclasses.replace(s, ts_ns=ts_ns) for s in b.samples)) for b in step
-        ]
-
-    def topology(self, ts_ns: int) -> NodeTopology | None:
-        if not self.topologies:
-            return None
-        return dataclasses.replace(self.topologies[min(self.rounds - 1, len(self.topologies) - 1)], ts_ns=ts_ns)
-
-    def stats(self) -> dict[str, int]:
-        return {"scripted_rounds": self.rounds}
-
-    def close(self) -> None:
-        pass
 
 
 def batch(gpus: int = 2, events: tuple[GpuEvent, ...] = ()) -> SampleBatch:

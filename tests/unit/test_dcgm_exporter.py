@@ -144,7 +144,7 @@ def test_the_source_scrapes_maps_and_dead_letters_bad_text() -> None:
     source = DcgmExporterSource("http://exporter:9400/metrics", "dc1", "n1", fetch=lambda url, t: answers.pop(0))
     (batch,) = source.collect(T0)
     assert len(batch.samples) == 3
-    topology = source.topology(T0)
+    (topology,) = source.topologies(T0)
     assert topology is not None and topology.node == "ub20-a100-k8s"
     assert {(g.uuid, g.parent_uuid, g.pci_bus_id) for g in topology.gpus} == {
         (GPU0, None, "0000:07:00.0"),

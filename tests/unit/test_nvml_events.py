@@ -112,4 +112,4 @@ def test_a_mig_reconfiguration_event_makes_the_source_reread_the_layout() -> Non
     (batch,) = source.collect(T0 + 10**9)
     assert [e.kind for e in batch.events] == [EventKind.MIG_CONFIG]
     assert sorted(s.gpu_uuid for s in batch.samples) == [parent.uuid, "MIG-0"]
-    assert [g.uuid for g in source.topology(T0).gpus] == [parent.uuid, "MIG-0"]
+    assert [g.uuid for g in source.topologies(T0)[0].gpus] == [parent.uuid, "MIG-0"]
