@@ -38,7 +38,8 @@ from processors.normalize import RawMessage, process_raw
 from producers.agent import NodeAgent
 from producers.simulator import Fleet
 from producers.simulator.source import SimulatorSource
-from sinks.influxdb import InfluxWriter, batch_lines
+from sinks.influxdb.lines import batch_lines
+from sinks.influxdb.write import InfluxWriter
 
 GPUS_PER_NODE = 8
 
@@ -111,9 +112,7 @@ def influx_ceiling(s: Settings, points: int) -> dict[str, Any]:
     """A raw influxdb-client write of the sink's own lines, 5,000 per request, as fast as it goes."""
     fleet = Fleet(125, GPUS_PER_NODE, cluster=f"{s.cluster}-raw", seed=2)
     lines = interpreted_lines(fleet, max(1, points // fleet.size), time.time_ns() - 3600 * 10**9)
-    i = s.influxdb
-    assert i.url and i.token
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket)
+    writer = InfluxWriter.from_settings(s.influxdb)
     start = time.perf_counter()
     for n in range(0, len(lines), 5000):
         writer.write(lines[n : n + 5000])

@@ -14,7 +14,7 @@ from pipeline.events import (
     Verdict,
     Workload,
 )
-from sinks.influxdb import InfoTracker, batch_lines, finding_line
+from sinks.influxdb.lines import InfoTracker, batch_lines, finding_line
 
 
 def event_line(e: InterpretedEvent) -> str:

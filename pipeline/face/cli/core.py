@@ -141,18 +141,20 @@ def process_cmd(ctx: click.Context, stats_file: Path | None) -> None:
 @click.option("--stats-file", type=click.Path(path_type=Path))
 @click.pass_context
 def sink_cmd(ctx: click.Context, stats_file: Path | None) -> None:
-    """Store interpreted events in InfluxDB until SIGTERM/Ctrl-C."""
+    """Store interpreted events and findings in InfluxDB until SIGTERM/Ctrl-C (the ``influxdb`` sink plugin)."""
     from pipeline.publisher import Publisher
-    from sinks.influxdb import InfluxWriter
-    from sinks.runner import InfluxSink
+    from sinks.base import Sink
+    from sinks.runner import RunnerConfig, SinkRunner, sink_consumer
 
     settings = resolved(ctx)
-    i = settings.influxdb
-    assert i.url and i.token  # checked by _resolved
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
-    sink = InfluxSink(settings, writer, Publisher(settings.kafka.client_config()), stats_file=stats_file)
-    sink.run(stop_event())
-    writer.close()
+    with errors():
+        sink: Sink[object] = registry.create("sink", "influxdb", settings)
+    dlq = Publisher(settings.kafka.client_config())
+    runner = SinkRunner(sink, sink_consumer(settings, sink.name), dlq, RunnerConfig.of(settings), stats_file)
+    try:
+        runner.run(stop_event())
+    finally:
+        sink.close()
 
 
 @cli.command("run")

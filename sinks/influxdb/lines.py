@@ -1,4 +1,5 @@
-"""The InfluxDB 2.x edge: interpreted events -> line protocol (pure), and the only write/query I/O.
+"""Interpreted events, findings, baselines and feedback as InfluxDB line protocol: pure functions, no I/O
+(:mod:`sinks.influxdb.write` sends the lines).
 
 Schema (the README has the cardinality budget):
 
@@ -36,20 +37,12 @@ A replayed event has the same measurement, tags and timestamp, so InfluxDB overw
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Iterator
-from typing import Any, Final, cast
+from collections.abc import Iterable
+from typing import Final
 
 import numpy as np
-import urllib3
-from influxdb_client.client.influxdb_client import InfluxDBClient
-from influxdb_client.client.write_api import SYNCHRONOUS
-from influxdb_client.domain.write_precision import WritePrecision
-from influxdb_client.rest import ApiException
 
 from pipeline.baselines import BaselineBand, Feedback
-from pipeline.config import InfluxSettings
-from pipeline.errors import PermanentWriteError, TransientWriteError
 from pipeline.events import (
     METRIC_LIMIT,
     METRIC_NAMES,
@@ -61,8 +54,6 @@ from pipeline.events import (
     NvLinkSample,
 )
 
-log = logging.getLogger(__name__)
-
 MEASUREMENT: Final = "gpu"
 INFO_MEASUREMENT: Final = "gpu_info"
 EVENT_MEASUREMENT: Final = "gpu_event"
@@ -72,15 +63,16 @@ PROCESS_MEASUREMENT: Final = "gpu_process"
 FINDING_MEASUREMENT: Final = "finding"
 BASELINE_MEASUREMENT: Final = "baseline"
 FEEDBACK_MEASUREMENT: Final = "feedback"
-_MS: Final = cast(WritePrecision, WritePrecision.MS)
 _TAG_ESCAPES = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ ", "\n": "", "\r": ""})
 
 
-def _tag(value: str) -> str:
+def tag(value: str) -> str:
+    """A tag value with line protocol's escapes (commas, equals signs, spaces; no line breaks)."""
     return value.translate(_TAG_ESCAPES)
 
 
-def _str_field(value: str) -> str:
+def string_field(value: str) -> str:
+    """A quoted string field value (backslashes and quotes escaped, line breaks as spaces)."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
 
 
@@ -103,8 +95,8 @@ def _field_parts(keys: tuple[str, ...], values: np.ndarray) -> list[str]:
 
 def _gpu_tags(b: InterpretedBatch, i: int) -> str:
     return (
-        f"cluster={_tag(b.cluster[i])},gpu={_tag(b.gpu_uuid[i])},gpu_index={b.gpu_index[i]},"
-        f"gpu_model={_tag(b.gpu_model[i])},node={_tag(b.node[i])}"
+        f"cluster={tag(b.cluster[i])},gpu={tag(b.gpu_uuid[i])},gpu_index={b.gpu_index[i]},"
+        f"gpu_model={tag(b.gpu_model[i])},node={tag(b.node[i])}"
     )
 
 
@@ -151,7 +143,7 @@ class InfoTracker:
                 if self._changes.due(f"proc/{b.cluster[i]}/{b.gpu_uuid[i]}", signature, ts):
                     out.append(
                         f"{PROCESS_MEASUREMENT},{tags} count={float(len(procs))!r},"
-                        f"processes={_str_field(described)} {ts // 1_000_000}"
+                        f"processes={string_field(described)} {ts // 1_000_000}"
                     )
         return out
 
@@ -174,15 +166,15 @@ def extra_lines(b: InterpretedBatch) -> list[str]:
     out = []
     for e in b.gpu_events:
         out.append(
-            f"{EVENT_MEASUREMENT},cluster={_tag(e.cluster)},code={e.code},gpu={_tag(e.gpu_uuid)},"
-            f"gpu_index={e.gpu_index},kind={e.kind.value},node={_tag(e.node)} "
-            f"detail={_str_field(e.detail)},dedup_key={_str_field(e.dedup_key)} {e.ts_ns // 1_000_000}"
+            f"{EVENT_MEASUREMENT},cluster={tag(e.cluster)},code={e.code},gpu={tag(e.gpu_uuid)},"
+            f"gpu_index={e.gpu_index},kind={e.kind.value},node={tag(e.node)} "
+            f"detail={string_field(e.detail)},dedup_key={string_field(e.dedup_key)} {e.ts_ns // 1_000_000}"
         )
     for n in b.nics:
         fields = ",".join(f"{k}={float(n.metrics[k])!r}" for k in NIC_NAMES if k in n.metrics)
         if fields:
             out.append(
-                f"{NIC_MEASUREMENT},cluster={_tag(n.cluster)},device={_tag(n.device)},node={_tag(n.node)},"
+                f"{NIC_MEASUREMENT},cluster={tag(n.cluster)},device={tag(n.device)},node={tag(n.node)},"
                 f"port={n.port} {fields} {n.ts_ns // 1_000_000}"
             )
     return out
@@ -204,28 +196,28 @@ def batch_lines(batches: Iterable[InterpretedBatch], info: InfoTracker | None = 
         scores = b.score.tolist()
         for i in range(len(b)):
             wl = b.workload[i]
-            app = f"application={_tag(wl.application)}," if wl and wl.application else ""
+            app = f"application={tag(wl.application)}," if wl and wl.application else ""
             fields = [readings[i]] if readings[i] else []
             if relative[i]:
                 fields.append(relative[i])
-            fields.append(f"verdict={_str_field(b.verdict[i].value)}")
+            fields.append(f"verdict={string_field(b.verdict[i].value)}")
             if scores[i] == scores[i]:
                 fields.append(f"score={scores[i]!r}")
             if wl and wl.job_id:
-                fields.append(f"job_id={_str_field(wl.job_id)}")
+                fields.append(f"job_id={string_field(wl.job_id)}")
             if wl and wl.user:
-                fields.append(f"user={_str_field(wl.user)}")
+                fields.append(f"user={string_field(wl.user)}")
             if wl:
-                fields.append(f"app_source={_str_field(wl.source)},app_confidence={float(wl.confidence)!r}")
+                fields.append(f"app_source={string_field(wl.source)},app_confidence={float(wl.confidence)!r}")
             phase, baseline = b.phase[i], b.baseline[i]
             if phase:
-                fields.append(f"phase={_str_field(phase)}")
+                fields.append(f"phase={string_field(phase)}")
             if baseline:
-                fields.append(f"baseline={_str_field(baseline)}")
+                fields.append(f"baseline={string_field(baseline)}")
             if b.explanation[i]:
-                fields.append(f"explanation={_str_field(b.explanation[i])}")
+                fields.append(f"explanation={string_field(b.explanation[i])}")
             if b.drivers[i]:
-                fields.append(f"drivers={_str_field(drivers_text(b.drivers[i]))}")
+                fields.append(f"drivers={string_field(drivers_text(b.drivers[i]))}")
             append(f"{MEASUREMENT},{app}{_gpu_tags(b, i)} {','.join(fields)} {ts_ms[i]}")
         if info is not None:
             lines.extend(info.lines(b))
@@ -246,21 +238,21 @@ def baseline_band_line(band: BaselineBand) -> str:
         f"{name}={float(getattr(band, name))!r}" for name in ("p01", "p05", "p50", "p95", "p99", "n", "version")
     )
     return (
-        f"{BASELINE_MEASUREMENT},application={_tag(band.application)},feature={_tag(band.feature)},"
-        f"gpu_model={_tag(band.gpu_model)},phase={_tag(band.phase)} {fields} {band.ts_ns // 1_000_000}"
+        f"{BASELINE_MEASUREMENT},application={tag(band.application)},feature={tag(band.feature)},"
+        f"gpu_model={tag(band.gpu_model)},phase={tag(band.phase)} {fields} {band.ts_ns // 1_000_000}"
     )
 
 
 def feedback_line(fb: Feedback) -> str:
     """One ``feedback`` point, at the time the operator gave it (see module docstring)."""
-    tags = f"cluster={_tag(fb.cluster)},gpu={_tag(fb.gpu_uuid)}"
+    tags = f"cluster={tag(fb.cluster)},gpu={tag(fb.gpu_uuid)}"
     if fb.application:
-        tags = f"application={_tag(fb.application)}," + tags
+        tags = f"application={tag(fb.application)}," + tags
     if fb.gpu_model:
-        tags += f",gpu_model={_tag(fb.gpu_model)}"
+        tags += f",gpu_model={tag(fb.gpu_model)}"
     fields = (
-        f"verdict={_str_field(fb.verdict)},note={_str_field(fb.note)},user={_str_field(fb.user)},"
-        f"event_ts_ms={float(fb.event_ts_ms)!r},event_id={_str_field(fb.event_id)}"
+        f"verdict={string_field(fb.verdict)},note={string_field(fb.note)},user={string_field(fb.user)},"
+        f"event_ts_ms={float(fb.event_ts_ms)!r},event_id={string_field(fb.event_id)}"
     )
     return f"{FEEDBACK_MEASUREMENT},{tags} {fields} {fb.ts_ns // 1_000_000}"
 
@@ -268,65 +260,19 @@ def feedback_line(fb: Feedback) -> str:
 def finding_line(f: Finding) -> str:
     """One ``finding`` point (see module docstring)."""
     wl = f.workload
-    app = f"application={_tag(wl.application)}," if wl and wl.application else ""
+    app = f"application={tag(wl.application)}," if wl and wl.application else ""
     fields = [
         f"active={float(f.active)!r}",
-        f"summary={_str_field(f.summary)}",
+        f"summary={string_field(f.summary)}",
         f"since_ns={float(f.since_ns)!r}",
     ]
     if f.action:
-        fields.append(f"action={_str_field(f.action)}")
+        fields.append(f"action={string_field(f.action)}")
     if wl and wl.job_id:
-        fields.append(f"job_id={_str_field(wl.job_id)}")
+        fields.append(f"job_id={string_field(wl.job_id)}")
     fields += [f"ev_{k}={float(v)!r}" for k, v in sorted(f.evidence.items()) if v == v]  # noqa: PLR0124
     return (
-        f"{FINDING_MEASUREMENT},{app}cluster={_tag(f.cluster)},detector={_tag(f.detector)},"
-        f"gpu={_tag(f.gpu_uuid or '-')},node={_tag(f.node)},severity={f.severity.value} "
+        f"{FINDING_MEASUREMENT},{app}cluster={tag(f.cluster)},detector={tag(f.detector)},"
+        f"gpu={tag(f.gpu_uuid or '-')},node={tag(f.node)},severity={f.severity.value} "
         f"{','.join(fields)} {f.ts_ns // 1_000_000}"
     )
-
-
-class InfluxWriter:
-    """Synchronous writes of prepared lines, with errors sorted into transient and permanent."""
-
-    def __init__(self, url: str, token: str, org: str, bucket: str, timeout_s: float = 10.0) -> None:
-        self.bucket, self.org = bucket, org
-        self.client = InfluxDBClient(url=url, token=token, org=org, timeout=int(timeout_s * 1000), retries=False)
-        self._write = self.client.write_api(write_options=SYNCHRONOUS)
-
-    def write(self, lines: list[str]) -> None:
-        if not lines:
-            return
-        try:
-            self._write.write(self.bucket, self.org, "\n".join(lines).encode(), write_precision=_MS)
-        except ApiException as exc:
-            if exc.status in (400, 413):
-                raise PermanentWriteError(f"HTTP {exc.status}: {str(exc.body)[:300]}") from exc
-            raise TransientWriteError(f"HTTP {exc.status}: {str(exc.body or exc.reason)[:300]}") from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise TransientWriteError(f"{type(exc).__name__}: {exc}"[:300]) from exc
-
-    def query(self, flux: str) -> list[dict[str, Any]]:
-        """Run a Flux query; each record as a dict of its values."""
-        tables = self.client.query_api().query(flux, org=self.org)
-        return [dict(record.values) for table in tables for record in table.records]
-
-    def query_csv(self, flux: str) -> Iterator[list[str]]:
-        """Run a Flux query; its rows as CSV cells (header rows included), for results too large for dicts."""
-        rows: Iterator[list[str]] = iter(self.client.query_api().query_csv(flux, org=self.org))
-        return rows
-
-    def close(self) -> None:
-        self.client.close()  # type: ignore[no-untyped-call]
-
-
-def query_rows(settings: InfluxSettings, *fluxes: str) -> list[list[dict[str, Any]]]:
-    """Run Flux queries on one client (opened and closed here); each query's records as dicts, in order."""
-    assert settings.url and settings.token, "resolve settings first"
-    writer = InfluxWriter(
-        settings.url, settings.token.get_secret_value(), settings.org, settings.bucket, settings.timeout_s
-    )
-    try:
-        return [writer.query(flux) for flux in fluxes]
-    finally:
-        writer.close()
