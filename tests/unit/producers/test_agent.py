@@ -2,7 +2,7 @@
 
 The publisher here is a recording stand-in (the real one, against a real broker that is stopped and restarted,
 is in tests/integration/test_producer_reliability.py); the simulator through this loop is in
-tests/unit/test_simulator_run.py."""
+tests/unit/producers/simulator/test_source.py."""
 
 from __future__ import annotations
 

@@ -8,49 +8,15 @@ import threading
 
 import pytest
 
-from pipeline.codec import decode_record
 from pipeline.errors import SourceUnavailable
 from pipeline.events import GpuContext, Workload, gpu_key
-from producers.context.base import Observation
 from producers.context.watch import Watcher
+from tests.fakes.clock import Clock
+from tests.fakes.context import Recorder, Scripted
 
 JOB = Workload("llm-pretraining", job_id="4242", source="slurm", confidence=0.95, job_gpus=16)
 OTHER = Workload("unknown", job_id="4300", source="slurm")
 VLLM = Workload("llm-serving", source="process", confidence=0.7, framework="vllm")
-
-
-class Scripted:
-    """A source whose next answers are set by the test; an exception instance is raised instead."""
-
-    def __init__(self, name: str, answer: Observation | Exception) -> None:
-        self.name, self.answer, self.polls = name, answer, 0
-
-    def poll(self) -> Observation:
-        self.polls += 1
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return self.answer
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.records: list[tuple[str, GpuContext | None]] = []
-
-    def __call__(self, key: bytes, value: bytes | None) -> None:
-        self.records.append((key.decode(), None if value is None else decode_record(GpuContext, value)))
-
-    def take(self) -> dict[str, Workload | None]:
-        out = {k.rsplit("/", 1)[1]: (c.workload if c else None) for k, c in self.records}
-        self.records.clear()
-        return out
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def make(sources: list[Scripted], clock: Clock, **kwargs: object) -> tuple[Watcher, Recorder]:

@@ -20,8 +20,9 @@ from producers.context.processes import (
     parse_nvidia_smi_processes,
     read_process,
 )
+from tests import TESTDATA
 
-DATA = Path(__file__).parents[1] / "testdata"
+DATA = TESTDATA
 INVENTORY = GpuInventory.parse((DATA / "context" / "nvidia-smi-L-8xH100.txt").read_text())
 
 

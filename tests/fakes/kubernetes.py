@@ -15,8 +15,9 @@ import grpc
 
 from producers.context.inventory import GpuInventory
 from producers.context.podresources import ContainerDevices, ContainerResources, PodResources
+from tests import TESTDATA
 
-DATA = Path(__file__).parent / "testdata" / "context"
+DATA = TESTDATA / "context"
 INVENTORY = GpuInventory.parse(
     (DATA / "nvidia-smi-L-8xH100.txt").read_text()
     + (DATA / "nvidia-smi-L-a100-mig.txt").read_text().replace("GPU 0", "GPU 8").replace("GPU 1:", "GPU 9:")

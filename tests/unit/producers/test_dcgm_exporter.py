@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
@@ -13,8 +12,9 @@ from pipeline.errors import BadSourceData, DecodeError, SourceUnavailable
 from pipeline.events import METRIC_INDEX, EventKind
 from processors.normalize import RawMessage, process_raw
 from producers.dcgm_exporter import DcgmExporterSource, ScrapeStats, is_blank, parse_exposition, to_batches
+from tests import TESTDATA
 
-SAMPLE = Path(__file__).resolve().parent.parent / "testdata" / "dcgm-exporter" / "a100-mig-node.txt"
+SAMPLE = TESTDATA / "dcgm-exporter" / "a100-mig-node.txt"
 MIB = 2**20
 GIB = 2**30
 T0 = 1_700_000_000_000_000_000

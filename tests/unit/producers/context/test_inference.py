@@ -4,14 +4,14 @@ real process lists of the nvidia-smi captures, which are desktops and must infer
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
 import pytest
 
 from producers.context.inference import Evidence, Inference, capped, infer, infer_many, normalize_model
 from producers.context.processes import parse_nvidia_smi_processes
+from tests import TESTDATA
 
-XML = Path(__file__).parents[1] / "testdata" / "nvidia-smi-xml"
+XML = TESTDATA / "nvidia-smi-xml"
 
 # (command line, application, framework, model); each is the launch command its project documents
 CASES = [

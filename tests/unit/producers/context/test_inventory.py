@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from pipeline.errors import ConfigError
 from pipeline.events import NodeTopology, TopologyGpu
 from producers.context.inventory import GpuInventory, InventoryGpu
+from tests import TESTDATA
 
-DATA = Path(__file__).parents[1] / "testdata"
+DATA = TESTDATA
 
 
 def test_nvidia_smi_list() -> None:

@@ -7,7 +7,6 @@ import csv
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +15,9 @@ from pipeline.codec import decode_record, encode_record
 from pipeline.events import FAULTS, EventKind, FaultRecord, GpuEvent, GpuSample
 from producers.simulator import FaultPlan, Fleet, Injection
 from producers.simulator.faults import REPAIR_QUANTILES, TRACE_CLASSES, TRACE_DAYS, trace_rate_per_node_s
+from tests import TESTDATA
 
-TRACE = Path(__file__).parent.parent / "testdata" / "stepfun-infinitehbd-fault-trace"
+TRACE = TESTDATA / "stepfun-infinitehbd-fault-trace"
 T0 = 1_790_000_000_000_000_000
 START_S, DURATION_S, ROUNDS = 60, 300, 480
 GPN = 8

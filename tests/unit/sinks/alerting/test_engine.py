@@ -10,7 +10,7 @@ from sinks.alerting.engine import AlertEngine
 from sinks.alerting.grouping import Notification
 from sinks.alerting.inhibit import parse_inhibit_rules
 from sinks.alerting.model import Ack, AlertStatus, Silence, Subscription
-from tests.unit.alerting.helpers import S, finding, settings
+from tests.unit.sinks.alerting.helpers import S, finding, settings
 
 
 def sub(match: list[str], **kwargs: object) -> Subscription:

@@ -26,7 +26,7 @@ from sinks.alerting.model import (
     parse_matcher,
     parse_matchers,
 )
-from tests.unit.alerting.helpers import finding
+from tests.unit.sinks.alerting.helpers import finding
 
 
 @pytest.mark.parametrize(

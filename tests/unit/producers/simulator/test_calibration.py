@@ -8,14 +8,13 @@ from __future__ import annotations
 import csv
 import statistics
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
 from producers.simulator import Fleet
 from producers.simulator.calibration import QUANTILES, compare_acme, format_comparison, llm_cluster_batches
+from tests import TESTDATA
 
-TESTDATA = Path(__file__).parent.parent / "testdata"
 T0 = 1_779_926_400_000_000_000  # a midnight, UTC
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -28,8 +27,10 @@ from producers.context.slurm import (
     parse_squeue_ids,
     run_command,
 )
+from tests import TESTDATA
+from tests.fakes.context import FakeSlurm
 
-DATA = Path(__file__).parents[1] / "testdata" / "context"
+DATA = TESTDATA / "context"
 INVENTORY = GpuInventory.parse((DATA / "nvidia-smi-L-8xH100.txt").read_text())
 SCONTROL = (DATA / "scontrol-show-job-d.txt").read_text()
 
@@ -192,26 +193,8 @@ def test_stale_file_loses_to_the_newer_job(tmp_path: Path) -> None:
     assert SlurmFileSource(jobs, INVENTORY).poll()[uuid(0)].job_id == "21"
 
 
-class FakeSlurm:
-    """squeue/scontrol answers from the test data; counts the calls."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-        self.squeue = (DATA / "squeue-gpu01.txt").read_text()
-        self.down = False
-
-    def __call__(self, argv: Sequence[str], timeout_s: float) -> str:
-        self.calls.append(list(argv))
-        if self.down:
-            raise SourceUnavailable("slurm_load_jobs error: Unable to contact slurm controller")
-        if argv[0] == "squeue":
-            return self.squeue
-        job_id = argv[-1]
-        return next(r for r in SCONTROL.split("\n\n") if r.startswith(f"JobId={job_id} "))
-
-
 def test_command_source_asks_scontrol_once_per_job() -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurm((DATA / "squeue-gpu01.txt").read_text(), SCONTROL)
     clock = [0.0]
     source = SlurmCommandSource("gpu01", INVENTORY, fake, refresh_s=300, squeue_interval_s=0, clock=lambda: clock[0])
     observed = source.poll()
@@ -250,7 +233,7 @@ def test_real_commands_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_command_source_spares_slurmctld() -> None:
-    fake = FakeSlurm()
+    fake = FakeSlurm((DATA / "squeue-gpu01.txt").read_text(), SCONTROL)
     clock = [0.0]
     source = SlurmCommandSource("gpu01", INVENTORY, fake, squeue_interval_s=30, clock=lambda: clock[0])
     first = source.poll()

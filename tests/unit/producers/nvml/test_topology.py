@@ -15,8 +15,7 @@ from producers.nvml.capture import CapturedGpu, CapturedLink, CapturedMig
 from producers.nvml.replay import ReplayNvml
 from producers.nvml.topology import TopologyReader, cpulist, pcie_path_kind
 from tests.fakes.nvml import load_capture
-
-from .sysfs import ib_port, pci_device
+from tests.fakes.sysfs import ib_port, pci_device
 
 T0 = 1_700_000_000_000_000_000
 

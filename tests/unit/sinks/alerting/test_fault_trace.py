@@ -7,16 +7,16 @@ from __future__ import annotations
 import csv
 from collections import Counter
 from dataclasses import replace
-from pathlib import Path
 
 from pipeline.events import Finding, Severity
 from sinks.alerting.admin import make_receiver, make_subscription
 from sinks.alerting.engine import AlertEngine
 from sinks.alerting.inhibit import parse_inhibit_rules
 from sinks.alerting.model import AlertStatus
-from tests.unit.alerting.helpers import S, settings
+from tests import TESTDATA
+from tests.unit.sinks.alerting.helpers import S, settings
 
-TRACE = Path(__file__).parents[2] / "testdata" / "stepfun-fault-trace" / "gpu_fault_events.csv"
+TRACE = TESTDATA / "stepfun-fault-trace" / "gpu_fault_events.csv"
 DAY_S = 86_400
 
 #: the trace's descriptions mapped onto the detectors that would report them

@@ -11,8 +11,9 @@ from pipeline.errors import ConfigError
 from pipeline.events import Workload
 from producers.context.inventory import GpuInventory
 from producers.context.static import StaticSource, load, workload_from_fields
+from tests import TESTDATA
 
-INVENTORY = GpuInventory.parse((Path(__file__).parents[1] / "testdata/context/nvidia-smi-L-8xH100.txt").read_text())
+INVENTORY = GpuInventory.parse((TESTDATA / "context" / "nvidia-smi-L-8xH100.txt").read_text())
 GPU0, GPU3 = INVENTORY.resolve("0"), INVENTORY.resolve("3")
 
 TOML = """\

@@ -10,8 +10,7 @@ from pipeline.config import ValidationSettings
 from pipeline.events import NIC_NAMES
 from processors.normalize import nic_problem
 from producers.infiniband import InfinibandReader, parse_rate_gbps, parse_state_active
-
-from .sysfs import ib_port, pci_device, set_counters
+from tests.fakes.sysfs import ib_port, pci_device, set_counters
 
 T0 = 1_700_000_000_000_000_000
 

@@ -21,7 +21,7 @@ from producers.context.podresources import (
     PodResourcesClient,
     decode_list_response,
 )
-from tests.kubernetes_fakes import INVENTORY, MIG, POD_RESOURCES, PODS, TOKEN, Kubelet, encode_pods, serve_api, uuid
+from tests.fakes.kubernetes import INVENTORY, MIG, POD_RESOURCES, PODS, TOKEN, Kubelet, encode_pods, serve_api, uuid
 
 
 def _response(extra_device: bytes = b"", extra_container: bytes = b"") -> bytes:
