@@ -18,7 +18,7 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -361,6 +361,8 @@ class Settings(BaseSettings):
     detectors: DetectorSettings = DetectorSettings()
     storage: StorageSettings = StorageSettings()
     web: WebSettings = WebSettings()
+    #: the TOML file below the environment; set only on the class :func:`load_settings` builds for a file
+    toml_file: ClassVar[Path | None] = None
 
     @classmethod
     def settings_customise_sources(
@@ -371,8 +373,10 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Keyword arguments, then the environment; a TOML file only through :func:`load_settings`."""
-        return init_settings, env_settings
+        """Keyword arguments, then the environment, then :attr:`toml_file` (see :func:`load_settings`)."""
+        if cls.toml_file is None:
+            return init_settings, env_settings
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=cls.toml_file)
 
     @property
     def uses_local_kafka(self) -> bool:
@@ -410,20 +414,7 @@ def _reject_unknown_env() -> None:
 
 def _from_file(toml_file: Path) -> type[Settings]:
     """:class:`Settings` that also read ``toml_file``, below the environment in priority."""
-
-    class FromFile(Settings):
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=toml_file)
-
-    return FromFile
+    return type("SettingsFromFile", (Settings,), {"toml_file": toml_file})
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
