@@ -34,8 +34,9 @@ from pipeline.face.web.app import create_app, serving
 from pipeline.publisher import Publisher
 from pipeline.services import influxdb, kafka
 from pipeline.services.stages import start_stage, wait_for
+from producers.agent import NodeAgent
 from producers.simulator import Fleet
-from producers.simulator.run import run_simulation
+from producers.simulator.source import SimulatorSource
 
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--no-first-run", "--disable-sync"]  # fmt: skip
@@ -81,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         fleet = Fleet(max(1, args.gpus // GPUS_PER_NODE), GPUS_PER_NODE, cluster=s.cluster, seed=3, extras=True)
         publisher = Publisher(s.kafka.client_config())
         sim = threading.Thread(
-            target=run_simulation,
-            args=(fleet, publisher, s.topics.raw, 1.0, stop),
-            kwargs={"topics": s.topics, "fast_forward_s": 60},
+            target=NodeAgent(SimulatorSource.of(fleet), publisher, s.topics, 1.0).run,
+            args=(stop,),
+            kwargs={"fast_forward_s": 60},
             daemon=True,
         )
         sim.start()

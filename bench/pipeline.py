@@ -35,9 +35,11 @@ from pipeline.services import influxdb, kafka
 from pipeline.services.stages import Stage, start_stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
 from processors.normalize import RawMessage, process_raw
+from producers.agent import NodeAgent
 from producers.simulator import Fleet
-from producers.simulator.run import run_simulation
-from sinks.influxdb import InfluxWriter, batch_lines
+from producers.simulator.source import SimulatorSource
+from sinks.influxdb.lines import batch_lines
+from sinks.influxdb.write import InfluxWriter
 
 GPUS_PER_NODE = 8
 
@@ -110,9 +112,7 @@ def influx_ceiling(s: Settings, points: int) -> dict[str, Any]:
     """A raw influxdb-client write of the sink's own lines, 5,000 per request, as fast as it goes."""
     fleet = Fleet(125, GPUS_PER_NODE, cluster=f"{s.cluster}-raw", seed=2)
     lines = interpreted_lines(fleet, max(1, points // fleet.size), time.time_ns() - 3600 * 10**9)
-    i = s.influxdb
-    assert i.url and i.token
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket)
+    writer = InfluxWriter.from_settings(s.influxdb)
     start = time.perf_counter()
     for n in range(0, len(lines), 5000):
         writer.write(lines[n : n + 5000])
@@ -161,7 +161,7 @@ def live(s: Settings, run_dir: Path, gpus: int, duration_s: float) -> dict[str, 
         publisher = Publisher(s.kafka.client_config())
         stop = threading.Event()
         start = time.perf_counter()
-        report = run_simulation(fleet, publisher, s.topics.raw, 1.0, stop, duration_s)
+        report = NodeAgent(SimulatorSource.of(fleet, samples_only=True), publisher, s.topics, 1.0).run(stop, duration_s)
         produced_s = time.perf_counter() - start
         drained = wait_for(_progress(stages, "points_written", report.samples), 300, 0.1)
         drain_s = time.perf_counter() - start - produced_s

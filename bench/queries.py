@@ -32,7 +32,8 @@ from pipeline.events import Verdict, Workload
 from pipeline.services import influxdb
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet
-from sinks.influxdb import InfluxWriter, batch_lines
+from sinks.influxdb.lines import batch_lines
+from sinks.influxdb.write import InfluxWriter
 from sinks.query import (
     COMPARE_FEATURES,
     AnomalyQuery,

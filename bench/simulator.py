@@ -10,7 +10,7 @@ Per configuration, after a warm-up: the process CPU time (``time.process_time``)
 with the rounds per second one core can produce (tick + encode) and the share of the 1 s budget a round at 1 Hz
 takes. Baseline, measured in the same run on the same batches: ``encode_samples`` alone (the work any producer
 does to publish those samples), so ``vs encode`` says how many times the encoding the simulation itself costs.
-``--calibration`` also prints the AcmeTrace comparison (``tests/unit/test_simulator_calibration.py``).
+``--calibration`` also prints the AcmeTrace comparison (``tests/unit/producers/simulator/test_calibration.py``).
 
 Run: ``python -m bench.simulator [--quick] [--calibration] [--json PATH]``.
 """

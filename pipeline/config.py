@@ -5,6 +5,10 @@ between levels, e.g. ``HERMENEUT_KAFKA__BOOTSTRAP_SERVERS``), then a TOML file n
 (or ``--config`` on the CLI), then defaults. An invalid value raises :class:`pipeline.errors.ConfigError` whose
 message is one readable line; only the CLI turns it into an exit code.
 
+:func:`load_settings` reads the environment and never writes it: the TOML file is handed to the settings class
+it builds, and a child process gets its settings as an environment of its own
+(:func:`pipeline.services.child_env`, from :func:`settings_env`).
+
 Leaving ``kafka.bootstrap_servers`` or ``influxdb.url`` unset means "use the local services that
 ``hermeneut services up`` (or ``hermeneut run``) started"; setting them means nothing local is started.
 """
@@ -14,7 +18,7 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -33,6 +37,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from pipeline import registry
 from pipeline.errors import ConfigError
 
 ENV_PREFIX = "HERMENEUT_"
@@ -260,7 +265,8 @@ class CollectorSettings(_Section):
     """The node agent (``hermeneut collect``): which source, and how it buffers. Its interval is
     ``sample_interval_s``."""
 
-    source: Literal["nvml", "dcgm-exporter"] = "nvml"
+    #: a source registered in pipeline.registry (nvml, dcgm-exporter, simulator)
+    source: str = "nvml"
     #: the node name samples carry; unset: this host's name
     node: str | None = Field(default=None, min_length=1, max_length=253)
     dcgm_exporter_url: str = "http://127.0.0.1:9400/metrics"
@@ -276,6 +282,13 @@ class CollectorSettings(_Section):
     delivery_timeout_s: float = Field(default=0.0, ge=0, le=7 * 24 * 3600)
     #: after SIGTERM, how long the agent keeps flushing to an unreachable Kafka before it exits
     shutdown_grace_s: float = Field(default=30.0, ge=0, le=3600)
+
+    @field_validator("source")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        if value not in registry.names("source"):
+            raise ValueError(f"unknown source {value!r} (known: {', '.join(registry.names('source'))})")
+        return value
 
     @field_validator("dcgm_exporter_url")
     @classmethod
@@ -348,6 +361,8 @@ class Settings(BaseSettings):
     detectors: DetectorSettings = DetectorSettings()
     storage: StorageSettings = StorageSettings()
     web: WebSettings = WebSettings()
+    #: the TOML file below the environment; set only on the class :func:`load_settings` builds for a file
+    toml_file: ClassVar[Path | None] = None
 
     @classmethod
     def settings_customise_sources(
@@ -358,11 +373,10 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        toml_path = os.environ.get(CONFIG_FILE_ENV)
-        if toml_path:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(toml_path)))
-        return tuple(sources)
+        """Keyword arguments, then the environment, then :attr:`toml_file` (see :func:`load_settings`)."""
+        if cls.toml_file is None:
+            return init_settings, env_settings
+        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=cls.toml_file)
 
     @property
     def uses_local_kafka(self) -> bool:
@@ -398,22 +412,32 @@ def _reject_unknown_env() -> None:
             raise ConfigError(f"invalid configuration: unknown setting {name}{hint}")
 
 
+def _from_file(toml_file: Path) -> type[Settings]:
+    """:class:`Settings` that also read ``toml_file``, below the environment in priority."""
+    return type("SettingsFromFile", (Settings,), {"toml_file": toml_file})
+
+
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
-    """Build the settings, or raise :class:`ConfigError` with one readable line."""
-    if config_file is not None:
-        if not config_file.is_file():
-            raise ConfigError(f"invalid configuration: config file {config_file} does not exist")
-        os.environ[CONFIG_FILE_ENV] = str(config_file)
+    """Build the settings from ``overrides``, the environment and the TOML file (``config_file``, else the one
+    ``HERMENEUT_CONFIG`` names), or raise :class:`ConfigError` with one readable line. Reads the environment,
+    never writes it."""
+    if config_file is not None and not config_file.is_file():
+        raise ConfigError(f"invalid configuration: config file {config_file} does not exist")
     _reject_unknown_env()
-    toml_path = os.environ.get(CONFIG_FILE_ENV)
-    if toml_path and not Path(toml_path).is_file():
-        raise ConfigError(f"invalid configuration: {CONFIG_FILE_ENV}={toml_path} does not exist")
+    if config_file is None and os.environ.get(CONFIG_FILE_ENV):
+        config_file = Path(os.environ[CONFIG_FILE_ENV])
+        if not config_file.is_file():
+            raise ConfigError(f"invalid configuration: {CONFIG_FILE_ENV}={config_file} does not exist")
     try:
-        return Settings(**overrides)
+        if config_file is None:
+            return Settings(**overrides)
+        loaded = _from_file(config_file)(**overrides)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from exc
     except ValueError as exc:  # malformed TOML or env JSON
         raise ConfigError(f"invalid configuration: {exc}".splitlines()[0]) from exc
+    # the plain class, validated above, so settings from a file compare equal to the same settings built directly
+    return Settings.model_construct(loaded.model_fields_set, **dict(loaded))
 
 
 def settings_env(settings: BaseModel, prefix: str = ENV_PREFIX) -> dict[str, str]:

@@ -12,6 +12,7 @@
     │   └── BadSourceData      a source's answer that cannot be read; its original bytes are dead-lettered
     └── WriteError             a sink could not write a batch
         ├── TransientWriteError   may succeed later (server down, overloaded, timed out): retry with backoff
+        │   └── SinkBackpressure  the server asks to wait ``retry_after_s``: pause, then retry the same data
         └── PermanentWriteError   the data itself was rejected: retrying the same data will not help
 
 Transient I/O failures of clients are not in this tree: each edge retries them with backoff and only gives up
@@ -77,6 +78,15 @@ class WriteError(HermeneutError):
 
 class TransientWriteError(WriteError):
     """The write may succeed later (server down, overloaded, timed out): retry with backoff."""
+
+
+class SinkBackpressure(TransientWriteError):
+    """The sink cannot take more now and says for how long to wait (e.g. HTTP 429 with Retry-After): the runner
+    pauses consumption for ``retry_after_s`` and retries the same batch, nothing is dropped or committed."""
+
+    def __init__(self, retry_after_s: float, detail: str = "") -> None:
+        super().__init__(detail or f"retry after {retry_after_s:g} s")
+        self.retry_after_s = retry_after_s
 
 
 class PermanentWriteError(WriteError):

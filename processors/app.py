@@ -7,12 +7,18 @@ validation and interpretation run vectorized over many node messages at once. De
 acks a batch after the agent returns from it and flushes its producer before it commits offsets, so a crash
 replays rather than loses; the sink is idempotent, so a replay is harmless.
 
+Building the app connects to nothing: the interpreted topic's partition count and the mirrors of the compacted
+topics the interpretation reads are :class:`Connections`, opened when the worker starts (:func:`run_worker` runs
+them as a service ahead of the app, so the mirrors are read to their end before the consumer joins its group).
+
 Run it with ``hermeneut process``. Counters are logged every 10 s and written to ``--stats-file``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -20,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import faust
+import mode
 from confluent_kafka.admin import AdminClient
 from faust.types import EventT
 
@@ -151,8 +158,51 @@ def interpreter_from(
     )
 
 
-def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
-    """Build the faust app for resolved settings (Kafka bootstrap servers known)."""
+class Connections:
+    """What the processor reads besides its input stream, opened once at worker start-up (:meth:`open`, which
+    blocks until the mirrors are read to their end), never while the app is built."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._opened: tuple[int, Interpreter] | None = None
+
+    def open(self) -> None:
+        """The interpreted topic's partition count, and the interpretation stages over the topics' mirrors."""
+        with self._lock:
+            if self._opened is None:
+                out_partitions = partition_count(self.settings, self.settings.topics.interpreted)
+                self._opened = out_partitions, build_interpreter(self.settings)
+
+    async def ready(self) -> tuple[int, Interpreter]:
+        """:meth:`open` (in a thread, so the event loop keeps serving) unless done; the partition count and
+        the interpreter."""
+        if self._opened is None:
+            await asyncio.get_running_loop().run_in_executor(None, self.open)
+        assert self._opened is not None
+        return self._opened
+
+    @property
+    def interpreter(self) -> Interpreter | None:
+        """The interpreter once opened, else None."""
+        return None if self._opened is None else self._opened[1]
+
+
+class OpenAtStart(mode.Service):
+    """A worker service that opens the :class:`Connections` before the app (and its consumer) starts."""
+
+    def __init__(self, connections: Connections) -> None:
+        super().__init__()
+        self.connections = connections
+
+    async def on_start(self) -> None:
+        await self.connections.ready()
+
+
+def create_app(settings: Settings, stats_file: Path | None = None, connections: Connections | None = None) -> faust.App:
+    """Build the faust app for resolved settings (Kafka bootstrap servers known); connects to nothing.
+
+    ``connections`` are opened at worker start-up (:class:`OpenAtStart`), else when the agent first runs."""
     assert settings.kafka.bootstrap_servers, "resolve local services before creating the app"
     datadir = settings.services.state_dir / "faust" / f"{settings.group_prefix}-processor"
     datadir.parent.mkdir(parents=True, exist_ok=True)
@@ -185,9 +235,8 @@ def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
     dead = app.topic(settings.topics.dead_letter, key_type=bytes, value_type=bytes)
     alerts = app.topic(settings.topics.alerts, key_type=bytes, value_type=bytes)
     limits = settings.validation
-    out_partitions = partition_count(settings, settings.topics.interpreted)
     stats = ProcessorStats()
-    interpreter = build_interpreter(settings)
+    connections = connections or Connections(settings)
 
     async def publish_findings(findings: list[Finding]) -> None:
         for finding in findings:
@@ -196,6 +245,7 @@ def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
 
     @app.agent(raw, name="interpret")  # type: ignore[arg-type]  # take_events is on Stream, not StreamT
     async def interpret(stream: faust.Stream[bytes]) -> None:
+        out_partitions, interpreter = await connections.ready()
         events: Sequence[EventT[bytes]]
         async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
             messages = [
@@ -236,6 +286,9 @@ def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
 
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def snapshot() -> None:
+        interpreter = connections.interpreter
+        if interpreter is None:
+            return  # not started yet
         await publish_findings(interpreter.tick(time.time_ns()))
         stats.baselines_version = next((s.version for s in interpreter.stages if isinstance(s, Scorer)), 0)
         stats.write(stats_file)
@@ -254,6 +307,7 @@ def create_app(settings: Settings, stats_file: Path | None = None) -> faust.App:
 
 def run_worker(settings: Settings, stats_file: Path | None = None, loglevel: str = "warning") -> None:
     """Run the processor until SIGTERM/SIGINT (faust drains and commits on the way out)."""
-    app = create_app(settings, stats_file)
-    worker = faust.Worker(app, loglevel=loglevel, quiet=True)
+    connections = Connections(settings)
+    app = create_app(settings, stats_file, connections)
+    worker = faust.Worker(app, OpenAtStart(connections), loglevel=loglevel, quiet=True)
     worker.execute_from_commandline()

@@ -1,9 +1,15 @@
-"""The node agent: every interval, read a :class:`~producers.source.Source` and publish what it read.
+"""The node agent: the one loop that drives any :class:`~producers.source.Source` (NVML, dcgm-exporter, the
+simulator) and publishes what it read.
 
 Emits, per round, one message per node on the raw topic (``encode_samples`` of the node's SampleBatch, keyed
-``cluster/node``), the node's :class:`NodeTopology` on the topology topic when the agent starts and whenever it
-changes (checked every ``topology_interval_s`` and after a MIG reconfiguration), and a dead-letter record for
-anything the source answered that cannot be read.
+``cluster/node``), the round's workload-context and ground-truth records (from sources that know them) on their
+topics, each node's :class:`NodeTopology` on the topology topic when the agent starts and whenever it changes
+(checked every ``topology_interval_s`` and after a MIG reconfiguration), and a dead-letter record for anything
+the source answered that cannot be read.
+
+Real time (a round every ``interval_s``) or, first, fast-forward (``run(fast_forward_s=...)``): rounds stamped
+from that far in the past up to now, one ``interval_s`` apart, published as fast as Kafka takes them; then it
+goes on in real time.
 
 Reliability, through the one :class:`~pipeline.publisher.Publisher` (idempotent, ``acks=all``):
 
@@ -25,19 +31,21 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tqdm import tqdm
 
 from pipeline.codec import CONTENT_TYPE, encode_record, encode_samples
 from pipeline.config import TopicSettings
 from pipeline.deadletter import dead_letter
 from pipeline.errors import BadSourceData, SourceUnavailable
-from pipeline.events import EventKind, NodeTopology, SampleBatch
+from pipeline.events import EventKind, FaultRecord, GpuContext, NodeTopology, SampleBatch
 from pipeline.publisher import Headers, Publisher
 from pipeline.stats import write_stats
-from producers.source import Source
+from producers.source import Record, Source
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +69,11 @@ class AgentReport:
     source_errors: int = 0
     dead_lettered: int = 0
     topologies: int = 0
+    #: workload-context and ground-truth records published (sources that know them: the simulator)
+    contexts: int = 0
+    ground_truth: int = 0
+    #: rounds published in fast-forward (part of ``rounds``)
+    fast_forward_rounds: int = 0
     #: samples read but never queued, because a stop came while the buffer was full
     unqueued_samples: int = 0
     #: messages still undelivered when the agent gave up flushing at shutdown
@@ -70,6 +83,10 @@ class AgentReport:
 
 def _same_topology(a: NodeTopology | None, b: NodeTopology) -> bool:
     return a is not None and dataclasses.replace(a, ts_ns=0) == dataclasses.replace(b, ts_ns=0)
+
+
+def _empty(batch: SampleBatch) -> bool:
+    return not (batch.samples or batch.events or batch.nics)
 
 
 class NodeAgent:
@@ -94,7 +111,7 @@ class NodeAgent:
         self.stats_file = stats_file
         self.clock = clock
         self.report = AgentReport()
-        self._topology: NodeTopology | None = None
+        self._topologies: dict[bytes, NodeTopology] = {}
         self._source_failing = False
 
     def _send(self, stop: threading.Event, topic: str, key: bytes | None, value: bytes, headers: Headers) -> bool:
@@ -103,10 +120,10 @@ class NodeAgent:
                 return False
         return True
 
-    def _read(self, ts_ns: int, stop: threading.Event) -> list[SampleBatch]:
+    def _read(self, ts_ns: int, stop: threading.Event) -> Sequence[Record]:
         started = time.perf_counter()
         try:
-            batches = self.source.collect(ts_ns)
+            records = self.source.collect(ts_ns)
         except SourceUnavailable as exc:
             self.report.source_errors += 1
             if not self._source_failing:
@@ -124,45 +141,95 @@ class NodeAgent:
         if self._source_failing:
             log.info("%s: reading again", self.source.name)
             self._source_failing = False
-        return batches
+        return records
 
-    def _publish_topology(self, ts_ns: int, stop: threading.Event) -> None:
-        topology = self.source.topology(ts_ns)
-        if topology is None or _same_topology(self._topology, topology):
-            return
-        if self._send(stop, self.topics.topology, topology.kafka_key, encode_record(topology), _HEADERS):
-            self._topology = topology
+    def _publish_topologies(self, ts_ns: int, stop: threading.Event) -> None:
+        """Each node's topology, where it is new or changed since the agent last published it."""
+        for topology in self.source.topologies(ts_ns):
+            key = topology.kafka_key
+            if _same_topology(self._topologies.get(key), topology):
+                continue
+            if not self._send(stop, self.topics.topology, key, encode_record(topology), _HEADERS):
+                return
+            self._topologies[key] = topology
             self.report.topologies += 1
             log.info("topology of %s/%s published (%d GPUs)", topology.cluster, topology.node, len(topology.gpus))
 
-    def round(self, stop: threading.Event) -> bool:
-        """One round: read, publish; returns whether the MIG layout changed (so the topology is checked now)."""
-        ts_ns = self.clock()
+    def _route(self, record: Record) -> tuple[str, bytes | None, bytes]:
+        """The topic, key and value a record is published as."""
+        if isinstance(record, SampleBatch):
+            return self.topics.raw, record.kafka_key, encode_samples(record)
+        topic = self.topics.context if isinstance(record, GpuContext) else self.topics.ground_truth
+        return topic, record.kafka_key, encode_record(record)
+
+    def round(self, stop: threading.Event, ts_ns: int | None = None) -> bool:
+        """One round stamped ``ts_ns`` (default: now): read, publish; returns whether the MIG layout changed (so
+        the topology is checked now)."""
+        ts_ns = self.clock() if ts_ns is None else ts_ns
         r = self.report
         changed = False
-        for batch in self._read(ts_ns, stop):
-            if not (batch.samples or batch.events or batch.nics):
+        for record in self._read(ts_ns, stop):
+            if isinstance(record, SampleBatch) and _empty(record):
                 continue
-            if not self._send(stop, self.topics.raw, batch.kafka_key, encode_samples(batch), _HEADERS):
-                r.unqueued_samples += len(batch.samples)
+            if not self._send(stop, *self._route(record), _HEADERS):
+                r.unqueued_samples += len(record.samples) if isinstance(record, SampleBatch) else 0
                 break
-            r.messages += 1
-            r.samples += len(batch.samples)
-            r.events += len(batch.events)
-            r.nics += len(batch.nics)
-            changed |= any(e.kind is EventKind.MIG_CONFIG for e in batch.events)
+            if isinstance(record, SampleBatch):
+                r.messages += 1
+                r.samples += len(record.samples)
+                r.events += len(record.events)
+                r.nics += len(record.nics)
+                changed |= any(e.kind is EventKind.MIG_CONFIG for e in record.events)
+            elif isinstance(record, FaultRecord):
+                r.ground_truth += 1
+            else:
+                r.contexts += 1
         r.rounds += 1
         return changed
 
-    def run(self, stop: threading.Event, duration_s: float | None = None) -> AgentReport:
+    def fast_forward(self, stop: threading.Event, history_s: float, progress: bool = False) -> None:
+        """Rounds from ``history_s`` ago up to now, ``interval_s`` apart, as fast as Kafka takes them."""
+        r = self.report
+        step = int(self.interval_s * 1e9)
+        ts = self.clock() - int(history_s * 1e9)
+        self._publish_topologies(ts, stop)
+        last_stats = time.monotonic()
+        with tqdm(total=round(history_s / self.interval_s), desc="fast-forward (rounds)", unit="",
+                  disable=not progress, dynamic_ncols=True, mininterval=0.5) as bar:  # fmt: skip
+            while ts <= self.clock() and not stop.is_set():
+                if self.round(stop, ts):
+                    self._publish_topologies(ts, stop)
+                r.fast_forward_rounds += 1
+                self.publisher.poll(0)
+                bar.update(1)
+                ts += step
+                if time.monotonic() - last_stats >= 1.0:
+                    self.write_stats()
+                    last_stats = time.monotonic()
+        log.info("agent: fast-forwarded %d rounds (%d samples)", r.fast_forward_rounds, r.samples)
+
+    def run(
+        self,
+        stop: threading.Event,
+        duration_s: float | None = None,
+        *,
+        fast_forward_s: float = 0.0,
+        progress: bool = False,
+    ) -> AgentReport:
+        """Publish rounds until ``stop`` is set or ``duration_s`` of real time passed (after ``fast_forward_s``
+        of history, if any); then flush and close the publisher."""
         r = self.report
         log.info("agent: %s every %.3g s", self.source.name, self.interval_s)
+        if fast_forward_s > 0:
+            self.fast_forward(stop, fast_forward_s, progress)
+        else:
+            self._publish_topologies(self.clock(), stop)
         start = next_round = time.monotonic()
-        next_topology = start
+        next_topology = start  # checked after the first round too: some sources know their nodes only then
         while not stop.is_set() and (duration_s is None or time.monotonic() - start < duration_s):
             mig_changed = self.round(stop)
             if (mig_changed or time.monotonic() >= next_topology) and not stop.is_set():
-                self._publish_topology(self.clock(), stop)
+                self._publish_topologies(self.clock(), stop)
                 next_topology = time.monotonic() + self.topology_interval_s
             next_round += self.interval_s
             now = time.monotonic()
@@ -176,9 +243,11 @@ class NodeAgent:
         r.undelivered = self.publisher.close(self.shutdown_grace_s)
         self.write_stats()
         log.info(
-            "agent stopped: %d rounds, %d samples, %d late, %d skipped, %d undelivered",
+            "agent stopped: %d rounds, %d samples, %d contexts, %d faults, %d late, %d skipped, %d undelivered",
             r.rounds,
             r.samples,
+            r.contexts,
+            r.ground_truth,
             r.late_rounds,
             r.skipped_rounds,
             r.undelivered,

@@ -28,16 +28,20 @@ from __future__ import annotations
 import logging
 import math
 import re
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from pipeline import catalogue
-from pipeline.errors import BadSourceData, DecodeError, SourceUnavailable
-from pipeline.events import EventKind, GpuEvent, GpuSample, NodeTopology, SampleBatch, TopologyGpu
+from pipeline.config import Settings
+from pipeline.errors import BadSourceData, ConfigError, DecodeError, SourceUnavailable
+from pipeline.events import METRIC_FIELDS, EventKind, GpuEvent, GpuSample, NodeTopology, SampleBatch, TopologyGpu
+from pipeline.registry import with_options
 from producers.nvml.collector import sysfs_bus_id
+from producers.source import check_names
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +111,12 @@ SUMMED: Final[dict[str, str]] = {
 _PREFERRED: Final = {"DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"}
 XID: Final = "DCGM_FI_DEV_XID_ERRORS"
 _FB_FREE: Final = "DCGM_FI_DEV_FB_FREE"
+#: what the counters map to, and the limits the GPU catalogue fills in where the exporter does not report them
+FIELDS: Final = (
+    frozenset(name for name, _ in METRICS.values())
+    | frozenset(SUMMED.values())
+    | frozenset(f.name for f in METRIC_FIELDS if f.limit)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,10 +323,45 @@ def _http_get(url: str, timeout_s: float) -> bytes:
         raise SourceUnavailable(f"cannot scrape {url}: {exc}") from exc
 
 
+@dataclass(frozen=True, slots=True)
+class DcgmExporterConfig:
+    """The ``dcgm-exporter`` source's settings."""
+
+    url: str = "http://127.0.0.1:9400/metrics"
+    cluster: str = "local"
+    #: the node of series without a ``Hostname`` label; empty: this host's name
+    node: str = ""
+    timeout_s: float = 5.0
+
+
 class DcgmExporterSource:
     """Scrapes one dcgm-exporter per round (``fetch`` is injectable; plain HTTP GET by default)."""
 
     name = "dcgm-exporter"
+    fields = FIELDS
+    Config = DcgmExporterConfig
+
+    @classmethod
+    def configure(cls, settings: Settings, **options: Any) -> DcgmExporterConfig:
+        c = settings.collector
+        config = DcgmExporterConfig(c.dcgm_exporter_url, settings.cluster, c.node or "", c.scrape_timeout_s)
+        return with_options(config, options, "the dcgm-exporter source")
+
+    @classmethod
+    def validate(cls, config: DcgmExporterConfig) -> None:
+        """An http(s) URL, a positive timeout, names that fit a Kafka key; nothing is scraped."""
+        if not config.url.startswith(("http://", "https://")):
+            raise ConfigError(f"invalid configuration: --url must be an http:// or https:// URL, got {config.url!r}")
+        if not config.timeout_s > 0:
+            raise ConfigError(f"invalid configuration: dcgm-exporter timeout must be > 0 s, got {config.timeout_s}")
+        check_names(cls.name, config.cluster, config.node)
+
+    @classmethod
+    def from_config(
+        cls, config: DcgmExporterConfig, fetch: Callable[[str, float], bytes] | None = None
+    ) -> DcgmExporterSource:
+        node = config.node or socket.gethostname()
+        return cls(config.url, config.cluster, node, timeout_s=config.timeout_s, fetch=fetch or _http_get)
 
     def __init__(
         self,
@@ -359,13 +404,13 @@ class DcgmExporterSource:
             out.append(TopologyGpu(s.gpu_uuid, s.gpu_index, s.gpu_model, bus, parent_uuid=parent))
         return tuple(out)
 
-    def topology(self, ts_ns: int) -> NodeTopology | None:
+    def topologies(self, ts_ns: int) -> list[NodeTopology]:
         """Only the GPUs (dcgm-exporter exposes no interconnect), for the node of the last scrape."""
         gpus = self._gpus.get(self.node) or next(iter(self._gpus.values()), None)
         if not gpus:
-            return None
+            return []
         node = self.node if self.node in self._gpus else next(iter(self._gpus))
-        return NodeTopology(self.cluster, node, ts_ns, gpus)
+        return [NodeTopology(self.cluster, node, ts_ns, gpus)]
 
     def stats(self) -> dict[str, int]:
         s = self.scrape_stats

@@ -1,8 +1,14 @@
-"""What the node agent reads from: a :class:`Source` yields one node's round as SampleBatches, and its topology.
+"""What the node agent reads from: a :class:`Source` yields each round's records, and its nodes' topology.
 
-Sources: ``producers.nvml.NvmlSource`` (this node's GPUs through NVML, plus InfiniBand ports) and
-``producers.dcgm_exporter.DcgmExporterSource`` (an existing dcgm-exporter's ``/metrics``). Errors a source
-raises, and what the agent does with them:
+Sources are plugins registered by name in :mod:`pipeline.registry` (``nvml``: this node's GPUs through NVML, plus
+InfiniBand ports; ``dcgm-exporter``: an existing dcgm-exporter's ``/metrics``; ``simulator``: a simulated fleet)
+and all run through the one loop of :class:`producers.agent.NodeAgent`. A round's records:
+
+    SampleBatch     one node's samples, events and NIC readings        -> raw topic
+    GpuContext      a GPU's workload changed (the simulator knows it)  -> context topic
+    FaultRecord     an injected fault started (simulator ground truth) -> ground-truth topic
+
+Errors a source raises, and what the agent does with them:
 
     SourceUnavailable   transient: nothing could be read this round (exporter down, timeout); counted, retried
                         next round
@@ -12,26 +18,45 @@ raises, and what the agent does with them:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
-from pipeline.events import NodeTopology, SampleBatch
+from pipeline.errors import ConfigError
+from pipeline.events import FaultRecord, GpuContext, NodeTopology, SampleBatch
+
+#: what one round of a source may hold
+Record = SampleBatch | GpuContext | FaultRecord
 
 
 class Source(Protocol):
-    """One node's telemetry, read once per round."""
+    """One or more nodes' telemetry, read once per round. Building one connects to nothing; :meth:`open` does."""
 
     name: str
+    #: the METRIC_FIELDS names its samples may carry (a GPU that lacks one leaves it out)
+    fields: frozenset[str]
 
     def open(self) -> None:
         """Connect / initialise; raises HermeneutError (or the library's error) when the source cannot work."""
 
-    def collect(self, ts_ns: int) -> list[SampleBatch]:
-        """Everything read this round (one batch per node the source covers)."""
+    def collect(self, ts_ns: int) -> Sequence[Record]:
+        """Everything read this round, stamped ``ts_ns``: one SampleBatch per node the source covers, and the
+        context and ground-truth records of the round where the source knows them."""
 
-    def topology(self, ts_ns: int) -> NodeTopology | None:
-        """The node's current topology, or None when the source cannot tell."""
+    def topologies(self, ts_ns: int) -> Sequence[NodeTopology]:
+        """The current topology of each node it covers (empty when it cannot tell)."""
 
     def stats(self) -> dict[str, int]:
         """The source's own counters, for the stats file."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release what :meth:`open` took; safe to call twice."""
+
+
+def check_names(source: str, cluster: str, node: str = "") -> None:
+    """A source's cluster and node (empty: this host's name) as they go into Kafka keys (``cluster/node``):
+    1 to 253 characters, no ``/``; a ConfigError with one line otherwise."""
+    for what, value in (("cluster", cluster), ("node", node)):
+        if (what == "cluster" or value) and (not 0 < len(value) <= 253 or "/" in value):
+            raise ConfigError(
+                f"invalid configuration: {source} source: {what} {value!r} must be 1-253 characters, no /"
+            )

@@ -1,16 +1,18 @@
-"""Consume interpreted events and findings and store them, committing Kafka offsets only after InfluxDB
-acknowledged them.
+"""The generic sink runner: consume from Kafka, batch, hand each batch to a :class:`~sinks.base.Sink` plugin, and
+commit the batch's offsets only after the sink's flush succeeded.
 
-Two threads. The consumer thread consumes, decodes and turns a due batch (``influxdb.batch_size`` points or
-``flush_interval_s`` old) into line protocol, then hands it to the writer thread; while InfluxDB ingests one
-batch the next one is being prepared. The writer writes batches strictly in order and reports each back; the
-consumer thread then delivers that batch's dead letters and commits its offsets, in the same order.
+Two threads. The consumer thread consumes, has the sink prepare each message (:meth:`Sink.prepare`, pure), and
+hands a due batch (``batch_size`` of the sink's units or ``flush_interval_s`` old) to the writer thread; while
+the sink writes one batch the next one is being prepared. The writer adds and flushes batches strictly in order
+and reports each back; the consumer thread then delivers that batch's dead letters and commits its offsets, in
+the same order.
 
-A transient write failure (InfluxDB down, overloaded) is retried by the writer with exponential backoff and
-jitter for as long as it takes; the hand-off queue fills, the consumer pauses its partitions (still polling,
-so it keeps its group membership) and nothing is committed, so nothing acknowledged is lost; a replay after a
-crash rewrites identical points. A message that does not decode, or that InfluxDB rejects as data (HTTP 400),
-goes to the dead-letter topic (delivered before the offset is committed) and is counted.
+A transient failure (the destination down or overloaded) is flushed again with exponential backoff and jitter,
+or after the wait a :class:`~pipeline.errors.SinkBackpressure` asks for, for as long as it takes; the hand-off
+queue fills, the consumer pauses its partitions (still polling, so it keeps its group membership) and nothing is
+committed, so nothing acknowledged is lost; a replay after a crash rewrites identical data. A message the sink
+cannot prepare, or a batch the destination rejects as data, goes to the dead-letter topic (delivered before the
+offset is committed) and is counted.
 """
 
 from __future__ import annotations
@@ -23,23 +25,17 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from pipeline.codec import decode_interpreted, decode_record
 from pipeline.config import Settings
 from pipeline.deadletter import DeadLetter, dead_letter
-from pipeline.errors import DecodeError, PermanentWriteError, TransientWriteError
-from pipeline.events import Finding, InterpretedBatch
+from pipeline.errors import DecodeError, PermanentWriteError, SinkBackpressure, TransientWriteError
 from pipeline.publisher import Publisher
 from pipeline.stats import write_stats
-from sinks.influxdb import (
-    InfluxWriter,
-    InfoTracker,
-    batch_lines,
-    finding_line,
-)
+from sinks.base import Prepared, Sink
 
 log = logging.getLogger(__name__)
 
@@ -48,11 +44,47 @@ _LATENCY_KEEP = 2_000_000
 _RECENT_NS = 30 * 10**9
 
 
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerConfig:
+    """How the runner batches and how long it keeps trying at shutdown."""
+
+    #: a batch is due at this many of the sink's units (:attr:`Prepared.size`) ...
+    batch_size: int = 5000
+    #: ... or when its first message is this old
+    flush_interval_s: float = 0.2
+    #: after a stop request, how long an unreachable destination is retried before the runner gives up
+    #: (uncommitted data stays in Kafka and is stored by the next run)
+    shutdown_grace_s: float = 30.0
+    dead_letter_topic: str = "hermeneut.deadletter"
+
+    @classmethod
+    def of(cls, settings: Settings) -> RunnerConfig:
+        """The InfluxDB sink's batching (``influxdb.batch_size``, ``flush_interval_s``, ``shutdown_grace_s``)."""
+        i = settings.influxdb
+        return cls(i.batch_size, i.flush_interval_s, i.shutdown_grace_s, settings.topics.dead_letter)
+
+
+def sink_consumer(settings: Settings, sink: str) -> Consumer:
+    """The Kafka consumer of one sink's group (``<group_prefix>-sink-<sink>``), offsets committed by the runner."""
+    return Consumer(
+        {
+            **settings.kafka.client_config(),
+            "group.id": f"{settings.group_prefix}-sink-{sink}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "max.poll.interval.ms": 600_000,
+            "session.timeout.ms": int(settings.kafka.session_timeout_s * 1000),
+            "fetch.wait.max.ms": 50,
+        }
+    )
+
+
 @dataclass
 class SinkStats:
     messages: int = 0
-    points_written: int = 0
-    findings_written: int = 0
     batches: int = 0
     write_retries: int = 0
     dead_lettered: int = 0
@@ -81,59 +113,46 @@ class SinkStats:
             recent = lat[ts >= ts.max() - _RECENT_NS]
             self.recent_latency_p50_s, self.recent_latency_p99_s = (float(x) for x in np.percentile(recent, [50, 99]))
 
-    def write(self, path: Path | None) -> None:
+    def write(self, path: Path | None, extra: dict[str, int] | None = None) -> None:
         if path is not None:
             self.summarize()
-            write_stats(path, {k: v for k, v in asdict(self).items() if not k.startswith("_")})
+            write_stats(path, {k: v for k, v in asdict(self).items() if not k.startswith("_")} | (extra or {}))
 
 
 @dataclass
-class _Job:
-    """One batch on its way to InfluxDB and back."""
+class _Job(Generic[T]):
+    """One batch on its way to the sink and back."""
 
     messages: list[Message]
-    batches: list[InterpretedBatch]
-    findings: list[Finding]
+    prepared: list[Prepared[T]]
     letters: list[DeadLetter]
-    lines: list[str]
-    points: int
     ok: bool = False
     rejected: str | None = None
     ack_ns: int = 0
 
 
-class InfluxSink:
-    """One sink worker: a Kafka consumer group member feeding one InfluxWriter."""
+class SinkRunner(Generic[T]):
+    """One sink worker: a Kafka consumer group member (:func:`sink_consumer`) feeding one sink plugin. Building
+    it connects to nothing; :meth:`run` subscribes."""
 
     def __init__(
         self,
-        settings: Settings,
-        writer: InfluxWriter,
+        sink: Sink[T],
+        consumer: Consumer,
         dlq: Publisher,
+        config: RunnerConfig | None = None,
         stats_file: Path | None = None,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
-        self.settings = settings
-        self.writer = writer
+        self.sink = sink
+        self.consumer = consumer
         self.dlq = dlq
+        self.config = config or RunnerConfig()
         self.stats = SinkStats()
         self.stats_file = stats_file
         self.clock = clock
-        self.consumer = Consumer(
-            {
-                **settings.kafka.client_config(),
-                "group.id": f"{settings.group_prefix}-sink-influxdb",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "max.poll.interval.ms": 600_000,
-                "session.timeout.ms": int(settings.kafka.session_timeout_s * 1000),
-                "fetch.wait.max.ms": 50,
-            }
-        )
-        self.consumer.subscribe([settings.topics.interpreted, settings.topics.alerts], on_assign=self._on_assign)
-        self._info = InfoTracker()
-        self._todo: queue.Queue[_Job] = queue.Queue(maxsize=1)
-        self._done: queue.Queue[_Job] = queue.Queue()
+        self._todo: queue.Queue[_Job[T]] = queue.Queue(maxsize=1)
+        self._done: queue.Queue[_Job[T]] = queue.Queue()
         self._in_flight = 0
         self._abandoned = False
         self._stop = threading.Event()
@@ -143,22 +162,25 @@ class InfluxSink:
 
     def _reset_pending(self) -> None:
         self._pending: list[Message] = []
-        self._decoded: list[InterpretedBatch] = []
-        self._findings: list[Finding] = []
+        self._prepared: list[Prepared[T]] = []
         self._letters: list[DeadLetter] = []
-        self._points = 0
+        self._size = 0
         self._first_pending = 0.0
 
-    def _on_assign(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, _consumer: Any, _partitions: list[TopicPartition]) -> None:
         self.stats.assigned = True
-        self.stats.write(self.stats_file)
+        self.write_stats()
+
+    def write_stats(self) -> None:
+        self.stats.write(self.stats_file, self.sink.stats())
 
     def run(self, stop: threading.Event) -> None:
         """Consume and store until ``stop`` is set; then drain what is pending (giving up after a grace)."""
         self._stop = stop
-        writer = threading.Thread(target=self._writer_loop, name="influx-writer", daemon=True)
+        self.consumer.subscribe(list(self.sink.topics), on_assign=self._on_assign)
+        writer = threading.Thread(target=self._writer_loop, name=f"{self.sink.name}-writer", daemon=True)
         writer.start()
-        cfg = self.settings.influxdb
+        cfg = self.config
         last_stats = time.monotonic()
         try:
             while not stop.is_set():
@@ -170,12 +192,12 @@ class InfluxSink:
                         continue
                     self._add(msg)
                 if self._pending and (
-                    self._points >= cfg.batch_size or time.monotonic() - self._first_pending >= cfg.flush_interval_s
+                    self._size >= cfg.batch_size or time.monotonic() - self._first_pending >= cfg.flush_interval_s
                 ):
                     self._hand_off()
                 self._complete()
                 if time.monotonic() - last_stats >= 1.0:
-                    self.stats.write(self.stats_file)
+                    self.write_stats()
                     last_stats = time.monotonic()
             if self._pending:
                 self._hand_off()
@@ -187,27 +209,23 @@ class InfluxSink:
         finally:
             self.consumer.close()
             self.dlq.close()
-            self.stats.write(self.stats_file)
+            self.write_stats()
 
     def _add(self, msg: Message) -> None:
         if not self._pending:
             self._first_pending = time.monotonic()
         self._pending.append(msg)
         try:
-            if msg.topic() == self.settings.topics.alerts:
-                self._findings.append(decode_record(Finding, msg.value() or b""))
-                return
-            batch = decode_interpreted(msg.value() or b"")
+            prepared = self.sink.prepare(str(msg.topic()), msg.value() or b"")
         except DecodeError as exc:
             self._letters.append(self._letter(msg, exc.reason, exc.detail))
             return
-        self._decoded.append(batch)
-        self._points += len(batch)
+        self._prepared.append(prepared)
+        self._size += prepared.size
 
     def _hand_off(self) -> None:
-        """Prepare the pending batch and queue it for the writer, pausing consumption while the queue is full."""
-        job = _Job(self._pending, self._decoded, self._findings, self._letters, [], self._points)
-        job.lines = batch_lines(job.batches, self._info) + [finding_line(f) for f in job.findings]
+        """Queue the pending batch for the writer, pausing consumption while the queue is full."""
+        job = _Job(self._pending, self._prepared, self._letters)
         self._reset_pending()
         paused = False
         while True:
@@ -216,7 +234,7 @@ class InfluxSink:
                 break
             except queue.Full:
                 if self._past_grace():
-                    log.error("%d points not stored at shutdown; they stay uncommitted in Kafka", job.points)
+                    log.error("%d messages not stored at shutdown; they stay uncommitted in Kafka", len(job.messages))
                     return
                 if not paused:
                     self.consumer.pause(self.consumer.assignment())
@@ -232,7 +250,7 @@ class InfluxSink:
         if not self._stop.is_set():
             return False
         if self._give_up_at is None:
-            self._give_up_at = time.monotonic() + self.settings.influxdb.shutdown_grace_s
+            self._give_up_at = time.monotonic() + self.config.shutdown_grace_s
         return time.monotonic() > self._give_up_at + extra_s
 
     def _writer_loop(self) -> None:
@@ -244,7 +262,8 @@ class InfluxSink:
                     return
                 continue
             try:
-                job.ok = self._write_with_retry(job.lines)
+                self.sink.add(job.prepared)
+                job.ok = self._flush_with_retry(len(job.messages))
             except PermanentWriteError as exc:
                 job.ok, job.rejected = True, str(exc)
             job.ack_ns = self.clock()
@@ -252,22 +271,32 @@ class InfluxSink:
             if not job.ok:
                 return  # gave up at shutdown: later batches must not be committed past this one
 
-    def _write_with_retry(self, lines: list[str]) -> bool:
+    def _flush_with_retry(self, messages: int) -> bool:
+        """Flush until it succeeds (True) or the shutdown grace ran out (False); PermanentWriteError passes."""
         delay, attempt = 0.2, 0
         while True:
             try:
-                self.writer.write(lines)
+                self.sink.flush()
                 return True
             except TransientWriteError as exc:
                 attempt += 1
                 self.stats.write_retries += 1
                 if attempt == 1 or attempt % 10 == 0:
-                    log.warning("InfluxDB write failed (attempt %d), retrying: %s", attempt, exc)
+                    log.warning("%s flush failed (attempt %d), retrying: %s", self.sink.name, attempt, exc)
                 if self._past_grace():
-                    log.error("giving up on %d points at shutdown; they stay uncommitted in Kafka", len(lines))
+                    log.error("giving up on %d messages at shutdown; they stay uncommitted in Kafka", messages)
                     return False
-                time.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 10.0)
+                if isinstance(exc, SinkBackpressure):
+                    self._pause(exc.retry_after_s)
+                else:
+                    self._pause(delay * (0.5 + random.random()))
+                    delay = min(delay * 2, 10.0)
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep between flushes; wake early once a stop's grace has run out."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0 and not self._past_grace():
+            time.sleep(min(left, 0.5))
 
     def _complete(self, wait_s: float = 0.0) -> None:
         """Dead-letter and commit every batch the writer finished, in order."""
@@ -281,21 +310,19 @@ class InfluxSink:
                 self._abandoned = True
                 continue
             letters = list(job.letters)
-            written = job.points
             if job.rejected is not None:
-                log.error("InfluxDB rejected a batch of %d points: %s", len(job.lines), job.rejected)
-                letters = [self._letter(m, "influxdb_rejected", job.rejected) for m in job.messages]
-                written = 0
-            elif job.batches:
-                self.stats.record_latency(job.ack_ns, np.concatenate([b.ts_ns for b in job.batches]))
+                log.error("%s rejected a batch of %d messages: %s", self.sink.name, len(job.messages), job.rejected)
+                letters = [self._letter(m, f"{self.sink.name}_rejected", job.rejected) for m in job.messages]
+            else:
+                stamps = [p.ts_ns for p in job.prepared if p.ts_ns is not None]
+                if stamps:
+                    self.stats.record_latency(job.ack_ns, np.concatenate(stamps))
             for letter in letters:
-                self.dlq.publish(self.settings.topics.dead_letter, letter.key, letter.value, letter.headers)
+                self.dlq.publish(self.config.dead_letter_topic, letter.key, letter.value, letter.headers)
             if letters and self.dlq.flush(60.0):
                 raise RuntimeError("dead letters could not be delivered; not committing")
             self._commit(job.messages)
             self.stats.messages += len(job.messages)
-            self.stats.points_written += written
-            self.stats.findings_written += len(job.findings) if job.rejected is None else 0
             self.stats.dead_lettered += len(letters)
             self.stats.batches += 1
 

@@ -49,6 +49,7 @@ from pipeline.topics import TopicSpec, ensure_topics, topic_specs
 #: publishes history to the raw / truth-context / topology / ground-truth topics; returns samples published
 Producer = Callable[[Settings, Path], int]
 
+#: the repository's copy, else the workplace's shared data (this file is pipeline/face/evaljob.py)
 PAI_DIRS = (
     Path(__file__).resolve().parents[2] / "tests" / "testdata" / "alibaba-pai2020-minibatch-stragglers",
     Path(__file__).resolve().parents[3] / "shared" / "data" / "alibaba-pai2020-minibatch-stragglers",

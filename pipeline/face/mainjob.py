@@ -98,9 +98,10 @@ def main_job(
     accounted for (stored or dead-lettered)."""
     from pipeline.face.training import TrainingReport, train
     from pipeline.publisher import Publisher
+    from producers.agent import AgentReport, NodeAgent
     from producers.simulator import Fleet
     from producers.simulator.faults import FaultPlan, Injection
-    from producers.simulator.run import SimulationReport, run_simulation
+    from producers.simulator.source import SimulatorSource
     from sinks.retention import setup as storage_setup
 
     print("1/6 local services (the first run installs Kafka and builds InfluxDB; later runs start in seconds)")
@@ -131,17 +132,17 @@ def main_job(
             extras=True,
         )  # fmt: skip
         stop = threading.Event()
-        reports: list[SimulationReport] = []
+        source = SimulatorSource.of(fleet)
+        reports: list[AgentReport] = []
         publishers: list[Publisher] = []
 
-        def simulate(**kwargs: Any) -> None:
+        def simulate(duration_s: float, **kwargs: Any) -> None:
             publishers.append(Publisher(settings.kafka.client_config()))
-            reports.append(
-                run_simulation(
-                    fleet, publishers[-1], settings.topics.raw, settings.sample_interval_s, stop,
-                    stats_file=run_dir / "simulate.stats.json", topics=settings.topics, **kwargs,
-                )
+            agent = NodeAgent(
+                source, publishers[-1], settings.topics, settings.sample_interval_s, shutdown_grace_s=60.0,
+                stats_file=run_dir / "simulate.stats.json",
             )  # fmt: skip
+            reports.append(agent.run(stop, duration_s, **kwargs))
 
         print(f"3/6 learning: {learn_s / 60:.0f} simulated minutes of healthy history from {nodes} nodes x {gpus} GPUs")
         simulate(fast_forward_s=learn_s, duration_s=0.0, progress=True)

@@ -247,12 +247,11 @@ def bands(record: BaselineRecord) -> list[BaselineBand]:
 
 def write_bands(settings: Settings, records: list[BaselineRecord]) -> int:
     """Write every record's bands to InfluxDB; returns the number of points."""
-    from sinks.influxdb import InfluxWriter, baseline_band_line
+    from sinks.influxdb.lines import baseline_band_line
+    from sinks.influxdb.write import InfluxWriter
 
-    i = settings.influxdb
-    assert i.url and i.token, "resolve settings first"
     lines = [baseline_band_line(b) for r in records for b in bands(r)]
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
+    writer = InfluxWriter.from_settings(settings.influxdb)
     try:
         writer.write(lines)
     finally:

@@ -1,26 +1,77 @@
-"""The NVML node source: the collector, NVML events, topology and InfiniBand ports of this node, per round.
+"""The NVML node source (registered as ``nvml``): the collector, NVML events, topology and InfiniBand ports of
+this node, per round.
 
 Emits one :class:`SampleBatch` per round (every GPU and MIG instance, the GPU events since the last round, every
-InfiniBand/RoCE port) and, on request, the node's :class:`NodeTopology`. A MIG reconfiguration event makes it
-re-read the MIG layout, which changes the topology the agent publishes next.
+InfiniBand/RoCE port) with :data:`FIELDS`, and, on request, the node's :class:`NodeTopology`. A MIG
+reconfiguration event makes it re-read the MIG layout, which changes the topology the agent publishes next.
 """
 
 from __future__ import annotations
 
+import socket
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from pipeline.events import EventKind, GpuEvent, NodeTopology, SampleBatch
+from pipeline.config import Settings
+from pipeline.events import METRIC_NAMES, EventKind, GpuEvent, NodeTopology, SampleBatch
+from pipeline.registry import with_options
 from producers.infiniband import InfinibandReader
 from producers.nvml.collector import NvmlCollector
 from producers.nvml.events import EventWatcher
 from producers.nvml.topology import TopologyReader
+from producers.source import check_names
+
+#: every field but DCGM's profiling activity ratios (DCP), which NVML does not expose
+FIELDS: Final = frozenset(METRIC_NAMES) - {"sm_active_percent", "tensor_active_percent", "dram_active_percent"}
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlConfig:
+    """The ``nvml`` source's settings (defaults: this node as ``hermeneut collect`` sees it)."""
+
+    cluster: str = "local"
+    #: the node name samples carry; empty: this host's name
+    node: str = ""
+    #: where sysfs is (InfiniBand ports, PCI paths, NUMA); a folder for tests and containers
+    sysfs_root: Path = Path("/sys")
+    pcie_throughput_fallback: bool = True
+    infiniband: bool = True
 
 
 class NvmlSource:
     """This node's GPUs through NVML (``nvml``: the ``pynvml`` module, or a fake in tests)."""
 
     name = "nvml"
+    fields = FIELDS
+    Config = NvmlConfig
+
+    @classmethod
+    def configure(cls, settings: Settings, **options: Any) -> NvmlConfig:
+        c = settings.collector
+        config = NvmlConfig(settings.cluster, c.node or "", c.sysfs_root, c.pcie_throughput_fallback)
+        return with_options(config, options, "the nvml source")
+
+    @classmethod
+    def validate(cls, config: NvmlConfig) -> None:
+        """Names that fit a Kafka key (``cluster/node``); nothing is opened."""
+        check_names("nvml", config.cluster, config.node)
+
+    @classmethod
+    def from_config(cls, config: NvmlConfig, nvml: Any = None) -> NvmlSource:
+        """Built, not opened (``nvml``: default the ``pynvml`` module, loaded here without initialising it)."""
+        if nvml is None:
+            import pynvml
+
+            nvml = pynvml
+        return cls(
+            nvml,
+            config.cluster,
+            config.node or socket.gethostname(),
+            sysfs_root=config.sysfs_root,
+            pcie_throughput_fallback=config.pcie_throughput_fallback,
+            infiniband=config.infiniband,
+        )
 
     def __init__(
         self,
@@ -58,8 +109,8 @@ class NvmlSource:
         nics = self.ib.read(self.cluster, self.node, ts_ns) if self.ib else ()
         return [SampleBatch(self.cluster, self.node, tuple(samples), tuple(events), nics)]
 
-    def topology(self, ts_ns: int) -> NodeTopology:
-        return self._topology.read(self.collector.devices, self.cluster, self.node, ts_ns)
+    def topologies(self, ts_ns: int) -> list[NodeTopology]:
+        return [self._topology.read(self.collector.devices, self.cluster, self.node, ts_ns)]
 
     def stats(self) -> dict[str, int]:
         c, e = self.collector.stats, self.events.stats

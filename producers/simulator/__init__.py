@@ -1,8 +1,8 @@
 """Simulated GPU fleets for development, tests, benchmarks and evaluation where no GPU is present.
 
 ``Fleet`` (fleet.py) is the entry point; hardware.py holds the GPU models and node kinds, profiles.py the
-applications and their phases, scheduler.py the jobs, faults.py the fault injector and its ground truth, run.py
-publishes a simulation to Kafka (real time or fast-forward).
+applications and their phases, scheduler.py the jobs, faults.py the fault injector and its ground truth,
+source.py the fleet as a source of the node agent (producers/agent.py publishes it, real time or fast-forward).
 """
 
 from producers.simulator.faults import FaultPlan, Injection

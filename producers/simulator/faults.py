@@ -76,7 +76,7 @@ REPAIR_QUANTILES: Final = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 _HW = "Hardware Failure"
 
 #: The trace's descriptions per fault class; counts and repair-time quantiles measured on fault_events.csv
-#: (tests/unit/test_simulator_faults.py recomputes them from the copy in tests/testdata).
+#: (tests/unit/producers/simulator/test_faults.py recomputes them from the copy in tests/testdata).
 TRACE_CLASSES: Final[dict[str, TraceClass]] = {
     t.fault: t
     for t in (

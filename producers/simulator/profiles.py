@@ -11,7 +11,7 @@ Calibration (numbers and tests in docs/simulator.md):
   ``average_power / power_limit`` at the default limit over V100, A40, RTX 6000): BERT-base 0.90, ResNet-50 0.87
   (P100 runs, 0.64-0.69, are an older generation that does not reach its limit and are left out);
 - the LLM cluster mix (``MIXES["llm-a100"]``) against AcmeTrace's Seren/Kalos fleet quantiles of GPU utilisation,
-  SM activity, framebuffer use, power and temperature (``tests/unit/test_simulator_calibration.py``).
+  SM activity, framebuffer use, power and temperature (``tests/unit/producers/simulator/test_calibration.py``).
 - signatures that tell applications apart the way real ones do: hashing is memory-bandwidth bound with a flat
   100 % utilisation, locked low core clock, small memory and no PCIe; Stable Diffusion serves bursts; LLM serving
   holds a large KV cache (vLLM preallocates 90 %) with load that follows the time of day; rendering runs the SM

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from pipeline.errors import PermanentWriteError, TransientWriteError
-from sinks.influxdb import InfluxWriter, _str_field, _tag
+from sinks.influxdb.lines import string_field, tag
+from sinks.influxdb.write import InfluxWriter
 
 log = logging.getLogger(__name__)
 
@@ -58,14 +59,14 @@ class NotificationRecord:
 
 def notification_line(r: NotificationRecord, ts_ms: int) -> str:
     tags = (
-        f"cluster={_tag(r.cluster) or '-'},detector={_tag(r.detector) or '-'},outcome={r.outcome},"
-        f"receiver_kind={_tag(r.receiver_kind)},status={r.status},subscription={_tag(r.subscription)}"
+        f"cluster={tag(r.cluster) or '-'},detector={tag(r.detector) or '-'},outcome={r.outcome},"
+        f"receiver_kind={tag(r.receiver_kind)},status={r.status},subscription={tag(r.subscription)}"
     )
     fields = (
-        f"dedup_key={_str_field(r.dedup_key)},fingerprint={_str_field(r.fingerprint)},attempt={r.attempt}i,"
-        f"http_status={r.http_status}i,error={_str_field(r.error)},latency_ms={float(r.latency_ms)!r},"
-        f"group_key={_str_field(r.group_key)},summary={_str_field(r.summary)},receiver={_str_field(r.receiver)},"
-        f"owner={_str_field(r.owner)},delivery_id={_str_field(r.delivery_id)},reason={_str_field(r.reason)}"
+        f"dedup_key={string_field(r.dedup_key)},fingerprint={string_field(r.fingerprint)},attempt={r.attempt}i,"
+        f"http_status={r.http_status}i,error={string_field(r.error)},latency_ms={float(r.latency_ms)!r},"
+        f"group_key={string_field(r.group_key)},summary={string_field(r.summary)},receiver={string_field(r.receiver)},"
+        f"owner={string_field(r.owner)},delivery_id={string_field(r.delivery_id)},reason={string_field(r.reason)}"
     )
     return f"{MEASUREMENT},{tags} {fields} {ts_ms}"
 

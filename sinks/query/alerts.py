@@ -18,7 +18,7 @@ from pipeline.config import Settings
 from pipeline.errors import InvalidQuery
 from pipeline.vocab import format_duration, parse_duration
 from sinks.alerting.history import MEASUREMENT, OUTCOMES
-from sinks.influxdb import query_rows
+from sinks.query.store import flux_rows
 
 _VALUE = re.compile(r"^[A-Za-z0-9._:/-]{1,200}$")
 FORMATS: Final = ("table", "json", "csv")
@@ -124,9 +124,7 @@ def _row(r: dict[str, Any]) -> NotificationRow:
 
 def run_history(settings: Settings, query: HistoryQuery) -> list[NotificationRow]:
     """Run a history query against the configured InfluxDB (query errors are raised before connecting)."""
-    flux = query.flux(settings.influxdb.bucket)
-    i = settings.influxdb
-    [rows] = query_rows(i, flux)
+    [rows] = flux_rows(settings, query.flux(settings.influxdb.bucket))
     return [_row(r) for r in rows]
 
 

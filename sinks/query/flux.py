@@ -10,6 +10,7 @@ pivot: Flux has no per-point join, which is why the planner sends those to Influ
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -190,8 +191,14 @@ class FluxBackend:
         return out
 
     def run(self, flux: str) -> list[dict[str, Any]]:
-        """Raw records of a Flux text built in this package (storage status, tasks)."""
+        """Raw records of a Flux text built in this package (storage status, tasks, the reads of history,
+        usage and alerts)."""
         return self._records(flux)
+
+    def run_csv(self, flux: str) -> Iterator[list[str]]:
+        """The result as CSV cells (header rows included), for results too large for dicts (training history)."""
+        rows: Iterator[list[str]] = iter(self._client.query_api().query_csv(flux, org=self._org))
+        return rows
 
 
 # ---- storage tasks ---------------------------------------------------------------------------------------------

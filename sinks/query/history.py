@@ -22,7 +22,8 @@ from pipeline.config import Settings
 from pipeline.errors import InvalidQuery
 from pipeline.events import METRIC_INDEX, METRIC_NAMES, RELATIVE_FIELDS
 from pipeline.vocab import format_duration, parse_duration
-from sinks.influxdb import FEEDBACK_MEASUREMENT, FINDING_MEASUREMENT, MEASUREMENT, InfluxWriter, query_rows
+from sinks.influxdb.lines import FEEDBACK_MEASUREMENT, FINDING_MEASUREMENT, MEASUREMENT
+from sinks.query.store import Store, flux_rows
 
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:@/ -]{1,200}$")
 #: metric fields the baselines are learned from (the relative ones are added by the query)
@@ -187,22 +188,21 @@ def training_history(
     """Every stored sample with a known application in [start, stop), per (application, GPU model), read in
     ``chunks`` time slices with a progress bar (see :func:`history_flux`)."""
     i = settings.influxdb
-    assert i.url and i.token, "resolve settings first"
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, max(i.timeout_s, 120.0))
+    store = Store.from_settings(settings, 120.0)
     edges = np.linspace(start_ns, stop_ns, max(1, chunks) + 1).astype(np.int64).tolist()
     parts: dict[tuple[str, str], list[History]] = {}
     rows = 0
     try:
         with tqdm(total=len(edges) - 1, desc="reading history", unit="chunk", disable=not progress) as bar:
             for lo, hi in itertools.pairwise(edges):
-                for table in _csv_tables(writer.query_csv(history_flux(i.bucket, lo, hi, stride, cluster))):
+                for table in _csv_tables(store.flux_csv(history_flux(i.bucket, lo, hi, stride, cluster))):
                     for key, h in _history_of(table).items():
                         parts.setdefault(key, []).append(h)
                         rows += len(h)
                 bar.set_postfix(rows=rows)
                 bar.update()
     finally:
-        writer.close()
+        store.close()
     return {key: _concat(p) for key, p in sorted(parts.items())}
 
 
@@ -234,7 +234,7 @@ def stored_event(settings: Settings, gpu: str, ts_ms: int) -> StoredEvent | None
         '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
         "  |> group()"
     )
-    [rows] = query_rows(i, flux)
+    [rows] = flux_rows(settings, flux)
     if not rows:
         return None
     r = rows[0]
@@ -277,7 +277,7 @@ def feedback_rows(settings: Settings, range_: str = "30d") -> list[FeedbackRow]:
         '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
         '  |> group()\n  |> sort(columns: ["_time"])'
     )
-    [rows] = query_rows(i, flux)
+    [rows] = flux_rows(settings, flux)
     latest = {
         str(r["event_id"]): FeedbackRow(
             str(r["event_id"]),
@@ -315,7 +315,7 @@ def finding_windows(settings: Settings, start_ns: int, stop_ns: int, repeat_s: f
         '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
         "  |> group()"
     )
-    [rows] = query_rows(i, flux)
+    [rows] = flux_rows(settings, flux)
     spans: dict[tuple[str, str, int], tuple[int, bool]] = {}
     for r in sorted(rows, key=lambda r: r["_time"]):
         # since_ns is stored as a float (ns lose their last bits): floor it to the ms the samples are stored at

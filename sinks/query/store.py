@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
@@ -105,8 +105,8 @@ class Store:
         self._buckets_seen: dict[str, bool] = {}
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Store:
-        """For resolved settings (InfluxDB URL and token known)."""
+    def from_settings(cls, settings: Settings, timeout_s: float = 30.0) -> Store:
+        """For resolved settings (InfluxDB URL and token known); queries wait at least ``timeout_s``."""
         i, s = settings.influxdb, settings.storage
         if not (i.url and i.token):
             raise ServiceError("influxdb.url and influxdb.token are needed to query (resolve the settings first)")
@@ -115,7 +115,7 @@ class Store:
             rollup_after_ns=int(s.rollup_after_days * DAY_NS),
             sample_interval_s=settings.sample_interval_s,
         )
-        return cls(i.url, i.token.get_secret_value(), i.org, i.bucket, max(i.timeout_s, 30.0), policy)
+        return cls(i.url, i.token.get_secret_value(), i.org, i.bucket, max(i.timeout_s, timeout_s), policy)
 
     def close(self) -> None:
         self.influxql.close()
@@ -189,7 +189,18 @@ class Store:
         return _guard(lambda: chosen.points(q), self.url), chosen.name
 
     def flux_records(self, flux: str) -> list[dict[str, Any]]:
+        """Every record of a Flux query, as a dict of its values."""
         return _guard(lambda: self.flux.run(flux), self.url)
+
+    def flux_csv(self, flux: str) -> Iterator[list[str]]:
+        """A Flux query's result as CSV cells (header rows included), streamed: for results too large for dicts."""
+        return _guard(lambda: self.flux.run_csv(flux), self.url)
+
+
+def flux_rows(settings: Settings, *fluxes: str, timeout_s: float = 30.0) -> list[list[dict[str, Any]]]:
+    """Run Flux queries on one connection (opened and closed here); each query's records, in order."""
+    with Store.from_settings(settings, timeout_s) as store:
+        return [store.flux_records(flux) for flux in fluxes]
 
 
 def now_ns() -> int:

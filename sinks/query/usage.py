@@ -19,7 +19,8 @@ from pipeline.errors import InvalidQuery
 from pipeline.events import APPLICATIONS
 from pipeline.usage import GpuLimits, UsageSample, UsageStats, usage_stats
 from pipeline.vocab import format_duration, parse_duration
-from sinks.influxdb import INFO_MEASUREMENT, MEASUREMENT, query_rows
+from sinks.influxdb.lines import INFO_MEASUREMENT, MEASUREMENT
+from sinks.query.store import flux_rows
 
 _JOB_ID: Final = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,128}$")
 _FIELDS: Final = (
@@ -156,8 +157,8 @@ def usage(settings: Settings, query: UsageQuery) -> list[UsageStats]:
     """Usage statistics per job (or for the application) in the range, from the configured InfluxDB."""
     query.validate()
     i = settings.influxdb
-    minutes, jobs, limit_rows = query_rows(
-        i, query.minutes_flux(i.bucket), query.jobs_flux(i.bucket), query.limits_flux(i.bucket)
+    minutes, jobs, limit_rows = flux_rows(
+        settings, query.minutes_flux(i.bucket), query.jobs_flux(i.bucket), query.limits_flux(i.bucket)
     )
     limits = {
         r["gpu"]: GpuLimits(float(r["memory_total_bytes"]), _opt(r, "power_limit_watts"))
@@ -193,8 +194,7 @@ def link_throughput_flux(bucket: str, range_: str, cluster: str | None = None) -
 
 def link_throughput(settings: Settings, range_: str, cluster: str | None = None) -> list[LinkThroughput]:
     """Per GPU model, the best link throughput seen on the fleet: a demonstrated lower bound of the bandwidth."""
-    i = settings.influxdb
-    [rows] = query_rows(i, link_throughput_flux(i.bucket, range_, cluster))
+    [rows] = flux_rows(settings, link_throughput_flux(settings.influxdb.bucket, range_, cluster))
     best: dict[str, dict[str, float]] = {}
     for r in rows:
         kind = "nvlink" if str(r["_field"]).startswith("nvlink") else "pcie"

@@ -16,7 +16,7 @@ from pipeline.config import Settings
 from pipeline.events import SampleBatch
 from pipeline.publisher import Publisher
 from pipeline.services.stages import Stage, start_stage, wait_for
-from sinks.influxdb import InfluxWriter
+from sinks.query.store import flux_rows
 
 
 def publish(settings: Settings, payloads: list[tuple[bytes | None, bytes]]) -> None:
@@ -60,18 +60,14 @@ def wait_stored(sink: Stage, expected: int, timeout_s: float = 90) -> dict[str, 
 
 def stored_points(settings: Settings, measurement: str = "gpu") -> list[dict[str, Any]]:
     """Every point of this test's cluster, one dict per (GPU, time) with all its fields."""
-    i = settings.influxdb
-    assert i.url and i.token
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket)
-    try:
-        return writer.query(
-            f'from(bucket: "{i.bucket}") |> range(start: 0) '
-            f'|> filter(fn: (r) => r._measurement == "{measurement}" and r.cluster == "{settings.cluster}") '
-            '|> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value") '
-            "|> group()"
-        )
-    finally:
-        writer.close()
+    [rows] = flux_rows(
+        settings,
+        f'from(bucket: "{settings.influxdb.bucket}") |> range(start: 0) '
+        f'|> filter(fn: (r) => r._measurement == "{measurement}" and r.cluster == "{settings.cluster}") '
+        '|> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value") '
+        "|> group()",
+    )
+    return rows
 
 
 def consume_all(settings: Settings, topic: str, expected: int, timeout_s: float = 60) -> list[Message]:

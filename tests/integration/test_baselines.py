@@ -178,17 +178,12 @@ def test_application_aware_verdicts_findings_feedback_and_hot_reload(settings: S
 
 def stored_points_any(settings: Settings, measurement: str) -> list[dict[str, object]]:
     """Every point of a measurement that has no cluster tag (baseline bands), or of this test's cluster."""
-    from sinks.influxdb import InfluxWriter
+    from sinks.query.store import flux_rows
 
-    i = settings.influxdb
-    assert i.url and i.token
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket)
-    try:
-        rows = writer.query(
-            f'from(bucket: "{i.bucket}") |> range(start: 0) '
-            f'|> filter(fn: (r) => r._measurement == "{measurement}") '
-            '|> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value") |> group()'
-        )
-    finally:
-        writer.close()
+    [rows] = flux_rows(
+        settings,
+        f'from(bucket: "{settings.influxdb.bucket}") |> range(start: 0) '
+        f'|> filter(fn: (r) => r._measurement == "{measurement}") '
+        '|> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value") |> group()',
+    )
     return [r for r in rows if r.get("cluster", settings.cluster) == settings.cluster]

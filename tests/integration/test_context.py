@@ -26,8 +26,8 @@ from pipeline.services.stages import read_stats, wait_for
 from pipeline.topics import ensure_topics, topic_specs
 from producers.context.inventory import GpuInventory
 from producers.context.slurm import EPILOG, PROLOG
+from tests.fakes.kubernetes import POD_RESOURCES, TOKEN, Kubelet, serve_api
 from tests.integration.harness import consume_all
-from tests.kubernetes_fakes import POD_RESOURCES, TOKEN, Kubelet, serve_api
 
 pytestmark = pytest.mark.integration
 

@@ -28,9 +28,10 @@ from pipeline.config import Settings, WebSettings
 from pipeline.face.web.app import create_app, serving
 from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
+from producers.agent import NodeAgent
 from producers.simulator import Fleet
 from producers.simulator.faults import FaultPlan, Injection
-from producers.simulator.run import run_simulation
+from producers.simulator.source import SimulatorSource
 from tests.webserver import get, get_json
 
 from .alerting_parts import start_manager
@@ -73,9 +74,9 @@ def scene(
         stop = threading.Event()
         publisher = Publisher(settings.kafka.client_config())
         sim = threading.Thread(
-            target=run_simulation,
-            args=(fleet, publisher, settings.topics.raw, 1.0, stop),
-            kwargs={"topics": settings.topics, "fast_forward_s": HISTORY_S},
+            target=NodeAgent(SimulatorSource.of(fleet), publisher, settings.topics, 1.0).run,
+            args=(stop,),
+            kwargs={"fast_forward_s": HISTORY_S},
             daemon=True,
         )
         sim.start()

@@ -17,7 +17,7 @@ import pytest
 
 from pipeline.config import Settings
 from producers.simulator import Fleet
-from sinks.influxdb import InfluxWriter
+from sinks.query.store import Store
 
 from .harness import publish_batches, running_pipeline, wait_stored
 
@@ -74,13 +74,12 @@ def test_every_dashboard_query_runs_on_pipeline_data(settings: Settings, tmp_pat
         publish_batches(settings, batches)
         wait_stored(sink, 30 * 8)
     i = settings.influxdb
-    assert i.url and i.token
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket)
+    store = Store.from_settings(settings)
     variables = {"bucket": i.bucket, "cluster": settings.cluster, "gpu": fleet.uuids[0], "job": "no-such-job"}
     try:
         for path in sorted(DASHBOARDS.glob("*.json")):
             for title, flux in _queries(json.loads(path.read_text())):
-                rows = writer.query(_grafana_render(flux, variables))  # raises on a Flux error
+                rows = store.flux_records(_grafana_render(flux, variables))  # raises on a Flux error
                 if title in MUST_SHOW:
                     assert rows, f"{path.name}: panel {title!r} shows nothing"
                 if title == "GPUs reporting":
@@ -88,4 +87,4 @@ def test_every_dashboard_query_runs_on_pipeline_data(settings: Settings, tmp_pat
                 if title == "variable gpu":
                     assert {r["_value"] for r in rows} == set(fleet.uuids)
     finally:
-        writer.close()
+        store.close()

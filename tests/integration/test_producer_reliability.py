@@ -16,12 +16,13 @@ import pytest
 
 from pipeline.codec import decode_record, decode_samples
 from pipeline.config import KafkaSettings, ServiceSettings, Settings, TopicSettings
-from pipeline.events import NodeTopology, SampleBatch
+from pipeline.events import NodeTopology
 from pipeline.publisher import Publisher
 from pipeline.services.stages import start_stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
 from producers.agent import NodeAgent
 from producers.simulator import Fleet
+from producers.simulator.source import SimulatorSource
 
 from .conftest import KafkaServer
 from .harness import consume_all
@@ -44,30 +45,6 @@ def kafka_settings(kafka_server: KafkaServer, defaults: Settings, tmp_path: Path
     )
     ensure_topics(s.kafka.client_config(), topic_specs(s))
     return s
-
-
-class FleetSource:
-    """One simulated node through the same agent and publisher path as NVML."""
-
-    name = "simulator"
-
-    def __init__(self, fleet: Fleet) -> None:
-        self.fleet = fleet
-
-    def open(self) -> None:
-        pass
-
-    def collect(self, ts_ns: int) -> list[SampleBatch]:
-        return self.fleet.tick(ts_ns)
-
-    def topology(self, ts_ns: int) -> NodeTopology | None:
-        return None
-
-    def stats(self) -> dict[str, int]:
-        return {}
-
-    def close(self) -> None:
-        pass
 
 
 def _samples(settings: Settings, messages: int) -> list[tuple[str, int]]:
@@ -93,7 +70,8 @@ def test_every_sample_arrives_once_across_a_kafka_restart(
         delivery_timeout_ms=0,
         extra={"reconnect.backoff.max.ms": 1000},
     )
-    agent = NodeAgent(FleetSource(fleet), publisher, settings.topics, 0.1, stats_file=tmp_path / "agent.json")
+    source = SimulatorSource.of(fleet, samples_only=True)  # one simulated node, through the same path as NVML
+    agent = NodeAgent(source, publisher, settings.topics, 0.1, stats_file=tmp_path / "agent.json")
     stop = threading.Event()
     runner = threading.Thread(target=agent.run, args=(stop,))
     runner.start()

@@ -53,7 +53,7 @@ from pipeline.publisher import Publisher
 from pipeline.services import kafka
 from pipeline.services.stages import Stage, start_stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
-from sinks.influxdb import InfluxWriter
+from sinks.influxdb.write import InfluxWriter
 from sinks.query import (
     FUNCTIONS,
     AnomalyQuery,
@@ -476,9 +476,7 @@ def jobs(
         assert pub.close(30) == 0
         wait_stored(sink, ROUNDS * len(GPUS))
         assert wait_for(lambda: sink.stats().get("findings_written") == len(findings), 30)
-    i = settings.influxdb
-    assert i.url and i.token
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket)
+    writer = InfluxWriter.from_settings(settings.influxdb)
     trained = start - 3600 * NS
     lines = []
     for (model, version), (p01, p05, p50, p95, p99) in BANDS.items():

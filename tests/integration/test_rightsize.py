@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from pipeline.config import Settings
 from pipeline.events import GpuSample, InterpretedBatch, InterpretedEvent, Workload
 from pipeline.face.cli import cli
-from sinks.influxdb import InfluxWriter, InfoTracker, batch_lines
+from sinks.influxdb.lines import InfoTracker, batch_lines
+from sinks.influxdb.write import InfluxWriter
 from sinks.query.usage import UsageQuery, link_throughput, usage
 
 pytestmark = pytest.mark.integration
@@ -47,9 +48,7 @@ def write_history(settings: Settings) -> int:
             wl = Workload(app, job_id=job, source="test", job_gpus=2 if small else 1)
             events.append(InterpretedEvent(sample, workload=wl))
     batch = InterpretedBatch.from_events(events)
-    i = settings.influxdb
-    assert i.url and i.token
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket)
+    writer = InfluxWriter.from_settings(settings.influxdb)
     try:
         writer.write(batch_lines([batch], InfoTracker()))
     finally:

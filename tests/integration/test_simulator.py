@@ -1,4 +1,5 @@
-"""A short simulation with faults, fast-forwarded into the real Kafka, read back from every topic it writes."""
+"""A short simulation with faults, fast-forwarded by the node agent into the real Kafka, read back from every topic
+it writes."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from pipeline.config import Settings
 from pipeline.events import FAULTS, FaultRecord, GpuContext, NodeTopology, node_key
 from pipeline.publisher import Publisher
 from processors.normalize import RawMessage, process_raw
+from producers.agent import NodeAgent
 from producers.simulator import FaultPlan, Fleet, Injection
-from producers.simulator.run import run_simulation
+from producers.simulator.source import SimulatorSource
 
 from .harness import consume_all
 
@@ -26,10 +28,8 @@ def test_fast_forward_with_faults_reaches_every_topic(settings: Settings) -> Non
     fleet = Fleet(12, 8, cluster=settings.cluster, seed=5, faults=plan, extras=True)  # a seed where all 9 fit
     hidden = set(fleet.uuids[:8])  # node-0000's contexts are withheld: the report keeps them
     publisher = Publisher(settings.kafka.client_config())
-    report = run_simulation(
-        fleet, publisher, settings.topics.raw, 1.0, threading.Event(), 0.0,
-        topics=settings.topics, fast_forward_s=120, withhold=lambda c: c.gpu_uuid in hidden,
-    )  # fmt: skip
+    source = SimulatorSource.of(fleet, withhold=lambda c: c.gpu_uuid in hidden)
+    report = NodeAgent(source, publisher, settings.topics, 1.0).run(threading.Event(), 0.0, fast_forward_s=120)
     assert publisher.stats.failed == 0 and publisher.stats.in_flight == 0
     assert publisher.stats.delivered == report.messages + report.contexts + report.topologies + report.ground_truth
     assert report.rounds >= 121 and report.ground_truth == len(FAULTS)
@@ -59,7 +59,7 @@ def test_fast_forward_with_faults_reaches_every_topic(settings: Settings) -> Non
     ]
     assert len(contexts) == report.contexts
     assert {c.gpu_uuid for c in contexts} == set(fleet.uuids) - hidden
-    assert {c.gpu_uuid for c in report.withheld} == hidden
+    assert {c.gpu_uuid for c in source.withheld} == hidden
     assert any(c.workload is None for c in contexts)  # idle GPUs, and the jobs the ECC / lost GPU killed
 
     truth = [

@@ -11,7 +11,7 @@ from pipeline.events import Driver, GpuSample, InterpretedBatch, InterpretedEven
 from pipeline.face.training import bands
 from processors.baselines import fit_baseline
 from processors.features import FEATURE_NAMES, link_capacity
-from sinks.influxdb import baseline_band_line, batch_lines, feedback_line
+from sinks.influxdb.lines import baseline_band_line, batch_lines, feedback_line
 
 H100 = "NVIDIA H100 80GB HBM3"
 

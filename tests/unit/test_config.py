@@ -105,3 +105,16 @@ def test_empty_optional_values_mean_unset(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("HERMENEUT_KAFKA__BOOTSTRAP_SERVERS", "")
     s = load_settings()
     assert s.influxdb.token is None and s.kafka.ssl_cafile is None and s.uses_local_kafka
+
+
+def test_loading_never_writes_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    cfg = tmp_path / "h.toml"
+    cfg.write_text('cluster = "dc7"\n')
+    before = dict(os.environ)
+    s = load_settings(cfg)
+    assert s.cluster == "dc7" and type(s) is Settings and dict(os.environ) == before
+    assert load_settings().cluster == "local"  # the file was for that call only
+    monkeypatch.setenv("HERMENEUT_CONFIG", str(cfg))
+    assert load_settings().cluster == "dc7" and load_settings(cfg) == s

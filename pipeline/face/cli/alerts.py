@@ -52,12 +52,11 @@ def run_cmd(ctx: click.Context, stats_file: Path | None) -> None:
     from sinks.alerting.history import HistoryWriter
     from sinks.alerting.manager import AlertManager
     from sinks.alerting.receivers import EmailSender, HttpSender, KafkaSender, Sender
-    from sinks.influxdb import InfluxWriter
+    from sinks.influxdb.write import InfluxWriter
 
     settings = resolved(ctx)
-    i, a = settings.influxdb, settings.alerts
-    assert i.url and i.token
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
+    a = settings.alerts
+    writer = InfluxWriter.from_settings(settings.influxdb)
     history = HistoryWriter(writer)
     http = HttpSender(a.external_url, a.http_timeout_s)
     kafka_out = Publisher(settings.kafka.client_config(), linger_ms=0)

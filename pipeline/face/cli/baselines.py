@@ -102,7 +102,8 @@ def feedback_cmd(ctx: click.Context, event_id: str, anomalous: bool, note: str, 
     from pipeline.baselines import Feedback, parse_event_id
     from pipeline.codec import encode_record
     from pipeline.publisher import Publisher
-    from sinks.influxdb import InfluxWriter, feedback_line
+    from sinks.influxdb.lines import feedback_line
+    from sinks.influxdb.write import InfluxWriter
     from sinks.query.history import stored_event
 
     try:
@@ -132,9 +133,7 @@ def feedback_cmd(ctx: click.Context, event_id: str, anomalous: bool, note: str, 
     pub.publish(settings.topics.feedback, event_id.encode(), encode_record(fb))
     if pub.close(30) or pub.stats.failed:
         fail(f"could not publish the feedback to {settings.topics.feedback}: {pub.last_error}", 1)
-    i = settings.influxdb
-    assert i.url and i.token
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
+    writer = InfluxWriter.from_settings(settings.influxdb)
     try:
         writer.write([feedback_line(fb)])
     finally:

@@ -1,38 +1,18 @@
-"""``hermeneut collect``: the node agent (NVML or an existing dcgm-exporter -> the raw and topology topics)."""
+"""``hermeneut collect``: the node agent (a registered source, NVML by default -> the raw and topology topics)."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import click
 
-from pipeline.config import Settings
-from pipeline.face.cli.base import cli, fail, resolved, stop_event
+from pipeline import registry
+from pipeline.face.cli.base import cli, errors, fail, resolved, settings_of, stop_event
 from producers.source import Source
 
 
-def _source(settings: Settings, source: str, url: str | None, node: str) -> Source:
-    c = settings.collector
-    if source == "dcgm-exporter":
-        from producers.dcgm_exporter import DcgmExporterSource
-
-        return DcgmExporterSource(url or c.dcgm_exporter_url, settings.cluster, node, timeout_s=c.scrape_timeout_s)
-    import pynvml
-
-    from producers.nvml import NvmlSource
-
-    return NvmlSource(
-        pynvml,
-        settings.cluster,
-        node,
-        sysfs_root=c.sysfs_root,
-        pcie_throughput_fallback=c.pcie_throughput_fallback,
-    )
-
-
 @cli.command("collect")
-@click.option("--source", type=click.Choice(["nvml", "dcgm-exporter"]), help="Default: collector.source (nvml).")
+@click.option("--source", type=click.Choice(registry.names("source")), help="Default: collector.source (nvml).")
 @click.option("--url", help="dcgm-exporter /metrics URL (default: collector.dcgm_exporter_url).")
 @click.option("--interval", type=click.FloatRange(0.1, 3600), help="Seconds between rounds (sample_interval_s).")
 @click.option("--duration", type=click.FloatRange(0), help="Seconds to run (default: until SIGTERM/Ctrl-C).")
@@ -52,11 +32,12 @@ def collect_cmd(
     from pipeline.publisher import Publisher
     from producers.agent import NodeAgent
 
+    with errors():  # the source's config is checked before anything is connected
+        chosen: Source = registry.create(
+            "source", source or settings_of(ctx).collector.source, settings_of(ctx), url=url, node=node
+        )
     settings = resolved(ctx, influxdb=False)
     c = settings.collector
-    if url is not None and not url.startswith(("http://", "https://")):
-        fail(f"--url must be an http:// or https:// URL, got {url!r}", 2)
-    chosen = _source(settings, source or c.source, url, node or c.node or socket.gethostname())
     try:
         chosen.open()
     except Exception as exc:  # NVML raises its own error type when there is no driver or no GPU

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from pipeline import services
+from pipeline import registry, services
 from pipeline.face.cli.base import cli, errors, fail, resolved, settings_of, stop_event
 
 
@@ -99,24 +99,25 @@ def simulate_cmd(
     """Publish a simulated fleet (samples, context, topology, ground truth) in real time or fast-forward."""
     from pipeline.publisher import Publisher
     from pipeline.topics import ensure_topics, topic_specs
-    from producers.simulator import FaultPlan, Fleet
-    from producers.simulator.run import run_simulation
+    from producers.agent import NodeAgent
+    from producers.source import Source
 
-    try:
-        plan = FaultPlan(rate_scale=fault_rate_scale, mix=fault_mix) if faults else None
-        fleet = Fleet(nodes, gpus, cluster=settings_of(ctx).cluster, seed=seed, faults=plan, extras=extras, mix=mix)
-    except ValueError as exc:
-        fail(str(exc), 2)
+    with errors():  # a bad fleet is refused before Kafka is touched
+        source: Source = registry.create(
+            "source", "simulator", settings_of(ctx), nodes=nodes, gpus=gpus, seed=seed, mix=mix, faults=faults,
+            fault_rate_scale=fault_rate_scale, fault_mix=fault_mix, extras=extras,
+        )  # fmt: skip
+        source.open()
     settings = resolved(ctx, influxdb=False)
     with errors():
         ensure_topics(settings.kafka.client_config(), topic_specs(settings), settings.kafka.request_timeout_s)
     publisher = Publisher(settings.kafka.client_config())
     if duration is None and fast_forward_s > 0:
         duration = 0.0
-    report = run_simulation(
-        fleet, publisher, settings.topics.raw, settings.sample_interval_s, stop_event(), duration, stats_file,
-        topics=settings.topics, fast_forward_s=fast_forward_s, progress=True,
-    )  # fmt: skip
+    agent = NodeAgent(
+        source, publisher, settings.topics, settings.sample_interval_s, shutdown_grace_s=60.0, stats_file=stats_file
+    )
+    report = agent.run(stop_event(), duration, fast_forward_s=fast_forward_s, progress=True)
     if publisher.stats.failed or publisher.stats.in_flight:
         fail(f"{publisher.stats.failed} messages failed, {publisher.stats.in_flight} undelivered", 1)
     click.echo(
@@ -140,18 +141,20 @@ def process_cmd(ctx: click.Context, stats_file: Path | None) -> None:
 @click.option("--stats-file", type=click.Path(path_type=Path))
 @click.pass_context
 def sink_cmd(ctx: click.Context, stats_file: Path | None) -> None:
-    """Store interpreted events in InfluxDB until SIGTERM/Ctrl-C."""
+    """Store interpreted events and findings in InfluxDB until SIGTERM/Ctrl-C (the ``influxdb`` sink plugin)."""
     from pipeline.publisher import Publisher
-    from sinks.influxdb import InfluxWriter
-    from sinks.runner import InfluxSink
+    from sinks.base import Sink
+    from sinks.runner import RunnerConfig, SinkRunner, sink_consumer
 
     settings = resolved(ctx)
-    i = settings.influxdb
-    assert i.url and i.token  # checked by _resolved
-    writer = InfluxWriter(i.url, i.token.get_secret_value(), i.org, i.bucket, i.timeout_s)
-    sink = InfluxSink(settings, writer, Publisher(settings.kafka.client_config()), stats_file=stats_file)
-    sink.run(stop_event())
-    writer.close()
+    with errors():
+        sink: Sink[object] = registry.create("sink", "influxdb", settings)
+    dlq = Publisher(settings.kafka.client_config())
+    runner = SinkRunner(sink, sink_consumer(settings, sink.name), dlq, RunnerConfig.of(settings), stats_file)
+    try:
+        runner.run(stop_event())
+    finally:
+        sink.close()
 
 
 @cli.command("run")

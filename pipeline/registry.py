@@ -1,0 +1,100 @@
+"""Plugins by name: every source and sink hermeneut can run, as ``"module:Class"`` strings imported when used.
+
+The table holds strings, never imports: the core imports no stage, and ``hermeneut collect --source nvml`` loads
+the NVML plugin only. Adding a plugin (say an importer) is one line in :data:`PLUGINS`.
+
+What a plugin class offers (tests/unit/test_plugins.py loads every entry and checks it, the Telegraf habit):
+
+    name: str                                   its registry name
+    Config                                      a frozen dataclass: ``Config()`` is the default config
+    configure(settings, **options) -> Config    classmethod: the defaults, overlaid with the settings' section
+                                                and the command line's options (None: not given)
+    validate(config) -> None                    classmethod: raises ConfigError with one readable line; connects
+                                                to nothing
+    from_config(config, **deps) -> plugin       classmethod: builds it (dependencies such as a fake NVML may be
+                                                injected); connects to nothing (a source's ``open()`` does)
+
+Sources then follow :class:`producers.source.Source` (open / collect / close) and sinks :class:`sinks.base.Sink`
+(add / flush / close). :func:`create` does configure, validate and from_config in that order, so a bad value
+stops start-up with one line before anything is connected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
+
+from pipeline.errors import ConfigError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    from pipeline.config import Settings
+
+Kind = Literal["source", "sink"]
+
+#: kind -> name -> "module:Class"
+PLUGINS: Final[Mapping[Kind, Mapping[str, str]]] = {
+    "source": {
+        "nvml": "producers.nvml.source:NvmlSource",
+        "dcgm-exporter": "producers.dcgm_exporter:DcgmExporterSource",
+        "simulator": "producers.simulator.source:SimulatorSource",
+    },
+    "sink": {
+        "influxdb": "sinks.influxdb.sink:InfluxDBSink",
+    },
+}
+
+C = TypeVar("C", bound="DataclassInstance")
+
+
+class PluginClass(Protocol):
+    """What :func:`load` returns: a plugin class (see the module docstring)."""
+
+    name: str
+    Config: type[Any]
+
+    @classmethod
+    def configure(cls, settings: Settings, **options: Any) -> Any: ...
+
+    @classmethod
+    def validate(cls, config: Any) -> None: ...
+
+    @classmethod
+    def from_config(cls, config: Any, **deps: Any) -> Any: ...
+
+
+def names(kind: Kind) -> tuple[str, ...]:
+    """The registered names of a kind, in table order."""
+    return tuple(PLUGINS[kind])
+
+
+def load(kind: Kind, name: str) -> PluginClass:
+    """Import the plugin class registered as ``name``; an unknown name is a ConfigError naming the known ones."""
+    target = PLUGINS[kind].get(name)
+    if target is None:
+        raise ConfigError(f"invalid configuration: unknown {kind} {name!r} (known: {', '.join(names(kind))})")
+    module, _, attr = target.partition(":")
+    plugin: PluginClass = getattr(importlib.import_module(module), attr)
+    return plugin
+
+
+def create(kind: Kind, name: str, settings: Settings, deps: Mapping[str, Any] | None = None, **options: Any) -> Any:
+    """The plugin ``name`` for these settings and options, validated and built, not yet connected."""
+    plugin = load(kind, name)
+    config = plugin.configure(settings, **options)
+    plugin.validate(config)
+    return plugin.from_config(config, **(deps or {}))
+
+
+def with_options(config: C, options: Mapping[str, Any], plugin: str) -> C:
+    """``config`` with the options that were given (not None); an option the config does not have is a
+    ConfigError (say ``--url`` for the NVML source), not silently ignored."""
+    given = {k: v for k, v in options.items() if v is not None}
+    known = [f.name for f in dataclasses.fields(config)]
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ConfigError(f"invalid configuration: {plugin} has no setting {unknown[0]!r} (it has: {', '.join(known)})")
+    return dataclasses.replace(config, **given)

@@ -1,0 +1,68 @@
+"""The Sink contract: what the generic runner (:mod:`sinks.runner`) needs of a destination.
+
+A sink is a plugin registered by name in :mod:`pipeline.registry` (``influxdb`` today). The runner consumes its
+``topics``, hands each message to :meth:`Sink.prepare` (pure: decode and turn into what the sink writes), batches
+the prepared messages, and for each batch calls :meth:`Sink.add` then :meth:`Sink.flush`; it commits the batch's
+offsets only after a good flush. ``prepare`` runs on the runner's consumer thread and ``add`` / ``flush`` on its
+writer thread, so the next batch is prepared while the previous one is being written.
+
+What ``flush`` may raise, and what the runner does (the classes live in :mod:`pipeline.errors`):
+
+    SinkBackpressure(retry_after_s)   the destination asks to wait: consumption pauses, the same batch is
+                                      flushed again after ``retry_after_s``; nothing is dropped or committed
+    TransientWriteError               down, overloaded, timed out: flushed again with exponential backoff and
+                                      jitter while consumption pauses; nothing is committed meanwhile
+    PermanentWriteError               the data itself was refused: the sink drops the batch, the runner
+                                      dead-letters its messages (reason ``<sink name>_rejected``) and commits
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+import numpy as np
+
+from pipeline.errors import PermanentWriteError, SinkBackpressure, TransientWriteError
+
+T = TypeVar("T")
+
+__all__ = ["PermanentWriteError", "Prepared", "Sink", "SinkBackpressure", "TransientWriteError"]
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared(Generic[T]):
+    """One consumed message, ready for a sink (what :meth:`Sink.prepare` returns)."""
+
+    payload: T
+    #: how much it counts toward the runner's batch size (InfluxDB: the samples it holds)
+    size: int = 0
+    #: the sample times it carries, for the sample -> stored latency figures (None: it carries none)
+    ts_ns: np.ndarray | None = None
+
+
+class Sink(Protocol[T]):
+    """A destination of the sink runner (see the module docstring for who calls what, and when)."""
+
+    name: str
+    #: the Kafka topics it stores
+    topics: tuple[str, ...]
+
+    def prepare(self, topic: str, value: bytes) -> Prepared[T]:
+        """Decode one message of ``topic`` into what this sink writes; no I/O. Raises
+        :class:`~pipeline.errors.DecodeError` for a message that cannot be read (the runner dead-letters it)."""
+
+    def add(self, batch: Sequence[Prepared[T]]) -> None:
+        """Take a batch for the next :meth:`flush`; no I/O."""
+
+    def flush(self) -> None:
+        """Write everything added since the last good flush, as one unit; raises as the module docstring says.
+        After a transient error or backpressure, what was added stays for the next flush."""
+
+    def close(self) -> None:
+        """Release the connection; safe to call twice. What was never flushed is dropped (it stays uncommitted
+        in Kafka, and the next run stores it)."""
+
+    def stats(self) -> dict[str, int]:
+        """Counters of what it wrote, for the stats file."""

@@ -1,0 +1,133 @@
+"""Kafka stand-ins for unit tests: a publisher that records what it was given (the real one, against a real broker
+that is stopped and restarted, is in tests/integration/test_producer_reliability.py)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pipeline.publisher import PublisherStats
+
+Sent = tuple[str, bytes | None, bytes, Any]
+
+
+class RecordingPublisher:
+    """Keeps every message in ``sent`` as (topic, key, value, headers); the first ``full_for`` attempts find the
+    buffer full (as :meth:`pipeline.publisher.Publisher.publish` with a timeout does) and queue nothing."""
+
+    def __init__(self, full_for: int = 0) -> None:
+        self.sent: list[Sent] = []
+        self.stats = PublisherStats()
+        self.full_for = full_for
+        self.closed = False
+
+    def publish(
+        self, topic: str, key: bytes | None, value: bytes, headers: Any = None, timeout_s: float | None = None
+    ) -> bool:
+        if self.full_for:
+            self.full_for -= 1
+            time.sleep(0.05)  # the real one waits up to timeout_s for room
+            return False
+        self.sent.append((topic, key, value, headers))
+        self.stats.published += 1
+        self.stats.delivered += 1
+        return True
+
+    def poll(self, timeout_s: float = 0.0) -> None:
+        pass
+
+    def flush(self, timeout_s: float = 30.0) -> int:
+        return 0
+
+    def close(self, timeout_s: float = 60.0) -> int:
+        self.closed = True
+        return 0
+
+    def on(self, topic: str) -> list[Sent]:
+        return [m for m in self.sent if m[0] == topic]
+
+
+class FakeMessage:
+    """A consumed record, with confluent-kafka's accessors."""
+
+    def __init__(self, topic: str, partition: int, offset: int, value: bytes, key: bytes | None = None) -> None:
+        self._topic, self._partition, self._offset, self._value, self._key = topic, partition, offset, value, key
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes:
+        return self._value
+
+    def error(self) -> None:
+        return None
+
+
+class FakeConsumer:
+    """A consumer group member that owns every partition of the messages it is given, hands them out in order
+    and records what it was asked: pauses, resumes and commits (into ``events`` too, shared with a fake sink, so
+    a test can check what happened before what). Each ``consume`` hands out at most ``per_consume`` messages, as
+    if they trickled in."""
+
+    def __init__(self, messages: list[FakeMessage], events: list[str] | None = None, per_consume: int = 1) -> None:
+        self.queue = list(messages)
+        self.per_consume = per_consume
+        self.events = events if events is not None else []
+        self.paused = False
+        self.pauses = self.resumes = 0
+        self.commits: list[list[tuple[str, int, int]]] = []
+        self.closed = False
+
+    def subscribe(self, topics: list[str], on_assign: Any = None) -> None:
+        self.topics = topics
+        if on_assign is not None:
+            on_assign(self, self.assignment())
+
+    def assignment(self) -> list[Any]:
+        from confluent_kafka import TopicPartition
+
+        return sorted({TopicPartition(m.topic(), m.partition()) for m in self.queue}, key=str)
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FakeMessage]:
+        if self.paused or not self.queue:
+            time.sleep(max(timeout, 0.0))
+            return []
+        n = min(num_messages, self.per_consume)
+        out, self.queue = self.queue[:n], self.queue[n:]
+        return out
+
+    def poll(self, timeout: float = -1) -> None:
+        return None
+
+    def pause(self, partitions: list[Any]) -> None:
+        self.paused, self.pauses = True, self.pauses + 1
+        self.events.append("pause")
+
+    def resume(self, partitions: list[Any]) -> None:
+        self.paused, self.resumes = False, self.resumes + 1
+        self.events.append("resume")
+
+    def commit(self, *, offsets: list[Any], asynchronous: bool = True) -> None:
+        committed = sorted((tp.topic, tp.partition, tp.offset) for tp in offsets)
+        self.commits.append(committed)
+        self.events.append(f"commit {committed}")
+
+    def close(self) -> None:
+        self.closed = True
+
+    def committed(self) -> dict[tuple[str, int], int]:
+        """The last committed offset per (topic, partition): the next one to read."""
+        out: dict[tuple[str, int], int] = {}
+        for commit in self.commits:
+            for topic, partition, offset in commit:
+                out[(topic, partition)] = max(out.get((topic, partition), 0), offset)
+        return out

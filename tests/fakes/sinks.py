@@ -1,0 +1,63 @@
+"""A sink whose flushes are scripted by the test, for the generic runner (the InfluxDB plugin against a real
+influxd is in tests/integration/test_sink_resilience.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from pipeline.errors import DecodeError, PermanentWriteError
+from sinks.base import Prepared
+
+
+class ScriptedSink:
+    """Prepares each message as its bytes (``b"bad"`` does not decode); each flush takes the next outcome of
+    ``outcomes`` (an exception instance to raise, or None: written), then succeeds once they run out; a batch
+    holding a value of ``reject`` is refused as data. Written batches go to ``written``, and every flush to
+    ``events`` (shared with a fake consumer)."""
+
+    name = "fake"
+    topics = ("in",)
+
+    def __init__(
+        self,
+        outcomes: Sequence[Exception | None] = (),
+        events: list[str] | None = None,
+        reject: frozenset[bytes] = frozenset(),
+    ) -> None:
+        self.outcomes = list(outcomes)
+        self.reject = reject
+        self.events = events if events is not None else []
+        self.pending: list[bytes] = []
+        self.written: list[list[bytes]] = []
+        self.flushes = 0
+        self.closed = False
+
+    def prepare(self, topic: str, value: bytes) -> Prepared[bytes]:
+        if value == b"bad":
+            raise DecodeError("malformed", "not what this sink stores")
+        return Prepared(value, size=1, ts_ns=np.array([1_000_000_000]))
+
+    def add(self, batch: Sequence[Prepared[bytes]]) -> None:
+        self.pending.extend(p.payload for p in batch)
+
+    def flush(self) -> None:
+        self.flushes += 1
+        outcome = self.outcomes.pop(0) if self.outcomes else None
+        if self.reject.intersection(self.pending):
+            outcome = PermanentWriteError("HTTP 400: refused")
+        if outcome is not None:
+            self.events.append(f"flush failed {type(outcome).__name__}")
+            if isinstance(outcome, PermanentWriteError):
+                self.pending = []  # refused as data: dropped (the runner dead-letters the batch)
+            raise outcome
+        self.written.append(self.pending)
+        self.events.append(f"flush ok {[v.decode() for v in self.pending]}")
+        self.pending = []
+
+    def close(self) -> None:
+        self.closed = True
+
+    def stats(self) -> dict[str, int]:
+        return {"written": sum(len(w) for w in self.written)}

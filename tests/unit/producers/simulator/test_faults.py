@@ -1,0 +1,351 @@
+"""The fault injector: each class shows its physical signature where the ground truth says, and only there;
+rates and repair times are those of the StepFun trace."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from pipeline.codec import decode_record, encode_record
+from pipeline.events import FAULTS, EventKind, FaultRecord, GpuEvent, GpuSample
+from producers.simulator import FaultPlan, Fleet, Injection
+from producers.simulator.faults import REPAIR_QUANTILES, TRACE_CLASSES, TRACE_DAYS, trace_rate_per_node_s
+from tests import TESTDATA
+
+TRACE = TESTDATA / "stepfun-infinitehbd-fault-trace"
+T0 = 1_790_000_000_000_000_000
+START_S, DURATION_S, ROUNDS = 60, 300, 480
+GPN = 8
+
+
+@dataclass
+class Run:
+    fleet: Fleet
+    records: list[FaultRecord]
+    samples: dict[str, list[GpuSample]] = field(default_factory=lambda: defaultdict(list))
+    events: dict[str, list[GpuEvent]] = field(default_factory=lambda: defaultdict(list))
+
+    def record(self, fault: str) -> FaultRecord:
+        (record,) = [r for r in self.records if r.fault == fault]
+        return record
+
+    def series(self, uuid: str, name: str, lo_s: float, hi_s: float) -> np.ndarray:
+        return np.array(
+            [s.metrics[name] for s in self.samples[uuid] if lo_s <= (s.ts_ns - T0) / 1e9 < hi_s and name in s.metrics]
+        )
+
+    def gpu_of(self, record: FaultRecord) -> int:
+        assert record.gpu_uuid is not None
+        return self.fleet.uuids.index(record.gpu_uuid)
+
+
+@pytest.fixture(scope="module")
+def run() -> Run:
+    """One fleet, every fault class injected at START_S for DURATION_S on a target the injector picks."""
+    plan = FaultPlan(rate_scale=0, injections=tuple(Injection(f, START_S, DURATION_S) for f in FAULTS))
+    fleet = Fleet(24, GPN, seed=5, faults=plan, extras=True)
+    out = Run(fleet, [])
+    for r in range(ROUNDS):
+        sim = fleet.round(T0 + r * 10**9)
+        out.records += sim.ground_truth
+        for batch in sim.batches:
+            for s in batch.samples:
+                out.samples[s.gpu_uuid].append(s)
+            for e in batch.events:
+                out.events[e.gpu_uuid].append(e)
+    return out
+
+
+def test_every_class_is_injected_once_with_exact_times(run: Run) -> None:
+    assert sorted(r.fault for r in run.records) == sorted(FAULTS)
+    for r in run.records:
+        assert r.cluster == "sim" and r.node in run.fleet.nodes
+        assert r.start_ns == T0 + START_S * 10**9 and r.end_ns == r.start_ns + DURATION_S * 10**9
+        assert r.detail
+        assert (r.gpu_uuid is None) == (r.fault == "power-capping")  # a power supply feeds the whole node
+        assert decode_record(FaultRecord, encode_record(r)) == r
+        assert r.kafka_key == f"sim/{r.node}".encode()
+    # faults do not meet: no two on one node's GPU, none on the GPUs of another fault's job
+    gpus = [r.gpu_uuid for r in run.records if r.gpu_uuid]
+    assert len(gpus) == len(set(gpus))
+
+
+def test_thermal_throttling(run: Run) -> None:
+    r = run.record("thermal-throttling")
+    uuid = r.gpu_uuid
+    assert uuid is not None
+    slowdown = run.series(uuid, "temperature_slowdown_celsius", 0, 1)[0]
+    before = (0, START_S)
+    during = (START_S + 120, START_S + DURATION_S)  # the temperature needs a couple of minutes to get there
+    temp = run.series(uuid, "temperature_gpu_celsius", *during)
+    mask = run.series(uuid, "throttle_reasons_mask", *during).astype(int)
+    assert temp.max() >= slowdown - 1 and np.median(temp) >= slowdown - 6
+    assert (mask & 0x20).mean() > 0.5 and (mask & 0x40).any()  # SW thermal while held, HW at the threshold
+    assert np.median(run.series(uuid, "sm_clock_mhz", *during)) < 0.9 * np.median(
+        run.series(uuid, "sm_clock_mhz", *before)
+    )
+    assert np.median(run.series(uuid, "power_watts", *during)) < 0.9 * np.median(
+        run.series(uuid, "power_watts", *before)
+    )
+    assert np.median(run.series(uuid, "utilization_gpu_percent", *during)) >= 80  # the job keeps running
+    # nothing of it before the fault, and the temperature starts climbing only once it began
+    assert not (run.series(uuid, "throttle_reasons_mask", *before).astype(int) & 0x60).any()
+    assert run.series(uuid, "temperature_gpu_celsius", *before).max() < slowdown - 5
+
+
+def test_power_capping_lowers_every_limit_of_the_node(run: Run) -> None:
+    r = run.record("power-capping")
+    node = run.fleet.nodes.index(r.node)
+    during = (START_S, START_S + DURATION_S)
+    capped_busy = 0
+    for uuid in run.fleet.uuids[node * GPN : (node + 1) * GPN]:
+        default = run.series(uuid, "power_default_limit_watts", *during)
+        limit = run.series(uuid, "power_limit_watts", *during)
+        assert (limit <= 0.7 * default + 1).all() and (limit >= 0.5 * default - 1).all()
+        assert run.series(uuid, "power_limit_watts", START_S + DURATION_S, ROUNDS)[0] > limit[0]  # restored
+        power = run.series(uuid, "power_watts", *during)
+        assert (power <= 1.1 * limit).all()
+        mask = run.series(uuid, "throttle_reasons_mask", *during).astype(int)
+        if np.median(run.series(uuid, "power_watts", 0, START_S)) > 0.75 * default[0]:
+            capped_busy += 1
+            assert (mask & 0x4).mean() > 0.5  # SW power cap
+            before = np.median(run.series(uuid, "sm_clock_mhz", 0, START_S))
+            assert np.median(run.series(uuid, "sm_clock_mhz", *during)) < 0.95 * before
+    assert capped_busy >= 1
+
+
+def test_nvlink_down_moves_traffic_to_pcie(run: Run) -> None:
+    r = run.record("nvlink-down")
+    uuid = r.gpu_uuid
+    assert uuid is not None
+    before, during = (0, START_S), (START_S, START_S + DURATION_S)
+    active = run.series(uuid, "nvlink_links_active", *during)
+    assert (active < run.series(uuid, "nvlink_links_max", *during)).all()
+    assert (run.series(uuid, "nvlink_tx_bytes_per_second", *during) == 0).all()
+    assert np.median(run.series(uuid, "nvlink_tx_bytes_per_second", *before)) > 1e9
+    pcie_before = np.median(run.series(uuid, "pcie_tx_bytes_per_second", *before))
+    assert np.median(run.series(uuid, "pcie_tx_bytes_per_second", *during)) > 3 * pcie_before
+    crc = run.series(uuid, "nvlink_crc_errors_total", START_S - 1, START_S + 1)
+    assert crc[1] - crc[0] >= 100
+    assert run.series(uuid, "nvlink_recovery_errors_total", *during)[0] > 0
+    sample = next(s for s in run.samples[uuid] if s.ts_ns == r.start_ns)
+    assert sample.links is not None
+    assert sum(not link.active for link in sample.links) == sample.metrics["nvlink_links_max"] - active[0]
+    after = run.series(uuid, "nvlink_links_active", START_S + DURATION_S, ROUNDS)
+    assert (after == run.series(uuid, "nvlink_links_max", 0, 1)[0]).all()
+
+
+def test_pcie_link_degraded_while_busy(run: Run) -> None:
+    r = run.record("pcie-link-degraded")
+    uuid = r.gpu_uuid
+    assert uuid is not None
+    during = (START_S, START_S + DURATION_S)
+    busy = run.series(uuid, "utilization_gpu_percent", *during) > 0
+    width = run.series(uuid, "pcie_link_width", *during)
+    gen = run.series(uuid, "pcie_link_gen", *during)
+    degraded = (width < run.series(uuid, "pcie_link_width_max", *during)) | (
+        gen < run.series(uuid, "pcie_link_gen_max", *during)
+    )
+    assert degraded[busy].all() and busy.mean() > 0.8
+    replay = run.series(uuid, "pcie_replay_total", *during)
+    assert replay[-1] - replay[0] >= 100
+    assert run.series(uuid, "pcie_replay_total", 0, START_S).max() == 0
+    width_max = run.series(uuid, "pcie_link_width_max", 0, 1)[0]
+    assert (run.series(uuid, "pcie_link_width", START_S + DURATION_S, ROUNDS) == width_max).all()  # retrained
+
+
+def test_memory_leak_grows_to_the_top_then_restarts(run: Run) -> None:
+    r = run.record("memory-leak")
+    uuid = r.gpu_uuid
+    assert uuid is not None
+    total = run.series(uuid, "memory_total_bytes", 0, 1)[0]
+    used = run.series(uuid, "memory_used_bytes", START_S, START_S + DURATION_S)
+    assert (np.diff(used) >= 0).mean() > 0.95  # grows steadily
+    assert used[-1] > 0.95 * total and used[-1] - used[0] > 0.2 * total
+    # out of memory at the end: the process restarts, memory falls and ramps up again
+    assert run.series(uuid, "memory_used_bytes", START_S + DURATION_S, START_S + DURATION_S + 2)[0] < 0.5 * used[-1]
+
+
+def test_straggler_and_its_waiting_peers(run: Run) -> None:
+    r = run.record("straggler")
+    g = run.gpu_of(r)
+    job = run.fleet.scheduler.job_of(g)
+    assert job is not None and len(job.gpus) >= 2
+    before, during = (0, START_S), (START_S, START_S + DURATION_S)
+    uuid = run.fleet.uuids[g]
+    peers = [run.fleet.uuids[p] for p in job.gpus if p != g]
+    clock = np.median(run.series(uuid, "sm_clock_mhz", *during))
+    peer_clock = np.median([np.median(run.series(p, "sm_clock_mhz", *during)) for p in peers])
+    util = np.mean(run.series(uuid, "utilization_gpu_percent", *during))
+    peer_util = np.mean([np.mean(run.series(p, "utilization_gpu_percent", *during)) for p in peers])
+    assert clock < 0.85 * peer_clock or util < 0.85 * peer_util  # GPU-side (clock) or host-side (duty cycle)
+    field_ = "sm_active_percent" if "sm_active_percent" in run.samples[peers[0]][0].metrics else "power_watts"
+    for p in peers:
+        assert np.median(run.series(p, field_, *during)) < 0.9 * np.median(run.series(p, field_, *before))
+    # the waits come in periodic dips: the peers' activity varies more than before
+    assert np.std(run.series(peers[0], field_, *during)) > np.std(run.series(peers[0], field_, *before))
+
+
+def test_xid_storm(run: Run) -> None:
+    r = run.record("xid-storm")
+    uuid = r.gpu_uuid
+    assert uuid is not None
+    xids = [e for e in run.events[uuid] if e.kind == EventKind.XID]
+    assert len(xids) >= 15  # every 3-15 s over 5 minutes
+    assert {e.code for e in xids} <= {13, 31, 43, 45} and len({e.code for e in xids}) >= 3
+    assert all(r.start_ns <= e.ts_ns < r.end_ns for e in xids)
+    assert xids[0].ts_ns == r.start_ns
+    assert all("Xid" in e.detail for e in xids)
+
+
+def test_ecc_uncorrectable(run: Run) -> None:
+    r = run.record("ecc-uncorrectable")
+    uuid = r.gpu_uuid
+    assert uuid is not None
+    events = run.events[uuid]
+    assert {e.ts_ns for e in events} == {r.start_ns}
+    codes = {e.code for e in events if e.kind == EventKind.XID}
+    assert 48 in codes and codes & {63, 64}
+    assert any(e.kind == EventKind.ECC_DOUBLE_BIT for e in events)
+    errors = run.series(uuid, "ecc_uncorrected_total", START_S - 1, START_S + 1)
+    assert errors[0] == 0 and errors[1] >= 1
+    m = next(s.metrics for s in run.samples[uuid] if s.ts_ns == r.start_ns)
+    pending = m.get("row_remap_pending", 0) + m.get("row_remap_failure", 0) + m.get("retired_pages_pending", 0)
+    assert pending == 1
+    after = next(s.metrics for s in run.samples[uuid] if s.ts_ns == r.end_ns)
+    assert after.get("row_remap_pending", 0) == 0 and after.get("retired_pages_pending", 0) == 0  # reset
+    # the DBE killed the job: the GPU sits idle, drained, until the reset
+    assert (run.series(uuid, "utilization_gpu_percent", START_S + 5, START_S + DURATION_S) == 0).all()
+
+
+def test_fallen_off_the_bus(run: Run) -> None:
+    r = run.record("fallen-off-bus")
+    uuid = r.gpu_uuid
+    assert uuid is not None
+    kinds = {(e.kind, e.code) for e in run.events[uuid]}
+    assert kinds == {(EventKind.XID, 79), (EventKind.GPU_LOST, 0)}
+    assert {e.ts_ns for e in run.events[uuid]} == {r.start_ns}
+    times = [s.ts_ns for s in run.samples[uuid]]
+    assert not [t for t in times if r.start_ns <= t < r.end_ns]  # not one sample while it is lost
+    assert r.start_ns - 10**9 in times and r.end_ns in times  # exactly up to the start, back at the end
+    node = run.fleet.nodes.index(r.node)
+    for other in run.fleet.uuids[node * GPN : (node + 1) * GPN]:
+        if other != uuid:
+            assert r.start_ns + 10**9 in {s.ts_ns for s in run.samples[other]}  # the node keeps reporting
+
+
+def test_no_signature_outside_the_faults(run: Run) -> None:
+    """GPUs that never had a fault (and are not a faulted job's peers) stay clean of every signature."""
+    touched = {r.gpu_uuid for r in run.records}
+    for r in run.records:
+        if r.gpu_uuid is None:
+            node = run.fleet.nodes.index(r.node)
+            touched |= set(run.fleet.uuids[node * GPN : (node + 1) * GPN])
+        else:
+            job = run.fleet.scheduler.job_of(run.gpu_of(r))
+            touched |= {run.fleet.uuids[p] for p in job.gpus} if job else set()
+    for uuid, samples in run.samples.items():
+        if uuid in touched:
+            continue
+        for s in samples:
+            m = s.metrics
+            assert int(m["throttle_reasons_mask"]) & 0x60 == 0
+            assert m.get("nvlink_links_active", 0) == m.get("nvlink_links_max", 0)
+            assert m["pcie_link_width"] == m["pcie_link_width_max"]
+            assert m.get("ecc_uncorrected_total", 0) == 0
+        assert len([e for e in run.events[uuid] if e.kind == EventKind.XID]) <= 1  # at most a stray user XID
+
+
+def test_random_faults_follow_the_plan() -> None:
+    """A balanced plan sized for the run: every class happens, none on a GPU twice at once, truth is ordered."""
+    hours = 1.0
+    plan = FaultPlan.for_evaluation(nodes=16, seconds=hours * 3600, per_class=4)
+    assert plan.mix == "balanced"
+    expected = plan.expected(16, hours * 3600)
+    assert all(v == pytest.approx(4) for v in expected.values())
+    fleet = Fleet(16, 8, seed=1, faults=plan)
+    records: list[FaultRecord] = []
+    for r in range(0, int(hours * 3600), 2):
+        records += fleet.round(T0 + r * 10**9).ground_truth
+    counts = {f: sum(1 for r in records if r.fault == f) for f in FAULTS}
+    assert all(c >= 1 for c in counts.values()), counts
+    assert sum(counts.values()) + sum(fleet.injector.skipped.values()) == pytest.approx(36, abs=18)
+    for a in records:
+        for b in records:
+            if a is not b and a.gpu_uuid and a.gpu_uuid == b.gpu_uuid:
+                assert a.end_ns <= b.start_ns or b.end_ns <= a.start_ns
+        assert plan.min_duration_s * 1e9 <= a.end_ns - a.start_ns <= plan.max_duration_s * 1e9
+
+
+def test_plan_validation() -> None:
+    with pytest.raises(ValueError, match="unknown fault class"):
+        FaultPlan(classes=("gremlins",))
+    with pytest.raises(ValueError, match="mix"):
+        FaultPlan(mix="uniform")
+    with pytest.raises(ValueError):
+        FaultPlan(rate_scale=-1)
+    assert FaultPlan(classes=("xid-storm",)).rate_per_node_s("straggler") == 0.0
+
+
+def test_injection_on_an_ineligible_target_is_skipped() -> None:
+    # node 0 of the default mix is an H100 node; a GeForce-only fault target would be node 11+, but ECC on a
+    # GeForce card cannot happen: ask for it on the last node (a GTX 1080 Ti rig)
+    fleet = Fleet(
+        16, 8, seed=0, faults=FaultPlan(rate_scale=0, injections=(Injection("ecc-uncorrectable", 1, 60, 15, 0),))
+    )
+    assert fleet.kinds[15].name == "ws-1080ti"
+    records = [rec for r in range(5) for rec in fleet.round(T0 + r * 10**9).ground_truth]
+    assert records == [] and fleet.injector.skipped["ecc-uncorrectable"] == 1
+
+
+def _trace_durations() -> dict[str, list[float]]:
+    rows = list(csv.DictReader((TRACE / "fault_events.csv").open()))
+    open_: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
+    out: dict[str, list[float]] = defaultdict(list)
+    for row in sorted(rows, key=lambda r: (float(r["event_time"]), r["event_type"] != "fault_start")):
+        key = (row["node_id"], row["Level"], row["Class"], row["Desc"])
+        if row["event_type"] == "fault_start":
+            open_[key].append(float(row["event_time"]))
+            continue
+        start = open_[key].pop(0)
+        for fault, cls in TRACE_CLASSES.items():
+            if any(
+                lvl == row["Level"] and c in (None, row["Class"]) and d in (None, row["Desc"])
+                for lvl, c, d in cls.sources
+            ):
+                out[fault].append((float(row["event_time"]) - start) * 24)
+    return out
+
+
+def test_trace_table_matches_the_trace() -> None:
+    durations = _trace_durations()
+    for fault, cls in TRACE_CLASSES.items():
+        assert len(durations[fault]) == cls.count, fault
+        assert np.quantile(durations[fault], REPAIR_QUANTILES) == pytest.approx(cls.repair_hours, abs=0.01), fault
+    stats = json.loads((TRACE / "fault_statistics.json").read_text())
+    gpu = stats["Hardware Failure"]["GPU"]
+    assert TRACE_CLASSES["ecc-uncorrectable"].count == gpu["GPU DBE(Double Bit ECC) > Threshold"]
+    assert TRACE_CLASSES["pcie-link-degraded"].count == gpu["GPU PCI link width low"]
+    assert (
+        pytest.approx(
+            max(float(r["event_time"]) for r in csv.DictReader((TRACE / "fault_events.csv").open())), abs=0.01
+        )
+        == TRACE_DAYS
+    )
+    # about one GPU-relevant fault per 600 node-days in the trace: a real fleet almost never shows one
+    total = sum(trace_rate_per_node_s(f) for f in FAULTS) * 86_400
+    assert 1e-3 < total < 3e-3
+
+
+def test_durations_keep_the_trace_order() -> None:
+    plan = FaultPlan()
+    rng = np.random.default_rng(0)
+    median = {f: np.median([plan.draw_duration_s(f, rng) for _ in range(400)]) for f in FAULTS}
+    assert all(plan.min_duration_s <= v <= plan.max_duration_s for v in median.values())
+    assert median["xid-storm"] < median["pcie-link-degraded"]
+    assert median["ecc-uncorrectable"] < median["fallen-off-bus"] <= median["power-capping"]

@@ -1,0 +1,114 @@
+"""The node agent's loop: what it publishes where, and what it does with failing sources and a full buffer.
+
+The publisher here is a recording stand-in (the real one, against a real broker that is stopped and restarted,
+is in tests/integration/test_producer_reliability.py); the simulator through this loop is in
+tests/unit/producers/simulator/test_source.py."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from typing import Any
+
+from pipeline.codec import decode_record, decode_samples
+from pipeline.config import TopicSettings
+from pipeline.deadletter import headers_dict
+from pipeline.errors import BadSourceData, SourceUnavailable
+from pipeline.events import EventKind, GpuEvent, GpuSample, NodeTopology, SampleBatch, TopologyGpu
+from producers.agent import NodeAgent
+from tests.fakes.kafka import RecordingPublisher
+from tests.fakes.sources import ScriptedSource
+
+TOPICS = TopicSettings.with_prefix("t")
+
+
+def batch(gpus: int = 2, events: tuple[GpuEvent, ...] = ()) -> SampleBatch:
+    samples = tuple(GpuSample("dc1", "n1", f"GPU-{i}", i, "m", 0, {"power_watts": 100.0 + i}) for i in range(gpus))
+    return SampleBatch("dc1", "n1", samples, events)
+
+
+def topo(gpus: int) -> NodeTopology:
+    return NodeTopology(
+        "dc1", "n1", 0, tuple(TopologyGpu(f"GPU-{i}", i, "m", f"0000:{i:02x}:00.0") for i in range(gpus))
+    )
+
+
+def run(source: ScriptedSource, publisher: RecordingPublisher, rounds: int, **kwargs: Any) -> NodeAgent:
+    clock = itertools.count(10**18, 10**8)
+    agent = NodeAgent(source, publisher, TOPICS, 0.001, clock=lambda: next(clock), **kwargs)  # type: ignore[arg-type]
+    stop = threading.Event()
+    original = agent.round
+
+    def counted(stop_event: threading.Event) -> bool:
+        changed = original(stop_event)
+        if agent.report.rounds >= rounds:
+            stop.set()
+        return changed
+
+    agent.round = counted  # type: ignore[method-assign]
+    agent.run(stop)
+    return agent
+
+
+def test_one_message_per_round_keyed_by_node_and_topology_only_when_it_changes() -> None:
+    source = ScriptedSource([[batch()]], [topo(2), topo(2), topo(2), topo(3)])
+    publisher = RecordingPublisher()
+    agent = run(source, publisher, 5, topology_interval_s=0)  # checked after each round but the last (stop)
+    raw = publisher.on(TOPICS.raw)
+    assert len(raw) == 5 and {m[1] for m in raw} == {b"dc1/n1"}
+    decoded = [decode_samples(m[2])[0] for m in raw]
+    assert [len(b.samples) for b in decoded] == [2] * 5
+    assert len({b.samples[0].ts_ns for b in decoded}) == 5
+    topologies = [decode_record(NodeTopology, m[2]) for m in publisher.on(TOPICS.topology)]
+    assert [len(t.gpus) for t in topologies] == [2, 3]
+    assert agent.report.topologies == 2 and agent.report.samples == 10 and publisher.closed
+
+
+def test_a_failing_source_skips_the_round_and_bad_data_is_dead_lettered() -> None:
+    bad = BadSourceData("malformed", "line 3: not a sample", b"garbage\n", "http://x:9400/metrics")
+    source = ScriptedSource([SourceUnavailable("connection refused"), bad, [batch()]])
+    publisher = RecordingPublisher()
+    agent = run(source, publisher, 3)
+    assert agent.report.source_errors == 1 and agent.report.dead_lettered == 1
+    (letter,) = publisher.on(TOPICS.dead_letter)
+    assert letter[2] == b"garbage\n"
+    headers = headers_dict(letter[3])
+    assert headers["hermeneut-reason"] == "malformed" and headers["hermeneut-stage"] == "collector"
+    assert headers["hermeneut-source"] == "http://x:9400/metrics"
+    assert len(publisher.on(TOPICS.raw)) == 1
+
+
+def test_a_full_buffer_blocks_the_round_and_is_counted_as_skipped_rounds() -> None:
+    publisher = RecordingPublisher(full_for=3)  # 3 x 50 ms waiting for room
+    agent = run(ScriptedSource([[batch()]]), publisher, 2)
+    assert len(publisher.on(TOPICS.raw)) == 2  # nothing dropped: the round waited
+    assert agent.report.late_rounds >= 1 and agent.report.skipped_rounds >= 100  # 150 ms at 1 ms per round
+
+
+def test_a_stop_while_the_buffer_is_full_counts_what_was_never_queued() -> None:
+    publisher = RecordingPublisher(full_for=10**9)
+    source = ScriptedSource([[batch(3)]])
+    agent = NodeAgent(source, publisher, TOPICS, 0.01)  # type: ignore[arg-type]
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    report = agent.run(stop)
+    assert report.unqueued_samples == 3 and report.messages == 0 and publisher.closed
+
+
+def test_events_alone_are_published_and_empty_rounds_are_not() -> None:
+    xid = GpuEvent("dc1", "n1", "GPU-0", 0, 5, EventKind.XID, 79)
+    source = ScriptedSource([[batch(0, (xid,))], [batch(0)]])
+    publisher = RecordingPublisher()
+    agent = run(source, publisher, 2)
+    assert len(publisher.on(TOPICS.raw)) == 1 and agent.report.events == 1
+
+
+def test_duration_ends_the_run_and_stats_are_written(tmp_path: Any) -> None:
+    stats_file = tmp_path / "agent.json"
+    agent = NodeAgent(ScriptedSource([[batch()]]), RecordingPublisher(), TOPICS, 0.05, stats_file=stats_file)  # type: ignore[arg-type]
+    report = agent.run(threading.Event(), duration_s=0.3)
+    assert 3 <= report.rounds <= 8
+    written = json.loads(stats_file.read_text())
+    assert written["rounds"] == report.rounds and written["delivered"] == report.messages
+    assert written["scripted_rounds"] == report.rounds

@@ -1,0 +1,102 @@
+"""The generic sink runner with a scripted sink and a fake consumer: offsets are committed only after a good
+flush, backpressure pauses consumption and retries the same batch, a failed flush never commits, and what cannot
+be stored is dead-lettered before its offset is committed (the InfluxDB plugin against a real influxd, stopped
+and restarted mid-stream, is tests/integration/test_sink_resilience.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from pipeline.deadletter import headers_dict
+from pipeline.errors import SinkBackpressure, TransientWriteError
+from sinks.runner import RunnerConfig, SinkRunner
+from tests.fakes.kafka import FakeConsumer, FakeMessage, RecordingPublisher
+from tests.fakes.sinks import ScriptedSink
+
+
+def messages(*values: bytes, partition: int = 0) -> list[FakeMessage]:
+    return [FakeMessage("in", partition, offset, value) for offset, value in enumerate(values)]
+
+
+def run_until(
+    sink: ScriptedSink,
+    consumer: FakeConsumer,
+    done: Callable[[], bool],
+    batch_size: int = 2,
+    grace_s: float = 5.0,
+) -> tuple[SinkRunner[bytes], RecordingPublisher]:
+    """Run the runner in a thread until ``done()`` (or 10 s), then stop it and wait for it to drain."""
+    dlq = RecordingPublisher()
+    config = RunnerConfig(batch_size, flush_interval_s=0.05, shutdown_grace_s=grace_s, dead_letter_topic="dlq")
+    runner = SinkRunner(sink, consumer, dlq, config)  # type: ignore[arg-type]
+    stop = threading.Event()
+    thread = threading.Thread(target=runner.run, args=(stop,))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    thread.join(30)
+    assert not thread.is_alive()
+    return runner, dlq
+
+
+def flushed_before_commit(events: list[str]) -> bool:
+    """Every commit follows a good flush, and no failed flush comes between that flush and the commit."""
+    last_flush = None
+    for event in events:
+        if event.startswith("flush"):
+            last_flush = event
+        elif event.startswith("commit") and (last_flush is None or not last_flush.startswith("flush ok")):
+            return False
+    return True
+
+
+def test_offsets_are_committed_only_after_a_good_flush() -> None:
+    events: list[str] = []
+    sink = ScriptedSink([TransientWriteError("down"), TransientWriteError("still down")], events)
+    consumer = FakeConsumer(messages(b"a", b"b", b"c", b"d", b"e"), events)
+    runner, dlq = run_until(sink, consumer, lambda: consumer.committed().get(("in", 0)) == 5)
+    assert consumer.committed() == {("in", 0): 5}
+    assert sorted(v for batch in sink.written for v in batch) == [b"a", b"b", b"c", b"d", b"e"]
+    assert events.index("flush ok ['a', 'b']") < next(i for i, e in enumerate(events) if e.startswith("commit"))
+    assert flushed_before_commit(events)
+    assert runner.stats.write_retries == 2 and runner.stats.messages == 5 and runner.stats.dead_lettered == 0
+    assert not dlq.sent and consumer.closed
+
+
+def test_backpressure_pauses_consumption_and_retries_the_same_batch() -> None:
+    events: list[str] = []
+    sink = ScriptedSink([SinkBackpressure(0.1), SinkBackpressure(0.1), SinkBackpressure(0.1)], events)
+    consumer = FakeConsumer(messages(*[str(i).encode() for i in range(6)]), events)
+    runner, _ = run_until(sink, consumer, lambda: consumer.committed().get(("in", 0)) == 6, batch_size=1)
+    assert consumer.pauses >= 1 and consumer.resumes == consumer.pauses  # paused while the sink asked to wait
+    assert events.index("pause") < events.index("flush ok ['0']") < events.index("resume")
+    assert sink.written[0] == [b"0"]  # the batch it could not take, retried, nothing dropped or reordered
+    assert [v for batch in sink.written for v in batch] == [str(i).encode() for i in range(6)]
+    assert flushed_before_commit(events) and runner.stats.write_retries == 3
+
+
+def test_a_failed_flush_never_commits() -> None:
+    events: list[str] = []
+    sink = ScriptedSink([TransientWriteError("down")] * 10_000, events)
+    consumer = FakeConsumer(messages(b"a", b"b"), events)
+    runner, dlq = run_until(sink, consumer, lambda: sink.flushes >= 3, grace_s=0.3)
+    assert sink.flushes >= 3 and not sink.written
+    assert consumer.commits == [] and not any(e.startswith("commit") for e in events)
+    assert not dlq.sent and runner.stats.messages == 0 and consumer.closed
+
+
+def test_unreadable_and_rejected_messages_are_dead_lettered_before_the_commit() -> None:
+    events: list[str] = []
+    sink = ScriptedSink(events=events, reject=frozenset({b"d"}))
+    consumer = FakeConsumer(messages(b"a", b"bad", b"c", b"d", b"e"), events)
+    runner, dlq = run_until(sink, consumer, lambda: consumer.committed().get(("in", 0)) == 5, batch_size=1)
+    letters = {m[2]: headers_dict(m[3]) for m in dlq.on("dlq")}
+    assert {v: h["hermeneut-reason"] for v, h in letters.items()} == {b"bad": "malformed", b"d": "fake_rejected"}
+    assert letters[b"d"]["hermeneut-source"] == "in/0/3" and letters[b"d"]["hermeneut-stage"] == "sink"
+    assert [v for batch in sink.written for v in batch] == [b"a", b"c", b"e"]  # the rest stored
+    assert consumer.committed() == {("in", 0): 5} and runner.stats.dead_lettered == 2
+    assert flushed_before_commit([e for e in events if "Permanent" not in e])
