@@ -39,15 +39,20 @@ DURATION_EXAMPLES: Final = "90s, 15m, 1h30m, 1.5h, 7d, 2w"
 
 
 def parse_duration(
-    text: str, what: str = "duration", *, max_ns: int = MAX_DURATION_NS, error: type[InvalidInput] = InvalidInput
+    text: str,
+    what: str = "duration",
+    *,
+    max_ns: int = MAX_DURATION_NS,
+    error: type[InvalidInput] = InvalidInput,
+    zero: bool = False,
 ) -> int:
     """``text`` in whole nanoseconds; ``error`` (one readable line; the caller's kind of :class:`InvalidInput`) when
-    it is not a positive duration of at most ``max_ns``."""
+    it is not a positive duration (or zero, where ``zero`` allows it: "do not wait") of at most ``max_ns``."""
     cleaned = text.strip()
     if not _DURATION.match(cleaned):
         raise error(f"{what} {text!r} is not a duration like {DURATION_EXAMPLES}")
     ns = round(sum(float(n) * _UNITS[unit] for n, unit in _PART.findall(cleaned)))
-    if ns <= 0:
+    if ns < 0 or (ns == 0 and not zero):
         raise error(f"{what} {text!r} must be longer than zero")
     if ns > max_ns:
         raise error(f"{what} {text!r} is longer than the {format_duration(max_ns)} allowed")
@@ -55,10 +60,15 @@ def parse_duration(
 
 
 def parse_seconds(
-    text: str, what: str = "duration", *, max_ns: int = MAX_DURATION_NS, error: type[InvalidInput] = InvalidInput
+    text: str,
+    what: str = "duration",
+    *,
+    max_ns: int = MAX_DURATION_NS,
+    error: type[InvalidInput] = InvalidInput,
+    zero: bool = False,
 ) -> float:
     """:func:`parse_duration` in seconds."""
-    return parse_duration(text, what, max_ns=max_ns, error=error) / NS_PER_S
+    return parse_duration(text, what, max_ns=max_ns, error=error, zero=zero) / NS_PER_S
 
 
 def format_duration(ns: int) -> str:

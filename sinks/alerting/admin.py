@@ -114,7 +114,7 @@ def make_subscription(
     now_ns: int | None = None,
 ) -> Subscription:
     def seconds(value: str | None, what: str) -> float | None:
-        return None if value is None else parse_seconds(value, what, error=AlertConfigError)
+        return None if value is None else parse_seconds(value, what, error=AlertConfigError, zero=True)
 
     return Subscription(
         new_id(),

@@ -54,6 +54,9 @@ def test_durations_have_a_ceiling() -> None:
     with pytest.raises(InvalidInput, match="longer than"):
         parse_duration("2h", max_ns=3600 * S)
     assert parse_seconds("1h30m") == 5400.0
+    assert parse_duration("0s", zero=True) == 0
+    with pytest.raises(InvalidInput, match="longer than zero"):
+        parse_duration("0s")
 
 
 @pytest.mark.parametrize("ns", [1, 1_000, 1_000_000, S, 90 * S, 5400 * S, 7 * 86400 * S + 3 * S, 123_456 * S])

@@ -131,7 +131,7 @@ def test_subscription_validation() -> None:
         ({"owner": " "}, "needs an owner"),
         ({"group_by": ["gpu", "colour"]}, "group-by label 'colour'"),
         ({"group_wait": "soon"}, "group wait 'soon' is not a duration"),
-        ({"repeat": "0s"}, "repeat interval .0s. must be longer than zero"),
+        ({"repeat": "0s"}, "repeat interval must be more than 0s"),
         ({"match": ['node=~"["']}, "invalid regular expression"),
     ]:
         args = {"name": "x", "owner": "alice", "match": [], "receivers": [hook]} | kwargs
