@@ -96,19 +96,8 @@ def encoded_parts(batch: InterpretedBatch) -> list[bytes]:
     if len(payload) <= MAX_MESSAGE_BYTES or len(batch) < 2:
         return [payload]
     half = len(batch) // 2
-    return encoded_parts(rows_of(batch, 0, half)) + encoded_parts(rows_of(batch, half, len(batch)))
-
-
-def rows_of(b: InterpretedBatch, lo: int, hi: int) -> InterpretedBatch:
-    """Rows ``lo:hi`` of a batch; the node-level extras (events, NIC readings) go with the first part."""
-    s = slice(lo, hi)
-    first = lo == 0
-    return InterpretedBatch(
-        b.cluster[s], b.node[s], b.gpu_uuid[s], b.gpu_index[s], b.gpu_model[s], b.ts_ns[s], b.metrics[s],
-        b.relative[s], b.workload[s], b.score[s], b.verdict[s], b.baseline[s], b.explanation[s], b.phase[s],
-        b.drivers[s], b.links[s], b.processes[s], b.gpu_events if first else (), b.nics if first else (),
-        b.schema_version,
-    )  # fmt: skip
+    # the node-level extras (events, NIC readings) go with the first part
+    return encoded_parts(batch.take(slice(0, half))) + encoded_parts(batch.take(slice(half, None), extras=False))
 
 
 def build_interpreter(settings: Settings) -> Interpreter:

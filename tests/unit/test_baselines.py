@@ -234,9 +234,10 @@ def test_store_switches_only_to_a_complete_version(history: Labelled) -> None:
 def _verdict_batch(ts_s: list[float], codes: list[int]) -> tuple[InterpretedBatch, np.ndarray]:
     n = len(ts_s)
     batch = InterpretedBatch(
-        ("c",) * n, ("n",) * n, ("GPU-1",) * n, (0,) * n, (H100,) * n,
-        np.array([int(t * 1e9) for t in ts_s], dtype=np.int64), np.full((n, 1), np.nan), np.full((n, 1), np.nan),
-        (Workload("llm-serving"),) * n, np.full(n, 9.0), (Verdict.ANOMALOUS,) * n, ("b",) * n, ("power off",) * n,
+        cluster=("c",) * n, node=("n",) * n, gpu_uuid=("GPU-1",) * n, gpu_index=(0,) * n, gpu_model=(H100,) * n,
+        ts_ns=np.array([int(t * 1e9) for t in ts_s], dtype=np.int64), metrics=np.full((n, 1), np.nan),
+        relative=np.full((n, 1), np.nan), workload=(Workload("llm-serving"),) * n, score=np.full(n, 9.0),
+        verdict=(Verdict.ANOMALOUS,) * n, baseline=("b",) * n, explanation=("power off",) * n,
     )  # fmt: skip
     return batch, np.array(codes)
 
