@@ -104,8 +104,8 @@ def train(
     """Learn from the last ``range_s`` seconds of history (of one cluster tag, or all) and publish a new version
     (see module docstring)."""
     from processors.baselines import baseline_id
+    from processors.baselines.fit import LabelledRows, fit_version
     from processors.features import PHASE_INDEX, features, fill_relative, infer_phase
-    from processors.learn import LabelledRows, fit_version
     from sinks.query.history import feedback_rows, finding_windows, stored_event, training_history
 
     cfg = settings.baselines

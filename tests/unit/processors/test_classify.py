@@ -21,7 +21,7 @@ from processors.classify import (
     window_inputs,
 )
 
-from .fleet_history import labelled_history
+from .history import labelled_history
 
 WINDOW = 30
 

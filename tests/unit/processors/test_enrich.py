@@ -18,7 +18,7 @@ from processors.features import FEATURE_INDEX, PHASE_INDEX, features, infer_phas
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet
 
-from .fleet_history import T0, labelled_history
+from .history import T0, labelled_history
 
 H100 = "NVIDIA H100 80GB HBM3"
 

@@ -25,8 +25,7 @@ from processors.baselines import (
     trimmed_gaussian,
 )
 from processors.features import FEATURE_INDEX, features, infer_phase
-
-from .fleet_history import Labelled, labelled_history
+from tests.unit.processors.history import Labelled, labelled_history
 
 H100 = "NVIDIA H100 80GB HBM3"
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from pipeline.baselines import BaselineRecord, ClassifierRecord
 from pipeline.events import PHASES
-from processors.baselines import FLEET, FitParams, baseline_id, fit_baseline
+from processors.baselines.score import FLEET, FitParams, baseline_id, fit_baseline
 from processors.classify import fit_classifier, history_windows, window_inputs
 from processors.features import FEATURES
 

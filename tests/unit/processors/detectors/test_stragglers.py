@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.face.evaluation import PAI_LABELS, PAI_WINDOW, pai_result, pai_step_windows
-from processors.straggler import PeerState, StragglerParams, pair_scores, peer_step, scan
+from processors.detectors.stragglers import PeerState, StragglerParams, pair_scores, peer_step, scan
 
-DATA = Path(__file__).parents[1] / "testdata" / "alibaba-pai2020-minibatch-stragglers"
+DATA = Path(__file__).parents[3] / "testdata" / "alibaba-pai2020-minibatch-stragglers"
 
 
 def windows(job: int) -> np.ndarray:

@@ -49,8 +49,8 @@ from pipeline.events import (
     Workload,
 )
 from pipeline.vocab import HW_SLOWDOWN, HW_THERMAL, SW_POWER_CAP, SW_THERMAL
-from processors.straggler import PeerState, StragglerParams, peer_step
-from processors.xid import LOST, UNCORRECTABLE, describe
+from processors.detectors.hard_errors import LOST, UNCORRECTABLE, describe
+from processors.detectors.stragglers import PeerState, StragglerParams, peer_step
 
 TopologyOf = Callable[[str, str], NodeTopology | None]
 
