@@ -31,8 +31,8 @@ from pipeline.codec import encode_samples
 from pipeline.config import Settings, ValidationSettings
 from pipeline.events import GpuContext, InterpretedBatch, NodeTopology, Verdict, Workload, gpu_key, node_key
 from processors.app import BATCH_MAX, interpreter_from
-from processors.baselines import BaselineSet
 from processors.baselines.fit import LabelledRows, fit_version
+from processors.baselines.store import BaselineSet
 from processors.features import features, infer_phase
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet

@@ -29,11 +29,13 @@ from pipeline.errors import ServiceError
 from pipeline.events import Finding, GpuContext, InterpretedBatch, NodeTopology, node_key
 from pipeline.mirror import TopicMirror
 from pipeline.stats import write_stats
-from processors.baselines import AnomalyTracker, BaselineSet, BaselineStore, Scorer, decode_baselines_record
-from processors.detectors import Detectors
+from processors.baselines.score import AnomalyTracker, Scorer
+from processors.baselines.store import BaselineSet, BaselineStore, decode_baselines_record
+from processors.detectors.stage import Detectors
 from processors.enrich import ContextTimeline, Enricher
 from processors.interpret import Interpreter
 from processors.normalize import RawMessage, process_raw
+from processors.state import GpuSlots
 
 log = logging.getLogger(__name__)
 
@@ -129,13 +131,15 @@ def interpreter_from(
     timeline: ContextTimeline | None = None,
 ) -> Interpreter:
     """The stages over injected state (mirrors in the processor, in-memory tables in bench/scoring.py), in
-    order: enrichment, scoring against the learned baselines, domain detectors."""
-    tracker = AnomalyTracker(after_s=settings.baselines.anomaly_after_s)
+    order: enrichment, scoring against the learned baselines, domain detectors. They share one per-GPU slot table
+    (processors.state), so a batch's GPUs are looked up once."""
+    slots = GpuSlots()
+    tracker = AnomalyTracker(after_s=settings.baselines.anomaly_after_s, slots=slots)
     return Interpreter(
         [
-            Enricher(context_of, baselines, timeline),
+            Enricher(context_of, baselines, timeline, slots),
             Scorer(baselines, tracker),
-            Detectors(settings.detectors, topology_of),
+            Detectors(settings.detectors, topology_of, slots),
         ]
     )
 

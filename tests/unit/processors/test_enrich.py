@@ -11,7 +11,7 @@ from pipeline.baselines import BaselineManifest
 from pipeline.codec import encode_samples
 from pipeline.config import ValidationSettings
 from pipeline.events import RELATIVE_FIELDS, GpuContext, GpuSample, SampleBatch, Workload, gpu_key
-from processors.baselines import BaselineSet
+from processors.baselines.store import BaselineSet
 from processors.classify import MIN_SAMPLES, fit_classifier, history_windows, window_inputs
 from processors.enrich import ContextTimeline, Enricher
 from processors.features import FEATURE_INDEX, PHASE_INDEX, features, infer_phase

@@ -13,17 +13,10 @@ from scipy.stats import chi2
 from pipeline.baselines import CLASSIFIER_KEY, MANIFEST_KEY, BaselineManifest, BaselineRecord
 from pipeline.codec import encode_record
 from pipeline.events import METRIC_INDEX, InterpretedBatch, Verdict, Workload
-from processors.baselines import (
-    AnomalyTracker,
-    Baseline,
-    BaselineSet,
-    BaselineStore,
-    Scorer,
-    decode_baselines_record,
-    fit_baseline,
-    score_batch,
-    trimmed_gaussian,
-)
+from processors.baselines.fit import fit_baseline, trimmed_gaussian
+from processors.baselines.model import Baseline
+from processors.baselines.score import AnomalyTracker, Scorer, score_batch
+from processors.baselines.store import BaselineSet, BaselineStore, decode_baselines_record
 from processors.features import FEATURE_INDEX, features, infer_phase
 from tests.unit.processors.history import Labelled, labelled_history
 
@@ -280,7 +273,7 @@ def test_features_of_the_fleet_are_relative(history: Labelled) -> None:
 
 
 def test_scores_stay_finite_far_in_the_tail() -> None:
-    from processors.baselines import surprise
+    from processors.baselines.model import surprise
 
     d2 = np.array([0.0, 10.0, 1e3, 1e5, 1e8])
     s = surprise(d2, 10)

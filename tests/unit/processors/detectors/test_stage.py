@@ -26,7 +26,8 @@ from pipeline.events import (
     Workload,
     metric_matrix,
 )
-from processors.detectors import Detectors, fast_leak
+from processors.detectors.memory import fast_leak
+from processors.detectors.stage import Detectors
 from processors.normalize import relative_values
 
 S = 1_000_000_000
