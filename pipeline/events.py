@@ -564,22 +564,49 @@ class InterpretedBatch:
         ]
 
     @classmethod
-    def from_events(
-        cls, events: list[InterpretedEvent], gpu_events: tuple[GpuEvent, ...] = (), nics: tuple[NicSample, ...] = ()
+    def from_samples(
+        cls,
+        samples: list[GpuSample],
+        relative: np.ndarray,
+        *,
+        ts_ns: np.ndarray | None = None,
+        metrics: np.ndarray | None = None,
+        gpu_events: tuple[GpuEvent, ...] = (),
+        nics: tuple[NicSample, ...] = (),
     ) -> InterpretedBatch:
-        samples = [e.sample for e in events]
-        nan = float("nan")
+        """Samples as a batch still to interpret (unscored, no workload known) with their ``relative`` values;
+        ``ts_ns`` and ``metrics`` where the caller has them already."""
+        n = len(samples)
         return cls(
             cluster=tuple(s.cluster for s in samples),
             node=tuple(s.node for s in samples),
             gpu_uuid=tuple(s.gpu_uuid for s in samples),
             gpu_index=tuple(s.gpu_index for s in samples),
             gpu_model=tuple(s.gpu_model for s in samples),
-            ts_ns=np.array([s.ts_ns for s in samples], dtype=np.int64),
-            metrics=metric_matrix(samples),
-            relative=np.array(
-                [[e.relative.get(n, nan) for n in RELATIVE_FIELDS] for e in events], dtype=np.float64
-            ).reshape(len(events), len(RELATIVE_FIELDS)),
+            ts_ns=np.array([s.ts_ns for s in samples], dtype=np.int64) if ts_ns is None else ts_ns,
+            metrics=metric_matrix(samples) if metrics is None else metrics,
+            relative=relative,
+            workload=(None,) * n,
+            score=np.full(n, np.nan),
+            verdict=(Verdict.UNSCORED,) * n,
+            baseline=(None,) * n,
+            explanation=("",) * n,
+            links=tuple(s.links for s in samples),
+            processes=tuple(s.processes for s in samples),
+            gpu_events=gpu_events,
+            nics=nics,
+        )
+
+    @classmethod
+    def from_events(
+        cls, events: list[InterpretedEvent], gpu_events: tuple[GpuEvent, ...] = (), nics: tuple[NicSample, ...] = ()
+    ) -> InterpretedBatch:
+        nan = float("nan")
+        relative = np.array([[e.relative.get(n, nan) for n in RELATIVE_FIELDS] for e in events], dtype=np.float64)
+        relative = relative.reshape(len(events), len(RELATIVE_FIELDS))
+        batch = cls.from_samples([e.sample for e in events], relative, gpu_events=gpu_events, nics=nics)
+        return replace(
+            batch,
             workload=tuple(e.workload for e in events),
             score=np.array([nan if e.score is None else e.score for e in events], dtype=np.float64),
             verdict=tuple(e.verdict for e in events),
@@ -587,10 +614,6 @@ class InterpretedBatch:
             explanation=tuple(e.explanation for e in events),
             phase=tuple(e.phase for e in events),
             drivers=tuple(e.drivers for e in events),
-            links=tuple(s.links for s in samples),
-            processes=tuple(s.processes for s in samples),
-            gpu_events=gpu_events,
-            nics=nics,
         )
 
 

@@ -32,7 +32,6 @@ from pipeline.events import (
     GpuSample,
     InterpretedBatch,
     NicSample,
-    Verdict,
     metric_matrix,
 )
 
@@ -248,26 +247,9 @@ def _batch(
     samples: list[GpuSample], ts_ns: np.ndarray, m: np.ndarray, events: list[GpuEvent], nics: list[NicSample]
 ) -> InterpretedBatch:
     """Validated samples (and their node-level extras) as a batch to interpret, with values relative to each GPU's
-    own limits; the interpretation is still to come."""
-    n = len(samples)
-    return InterpretedBatch(
-        cluster=tuple(s.cluster for s in samples),
-        node=tuple(s.node for s in samples),
-        gpu_uuid=tuple(s.gpu_uuid for s in samples),
-        gpu_index=tuple(s.gpu_index for s in samples),
-        gpu_model=tuple(s.gpu_model for s in samples),
-        ts_ns=ts_ns,
-        metrics=m,
-        relative=relative_values(m),
-        workload=(None,) * n,
-        score=np.full(n, np.nan),
-        verdict=(Verdict.UNSCORED,) * n,
-        baseline=(None,) * n,
-        explanation=("",) * n,
-        links=tuple(s.links for s in samples),
-        processes=tuple(s.processes for s in samples),
-        gpu_events=tuple(events),
-        nics=tuple(nics),
+    own limits."""
+    return InterpretedBatch.from_samples(
+        samples, relative_values(m), ts_ns=ts_ns, metrics=m, gpu_events=tuple(events), nics=tuple(nics)
     )
 
 

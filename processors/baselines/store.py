@@ -6,6 +6,7 @@ GPU model, phase), and the classifier), the check of every record read from the 
 from __future__ import annotations
 
 import logging
+from typing import TypeVar
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from processors.baselines.model import FLEET, QUANTILES, Baseline, baseline_id
 from processors.classify import Classifier
 
 log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 
 class BaselineSet:
@@ -59,23 +61,25 @@ class BaselineSet:
 def decode_baselines_record(payload: bytes) -> BaselineRecord | ClassifierRecord | BaselineManifest:
     """Any record of the baselines topic, checked so that using it cannot fail; DecodeError when it is none of
     them or does not hold together (the mirror then skips and counts it)."""
-    try:
-        record = decode_record(BaselineRecord, payload)
-    except DecodeError as exc:
-        if not exc.detail.startswith("expected a"):
-            raise
-    else:
+    record = _decoded_as(BaselineRecord, payload)
+    if record is not None:
         _check_baseline(record)
         return record
-    try:
-        classifier = decode_record(ClassifierRecord, payload)
-    except DecodeError as exc:
-        if not exc.detail.startswith("expected a"):
-            raise
-    else:
+    classifier = _decoded_as(ClassifierRecord, payload)
+    if classifier is not None:
         _check_classifier(classifier)
         return classifier
     return decode_record(BaselineManifest, payload)
+
+
+def _decoded_as(kind: type[R], payload: bytes) -> R | None:
+    """``payload`` as a ``kind``; None when it is another kind of record (any other problem is raised)."""
+    try:
+        return decode_record(kind, payload)
+    except DecodeError as exc:
+        if not exc.detail.startswith("expected a"):
+            raise
+        return None
 
 
 def _check_baseline(r: BaselineRecord) -> None:
