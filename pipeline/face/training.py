@@ -2,7 +2,7 @@
 them, publish them for running processors to hot-reload, and write the bands to InfluxDB.
 
 The face of the Iterate loop, wiring the query layer (sinks.query.history: history, feedback, findings) to the
-pure fitting code (processors.baselines, processors.classify); stages are imported inside the functions, as
+pure fitting code (processors.baselines.fit, processors.classify); stages are imported inside the functions, as
 everywhere in ``pipeline/``. Steps:
 1. read every stored sample with a known application in the range (not one the classifier inferred: the
    baselines must not learn from their own guesses), per (application, GPU model), with a progress bar;
