@@ -70,8 +70,8 @@ class Latest:
     #: until when a finding that slows the GPU down (thermal, a power cap, its links...) held: it explains a straggler
     explained_until: np.ndarray = column(-1, dtype=np.int64)
 
-    def explained(self, slot: int, holds: bool, ts_ns: int) -> None:
-        """A finding that slows the GPU down started (``holds``) or cleared at ``ts_ns``."""
+    def explained(self, slot: int | np.ndarray, holds: bool, ts_ns: int) -> None:
+        """A finding that slows the GPU (or GPUs) down started (``holds``) or cleared at ``ts_ns``."""
         self.explained_until[slot] = _FOREVER if holds else ts_ns
 
     def counter_deltas(self, s: np.ndarray, first: np.ndarray, m: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ the (possibly inferred) application, which can flicker, so only the power-cap ru
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -42,17 +42,13 @@ class Boundaries:
     processes: np.ndarray = column(_NO_PROCS, dtype=np.int64)
 
 
-@dataclass
 class Jobs:
     """Job boundaries per GPU (see module docstring)."""
 
-    slots: GpuSlots
-    at: Boundaries = field(init=False)
-    _codes: dict[str, int] = field(default_factory=dict)
-    _wl_codes: dict[tuple[str | None, str] | None, tuple[int, int]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.at = self.slots.attach(Boundaries())
+    def __init__(self, slots: GpuSlots) -> None:
+        self.at = slots.attach(Boundaries())
+        self._codes: dict[str, int] = {}
+        self._wl_codes: dict[tuple[str | None, str] | None, tuple[int, int]] = {}
 
     def context(self, s: np.ndarray, ts: np.ndarray, wls: list[Workload | None]) -> tuple[np.ndarray, np.ndarray]:
         """Boundaries from the workloads of rows sorted by (slot, time). Returns, per row, whether it is its GPU's
