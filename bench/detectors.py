@@ -24,7 +24,7 @@ from pathlib import Path
 from pipeline.codec import encode_samples
 from pipeline.config import DetectorSettings, ValidationSettings
 from pipeline.events import InterpretedBatch, Workload
-from processors.detectors import Detectors
+from processors.detectors.stage import Detectors
 from processors.normalize import RawMessage, process_raw
 from producers.simulator.fleet import Fleet
 

@@ -5,7 +5,7 @@ interpretation stages, on the same batches, in one run.
 
 1. A simulated fleet is learned first from 10 minutes of its history with the true applications, as
    ``hermeneut baselines train`` would: baselines per (application, GPU model, phase), priors, the classifier
-   (processors.learn.fit_version).
+   (processors.baselines.fit.fit_version).
 2. The next rounds of the same fleet are encoded as raw node messages and cut into takes of 500 messages, the
    processor's batch (processors.app.BATCH_MAX).
 3. Baseline: ``process_raw`` alone (decode, validate, normalize). Measured: ``process_raw`` then the stages
@@ -31,9 +31,9 @@ from pipeline.codec import encode_samples
 from pipeline.config import Settings, ValidationSettings
 from pipeline.events import GpuContext, InterpretedBatch, NodeTopology, Verdict, Workload, gpu_key, node_key
 from processors.app import BATCH_MAX, interpreter_from
-from processors.baselines import BaselineSet
+from processors.baselines.fit import LabelledRows, fit_version
+from processors.baselines.store import BaselineSet
 from processors.features import features, infer_phase
-from processors.learn import LabelledRows, fit_version
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet
 

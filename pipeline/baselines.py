@@ -28,7 +28,7 @@ class BaselineRecord:
     ``gpu_model`` is None for a prior pooled over GPU models; ``application`` is ``"fleet"`` for the fleet-wide
     prior. ``quantiles`` holds p1, p5, p50, p95, p99 of each feature (5 x len(features), row-major); ``center``
     and ``covariance`` one Gaussian per mode (modes x len(features), modes x len(features)^2, row-major).
-    Scores above ``unusual`` / ``anomalous`` (in the calibrated score's units, see processors/baselines.py)
+    Scores above ``unusual`` / ``anomalous`` (in the calibrated score's units, see processors/baselines/)
     give those verdicts.
     """
 

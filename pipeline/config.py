@@ -299,7 +299,7 @@ class CollectorSettings(_Section):
 
 
 class DetectorSettings(_Section):
-    """The domain detectors' timing and thresholds (processors/detectors.py; docs/detectors.md says why each)."""
+    """The domain detectors' timing and thresholds (processors/detectors/; docs/detectors.md says why each)."""
 
     enabled: bool = True
     #: a finding that still holds is sent again this often

@@ -14,9 +14,9 @@ score, verdict, explanation).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -473,6 +473,11 @@ class InterpretedBatch:
     absent; ``score`` is NaN where unscored. Hot paths (the sink) read the arrays; :meth:`events` gives the
     row-wise :class:`InterpretedEvent` view. ``links`` and ``processes`` are per row (None: not reported);
     ``gpu_events`` and ``nics`` are the node-level extras of the same raw messages, passed through validated.
+    ``features`` is derived, not carried: the processor's feature matrix (rows x processors.features.FEATURES),
+    computed once per batch by the enrichment stage for the stages after it; None until then, and never on the
+    wire. Whoever replaces ``metrics`` or ``relative`` replaces it too.
+
+    :meth:`take` is the one way to cut rows out of a batch.
     """
 
     cluster: tuple[str, ...]
@@ -495,6 +500,7 @@ class InterpretedBatch:
     gpu_events: tuple[GpuEvent, ...] = ()
     nics: tuple[NicSample, ...] = ()
     schema_version: int = SCHEMA_VERSION
+    features: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         # optional per-row columns default to "nothing known" for every row
@@ -505,6 +511,29 @@ class InterpretedBatch:
 
     def __len__(self) -> int:
         return len(self.gpu_uuid)
+
+    def take(self, rows: slice | np.ndarray, *, extras: bool = True) -> InterpretedBatch:
+        """The batch of the rows ``rows`` (a slice, an array of row indices in the order wanted, or a boolean mask):
+        every per-row column cut alike, the optional and derived ones included.
+
+        The node-level extras (``gpu_events``, ``nics``) belong to no row: they come along with ``extras`` (the
+        default) and are left out without it, so a batch cut into parts carries them in exactly one part.
+        """
+        if isinstance(rows, slice):
+            changes: dict[str, Any] = {name: getattr(self, name)[rows] for name in _ROW_COLUMNS}
+        else:
+            index = np.asarray(rows)
+            index = np.flatnonzero(index) if index.dtype == bool else index.astype(np.int64, copy=False)
+            picked = index.tolist()
+            changes = {name: getattr(self, name)[index] for name in _ROW_ARRAYS}
+            for name in _ROW_TUPLES:
+                column = getattr(self, name)
+                changes[name] = tuple(column[i] for i in picked) if column else ()
+        if self.features is not None:
+            changes["features"] = self.features[rows if isinstance(rows, slice) else index]
+        if not extras:
+            changes |= {"gpu_events": (), "nics": ()}
+        return replace(self, **changes)
 
     def events(self) -> list[InterpretedEvent]:
         metrics = _dict_rows(self.metrics, METRIC_NAMES)
@@ -535,34 +564,66 @@ class InterpretedBatch:
         ]
 
     @classmethod
+    def from_samples(
+        cls,
+        samples: list[GpuSample],
+        relative: np.ndarray,
+        *,
+        ts_ns: np.ndarray | None = None,
+        metrics: np.ndarray | None = None,
+        gpu_events: tuple[GpuEvent, ...] = (),
+        nics: tuple[NicSample, ...] = (),
+    ) -> InterpretedBatch:
+        """Samples as a batch still to interpret (unscored, no workload known) with their ``relative`` values;
+        ``ts_ns`` and ``metrics`` where the caller has them already."""
+        n = len(samples)
+        return cls(
+            cluster=tuple(s.cluster for s in samples),
+            node=tuple(s.node for s in samples),
+            gpu_uuid=tuple(s.gpu_uuid for s in samples),
+            gpu_index=tuple(s.gpu_index for s in samples),
+            gpu_model=tuple(s.gpu_model for s in samples),
+            ts_ns=np.array([s.ts_ns for s in samples], dtype=np.int64) if ts_ns is None else ts_ns,
+            metrics=metric_matrix(samples) if metrics is None else metrics,
+            relative=relative,
+            workload=(None,) * n,
+            score=np.full(n, np.nan),
+            verdict=(Verdict.UNSCORED,) * n,
+            baseline=(None,) * n,
+            explanation=("",) * n,
+            links=tuple(s.links for s in samples),
+            processes=tuple(s.processes for s in samples),
+            gpu_events=gpu_events,
+            nics=nics,
+        )
+
+    @classmethod
     def from_events(
         cls, events: list[InterpretedEvent], gpu_events: tuple[GpuEvent, ...] = (), nics: tuple[NicSample, ...] = ()
     ) -> InterpretedBatch:
-        samples = [e.sample for e in events]
         nan = float("nan")
-        return cls(
-            tuple(s.cluster for s in samples),
-            tuple(s.node for s in samples),
-            tuple(s.gpu_uuid for s in samples),
-            tuple(s.gpu_index for s in samples),
-            tuple(s.gpu_model for s in samples),
-            np.array([s.ts_ns for s in samples], dtype=np.int64),
-            metric_matrix(samples),
-            np.array([[e.relative.get(n, nan) for n in RELATIVE_FIELDS] for e in events], dtype=np.float64).reshape(
-                len(events), len(RELATIVE_FIELDS)
-            ),
-            tuple(e.workload for e in events),
-            np.array([nan if e.score is None else e.score for e in events], dtype=np.float64),
-            tuple(e.verdict for e in events),
-            tuple(e.baseline for e in events),
-            tuple(e.explanation for e in events),
-            tuple(e.phase for e in events),
-            tuple(e.drivers for e in events),
-            tuple(s.links for s in samples),
-            tuple(s.processes for s in samples),
-            gpu_events,
-            nics,
+        relative = np.array([[e.relative.get(n, nan) for n in RELATIVE_FIELDS] for e in events], dtype=np.float64)
+        relative = relative.reshape(len(events), len(RELATIVE_FIELDS))
+        batch = cls.from_samples([e.sample for e in events], relative, gpu_events=gpu_events, nics=nics)
+        return replace(
+            batch,
+            workload=tuple(e.workload for e in events),
+            score=np.array([nan if e.score is None else e.score for e in events], dtype=np.float64),
+            verdict=tuple(e.verdict for e in events),
+            baseline=tuple(e.baseline for e in events),
+            explanation=tuple(e.explanation for e in events),
+            phase=tuple(e.phase for e in events),
+            drivers=tuple(e.drivers for e in events),
         )
+
+
+#: the per-row columns of an InterpretedBatch: tuples (optional ones empty when unknown for every row) and arrays
+_ROW_TUPLES: Final = (
+    "cluster", "node", "gpu_uuid", "gpu_index", "gpu_model", "workload", "verdict", "baseline", "explanation", "phase",
+    "drivers", "links", "processes",
+)  # fmt: skip
+_ROW_ARRAYS: Final = ("ts_ns", "metrics", "relative", "score")
+_ROW_COLUMNS: Final = _ROW_TUPLES + _ROW_ARRAYS
 
 
 def _dict_rows(values: np.ndarray, names: tuple[str, ...]) -> list[dict[str, float]]:

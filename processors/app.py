@@ -36,11 +36,13 @@ from pipeline.errors import ServiceError
 from pipeline.events import Finding, GpuContext, InterpretedBatch, NodeTopology, node_key
 from pipeline.mirror import TopicMirror
 from pipeline.stats import write_stats
-from processors.baselines import AnomalyTracker, BaselineSet, BaselineStore, Scorer, decode_baselines_record
-from processors.detectors import Detectors
+from processors.baselines.score import AnomalyTracker, Scorer
+from processors.baselines.store import BaselineSet, BaselineStore, decode_baselines_record
+from processors.detectors.stage import Detectors
 from processors.enrich import ContextTimeline, Enricher
 from processors.interpret import Interpreter
 from processors.normalize import RawMessage, process_raw
+from processors.state import GpuSlots
 
 log = logging.getLogger(__name__)
 
@@ -103,19 +105,8 @@ def encoded_parts(batch: InterpretedBatch) -> list[bytes]:
     if len(payload) <= MAX_MESSAGE_BYTES or len(batch) < 2:
         return [payload]
     half = len(batch) // 2
-    return encoded_parts(rows_of(batch, 0, half)) + encoded_parts(rows_of(batch, half, len(batch)))
-
-
-def rows_of(b: InterpretedBatch, lo: int, hi: int) -> InterpretedBatch:
-    """Rows ``lo:hi`` of a batch; the node-level extras (events, NIC readings) go with the first part."""
-    s = slice(lo, hi)
-    first = lo == 0
-    return InterpretedBatch(
-        b.cluster[s], b.node[s], b.gpu_uuid[s], b.gpu_index[s], b.gpu_model[s], b.ts_ns[s], b.metrics[s],
-        b.relative[s], b.workload[s], b.score[s], b.verdict[s], b.baseline[s], b.explanation[s], b.phase[s],
-        b.drivers[s], b.links[s], b.processes[s], b.gpu_events if first else (), b.nics if first else (),
-        b.schema_version,
-    )  # fmt: skip
+    # the node-level extras (events, NIC readings) go with the first part
+    return encoded_parts(batch.take(slice(0, half))) + encoded_parts(batch.take(slice(half, None), extras=False))
 
 
 def build_interpreter(settings: Settings) -> Interpreter:
@@ -147,13 +138,15 @@ def interpreter_from(
     timeline: ContextTimeline | None = None,
 ) -> Interpreter:
     """The stages over injected state (mirrors in the processor, in-memory tables in bench/scoring.py), in
-    order: enrichment, scoring against the learned baselines, domain detectors."""
-    tracker = AnomalyTracker(after_s=settings.baselines.anomaly_after_s)
+    order: enrichment, scoring against the learned baselines, domain detectors. They share one per-GPU slot table
+    (processors.state), so a batch's GPUs are looked up once."""
+    slots = GpuSlots()
+    tracker = AnomalyTracker(after_s=settings.baselines.anomaly_after_s, slots=slots)
     return Interpreter(
         [
-            Enricher(context_of, baselines, timeline),
+            Enricher(context_of, baselines, timeline, slots),
             Scorer(baselines, tracker),
-            Detectors(settings.detectors, topology_of),
+            Detectors(settings.detectors, topology_of, slots),
         ]
     )
 

@@ -7,20 +7,23 @@ signal in itself, never a zero). The model is a multinomial logistic regression 
 numpy to predict): it travels as arrays on the baselines topic, with no pickle for a reader to trust, and
 predicts a batch of GPUs in one matrix product.
 
-:class:`WindowBuffer` keeps the windows as one numpy array (slot per GPU x window x feature), updated per
-batch with vector operations. Below ``min_confidence`` the answer is ``unknown``.
+:class:`WindowBuffer` keeps the windows as one numpy array (slot per GPU x window x feature, the slots of the
+processor's one slot table, processors.state), updated per batch with vector operations. Below ``min_confidence``
+the answer is ``unknown``.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
 
 from pipeline.baselines import ClassifierRecord
 from processors.features import FEATURE_NAMES
+from processors.state import GpuKey, GpuSlots, column
 
 STATS: Final = ("mean", "std", "min", "max")
 INPUTS: Final[tuple[str, ...]] = tuple(f"{f}:{s}" for s in (*STATS, "present") for f in FEATURE_NAMES)
@@ -164,38 +167,38 @@ def arrival_ranks(slot: np.ndarray) -> np.ndarray:
     return rank
 
 
+@dataclass(eq=False)
+class _Windows:
+    #: per slot: its last ``window`` FEATURES rows (a ring, see WindowBuffer.update) and how many it was given
+    data: np.ndarray = column(np.nan)
+    count: np.ndarray = column(0, dtype=np.int64)
+
+
 class WindowBuffer:
-    """The last ``window`` FEATURES rows of every GPU seen, as one array; slots are handed out per GPU key."""
+    """The last ``window`` FEATURES rows of every GPU, as one array indexed by the slots of ``slots`` (the
+    interpreter's slot table; its own when built alone)."""
 
-    def __init__(self, window: int, features: int = len(FEATURE_NAMES)) -> None:
+    def __init__(self, window: int, features: int = len(FEATURE_NAMES), slots: GpuSlots | None = None) -> None:
         self.window = window
-        self._slots: dict[bytes, int] = {}
-        self._data = np.full((64, window, features), np.nan)
-        self._count = np.zeros(64, dtype=np.int64)
+        self.table = slots if slots is not None else GpuSlots()
+        self._windows = self.table.attach(_Windows(np.full((0, window, features), np.nan)))
 
-    def slots(self, keys: list[bytes]) -> np.ndarray:
-        slots = self._slots
-        out = np.fromiter((slots.setdefault(k, len(slots)) for k in keys), dtype=np.int64, count=len(keys))
-        if len(slots) > len(self._count):
-            grow = 2 * len(slots)
-            data = np.full((grow, *self._data.shape[1:]), np.nan)
-            data[: len(self._data)] = self._data
-            count = np.zeros(grow, dtype=np.int64)
-            count[: len(self._count)] = self._count
-            self._data, self._count = data, count
-        return out
+    def slots(self, keys: list[GpuKey]) -> np.ndarray:
+        """The slots of these GPUs (new ones get the next)."""
+        return self.table.slots(keys)
 
     def update(self, slot: np.ndarray, f: np.ndarray) -> None:
         """Append rows (in arrival order) to their GPUs' windows."""
         if not len(slot):
             return
+        count = self._windows.count
         rank = arrival_ranks(slot)
-        per_gpu = np.bincount(slot, minlength=len(self._count))[slot]
+        per_gpu = np.bincount(slot, minlength=len(count))[slot]
         recent = rank >= per_gpu - self.window  # only the last `window` rows of a GPU can stay
-        position = (self._count[slot[recent]] + rank[recent]) % self.window
-        self._data[slot[recent], position] = f[recent]
-        np.add.at(self._count, slot, 1)
+        position = (count[slot[recent]] + rank[recent]) % self.window
+        self._windows.data[slot[recent], position] = f[recent]
+        np.add.at(count, slot, 1)
 
     def windows(self, slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(windows of these slots, samples each holds)."""
-        return self._data[slot], np.minimum(self._count[slot], self.window)
+        return self._windows.data[slot], np.minimum(self._windows.count[slot], self.window)

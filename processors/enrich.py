@@ -1,7 +1,8 @@
 """The enrichment stage: what runs on each GPU, in which phase, with relative values filled from the catalogue.
 
 Per row of a batch:
-- relative values a missing limit left empty are filled from the GPU catalogue (features.fill_relative);
+- relative values a missing limit left empty are filled from the GPU catalogue (features.fill_relative), and the
+  feature matrix is computed from them, once: it travels on the batch (``features``) to the stages after this one;
 - the workload comes from the context topic (a :class:`TopicMirror` of GpuContext, keyed per GPU, injected
   as ``context_of``); a context whose workload is None says nothing runs: application ``idle``. A context
   applies from its own ``ts_ns`` on: the mirror holds only the latest record per GPU, and a processor behind
@@ -27,9 +28,10 @@ from typing import Final
 import numpy as np
 
 from pipeline.events import PHASES, Finding, GpuContext, InterpretedBatch, Workload, gpu_key
-from processors.baselines import BaselineSet
+from processors.baselines.store import BaselineSet
 from processors.classify import MIN_SAMPLES, WindowBuffer, arrival_ranks, window_inputs
 from processors.features import features, fill_relative, infer_phase
+from processors.state import GpuSlots
 
 _IDLE = Workload("idle", source="context", confidence=1.0)
 #: contexts kept per GPU: a processor more job changes than this behind its input labels with the oldest kept
@@ -82,11 +84,13 @@ class Enricher:
         context_of: Callable[[bytes], GpuContext | None],
         baselines: Callable[[], BaselineSet | None],
         timeline: ContextTimeline | None = None,
+        slots: GpuSlots | None = None,
     ) -> None:
         self._context_of = context_of
         self._baselines = baselines
         self._buffer: WindowBuffer | None = None
         self.timeline = timeline if timeline is not None else ContextTimeline()
+        self.slots = slots if slots is not None else GpuSlots()
 
     def apply(self, batch: InterpretedBatch, now_ns: int) -> tuple[InterpretedBatch, list[Finding]]:
         n = len(batch)
@@ -101,12 +105,13 @@ class Enricher:
         ]
         missing = np.flatnonzero(np.fromiter((c is None for c in contexts), dtype=bool, count=n))
         if len(missing):
-            self._infer(missing, keys, f, workload)
+            self._infer(missing, batch, f, workload)
         phase = batch.phase
         if None in phase:
             inferred = infer_phase(f)
             phase = tuple(p if p is not None else PHASES[i] for p, i in zip(phase, inferred.tolist(), strict=True))
-        return dataclasses.replace(batch, relative=relative, workload=tuple(workload), phase=phase), []
+        enriched = dataclasses.replace(batch, relative=relative, features=f, workload=tuple(workload), phase=phase)
+        return enriched, []
 
     def _contexts(self, keys: list[bytes], ts_ns: np.ndarray) -> list[GpuContext | None]:
         """Per row, the context current at the row's time (see module docstring)."""
@@ -120,7 +125,7 @@ class Enricher:
                 out[i] = context
         return out
 
-    def _infer(self, rows: np.ndarray, keys: list[bytes], f: np.ndarray, workload: list[Workload | None]) -> None:
+    def _infer(self, rows: np.ndarray, b: InterpretedBatch, f: np.ndarray, workload: list[Workload | None]) -> None:
         """Classify each of ``rows`` from its GPU's window as of that row: a batch holding many rounds of a GPU
         (a processor catching up, a replay) is taken round by round, so rows before a job change are not labelled
         with the job after it."""
@@ -130,8 +135,8 @@ class Enricher:
             return
         window = classifier.record.window
         if self._buffer is None or self._buffer.window != window:
-            self._buffer = WindowBuffer(window)
-        slots = self._buffer.slots([keys[r] for r in rows.tolist()])
+            self._buffer = WindowBuffer(window, slots=self.slots)
+        slots = self.slots.rows(b)[rows]
         rank = arrival_ranks(slots)  # rows are in arrival order
         for k in range(int(rank.max()) + 1):
             level = np.flatnonzero(rank == k)

@@ -24,7 +24,7 @@ from typing import Final
 import numpy as np
 
 from pipeline.catalogue import lookup
-from pipeline.events import METRIC_INDEX, PHASES, RELATIVE_FIELDS
+from pipeline.events import METRIC_INDEX, PHASES, RELATIVE_FIELDS, InterpretedBatch
 from processors.normalize import relative_values
 
 #: usable bytes/s per lane and direction for PCIe generation 1..7 (after line encoding)
@@ -97,7 +97,7 @@ def catalogue_limits(gpu_model: str) -> tuple[np.ndarray, float, float]:
 @lru_cache(maxsize=8)
 def _model_table(models: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row: the catalogue's limits, NVLink links and bytes/s per link, looked up once per distinct model
-    (and once per batch: enrichment and scoring see the same ``gpu_model`` column)."""
+    (and once per batch: filling the relative values and the features see the same ``gpu_model`` column)."""
     names, inverse = np.unique(np.asarray(models, dtype=object), return_inverse=True)
     looked = [catalogue_limits(str(n)) for n in names]
     limits = np.array([lim for lim, _, _ in looked]).reshape(len(names), len(_LIMIT_NAMES))
@@ -110,14 +110,26 @@ def _model_table(models: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def fill_relative(metrics: np.ndarray, relative: np.ndarray, models: tuple[str, ...]) -> np.ndarray:
-    """Relative values with the gaps a missing limit left filled from the catalogue (the sample's own limits win)."""
-    if not len(models):
+    """Relative values with the gaps a missing limit left filled from the catalogue (the sample's own limits win).
+
+    Only the rows with a gap are computed again: the others keep the values the normalizer computed."""
+    gaps = np.flatnonzero(np.isnan(relative).any(axis=1))
+    if not len(gaps):
         return relative
     limits, _, _ = _model_table(models)
-    filled = metrics.copy()
+    filled = metrics[gaps]
     current = filled[:, _LIMIT_COLS]
-    filled[:, _LIMIT_COLS] = np.where(np.isnan(current), limits, current)
-    return np.where(np.isnan(relative), relative_values(filled), relative)
+    filled[:, _LIMIT_COLS] = np.where(np.isnan(current), limits[gaps], current)
+    out = relative.copy()
+    out[gaps] = np.where(np.isnan(relative[gaps]), relative_values(filled), relative[gaps])
+    return out
+
+
+def features_of(batch: InterpretedBatch) -> np.ndarray:
+    """The batch's FEATURES matrix: the one the enrichment computed, else (a batch it never saw) computed now."""
+    if batch.features is not None:
+        return batch.features
+    return features(batch.metrics, batch.relative, batch.gpu_model)
 
 
 def features(metrics: np.ndarray, relative: np.ndarray, models: tuple[str, ...]) -> np.ndarray:

@@ -2,9 +2,11 @@
 
 Each stage takes an :class:`InterpretedBatch` and returns it with more filled in (workload, phase, score,
 verdict, drivers, explanation) plus the :class:`Finding` s it reached. Stages keep their own state (windows,
-learned baselines, mirrors of context topics) and are driven in order, so a later stage sees what an earlier
-one concluded: enrichment -> scoring -> detectors. ``tick`` runs on a timer, for conclusions that come from
-time passing rather than from data (a GPU that stopped reporting, a condition that has cleared).
+learned baselines, mirrors of context topics; per GPU in arrays of the one slot table they share,
+processors.state) and are driven in order, so a later stage sees what an earlier one concluded: enrichment ->
+scoring -> detectors. What an earlier stage derived for the later ones travels on the batch (the feature matrix,
+computed once by enrichment). ``tick`` runs on a timer, for conclusions that come from time passing rather than
+from data (a GPU that stopped reporting, a condition that has cleared).
 
 Stages work on whole batches with numpy; none may loop over samples in Python where a vector works.
 """

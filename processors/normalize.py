@@ -32,7 +32,6 @@ from pipeline.events import (
     GpuSample,
     InterpretedBatch,
     NicSample,
-    Verdict,
     metric_matrix,
 )
 
@@ -217,7 +216,7 @@ def process_raw(messages: list[RawMessage], now_ns: int, limits: ValidationSetti
     if not samples:
         for part, (events, nics) in sorted(extras.items()):
             if events or nics:
-                out.forward.append((part, _empty_batch(tuple(events), tuple(nics))))
+                out.forward.append((part, _batch([], np.empty(0, np.int64), metric_matrix([]), events, nics)))
         return out
     m = metric_matrix(samples)
     ts = np.fromiter((s.ts_ns for s in samples), dtype=np.int64, count=len(samples))
@@ -234,45 +233,24 @@ def process_raw(messages: list[RawMessage], now_ns: int, limits: ValidationSetti
         out.dead.append(
             dead_letter(msg.key, msg.value, reason, detail, STAGE, msg.source, samples[row].gpu_uuid, positions[row])
         )
-    rel = relative_values(m)
     partition = np.fromiter((messages[o].partition for o in owners), dtype=np.int64, count=len(owners))
     for part in sorted(set(partition[good].tolist()) | set(extras)):
         rows = np.flatnonzero(good & (partition == part))  # ascending: the order the samples arrived in
-        kept_samples = [samples[r] for r in rows.tolist()]
-        n = len(kept_samples)
         events, nics = extras.get(part, ([], []))
-        interpreted = InterpretedBatch(
-            cluster=tuple(s.cluster for s in kept_samples),
-            node=tuple(s.node for s in kept_samples),
-            gpu_uuid=tuple(s.gpu_uuid for s in kept_samples),
-            gpu_index=tuple(s.gpu_index for s in kept_samples),
-            gpu_model=tuple(s.gpu_model for s in kept_samples),
-            ts_ns=ts[rows],
-            metrics=m[rows],
-            relative=rel[rows],
-            workload=(None,) * n,
-            score=np.full(n, np.nan),
-            verdict=(Verdict.UNSCORED,) * n,
-            baseline=(None,) * n,
-            explanation=("",) * n,
-            links=tuple(s.links for s in kept_samples),
-            processes=tuple(s.processes for s in kept_samples),
-            gpu_events=tuple(events),
-            nics=tuple(nics),
-        )
-        if n or events or nics:
-            out.forward.append((part, interpreted))
-    keep = np.flatnonzero(good)
-    out.samples_ok = len(keep)
+        if len(rows) or events or nics:
+            out.forward.append((part, _batch([samples[r] for r in rows.tolist()], ts[rows], m[rows], events, nics)))
+    out.samples_ok = int(np.count_nonzero(good))
     return out
 
 
-def _empty_batch(events: tuple[GpuEvent, ...], nics: tuple[NicSample, ...]) -> InterpretedBatch:
-    empty = np.empty((0, len(METRIC_FIELDS)))
-    return InterpretedBatch(
-        (), (), (), (), (), np.empty(0, np.int64), empty, np.empty((0, len(RELATIVE_FIELDS))), (), np.empty(0), (),
-        (), (), gpu_events=events, nics=nics,
-    )  # fmt: skip
+def _batch(
+    samples: list[GpuSample], ts_ns: np.ndarray, m: np.ndarray, events: list[GpuEvent], nics: list[NicSample]
+) -> InterpretedBatch:
+    """Validated samples (and their node-level extras) as a batch to interpret, with values relative to each GPU's
+    own limits."""
+    return InterpretedBatch.from_samples(
+        samples, relative_values(m), ts_ns=ts_ns, metrics=m, gpu_events=tuple(events), nics=tuple(nics)
+    )
 
 
 def _checked(

@@ -238,7 +238,7 @@ def collect(
 
 def pai_check() -> list[PaiResult]:
     """The straggler function on the Alibaba PAI step times, against the stragglers its README names."""
-    from processors.straggler import StragglerParams, scan
+    from processors.detectors.stragglers import StragglerParams, scan
 
     folder = next((d for d in PAI_DIRS if d.is_dir()), None)
     if folder is None:

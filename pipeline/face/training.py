@@ -2,7 +2,7 @@
 them, publish them for running processors to hot-reload, and write the bands to InfluxDB.
 
 The face of the Iterate loop, wiring the query layer (sinks.query.history: history, feedback, findings) to the
-pure fitting code (processors.baselines, processors.classify); stages are imported inside the functions, as
+pure fitting code (processors.baselines.fit, processors.classify); stages are imported inside the functions, as
 everywhere in ``pipeline/``. Steps:
 1. read every stored sample with a known application in the range (not one the classifier inferred: the
    baselines must not learn from their own guesses), per (application, GPU model), with a progress bar;
@@ -68,7 +68,7 @@ class TrainingReport:
 def previous_manifest(settings: Settings, timeout_s: float = 30.0) -> BaselineManifest | None:
     """The manifest currently on the baselines topic (None before the first training)."""
     from pipeline.mirror import TopicMirror
-    from processors.baselines import decode_baselines_record
+    from processors.baselines.store import decode_baselines_record
 
     mirror = TopicMirror(settings.kafka.client_config(), settings.topics.baselines, decode_baselines_record).start()
     try:
@@ -103,9 +103,9 @@ def train(
 ) -> TrainingReport:
     """Learn from the last ``range_s`` seconds of history (of one cluster tag, or all) and publish a new version
     (see module docstring)."""
-    from processors.baselines import baseline_id
+    from processors.baselines.fit import LabelledRows, fit_version
+    from processors.baselines.model import baseline_id
     from processors.features import PHASE_INDEX, features, fill_relative, infer_phase
-    from processors.learn import LabelledRows, fit_version
     from sinks.query.history import feedback_rows, finding_windows, stored_event, training_history
 
     cfg = settings.baselines
@@ -213,7 +213,7 @@ def publish(
 
 def bands(record: BaselineRecord) -> list[BaselineBand]:
     """The ``baseline`` measurement points of one record, in the units of the stored fields they describe."""
-    from processors.baselines import QUANTILES
+    from processors.baselines.model import QUANTILES
     from processors.features import LINK_METRIC, link_capacity
 
     k = len(record.features)

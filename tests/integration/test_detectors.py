@@ -3,7 +3,7 @@ InfluxDB (`finding` measurement), with the row's explanation on the interpreted 
 
 One node of 8 H100s, 20 minutes of data time published as fast as Kafka takes it; each GPU carries one fault's
 physical signature (the straggler needs the job context, which the Enricher stage provides: it is covered through
-the stage in tests/unit/test_detectors.py).
+the stage in tests/unit/processors/detectors/).
 """
 
 from __future__ import annotations
@@ -28,49 +28,20 @@ from pipeline.events import (
 )
 from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
+from tests.fakes.readings import GIB, H100, busy_h100
 
 from .harness import consume_all, publish_batches, running_pipeline, stored_points, wait_stored
 
 pytestmark = pytest.mark.integration
 
 S = 1_000_000_000
-GIB = 2**30
-MODEL = "NVIDIA H100 80GB HBM3"
+MODEL = H100
 SECONDS = 1200
 LOST_AT = 400
 
 
 def reading(t: int, gpu: int, rng: np.random.Generator) -> dict[str, float] | None:
-    m = {
-        "utilization_gpu_percent": float(np.clip(96 + rng.normal(0, 1.5), 0, 100)),
-        "memory_used_bytes": float(round(56 * GIB * (1 + rng.normal(0, 0.002)))),
-        "memory_total_bytes": 80.0 * GIB,
-        "sm_clock_mhz": float(round(1830 + rng.normal(0, 8))),
-        "sm_clock_max_mhz": 1980.0,
-        "temperature_gpu_celsius": float(round(68 + rng.normal(0, 0.7))),
-        "temperature_slowdown_celsius": 90.0,
-        "temperature_shutdown_celsius": 92.0,
-        "power_watts": float(round(610 + rng.normal(0, 10), 1)),
-        "power_limit_watts": 700.0,
-        "power_default_limit_watts": 700.0,
-        "throttle_reasons_mask": 0.0,
-        "pcie_link_gen": 5.0,
-        "pcie_link_gen_max": 5.0,
-        "pcie_link_width": 16.0,
-        "pcie_link_width_max": 16.0,
-        "pcie_tx_bytes_per_second": 2e9,
-        "pcie_rx_bytes_per_second": 2e9,
-        "nvlink_tx_bytes_per_second": 120e9,
-        "nvlink_rx_bytes_per_second": 120e9,
-        "nvlink_links_active": 18.0,
-        "nvlink_links_max": 18.0,
-        "nvlink_crc_errors_total": 3.0,
-        "nvlink_recovery_errors_total": 0.0,
-        "ecc_uncorrected_total": 0.0,
-        "row_remap_uncorrectable_total": 0.0,
-        "row_remap_pending": 0.0,
-        "pcie_replay_total": 10.0,
-    }
+    m = busy_h100(rng)
     if gpu == 0 and t >= 60:  # thermal throttling
         m |= {"temperature_gpu_celsius": 89.0, "sm_clock_mhz": 1230.0, "power_watts": 480.0,
               "throttle_reasons_mask": float(pynvml.nvmlClocksThrottleReasonHwThermalSlowdown)}  # fmt: skip

@@ -9,7 +9,7 @@ import pytest
 from pipeline.baselines import BaselineBand, Feedback, event_id, parse_event_id
 from pipeline.events import Driver, GpuSample, InterpretedBatch, InterpretedEvent, Verdict, Workload
 from pipeline.face.training import bands
-from processors.baselines import fit_baseline
+from processors.baselines.fit import fit_baseline
 from processors.features import FEATURE_NAMES, link_capacity
 from sinks.influxdb.lines import baseline_band_line, batch_lines, feedback_line
 

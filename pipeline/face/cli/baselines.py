@@ -56,7 +56,7 @@ def list_cmd(ctx: click.Context) -> None:
     """The version running processors use, its training range and what it covers."""
     from pipeline.baselines import CLASSIFIER_KEY, MANIFEST_KEY, BaselineManifest, BaselineRecord, ClassifierRecord
     from pipeline.mirror import TopicMirror
-    from processors.baselines import decode_baselines_record
+    from processors.baselines.store import decode_baselines_record
 
     settings = resolved(ctx, influxdb=False)
     with errors():

@@ -21,7 +21,7 @@ from processors.classify import (
     window_inputs,
 )
 
-from .fleet_history import labelled_history
+from .history import labelled_history
 
 WINDOW = 30
 
@@ -66,12 +66,13 @@ def test_record_survives_the_wire(record: ClassifierRecord) -> None:
 
 
 def test_window_buffer_keeps_the_last_samples_of_each_gpu_in_order() -> None:
+    a, b = ("c", "n", "GPU-a"), ("c", "n", "GPU-b")
     buf = WindowBuffer(window=3, features=1)
-    slots = buf.slots([b"a", b"b", b"a"])
+    slots = buf.slots([a, b, a])
     assert slots.tolist() == [0, 1, 0]
     buf.update(slots, np.array([[1.0], [10.0], [2.0]]))
-    buf.update(buf.slots([b"a"] * 4), np.array([[3.0], [4.0], [5.0], [6.0]]))  # more rows than the window
-    windows, counts = buf.windows(buf.slots([b"a", b"b"]))
+    buf.update(buf.slots([a] * 4), np.array([[3.0], [4.0], [5.0], [6.0]]))  # more rows than the window
+    windows, counts = buf.windows(buf.slots([a, b]))
     assert counts.tolist() == [3, 1]
     assert sorted(windows[0, :, 0].tolist()) == [4.0, 5.0, 6.0]
     assert windows[1, 0, 0] == 10.0 and np.isnan(windows[1, 1:, 0]).all()
@@ -79,7 +80,7 @@ def test_window_buffer_keeps_the_last_samples_of_each_gpu_in_order() -> None:
 
 def test_window_buffer_grows_past_its_first_size() -> None:
     buf = WindowBuffer(window=2, features=2)
-    keys = [f"gpu-{i}".encode() for i in range(200)]
+    keys = [("c", f"node-{i // 8}", f"GPU-{i}") for i in range(200)]
     slots = buf.slots(keys)
     buf.update(slots, np.arange(400, dtype=float).reshape(200, 2))
     windows, counts = buf.windows(slots)
@@ -97,7 +98,7 @@ def test_absent_features_are_a_signal_not_a_zero() -> None:
 
 def test_a_classifier_record_that_cannot_be_used_is_rejected(record: ClassifierRecord) -> None:
     from pipeline.errors import DecodeError
-    from processors.baselines import decode_baselines_record
+    from processors.baselines.store import decode_baselines_record
 
     broken = dataclasses.replace(record, coef=record.coef[:-1])
     with pytest.raises(DecodeError, match="classes x"):

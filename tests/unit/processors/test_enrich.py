@@ -11,14 +11,14 @@ from pipeline.baselines import BaselineManifest
 from pipeline.codec import encode_samples
 from pipeline.config import ValidationSettings
 from pipeline.events import RELATIVE_FIELDS, GpuContext, GpuSample, SampleBatch, Workload, gpu_key
-from processors.baselines import BaselineSet
+from processors.baselines.store import BaselineSet
 from processors.classify import MIN_SAMPLES, fit_classifier, history_windows, window_inputs
 from processors.enrich import ContextTimeline, Enricher
 from processors.features import FEATURE_INDEX, PHASE_INDEX, features, infer_phase
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet
 
-from .fleet_history import T0, labelled_history
+from .history import T0, labelled_history
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -194,3 +194,14 @@ def test_a_replay_batch_is_classified_as_its_rounds_were_live() -> None:
     replayed = Enricher(lambda _k: None, lambda: baselines).apply(backlog, 0)[0].workload
     assert len({w.application for w in one_by_one if w is not None}) > 1
     assert list(replayed) == one_by_one  # row for row: same order (node rounds in arrival order), same labels
+
+
+def test_features_are_computed_once_and_travel_on_the_batch() -> None:
+    # a dcgm-exporter style sample without a power limit: the catalogue's fills the ratio the features read
+    sample = GpuSample("c", "n", "GPU-1", 0, H100, T0, {"power_watts": 350.0, "utilization_gpu_percent": 90.0})
+    batch = _normalized(sample)
+    assert batch.features is None
+    out, _ = Enricher(lambda _k: None, lambda: None).apply(batch, 0)
+    assert out.features is not None
+    assert np.array_equal(out.features, features(out.metrics, out.relative, out.gpu_model), equal_nan=True)
+    assert out.features[0, FEATURE_INDEX["power_ratio_of_limit"]] == 0.5

@@ -1,0 +1,254 @@
+"""The scoring stage (:class:`Scorer`): every row judged against the baseline that fits it best, and
+``baseline-anomaly`` findings.
+
+Per row: score, verdict (``normal`` / ``unusual`` / ``anomalous`` by the baseline's calibrated thresholds,
+``unscored`` without one), baseline id, drivers and, for rows that are not normal, a one-line explanation
+(processors.baselines.explain). The baseline is the most specific one published for the row's (application, GPU
+model, phase) (processors.baselines.store); rows are grouped by baseline, and each group is scored at once
+(processors.baselines.model).
+
+Findings ``baseline-anomaly`` (:class:`AnomalyTracker`): active once a GPU has been anomalous for 30 s, repeated
+every 60 s, cleared once it has not been anomalous for 60 s; only for workloads a context source named (against an
+inferred application's baseline, rows keep their verdict but raise no finding: in the evaluation most such findings
+on healthy GPUs came from a wrong guess of the application, not from the GPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from pipeline.events import METRIC_INDEX, PHASES, Driver, Finding, InterpretedBatch, Severity, Verdict
+from processors.baselines.explain import explain
+from processors.baselines.model import FLEET, Baseline
+from processors.baselines.store import BaselineSet
+from processors.episodes import Description, Episodes
+from processors.features import features_of, infer_phase
+from processors.state import GpuSlots, column
+
+log = logging.getLogger(__name__)
+
+_VERDICTS: Final = (Verdict.UNSCORED, Verdict.NORMAL, Verdict.UNUSUAL, Verdict.ANOMALOUS)
+_UNSCORED, _NORMAL, _UNUSUAL, _ANOMALOUS = range(4)
+_NONE: Final = np.int64(-1)  # "no such time" in the tracker's timestamp arrays
+_NEVER: Final = np.iinfo(np.int64).max
+
+
+#: the finding of a GPU anomalous against its baseline
+BASELINE_ANOMALY: Final = "baseline-anomaly"
+_ACTION: Final = "compare with the baseline band; mark the event with `hermeneut feedback` if this is expected"
+
+
+@dataclass(eq=False)
+class _Streaks:
+    """Per GPU: the start of its current anomalous streak, and of its current streak of rows that are not."""
+
+    anomalous_since: np.ndarray = column(_NONE)
+    calm_since: np.ndarray = column(_NONE)
+
+
+class AnomalyTracker:
+    """Per GPU: how long it has been anomalous (or not), as arrays of the processor's slot table (its own when built
+    alone), updated per batch with vector operations; emits ``baseline-anomaly`` findings (see module docstring)."""
+
+    def __init__(
+        self, after_s: float = 30.0, repeat_s: float = 60.0, clear_s: float = 60.0, slots: GpuSlots | None = None
+    ) -> None:
+        self.after_ns, self.repeat_ns, self.clear_ns = (int(s * 1e9) for s in (after_s, repeat_s, clear_s))
+        self.slots = slots if slots is not None else GpuSlots()
+        self.streaks = self.slots.attach(_Streaks())
+        self.episodes = Episodes(self.slots, (BASELINE_ANOMALY,))
+
+    def update(
+        self, batch: InterpretedBatch, verdict: np.ndarray, explanation: list[str], scores: np.ndarray
+    ) -> list[Finding]:
+        scored = verdict != _UNSCORED
+        if not scored.any():
+            return []
+        rows = np.flatnonzero(scored)
+        slot = self.slots.rows(batch)[rows]
+        ts = batch.ts_ns[rows].astype(np.int64)
+        # an anomaly against an inferred application's baseline is as likely a wrong guess as a sick GPU: the row
+        # keeps its verdict, but only a workload a context source named raises a finding (counted as calm)
+        named = np.fromiter(
+            (w is not None and w.source != "inferred" for w in (batch.workload[r] for r in rows.tolist())),
+            dtype=bool,
+            count=len(rows),
+        )
+        bad = (verdict[rows] == _ANOMALOUS) & named
+        streaks = self.streaks
+        size = len(streaks.anomalous_since)
+        last_calm, last_bad = np.full(size, _NONE), np.full(size, _NONE)
+        np.maximum.at(last_calm, slot[~bad], ts[~bad])
+        np.maximum.at(last_bad, slot[bad], ts[bad])
+        first_bad_after, first_calm_after = np.full(size, _NEVER), np.full(size, _NEVER)
+        m = bad & (ts > last_calm[slot])
+        np.minimum.at(first_bad_after, slot[m], ts[m])
+        m = ~bad & (ts > last_bad[slot])
+        np.minimum.at(first_calm_after, slot[m], ts[m])
+        seen = np.unique(slot)
+        latest = np.maximum(last_calm[seen], last_bad[seen])
+        ends_bad = last_bad[seen] > last_calm[seen]
+        had_calm, had_bad = last_calm[seen] != _NONE, last_bad[seen] != _NONE
+        # a streak survives a batch only if the batch ends in it; it restarts after the last row that broke it
+        since = streaks.anomalous_since[seen]
+        since = np.where(ends_bad, np.where(had_calm | (since == _NONE), first_bad_after[seen], since), _NONE)
+        calm = streaks.calm_since[seen]
+        calm = np.where(~ends_bad, np.where(had_bad | (calm == _NONE), first_calm_after[seen], calm), _NONE)
+        streaks.anomalous_since[seen], streaks.calm_since[seen] = since, calm
+        active = self.episodes.active(seen, BASELINE_ANOMALY)
+        start = ~active & (since != _NONE) & (latest - since >= self.after_ns)
+        last_sent = self.episodes.last_sent(seen, BASELINE_ANOMALY)
+        repeat = active & (since != _NONE) & (latest - last_sent >= self.repeat_ns)
+        clear = active & (calm != _NONE) & (latest - calm >= self.clear_ns)
+        findings: list[Finding] = []
+        if not (start.any() or repeat.any() or clear.any()):
+            return findings
+        # the row that speaks for each GPU: its latest scored row
+        last_row = np.full(size, -1, dtype=np.int64)
+        np.maximum.at(last_row, slot, np.arange(len(rows)))
+        for j in np.flatnonzero(start | repeat | clear).tolist():
+            s, now = int(seen[j]), int(latest[j])
+            row = int(rows[last_row[s]])
+            if start[j]:
+                self.episodes.open(s, BASELINE_ANOMALY, int(since[j]))
+            is_active = bool(start[j] or repeat[j])
+            where = (batch.cluster[row], batch.node[row], batch.gpu_uuid[row], batch.gpu_model[row])
+            said = _said(batch, row, is_active, explanation, scores)
+            findings.append(
+                self.episodes.send(
+                    s, BASELINE_ANOMALY, is_active, now, where, said, batch.workload[row], batch.gpu_index[row]
+                )
+            )
+            if clear[j]:
+                self.episodes.close(s, BASELINE_ANOMALY)
+        return findings
+
+
+def _said(batch: InterpretedBatch, row: int, active: bool, explanation: list[str], scores: np.ndarray) -> Description:
+    """A baseline-anomaly finding: the row's explanation and drivers while active, else that it is back to normal."""
+    what = explanation[row] if active and explanation[row] else "behaviour back within its baseline"
+    evidence = {"score": float(scores[row])} if scores[row] == scores[row] else {}
+    for d in batch.drivers[row] if active else ():
+        evidence[d.feature] = d.observed
+    return Description(Severity.WARNING, what, _ACTION, evidence)
+
+
+def _codes(values: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    names, inverse = np.unique(np.asarray(values, dtype=object), return_inverse=True)
+    return names, inverse.astype(np.int64)
+
+
+class Scorer:
+    """The scoring stage: judges every row against the baseline that fits it best (see module docstring).
+
+    ``current`` returns the baselines to use (a :class:`BaselineStore`'s ``current``); it is read once per
+    batch and on every tick, so a new version applies from the next batch on, never inside one. Without
+    baselines rows stay ``unscored``.
+    """
+
+    def __init__(
+        self,
+        current: Callable[[], BaselineSet | None],
+        tracker: AnomalyTracker | None = None,
+    ) -> None:
+        self._current = current
+        self._set: BaselineSet | None = None
+        self.tracker = tracker or AnomalyTracker()
+
+    @property
+    def version(self) -> int:
+        return self._set.version if self._set is not None else 0
+
+    def _refresh(self) -> None:
+        latest = self._current()
+        if latest is not self._set:
+            log.info("scorer: switched to baselines version %d", latest.version if latest else 0)
+            self._set = latest
+
+    def apply(self, batch: InterpretedBatch, now_ns: int) -> tuple[InterpretedBatch, list[Finding]]:
+        self._refresh()
+        if self._set is None or not len(batch):
+            return batch, []
+        scored, verdict = score_batch(batch, self._set)
+        findings = self.tracker.update(scored, verdict, list(scored.explanation), scored.score)
+        return scored, findings
+
+    def tick(self, now_ns: int) -> list[Finding]:
+        # also between batches: a new version is taken up (and logged) without waiting for data
+        self._refresh()
+        return []
+
+
+def score_batch(batch: InterpretedBatch, baselines: BaselineSet) -> tuple[InterpretedBatch, np.ndarray]:
+    """Score, verdict, baseline, drivers and explanation for every row of a batch (pure); also the verdicts as
+    codes (0 unscored, 1 normal, 2 unusual, 3 anomalous)."""
+    n = len(batch)
+    f = features_of(batch)
+    phases = [p if p is not None else "" for p in batch.phase]
+    if "" in phases:
+        inferred = infer_phase(f)
+        phases = [p or PHASES[inferred[i]] for i, p in enumerate(phases)]
+    apps = [w.application if w is not None else FLEET for w in batch.workload]
+    app_names, app_code = _codes(apps)
+    model_names, model_code = _codes(list(batch.gpu_model))
+    phase_names, phase_code = _codes(phases)
+    key = (app_code * len(model_names) + model_code) * len(phase_names) + phase_code
+    groups, group_of = np.unique(key, return_inverse=True)
+    score = np.full(n, np.nan)
+    verdict = np.zeros(n, dtype=np.int64)
+    chosen: list[Baseline | None] = []
+    for g, k in enumerate(groups.tolist()):
+        a, rest = divmod(k, len(model_names) * len(phase_names))
+        mdl, ph = divmod(rest, len(phase_names))
+        b = baselines.resolve(str(app_names[a]), str(model_names[mdl]), str(phase_names[ph]))
+        chosen.append(b)
+        if b is None:
+            continue
+        rows = np.flatnonzero(group_of == g)
+        s = b.score(f[rows])
+        score[rows] = s
+        r = b.record
+        verdict[rows] = np.where(
+            np.isnan(s), _UNSCORED, np.where(s >= r.anomalous, _ANOMALOUS, np.where(s >= r.unusual, _UNUSUAL, _NORMAL))
+        )
+    ids = np.array([None if b is None else b.id for b in chosen], dtype=object)[group_of]
+    ids[verdict == _UNSCORED] = None
+    baseline_col = ids.tolist()
+    drivers: list[tuple[Driver, ...]] = list(batch.drivers) if batch.drivers else [()] * n
+    explanation = list(batch.explanation)
+    off = np.flatnonzero(verdict >= _UNUSUAL)
+    if len(off):
+        memory_total = batch.metrics[:, METRIC_INDEX["memory_total_bytes"]]
+        throttle = batch.metrics[:, METRIC_INDEX["throttle_reasons_mask"]]
+        for g in np.unique(group_of[off]).tolist():
+            b = chosen[g]
+            assert b is not None
+            rows = off[group_of[off] == g]
+            for row, ds in zip(rows.tolist(), b.drivers(f[rows]), strict=True):
+                drivers[row] = ds
+                explanation[row] = explain(
+                    _VERDICTS[verdict[row]],
+                    ds,
+                    f[row],
+                    b,
+                    batch.workload[row],
+                    batch.gpu_model[row],
+                    float(memory_total[row]),
+                    float(throttle[row]),
+                )
+    scored = dataclasses.replace(
+        batch,
+        score=score,
+        verdict=tuple(_VERDICTS[v] for v in verdict.tolist()),
+        baseline=tuple(baseline_col),
+        explanation=tuple(explanation),
+        phase=tuple(phases),
+        drivers=tuple(drivers),
+    )
+    return scored, verdict

@@ -1,0 +1,52 @@
+"""Debouncing of level conditions: per GPU, an exponentially weighted score in data time with hysteresis.
+
+Thermal throttling, a link down or trained low, and an allocated GPU left idle are *levels*: true or false on every
+row. Each row moves the GPU's score towards 1 (condition true) or 0 with the level's time constant, by the time
+since the GPU's previous row; a row that cannot judge the condition leaves it. The finding starts when the score
+reaches ``on`` and clears when it falls to ``off``, so noise and short dips neither start nor end one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from processors.state import GpuSlots, column
+
+
+@dataclass(frozen=True, slots=True)
+class Level:
+    """A level condition's finding, its time constant (s) and its start and clear thresholds."""
+
+    name: str
+    tau_s: float
+    on: float
+    off: float
+
+
+@dataclass(eq=False)
+class _Scores:
+    score: np.ndarray = column(0.0)
+
+
+class Debounce:
+    """The scores of some levels for every GPU (one column per level, in the order given)."""
+
+    def __init__(self, slots: GpuSlots, levels: tuple[Level, ...]) -> None:
+        self.levels = levels
+        self._tau = np.array([level.tau_s for level in levels])
+        self._on = np.array([level.on for level in levels])
+        self._off = np.array([level.off for level in levels])
+        self._scores = slots.attach(_Scores(np.zeros((0, len(levels)))))
+
+    def step(
+        self, g: np.ndarray, cond: np.ndarray, seen: np.ndarray, dt_s: np.ndarray, active: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One row per GPU ``g`` (conditions and whether each could be judged, seconds since the GPU's previous row,
+        which levels have an open finding): per GPU and level, whether its finding starts, and whether it clears."""
+        alpha = 1.0 - np.exp(-dt_s[:, None] / self._tau[None, :])
+        score = self._scores.score[g]
+        new = np.where(seen, score + alpha * (cond - score), score)
+        self._scores.score[g] = new
+        return ~active & (new >= self._on), active & (new <= self._off)

@@ -1,0 +1,103 @@
+"""What the detectors know about every GPU whatever its faults, and the view of one GPU a finding's wording gets.
+
+Per GPU: its latest reading and relative values (a finding started on a row describes that row), the newest value
+of each error counter, when it last reported and when its node last did (data time), what runs on it, and until
+when a finding that slows it down held (which explains a straggler). A family's wording never sees more than a
+:class:`GpuView`: who the GPU is, what runs there, and those latest values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from pipeline.events import METRIC_INDEX, METRIC_NAMES, RELATIVE_FIELDS, Workload
+from processors.state import GpuSlots, column
+
+#: error counters whose rises the detectors judge (the newest value of each is kept per GPU)
+COUNTERS: Final = (
+    "ecc_uncorrected_total",
+    "row_remap_uncorrectable_total",
+    "retired_pages_dbe_total",
+    "row_remap_correctable_total",
+    "nvlink_crc_errors_total",
+    "nvlink_recovery_errors_total",
+    "pcie_replay_total",
+)
+COUNTER: Final = {name: i for i, name in enumerate(COUNTERS)}
+_COUNTER_COLS: Final = [METRIC_INDEX[name] for name in COUNTERS]
+_FOREVER: Final = int(np.iinfo(np.int64).max)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    """One GPU as a finding's wording sees it: who it is, what runs there, its latest reading (absent fields left
+    out), its latest relative values (likewise) and its error counters (NaN where unknown)."""
+
+    slot: int
+    cluster: str
+    node: str
+    uuid: str
+    index: int
+    model: str
+    workload: Workload | None
+    row: dict[str, float]
+    rel: dict[str, float]
+    counters: dict[str, float]
+
+    def who(self) -> str:
+        """``GPU 3 (NVIDIA H100 80GB HBM3) on node-7, job 42 (llm-pretraining)``: how a summary names the GPU."""
+        wl = self.workload
+        gpu = f"GPU {self.index} ({self.model or 'unknown model'}) on {self.node}"
+        if wl is None:
+            return gpu
+        if wl.job_id:
+            return f"{gpu}, job {wl.job_id} ({wl.application})"
+        return f"{gpu}, {wl.application}" + (" (inferred)" if wl.source == "inferred" else "")
+
+
+@dataclass(eq=False)
+class Latest:
+    """Per GPU (see module docstring)."""
+
+    ts: np.ndarray = column(-1, dtype=np.int64)
+    row: np.ndarray = column(np.nan, len(METRIC_NAMES))
+    rel: np.ndarray = column(np.nan, len(RELATIVE_FIELDS))
+    counters: np.ndarray = column(np.nan, len(COUNTERS))
+    workload: np.ndarray = column(None)
+    #: until when a finding that slows the GPU down (thermal, a power cap, its links...) held: it explains a straggler
+    explained_until: np.ndarray = column(-1, dtype=np.int64)
+
+    def explained(self, slot: int | np.ndarray, holds: bool, ts_ns: int) -> None:
+        """A finding that slows the GPU (or GPUs) down started (``holds``) or cleared at ``ts_ns``."""
+        self.explained_until[slot] = _FOREVER if holds else ts_ns
+
+    def counter_deltas(self, s: np.ndarray, first: np.ndarray, m: np.ndarray) -> np.ndarray:
+        """Per row (sorted by slot, then time; ``first``: a slot's first row), how much each error counter rose since
+        the GPU's previous sample (0 on a reset or a gap); the newest value of each becomes the GPU's."""
+        values = m[:, _COUNTER_COLS]
+        prev = np.where(first[:, None], self.counters[s], np.vstack([np.full((1, len(COUNTERS)), np.nan), values[:-1]]))
+        with np.errstate(invalid="ignore"):
+            delta = np.where(np.isnan(prev) | np.isnan(values), 0.0, np.maximum(values - prev, 0.0))
+        last = np.r_[s[1:] != s[:-1], True]
+        known = ~np.isnan(values[last])
+        current = self.counters[s[last]]
+        self.counters[s[last]] = np.where(known, values[last], current)
+        return np.asarray(delta)
+
+    def view(self, slots: GpuSlots, slot: int) -> GpuView:
+        cluster, node, uuid = slots.key(slot)
+        row = {n: float(v) for n, v in zip(METRIC_NAMES, self.row[slot].tolist(), strict=True) if v == v}  # noqa: PLR0124
+        rel = {n: float(v) for n, v in zip(RELATIVE_FIELDS, self.rel[slot].tolist(), strict=True) if v == v}  # noqa: PLR0124
+        counters = dict(zip(COUNTERS, self.counters[slot].tolist(), strict=True))
+        workload = self.workload[slot]
+        return GpuView(slot, cluster, node, uuid, slots.index(slot), slots.model(slot), workload, row, rel, counters)
+
+
+@dataclass(eq=False)
+class NodeClock:
+    """Per node: the newest sample or event time any of its GPUs reported (data time)."""
+
+    latest: np.ndarray = column(-1, dtype=np.int64)

@@ -1,0 +1,334 @@
+"""Hard errors: XIDs (single ones and storms), uncorrectable ECC errors, row remaps waiting for a reset, and a GPU
+fallen off the bus; with the XID catalogue they are judged by.
+
+**The XID catalogue**: what an NVIDIA XID number means, how bad it is, what to do, and whose fault it is. Source:
+NVIDIA, "Xid Errors" / "Analyzing Xid Errors with the Xid Catalog"
+(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html: mnemonic, description, immediate and
+investigatory resolution buckets such as RESTART_APP, RESET_GPU, RESTART_BM, CONTACT_SUPPORT) and "Dynamic Page
+Retirement" (https://docs.nvidia.com/deploy/dynamic-page-retirement/visibility.html: XID 48/63/64). The
+meanings are paraphrased; the severity and the action are our reading of NVIDIA's resolution buckets for an
+operator of a shared fleet: an application error (``app``) is the tenant's to fix and is a warning; a hardware
+error is critical when NVIDIA's bucket needs a GPU reset, a node reboot or support. ``memory`` marks the XIDs that
+report a memory (ECC) error: the ``ecc-uncorrectable`` detector owns those, so they do not count towards an XID
+storm. An XID missing from the table is reported as "unknown XID" (warning, "look it up in NVIDIA's Xid catalog"),
+never dropped.
+
+**The rules** (:class:`HardErrors`), on events (XID, double-bit ECC, row remap, GPU lost) and on the counters of
+every sample: ``storm_count`` XIDs within ``storm_window_s`` are a storm (fewer: one ``xid`` finding); an
+uncorrectable ECC error (a counter rising, a remap failure, an ECC XID; XID 94 only with the ECC counters rising
+within 2 minutes, as it also comes in storms of application errors) clears after 10 quiet minutes unless a remap
+still waits for a reset; a GPU silent for ``lost_after_s`` while its node reports has fallen off the bus, and is
+back once it reports for 30 s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from pipeline.config import DetectorSettings
+from pipeline.events import METRIC_INDEX, EventKind, Finding, GpuEvent, Severity
+from processors.detectors.columns import S, col, fmt
+from processors.detectors.findings import Reporter
+from processors.detectors.gpus import COUNTER, GpuView, Latest, NodeClock
+from processors.detectors.names import ECC, LOST_BUS, REMAP, STORM, XID
+from processors.episodes import Description, Episode
+from processors.state import GpuSlots, column
+
+
+@dataclass(frozen=True, slots=True)
+class Xid:
+    """One catalogue entry."""
+
+    code: int
+    meaning: str
+    severity: Severity
+    action: str
+    #: "app" (the application or its framework), "hardware", "driver" (firmware/driver state), "memory"
+    cause: str
+    memory: bool = False
+
+
+_W, _C = Severity.WARNING, Severity.CRITICAL
+_RESTART_APP = "restart the application; if it recurs on this GPU only, reset the GPU"
+_RESET = "drain the GPU and reset it (nvidia-smi -r); if it recurs, report to NVIDIA support"
+_REBOOT = "drain the node and reboot it; if it recurs, report to NVIDIA support"
+
+CATALOGUE: Final[dict[int, Xid]] = {
+    x.code: x
+    for x in (
+        Xid(8, "GPU stopped processing (channel idle timeout)", _W, _RESTART_APP, "app"),
+        Xid(13, "graphics engine exception (illegal instruction or address in a kernel)", _W,
+            "check the application (out-of-bounds access, bad kernel); restart it", "app"),
+        Xid(31, "GPU memory page fault (illegal memory access by the application)", _W,
+            "check the application for an illegal memory access; restart it", "app"),
+        Xid(32, "invalid or corrupted push buffer stream", _W, _RESTART_APP, "driver"),
+        Xid(38, "driver firmware error", _C, _RESET, "driver"),
+        Xid(43, "GPU stopped processing (a channel was reset after an application error)", _W,
+            "the GPU is usually fine: restart the application", "app"),
+        Xid(45, "preemptive cleanup after a channel error or process kill", _W,
+            "usually follows another XID or a killed process; look at the XID before it", "app"),
+        Xid(46, "GPU stopped processing", _C, _RESET, "hardware"),
+        Xid(48, "double-bit (uncorrectable) ECC error", _C,
+            "drain the GPU and reset it to retire the page / remap the row; replace it if it recurs",
+            "memory", memory=True),
+        Xid(61, "internal micro-controller breakpoint/warning", _C, _RESET, "driver"),
+        Xid(62, "internal micro-controller halt", _C, _RESET, "driver"),
+        Xid(63, "ECC page retirement or row remapping recorded (reset to activate)", _W,
+            "schedule a GPU reset at the next drain to activate the retirement/remap", "memory", memory=True),
+        Xid(64, "ECC page retirement or row remapping failure", _C,
+            "drain the GPU: the bad memory could not be retired; replace the GPU", "memory", memory=True),
+        Xid(68, "video processor exception", _W, _RESTART_APP, "hardware"),
+        Xid(69, "graphics engine class error", _W, _RESTART_APP, "app"),
+        Xid(74, "NVLink error", _C, "drain the node; check NVLink/NVSwitch and reset the GPUs", "hardware"),
+        Xid(79, "GPU has fallen off the bus", _C,
+            "drain the node and reboot it; reseat the GPU / check its power and riser if it recurs", "hardware"),
+        Xid(92, "high single-bit ECC error rate", _W,
+            "watch the GPU's ECC counters; plan a replacement if the rate keeps rising", "memory", memory=True),
+        Xid(94, "contained uncorrectable ECC error (the application using the memory was stopped)", _C,
+            "restart the application; reset the GPU at the next drain to remap the row", "memory", memory=True),
+        Xid(95, "uncontained uncorrectable ECC error", _C,
+            "drain the GPU and reset it now: every application on it is affected", "memory", memory=True),
+        Xid(109, "context switch timeout", _W, _RESTART_APP, "app"),
+        Xid(119, "GSP RPC timeout", _C, _RESET, "driver"),
+        Xid(120, "GSP error", _C, _RESET, "driver"),
+        Xid(121, "C2C link corrected error", _W, "watch; report to NVIDIA support if it recurs", "hardware"),
+        Xid(140, "ECC unrecovered error", _C, _RESET, "memory", memory=True),
+        Xid(154, "GPU recovery action changed (reset or reboot required)", _C, _REBOOT, "driver"),
+    )
+}  # fmt: skip
+
+#: XIDs that mean the GPU is gone from the bus (the fallen-off-bus detector owns them)
+LOST: Final = frozenset({79})
+#: XIDs that report an uncorrectable memory error (the ecc-uncorrectable detector owns them)
+UNCORRECTABLE: Final = frozenset({48, 64, 94, 95, 140})
+
+
+def describe(code: int) -> Xid:
+    """The catalogue entry for ``code``; an unknown XID gets a generic entry instead of an error."""
+    known = CATALOGUE.get(code)
+    if known is not None:
+        return known
+    return Xid(code, f"unknown XID {code}", Severity.WARNING, "look it up in NVIDIA's Xid catalog", "unknown")
+
+
+# --- the rules -----------------------------------------------------------------------------------------------------
+
+_CONTAINED_ECC: Final = 94
+#: quiet this long (s) and an ECC or remap finding clears (unless a remap still waits for a reset)
+_MEMORY_QUIET_S: Final = 600.0
+#: a GPU back on the bus is back once it reports this long (s)
+_BACK_S: Final = 30
+
+
+@dataclass(eq=False)
+class _Evidence:
+    """Per GPU: the last time new ECC and remap evidence came in, and the first sample after a silence."""
+
+    ecc_ts: np.ndarray = column(-1, dtype=np.int64)
+    remap_ts: np.ndarray = column(-1, dtype=np.int64)
+    back_since: np.ndarray = column(-1, dtype=np.int64)
+
+
+class HardErrors:
+    """The hard-error findings per GPU (see module docstring)."""
+
+    names = (STORM, ECC, LOST_BUS, XID, REMAP)
+
+    def __init__(
+        self, slots: GpuSlots, settings: DetectorSettings, latest: Latest, nodes: NodeClock, report: Reporter
+    ) -> None:
+        self.slots = slots
+        self.settings = settings
+        self.latest = latest
+        self.nodes = nodes
+        self.report = report
+        self.evidence = slots.attach(_Evidence())
+        self._xids: dict[int, deque[tuple[int, int]]] = {}
+
+    def events(self, events: tuple[GpuEvent, ...], out: list[Finding]) -> None:
+        """A batch's GPU events, in time order (a GPU known only from its events gets a slot of its own)."""
+        cfg, gpus = self.settings, self.report.gpus
+        for e in sorted(events, key=lambda ev: ev.ts_ns):
+            slot = self.slots.slot((e.cluster, e.node, e.gpu_uuid), e.gpu_index, "")
+            node = int(self.slots.node_of[slot])
+            self.nodes.latest[node] = max(int(self.nodes.latest[node]), e.ts_ns)
+            if e.kind is EventKind.GPU_LOST or (e.kind is EventKind.XID and e.code in LOST):
+                if not gpus.is_open(slot, LOST_BUS):
+                    self.report.transition(slot, LOST_BUS, True, e.ts_ns, out, {"xid": float(e.code), "event": 1.0})
+                continue
+            if e.kind is EventKind.ECC_DOUBLE_BIT or (e.kind is EventKind.XID and self._ecc_xid(slot, e)):
+                self._memory_evidence(slot, e.ts_ns, ECC, {"xid": float(e.code)}, out)
+                continue
+            if e.kind is EventKind.ROW_REMAP or (
+                e.kind is EventKind.XID and describe(e.code).memory and e.code != _CONTAINED_ECC
+            ):
+                self._memory_evidence(slot, e.ts_ns, REMAP, {"xid": float(e.code)}, out)
+                continue
+            if e.kind is not EventKind.XID:
+                continue
+            window = self._xids.setdefault(slot, deque())
+            window.append((e.ts_ns, e.code))
+            while window and window[0][0] < e.ts_ns - cfg.storm_window_s * S:
+                window.popleft()
+            if len(window) >= cfg.storm_count and not gpus.is_open(slot, STORM):
+                if gpus.is_open(slot, XID):
+                    self.report.transition(slot, XID, False, e.ts_ns, out)
+                self.report.transition(slot, STORM, True, e.ts_ns, out, {"xid": float(e.code)})
+            elif not gpus.is_open(slot, STORM) and not gpus.is_open(slot, XID):
+                self.report.transition(slot, XID, True, e.ts_ns, out, {"xid": float(e.code)})
+            else:
+                gpus.get(slot, STORM if gpus.is_open(slot, STORM) else XID).detail["xid"] = float(e.code)
+
+    def _ecc_xid(self, slot: int, e: GpuEvent) -> bool:
+        """Whether an XID reports an uncorrectable memory error. 94 (contained ECC error) also shows up in storms
+        of application errors, so it counts as memory evidence only when the GPU's ECC counters rose within 2
+        minutes or an ECC finding is open; alone it is one more XID."""
+        if e.code not in UNCORRECTABLE:
+            return False
+        if e.code != _CONTAINED_ECC:
+            return True
+        return self.report.gpus.is_open(slot, ECC) or abs(e.ts_ns - int(self.evidence.ecc_ts[slot])) <= 120 * S
+
+    def returns(self, g: np.ndarray, ts: np.ndarray) -> None:
+        """One row per GPU ``g`` (before it becomes the GPU's latest): a row after a silence starts its return."""
+        last = self.latest.ts[g]
+        gap = (last >= 0) & (ts - last >= self.settings.lost_after_s * S)
+        self.evidence.back_since[g[gap]] = ts[gap]
+
+    def counters(self, g: np.ndarray, ts: np.ndarray, m: np.ndarray, deltas: np.ndarray, out: list[Finding]) -> None:
+        """One row per GPU ``g`` with the rises of its error counters (gpus.COUNTERS) since its previous row."""
+        uncorrectable = (
+            (deltas[:, COUNTER["ecc_uncorrected_total"]] > 0)
+            | (deltas[:, COUNTER["row_remap_uncorrectable_total"]] > 0)
+            | (deltas[:, COUNTER["retired_pages_dbe_total"]] > 0)
+            | (col(m, "row_remap_failure") == 1)
+        )
+        pending = (col(m, "row_remap_pending") == 1) | (col(m, "retired_pages_pending") == 1)
+        remapped = pending | (deltas[:, COUNTER["row_remap_correctable_total"]] > 0)
+        for i in np.flatnonzero(uncorrectable).tolist():
+            self._memory_evidence(int(g[i]), int(ts[i]), ECC, {"ecc_uncorrected_delta": float(deltas[i, 0])}, out)
+        for i in np.flatnonzero(remapped & ~uncorrectable).tolist():
+            self._memory_evidence(int(g[i]), int(ts[i]), REMAP, {}, out)
+
+    def _memory_evidence(self, slot: int, ts: int, name: str, detail: dict[str, float], out: list[Finding]) -> None:
+        gpus = self.report.gpus
+        if name == ECC:
+            self.evidence.ecc_ts[slot] = ts
+            if gpus.is_open(slot, REMAP):
+                self.report.transition(slot, REMAP, False, ts, out)
+        else:
+            self.evidence.remap_ts[slot] = ts
+            if gpus.is_open(slot, ECC):
+                return  # the remap is part of the uncorrectable error already reported
+        if not gpus.is_open(slot, name):
+            self.report.transition(slot, name, True, ts, out, detail)
+        else:
+            episode = gpus.get(slot, name)
+            for key, value in detail.items():
+                episode.detail[key] = episode.detail.get(key, 0.0) + value
+
+    def lost_and_back(self, out: list[Finding]) -> None:
+        """GPUs silent while their node still reports have fallen off the bus (dated when the silence became
+        evident, whatever the batching: a replay finds the same time); one that reports again for 30 s is back."""
+        used = len(self.slots)
+        last_ts = self.latest.ts[:used]
+        node_now = self.nodes.latest[self.slots.node_of[:used]]
+        silent = (last_ts >= 0) & (node_now - last_ts >= self.settings.lost_after_s * S)
+        lost = self.report.gpus.active(np.arange(used), LOST_BUS)
+        lost_after = int(self.settings.lost_after_s * S)
+        for slot in np.flatnonzero(silent & ~lost).tolist():
+            self.report.transition(slot, LOST_BUS, True, int(last_ts[slot]) + lost_after, out)
+        for slot in np.flatnonzero(lost & ~silent).tolist():
+            back = max(int(self.evidence.back_since[slot]), self.report.gpus.get(slot, LOST_BUS).since_ns)
+            if last_ts[slot] - back >= _BACK_S * S:
+                self.report.transition(slot, LOST_BUS, False, back + _BACK_S * S, out)
+
+    def quiet(self, slot: int, name: str, episode: Episode, now_ns: int) -> bool:
+        """Whether an open XID, storm, ECC or remap finding has had no new evidence long enough to clear (a remap
+        waiting for a reset keeps a memory finding open: the GPU still needs that reset)."""
+        if name in (STORM, XID):
+            xids = self._xids.get(slot)
+            since, quiet_for = (xids[-1][0] if xids else episode.since_ns), self.settings.storm_window_s
+        elif name in (ECC, REMAP):
+            if self.latest.row[slot, METRIC_INDEX["row_remap_pending"]] == 1:
+                return False
+            evidence = self.evidence.ecc_ts if name == ECC else self.evidence.remap_ts
+            since, quiet_for = int(evidence[slot]), _MEMORY_QUIET_S
+        else:
+            return False
+        return now_ns - since >= quiet_for * S
+
+    def describe(self, name: str, gpu: GpuView, episode: Episode, ts_ns: int) -> Description:
+        if name in (STORM, XID):
+            return self._xid_words(gpu.slot, name == STORM, episode, ts_ns)
+        if name == ECC:
+            return _ecc_words(gpu, episode)
+        if name == REMAP:
+            return _remap_words(gpu, episode)
+        node_now = int(self.nodes.latest[self.slots.node_of[gpu.slot]])
+        silent = max(0.0, (node_now - int(self.latest.ts[gpu.slot])) / S)
+        how = "XID 79 / GPU lost" if episode.detail.get("event") else "no samples"
+        what = f"fallen off the bus: {how}; silent for {silent:.0f} s while the node's other GPUs keep reporting"
+        action = "drain the node and reboot it; reseat the GPU and check its power cables and riser if it happens again"
+        evidence = {"silent_s": silent, "xid": episode.detail.get("xid", math.nan)}
+        return Description(Severity.CRITICAL, what, action, evidence)
+
+    def _xid_words(self, slot: int, storm: bool, episode: Episode, ts_ns: int) -> Description:
+        recent = self._xids.get(slot, deque())
+        window = self.settings.storm_window_s
+        count = sum(1 for t, _ in recent if t >= ts_ns - window * S)
+        codes = sorted({c for t, c in recent if t >= ts_ns - window * S})
+        last = describe(int(episode.detail.get("xid", codes[-1] if codes else 0)))
+        if storm:
+            kinds = ", ".join(f"{c} ({describe(c).meaning})" for c in codes[:5])
+            hardware = any(describe(c).cause != "app" for c in codes)
+            what = f"XID storm: {count} XIDs in {window / 60:.0f} min: {kinds}"
+            action = (
+                "drain the GPU and reset it; if the storm returns, report it to support"
+                if hardware
+                else "the job keeps crashing on this GPU: stop it and check the application; reset the GPU if it "
+                "persists"
+            )
+            return Description(Severity.CRITICAL, what, action, {
+                "xids_in_window": float(count), "distinct_xids": float(len(codes)), "last_xid": float(last.code)
+            })  # fmt: skip
+        what = f"XID {last.code}: {last.meaning} ({last.cause} error)"
+        return Description(last.severity, what, last.action, {"xid": float(last.code), "xids_in_window": float(count)})
+
+
+def _ecc_words(gpu: GpuView, episode: Episode) -> Description:
+    xid, c = episode.detail.get("xid"), gpu.counters
+    pending = gpu.row.get("row_remap_pending", gpu.row.get("retired_pages_pending", math.nan))
+    what = (
+        f"uncorrectable ECC error{f' (XID {int(xid)}: {describe(int(xid)).meaning})' if xid else ''}: "
+        f"{fmt(c['ecc_uncorrected_total'])} uncorrected in total, rows remapped for uncorrectable errors "
+        f"{fmt(c['row_remap_uncorrectable_total'])}, remap pending {fmt(pending)}"
+    )
+    action = (
+        "drain the GPU and reset it to apply the row remap / page retirement; replace it if errors recur or the "
+        "remap failed"
+    )
+    return Description(Severity.CRITICAL, what, action, {
+        "ecc_uncorrected_total": c["ecc_uncorrected_total"],
+        "row_remap_uncorrectable_total": c["row_remap_uncorrectable_total"],
+        "retired_pages_dbe_total": c["retired_pages_dbe_total"],
+        "remap_pending": pending, "remap_failure": gpu.row.get("row_remap_failure", math.nan), "xid": xid or math.nan,
+    })  # fmt: skip
+
+
+def _remap_words(gpu: GpuView, episode: Episode) -> Description:
+    c = gpu.counters
+    what = (
+        f"memory row remap / page retirement waiting for a GPU reset (correctable remaps "
+        f"{fmt(c['row_remap_correctable_total'])})"
+    )
+    return Description(Severity.WARNING, what, "reset the GPU at its next drain to activate the remap", {
+        "row_remap_correctable_total": c["row_remap_correctable_total"],
+        "remap_pending": gpu.row.get("row_remap_pending", gpu.row.get("retired_pages_pending", math.nan)),
+        "xid": episode.detail.get("xid", math.nan),
+    })  # fmt: skip

@@ -1,0 +1,166 @@
+"""The GPU's links: NVLink down (fewer links active than the topology says it has) and a PCIe link trained below
+its generation or width while the GPU is busy.
+
+Both are level conditions (debounced, processors.detectors.debounce). The NVLinks a GPU should have come from the
+node's topology (asked again a minute of data time later while none is known; a topology that says the GPU has no
+NVLink turns the rule off for it), else from the link count the GPU reports. An idle or lightly loaded GPU may train
+its PCIe link at a lower generation to save power (gen 1 at idle is normal): generation is judged only above 40%
+utilization, while a narrower width is always a fault. The NVLink finding names the peers whose traffic now crosses
+PCIe, and over which path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from pipeline.events import METRIC_INDEX, NodeTopology, NvLinkSample, Severity
+from processors.detectors.columns import S, col, fmt, gt, lt
+from processors.detectors.debounce import Level
+from processors.detectors.gpus import GpuView
+from processors.detectors.names import NVLINK, PCIE
+from processors.episodes import Description, Episode
+from processors.state import GpuSlots, column
+
+TopologyOf = Callable[[str, str], NodeTopology | None]
+
+NVLINK_LEVEL = Level(NVLINK, tau_s=5.0, on=0.6, off=0.15)
+PCIE_LEVEL = Level(PCIE, tau_s=15.0, on=0.6, off=0.15)
+#: an idle or lightly loaded GPU may train its link at a lower generation: only judged above this
+_PCIE_BUSY_UTIL: Final = 40.0
+_ASK_AGAIN_NS: Final = 60 * S
+
+
+def links_from_samples(m: np.ndarray, links: list[tuple[NvLinkSample, ...] | None]) -> None:
+    """Where a source reports per-link NVLink state but not the totals, count the links (in place)."""
+    active, most = METRIC_INDEX["nvlink_links_active"], METRIC_INDEX["nvlink_links_max"]
+    for i in np.flatnonzero(np.isnan(m[:, active])).tolist():
+        per_link = links[i]
+        if per_link:
+            m[i, active] = sum(1 for link in per_link if link.active)
+            if np.isnan(m[i, most]):
+                m[i, most] = len(per_link)
+
+
+def conditions(m: np.ndarray, expected_links: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: NVLink down and whether that can be told; PCIe degraded and whether that can be told."""
+    active, links_max = col(m, "nvlink_links_active"), col(m, "nvlink_links_max")
+    expected = np.where(expected_links > 0, expected_links, links_max)
+    nvlink = lt(active, expected)
+    nvlink_seen = ~np.isnan(active) & gt(expected, 0)
+    gen, gen_max = col(m, "pcie_link_gen"), col(m, "pcie_link_gen_max")
+    width, width_max = col(m, "pcie_link_width"), col(m, "pcie_link_width_max")
+    narrow = lt(width, width_max)
+    loaded = gt(col(m, "utilization_gpu_percent"), _PCIE_BUSY_UTIL)
+    pcie = narrow | (loaded & lt(gen, gen_max))
+    pcie_seen = narrow | (loaded & ~np.isnan(gen) & ~np.isnan(gen_max))
+    return nvlink, nvlink_seen, pcie, pcie_seen
+
+
+@dataclass(eq=False)
+class _Expected:
+    #: NVLinks the topology says the GPU has (0: no topology seen yet; -1: the topology says it has none)
+    links: np.ndarray = column(0.0)
+
+
+class Links:
+    """The NVLinks each GPU should have, and the link findings' wording."""
+
+    names = (NVLINK, PCIE)
+
+    def __init__(self, slots: GpuSlots, topology_of: TopologyOf) -> None:
+        self.slots = slots
+        self.topology_of = topology_of
+        self.expected = slots.attach(_Expected())
+        self._asked: dict[tuple[str, str], int] = {}
+
+    def refresh(self, slots: np.ndarray, now_ns: int) -> None:
+        """Ask the topology of the nodes of GPUs whose NVLinks are not known yet (at most once a minute of data)."""
+        fresh = np.unique(slots[self.expected.links[slots] == 0])
+        for node_key in {self.slots.key(x)[:2] for x in fresh.tolist()}:
+            if now_ns - self._asked.get(node_key, -(2**62)) < _ASK_AGAIN_NS:
+                continue
+            self._asked[node_key] = now_ns
+            topo = self.topology_of(*node_key)
+            if topo is None:
+                continue
+            for gpu in topo.gpus:
+                known = self.slots.find((node_key[0], node_key[1], gpu.uuid))
+                if known is not None:
+                    self.expected.links[known] = gpu.nvlink_links if gpu.nvlink_links > 0 else -1
+
+    def describe(self, name: str, gpu: GpuView, episode: Episode, ts_ns: int) -> Description:
+        if name == NVLINK:
+            return self._nvlink(gpu)
+        return _pcie(gpu)
+
+    def _nvlink(self, gpu: GpuView) -> Description:
+        row, nan = gpu.row, math.nan
+        active = row.get("nvlink_links_active", nan)
+        expected = float(self.expected.links[gpu.slot]) or row.get("nvlink_links_max", nan)
+        pcie = row.get("pcie_tx_bytes_per_second", nan) + row.get("pcie_rx_bytes_per_second", nan)
+        nvl = row.get("nvlink_tx_bytes_per_second", nan) + row.get("nvlink_rx_bytes_per_second", nan)
+        crc, recovery = gpu.counters["nvlink_crc_errors_total"], gpu.counters["nvlink_recovery_errors_total"]
+        what = (
+            f"NVLink down: {fmt(active)} of {fmt(expected)} links active, NVLink {fmt(nvl / 1e9, ' GB/s', 1)}, "
+            f"PCIe {fmt(pcie / 1e9, ' GB/s', 1)}{self._peers(gpu)} (CRC errors {fmt(crc)}, recoveries "
+            f"{fmt(recovery)})"
+        )
+        action = (
+            "drain the GPU's jobs, reset the GPU; if links stay down check the NVLink bridge / NVSwitch tray and "
+            "report to support"
+        )
+        return Description(Severity.CRITICAL, what, action, {
+            "links_active": active, "links_expected": expected, "nvlink_bytes_per_second": nvl,
+            "pcie_bytes_per_second": pcie, "nvlink_crc_errors_total": crc, "nvlink_recovery_errors_total": recovery,
+        })  # fmt: skip
+
+    def _peers(self, gpu: GpuView) -> str:
+        """Which peers lost their NVLink path to this GPU and what their traffic crosses now (from the topology)."""
+        topo = self.topology_of(gpu.cluster, gpu.node)
+        if topo is None:
+            return ""
+        me = next((g for g in topo.gpus if g.uuid == gpu.uuid), None)
+        if me is None:
+            return ""
+        paths: list[str] = []
+        for link in topo.links:
+            if gpu.uuid not in (link.a, link.b) or not link.kind.startswith("NV"):
+                continue
+            other_uuid = link.b if link.a == gpu.uuid else link.a
+            other = next((g for g in topo.gpus if g.uuid == other_uuid), None)
+            if other is None:
+                continue
+            pcie_kind = next(
+                (x.kind for x in topo.links if {x.a, x.b} == {me.uuid, other.uuid} and not x.kind.startswith("NV")),
+                None,
+            )
+            if pcie_kind is None:
+                same_numa = me.numa_node is not None and me.numa_node == other.numa_node
+                pcie_kind = "NODE" if same_numa else "SYS" if me.numa_node is not None else "PCIe"
+            paths.append(f"GPU {other.index} ({pcie_kind})")
+        if not paths:
+            return ""
+        return "; traffic to " + ", ".join(paths) + " now crosses PCIe"
+
+
+def _pcie(gpu: GpuView) -> Description:
+    row, nan = gpu.row, math.nan
+    gen, gen_max = row.get("pcie_link_gen", nan), row.get("pcie_link_gen_max", nan)
+    width, width_max = row.get("pcie_link_width", nan), row.get("pcie_link_width_max", nan)
+    share = (2 ** (gen - gen_max)) * width / width_max
+    replay = gpu.counters["pcie_replay_total"]
+    what = (
+        f"PCIe link trained at Gen{fmt(gen)} x{fmt(width)} of Gen{fmt(gen_max)} x{fmt(width_max)} while busy "
+        f"({fmt(share * 100, '%')} of its bandwidth), replay counter {fmt(replay)}"
+    )
+    action = "reseat the GPU and check the riser/slot and its retimer; a link that keeps retraining low needs service"
+    return Description(Severity.WARNING, what, action, {
+        "pcie_gen": gen, "pcie_gen_max": gen_max, "pcie_width": width, "pcie_width_max": width_max,
+        "bandwidth_share": share, "pcie_replay_total": replay,
+        "utilization_percent": row.get("utilization_gpu_percent", nan),
+    })  # fmt: skip

@@ -1,0 +1,177 @@
+"""The detectors stage: the detector families composed over one batch, in the order the rules depend on.
+
+A batch is sorted by (GPU slot, time) and walked in *levels*: level k holds the k-th row of every GPU in the batch, so
+each level is one vectorized update of all its GPUs (one level per sampling round; a live batch has one, a
+fast-forward batch a few dozen). Per level: job starts the telemetry shows, the row becomes the GPU's latest (a
+finding started on a row describes that row), then the debounced levels (thermal, links, idle), power, memory,
+straggler windows, the GPU's return after a silence, and its error counters. After the levels: the stragglers of
+the jobs seen, the batch's GPU events, and the time-based conclusions (silent GPUs, quiet errors, repeats). Last,
+the summary of every active finding is appended to the ``explanation`` of the GPU's rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from pipeline.config import DetectorSettings
+from pipeline.events import Finding, InterpretedBatch
+from processors.detectors import idle, links, thermal
+from processors.detectors.columns import S
+from processors.detectors.debounce import Debounce
+from processors.detectors.findings import Reporter
+from processors.detectors.gpus import Latest, NodeClock
+from processors.detectors.hard_errors import HardErrors
+from processors.detectors.idle import Idle
+from processors.detectors.jobs import Jobs
+from processors.detectors.links import Links, TopologyOf
+from processors.detectors.memory import Memory
+from processors.detectors.power import Power
+from processors.detectors.stragglers import Stragglers
+from processors.detectors.thermal import Thermal
+from processors.state import GpuSlots
+
+#: the level conditions, debounced together (one score column each, in this order)
+LEVELS = (thermal.LEVEL, links.NVLINK_LEVEL, links.PCIE_LEVEL, idle.LEVEL)
+
+
+def level_conditions(
+    m: np.ndarray, rel: np.ndarray, allocated: np.ndarray, expected_links: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, each level's condition and whether it can be judged from this row (columns: LEVELS).
+
+    Pure: a table of rows in, two bool matrices out.
+    """
+    hot, hot_seen = thermal.condition(m, rel)
+    nvlink, nvlink_seen, pcie, pcie_seen = links.conditions(m, expected_links)
+    unused, unused_seen = idle.condition(m, allocated)
+    n = m.shape[0]
+    cond = np.column_stack([hot, nvlink, pcie, unused]).reshape(n, len(LEVELS))
+    seen = np.column_stack([hot_seen, nvlink_seen, pcie_seen, unused_seen]).reshape(n, len(LEVELS))
+    return cond, seen
+
+
+class Detectors:
+    """Emits :class:`pipeline.events.Finding` s of the detector families (see the package docstring).
+
+    ``slots`` is the interpreter's per-GPU slot table (a stage built alone makes its own); ``topology_of`` gives a
+    node's topology (the NVLinks each GPU should have, the paths between GPUs).
+    """
+
+    def __init__(
+        self,
+        settings: DetectorSettings | None = None,
+        topology_of: TopologyOf | None = None,
+        slots: GpuSlots | None = None,
+    ) -> None:
+        self.settings = settings = settings or DetectorSettings()
+        self.slots = slots = slots if slots is not None else GpuSlots()
+        self.latest = slots.attach(Latest())
+        self.clock = slots.attach(NodeClock(), per="node")
+        self.report = report = Reporter(slots, self.latest)
+        self.jobs = Jobs(slots)
+        self.debounce = Debounce(slots, LEVELS)
+        self.links = Links(slots, topology_of or (lambda _cluster, _node: None))
+        self.power = Power(slots, settings, self.latest, self.jobs.at, report)
+        self.memory = Memory(slots, settings, self.jobs.at, report)
+        self.stragglers = Stragglers(slots, settings, self.latest, report, self.power.waiting)
+        self.hard_errors = HardErrors(slots, settings, self.latest, self.clock, report)
+        for family in (Thermal(), self.links, self.power, self.memory, self.stragglers, self.hard_errors, Idle()):
+            report.wording |= dict.fromkeys(family.names, family)
+        report.node_wording |= dict.fromkeys(self.power.names, self.power)
+
+    def apply(self, batch: InterpretedBatch, now_ns: int) -> tuple[InterpretedBatch, list[Finding]]:
+        if not self.settings.enabled:
+            return batch, []
+        out: list[Finding] = []
+        if len(batch):
+            slots = self.slots.rows(batch)
+            order = np.lexsort((batch.ts_ns, slots))
+            self._context(batch, order, slots[order], out)
+            self._samples(batch, order, slots[order], out)
+        if batch.gpu_events:
+            self.hard_errors.events(batch.gpu_events, out)
+        self._post(out)
+        if len(batch) and (self.report.gpus or self.report.nodes):
+            explanation = self.report.explain(
+                self.slots.rows(batch), batch.ts_ns, batch.explanation, self.power.speaking_for()
+            )
+            if explanation != batch.explanation:
+                batch = replace(batch, explanation=explanation)
+        return batch, out
+
+    def tick(self, now_ns: int) -> list[Finding]:
+        """Time-based conclusions on data time: GPUs gone silent while their node reports, and repeats."""
+        out: list[Finding] = []
+        if self.settings.enabled:
+            self._post(out)
+        return out
+
+    def _context(self, b: InterpretedBatch, order: np.ndarray, s: np.ndarray, out: list[Finding]) -> None:
+        """The latest workload per GPU, job boundaries (and peer groups), and the NVLinks the topology expects."""
+        ts = b.ts_ns[order]
+        wls = [b.workload[i] for i in order.tolist()]
+        last, changed = self.jobs.context(s, ts, wls)
+        for i in np.flatnonzero(last).tolist():
+            slot = int(s[i])
+            self.latest.workload[slot] = wls[i]
+            self.stragglers.regroup(slot, int(ts[i]), bool(changed[i]), out)
+        self.links.refresh(s, int(ts[-1]))
+
+    def _samples(self, b: InterpretedBatch, order: np.ndarray, s: np.ndarray, out: list[Finding]) -> None:
+        ts = b.ts_ns[order]
+        m, rel = b.metrics[order], b.relative[order]
+        n = len(s)
+        links.links_from_samples(m, [b.links[i] for i in order.tolist()])
+        first = np.r_[True, s[1:] != s[:-1]]
+        rank = np.arange(n) - np.maximum.accumulate(np.where(first, np.arange(n), 0))
+        prev_ts = np.where(first, self.latest.ts[s], np.r_[0, ts[:-1]])
+        dt_s = np.where(prev_ts < 0, 1.0, np.clip((ts - prev_ts) / S, 0.0, 60.0))
+        allocated = idle.allocated(b.workload[i] for i in order.tolist())
+        cond, seen = level_conditions(m, rel, allocated, self.links.expected.links[s])
+        deltas = self.latest.counter_deltas(s, first, m)
+        job_start = self.jobs.process_starts(b, order, s)
+        for k in range(int(rank.max()) + 1):
+            rows = np.flatnonzero(rank == k)
+            g, t = s[rows], ts[rows]
+            started = job_start[rows]
+            self.jobs.started(g[started], t[started])
+            self.latest.row[g] = m[rows]
+            self.latest.rel[g] = rel[rows]
+            self._levels(g, t, cond[rows], seen[rows], dt_s[rows], out)
+            self.power.step(g, t, m[rows], out)
+            self.memory.step(g, t, m[rows], rel[rows], out)
+            self.stragglers.step(g, t, m[rows], rel[rows])
+            self.hard_errors.returns(g, t)
+            self.latest.ts[g] = t
+            self.hard_errors.counters(g, t, m[rows], deltas[rows], out)
+        np.maximum.at(self.clock.latest, self.slots.node_of[s], ts)
+        self.stragglers.judge(out)
+
+    def _levels(
+        self, g: np.ndarray, ts: np.ndarray, cond: np.ndarray, seen: np.ndarray, dt_s: np.ndarray, out: list[Finding]
+    ) -> None:
+        active = np.column_stack([self.report.gpus.active(g, level.name) for level in LEVELS])
+        starts, clears = self.debounce.step(g, cond, seen, dt_s, active)
+        for r, c in zip(*np.nonzero(starts | clears), strict=True):
+            self.report.transition(int(g[r]), LEVELS[c].name, bool(starts[r, c]), int(ts[r]), out)
+
+    def _post(self, out: list[Finding]) -> None:
+        """Time-based conclusions: GPUs fallen off the bus (and back), errors quiet long enough, and repeats."""
+        used = len(self.slots)
+        if not used:
+            return
+        self.hard_errors.lost_and_back(out)
+        now = np.maximum(self.latest.ts[:used], self.clock.latest[self.slots.node_of[:used]])
+        repeat_ns = self.settings.repeat_s * S
+        for slot, name, episode in self.report.gpus.listed():
+            t = int(now[slot])
+            if self.hard_errors.quiet(slot, name, episode, t):
+                self.report.transition(slot, name, False, t, out)
+            elif t - episode.last_sent_ns >= repeat_ns:
+                self.report.send(slot, name, True, t, out)
+        for node, name, episode in self.report.nodes.listed():
+            t = int(self.clock.latest[node])
+            if t - episode.last_sent_ns >= repeat_ns:
+                self.report.send_node(node, name, True, t, out)

@@ -1,0 +1,360 @@
+"""Stragglers: which GPUs of one distributed job are persistently slower than their peers.
+
+One pure function over windows (:func:`peer_step`, :func:`scan` for a whole history) serves both the stream (the
+:class:`Stragglers` family: per-GPU step-time proxies per 30 s window) and the Alibaba PAI step-time traces
+(tests/unit/processors/detectors/test_stragglers.py).
+
+Per window, each worker's step time is compared with the job's median: ``rel`` is how much slower it is
+(0.10 = 10% slower) and ``z`` how far that is against the peers' spread, robustly (the median absolute
+deviation, scaled to a standard deviation, with a floor of 1% of the median so that identical peers do not
+make a tiny difference infinitely significant). Only slower counts: a faster worker is never a straggler.
+
+A worker becomes a straggler by one of two routes:
+
+- *persistent*: over the last ``persist`` windows, its median ``z`` is at least ``z_min`` and its median
+  ``rel`` at least ``rel_min``. The median over windows is what tells a real straggler (PAI job 3: two workers
+  ~10% slower window after window, well outside a tight peer group) from persistent small per-worker
+  differences (job 2: a continuum of speeds, so no worker is far outside the spread) and from a group of
+  workers whose lead is within each window's noise (job 1, workers 0-2).
+- *acute*: at least ``rel_acute`` slower (30%) for ``acute`` consecutive windows. A slowdown this large is a
+  straggler even when several workers share it and the MAD is wide (PAI job 4: half the workers at 2-4x).
+
+It stays a straggler until neither route has held for ``clear`` consecutive windows (hysteresis), so a
+fluctuating straggler is one episode, not many. Jobs with fewer than ``min_workers`` reporting workers are not
+judged: with two workers there is no telling which one is the slow one.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+
+from pipeline.config import DetectorSettings
+from pipeline.events import Finding, Severity, Workload
+from processors.detectors.columns import REL, S, col, fmt, gt
+from processors.detectors.findings import Reporter
+from processors.detectors.gpus import GpuView, Latest
+from processors.detectors.names import STRAGGLER
+from processors.episodes import Description, Episode
+from processors.state import GpuSlots, column, grow
+
+#: whether a lowered power limit of a GPU is waiting for its confirmation (it explains a slow GPU too)
+Waiting = Callable[[int], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class StragglerParams:
+    rel_min: float = 0.07
+    z_min: float = 3.0
+    rel_acute: float = 0.30
+    persist: int = 8
+    acute: int = 1
+    clear: int = 3
+    min_workers: int = 3
+    #: two workers have no median to be slower than: the slower one is judged by its excess over the faster one,
+    #: this much counting as the robust z's ``z_min`` (0 turns pairs off)
+    pair_rel: float = 0.15
+    #: the MAD's floor as a fraction of the median
+    mad_floor: float = 0.01
+
+
+@dataclass(slots=True)
+class PeerState:
+    """Per-worker history of one job: the last ``persist`` windows of rel and z, and the hysteresis state."""
+
+    rel: np.ndarray = column(np.nan)  # (workers, persist), NaN where a window is missing
+    z: np.ndarray = column(np.nan)
+    acute_run: np.ndarray = column(0, dtype=np.int64)  # consecutive acute windows
+    quiet: np.ndarray = column(0, dtype=np.int64)  # consecutive windows without either route
+    active: np.ndarray = column(False)
+    windows: int = 0
+
+    @classmethod
+    def empty(cls, workers: int, params: StragglerParams) -> PeerState:
+        state = cls(np.full((0, params.persist), np.nan), np.full((0, params.persist), np.nan))
+        grow(state, workers)
+        return state
+
+    def join(self) -> None:
+        """One more worker (a GPU that joined the job), whose history starts empty."""
+        grow(self, len(self.active) + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class PeerVerdict:
+    """The outcome of one window: per worker, whether it is a straggler now and the numbers behind it."""
+
+    active: np.ndarray
+    rel: np.ndarray
+    z: np.ndarray
+    median_rel: np.ndarray
+    median_z: np.ndarray
+    peer_median: float
+    judged: bool = field(default=True)
+
+
+def window_scores(step_times: np.ndarray, mad_floor: float = 0.01) -> tuple[np.ndarray, np.ndarray, float]:
+    """For one window: each worker's relative excess over the median and its robust z (NaN where missing)."""
+    med = float(np.nanmedian(step_times))
+    mad = float(np.nanmedian(np.abs(step_times - med)))
+    rel = (step_times - med) / med
+    z = (step_times - med) / (1.4826 * mad + mad_floor * abs(med))
+    return rel, z, med
+
+
+def pair_scores(step_times: np.ndarray, params: StragglerParams) -> tuple[np.ndarray, np.ndarray, float]:
+    """For a window of exactly two workers: each one's excess over the faster one, and that excess on the robust
+    z's scale (``pair_rel`` maps to ``z_min``), so the same persistence rules apply."""
+    fastest = float(np.nanmin(step_times))
+    rel = step_times / fastest - 1.0
+    return rel, rel / params.pair_rel * params.z_min, fastest
+
+
+def peer_step(state: PeerState, step_times: np.ndarray, params: StragglerParams) -> tuple[PeerState, PeerVerdict]:
+    """Advance one job by one window of per-worker step times (NaN: the worker did not report)."""
+    n = int(np.count_nonzero(~np.isnan(step_times)))
+    workers = step_times.shape[0]
+    pair = n == 2 and params.pair_rel > 0
+    if n < params.min_workers and not pair:
+        nan = np.full(workers, np.nan)
+        return state, PeerVerdict(state.active.copy(), nan, nan, nan, nan, float("nan"), judged=False)
+    rel, z, med = pair_scores(step_times, params) if pair else window_scores(step_times, params.mad_floor)
+    rel_hist = np.roll(state.rel, -1, axis=1)
+    z_hist = np.roll(state.z, -1, axis=1)
+    rel_hist[:, -1], z_hist[:, -1] = rel, z
+    windows = state.windows + 1
+    seen = np.count_nonzero(~np.isnan(rel_hist), axis=1)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        # a worker with no windows yet is an all-NaN row: expected, numpy's warning about it is noise here
+        warnings.simplefilter("ignore", RuntimeWarning)
+        median_rel = np.nanmedian(rel_hist, axis=1)
+        median_z = np.nanmedian(z_hist, axis=1)
+        # the persistent route needs most of its windows: a straggler is judged on a history, not one window
+        persistent = (seen >= max(3, params.persist // 2)) & (median_z >= params.z_min) & (median_rel >= params.rel_min)
+        acute_now = rel >= params.rel_acute
+    acute_run = np.where(acute_now, state.acute_run + 1, 0)
+    holds = persistent | (acute_run >= params.acute)
+    quiet = np.where(holds, 0, state.quiet + 1)
+    active = holds | (state.active & (quiet < params.clear))
+    new = PeerState(rel_hist, z_hist, acute_run, quiet, active, windows)
+    return new, PeerVerdict(active.copy(), rel, z, median_rel, median_z, med)
+
+
+def scan(step_times: np.ndarray, params: StragglerParams) -> np.ndarray:
+    """Straggler flags for a whole history: ``step_times`` is (workers, windows); returns a bool matrix alike."""
+    state = PeerState.empty(step_times.shape[0], params)
+    flags = np.zeros(step_times.shape, dtype=bool)
+    for k in range(step_times.shape[1]):
+        state, verdict = peer_step(state, step_times[:, k], params)
+        flags[:, k] = verdict.active
+    return flags
+
+
+# --- the stream: per-GPU windows, peer groups per job, findings ----------------------------------------------------
+
+#: completed windows kept per GPU (a fast-forward batch spans a few windows; judging lags by two)
+_RING: Final = 8
+#: a GPU above this utilization is busy: only busy rows tell its clock
+_BUSY_UTIL: Final = 20.0
+
+
+@dataclass(eq=False)
+class _Windows:
+    """Per GPU: the straggler window being summed (its index; sums of util, busy SM-clock ratio and their counts),
+    the last completed ones (oldest first: index, util, clock) and the job group the GPU belongs to."""
+
+    index: np.ndarray = column(-1, dtype=np.int64)
+    sums: np.ndarray = column(0.0, 4)
+    done: np.ndarray = column(np.nan, _RING, 3)
+    group: np.ndarray = column(None)
+
+
+@dataclass(slots=True)
+class _Peers:
+    """One job's GPUs (slots, in the order they joined; ``members``: those still in it) and its straggler history."""
+
+    slots: list[int]
+    members: set[int]
+    state: PeerState
+    evaluated: int = -1  # last window index judged
+
+
+def job_key(cluster: str, wl: Workload | None) -> str | None:
+    """The peer group of a GPU running ``wl``: its job, when a context source names one of two GPUs or more."""
+    # peers are the GPUs of one job, which only a context source knows: GPUs of a node running the same
+    # (inferred) application are as often independent replicas or renders, each at its own pace (in the
+    # evaluation every straggler found on such a guess was a false alarm)
+    if wl is None or wl.job_id is None or wl.application in ("idle", "unknown"):
+        return None
+    if wl.job_gpus is not None and wl.job_gpus < 2:
+        return None
+    # job ids are unique within one cluster (a scheduler's own sequence), not across clusters
+    return f"job:{cluster}/{wl.job_id}"
+
+
+class Stragglers:
+    """The straggler finding: each GPU's step-time proxy per window (SM clock while busy, and its duty cycle against
+    the job's) judged against its job's peers by :func:`peer_step`, a window once every live GPU of the job is past
+    it. A GPU whose slowness another finding explains (thermal, a power cap, its links...) is not reported again."""
+
+    names = (STRAGGLER,)
+
+    def __init__(
+        self, slots: GpuSlots, settings: DetectorSettings, latest: Latest, report: Reporter, power_waiting: Waiting
+    ) -> None:
+        self.slots = slots
+        self.settings = settings
+        self.params = StragglerParams(acute=2)
+        self.latest = latest
+        self.report = report
+        self.power_waiting = power_waiting
+        self.windows = slots.attach(_Windows())
+        self._jobs: dict[str, _Peers] = {}
+        self._touched: set[str] = set()
+
+    def regroup(self, slot: int, ts: int, changed: bool, out: list[Finding]) -> None:
+        """The GPU's workload is the latest; ``changed``: its job or application changed. Keep the GPU in the peer
+        group of its current job (or none); a GPU that leaves its job is no longer that job's straggler (its finding
+        clears with the job, not at the end of the next job)."""
+        group = self.windows.group
+        if not changed and not (group[slot] is None and self.latest.workload[slot] is not None):
+            if group[slot] is not None:
+                self._touched.add(group[slot])
+            return
+        key = job_key(self.slots.key(slot)[0], self.latest.workload[slot])
+        old = group[slot]
+        if key == old:
+            if key is not None:
+                self._touched.add(key)
+            return
+        group[slot] = key
+        if old is not None and old in self._jobs:
+            self._jobs[old].members.discard(slot)
+        if self.report.gpus.is_open(slot, STRAGGLER):
+            self.report.transition(slot, STRAGGLER, False, ts, out)
+        if key is not None:
+            peers = self._jobs.get(key)
+            if peers is None:
+                peers = self._jobs[key] = _Peers([], set(), PeerState.empty(0, self.params))
+            if slot not in peers.slots:
+                peers.slots.append(slot)
+                peers.state.join()
+            peers.members.add(slot)
+            self._touched.add(key)
+
+    def step(self, g: np.ndarray, ts: np.ndarray, m: np.ndarray, rel: np.ndarray) -> None:
+        """One row per GPU ``g``: add it to the GPU's current window; a GPU entering a new window closes its
+        previous one."""
+        w = self.windows
+        win_ns = int(self.settings.straggler_window_s * S)
+        idx = ts // win_ns
+        moved = (w.index[g] >= 0) & (idx > w.index[g])
+        if moved.any():
+            mg = g[moved]
+            sums = w.sums[mg]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                util = sums[:, 0] / sums[:, 1]
+                clock = sums[:, 2] / sums[:, 3]
+            ring = np.roll(w.done[mg], -1, axis=1)
+            ring[:, -1] = np.column_stack([w.index[mg], util, clock])
+            w.done[mg] = ring
+            w.sums[mg] = 0.0
+        w.index[g] = idx
+        util = col(m, "utilization_gpu_percent")
+        clock = rel[:, REL["sm_clock_ratio_of_max"]]
+        busy = gt(util, _BUSY_UTIL) & ~np.isnan(clock)
+        w.sums[g] += np.column_stack([
+            np.nan_to_num(util), ~np.isnan(util), np.where(busy, clock, 0.0), busy
+        ])  # fmt: skip
+
+    def judge(self, out: list[Finding]) -> None:
+        """Judge the jobs seen in this batch, window by window: a window once every live GPU of the job is past it.
+
+        A GPU more than 4 windows behind the job's newest (silent, or its partition lagging in a replay) does not
+        hold the others back; its value is simply missing from the windows it has not completed.
+        """
+        for key in sorted(self._touched):
+            peers = self._jobs[key]
+            if not peers.members:
+                continue
+            idx = self.windows.index[list(peers.members)]
+            newest = int(idx.max())
+            ready = int(idx[idx >= newest - 4].min()) - 1
+            for k in range(max(peers.evaluated + 1, newest - _RING + 1), ready + 1):
+                self._judge(peers, k, out)
+                peers.evaluated = k
+        self._touched.clear()
+
+    def _judge(self, peers: _Peers, k: int, out: list[Finding]) -> None:
+        slots = np.array(peers.slots)
+        ring = self.windows.done[slots]
+        hit = ring[:, :, 0] == k
+        found = hit.any(axis=1)
+        util = np.where(found, np.where(hit, ring[:, :, 1], 0.0).sum(axis=1), np.nan)
+        clock = np.where(found, np.where(hit, ring[:, :, 2], 0.0).sum(axis=1), np.nan)
+        util[[s not in peers.members for s in peers.slots]] = np.nan
+        with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+            # a window where no peer was busy has an all-NaN median: it is simply not judged
+            warnings.simplefilter("ignore", RuntimeWarning)
+            # step-time proxy: slower clocks, and a duty cycle below the job's, both stretch a step
+            duty = np.minimum(1.0, util / np.nanmedian(util))
+            step = 1.0 / (clock * duty)
+        step[~np.isfinite(step)] = np.nan
+        if np.count_nonzero(~np.isnan(step)) == 2:
+            # two GPUs wait for each other, so their duty cycles cannot say which one is slow: the clock can
+            with np.errstate(divide="ignore"):
+                step = np.where(np.isnan(step), np.nan, 1.0 / clock)
+        peers.state, verdict = peer_step(peers.state, step, self.params)
+        if not verdict.judged:
+            return
+        win_ns = int(self.settings.straggler_window_s * S)
+        ts = (k + 1) * win_ns
+        was_all = self.report.gpus.active(slots, STRAGGLER)
+        # only GPUs flagged now or before need a decision (most windows: none)
+        for i in np.flatnonzero(verdict.active | was_all).tolist():
+            slot = peers.slots[i]
+            now, was = bool(verdict.active[i]), bool(was_all[i])
+            # the history behind the verdict reaches `persist` windows back: a cause active in it explains it
+            # (a lowered power limit still waiting for its confirmation explains it too)
+            history_ns = ts - self.params.persist * win_ns
+            explained = self.latest.explained_until[slot] >= history_ns or self.power_waiting(slot)
+            detail = {
+                "slower_than_median": float(verdict.rel[i]),
+                "robust_z": float(verdict.z[i]),
+                "median_slower": float(verdict.median_rel[i]),
+                "peers": float(np.count_nonzero(~np.isnan(step))),
+                "window_s": self.settings.straggler_window_s,
+            }
+            if now and not was and not explained:
+                self.report.transition(slot, STRAGGLER, True, ts, out, detail)
+            elif was and (not now or explained):
+                self.report.transition(slot, STRAGGLER, False, ts, out, detail)
+            elif was:
+                self.report.gpus.get(slot, STRAGGLER).detail.update(detail)
+
+    def describe(self, name: str, gpu: GpuView, episode: Episode, ts_ns: int) -> Description:
+        nan, d = float("nan"), episode.detail
+        than = (
+            "its one peer per step (a 2-GPU job: judged by its SM clock)"
+            if d.get("peers") == 2
+            else f"the median of its {fmt(d.get('peers', nan))} peers per step (robust z "
+            f"{fmt(d.get('robust_z', nan), '', 1)})"
+        )
+        what = (
+            f"straggler: {fmt(d.get('slower_than_median', nan) * 100, '%')} slower than {than}, SM clock "
+            f"{fmt(gpu.rel.get('sm_clock_ratio_of_max', nan) * 100, '%')} of max, util "
+            f"{fmt(gpu.row.get('utilization_gpu_percent', nan), '%')}"
+        )
+        action = (
+            "the whole job runs at this GPU's pace: check its clocks, cooling and PCIe/NVLink, or move the rank off it"
+        )
+        return Description(Severity.WARNING, what, action, {
+            "slower_than_median": d.get("slower_than_median", nan), "median_slower": d.get("median_slower", nan),
+            "robust_z": d.get("robust_z", nan), "peers": d.get("peers", nan),
+            "sm_clock_ratio": gpu.rel.get("sm_clock_ratio_of_max", nan),
+            "utilization_percent": gpu.row.get("utilization_gpu_percent", nan),
+        })  # fmt: skip

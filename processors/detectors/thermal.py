@@ -1,0 +1,68 @@
+"""Thermal throttling: clocks held down by heat, told from an idle GPU's low clocks and from a power brake.
+
+A level condition (debounced, processors.detectors.debounce): NVML's thermal slowdown reasons (HW or SW); HW slowdown
+with the GPU within 3 C of its slowdown temperature (HW slowdown alone can be a power brake); and, where a source sends
+no reasons mask, the GPU at its slowdown temperature with SM clocks under 90% of max. Critical within 3 C of the
+shutdown temperature.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pipeline.events import Severity
+from pipeline.vocab import HW_SLOWDOWN, HW_THERMAL, SW_THERMAL
+from processors.detectors.columns import REL, bits, col, fmt, lt
+from processors.detectors.debounce import Level
+from processors.detectors.gpus import GpuView
+from processors.detectors.names import THERMAL
+from processors.episodes import Description, Episode
+
+LEVEL = Level(THERMAL, tau_s=10.0, on=0.6, off=0.15)
+
+
+def condition(m: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: thermally throttled, and whether that can be told from the row (a mask or a temperature)."""
+    mask = col(m, "throttle_reasons_mask")
+    temp, slowdown = col(m, "temperature_gpu_celsius"), col(m, "temperature_slowdown_celsius")
+    clock = rel[:, REL["sm_clock_ratio_of_max"]]
+    hot = ~lt(temp, slowdown - 3.0)
+    thermal = bits(mask, HW_THERMAL | SW_THERMAL) | (bits(mask, HW_SLOWDOWN) & hot)
+    thermal |= np.isnan(mask) & ~lt(temp, slowdown) & lt(clock, 0.9)
+    return thermal, ~np.isnan(mask) | ~np.isnan(temp)
+
+
+class Thermal:
+    """The thermal-throttling finding's wording (its rule is the level above)."""
+
+    names = (THERMAL,)
+
+    def describe(self, name: str, gpu: GpuView, episode: Episode, ts_ns: int) -> Description:
+        row, rel, nan = gpu.row, gpu.rel, math.nan
+        temp, slowdown = row.get("temperature_gpu_celsius", nan), row.get("temperature_slowdown_celsius", nan)
+        shutdown = row.get("temperature_shutdown_celsius", nan)
+        clock = rel.get("sm_clock_ratio_of_max", nan)
+        mask = int(row.get("throttle_reasons_mask", 0))
+        why = "HW thermal slowdown" if mask & (HW_THERMAL | HW_SLOWDOWN) else "SW thermal slowdown" if mask else "heat"
+        severity = Severity.CRITICAL if temp >= shutdown - 3 else Severity.WARNING
+        what = (
+            f"thermal throttling: SM clock at {fmt(clock * 100, '%')} of max by {why} at {fmt(temp, ' C')} "
+            f"(slowdown {fmt(slowdown, ' C')}), power {fmt(rel.get('power_ratio_of_limit', nan) * 100, '%')} of "
+            f"limit, util {fmt(row.get('utilization_gpu_percent', nan), '%')}"
+        )
+        fan = row.get("fan_speed_percent")
+        action = (
+            f"check cooling and fans ({f'fan {fan:.0f}%, ' if fan is not None else ''}inlet air, airflow); clocks "
+            f"held at {fmt(clock * 100, '%')} by {why} at {fmt(temp, ' C')}"
+        )
+        evidence = {
+            "temperature_c": temp,
+            "slowdown_c": slowdown,
+            "sm_clock_ratio": clock,
+            "power_ratio": rel.get("power_ratio_of_limit", nan),
+            "utilization_percent": row.get("utilization_gpu_percent", nan),
+            "throttle_reasons_mask": float(mask),
+        }
+        return Description(severity, what, action, evidence)

@@ -1,0 +1,93 @@
+"""Scoring: the same values are normal for one application and anomalous for another, and baseline-anomaly
+findings fire, repeat and clear on streaks (only for workloads a context source named)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from pipeline.events import InterpretedBatch, Verdict, Workload
+from processors.baselines.score import AnomalyTracker, score_batch
+from processors.features import FEATURE_INDEX, features, infer_phase
+from tests.unit.processors.baselines.helpers import H100, concat, first_row, fit_on, set_of, with_app
+from tests.unit.processors.history import Labelled
+
+
+def test_same_values_are_normal_for_one_application_and_anomalous_for_another(history: Labelled) -> None:
+    baselines = set_of(fit_on(history, "llm-serving", H100), fit_on(history, "llm-pretraining", H100))
+    picked = [
+        (b, i)
+        for b, apps in zip(history.batches[-40:], history.batch_apps[-40:], strict=True)
+        for i in np.flatnonzero(infer_phase(features(b.metrics, b.relative, b.gpu_model)) == 0).tolist()
+        if apps[i] == "llm-serving" and b.gpu_model[i] == H100
+    ]
+    assert len(picked) >= 20
+    batch = concat([b for b, _ in picked])
+    rows = [sum(len(b) for b, _ in picked[:k]) + i for k, (_, i) in enumerate(picked)]
+    serving, _ = score_batch(with_app(batch, "llm-serving"), baselines)
+    pretraining, _ = score_batch(with_app(batch, "llm-pretraining"), baselines)
+    assert all(serving.verdict[i] in (Verdict.NORMAL, Verdict.UNUSUAL) for i in rows)
+    assert sum(serving.verdict[i] == Verdict.NORMAL for i in rows) >= 0.9 * len(rows)
+    for i in rows:
+        assert pretraining.verdict[i] == Verdict.ANOMALOUS
+        assert pretraining.baseline[i] == f"llm-pretraining/{H100}/compute"
+        text = pretraining.explanation[i]
+        assert "anomalous for LLM pre-training on H100 80GB HBM3 in compute" in text
+        assert pretraining.drivers[i] and ("(p5 " in text or "(p95 " in text)
+        assert len(pretraining.explanation[i]) < 300
+        assert (serving.explanation[i] == "") == (serving.verdict[i] == Verdict.NORMAL)
+
+
+def _verdict_batch(ts_s: list[float], codes: list[int]) -> tuple[InterpretedBatch, np.ndarray]:
+    n = len(ts_s)
+    batch = InterpretedBatch(
+        cluster=("c",) * n, node=("n",) * n, gpu_uuid=("GPU-1",) * n, gpu_index=(0,) * n, gpu_model=(H100,) * n,
+        ts_ns=np.array([int(t * 1e9) for t in ts_s], dtype=np.int64), metrics=np.full((n, 1), np.nan),
+        relative=np.full((n, 1), np.nan), workload=(Workload("llm-serving"),) * n, score=np.full(n, 9.0),
+        verdict=(Verdict.ANOMALOUS,) * n, baseline=("b",) * n, explanation=("power off",) * n,
+    )  # fmt: skip
+    return batch, np.array(codes)
+
+
+def test_baseline_anomaly_findings_fire_repeat_and_clear() -> None:
+    tracker = AnomalyTracker()
+    fired = []
+    for t in range(200):
+        code = 3 if t < 120 else 1
+        batch, codes = _verdict_batch([float(t)], [code])
+        fired += [(t, f.active, f.since_ns) for f in tracker.update(batch, codes, ["power off"], batch.score)]
+    assert fired == [(30, True, 0), (90, True, 0), (180, False, 0)]
+
+
+def test_an_inferred_application_raises_no_finding() -> None:
+    tracker = AnomalyTracker()
+    batch, codes = _verdict_batch([float(t) for t in range(120)], [3] * 120)
+    guessed = dataclasses.replace(batch, workload=(Workload("llm-serving", source="inferred", confidence=0.9),) * 120)
+    assert tracker.update(guessed, codes, ["x"] * 120, batch.score) == []
+    assert [f.active for f in tracker.update(batch, codes, ["x"] * 120, batch.score)] == [True]  # named: found
+
+
+def test_a_calm_sample_restarts_the_streak() -> None:
+    tracker = AnomalyTracker()
+    batch, codes = _verdict_batch([float(t) for t in range(25)], [3] * 25)
+    assert tracker.update(batch, codes, ["x"] * 25, batch.score) == []
+    batch, codes = _verdict_batch([25.0, 26.0, 27.0], [1, 3, 3])
+    assert tracker.update(batch, codes, ["x"] * 3, batch.score) == []
+    batch, codes = _verdict_batch([54.0, 55.0], [3, 3])
+    assert tracker.update(batch, codes, ["x"] * 2, batch.score) == []
+    batch, codes = _verdict_batch([56.0], [3])
+    (finding,) = tracker.update(batch, codes, ["x"], batch.score)
+    assert finding.active and finding.since_ns == 26 * 10**9 and finding.detector == "baseline-anomaly"
+
+
+def test_scoring_reads_the_features_the_enrichment_computed(history: Labelled) -> None:
+    baselines = set_of(fit_on(history, "llm-pretraining", H100))
+    batch, i = first_row(history, "llm-pretraining", H100)
+    batch = with_app(batch, "llm-pretraining")
+    f = features(batch.metrics, batch.relative, batch.gpu_model)
+    plain, _ = score_batch(batch, baselines)
+    f[i, FEATURE_INDEX["power_ratio_of_limit"]] = 0.05
+    carried, codes = score_batch(dataclasses.replace(batch, features=f), baselines)
+    assert plain.verdict[i] != Verdict.ANOMALOUS and codes[i] == 3 and carried.features is f
+    assert np.array_equal(carried.relative, batch.relative, equal_nan=True)  # only the carried matrix said so

@@ -1,0 +1,87 @@
+"""Hard errors: an XID storm against a single XID, uncorrectable ECC from counters, events and remaps, a remap
+waiting for a reset, and a GPU fallen off the bus (by its XID or by its silence)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.events import (
+    EventKind,
+    GpuEvent,
+)
+from tests.unit.processors.detectors.driver import (
+    T0,
+    S,
+    kinds,
+    run,
+    starts,
+)
+
+
+def test_xid_storm_versus_a_single_xid() -> None:
+    def events(t: int) -> list[GpuEvent]:
+        out = []
+        if t == 100:
+            out.append(GpuEvent("c1", "node-1", "GPU-1", 1, T0 + t * S, EventKind.XID, 13, "graphics exception"))
+        if 600 <= t < 780 and t % 20 == 0:
+            code = (13, 31, 94, 45)[t // 20 % 4]  # 94 (contained ECC error) without ECC counters: part of the storm
+            out.append(GpuEvent("c1", "node-1", "GPU-6", 6, T0 + t * S, EventKind.XID, code, ""))
+        return out
+
+    _det, found, _ = run(1500, events=events)
+    assert kinds(found) == {("xid", "GPU-1"), ("xid", "GPU-6"), ("xid-storm", "GPU-6")}
+    storm = starts(found, "xid-storm")[0]
+    assert storm.ts_ns == T0 + 680 * S and storm.severity == "critical"
+    assert "XID storm: 5 XIDs" in storm.summary and "94 (" in storm.summary
+    single = starts(found, "xid")[0]
+    assert "XID 13" in single.summary and single.severity == "warning"
+    # the single XID on GPU-6 became part of the storm: cleared when the storm started
+    assert [f.ts_ns for f in found if f.detector == "xid" and f.gpu_uuid == "GPU-6" and not f.active] == [storm.ts_ns]
+
+
+def test_uncorrectable_ecc_from_counters_events_and_remap() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu == 2 and t >= 300:
+            return m | {"ecc_uncorrected_total": 2.0, "row_remap_uncorrectable_total": 1.0, "row_remap_pending": 1.0}
+        return m
+
+    def events(t: int) -> list[GpuEvent]:
+        if t == 301:
+            return [GpuEvent("c1", "node-1", "GPU-2", 2, T0 + t * S, EventKind.XID, 48, "DBE"),
+                    GpuEvent("c1", "node-1", "GPU-2", 2, T0 + t * S, EventKind.XID, 63, "row remap")]  # fmt: skip
+        return []
+
+    _det, found, _ = run(600, shape, events=events)
+    assert kinds(found) == {("ecc-uncorrectable", "GPU-2")}
+    first = starts(found)[0]
+    assert first.ts_ns == T0 + 300 * S and first.severity == "critical"
+    assert first.evidence["ecc_uncorrected_total"] == 2 and first.evidence["remap_pending"] == 1
+    assert "drain the GPU and reset it" in first.action
+
+
+def test_row_remap_pending_alone_is_a_row_remap_warning() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        return m | {"row_remap_pending": 1.0} if gpu == 0 and t >= 100 else m
+
+    _det, found, _ = run(300, shape, gpus=2)
+    assert kinds(found) == {("row-remap", "GPU-0")}
+
+
+@pytest.mark.parametrize("with_event", [True, False])
+def test_fallen_off_the_bus(with_event: bool) -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float] | None:
+        return None if gpu == 7 and 500 <= t < 900 else m
+
+    def events(t: int) -> list[GpuEvent]:
+        if with_event and t == 499:
+            return [GpuEvent("c1", "node-1", "GPU-7", 7, T0 + t * S, EventKind.XID, 79, "fallen off the bus"),
+                    GpuEvent("c1", "node-1", "GPU-7", 7, T0 + t * S, EventKind.GPU_LOST, 0, "")]  # fmt: skip
+        return []
+
+    _det, found, _ = run(1200, shape, events=events)
+    assert kinds(found) == {("fallen-off-bus", "GPU-7")}
+    first = starts(found)[0]
+    assert first.ts_ns == (T0 + 499 * S if with_event else T0 + 514 * S)
+    assert first.severity == "critical" and "reboot" in first.action
+    (clear,) = [f for f in found if not f.active]
+    assert clear.ts_ns == T0 + 930 * S

@@ -1,0 +1,94 @@
+"""The GPU's links: NVLink down (from the topology, from per-link samples, from the GPU's own link count) with the
+peers whose traffic now crosses PCIe, and a PCIe link trained narrow while busy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline.config import DetectorSettings
+from pipeline.events import (
+    GpuSample,
+    InterpretedEvent,
+    NodeTopology,
+    NvLinkSample,
+    TopologyGpu,
+    TopologyLink,
+)
+from processors.detectors.stage import Detectors
+from tests.fakes.readings import busy_h100
+from tests.unit.processors.detectors.driver import (
+    MODEL,
+    T0,
+    S,
+    batch_of,
+    kinds,
+    pretraining,
+    run,
+    starts,
+)
+
+
+def test_nvlink_down_names_the_peers_and_the_pcie_path() -> None:
+    topo = NodeTopology(
+        "c1", "node-1", T0,
+        tuple(TopologyGpu(f"GPU-{i}", i, MODEL, f"0000:{i:02x}:00.0", numa_node=i // 2, nvlink_links=18)
+              for i in range(4)),
+        tuple(TopologyLink(f"GPU-{a}", f"GPU-{b}", "NV18", 18) for a in range(4) for b in range(a + 1, 4)),
+    )  # fmt: skip
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu == 1 and t >= 200:
+            return m | {"nvlink_links_active": 0.0, "nvlink_tx_bytes_per_second": 0.0,
+                        "nvlink_rx_bytes_per_second": 0.0, "pcie_tx_bytes_per_second": 24e9,
+                        "pcie_rx_bytes_per_second": 24e9, "nvlink_crc_errors_total": 480.0,
+                        "nvlink_recovery_errors_total": 12.0}  # fmt: skip
+        return m
+
+    det = Detectors(DetectorSettings(), lambda cluster, node: topo if node == "node-1" else None)
+    _det, found, _ = run(400, shape, gpus=4, detectors=det)
+    assert kinds(found) == {("nvlink-down", "GPU-1")}
+    first = starts(found)[0]
+    assert first.ts_ns <= T0 + 210 * S
+    assert first.evidence["links_active"] == 0 and first.evidence["links_expected"] == 18
+    assert first.evidence["pcie_bytes_per_second"] == 48e9
+    assert "GPU 0 (NODE), GPU 2 (SYS), GPU 3 (SYS) now crosses PCIe" in first.summary
+
+
+def test_nvlink_from_per_link_samples_when_totals_are_missing() -> None:
+    det = Detectors(DetectorSettings())
+    rng = np.random.default_rng(0)
+    found = []
+    for t in range(60):
+        events = []
+        for gpu in range(2):
+            m = busy_h100(rng)
+            del m["nvlink_links_active"], m["nvlink_links_max"]
+            links = tuple(NvLinkSample(k, not (gpu == 1 and t >= 20 and k < 4)) for k in range(18))
+            sample = GpuSample("c1", "node-1", f"GPU-{gpu}", gpu, MODEL, T0 + t * S, m, links=links)
+            events.append(InterpretedEvent(sample, workload=pretraining(t, gpu)))
+        found += det.apply(batch_of(events, ()), T0)[1]
+    assert kinds(found) == {("nvlink-down", "GPU-1")}
+    assert starts(found)[0].evidence["links_active"] == 14
+
+
+def test_nvlink_without_topology_uses_the_samples_own_link_count() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        return m | {"nvlink_links_active": 12.0} if gpu == 0 and t >= 100 else m
+
+    _det, found, _ = run(200, shape, gpus=2)
+    assert kinds(found) == {("nvlink-down", "GPU-0")}
+    assert starts(found)[0].evidence["links_expected"] == 18
+
+
+def test_pcie_link_trained_narrow_while_busy() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu == 4 and t >= 100:
+            return m | {"pcie_link_width": 8.0, "pcie_link_gen": 4.0, "pcie_replay_total": 10.0 + (t - 100) * 5}
+        return m
+
+    _det, found, _ = run(400, shape)
+    assert kinds(found) == {("pcie-link-degraded", "GPU-4")}
+    first = starts(found)[0]
+    assert first.evidence["pcie_width"] == 8 and first.evidence["bandwidth_share"] == pytest.approx(0.25)
+    assert "Gen4 x8 of Gen5 x16" in first.summary

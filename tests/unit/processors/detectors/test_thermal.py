@@ -1,0 +1,38 @@
+"""Thermal throttling: starts, repeats, clears and explains the GPU's rows."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.processors.detectors.driver import (
+    HW_THERMAL,
+    T0,
+    S,
+    kinds,
+    run,
+    starts,
+)
+
+
+def test_thermal_throttling_starts_repeats_clears_and_explains() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu == 3 and 300 <= t < 600:
+            return m | {"temperature_gpu_celsius": 89.0, "throttle_reasons_mask": float(HW_THERMAL),
+                        "sm_clock_mhz": 1230.0, "power_watts": 480.0, "utilization_gpu_percent": 97.0}  # fmt: skip
+        return m
+
+    _det, found, batches = run(900, shape)
+    assert kinds(found) == {("thermal-throttling", "GPU-3")}
+    first = starts(found)[0]
+    assert T0 + 300 * S <= first.ts_ns <= T0 + 315 * S
+    assert first.evidence["temperature_c"] == 89.0 and first.evidence["sm_clock_ratio"] == pytest.approx(1230 / 1980)
+    assert "GPU 3" in first.summary and "job job-7 (llm-pretraining)" in first.summary and "62%" in first.summary
+    assert "cooling" in first.action
+    repeats = [f for f in found if f.active and f.ts_ns > f.since_ns]
+    assert 3 <= len(repeats) <= 5 and all(f.since_ns == first.since_ns for f in repeats)
+    (clear,) = [f for f in found if not f.active]
+    assert T0 + 600 * S <= clear.ts_ns <= T0 + 630 * S and clear.dedup_key == first.dedup_key
+    explained = [
+        e for b in batches for e, u in zip(b.explanation, b.gpu_uuid, strict=True) if "thermal throttling" in e
+    ]
+    assert explained and all(u for u in explained)

@@ -1,0 +1,77 @@
+"""The per-GPU state store: one slot per GPU in the order GPUs are first seen, state columns grown together, a batch's
+rows looked up once."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.events import GpuSample, InterpretedBatch, InterpretedEvent
+from processors.state import GpuSlots, column
+
+
+@dataclass(eq=False)
+class _Seen:
+    since: np.ndarray = column(-1, dtype=np.int64)
+    ring: np.ndarray = column(np.nan, 3)
+
+
+@dataclass(eq=False)
+class _PerNode:
+    latest: np.ndarray = column(0.0)
+
+
+def _batch(*gpus: tuple[str, str, int]) -> InterpretedBatch:
+    return InterpretedBatch.from_events(
+        [InterpretedEvent(GpuSample("c", node, f"GPU-{i}", i, model, 10**18, {})) for node, model, i in gpus]
+    )
+
+
+def test_gpus_get_slots_in_the_order_first_seen_and_nodes_their_ids() -> None:
+    slots = GpuSlots()
+    assert slots.rows(_batch(("n1", "H100", 0), ("n2", "A10G", 1), ("n1", "H100", 0))).tolist() == [0, 1, 0]
+    assert slots.rows(_batch(("n2", "A10G", 3), ("n2", "A10G", 1))).tolist() == [2, 1]
+    assert slots.slot(("c", "n3", "GPU-9"), 9) == 3 and slots.find(("c", "n3", "GPU-8")) is None
+    assert len(slots) == 4 and slots.nodes == 3
+    assert slots.node_of[:4].tolist() == [0, 1, 1, 2]
+    assert [slots.key(s) for s in range(4)][1:3] == [("c", "n2", "GPU-1"), ("c", "n2", "GPU-3")]
+    assert (slots.index(2), slots.model(2), slots.index(3), slots.model(3)) == (3, "A10G", 9, "")
+
+
+def test_attached_state_is_allocated_filled_and_grows_with_the_table() -> None:
+    slots = GpuSlots(capacity=2)
+    seen = slots.attach(_Seen())
+    nodes = slots.attach(_PerNode(), per="node")
+    assert seen.since.tolist() == [-1, -1] and seen.ring.shape == (2, 3)
+    slots.slots([("c", "n0", "GPU-0")])
+    seen.since[0], seen.ring[0] = 7, [1.0, 2.0, 3.0]
+    nodes.latest[0] = 5.0
+    keys = [("c", f"n{i // 4}", f"GPU-{i}") for i in range(40)]
+    assert slots.slots(keys).tolist() == list(range(40))
+    assert len(seen.since) >= 40 and seen.ring.shape[1:] == (3,) and len(nodes.latest) >= 10
+    assert seen.since[0] == 7 and seen.ring[0].tolist() == [1.0, 2.0, 3.0] and nodes.latest[0] == 5.0
+    assert (seen.since[1:40] == -1).all() and np.isnan(seen.ring[1:40]).all() and (nodes.latest[1:10] == 0).all()
+
+
+def test_a_state_let_go_is_not_kept_alive_by_the_table() -> None:
+    slots = GpuSlots(capacity=1)
+    state = slots.attach(_Seen())
+    gone = weakref.ref(state)
+    del state
+    gc.collect()
+    assert gone() is None
+    assert slots.slots([("c", "n", f"GPU-{i}") for i in range(5)]).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_a_batch_is_looked_up_once_by_every_stage() -> None:
+    slots = GpuSlots()
+    batch = _batch(("n1", "H100", 0), ("n1", "H100", 1))
+    first = slots.rows(batch)
+    assert slots.rows(dataclasses.replace(batch, explanation=("a", "b"))) is first  # a stage's output: same GPUs
+    assert not first.flags.writeable
+    other = _batch(("n1", "H100", 1), ("n1", "H100", 0))
+    assert slots.rows(other).tolist() == [1, 0]
