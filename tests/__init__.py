@@ -1,6 +1,6 @@
-"""hermeneut's tests: ``unit/`` mirrors the packages (``unit/producers/``, ``unit/sinks/``; core and face tests at
-its top), ``integration/`` talks to the real Kafka and InfluxDB the project starts, ``fakes/`` holds every test
-double, ``testdata/`` the real captures (:data:`TESTDATA`)."""
+"""hermeneut's tests: ``unit/`` mirrors the packages (``unit/pipeline/`` the core, ``unit/face/`` the CLI, web and
+jobs, ``unit/producers/``, ``unit/processors/``, ``unit/sinks/``), ``integration/`` talks to the real Kafka and
+InfluxDB the project starts, ``fakes/`` holds every test double, ``testdata/`` the real captures (:data:`TESTDATA`)."""
 
 from __future__ import annotations
 

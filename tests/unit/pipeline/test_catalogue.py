@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
 from pipeline.catalogue import SPECS, GpuSpec, lookup
 from pipeline.events import METRIC_FIELDS
+from tests import TESTDATA
 
-TESTDATA = Path(__file__).parent.parent / "testdata" / "nvidia-smi-xml"
+CAPTURES = TESTDATA / "nvidia-smi-xml"
 _FROM_XML = [s for s in SPECS if s.source.startswith("nvidia-smi-xml/")]
 
 
@@ -25,7 +25,7 @@ def _number(gpu: ET.Element, *paths: str) -> float | None:
 
 @pytest.mark.parametrize("spec", _FROM_XML, ids=lambda s: s.name)
 def test_entry_matches_its_capture(spec: GpuSpec) -> None:
-    gpu = ET.parse(TESTDATA / spec.source.split("/", 1)[1]).getroot().findall("gpu")[0]
+    gpu = ET.parse(CAPTURES / spec.source.split("/", 1)[1]).getroot().findall("gpu")[0]
     readings = "power_readings" if gpu.find("power_readings") is not None else "gpu_power_readings"
     assert spec.memory_bytes == _number(gpu, "fb_memory_usage/total") * 2**20  # type: ignore[operator]
     assert spec.power_default_watts == _number(gpu, f"{readings}/default_power_limit")
@@ -42,7 +42,7 @@ def test_entry_matches_its_capture(spec: GpuSpec) -> None:
 
 
 def test_every_capture_with_limits_is_in_the_catalogue() -> None:
-    for path in TESTDATA.glob("*.xml"):
+    for path in CAPTURES.glob("*.xml"):
         gpu = ET.parse(path).getroot().findall("gpu")[0]
         name = gpu.findtext("product_name", "").strip()
         if _number(gpu, "max_clocks/sm_clock"):  # the trimmed and the vGPU captures report no limits

@@ -39,10 +39,11 @@ from processors.normalize import RawMessage, process_raw
 from producers.nvml.replay import ReplayNvml
 from producers.simulator import FaultPlan, Fleet, Injection
 from sinks.influxdb.lines import InfoTracker, batch_lines, finding_line
+from tests import TESTDATA
 from tests.fakes.nvml import capture_names, load_capture
 
 T0 = 1_800_000_000_000_000_000
-DCGM_SAMPLE = Path(__file__).resolve().parent.parent / "testdata" / "dcgm-exporter" / "a100-mig-node.txt"
+DCGM_SAMPLE = TESTDATA / "dcgm-exporter" / "a100-mig-node.txt"
 PLUGINS = [(kind, name) for kind, names in registry.PLUGINS.items() for name in names]
 
 
