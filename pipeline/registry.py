@@ -3,7 +3,7 @@
 The table holds strings, never imports: the core imports no stage, and ``hermeneut collect --source nvml`` loads
 the NVML plugin only. Adding a plugin (say an importer) is one line in :data:`PLUGINS`.
 
-What a plugin class offers (tests/unit/test_plugins.py loads every entry and checks it, the Telegraf habit):
+What a plugin class offers (tests/unit/pipeline/test_registry.py loads every entry and checks it, the Telegraf habit):
 
     name: str                                   its registry name
     Config                                      a frozen dataclass: ``Config()`` is the default config

@@ -1,5 +1,5 @@
 """A node-agent source whose rounds are scripted by the test (the real sources run on real captures in
-tests/unit/producers/ and tests/unit/test_plugins.py)."""
+tests/unit/producers/ and tests/unit/pipeline/test_registry.py)."""
 
 from __future__ import annotations
 
