@@ -31,13 +31,12 @@ from pipeline import services
 from pipeline.codec import decode_interpreted, decode_record
 from pipeline.config import Settings, TopicSettings
 from pipeline.errors import InvalidEvent
-from pipeline.events import FaultRecord, Finding, GpuContext
+from pipeline.events import FAULTS, FaultRecord, Finding, GpuContext
 from pipeline.face.evaluation import (
     Classification,
     Evaluation,
     PaiResult,
     classify_score,
-    merge_faults,
     pai_result,
     pai_step_windows,
     score,
@@ -299,7 +298,6 @@ def run_evaluation(
     seed: int = 0,
     withhold_share: float = 0.25,
     tolerance_s: float = 30.0,
-    grace_s: float = 300.0,
     drain_timeout_s: float = 1800.0,
     learn_from: tuple[Producer, float] | None = None,
 ) -> Outcome:
@@ -332,12 +330,13 @@ def run_evaluation(
         relay.stop()
     findings, truth, observed, classification = collect(ev, relay)
     end_ns = max((last for _first, last in observed.values()), default=time.time_ns())
-    faults = merge_faults(truth, end_ns)
-    evaluation = score(findings, faults, observed, tolerance_s, grace_s, classification)
+    evaluation = score(
+        findings, truth, observed, run_end_ns=end_ns, tolerance_s=tolerance_s, classification=classification
+    )
+    faults = len({(r.node, r.gpu_uuid, r.fault, r.start_ns) for r in truth if r.fault in FAULTS})
     return Outcome(
-        evaluation, samples, stored, dead, len(findings), len(faults), sorted(relay.withheld_nodes), pai_check(),
-        run_dir,
-    )  # fmt: skip
+        evaluation, samples, stored, dead, len(findings), faults, sorted(relay.withheld_nodes), pai_check(), run_dir
+    )
 
 
 def learning_producer(nodes: int, gpus: int, hours: float, seed: int) -> Callable[[Settings, Path], int]:

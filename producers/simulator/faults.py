@@ -36,7 +36,14 @@ names a fault whose signature is in the telemetry. Signatures (what the fleet re
   its job dies; the GPU is back after the fault.
 
 Healthy GPUs also accumulate the rare counter increments real ones do (corrected ECC on some "weak" GPUs, the
-odd PCIe replay or NVLink CRC error) and, when events are on, an occasional single application XID (13/31).
+odd PCIe replay or NVLink CRC error) and, when events are on, an occasional single application XID (13/31), whose
+ground truth is a record of its own (``xid``: an event, not a fault).
+
+For an evaluation that cannot flatter, a plan can be *graded* (each fault's strength drawn across
+:data:`MAGNITUDES`, from just above what the telemetry can show to severe, and stored on its record), can ask for a
+*quota* per class (each class injected that many times across a time window, an injection that finds no eligible
+target retried every minute; the attempts that found none are counted in ``skipped`` and injections never placed
+in ``unplaced``) and for *compound* faults (a share of faults placed on a node that already has one).
 """
 
 from __future__ import annotations
@@ -113,6 +120,42 @@ def trace_rate_per_node_s(fault: str) -> float:
 
 
 @dataclass(frozen=True, slots=True)
+class Magnitude:
+    """How strong a fault of a class is: its unit, the range a graded plan draws from (``low`` just above what the
+    telemetry can show) and the band edges an evaluation reports recall in."""
+
+    unit: str
+    low: float
+    high: float
+    bands: tuple[float, ...]
+    #: True when a larger value is a milder fault (a cap closer to the default, a slower leak, rarer XIDs)
+    milder_above: bool = False
+
+
+#: Graded strengths per class (classes without an entry are all-or-nothing: an ECC error, a GPU off the bus).
+MAGNITUDES: Final[dict[str, Magnitude]] = {
+    # 10 % slower than its peers is the smallest straggler a step-time comparison tells from noise (PAI's CoV)
+    "straggler": Magnitude("slowdown of the GPU's steps", 0.10, 0.45, (0.10, 0.15, 0.25, 0.45)),
+    # where the degraded cooling would settle above the slowdown threshold: 2 C barely reaches it
+    "thermal-throttling": Magnitude(
+        "C above the slowdown threshold the cooling would settle", 2.0, 20.0, (2.0, 5.0, 10.0, 20.0)
+    ),
+    "power-capping": Magnitude(
+        "enforced limit as a share of the default", 0.5, 0.85, (0.5, 0.65, 0.75, 0.85), milder_above=True
+    ),
+    "nvlink-down": Magnitude("share of the GPU's NVLinks down", 0.05, 1.0, (0.05, 0.25, 0.75, 1.0)),
+    "pcie-link-degraded": Magnitude("share of the link's bandwidth lost", 0.5, 0.875, (0.5, 0.75, 0.875, 0.875)),
+    "memory-leak": Magnitude(
+        "minutes until the process runs out of memory", 5.0, 120.0, (5.0, 20.0, 60.0, 120.0), milder_above=True
+    ),
+    "xid-storm": Magnitude("seconds between XIDs", 3.0, 60.0, (3.0, 10.0, 30.0, 60.0), milder_above=True),
+}
+#: the ground-truth name of a single benign XID (an event the detectors should report, not a fault)
+BENIGN_XID: Final = "xid"
+_RETRY_S: Final = 60.0
+
+
+@dataclass(frozen=True, slots=True)
 class Injection:
     """One fault at a fixed time (seconds after the first round). Without ``node``/``gpu`` (index within the
     node) the injector picks an eligible target at that time; ``duration_s`` None draws it as for random faults."""
@@ -135,6 +178,14 @@ class FaultPlan:
     max_duration_s: float = 1800.0
     classes: tuple[str, ...] = FAULTS
     injections: tuple[Injection, ...] = ()
+    #: draw each fault's strength across MAGNITUDES (else each class's usual, clearly visible range)
+    graded: bool = False
+    #: with a quota, each class is injected this many times over ``quota_window_s`` (seconds after the first
+    #: round) instead of at random rates; an injection without an eligible target is retried every minute
+    quota: int = 0
+    quota_window_s: tuple[float, float] = (0.0, 0.0)
+    #: share of faults placed, where one can be, on a node that already has a fault (compound faults)
+    compound: float = 0.0
 
     def __post_init__(self) -> None:
         if self.mix not in ("trace", "balanced"):
@@ -144,6 +195,23 @@ class FaultPlan:
             raise ValueError(f"unknown fault class {unknown[0]!r}; known: {', '.join(FAULTS)}")
         if self.rate_scale < 0 or self.duration_scale <= 0 or not 0 < self.min_duration_s <= self.max_duration_s:
             raise ValueError("rate_scale must be >= 0, duration_scale > 0 and 0 < min_duration_s <= max_duration_s")
+        lo, hi = self.quota_window_s
+        if self.quota < 0 or (self.quota and not 0 <= lo < hi) or not 0 <= self.compound <= 1:
+            raise ValueError("quota must be >= 0 with a window 0 <= start < end, and compound a share in [0, 1]")
+
+    def quota_times(self, rng: np.random.Generator) -> list[tuple[float, str]]:
+        """(seconds after the first round, class) of every quota injection: spread evenly over the window per
+        class, each jittered within its slot, all sorted by time."""
+        lo, hi = self.quota_window_s
+        slot = (hi - lo) / max(self.quota, 1)
+        return sorted(
+            (lo + (k + float(rng.random())) * slot, fault) for fault in self.classes for k in range(self.quota)
+        )
+
+    def magnitude(self, fault: str, rng: np.random.Generator) -> float | None:
+        """A graded strength for a fault of this class (None: the plan is not graded, or the class has none)."""
+        m = MAGNITUDES.get(fault)
+        return None if m is None or not self.graded else float(rng.uniform(m.low, m.high))
 
     def rate_per_node_s(self, fault: str) -> float:
         if fault not in self.classes:
@@ -336,8 +404,11 @@ class FaultInjector:
         self.active: list[ActiveFault] = []
         self.gpu_fault = np.zeros(n, dtype=bool)  # a fault on the GPU, or it is a peer a fault slows down
         self.node_fault = np.zeros(len(view.nodes), dtype=bool)
+        #: attempts that found no eligible target, and quota injections never placed
         self.skipped: dict[str, int] = dict.fromkeys(FAULTS, 0)
+        self.unplaced: dict[str, int] = dict.fromkeys(FAULTS, 0)
         self._pending = sorted(plan.injections, key=lambda i: i.at_s)
+        self._quota = plan.quota_times(rng) if plan.quota else []
         self._node_of = np.arange(n) // view.gpus_per_node
         self._node_starts = np.arange(0, n, view.gpus_per_node)
         self._has_ecc = np.array([k != "" for k in view.ecc], dtype=bool)
@@ -368,12 +439,32 @@ class FaultInjector:
         while self._pending and self._pending[0].at_s <= now.now_s:
             injection = self._pending.pop(0)
             self._start(injection.fault, now, out, injection)
-        for fault in self.plan.classes:
-            rate = self.plan.rate_per_node_s(fault) * len(self.view.nodes) * now.dt
-            for _ in range(int(self.rng.poisson(rate)) if rate > 0 else 0):
-                self._start(fault, now, out, None)
+        if self.plan.quota:
+            self._due_quota(now, out)
+        else:
+            for fault in self.plan.classes:
+                rate = self.plan.rate_per_node_s(fault) * len(self.view.nodes) * now.dt
+                for _ in range(int(self.rng.poisson(rate)) if rate > 0 else 0):
+                    self._start(fault, now, out, None)
         self._tick(now, out)
         return out
+
+    def _due_quota(self, now: Now, out: Round) -> None:
+        """Place the quota injections that are due; one that finds no target is retried a minute later, until the
+        window closes (then it is counted as unplaced)."""
+        due = [q for q in self._quota if q[0] <= now.now_s]
+        if not due:
+            return
+        self._quota = self._quota[len(due) :]
+        retry = []
+        for at_s, fault in due:
+            if self._start(fault, now, out, None):
+                continue
+            if at_s + _RETRY_S < self.plan.quota_window_s[1]:
+                retry.append((now.now_s + _RETRY_S, fault))
+            else:
+                self.unplaced[fault] += 1
+        self._quota = sorted(self._quota + retry)
 
     def _tick(self, now: Now, out: Round) -> None:
         e, rng, n, dt = self.effects, self.rng, self.n, now.dt
@@ -397,7 +488,11 @@ class FaultInjector:
             # a user's bug now and then: a single application XID on a healthy GPU, about one per 5 GPU-days
             for g in np.flatnonzero(busy & ~self.gpu_fault & (rng.random(n) < dt * 0.2 / _DAY_S)).tolist():
                 code = 13 if rng.random() < 0.5 else 31
-                out.events.append((int(self._node_of[g]), self._event(g, now.ts_ns, EventKind.XID, code)))
+                node = int(self._node_of[g])
+                out.events.append((node, self._event(g, now.ts_ns, EventKind.XID, code)))
+                v = self.view
+                out.records.append(FaultRecord(v.cluster, v.nodes[node], v.uuids[g], BENIGN_XID, now.ts_ns, now.ts_ns,
+                                               f"application XID {code}: a user's bug, not the GPU's"))  # fmt: skip
 
     # --- starting and ending faults -----------------------------------------------------------------------
     def eligible(self, fault: str, now: Now) -> np.ndarray:
@@ -435,7 +530,8 @@ class FaultInjector:
         mask: np.ndarray = (jobs < 0) | ~np.isin(jobs, np.unique(jobs[touched]))
         return mask
 
-    def _start(self, fault: str, now: Now, out: Round, inj: Injection | None) -> None:
+    def _start(self, fault: str, now: Now, out: Round, inj: Injection | None) -> bool:
+        """Start a fault (at the injection's target, else an eligible one); False when there is none."""
         v, rng = self.view, self.rng
         node_level = TRACE_CLASSES[fault].scope == "node"
         mask = self.eligible(fault, now)
@@ -443,22 +539,30 @@ class FaultInjector:
             target = inj.node if node_level else inj.node * v.gpus_per_node + (inj.gpu or 0)
             if not mask[target]:
                 self.skipped[fault] += 1
-                return
+                return False
         else:
             candidates = np.flatnonzero(mask)
             if not len(candidates):
                 self.skipped[fault] += 1
-                return
+                return False
+            if not node_level and self.plan.compound and rng.random() < self.plan.compound:
+                # a compound fault: another GPU of a node that already has one, where there is such a GPU
+                faulty_nodes = np.unique(self._node_of[self.gpu_fault])
+                beside = candidates[np.isin(self._node_of[candidates], faulty_nodes)]
+                candidates = beside if len(beside) else candidates
             target = int(rng.choice(candidates))
+        magnitude = self.plan.magnitude(fault, rng)
         duration = inj.duration_s if inj is not None and inj.duration_s is not None else None
         if duration is None:
             duration = self.plan.draw_duration_s(fault, rng)
-        started: Started = getattr(self, "_start_" + fault.replace("-", "_"))(target, now, duration)
+        if fault == "memory-leak" and magnitude is not None:
+            duration = magnitude * 60.0  # a graded leak runs out of memory after its magnitude in minutes
+        started: Started = getattr(self, "_start_" + fault.replace("-", "_"))(target, now, duration, magnitude)
         node = target if node_level else int(self._node_of[target])
         gpu = None if node_level else target
         record = FaultRecord(
             v.cluster, v.nodes[node], None if gpu is None else v.uuids[gpu], fault, now.ts_ns,
-            now.ts_ns + round(duration * 1e9), started.detail,
+            now.ts_ns + round(duration * 1e9), started.detail, magnitude,
         )  # fmt: skip
         self.active.append(ActiveFault(record, node, gpu, now.now_s + duration, started.peers))
         if gpu is None:
@@ -470,6 +574,7 @@ class FaultInjector:
         out.records.append(record)
         out.events += started.events
         out.changed += started.changed
+        return True
 
     def _end(self, fault: ActiveFault, now: Now) -> None:
         self.active.remove(fault)
@@ -508,28 +613,32 @@ class FaultInjector:
             e.lost[g] = False
 
     # one starter per class: (target GPU or node, now, duration) -> what happened
-    def _start_thermal_throttling(self, g: int, now: Now, _duration: float) -> Started:
+    def _start_thermal_throttling(self, g: int, now: Now, _duration: float, magnitude: float | None) -> Started:
         v, e, rng = self.view, self.effects, self.rng
         add = float(rng.uniform(3, 8))
         rise = v.thermal_rise_c[g] * max(0.8 * float(now.busy_power[g]), 0.3)
-        # cooling degrades enough that the equilibrium lies well above the slowdown threshold
-        need = (v.slowdown_c[g] + 12 - now.inlet_c[g] - add) / max(rise, 1.0)
-        k = float(np.clip(max(rng.uniform(2.0, 2.6), need), 2.0, 6.0))
+        # cooling degrades enough that the equilibrium lies above the slowdown threshold (12 C unless graded)
+        over = 12.0 if magnitude is None else magnitude
+        need = (v.slowdown_c[g] + over - now.inlet_c[g] - add) / max(rise, 1.0)
+        k = float(np.clip(need if magnitude is not None else max(rng.uniform(2.0, 2.6), need), 1.0, 6.0))
         e.thermal_k[g], e.inlet_add[g] = k, add
         return Started(f"cooling degraded (fan/airflow): thermal resistance x{k:.1f}, inlet +{add:.0f} C")
 
-    def _start_power_capping(self, node: int, _now: Now, _duration: float) -> Started:
+    def _start_power_capping(self, node: int, _now: Now, _duration: float, magnitude: float | None) -> Started:
         v, e = self.view, self.effects
-        frac = float(self.rng.uniform(0.5, 0.7))
+        frac = float(self.rng.uniform(0.5, 0.7)) if magnitude is None else magnitude
         gpus = slice(node * v.gpus_per_node, (node + 1) * v.gpus_per_node)
         e.cap_watts[gpus] = np.maximum(np.round(v.default_watts[gpus] * frac), v.min_watts[gpus])
         watts = float(e.cap_watts[node * v.gpus_per_node])
         return Started(f"power supply failure: GPU power limit lowered to {watts:.0f} W ({frac:.0%} of default)")
 
-    def _start_nvlink_down(self, g: int, now: Now, _duration: float) -> Started:
+    def _start_nvlink_down(self, g: int, now: Now, _duration: float, magnitude: float | None) -> Started:
         v, e, rng = self.view, self.effects, self.rng
         count = int(v.nvlink_count[g])
-        down = count if count == 1 or rng.random() < 0.6 else int(rng.integers(1, count))
+        if magnitude is not None:
+            down = int(np.clip(math.ceil(magnitude * count), 1, count))
+        else:
+            down = count if count == 1 or rng.random() < 0.6 else int(rng.integers(1, count))
         which = rng.choice(count, size=down, replace=False)
         e.link_up[g, which] = False
         e.nvlink_fallback[g] = True
@@ -545,18 +654,20 @@ class FaultInjector:
         return Started(f"{down} of {count} NVLinks inactive: peer traffic falls back to PCIe, job waits ~{wait:.0%}",
                        peers)  # fmt: skip
 
-    def _start_pcie_link_degraded(self, g: int, _now: Now, _duration: float) -> Started:
+    def _start_pcie_link_degraded(self, g: int, _now: Now, _duration: float, magnitude: float | None) -> Started:
         v, e, rng = self.view, self.effects, self.rng
         gen, width = int(v.gen_max[g]), int(v.width_max[g])
+        # bandwidth lost -> the link's width divided by 2/4/8, or its generation lowered by 1/2 (each halves it)
+        graded = None if magnitude is None else max(1, round(-math.log2(1.0 - magnitude)))
         if rng.random() < 0.7 or gen <= 1:
-            e.width_cap[g] = max(1, width // int(rng.choice([2, 4])))
+            e.width_cap[g] = max(1, width >> (graded or int(rng.choice([1, 2]))))
         else:
-            e.gen_cap[g] = max(1, gen - int(rng.integers(1, 3)))
+            e.gen_cap[g] = max(1, gen - min(graded or int(rng.integers(1, 3)), 2))
         e.replay_rate[g] = float(rng.uniform(0.5, 20))
         got = f"Gen{int(min(gen, e.gen_cap[g]))} x{int(min(width, e.width_cap[g]))}"
         return Started(f"PCIe link trained at {got} (max Gen{gen} x{width}), replays ~{e.replay_rate[g]:.0f}/s")
 
-    def _start_memory_leak(self, g: int, now: Now, duration: float) -> Started:
+    def _start_memory_leak(self, g: int, now: Now, duration: float, _magnitude: float | None) -> Started:
         e, v = self.effects, self.view
         # leak so that memory nears the top when the fault ends: that is when the process runs out of memory
         top = 0.985 * v.usable_bytes[g]
@@ -564,15 +675,15 @@ class FaultInjector:
         e.leak_rate[g], e.leak_bytes[g] = rate, 0.0
         return Started(f"memory leak of {rate / _MIB:.1f} MiB/s until the process runs out of memory")
 
-    def _start_straggler(self, g: int, now: Now, _duration: float) -> Started:
+    def _start_straggler(self, g: int, now: Now, _duration: float, magnitude: float | None) -> Started:
         e, rng = self.effects, self.rng
         peers = self._peers(g, now.sched)
         if rng.random() < 0.6:
-            factor = float(rng.uniform(0.6, 0.8))
+            factor = float(rng.uniform(0.6, 0.8)) if magnitude is None else 1.0 - magnitude
             e.clock_factor[g] = factor
             what = f"GPU-side straggler: SM clock x{factor:.2f}"
         else:
-            factor = float(rng.uniform(0.55, 0.8))
+            factor = float(rng.uniform(0.55, 0.8)) if magnitude is None else 1.0 - magnitude
             e.duty[g] = factor
             what = f"host-side straggler: compute duty cycle x{factor:.2f}"
         wait = 1 - factor
@@ -580,15 +691,15 @@ class FaultInjector:
         e.wait_period[peers] = int(rng.integers(3, 8))
         return Started(f"{what}; {len(peers)} peers wait ~{wait:.0%} of each step", peers)
 
-    def _start_xid_storm(self, g: int, now: Now, _duration: float) -> Started:
-        interval = float(self.rng.uniform(3, 15))
+    def _start_xid_storm(self, g: int, now: Now, _duration: float, magnitude: float | None) -> Started:
+        interval = float(self.rng.uniform(3, 15)) if magnitude is None else magnitude
         self.effects.xid_interval[g] = interval
         code = _draw_xid(self.rng)
         event = (int(self._node_of[g]), self._event(g, now.ts_ns, EventKind.XID, code))
         codes = "/".join(str(c) for c, _ in STORM_XIDS)
         return Started(f"XID storm: XIDs {codes} about every {interval:.0f} s", events=[event])
 
-    def _start_ecc_uncorrectable(self, g: int, now: Now, _duration: float) -> Started:
+    def _start_ecc_uncorrectable(self, g: int, now: Now, _duration: float, _magnitude: float | None) -> Started:
         v, e, rng = self.view, self.effects, self.rng
         node, ts = int(self._node_of[g]), now.ts_ns
         errors = int(rng.integers(1, 5))
@@ -617,7 +728,7 @@ class FaultInjector:
         changed = self._kill(g, now)
         return Started(f"{errors} uncorrectable ECC errors (DBE), {what}; job killed", [], events, changed)
 
-    def _start_fallen_off_bus(self, g: int, now: Now, _duration: float) -> Started:
+    def _start_fallen_off_bus(self, g: int, now: Now, _duration: float, _magnitude: float | None) -> Started:
         node = int(self._node_of[g])
         events = [
             (node, self._event(g, now.ts_ns, EventKind.XID, 79)),

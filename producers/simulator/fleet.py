@@ -27,7 +27,8 @@ temperature on GDDR boards, ECC counters on boards without ECC, fan speed on pas
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Final
 
 import numpy as np
 
@@ -111,11 +112,36 @@ class SimRound:
     ground_truth: list[FaultRecord]
 
 
-def assign_kinds(nodes: int, gpus_per_node: int, mix: str) -> list[NodeKind]:
-    """Node kinds in contiguous racks, in the mix's proportions (largest remainder, so small fleets are mixed)."""
-    if mix not in MIXES:
-        raise ValueError(f"unknown fleet mix {mix!r}; known: {', '.join(MIXES)}")
-    entries = [(NODE_KINDS[k], w) for k, w in MIXES[mix] if kind_fits(NODE_KINDS[k], gpus_per_node)]
+#: the mix whose proportions the fleet's seed draws: node kinds and each kind's applications around the defaults
+SEEDED: Final = "seeded"
+
+
+def seeded_mix(seed: int) -> tuple[tuple[NodeKind, float], ...]:
+    """Node kinds with weights drawn around the default mix, each kind's application weights drawn around its
+    own (Dirichlet, concentration 4 times the default weights: every kind and application stays possible, the
+    proportions change from seed to seed), so each evaluation seed judges another fleet."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
+    kinds = MIXES["default"]
+    weights = rng.dirichlet([4 * 10 * w for _, w in kinds])
+    out = []
+    for (name, _), weight in zip(kinds, weights, strict=True):
+        kind = NODE_KINDS[name]
+        apps = rng.dirichlet([4 * 10 * w for _, w in kind.apps])
+        out.append((replace(kind, apps=tuple((a, float(w)) for (a, _), w in zip(kind.apps, apps, strict=True))),
+                    float(weight)))  # fmt: skip
+    return tuple(out)
+
+
+def assign_kinds(nodes: int, gpus_per_node: int, mix: str, seed: int = 0) -> list[NodeKind]:
+    """Node kinds in contiguous racks, in the mix's proportions (largest remainder, so small fleets are mixed);
+    ``mix="seeded"`` draws the proportions from ``seed`` (:func:`seeded_mix`)."""
+    if mix == SEEDED:
+        drawn = seeded_mix(seed)
+    elif mix in MIXES:
+        drawn = tuple((NODE_KINDS[k], w) for k, w in MIXES[mix])
+    else:
+        raise ValueError(f"unknown fleet mix {mix!r}; known: {', '.join((*MIXES, SEEDED))}")
+    entries = [(kind, w) for kind, w in drawn if kind_fits(kind, gpus_per_node)]
     total = sum(w for _, w in entries)
     exact = [nodes * w / total for _, w in entries]
     counts = [math.floor(x) for x in exact]
@@ -134,7 +160,8 @@ class Fleet:
 
     ``faults``: a :class:`FaultPlan` (None: no faults). ``extras``: per-link NVLink samples, processes, NIC ports
     and the odd benign XID (off by default: the foundation's consumers count samples, not extras).
-    ``mix``: a key of :data:`.hardware.MIXES`. ``multi_node``: reserve partitions for multi-node pre-training.
+    ``mix``: a key of :data:`.hardware.MIXES`, or ``"seeded"`` (proportions drawn from the seed). ``multi_node``:
+    reserve partitions for multi-node pre-training.
     """
 
     def __init__(
@@ -157,7 +184,7 @@ class Fleet:
         self.cluster = cluster
         self.gpus_per_node = gpus_per_node
         self.extras = extras
-        self.kinds = assign_kinds(nodes, gpus_per_node, mix)
+        self.kinds = assign_kinds(nodes, gpus_per_node, mix, seed)
         self.nodes = [f"node-{i:04d}" for i in range(nodes)]
         n = nodes * gpus_per_node
         self.uuids = [_uuid(hw_rng) for _ in range(n)]

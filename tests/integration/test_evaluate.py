@@ -1,7 +1,7 @@
 """The evaluation job end to end on real Kafka and InfluxDB, with a stand-in producer in place of the simulator:
 the same faulty node as test_detectors plus a healthy node whose context is withheld, ground truth on its topic,
-context on the truth topic. Every injected class is found with F1 1, nothing else alarms, and the classification
-of the withheld node is measured."""
+context on the truth topic. Every injected class is found with F1 1, no finding of any kind falls outside the
+faults, and the classification of the withheld node is measured."""
 
 from __future__ import annotations
 
@@ -84,9 +84,10 @@ def test_evaluation_scores_a_replay(settings: Settings, tmp_path: Path) -> None:
         assert (c.faults, c.detected, c.f1) == (1, 1, 1.0), c
         assert c.delays_s[0] < 1200
     assert by_class["straggler"].faults == 0
-    assert ev.false_alarms == 0
-    # n2 all the time; n1's GPUs before their faults, and GPU 6 again 300 s (the grace) after its storm ended
-    healthy_s = 8 * (SECONDS - 1) + 60 + 120 + 60 + 60 + 0 + 100 + (200 + (SECONDS - 1) - 600) + 399
+    # every finding a user saw counts: nothing outside the faults at all
+    assert ev.false_alarms == {}, ev.false_alarm_examples
+    # n2 all the time; n1's GPUs before their faults, and GPU 6 again 60 s (the grace) after its storm ended
+    healthy_s = 8 * (SECONDS - 1) + 60 + 120 + 60 + 60 + 0 + 100 + (200 + (SECONDS - 1) - 360) + 399
     assert ev.healthy_gpu_days == pytest.approx(healthy_s / 86400)
     # classification is measured on the withheld node's rows (this branch has no classifier yet: nothing inferred)
     assert ev.classification is not None and ev.classification.rows == 8 * SECONDS

@@ -1,37 +1,158 @@
-"""``hermeneut evaluate``: replay a seeded simulated fleet with injected faults through the real pipeline and score
-the detectors (precision / recall / F1 per fault class, detection delay, false alarms per healthy GPU-day,
-workload classification), plus the straggler check on the Alibaba PAI step times. Exits 1 when an acceptance
-threshold is missed."""
+"""``hermeneut evaluate``: score what hermeneut tells a user against the ground truth of a seeded simulated fleet.
+
+Two modes, one set of rules (pipeline/face/evaluation.py):
+
+- through the real pipeline (default): a replay through Kafka, the processor, the sink and InfluxDB, with the
+  straggler check on the Alibaba PAI step times;
+- ``--offline``: thousands of GPU-days through the processor's interpretation code in this process (no Kafka, no
+  InfluxDB; labelled "offline" in everything it prints), over several seeds, day one and after learning.
+
+Exits 1 when an acceptance threshold is missed.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
 import time
-from dataclasses import asdict
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+from tqdm import tqdm
 
 from pipeline.face.cli.base import cli, errors, settings_of
 
+if TYPE_CHECKING:
+    from pipeline.face.fleeteval import FleetPlan, Outcome
+
 
 @cli.command("evaluate")
-@click.option("--nodes", default=16, show_default=True, type=click.IntRange(1))
+@click.option("--offline", is_flag=True,
+              help="Fleet scale, in this process (no Kafka, no InfluxDB), over --seeds.")  # fmt: skip
+@click.option("--nodes", default=None, type=click.IntRange(1), help="Nodes (default 16; offline 64).")
 @click.option("--gpus", default=8, show_default=True, type=click.IntRange(1, 64), help="GPUs per node.")
-@click.option("--hours", default=2.0, show_default=True, type=click.FloatRange(0.1, 48), help="Simulated history.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--hours", default=2.0, show_default=True, type=click.FloatRange(0.1, 48),
+              help="Simulated history (through Kafka).")  # fmt: skip
+@click.option("--seed", default=0, show_default=True, help="Seed (through Kafka).")
 @click.option("--faults-per-class", default=6.0, show_default=True, type=click.FloatRange(0, min_open=True),
-              help="Injected faults expected per class over the run (a balanced mix).")  # fmt: skip
+              help="Injected faults per class (offline: the quota per seed).")  # fmt: skip
 @click.option("--withhold", default=0.25, show_default=True, type=click.FloatRange(0, 1),
               help="Share of nodes whose context is withheld (classification is measured there).")  # fmt: skip
-@click.option("--grace", default=300.0, show_default=True, help="Seconds after a fault's end a detection still counts.")
-@click.option("--learn-hours", default=0.5, show_default=True, type=click.FloatRange(0, 48),
-              help="Labelled, fault-free history of another fleet seed the baselines and the classifier are learned "
-              "from before the replay (0: none, nothing is inferred).")  # fmt: skip
+@click.option("--learn-hours", default=None, type=click.FloatRange(0, 48),
+              help="Labelled, fault-free history learned from first (default 0.5; offline: day one, 3).")  # fmt: skip
+@click.option("--seeds", default="4242,5353,6464,7575,8686", show_default=True,
+              help="Offline: comma-separated seeds, one fleet each.")  # fmt: skip
+@click.option("--gpu-days", default=1000.0, show_default=True, type=click.FloatRange(1),
+              help="Offline: GPU-days judged after learning, per seed.")  # fmt: skip
+@click.option("--interval", default=10.0, show_default=True, type=click.FloatRange(1, 60),
+              help="Offline: seconds between samples.")  # fmt: skip
+@click.option("--jobs", default=1, show_default=True, type=click.IntRange(1, 8), help="Offline: seeds run at once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def evaluate_cmd(
+    ctx: click.Context,
+    offline: bool,
+    nodes: int | None,
+    gpus: int,
+    hours: float,
+    seed: int,
+    faults_per_class: float,
+    withhold: float,
+    learn_hours: float | None,
+    seeds: str,
+    gpu_days: float,
+    interval: float,
+    jobs: int,
+    as_json: bool,
+) -> None:
+    """Score the detectors on a simulated fleet with ground truth (see ``hermeneut evaluate --help``)."""
+    if offline:
+        try:
+            seed_list = [int(x) for x in seeds.split(",") if x.strip()]
+        except ValueError:
+            raise click.BadParameter(f"{seeds!r} is not a list of integers", param_hint="--seeds") from None
+        _offline(
+            nodes or 64, gpus, seed_list, gpu_days, interval, 3.0 if learn_hours is None else learn_hours,
+            max(1, round(faults_per_class)), withhold, jobs, as_json,
+        )  # fmt: skip
+    else:
+        _through_kafka(
+            ctx, nodes or 16, gpus, hours, seed, faults_per_class, withhold,
+            0.5 if learn_hours is None else learn_hours, as_json,
+        )  # fmt: skip
+
+
+def _run_one(plan: FleetPlan, progress: bool) -> Outcome:
+    from pipeline.face.fleeteval import run
+
+    outcome = run(plan, progress=progress)
+    outcome.findings, outcome.truth = [], []  # not needed by the report, and large to send between processes
+    return outcome
+
+
+def _offline(
+    nodes: int,
+    gpus: int,
+    seeds: list[int],
+    gpu_days: float,
+    interval: float,
+    learn_hours: float,
+    per_class: int,
+    withhold: float,
+    jobs: int,
+    as_json: bool,
+) -> None:
+    from pipeline.face.evaluation import Thresholds, failures, format_table, to_json
+    from pipeline.face.fleeteval import FleetPlan, combined
+
+    hours = gpu_days * 24.0 / (nodes * gpus)
+    plans = [FleetPlan(s, nodes, gpus, hours, interval, learn_hours, per_class, withhold) for s in seeds]
+    click.echo(
+        f"offline evaluation (the interpretation code in this process, no Kafka or InfluxDB): {len(seeds)} seed(s), "
+        f"{nodes} nodes x {gpus} GPUs, {learn_hours:g} h day one + {hours:.1f} h after learning "
+        f"({gpu_days:g} GPU-days) at {interval:g} s, {per_class} faults per class",
+        err=as_json,
+    )
+    started = time.monotonic()
+    if jobs == 1:
+        outcomes = [_run_one(p, progress=True) for p in plans]
+    else:
+        with ProcessPoolExecutor(jobs) as pool:
+            futures = [pool.submit(_run_one, p, False) for p in plans]
+            outcomes = [f.result() for f in tqdm(futures, desc="seeds", unit=" seed")]
+    day_one, after = combined(outcomes)
+    missed = failures(after, Thresholds())
+    day_one_missed = [m for m in failures(day_one, Thresholds()) if "false alarms" in m]
+    if as_json:
+        click.echo(json.dumps({
+            "mode": "offline", "seeds": seeds, "nodes": nodes, "gpus": gpus, "hours_after_learning": hours,
+            "day_one_hours": learn_hours, "interval_s": interval, "per_class": per_class,
+            "samples": sum(o.samples for o in outcomes), "dead_lettered": sum(o.dead_lettered for o in outcomes),
+            "seconds": time.monotonic() - started,
+            "day_one": to_json(day_one), "after_learning": to_json(after),
+            "per_seed": [{"seed": o.plan.seed, "after_learning": to_json(o.after)} for o in outcomes],
+            "failures": missed + [f"day one: {m}" for m in day_one_missed],
+        }, indent=2))  # fmt: skip
+    else:
+        for o in outcomes:
+            click.echo(
+                f"seed {o.plan.seed}: {o.samples:,} samples ({o.dead_lettered} dead-lettered), {o.baselines} baselines "
+                f"learned, {len(o.withheld_nodes)} nodes without context, {o.seconds:.0f} s"
+            )
+        click.echo("\n## Day one (healthy, no learned baselines)\n")
+        click.echo(format_table(day_one))
+        click.echo("\n## After learning (faults injected)\n")
+        click.echo(format_table(after))
+        click.echo(f"\n{time.monotonic() - started:.0f} s")
+        missed += [f"day one: {m}" for m in day_one_missed]
+        click.echo("accepted" if not missed else "NOT accepted:\n  " + "\n  ".join(missed))
+    if missed:
+        sys.exit(1)
+
+
+def _through_kafka(
     ctx: click.Context,
     nodes: int,
     gpus: int,
@@ -39,13 +160,11 @@ def evaluate_cmd(
     seed: int,
     faults_per_class: float,
     withhold: float,
-    grace: float,
     learn_hours: float,
     as_json: bool,
 ) -> None:
-    """Score the detectors on a simulated fleet with ground truth, through Kafka, the processor and InfluxDB."""
     from pipeline.face.evaljob import learning_producer, local_services, run_evaluation, simulator_producer
-    from pipeline.face.evaluation import Thresholds, failures, format_table
+    from pipeline.face.evaluation import Thresholds, failures, format_table, to_json
 
     settings = settings_of(ctx)
     with errors():
@@ -58,9 +177,7 @@ def evaluate_cmd(
             # another seed (never the replay's own data), and at least 16 nodes so most applications run in it
             learner = learning_producer(max(nodes, 16), gpus, learn_hours, seed + 1)
             learn_from = (learner, learn_hours * 3600) if learn_hours else None
-            outcome = run_evaluation(
-                settings, produce, Path(run_dir), seed, withhold, grace_s=grace, learn_from=learn_from
-            )
+            outcome = run_evaluation(settings, produce, Path(run_dir), seed, withhold, learn_from=learn_from)
         except RuntimeError as exc:
             click.echo(f"hermeneut: evaluation failed: {exc}", err=True)
             sys.exit(1)
@@ -73,14 +190,8 @@ def evaluate_cmd(
             f"job {r.job}: flagged {sorted(r.flagged)}, labelled {sorted(r.expected)}" for r in outcome.pai if not r.ok
         ))  # fmt: skip
     if as_json:
-        ev = outcome.evaluation
-        click.echo(json.dumps({
-            "classes": [asdict(c) | {"precision": c.precision, "recall": c.recall, "f1": c.f1,
-                                     "delay_median_s": c.delay_median_s, "delay_p95_s": c.delay_p95_s}
-                        for c in ev.classes],
-            "false_alarms": ev.false_alarms, "healthy_gpu_days": ev.healthy_gpu_days,
-            "false_alarms_per_gpu_day": ev.false_alarms_per_gpu_day, "other_findings": ev.other_episodes,
-            "classification_accuracy": ev.classification.accuracy if ev.classification else None,
+        click.echo(json.dumps(to_json(outcome.evaluation) | {
+            "mode": "through kafka",
             "pai": [{"job": r.job, "flagged": sorted(r.flagged), "labelled": sorted(r.expected), "ok": r.ok}
                     for r in outcome.pai],
             "samples": outcome.samples, "stored": outcome.stored, "dead_lettered": outcome.dead_lettered,
