@@ -51,6 +51,11 @@ class BaselineRecord:
     #: per mode, the same quantiles over the training rows closest to it (modes x 5 x len(features)); empty
     #: with one mode. Drivers compare a row with its nearest mode's band; ``quantiles`` is the whole baseline's.
     mode_quantiles: tuple[float, ...] = ()
+    #: distinct GPUs the training rows came from (0: not recorded): how much history stands behind it
+    gpus: int = 0
+    #: the cluster tags the training rows came from (empty: not recorded); rows of another cluster are judged by
+    #: it as by a prior (history from elsewhere, a simulator included, may widen a band, never condemn)
+    clusters: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,8 +185,16 @@ class BaselineSettings(_Section):
     #: samples per GPU the classifier looks at, and the probability below which it answers "unknown"
     classifier_window: int = Field(default=30, ge=5, le=600)
     classifier_min_confidence: float = Field(default=0.6, ge=0.0, le=1.0)
-    #: seconds a GPU must be anomalous before a baseline-anomaly finding fires
-    anomaly_after_s: float = Field(default=30.0, ge=0)
+    #: seconds a GPU must be anomalous before a baseline-anomaly finding fires, and calm before it clears
+    anomaly_after_s: float = Field(default=300.0, ge=0)
+    anomaly_clear_s: float = Field(default=120.0, ge=0)
+    #: distinct GPUs a baseline must have learned from before it may condemn (fewer: it judges like a prior)
+    min_gpus: int = Field(default=4, ge=1)
+    #: a prior (pooled over models, learned from too few GPUs or from another cluster) flags a row as unusual only
+    #: beyond this many times its anomalous threshold, and never as anomalous
+    prior_widening: float = Field(default=2.0, ge=1.0)
+    #: share of a job's GPUs anomalous together above which the job, not a GPU, is what differs
+    job_share: float = Field(default=0.5, gt=0.0, le=1.0)
 
 
 class ServiceSettings(_Section):

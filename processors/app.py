@@ -36,7 +36,7 @@ from pipeline.errors import ServiceError
 from pipeline.events import Finding, GpuContext, InterpretedBatch, NodeTopology, node_key
 from pipeline.mirror import TopicMirror
 from pipeline.stats import write_stats
-from processors.baselines.score import AnomalyTracker, Scorer
+from processors.baselines.score import AnomalyTracker, Judgement, Scorer
 from processors.baselines.store import BaselineSet, BaselineStore, decode_baselines_record
 from processors.detectors.stage import Detectors
 from processors.enrich import ContextTimeline, Enricher
@@ -141,11 +141,13 @@ def interpreter_from(
     order: enrichment, scoring against the learned baselines, domain detectors. They share one per-GPU slot table
     (processors.state), so a batch's GPUs are looked up once."""
     slots = GpuSlots()
-    tracker = AnomalyTracker(after_s=settings.baselines.anomaly_after_s, slots=slots)
+    tracker = AnomalyTracker(
+        after_s=settings.baselines.anomaly_after_s, clear_s=settings.baselines.anomaly_clear_s, slots=slots
+    )
     return Interpreter(
         [
             Enricher(context_of, baselines, timeline, slots),
-            Scorer(baselines, tracker),
+            Scorer(baselines, tracker, Judgement.of(settings.baselines)),
             Detectors(settings.detectors, topology_of, slots),
         ]
     )

@@ -287,10 +287,27 @@ def score(
     by_node: dict[tuple[str, str], list[int]] = {}
     for i, e in enumerate(eps):
         by_node.setdefault((e.cluster, e.node), []).append(i)
+    faults_at: dict[tuple[str, str], list[Truth]] = {}
+    for t in truth:
+        if t.kind in FAULTS:
+            faults_at.setdefault((t.record.cluster, t.record.node), []).append(t)
+
+    def in_fault(e: Episode) -> bool:
+        return any(
+            t.touches(e) and e.overlaps(t.record.start_ns - tol, t.grace_end_ns)
+            for t in faults_at.get((e.cluster, e.node), ())
+        )
+
+    inside = [in_fault(e) for e in eps]
     matched: set[int] = set()
     classes = []
     for kind in (*FAULTS, *EVENT_KINDS, *WASTE_KINDS):
         mine = [t for t in truth if t.kind == kind]
+        found = [i for i, e in enumerate(eps) if e.detector == kind]
+        if kind not in FAULTS:
+            # an XID or an idle stretch inside a fault belongs to the fault (an extra alert of it), not to this kind
+            mine = [t for t in mine if not in_fault(_as_episode(t))]
+            found = [i for i in found if not inside[i]]
         min_visible = int(MIN_VISIBLE_S.get(kind, 0.0) * _S)
         visible = [run_end_ns - t.record.start_ns >= min_visible for t in mine]
         delays, alerts, hit = [], [], []
@@ -306,36 +323,35 @@ def score(
             if kind in FAULTS:
                 seen = t.record.start_ns, t.grace_end_ns
                 alerts.append(sum(1 for i in near if t.touches(eps[i]) and eps[i].overlaps(*seen)))
-        found = [i for i, e in enumerate(eps) if e.detector == kind]
         edges = (magnitudes or {}).get(kind, ())
         bands = []
         for j, (lo, hi) in enumerate(itertools.pairwise(edges)):
-            inside = [k for k, t in enumerate(mine) if visible[k] and _in_band(t, lo, hi, j == len(edges) - 2)]
-            bands.append((lo, hi, len(inside), sum(1 for k in inside if hit[k])))
+            band = [k for k, t in enumerate(mine) if visible[k] and _in_band(t, lo, hi, j == len(edges) - 2)]
+            bands.append((lo, hi, len(band), sum(1 for k in band if hit[k])))
         classes.append(
             ClassScore(kind, sum(visible), sum(1 for v, h in zip(visible, hit, strict=True) if v and h), len(found),
                        sum(1 for i in found if i in matched), tuple(delays), len(mine) - sum(visible), tuple(bands),
                        tuple(alerts))
         )  # fmt: skip
-    faults = [t for t in truth if t.kind in FAULTS]
-    faults_at: dict[tuple[str, str], list[Truth]] = {}
-    for t in faults:
-        faults_at.setdefault((t.record.cluster, t.record.node), []).append(t)
     false: dict[tuple[str, Severity], int] = {}
     examples: list[Episode] = []
     for i, e in enumerate(eps):
-        near_faults = faults_at.get((e.cluster, e.node), ())
-        if i in matched or any(
-            t.touches(e) and e.overlaps(t.record.start_ns - tol, t.grace_end_ns) for t in near_faults
-        ):
+        if i in matched or inside[i]:
             continue
         false[(e.detector, e.severity)] = false.get((e.detector, e.severity), 0) + 1
         if len(examples) < 20:
             examples.append(e)
+    faults = [t for ts in faults_at.values() for t in ts]
     return Evaluation(
         tuple(classes), false, healthy_gpu_days(observed, faults), classification, tuple(examples),
         dict(unplaced or {}),
     )  # fmt: skip
+
+
+def _as_episode(t: Truth) -> Episode:
+    """A piece of ground truth as if it were an episode (for asking whether it falls inside a fault)."""
+    r = t.record
+    return Episode(r.fault, Severity.INFO, r.cluster, r.node, r.gpu_uuid, r.start_ns, r.end_ns)
 
 
 def combine(evs: Sequence[Evaluation]) -> Evaluation:

@@ -59,7 +59,7 @@ from producers.simulator.faults import MAGNITUDES, FaultPlan
 
 _S: Final = 1_000_000_000
 T0: Final = 1_800_000_000 * _S
-#: an allocated GPU under this utilization for this long is idle capacity in the ground truth
+#: an allocated GPU whose utilization averaged under this over this long is idle capacity in the ground truth
 IDLE_UTIL: Final = 5.0
 IDLE_TRUTH_S: Final = 600.0
 #: raw partitions the messages are spread over (as the processor's takes are split per partition)
@@ -109,7 +109,9 @@ class Outcome:
 class _Truth:
     """The ground truth a run collects: fault records with their peers, idle stretches, each GPU's true app."""
 
-    def __init__(self, fleet_cluster: str, nodes: list[str], uuids: list[str], gpus_per_node: int) -> None:
+    def __init__(
+        self, fleet_cluster: str, nodes: list[str], uuids: list[str], gpus_per_node: int, interval_s: float
+    ) -> None:
         self.cluster = fleet_cluster
         self.node_of = [nodes[i // gpus_per_node] for i in range(len(uuids))]
         self.uuids = uuids
@@ -117,6 +119,8 @@ class _Truth:
         self.peers: dict[tuple[str, int], tuple[str, ...]] = {}
         self.apps: dict[str, list[tuple[int, str]]] = {}
         self._idle_since = np.full(len(uuids), -1, dtype=np.int64)
+        #: each GPU's utilization over the last IDLE_TRUTH_S (NaN: not allocated then, or not reported)
+        self._window = np.full((len(uuids), max(1, round(IDLE_TRUTH_S / interval_s))), np.nan)
 
     def see(self, ts: int, records: list[FaultRecord], peers: Callable[[FaultRecord], tuple[str, ...]]) -> None:
         for r in records:
@@ -133,16 +137,21 @@ class _Truth:
         ]
 
     def idle(self, ts: int, allocated: np.ndarray, util: np.ndarray, last: bool = False) -> None:
-        """Track allocated-but-idle stretches (``util`` NaN: the GPU did not report, which ends a stretch)."""
-        idle = allocated & (util < IDLE_UTIL)
+        """Track allocated-but-idle stretches: a job held the GPU for the whole of the last IDLE_TRUTH_S and its
+        utilization averaged under IDLE_UTIL over it (``util`` NaN: the GPU did not report)."""
+        self._window = np.roll(self._window, -1, axis=1)
+        self._window[:, -1] = np.where(allocated, util, np.nan)
+        with np.errstate(invalid="ignore"):
+            idle = ~np.isnan(self._window).any(axis=1) & (self._window.mean(axis=1) < IDLE_UTIL)
         start = idle & (self._idle_since < 0)
-        self._idle_since[start] = ts
+        self._idle_since[start] = ts - int(IDLE_TRUTH_S * _S)
         ended = (~idle | last) & (self._idle_since >= 0)
         for g in np.flatnonzero(ended).tolist():
             since = int(self._idle_since[g])
-            if ts - since >= IDLE_TRUTH_S * _S:
-                self.records.append(FaultRecord(self.cluster, self.node_of[g], self.uuids[g], "idle-capacity", since,
-                                                ts, "allocated, utilization under 5%"))  # fmt: skip
+            what = "allocated, utilization under 5%"
+            self.records.append(
+                FaultRecord(self.cluster, self.node_of[g], self.uuids[g], "idle-capacity", since, ts, what)
+            )
             self._idle_since[g] = -1
 
     def app_at(self, uuid: str, ts: int) -> str | None:
@@ -167,7 +176,7 @@ def run(plan: FleetPlan, settings: Settings | None = None, progress: bool = True
     cluster = f"offline-{plan.seed}"
     fleet = Fleet(plan.nodes, plan.gpus, cluster, plan.seed, faults=faults, extras=True, mix="seeded")
     hidden = sorted({n for n in fleet.nodes if withheld(n, plan.withhold, plan.seed)})
-    truth = _Truth(cluster, fleet.nodes, fleet.uuids, plan.gpus)
+    truth = _Truth(cluster, fleet.nodes, fleet.uuids, plan.gpus, plan.interval_s)
 
     contexts: dict[bytes, GpuContext] = {}
     timeline = ContextTimeline()
@@ -191,7 +200,7 @@ def run(plan: FleetPlan, settings: Settings | None = None, progress: bool = True
         ts = T0 + r * dt
         phase = 0 if r < learn_rounds else 1
         if r == learn_rounds:
-            current[0] = _fit(learned, settings, ts)
+            current[0] = _fit(learned, frozenset({cluster}), settings, ts)
             bar.set_description(f"seed {plan.seed}: after learning")
         rnd = fleet.round(ts)
         truth.see(ts, rnd.ground_truth, _peers_of(fleet))
@@ -287,7 +296,7 @@ def _remember(batch: InterpretedBatch, learned: Learned) -> None:
         learned.setdefault((app, model), []).append((f[rows], phase[rows], gpus[rows], batch.ts_ns[rows]))
 
 
-def _fit(learned: Learned, settings: Settings, ts: int) -> BaselineSet:
+def _fit(learned: Learned, clusters: frozenset[str], settings: Settings, ts: int) -> BaselineSet:
     """Fit a baselines version from the day-one rows, as ``hermeneut baselines train`` would."""
     parts = []
     for (app, model), chunks in sorted(learned.items()):
@@ -295,7 +304,7 @@ def _fit(learned: Learned, settings: Settings, ts: int) -> BaselineSet:
         phase = np.concatenate([c[1] for c in chunks])
         gpu = np.unique(np.concatenate([c[2] for c in chunks]), return_inverse=True)[1]
         ts_ns = np.concatenate([c[3] for c in chunks])
-        parts.append(LabelledRows(app, model, f, phase, gpu, ts_ns))
+        parts.append(LabelledRows(app, model, f, phase, gpu, ts_ns, clusters))
     cfg = settings.baselines
     fitted = fit_version(parts, 1, ts, cfg.min_samples, cfg.classifier_window, cfg.classifier_min_confidence)
     manifest = BaselineManifest(1, ts, T0, ts, tuple(r.baseline_id for r in fitted.records), classifier=True)

@@ -139,7 +139,8 @@ def train(
         stored_phase = np.array([PHASE_INDEX.get(p or "", -1) for p in h.phase], dtype=np.int64)
         phase = np.where(stored_phase < 0, infer_phase(f), stored_phase)
         gpu = np.unique(np.asarray(h.gpu, dtype=object), return_inverse=True)[1]
-        parts.append(LabelledRows(app, model, f[use], phase[use], gpu[use], h.ts_ns[use]))
+        clusters = frozenset(np.asarray(h.cluster, dtype=object)[use].tolist())
+        parts.append(LabelledRows(app, model, f[use], phase[use], gpu[use], h.ts_ns[use], clusters))
 
     keep: dict[str, list[np.ndarray]] = {}
     for fb in feedback:

@@ -76,6 +76,16 @@ def _judged_against(b: Baseline, workload: Workload | None, gpu_model: str) -> s
     return f"{what} {on} in {b.record.phase}"
 
 
+def support(b: Baseline, strong: bool) -> str:
+    """How much history stood behind a verdict, in words (every explanation says what it was judged against)."""
+    r = b.record
+    learned = f"{r.n:,} samples" + (f" on {r.gpus} GPUs" if r.gpus else "")
+    if strong:
+        return f"learned from {learned}"
+    whose = "another cluster's or too few GPUs'" if r.gpu_model is not None else "pooled over GPU models"
+    return f"a prior ({learned}, {whose}): it widens the band, never condemns"
+
+
 def explain(
     verdict: Verdict,
     drivers: tuple[Driver, ...],
@@ -85,11 +95,14 @@ def explain(
     gpu_model: str,
     memory_total_bytes: float,
     throttle_mask: float,
+    strong: bool = True,
 ) -> str:
-    """One line a person can act on: what is off, against which baseline, and a hint when the GPU says why."""
+    """One line a person can act on: what is off, against which baseline (and how much history it had), and a hint
+    when the GPU says why."""
     against = _judged_against(b, workload, gpu_model)
+    history = support(b, strong)
     if not drivers:
-        return f"unusual combination of values: {verdict.value} for {against}"
+        return f"unusual combination of values: {verdict.value} for {against} ({history})"
     parts = []
     for d in drivers[:2]:
         bound = f"p5 {_pct(d.feature, d.low)}" if d.observed < d.low else f"p95 {_pct(d.feature, d.high)}"
@@ -103,7 +116,7 @@ def explain(
         if value == value:  # noqa: PLR0124 (present)
             context = f" while {_phrase(feature, float(value), memory_total_bytes)}"
             break
-    text = f"{parts[0][0]}{context}: {verdict.value} for {against} ({parts[0][1]})"
+    text = f"{parts[0][0]}{context}: {verdict.value} for {against} ({parts[0][1]}; {history})"
     if len(parts) > 1:
         text += f"; {parts[1][0]} ({parts[1][1]})"
     if throttle_mask == throttle_mask:  # noqa: PLR0124

@@ -21,7 +21,7 @@ import dataclasses
 import logging
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.stats import chi2
@@ -196,6 +196,8 @@ class LabelledRows:
     phase: np.ndarray
     gpu: np.ndarray
     ts_ns: np.ndarray
+    #: the cluster tags the rows came from
+    clusters: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -219,15 +221,21 @@ def fit_version(
     """Every baseline and the classifier of one version (see module docstring)."""
     rows: dict[str, list[np.ndarray]] = {}
     meta: dict[str, tuple[str, str | None, str]] = {}
+    gpus: dict[str, set[tuple[int, int]]] = {}
+    clusters: dict[str, set[str]] = {}
     inputs: list[np.ndarray] = []
     labels: list[np.ndarray] = []
-    for part in parts:
+    for i, part in enumerate(parts):
         for p in np.unique(part.phase).tolist():
-            f = part.f[part.phase == p]
+            here = part.phase == p
+            f = part.f[here]
+            seen = {(i, int(g)) for g in np.unique(part.gpu[here]).tolist()}
             for app, model in ((part.application, part.gpu_model), (part.application, None), (FLEET, None)):
                 bid = baseline_id(app, model, PHASES[p])
                 rows.setdefault(bid, []).append(f)
                 meta[bid] = (app, model, PHASES[p])
+                gpus.setdefault(bid, set()).update(seen)
+                clusters.setdefault(bid, set()).update(part.clusters)
         windows, _ = history_windows(part.f, part.gpu, part.ts_ns, window, max(1, window // 3))
         if len(windows):
             inputs.append(window_inputs(windows))
@@ -247,7 +255,7 @@ def fit_version(
         if record is None:
             out.skipped[bid] = len(x)
         else:
-            out.records.append(record)
+            out.records.append(replace(record, gpus=len(gpus[bid]), clusters=tuple(sorted(clusters[bid]))))
     if labels:
         out.classifier = fit_classifier(
             np.vstack(inputs), np.concatenate(labels).astype(str), version, window, min_confidence

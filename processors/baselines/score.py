@@ -3,14 +3,26 @@
 
 Per row: score, verdict (``normal`` / ``unusual`` / ``anomalous`` by the baseline's calibrated thresholds,
 ``unscored`` without one), baseline id, drivers and, for rows that are not normal, a one-line explanation
-(processors.baselines.explain). The baseline is the most specific one published for the row's (application, GPU
-model, phase) (processors.baselines.store); rows are grouped by baseline, and each group is scored at once
+(processors.baselines.explain) that names what the row was judged against and how much history that had. The
+baseline is the most specific one published for the row's (application, GPU model, phase)
+(processors.baselines.store); rows are grouped by baseline, and each group is scored at once
 (processors.baselines.model).
 
-Findings ``baseline-anomaly`` (:class:`AnomalyTracker`): active once a GPU has been anomalous for 30 s, repeated
-every 60 s, cleared once it has not been anomalous for 60 s; only for workloads a context source named (against an
-inferred application's baseline, rows keep their verdict but raise no finding: in the evaluation most such findings
-on healthy GPUs came from a wrong guess of the application, not from the GPU).
+A verdict is only as strong as the evidence behind it (:class:`Judgement`, from the baselines settings):
+
+- only a *strong* baseline may call a row anomalous: one of the row's GPU model, learned from at least
+  ``min_gpus`` GPUs of the row's own cluster. A prior (pooled over GPU models, learned from fewer GPUs, or from
+  another cluster: another fleet, the simulator) widens the band instead: a row is ``unusual`` only beyond
+  ``prior_widening`` times its anomalous threshold, never ``anomalous``, so history from elsewhere never condemns;
+- when most GPUs of a job (``job_share`` of its GPUs, within two minutes) are anomalous together, the job runs
+  unlike its baseline, not a GPU: their rows are ``unusual`` and say so (peer comparison, as ByteDance's Minder
+  does: the normal state of a metric depends on the task).
+
+Findings ``baseline-anomaly`` (:class:`AnomalyTracker`): active once a GPU has been anomalous for
+``anomaly_after_s`` (5 minutes), repeated every 60 s, cleared once it has not been anomalous for
+``anomaly_clear_s``; only for workloads a context source named (against an inferred application's baseline, rows keep
+their verdict but raise no finding: in the evaluation most such findings on healthy GPUs came from a wrong guess of
+the application, not from the GPU).
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from typing import Final
 
 import numpy as np
 
+from pipeline.config import BaselineSettings
 from pipeline.events import METRIC_INDEX, PHASES, Driver, Finding, InterpretedBatch, Severity, Verdict
 from processors.baselines.explain import explain
 from processors.baselines.model import FLEET, Baseline
@@ -42,6 +55,63 @@ _NEVER: Final = np.iinfo(np.int64).max
 #: the finding of a GPU anomalous against its baseline
 BASELINE_ANOMALY: Final = "baseline-anomaly"
 _ACTION: Final = "compare with the baseline band; mark the event with `hermeneut feedback` if this is expected"
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """How strong a verdict may be for the evidence behind it (see the module docstring)."""
+
+    min_gpus: int = 4
+    prior_widening: float = 2.0
+    job_share: float = 0.5
+
+    @classmethod
+    def of(cls, settings: BaselineSettings) -> Judgement:
+        return cls(settings.min_gpus, settings.prior_widening, settings.job_share)
+
+    def strong(self, b: Baseline, clusters: np.ndarray) -> np.ndarray:
+        """Per row (by its cluster), whether ``b`` may condemn it: a model's own baseline, learned from enough GPUs
+        (records that do not say how many are taken at their word), of the row's cluster (likewise)."""
+        r = b.record
+        enough = r.gpu_model is not None and (r.gpus == 0 or r.gpus >= self.min_gpus)
+        if not enough:
+            return np.zeros(len(clusters), dtype=bool)
+        return np.isin(clusters, r.clusters) if r.clusters else np.ones(len(clusters), dtype=bool)
+
+
+class JobConsensus:
+    """Per job, when each of its GPUs was last anomalous: when most of a job's GPUs are at once, the job is what
+    differs from its baseline, not one GPU (see the module docstring)."""
+
+    def __init__(self, share: float, window_s: float = 120.0) -> None:
+        self.share = share
+        self.window_ns = int(window_s * 1e9)
+        self._anomalous: dict[tuple[str, str], dict[str, int]] = {}
+
+    def apply(self, batch: InterpretedBatch, verdict: np.ndarray, explanation: list[str]) -> None:
+        """Downgrade (in place) the anomalous rows of jobs whose GPUs are mostly anomalous, and say why."""
+        rows = np.flatnonzero(verdict == _ANOMALOUS).tolist()
+        jobs: dict[tuple[str, str], list[int]] = {}
+        for r in rows:
+            wl = batch.workload[r]
+            if wl is not None and wl.job_id is not None:
+                key = (batch.cluster[r], wl.job_id)
+                self._anomalous.setdefault(key, {})[batch.gpu_uuid[r]] = int(batch.ts_ns[r])
+                jobs.setdefault(key, []).append(r)
+        for key, mine in jobs.items():
+            latest = max(int(batch.ts_ns[r]) for r in mine)
+            seen = {g: t for g, t in self._anomalous[key].items() if latest - t <= self.window_ns}
+            self._anomalous[key] = seen
+            wl = batch.workload[mine[0]]
+            assert wl is not None
+            size = wl.job_gpus or len({batch.gpu_uuid[i] for i, w in enumerate(batch.workload)
+                                       if w is not None and w.job_id == key[1]})  # fmt: skip
+            if size < 2 or len(seen) < self.share * size:
+                continue
+            note = f"; so are {len(seen)} of {size} GPUs of job {key[1]}: the job differs from its baseline, not a GPU"
+            for r in mine:
+                verdict[r] = _UNUSUAL
+                explanation[r] = explanation[r].replace(": anomalous for", ": unusual for", 1) + note
 
 
 @dataclass(eq=False)
@@ -156,10 +226,13 @@ class Scorer:
         self,
         current: Callable[[], BaselineSet | None],
         tracker: AnomalyTracker | None = None,
+        judgement: Judgement | None = None,
     ) -> None:
         self._current = current
         self._set: BaselineSet | None = None
         self.tracker = tracker or AnomalyTracker()
+        self.judgement = judgement or Judgement()
+        self.consensus = JobConsensus(self.judgement.job_share)
 
     @property
     def version(self) -> int:
@@ -175,8 +248,14 @@ class Scorer:
         self._refresh()
         if self._set is None or not len(batch):
             return batch, []
-        scored, verdict = score_batch(batch, self._set)
-        findings = self.tracker.update(scored, verdict, list(scored.explanation), scored.score)
+        scored, verdict = score_batch(batch, self._set, self.judgement)
+        explanation = list(scored.explanation)
+        self.consensus.apply(scored, verdict, explanation)
+        if explanation != list(scored.explanation):
+            scored = dataclasses.replace(
+                scored, verdict=tuple(_VERDICTS[v] for v in verdict.tolist()), explanation=tuple(explanation)
+            )
+        findings = self.tracker.update(scored, verdict, explanation, scored.score)
         return scored, findings
 
     def tick(self, now_ns: int) -> list[Finding]:
@@ -185,9 +264,14 @@ class Scorer:
         return []
 
 
-def score_batch(batch: InterpretedBatch, baselines: BaselineSet) -> tuple[InterpretedBatch, np.ndarray]:
+def score_batch(
+    batch: InterpretedBatch, baselines: BaselineSet, judgement: Judgement | None = None
+) -> tuple[InterpretedBatch, np.ndarray]:
     """Score, verdict, baseline, drivers and explanation for every row of a batch (pure); also the verdicts as
-    codes (0 unscored, 1 normal, 2 unusual, 3 anomalous)."""
+    codes (0 unscored, 1 normal, 2 unusual, 3 anomalous). Rows a baseline may not condemn (:class:`Judgement`) are
+    judged by its widened band."""
+    judgement = judgement or Judgement()
+    clusters = np.asarray(batch.cluster, dtype=object)
     n = len(batch)
     f = features_of(batch)
     phases = [p if p is not None else "" for p in batch.phase]
@@ -202,6 +286,7 @@ def score_batch(batch: InterpretedBatch, baselines: BaselineSet) -> tuple[Interp
     groups, group_of = np.unique(key, return_inverse=True)
     score = np.full(n, np.nan)
     verdict = np.zeros(n, dtype=np.int64)
+    strong = np.zeros(n, dtype=bool)
     chosen: list[Baseline | None] = []
     for g, k in enumerate(groups.tolist()):
         a, rest = divmod(k, len(model_names) * len(phase_names))
@@ -214,9 +299,11 @@ def score_batch(batch: InterpretedBatch, baselines: BaselineSet) -> tuple[Interp
         s = b.score(f[rows])
         score[rows] = s
         r = b.record
-        verdict[rows] = np.where(
-            np.isnan(s), _UNSCORED, np.where(s >= r.anomalous, _ANOMALOUS, np.where(s >= r.unusual, _UNUSUAL, _NORMAL))
-        )
+        may_condemn = judgement.strong(b, clusters[rows])
+        strong[rows] = may_condemn
+        as_learned = np.where(s >= r.anomalous, _ANOMALOUS, np.where(s >= r.unusual, _UNUSUAL, _NORMAL))
+        as_prior = np.where(s >= judgement.prior_widening * r.anomalous, _UNUSUAL, _NORMAL)
+        verdict[rows] = np.where(np.isnan(s), _UNSCORED, np.where(may_condemn, as_learned, as_prior))
     ids = np.array([None if b is None else b.id for b in chosen], dtype=object)[group_of]
     ids[verdict == _UNSCORED] = None
     baseline_col = ids.tolist()
@@ -241,6 +328,7 @@ def score_batch(batch: InterpretedBatch, baselines: BaselineSet) -> tuple[Interp
                     batch.gpu_model[row],
                     float(memory_total[row]),
                     float(throttle[row]),
+                    bool(strong[row]),
                 )
     scored = dataclasses.replace(
         batch,

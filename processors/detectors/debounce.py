@@ -1,9 +1,11 @@
 """Debouncing of level conditions: per GPU, an exponentially weighted score in data time with hysteresis.
 
 Thermal throttling, a link down or trained low, and an allocated GPU left idle are *levels*: true or false on every
-row. Each row moves the GPU's score towards 1 (condition true) or 0 with the level's time constant, by the time
-since the GPU's previous row; a row that cannot judge the condition leaves it. The finding starts when the score
-reaches ``on`` and clears when it falls to ``off``, so noise and short dips neither start nor end one.
+row. Each row moves the GPU's score towards 1 (condition true) with the level's time constant and towards 0
+(condition false) with its clearing time constant, by the time since the GPU's previous row; a row that cannot
+judge the condition leaves it. The finding starts when the score reaches ``on`` and clears when it falls to
+``off``. Clearing is slower than starting: a GPU its controller holds at the slowdown threshold throttles on and off
+from one sample to the next, and that is one finding, not one per dip, at a 1 s or a 30 s sampling interval alike.
 """
 
 from __future__ import annotations
@@ -17,12 +19,18 @@ from processors.state import GpuSlots, column
 
 @dataclass(frozen=True, slots=True)
 class Level:
-    """A level condition's finding, its time constant (s) and its start and clear thresholds."""
+    """A level condition's finding, its time constants (s: rising, and falling while the condition is false) and its
+    start and clear thresholds."""
 
     name: str
     tau_s: float
     on: float
     off: float
+    clear_tau_s: float | None = None
+
+    @property
+    def falling_tau_s(self) -> float:
+        return self.tau_s if self.clear_tau_s is None else self.clear_tau_s
 
 
 @dataclass(eq=False)
@@ -36,6 +44,7 @@ class Debounce:
     def __init__(self, slots: GpuSlots, levels: tuple[Level, ...]) -> None:
         self.levels = levels
         self._tau = np.array([level.tau_s for level in levels])
+        self._clear_tau = np.array([level.falling_tau_s for level in levels])
         self._on = np.array([level.on for level in levels])
         self._off = np.array([level.off for level in levels])
         self._scores = slots.attach(_Scores(np.zeros((0, len(levels)))))
@@ -45,7 +54,8 @@ class Debounce:
     ) -> tuple[np.ndarray, np.ndarray]:
         """One row per GPU ``g`` (conditions and whether each could be judged, seconds since the GPU's previous row,
         which levels have an open finding): per GPU and level, whether its finding starts, and whether it clears."""
-        alpha = 1.0 - np.exp(-dt_s[:, None] / self._tau[None, :])
+        tau = np.where(cond, self._tau[None, :], self._clear_tau[None, :])
+        alpha = 1.0 - np.exp(-dt_s[:, None] / tau)
         score = self._scores.score[g]
         new = np.where(seen, score + alpha * (cond - score), score)
         self._scores.score[g] = new

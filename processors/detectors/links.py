@@ -28,8 +28,8 @@ from processors.state import GpuSlots, column
 
 TopologyOf = Callable[[str, str], NodeTopology | None]
 
-NVLINK_LEVEL = Level(NVLINK, tau_s=5.0, on=0.6, off=0.15)
-PCIE_LEVEL = Level(PCIE, tau_s=15.0, on=0.6, off=0.15)
+NVLINK_LEVEL = Level(NVLINK, tau_s=5.0, on=0.6, off=0.15, clear_tau_s=60.0)
+PCIE_LEVEL = Level(PCIE, tau_s=15.0, on=0.6, off=0.15, clear_tau_s=120.0)
 #: an idle or lightly loaded GPU may train its link at a lower generation: only judged above this
 _PCIE_BUSY_UTIL: Final = 40.0
 _ASK_AGAIN_NS: Final = 60 * S

@@ -28,7 +28,7 @@ from processors.detectors.jobs import Jobs
 from processors.detectors.links import Links, TopologyOf
 from processors.detectors.memory import Memory
 from processors.detectors.power import Power
-from processors.detectors.stragglers import Stragglers
+from processors.detectors.stragglers import Stragglers, rank_groups
 from processors.detectors.thermal import Thermal
 from processors.state import GpuSlots
 
@@ -112,11 +112,20 @@ class Detectors:
         """The latest workload per GPU, job boundaries (and peer groups), and the NVLinks the topology expects."""
         ts = b.ts_ns[order]
         wls = [b.workload[i] for i in order.tolist()]
-        last, changed = self.jobs.context(s, ts, wls)
-        for i in np.flatnonzero(last).tolist():
+        last = self.jobs.context(s, ts, wls)
+        rows = np.flatnonzero(last).tolist()
+        named = [wls[i] is not None and wls[i].job_id is not None and wls[i].source != "inferred" for i in rows]
+        if all(named):
+            ranks: list[str | None] = [None] * len(rows)
+        else:
+            original = order[rows].tolist()
+            ranks = rank_groups(
+                [b.cluster[i] for i in original], [b.node[i] for i in original], [b.processes[i] for i in original]
+            )
+        for i, group in zip(rows, ranks, strict=True):
             slot = int(s[i])
             self.latest.workload[slot] = wls[i]
-            self.stragglers.regroup(slot, int(ts[i]), bool(changed[i]), out)
+            self.stragglers.regroup(slot, int(ts[i]), group, out)
         self.links.refresh(s, int(ts[-1]))
 
     def _samples(self, b: InterpretedBatch, order: np.ndarray, s: np.ndarray, out: list[Finding]) -> None:

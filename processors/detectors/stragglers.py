@@ -9,13 +9,17 @@ Per window, each worker's step time is compared with the job's median: ``rel`` i
 deviation, scaled to a standard deviation, with a floor of 1% of the median so that identical peers do not
 make a tiny difference infinitely significant). Only slower counts: a faster worker is never a straggler.
 
-A worker becomes a straggler by one of two routes:
+A worker becomes a straggler by one of three routes:
 
 - *persistent*: over the last ``persist`` windows, its median ``z`` is at least ``z_min`` and its median
   ``rel`` at least ``rel_min``. The median over windows is what tells a real straggler (PAI job 3: two workers
   ~10% slower window after window, well outside a tight peer group) from persistent small per-worker
   differences (job 2: a continuum of speeds, so no worker is far outside the spread) and from a group of
   workers whose lead is within each window's noise (job 1, workers 0-2).
+- *sequential*: a CUSUM of its excess over ``cusum_k`` (how much slower counts as evidence at all), fed by the
+  windows where it is at least ``rel_fast`` slower and outside the spread (``z_min``), reaches ``cusum_h``: two
+  windows for a worker 18% slower, one for 25%, so a clear straggler is named within about a minute, while a
+  healthy GPU a few percent slower than its peers for good (a clock or cooling offset) never feeds it.
 - *acute*: at least ``rel_acute`` slower (30%) for ``acute`` consecutive windows. A slowdown this large is a
   straggler even when several workers share it and the MAD is wide (PAI job 4: half the workers at 2-4x).
 
@@ -34,7 +38,7 @@ from typing import Final
 import numpy as np
 
 from pipeline.config import DetectorSettings
-from pipeline.events import Finding, Severity, Workload
+from pipeline.events import Finding, GpuProcess, Severity, Workload
 from processors.detectors.columns import REL, S, col, fmt, gt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import GpuView, Latest
@@ -48,12 +52,16 @@ Waiting = Callable[[int], bool]
 
 @dataclass(frozen=True, slots=True)
 class StragglerParams:
-    rel_min: float = 0.07
+    rel_min: float = 0.09
     z_min: float = 3.0
     rel_acute: float = 0.30
     persist: int = 8
     acute: int = 1
     clear: int = 3
+    #: the sequential route: windows at least rel_fast slower add their excess over cusum_k until cusum_h
+    rel_fast: float = 0.12
+    cusum_k: float = 0.06
+    cusum_h: float = 0.20
     min_workers: int = 3
     #: two workers have no median to be slower than: the slower one is judged by its excess over the faster one,
     #: this much counting as the robust z's ``z_min`` (0 turns pairs off)
@@ -69,6 +77,7 @@ class PeerState:
     rel: np.ndarray = column(np.nan)  # (workers, persist), NaN where a window is missing
     z: np.ndarray = column(np.nan)
     acute_run: np.ndarray = column(0, dtype=np.int64)  # consecutive acute windows
+    cusum: np.ndarray = column(0.0)  # the sequential route's evidence
     quiet: np.ndarray = column(0, dtype=np.int64)  # consecutive windows without either route
     active: np.ndarray = column(False)
     windows: int = 0
@@ -136,11 +145,13 @@ def peer_step(state: PeerState, step_times: np.ndarray, params: StragglerParams)
         # the persistent route needs most of its windows: a straggler is judged on a history, not one window
         persistent = (seen >= max(3, params.persist // 2)) & (median_z >= params.z_min) & (median_rel >= params.rel_min)
         acute_now = rel >= params.rel_acute
+        fast = (rel >= params.rel_fast) & (z >= params.z_min)
     acute_run = np.where(acute_now, state.acute_run + 1, 0)
-    holds = persistent | (acute_run >= params.acute)
+    cusum = np.where(fast, state.cusum + np.minimum(rel, 0.5) - params.cusum_k, 0.0)
+    holds = persistent | (acute_run >= params.acute) | (cusum >= params.cusum_h)
     quiet = np.where(holds, 0, state.quiet + 1)
     active = holds | (state.active & (quiet < params.clear))
-    new = PeerState(rel_hist, z_hist, acute_run, quiet, active, windows)
+    new = PeerState(rel_hist, z_hist, acute_run, cusum, quiet, active, windows)
     return new, PeerVerdict(active.copy(), rel, z, median_rel, median_z, med)
 
 
@@ -185,15 +196,41 @@ class _Peers:
 
 def job_key(cluster: str, wl: Workload | None) -> str | None:
     """The peer group of a GPU running ``wl``: its job, when a context source names one of two GPUs or more."""
-    # peers are the GPUs of one job, which only a context source knows: GPUs of a node running the same
-    # (inferred) application are as often independent replicas or renders, each at its own pace (in the
-    # evaluation every straggler found on such a guess was a false alarm)
-    if wl is None or wl.job_id is None or wl.application in ("idle", "unknown"):
+    # GPUs of a node running the same (inferred) application are as often independent replicas or renders, each
+    # at its own pace (in the evaluation every straggler found on such a guess was a false alarm): peers are the
+    # GPUs of one job, as a context source names it, or as the telemetry shows its ranks (rank_groups)
+    if wl is None or wl.job_id is None or wl.source == "inferred" or wl.application in ("idle", "unknown"):
         return None
     if wl.job_gpus is not None and wl.job_gpus < 2:
         return None
     # job ids are unique within one cluster (a scheduler's own sequence), not across clusters
     return f"job:{cluster}/{wl.job_id}"
+
+
+def rank_groups(
+    clusters: list[str], nodes: list[str], processes: list[tuple[GpuProcess, ...] | None]
+) -> list[str | None]:
+    """Per GPU (rows of one batch, one per GPU): the ranks of one job as the telemetry shows them, when no context
+    source names the job: GPUs of one node whose compute processes have the same executable and consecutive pids
+    (a launcher such as torchrun or mpirun starts one process per GPU, one after the other). Independent jobs
+    started apart have unrelated pids, so they never make a group; a multi-node job is grouped node by node."""
+    first: dict[tuple[str, str, str], list[tuple[int, int]]] = {}
+    for i, (cluster, node, procs) in enumerate(zip(clusters, nodes, processes, strict=True)):
+        compute = [p for p in procs or () if p.kind == "compute"]
+        if len(compute) == 1:
+            first.setdefault((cluster, node, compute[0].name), []).append((compute[0].pid, i))
+    out: list[str | None] = [None] * len(nodes)
+    for (cluster, node, name), ranks in first.items():
+        ranks.sort()
+        start = 0
+        for j in range(1, len(ranks) + 1):
+            if j == len(ranks) or ranks[j][0] != ranks[j - 1][0] + 1:
+                if j - start >= 2:
+                    key = f"ranks:{cluster}/{node}/{name}/{ranks[start][0]}"
+                    for _pid, i in ranks[start:j]:
+                        out[i] = key
+                start = j
+    return out
 
 
 class Stragglers:
@@ -216,16 +253,13 @@ class Stragglers:
         self._jobs: dict[str, _Peers] = {}
         self._touched: set[str] = set()
 
-    def regroup(self, slot: int, ts: int, changed: bool, out: list[Finding]) -> None:
-        """The GPU's workload is the latest; ``changed``: its job or application changed. Keep the GPU in the peer
-        group of its current job (or none); a GPU that leaves its job is no longer that job's straggler (its finding
-        clears with the job, not at the end of the next job)."""
+    def regroup(self, slot: int, ts: int, ranks: str | None, out: list[Finding]) -> None:
+        """The GPU's workload is the latest, ``ranks`` its rank group from the telemetry (:func:`rank_groups`). Keep
+        the GPU in the peer group of its current job (as its context names it, else as its processes show it, else
+        none); a GPU that leaves its job is no longer that job's straggler (its finding clears with the job, not at
+        the end of the next job)."""
         group = self.windows.group
-        if not changed and not (group[slot] is None and self.latest.workload[slot] is not None):
-            if group[slot] is not None:
-                self._touched.add(group[slot])
-            return
-        key = job_key(self.slots.key(slot)[0], self.latest.workload[slot])
+        key = job_key(self.slots.key(slot)[0], self.latest.workload[slot]) or ranks
         old = group[slot]
         if key == old:
             if key is not None:

@@ -20,7 +20,7 @@ from processors.detectors.gpus import GpuView
 from processors.detectors.names import THERMAL
 from processors.episodes import Description, Episode
 
-LEVEL = Level(THERMAL, tau_s=10.0, on=0.6, off=0.15)
+LEVEL = Level(THERMAL, tau_s=10.0, on=0.6, off=0.15, clear_tau_s=90.0)
 
 
 def condition(m: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -66,6 +66,7 @@ from producers.simulator.profiles import (
     L_UTIL,
     P_IDLE,
     PROFILES,
+    SYNC_APPS,
     Profile,
     jitter_table,
     level_table,
@@ -87,6 +88,7 @@ _BIT_HW_THERMAL = float(HW_THERMAL)
 _HASHING = APP_INDEX["hashing"]
 _SERVING = APP_INDEX["llm-serving"]
 _BURSTY = np.array([a in PROFILES and PROFILES[a].dynamics in ("bursty", "interactive") for a in APP_INDEX])
+_SYNC = np.array([a in SYNC_APPS for a in APP_INDEX])
 _INTERACTIVE = np.array([a in PROFILES and PROFILES[a].dynamics == "interactive" for a in APP_INDEX])
 #: requests per second at full load (bursty) and of an interactive session, and how long one runs on average
 _REQUEST_RATE, _SESSION_RATE, _REQUEST_S = 0.35, 0.01, 4.0
@@ -462,28 +464,43 @@ class Fleet:
             lv[:, level] *= intensity
         lv[:, L_SM] *= np.sqrt(intensity)  # SMs stay occupied by slower, memory-bound kernels: activity drops less
         wobble = 1 + self._jitter[app] * self._z
-        for level in (L_UTIL, L_SM, L_TENSOR, L_DRAM, L_POWER):
-            lv[:, level] *= wobble
+        # the ranks of a synchronous job run every step together (each waits for the others): their pace wobbles as
+        # one, only their power (each GPU's own efficiency) on its own
+        sync = has_job & sched.multi & _SYNC[app]
+        pace = wobble
+        if sync.any():
+            size = np.bincount(job[sync], minlength=len(sched.job_intensity))
+            mean_z = np.bincount(job[sync], weights=self._z[sync], minlength=len(size)) / np.maximum(size, 1)
+            pace = np.where(sync, 1 + self._jitter[app] * mean_z[slot], wobble)
+        for level in (L_UTIL, L_SM, L_TENSOR, L_DRAM):
+            lv[:, level] *= pace
+        lv[:, L_POWER] *= wobble
         lv[:, L_POWER] *= 1 + 0.01 * white[:, 0]
         traffic = 1 + np.clip(2 * self._jitter[app] * self._z + 0.05 * white[:, 1], -0.5, 0.5)
         for level in (L_PCIE_TX, L_PCIE_RX, L_NVLINK, L_IB):
             lv[:, level] *= traffic
-        # peers waiting on a straggler or on a slow NVLink fallback: dips every step, deeper every few seconds
+        # peers waiting on a straggler or on a slow NVLink fallback spin in NCCL kernels: a kernel runs all the time
+        # (utilization stays), the SMs and tensor cores mostly wait (activity and power dip every step, deeper
+        # every few seconds)
         wait = e.wait
         if wait.any():
             dip = (math.floor(now_s) % e.wait_period) == 0
             depth = wait * np.where(dip, 1.6, 0.7)
             for level in (L_SM, L_TENSOR, L_POWER, L_NVLINK, L_IB):
                 lv[:, level] *= np.clip(1 - depth, 0.05, 1)
-            lv[:, L_UTIL] *= np.clip(1 - 0.5 * depth, 0.05, 1)
-        # a host-side straggler computes in fewer of its seconds; restarts (XID, out of memory) idle the GPU
-        computing = rng.random(n) < e.duty
+        # a host-side straggler waits for its input between steps: over a reading's second it runs kernels only a
+        # `duty` share of the time (NVML's utilization is that share), with the steps' jitter
+        slow = e.duty < 1.0
+        if slow.any():
+            share = np.clip(e.duty[slow] * (1 + 0.03 * white[slow, 2]), 0.0, 1.0)
+            for level in (L_UTIL, L_SM, L_TENSOR, L_DRAM, L_POWER, L_NVLINK, L_IB):
+                lv[slow, level] *= share
+        # restarts (XID, out of memory) idle the GPU
         stalled = now_s < e.stall_until
-        quiet = stalled | ~computing
-        if quiet.any():
+        if stalled.any():
             clock = lv[:, L_CLOCK].copy()
-            lv = np.where(quiet[:, None], np.where(stalled[:, None], 0.0, lv * 0.15), lv)
-            lv[:, L_CLOCK] = np.where(stalled, 0.0, clock)  # waiting for input does not drop the clocks
+            lv = np.where(stalled[:, None], 0.0, lv)
+            lv[:, L_CLOCK] = np.where(stalled, 0.0, clock)
         lv = np.clip(lv, 0.0, 1.0)
         util = lv[:, L_UTIL]
         active = (util > 0.005) | (lv[:, L_POWER] > 0.05)

@@ -48,7 +48,8 @@ def test_thresholds_are_calibrated_on_the_training_rows(history: Labelled) -> No
     assert record.n == rows.sum()
     # unusual above the training p99 (or a 1% tail under the fitted Gaussian, when that is stricter)
     assert record.unusual == pytest.approx(max(float(np.quantile(scores, 0.99)), 2.0))
-    assert (scores >= record.unusual).mean() <= 0.011
+    # a 1% tail, to within one row (the quantile of n rows falls between two of them)
+    assert (scores >= record.unusual).mean() <= 0.01 + 1 / len(scores)
     assert record.anomalous == pytest.approx(max(float(np.quantile(scores, 0.999)) * 1.5, 4.0, record.unusual * 1.5))
 
 

@@ -52,8 +52,9 @@ def run(
     start: int = 0,
     seed: int = 0,
     processes: Callable[[int, int], tuple[GpuProcess, ...] | None] | None = None,
+    interval: int = 1,
 ) -> tuple[Detectors, list[Finding], list[InterpretedBatch]]:
-    """Feed ``seconds`` rounds of one node (``gpus`` GPUs at 1 Hz) through the detectors.
+    """Feed ``seconds`` of one node (``gpus`` GPUs, a round every ``interval`` s) through the detectors.
 
     ``shape(t, gpu, metrics)`` rewrites a healthy reading (None: the GPU sends no sample that round);
     ``processes(t, gpu)`` gives the GPU's process list (default: not reported).
@@ -64,7 +65,7 @@ def run(
     out: list[InterpretedBatch] = []
     pending: list[InterpretedEvent] = []
     pending_events: list[GpuEvent] = []
-    for t in range(start, start + seconds):
+    for t in range(start, start + seconds, interval):
         ts = T0 + t * S
         for gpu in range(gpus):
             metrics = busy_h100(rng)
@@ -77,7 +78,7 @@ def run(
             sample = GpuSample("c1", "node-1", f"GPU-{gpu}", gpu, MODEL, ts, metrics, processes=procs)
             pending.append(InterpretedEvent(sample, workload=job(t, gpu)))
         pending_events.extend(events(t) if events else [])
-        if (t - start + 1) % rounds_per_batch == 0 or t == start + seconds - 1:
+        if ((t - start) // interval + 1) % rounds_per_batch == 0 or t + interval >= start + seconds:
             batch = batch_of(pending, tuple(pending_events))
             batch, findings = det.apply(batch, ts)
             found.extend(findings)

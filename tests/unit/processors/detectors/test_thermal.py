@@ -29,10 +29,27 @@ def test_thermal_throttling_starts_repeats_clears_and_explains() -> None:
     assert "GPU 3" in first.summary and "job job-7 (llm-pretraining)" in first.summary and "62%" in first.summary
     assert "cooling" in first.action
     repeats = [f for f in found if f.active and f.ts_ns > f.since_ns]
-    assert 3 <= len(repeats) <= 5 and all(f.since_ns == first.since_ns for f in repeats)
+    assert 5 <= len(repeats) <= 8 and all(f.since_ns == first.since_ns for f in repeats)
+    # clearing waits for about 3 minutes without throttling (a controller's dips are not the end of it)
     (clear,) = [f for f in found if not f.active]
-    assert T0 + 600 * S <= clear.ts_ns <= T0 + 630 * S and clear.dedup_key == first.dedup_key
+    assert T0 + 720 * S <= clear.ts_ns <= T0 + 800 * S and clear.dedup_key == first.dedup_key
     explained = [
         e for b in batches for e, u in zip(b.explanation, b.gpu_uuid, strict=True) if "thermal throttling" in e
     ]
     assert explained and all(u for u in explained)
+
+
+@pytest.mark.parametrize("interval", [1, 10, 30])
+def test_a_gpu_held_at_its_threshold_is_one_finding_at_any_sampling_interval(interval: int) -> None:
+    """The thermal controller holds the GPU at its slowdown temperature: the reasons come and go from one sample to the
+    next (here on two samples of three). That is one episode, whether the collector samples every 1, 10 or 30 s."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu == 3 and 300 <= t < 1500 and (t // interval) % 3:
+            return m | {"temperature_gpu_celsius": 87.0, "throttle_reasons_mask": float(HW_THERMAL),
+                        "sm_clock_mhz": 1400.0, "utilization_gpu_percent": 97.0}  # fmt: skip
+        return m
+
+    _det, found, _batches = run(1800, shape, interval=interval)
+    assert kinds(found) == {("thermal-throttling", "GPU-3")}
+    assert len(starts(found)) == 1
