@@ -1,5 +1,5 @@
 """The names of the detectors' findings: the fault classes the simulator injects (pipeline.events.FAULTS, in that
-order) and three more (single XIDs, a row remap waiting for a reset, allocated but idle GPUs)."""
+order) and more (single XIDs, a row remap waiting for a reset, allocated but idle GPUs, abrupt changes of state)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ THERMAL, POWER, NVLINK, PCIE, LEAK, STRAGGLER, STORM, ECC, LOST_BUS = FAULTS
 XID: Final = "xid"
 REMAP: Final = "row-remap"
 IDLE: Final = "idle-capacity"
-DETECTORS: Final = (*FAULTS, XID, REMAP, IDLE)
+#: abrupt changes of state (events): processors.detectors.changes
+COLLAPSE: Final = "memory-collapse"
+CLIFF: Final = "utilization-cliff"
+PHASE_SHIFT: Final = "phase-shift"
+DETECTORS: Final = (*FAULTS, XID, REMAP, IDLE, COLLAPSE, CLIFF, PHASE_SHIFT)
 #: a straggler whose GPU already has one of these findings is explained by it and not reported twice
 EXPLAINS_SLOWNESS: Final = (THERMAL, POWER, NVLINK, PCIE, LEAK, STORM, ECC, LOST_BUS)

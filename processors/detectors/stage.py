@@ -16,8 +16,9 @@ from dataclasses import replace
 import numpy as np
 
 from pipeline.config import DetectorSettings
-from pipeline.events import Finding, InterpretedBatch
+from pipeline.events import METRIC_INDEX, Finding, InterpretedBatch
 from processors.detectors import idle, links, thermal
+from processors.detectors.changes import Changes
 from processors.detectors.columns import S
 from processors.detectors.debounce import Debounce
 from processors.detectors.findings import Reporter
@@ -30,6 +31,7 @@ from processors.detectors.memory import Memory
 from processors.detectors.power import Power
 from processors.detectors.stragglers import Stragglers, rank_groups
 from processors.detectors.thermal import Thermal
+from processors.features import PHASE_INDEX
 from processors.state import GpuSlots
 
 #: the level conditions, debounced together (one score column each, in this order)
@@ -77,7 +79,18 @@ class Detectors:
         self.memory = Memory(slots, settings, self.jobs.at, report)
         self.stragglers = Stragglers(slots, settings, self.latest, report, self.power.waiting)
         self.hard_errors = HardErrors(slots, settings, self.latest, self.clock, report)
-        for family in (Thermal(), self.links, self.power, self.memory, self.stragglers, self.hard_errors, Idle()):
+        self.changes = Changes(slots, self.jobs.at, report)
+        families = (
+            Thermal(),
+            self.links,
+            self.power,
+            self.memory,
+            self.stragglers,
+            self.hard_errors,
+            Idle(),
+            self.changes,
+        )
+        for family in families:
             report.wording |= dict.fromkeys(family.names, family)
         report.node_wording |= dict.fromkeys(self.power.names, self.power)
 
@@ -138,6 +151,9 @@ class Detectors:
         prev_ts = np.where(first, self.latest.ts[s], np.r_[0, ts[:-1]])
         dt_s = np.where(prev_ts < 0, 1.0, np.clip((ts - prev_ts) / S, 0.0, 60.0))
         allocated = idle.allocated(b.workload[i] for i in order.tolist())
+        # a job holds the GPU: a context source says so, or compute processes run on it
+        held = allocated | (m[:, METRIC_INDEX["process_count"]] >= 1)
+        phase = np.array([PHASE_INDEX.get(b.phase[i] or "", -1) for i in order.tolist()], dtype=np.int64)
         cond, seen = level_conditions(m, rel, allocated, self.links.expected.links[s])
         deltas = self.latest.counter_deltas(s, first, m)
         job_start = self.jobs.process_starts(b, order, s)
@@ -152,6 +168,7 @@ class Detectors:
             self.power.step(g, t, m[rows], out)
             self.memory.step(g, t, m[rows], rel[rows], out)
             self.stragglers.step(g, t, m[rows], rel[rows])
+            self.changes.step(g, t, m[rows], phase[rows], dt_s[rows], held[rows], started, out)
             self.hard_errors.returns(g, t)
             self.latest.ts[g] = t
             self.hard_errors.counters(g, t, m[rows], deltas[rows], out)
@@ -176,7 +193,7 @@ class Detectors:
         repeat_ns = self.settings.repeat_s * S
         for slot, name, episode in self.report.gpus.listed():
             t = int(now[slot])
-            if self.hard_errors.quiet(slot, name, episode, t):
+            if self.hard_errors.quiet(slot, name, episode, t) or self.changes.quiet(slot, name, episode, t):
                 self.report.transition(slot, name, False, t, out)
             elif t - episode.last_sent_ns >= repeat_ns:
                 self.report.send(slot, name, True, t, out)

@@ -11,6 +11,7 @@ import pynvml
 
 from pipeline.config import DetectorSettings
 from pipeline.events import (
+    PHASES,
     Finding,
     GpuEvent,
     GpuProcess,
@@ -21,6 +22,7 @@ from pipeline.events import (
     metric_matrix,
 )
 from processors.detectors.stage import Detectors
+from processors.features import features, infer_phase
 from processors.normalize import relative_values
 from tests.fakes.readings import H100, busy_h100
 
@@ -89,8 +91,13 @@ def run(
 
 
 def batch_of(events: list[InterpretedEvent], gpu_events: tuple[GpuEvent, ...]) -> InterpretedBatch:
+    """The rows as the enrichment stage hands them to the detectors: relative values and the inferred phase."""
     b = InterpretedBatch.from_events(events, gpu_events)
-    return replace(b, relative=relative_values(metric_matrix([e.sample for e in events])))
+    b = replace(b, relative=relative_values(metric_matrix([e.sample for e in events])))
+    if not len(b):
+        return b
+    phases = infer_phase(features(b.metrics, b.relative, b.gpu_model))
+    return replace(b, phase=tuple(PHASES[p] for p in phases.tolist()))
 
 
 def starts(found: list[Finding], detector: str | None = None) -> list[Finding]:

@@ -1,0 +1,227 @@
+"""Abrupt changes of state that matter: events with evidence, not verdicts.
+
+- ``memory-collapse``: a GPU's memory used falls from more than 10 GiB (and a quarter of its memory) to less than
+  1 GiB (and 5 %) between two samples while a job holds it: the model was unloaded, or the process restarted. A
+  warning when the GPU's compute processes changed across it (a restart: look at why the process died), info
+  otherwise (the application let its memory go: a model unloaded, a server scaled in).
+- ``utilization-cliff``: a GPU that was busy (utilization averaging over 80 % for 10 minutes) drops under 5 % for
+  2 minutes while the same job and processes still hold it: the job stopped computing without ending (a hang, a
+  deadlock in its input pipeline, a rank waiting for a peer that died). A warning.
+- ``phase-shift``: the share of a GPU's time in checkpoints over the last 30 minutes is 10 times (and 20 points
+  above) what it was over the job's earlier hours: checkpoints now take the job's time (a slower file system, a
+  bigger model state). Info.
+
+Each is an event: its finding opens when the change is seen and clears ``HOLD_S`` (5 minutes) later, or at once
+when the GPU's job ends. Every rule reads only what the row says (memory, utilization, the inferred phase, the
+GPU's processes), so it needs no learned baseline and works from the first sample.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from pipeline.events import PHASES, Finding, Severity
+from processors.detectors.columns import S, col, fmt
+from processors.detectors.findings import Reporter
+from processors.detectors.gpus import GpuView
+from processors.detectors.jobs import Boundaries
+from processors.detectors.names import CLIFF, COLLAPSE, PHASE_SHIFT
+from processors.episodes import Description, Episode
+from processors.state import GpuSlots, column
+
+_GIB: Final = 2**30
+#: a collapse: from above both of these to below both
+COLLAPSE_FROM_BYTES: Final = 10 * _GIB
+COLLAPSE_FROM_SHARE: Final = 0.25
+COLLAPSE_TO_BYTES: Final = _GIB
+COLLAPSE_TO_SHARE: Final = 0.05
+#: a cliff: busy (mean utilization above BUSY over BUSY_S) then idle (under IDLE for IDLE_S)
+BUSY_UTIL: Final = 80.0
+BUSY_S: Final = 600.0
+IDLE_UTIL: Final = 5.0
+IDLE_S: Final = 120.0
+#: a phase shift: the checkpoint share of the last RECENT_S (BUCKETS buckets) against the job's earlier share
+RECENT_S: Final = 1800.0
+BUCKETS: Final = 6
+EARLIER_MIN_S: Final = 3600.0
+SHIFT_FACTOR: Final = 10.0
+SHIFT_POINTS: Final = 0.20
+#: how long an event's finding stays open
+HOLD_S: Final = 300.0
+_CHECKPOINT: Final = PHASES.index("checkpoint")
+_NONE: Final = -1
+
+
+@dataclass(eq=False)
+class _State:
+    """Per GPU: the previous memory reading, the busy share (EWMA in data time) and how long it was watched, the idle
+    stretch's start and the busy share when it began, the checkpoint seconds and seconds of each bucket of the recent
+    window (oldest first) with the bucket being filled and the job's totals, and per event whether it may fire (an
+    event fires once per occurrence: a condition that still holds after its finding cleared waits until it ends)."""
+
+    memory: np.ndarray = column(np.nan)
+    busy: np.ndarray = column(0.0)
+    busy_seen_s: np.ndarray = column(0.0)
+    idle_since: np.ndarray = column(_NONE, dtype=np.int64)
+    busy_before_idle: np.ndarray = column(0.0)
+    ckpt: np.ndarray = column(0.0, BUCKETS)
+    seconds: np.ndarray = column(0.0, BUCKETS)
+    bucket: np.ndarray = column(_NONE, dtype=np.int64)
+    total_ckpt: np.ndarray = column(0.0)
+    total_s: np.ndarray = column(0.0)
+    armed: np.ndarray = column(True, 3)
+
+
+def collapses(before: np.ndarray, after: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """Per GPU, whether memory used fell from ``before`` to ``after`` bytes as a collapse does (pure)."""
+    with np.errstate(invalid="ignore"):
+        high = (before > COLLAPSE_FROM_BYTES) & (before > COLLAPSE_FROM_SHARE * total)
+        low = (after < COLLAPSE_TO_BYTES) & (after < COLLAPSE_TO_SHARE * total)
+    return np.asarray(high & low)
+
+
+class Changes:
+    """The event findings of abrupt changes (see module docstring)."""
+
+    names = (COLLAPSE, CLIFF, PHASE_SHIFT)
+
+    def __init__(self, slots: GpuSlots, jobs: Boundaries, report: Reporter) -> None:
+        self.jobs = jobs
+        self.report = report
+        self.state = slots.attach(
+            _State(ckpt=np.zeros((0, BUCKETS)), seconds=np.zeros((0, BUCKETS)), armed=np.ones((0, 3), dtype=bool))
+        )
+
+    def step(
+        self,
+        g: np.ndarray,
+        ts: np.ndarray,
+        m: np.ndarray,
+        phase: np.ndarray,
+        dt_s: np.ndarray,
+        allocated: np.ndarray,
+        restarted: np.ndarray,
+        out: list[Finding],
+    ) -> None:
+        """One row per GPU ``g``: ``phase`` its phase index, ``dt_s`` seconds since its previous row, ``allocated``
+        whether a job holds it, ``restarted`` whether its compute processes changed in this row."""
+        st = self.state
+        used, total = col(m, "memory_used_bytes"), col(m, "memory_total_bytes")
+        util = col(m, "utilization_gpu_percent")
+        before = st.memory[g]
+        collapsed = allocated & collapses(before, used, total)
+        st.memory[g] = np.where(np.isnan(used), before, used)
+        new_job = self.jobs.job_ts[g] > ts - (dt_s * S).astype(np.int64)
+        busy = self._busy(g, util, dt_s, new_job)
+        idle = ~np.isnan(util) & (util < IDLE_UTIL) & allocated
+        since = st.idle_since[g]
+        begins = idle & (since == _NONE)
+        st.busy_before_idle[g] = np.where(begins, busy, st.busy_before_idle[g])
+        st.idle_since[g] = np.where(idle, np.where(begins, ts, since), _NONE)
+        cliff = idle & (st.busy_before_idle[g] > 0.8) & (ts - st.idle_since[g] >= IDLE_S * S)
+        recent, earlier, span = self._checkpoint_shares(g, ts, phase, dt_s, new_job)
+        shifted = allocated & (span >= EARLIER_MIN_S) & (recent >= SHIFT_FACTOR * earlier)
+        shifted &= recent >= earlier + SHIFT_POINTS
+        for c, (name, hit) in enumerate(((COLLAPSE, collapsed), (CLIFF, cliff), (PHASE_SHIFT, shifted))):
+            fire = hit & st.armed[g, c] & ~self.report.gpus.active(g, name)
+            st.armed[g, c] = ~hit
+            for i in np.flatnonzero(fire).tolist():
+                detail = {
+                    "restarted": float(restarted[i]),
+                    "memory_before_bytes": float(before[i]),
+                    "checkpoint_share_recent": float(recent[i]),
+                    "checkpoint_share_earlier": float(earlier[i]),
+                }
+                self.report.transition(int(g[i]), name, True, int(ts[i]), out, detail)
+
+    def _busy(self, g: np.ndarray, util: np.ndarray, dt_s: np.ndarray, new_job: np.ndarray) -> np.ndarray:
+        """Per GPU, its busy share (EWMA over BUSY_S of utilization above BUSY_UTIL) before this row, 0 until the
+        job has been watched that long."""
+        st = self.state
+        seen = ~np.isnan(util)
+        a = 1.0 - np.exp(-dt_s / BUSY_S)
+        prior = np.where(st.busy_seen_s[g] >= BUSY_S, st.busy[g], 0.0)
+        moved = np.where(seen, st.busy[g] + a * ((util > BUSY_UTIL) - st.busy[g]), st.busy[g])
+        st.busy[g] = np.where(new_job, 0.0, moved)
+        st.busy_seen_s[g] = np.where(new_job, 0.0, st.busy_seen_s[g] + np.where(seen, dt_s, 0.0))
+        return np.asarray(prior)
+
+    def _checkpoint_shares(
+        self, g: np.ndarray, ts: np.ndarray, phase: np.ndarray, dt_s: np.ndarray, new_job: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per GPU: the share of the recent window in checkpoints, the share of the job's time before it, and how
+        long that earlier time is (seconds)."""
+        st = self.state
+        st.ckpt[g[new_job]], st.seconds[g[new_job]] = 0.0, 0.0
+        st.total_ckpt[g[new_job]], st.total_s[g[new_job]] = 0.0, 0.0
+        bucket = ts // int(RECENT_S / BUCKETS * S)
+        moved = (st.bucket[g] != _NONE) & (bucket > st.bucket[g])
+        if moved.any():
+            mg = g[moved]
+            steps = np.minimum(bucket[moved] - st.bucket[mg], BUCKETS)
+            for k in np.unique(steps).tolist():
+                rows = mg[steps == k]
+                st.ckpt[rows] = np.roll(st.ckpt[rows], -k, axis=1)
+                st.seconds[rows] = np.roll(st.seconds[rows], -k, axis=1)
+                st.ckpt[rows, BUCKETS - k :] = 0.0
+                st.seconds[rows, BUCKETS - k :] = 0.0
+        st.bucket[g] = bucket
+        ckpt = (phase == _CHECKPOINT) * dt_s
+        st.ckpt[g, -1] += ckpt
+        st.seconds[g, -1] += dt_s
+        st.total_ckpt[g] += ckpt
+        st.total_s[g] += dt_s
+        recent_s, recent_ckpt = st.seconds[g].sum(axis=1), st.ckpt[g].sum(axis=1)
+        span = st.total_s[g] - recent_s
+        with np.errstate(invalid="ignore", divide="ignore"):
+            recent = np.where(recent_s > 0, recent_ckpt / recent_s, 0.0)
+            earlier = np.where(span > 0, (st.total_ckpt[g] - recent_ckpt) / span, 0.0)
+        return recent, earlier, span
+
+    def quiet(self, slot: int, name: str, episode: Episode, now_ns: int) -> bool:
+        """Whether an event's finding has been open long enough (HOLD_S) to clear."""
+        if name not in self.names:
+            return False
+        return now_ns - episode.since_ns >= HOLD_S * S
+
+    def describe(self, name: str, gpu: GpuView, episode: Episode, ts_ns: int) -> Description:
+        row, d, nan = gpu.row, episode.detail, math.nan
+        used = row.get("memory_used_bytes", nan)
+        if name == COLLAPSE:
+            restart = d.get("restarted", 0.0) == 1.0
+            what = (
+                f"memory collapse: memory used fell from {fmt(d.get('memory_before_bytes', nan) / _GIB, ' GiB', 1)} "
+                f"to {fmt(used / _GIB, ' GiB', 1)} between two samples while a job holds the GPU: "
+                + ("its process restarted" if restart else "the model was unloaded or the process freed its memory")
+            )
+            action = (
+                "find out why the process died (logs, OOM, XIDs around it): the job restarted on this GPU"
+                if restart
+                else "expected if the application unloaded its model or scaled in; otherwise check the application"
+            )
+            severity = Severity.WARNING if restart else Severity.INFO
+            return Description(severity, what, action, {
+                "memory_used_bytes": used, "memory_before_bytes": d.get("memory_before_bytes", nan),
+                "restarted": float(restart),
+            })  # fmt: skip
+        util = row.get("utilization_gpu_percent", nan)
+        if name == CLIFF:
+            what = (
+                f"utilization cliff: busy for {BUSY_S / 60:.0f}+ min, now {fmt(util, '%')} for "
+                f"{IDLE_S / 60:.0f}+ min while the same job and processes hold the GPU"
+            )
+            action = "check the job: it stopped computing without ending (a hang, a stuck input pipeline, a lost peer)"
+            return Description(Severity.WARNING, what, action, {"utilization_percent": util})
+        recent, earlier = d.get("checkpoint_share_recent", nan), d.get("checkpoint_share_earlier", nan)
+        what = (
+            f"phase shift: {fmt(recent * 100, '%')} of the last {RECENT_S / 60:.0f} min in checkpoints, against "
+            f"{fmt(earlier * 100, '%', 1)} of the job's earlier time"
+        )
+        action = "check the checkpoint path (file system throughput) and the size of the job's state"
+        return Description(Severity.INFO, what, action, {
+            "checkpoint_share_recent": recent, "checkpoint_share_earlier": earlier,
+        })  # fmt: skip
