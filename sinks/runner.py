@@ -2,10 +2,10 @@
 commit the batch's offsets only after the sink's flush succeeded.
 
 Two threads. The consumer thread consumes, has the sink prepare each message (:meth:`Sink.prepare`, pure), and
-hands a due batch (``batch_size`` of the sink's units or ``flush_interval_s`` old) to the writer thread; while
-the sink writes one batch the next one is being prepared. The writer adds and flushes batches strictly in order
-and reports each back; the consumer thread then delivers that batch's dead letters and commits its offsets, in
-the same order.
+hands a due batch (as soon as it holds ``batch_size`` of the sink's units, or when ``flush_interval_s`` old) to
+the writer thread; while the sink writes one batch the next one is being prepared. The writer adds and flushes
+batches strictly in order and reports each back; the consumer thread then delivers that batch's dead letters and
+commits its offsets, in the same order.
 
 A transient failure (the destination down or overloaded) is flushed again with exponential backoff and jitter,
 or after the wait a :class:`~pipeline.errors.SinkBackpressure` asks for, for as long as it takes; the hand-off
@@ -191,9 +191,12 @@ class SinkRunner(Generic[T]):
                             log.warning("consume error: %s", err)
                         continue
                     self._add(msg)
-                if self._pending and (
-                    self._size >= cfg.batch_size or time.monotonic() - self._first_pending >= cfg.flush_interval_s
-                ):
+                    if self._size >= cfg.batch_size:
+                        # checked per message: one consume call may bring far more than a batch (hundreds of
+                        # samples per message), and a batch that grows past its size makes requests that outlast
+                        # their timeout and are resent whole
+                        self._hand_off()
+                if self._pending and time.monotonic() - self._first_pending >= cfg.flush_interval_s:
                     self._hand_off()
                 self._complete()
                 if time.monotonic() - last_stats >= 1.0:

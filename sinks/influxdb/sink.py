@@ -32,6 +32,8 @@ class InfluxDBConfig:
     org: str = "hermeneut"
     bucket: str = "telemetry"
     timeout_s: float = 10.0
+    #: lines per write request at most (``influxdb.batch_size``)
+    batch_size: int = 5000
     interpreted_topic: str = "hermeneut.events.interpreted"
     alerts_topic: str = "hermeneut.alerts"
 
@@ -57,6 +59,11 @@ class InfluxDBSink:
         self.writer = writer
         self._info = InfoTracker()
         self._pending: list[Lines] = []
+        #: the pending lines cut into requests on the first flush, and how many of them are written: a retry
+        #: resends the same requests from the first unwritten one, so a retried request never grows
+        self._batch: list[Lines] = []
+        self._requests: list[list[str]] | None = None
+        self._written = 0
         self._closed = False
         self.points_written = 0
         self.findings_written = 0
@@ -65,7 +72,7 @@ class InfluxDBSink:
     def configure(cls, settings: Settings, **options: Any) -> InfluxDBConfig:
         i, t = settings.influxdb, settings.topics
         token = i.token.get_secret_value() if i.token else ""
-        config = InfluxDBConfig(i.url or "", token, i.org, i.bucket, i.timeout_s, t.interpreted, t.alerts)
+        config = InfluxDBConfig(i.url or "", token, i.org, i.bucket, i.timeout_s, i.batch_size, t.interpreted, t.alerts)
         return with_options(config, options, "the influxdb sink")
 
     @classmethod
@@ -80,13 +87,16 @@ class InfluxDBSink:
             raise ConfigError("invalid configuration: influxdb sink: org, bucket and both topics must be named")
         if not config.timeout_s > 0:
             raise ConfigError(f"invalid configuration: influxdb sink: timeout must be > 0 s, got {config.timeout_s}")
+        if not config.batch_size >= 1:
+            raise ConfigError(f"invalid configuration: influxdb sink: batch size must be >= 1, got {config.batch_size}")
 
     @classmethod
     def from_config(cls, config: InfluxDBConfig, writer: InfluxWriter | None = None) -> InfluxDBSink:
         """Built, not connected (``writer``: default a client for the config's server)."""
         return cls(
             config,
-            writer or InfluxWriter(config.url, config.token, config.org, config.bucket, config.timeout_s),
+            writer
+            or InfluxWriter(config.url, config.token, config.org, config.bucket, config.timeout_s, config.batch_size),
         )
 
     def prepare(self, topic: str, value: bytes) -> Prepared[Lines]:
@@ -102,20 +112,30 @@ class InfluxDBSink:
         self._pending.extend(p.payload for p in batch)
 
     def flush(self) -> None:
-        pending = self._pending
-        try:
-            self.writer.write([line for p in pending for line in p.lines])
-        except PermanentWriteError:
-            self._pending = []
-            raise
-        self._pending = []
-        self.points_written += sum(p.points for p in pending)
-        self.findings_written += sum(p.findings for p in pending)
+        """Write what was added, in requests of at most ``batch_size`` lines. The lines are cut into requests
+        once; after a transient error the next flush goes on from the request that failed, so a retried request
+        is the same request, never a bigger one."""
+        while self._requests is not None or self._pending:
+            if self._requests is None:
+                self._batch, self._pending = self._pending, []
+                lines = [line for p in self._batch for line in p.lines]
+                size = self.config.batch_size
+                self._requests, self._written = [lines[n : n + size] for n in range(0, len(lines), size)], 0
+            try:
+                while self._written < len(self._requests):
+                    self.writer.write(self._requests[self._written])
+                    self._written += 1
+            except PermanentWriteError:
+                self._batch, self._requests = [], None
+                raise
+            self.points_written += sum(p.points for p in self._batch)
+            self.findings_written += sum(p.findings for p in self._batch)
+            self._batch, self._requests = [], None
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._pending = []
+            self._pending, self._batch, self._requests = [], [], None
             self.writer.close()
 
     def stats(self) -> dict[str, int]:

@@ -100,3 +100,14 @@ def test_unreadable_and_rejected_messages_are_dead_lettered_before_the_commit() 
     assert [v for batch in sink.written for v in batch] == [b"a", b"c", b"e"]  # the rest stored
     assert consumer.committed() == {("in", 0): 5} and runner.stats.dead_lettered == 2
     assert flushed_before_commit([e for e in events if "Permanent" not in e])
+
+
+def test_a_batch_is_handed_off_as_soon_as_it_is_full_not_after_the_whole_consume_call() -> None:
+    """One consume call may bring far more than a batch; the batch must not grow past its size (it did: requests
+    grew to 14x the batch size, outlasted their timeout and were resent whole)."""
+    values = [str(i).encode() for i in range(50)]
+    consumer = FakeConsumer(messages(*values), per_consume=1000)
+    sink = ScriptedSink()
+    run_until(sink, consumer, lambda: consumer.committed().get(("in", 0)) == 50, batch_size=5)
+    assert [v for batch in sink.written for v in batch] == values
+    assert max(len(batch) for batch in sink.written) == 5
