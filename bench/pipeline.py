@@ -50,7 +50,7 @@ from processors.normalize import RawMessage, process_raw
 from producers.agent import NodeAgent
 from producers.simulator import Fleet
 from producers.simulator.source import SimulatorSource
-from sinks.influxdb.lines import batch_lines
+from sinks.influxdb.lines import InfoTracker, batch_lines
 from sinks.influxdb.write import InfluxWriter
 
 GPUS_PER_NODE = 8
@@ -110,13 +110,14 @@ def kafka_ceiling(base: Settings, k: kafka.KafkaProcess, s: Settings, records: i
 
 
 def interpreted_lines(fleet: Fleet, rounds: int, start_ns: int) -> list[str]:
-    """The exact line protocol the sink writes for ``rounds`` of ``fleet``."""
+    """The exact line protocol the sink writes for ``rounds`` of ``fleet`` (what changes rarely, on change)."""
     lines: list[str] = []
+    tracker = InfoTracker()
     for r in range(rounds):
         ts = start_ns + r * 1_000_000_000
         msgs = [RawMessage(b.kafka_key, encode_samples(b), "bench") for b in fleet.tick(ts)]
         out = process_raw(msgs, time.time_ns(), Settings().validation)
-        lines += batch_lines(b for _, b in out.forward)
+        lines += batch_lines((b for _, b in out.forward), tracker)
     return lines
 
 

@@ -22,7 +22,7 @@ from pipeline.config import Settings
 from pipeline.errors import InvalidQuery
 from pipeline.events import METRIC_INDEX, METRIC_NAMES, RELATIVE_FIELDS
 from pipeline.vocab import format_duration, parse_duration
-from sinks.influxdb.lines import FEEDBACK_MEASUREMENT, FINDING_MEASUREMENT, MEASUREMENT
+from sinks.influxdb.lines import FEEDBACK_MEASUREMENT, FINDING_MEASUREMENT, INFO_REFRESH_NS, MEASUREMENT
 from sinks.query.store import Store, flux_rows
 
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:@/ -]{1,200}$")
@@ -130,17 +130,24 @@ def _times(column: list[str]) -> np.ndarray:
     return np.array([t.rstrip("Z") for t in column], dtype="datetime64[ns]").astype(np.int64)
 
 
-def _history_of(table: dict[str, list[str]]) -> dict[tuple[str, str], History]:
+def _history_of(
+    table: dict[str, list[str]], carry: dict[tuple[str, str], dict[str, str]] | None = None
+) -> dict[tuple[str, str], History]:
+    """The rows of one answer per (application, GPU model). ``phase`` and ``app_source`` are stored when they
+    change (and every refresh period), so each GPU's are filled forward in time, starting from ``carry`` (the
+    last ones seen per (cluster, GPU) before, updated here)."""
     n = len(table["_time"])
     metrics = np.full((n, len(METRIC_NAMES)), np.nan)
     for name in HISTORY_METRICS:
         metrics[:, METRIC_INDEX[name]] = _floats(table.get(name), n)
     relative = np.column_stack([_floats(table.get(name), n) for name in RELATIVE_FIELDS]).reshape(n, -1)
     ts = _times(table["_time"])
-    apps, models = table["application"], table.get("gpu_model", [""] * n)
     empty = [""] * n
-    phase = [p or None for p in table.get("phase", empty)]
-    source = [s or None for s in table.get("app_source", empty)]
+    strings = {name: list(table.get(name, empty)) for name in _HISTORY_STRINGS}
+    _fill_forward(strings, table["cluster"], table["gpu"], ts, {} if carry is None else carry)
+    phase = [p or None for p in strings["phase"]]
+    source = [s or None for s in strings["app_source"]]
+    apps, models = table["application"], table.get("gpu_model", [""] * n)
     keys = np.array([f"{a}\x00{m}" for a, m in zip(apps, models, strict=True)], dtype=object)
     out = {}
     for key in np.unique(keys).tolist():
@@ -159,6 +166,40 @@ def _history_of(table: dict[str, list[str]]) -> dict[tuple[str, str], History]:
             tuple(source[i] for i in pick),
         )
     return out
+
+
+def _fill_forward(
+    columns: dict[str, list[str]],
+    clusters: list[str],
+    gpus: list[str],
+    ts: np.ndarray,
+    carry: dict[tuple[str, str], dict[str, str]],
+) -> None:
+    """Empty cells of ``columns`` take the GPU's previous value in time (or its ``carry``), in place."""
+    for row in np.argsort(ts, kind="stable").tolist():
+        known = carry.setdefault((clusters[row], gpus[row]), {})
+        for name, column in columns.items():
+            if column[row]:
+                known[name] = column[row]
+            else:
+                column[row] = known.get(name, "")
+
+
+def carry_flux(bucket: str, start_ns: int, cluster: str | None) -> str:
+    """Flux for each GPU's last ``phase`` and ``app_source`` in the refresh period before ``start_ns``: where
+    filling forward starts."""
+    where = f' and r.cluster == "{_checked_value("cluster", cluster)}"' if cluster else ""
+    fields = " or ".join(f"r._field == {json.dumps(f)}" for f in _HISTORY_STRINGS)
+    return (
+        f'from(bucket: "{bucket}")\n'
+        f"  |> range(start: {_flux_time(start_ns - INFO_REFRESH_NS)}, stop: {_flux_time(start_ns)})\n"
+        f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}" and exists r.application{where})\n'
+        f"  |> filter(fn: (r) => {fields})\n"
+        '  |> group(columns: ["cluster", "gpu", "_field"])\n'
+        "  |> last()\n"
+        '  |> pivot(rowKey: ["cluster", "gpu"], columnKey: ["_field"], valueColumn: "_value")\n'
+        "  |> group()"
+    )
 
 
 def _concat(parts: list[History]) -> History:
@@ -193,10 +234,13 @@ def training_history(
     parts: dict[tuple[str, str], list[History]] = {}
     rows = 0
     try:
+        carry: dict[tuple[str, str], dict[str, str]] = {}
+        for r in store.flux_records(carry_flux(i.bucket, start_ns, cluster)):
+            carry[(str(r["cluster"]), str(r["gpu"]))] = {f: str(r[f]) for f in _HISTORY_STRINGS if r.get(f)}
         with tqdm(total=len(edges) - 1, desc="reading history", unit="chunk", disable=not progress) as bar:
             for lo, hi in itertools.pairwise(edges):
                 for table in _csv_tables(store.flux_csv(history_flux(i.bucket, lo, hi, stride, cluster))):
-                    for key, h in _history_of(table).items():
+                    for key, h in _history_of(table, carry).items():
                         parts.setdefault(key, []).append(h)
                         rows += len(h)
                 bar.set_postfix(rows=rows)

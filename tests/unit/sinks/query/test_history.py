@@ -47,10 +47,13 @@ def test_csv_answers_become_columns_per_application_and_model() -> None:
     assert [len(t["_time"]) for t in tables] == [3, 1]
     first = _history_of(tables[0])
     serving = first[("llm-serving", "H100")]
-    assert serving.gpu == ("GPU-1", "GPU-1") and serving.phase == ("compute", None)
+    # the phase is stored when it changes: an empty cell is the GPU's last phase
+    assert serving.gpu == ("GPU-1", "GPU-1") and serving.phase == ("compute", "compute")
     assert serving.ts_ns.tolist() == [START, START + 1_500_000_000]
     power = serving.relative[:, RELATIVE_FIELDS.index("power_ratio_of_limit")]
     assert power[0] == 0.5 and np.isnan(power[1])  # absent stays absent
     assert serving.metrics[:, METRIC_INDEX["utilization_gpu_percent"]].tolist() == [55.0, 56.0]
     assert first[("idle", "L40S")].source == ("inferred",)
     assert _history_of(tables[1])[("llm-serving", "H100")].source == (None,)
+    carried = {("dc1", "GPU-3"): {"app_source": "slurm"}}  # what the GPU had before the range
+    assert _history_of(tables[1], carried)[("llm-serving", "H100")].source == ("slurm",)
