@@ -112,6 +112,12 @@ def _gpu_tags(cluster: str, uuid: str, index: int, model: str, node: str) -> str
     return f"cluster={tag(cluster)},gpu={tag(uuid)},gpu_index={index},gpu_model={tag(model)},node={tag(node)}"
 
 
+def series_tags(cluster: str, node: str, uuid: str, index: int, model: str, application: str | None) -> str:
+    """The tags of a ``gpu`` series, in sorted key order (``application`` only when known)."""
+    app = f"application={tag(application)}," if application else ""
+    return app + _gpu_tags(cluster, uuid, index, model, node)
+
+
 def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Cell-wise equality where two absent values (NaN) are the same."""
     with np.errstate(invalid="ignore"):

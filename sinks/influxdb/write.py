@@ -17,6 +17,7 @@ from typing import Any, Final, cast
 
 import urllib3
 from influxdb_client.client.influxdb_client import InfluxDBClient
+from influxdb_client.domain.bucket_retention_rules import BucketRetentionRules
 from influxdb_client.domain.write_precision import WritePrecision
 from influxdb_client.rest import ApiException
 from influxdb_client.service.write_service import WriteService
@@ -85,6 +86,19 @@ class InfluxWriter:
             if after is not None:
                 raise SinkBackpressure(after, detail) from exc
             raise TransientWriteError(detail) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransientWriteError(f"{type(exc).__name__}: {exc}"[:300]) from exc
+
+    def ensure_bucket(self, retention_s: int) -> None:
+        """Create this writer's bucket (with that retention) unless it exists; a transient error if InfluxDB cannot
+        be asked."""
+        api = self.client.buckets_api()
+        try:
+            if api.find_bucket_by_name(self.bucket) is None:  # type: ignore[no-untyped-call]
+                rule = BucketRetentionRules(type="expire", every_seconds=retention_s)  # type: ignore[no-untyped-call]
+                api.create_bucket(bucket_name=self.bucket, retention_rules=rule, org=self.org)
+        except ApiException as exc:
+            raise TransientWriteError(f"bucket {self.bucket}: HTTP {exc.status}: {str(exc.body)[:200]}") from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise TransientWriteError(f"{type(exc).__name__}: {exc}"[:300]) from exc
 

@@ -1,7 +1,7 @@
 """The Flux backend: plans (:mod:`sinks.query.model`) as Flux text (pure functions), run through influxdb-client.
 
-Also builds the Flux of the storage tasks (1-minute rollups, job summaries) that :mod:`sinks.retention`
-installs, so every Flux the project writes is built here.
+Also builds the Flux of the storage task (job summaries) that :mod:`sinks.retention` installs, so every Flux the
+project writes is built here (the 1-minute rollups are computed in the stream: :mod:`sinks.influxdb.rollup`).
 
 Percentiles use ``quantile(method: "exact_selector")``: the value of rank ceil(n*q) (numpy's
 ``inverted_cdf``); medians ``exact_mean``. A filter on another field of the same point (``job_id``) needs a
@@ -18,8 +18,6 @@ from influxdb_client.client.influxdb_client import InfluxDBClient
 
 from pipeline.vocab import format_duration
 from sinks.query.model import (
-    BENIGN_MASKS,
-    GPU,
     NS,
     QUANTILES,
     TAGS,
@@ -36,8 +34,6 @@ from sinks.query.model import (
 )
 
 NAME: Final = "flux"
-VERDICTS: Final = ("unusual", "anomalous")
-SERIES_TAGS: Final = TAGS[GPU]
 
 
 def string(value: str) -> str:
@@ -202,64 +198,6 @@ class FluxBackend:
 
 
 # ---- storage tasks ---------------------------------------------------------------------------------------------
-
-
-def rollup_task_flux(
-    name: str, raw: str, rollup: str, org: str, fields: tuple[str, ...], measurement: str = "gpu"
-) -> str:
-    """Every minute: the last two whole minutes of ``fields`` per GPU series as ``<f>_mean/_max/_min/_count``,
-    ``throttle_samples`` / ``throttled_samples`` (samples with a mask, and with a throttling one) and the
-    ``verdict_unusual`` / ``verdict_anomalous`` counts, written to ``rollup`` with the same tags.
-
-    Two minutes, not one, so a point that arrived up to a minute late is still counted; rewriting a minute
-    overwrites the same points (same series, same timestamp). Every pipeline reads on its own: a source
-    shared by several pipelines is not pushed down into storage (measured 7x slower), and a later string
-    filter (verdict) was then applied to float fields ("type conflict").
-    """
-    out = f"to(bucket: {string(rollup)}, org: {string(org)})"
-    src = f"from(bucket: {string(raw)})\n    |> range(start: start, stop: stop)"
-
-    def count_as(field_name: str, filters: str) -> str:
-        return (
-            f"{src}\n{filters}\n"
-            '    |> aggregateWindow(every: 1m, fn: count, timeSrc: "_start", createEmpty: false)\n'
-            f"    |> map(fn: (r) => ({{r with _value: float(v: r._value), _field: {string(field_name)}}}))\n"
-            f"    |> {out}"
-        )
-
-    # one point per GPU series and minute with every field of a function (pivot + experimental.to): 20-50%
-    # less run time than one point per field at 1,000 GPUs (measured; the cost is per table, not per point)
-    series = ", ".join(string(t) for t in (*SERIES_TAGS, "_measurement"))
-    per_fn = "\n\n".join(
-        f"{src}\n"
-        f"    |> filter(fn: (r) => r._measurement == {string(measurement)} and {_fields_predicate(fields)})\n"
-        f'    |> aggregateWindow(every: 1m, fn: {fn}, timeSrc: "_start", createEmpty: false)\n'
-        f'    |> map(fn: (r) => ({{r with _value: float(v: r._value), _field: r._field + "_{fn}"}}))\n'
-        f"    |> group(columns: [{series}])\n"
-        '    |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
-        f"    |> experimental.to(bucket: {string(rollup)}, org: {string(org)})"
-        for fn in ("mean", "max", "min", "count")
-    )
-    mask = f'    |> filter(fn: (r) => r._measurement == {string(measurement)} and r._field == "throttle_reasons_mask")'
-    verdict = f'    |> filter(fn: (r) => r._measurement == {string(measurement)} and r._field == "verdict")'
-    counts = [
-        count_as("throttle_samples", mask),
-        count_as("throttled_samples", mask + "\n" + _value_not_in(ValueNotIn(BENIGN_MASKS)).replace("  |>", "    |>")),
-        # one pipeline per verdict: renaming _field row by row would leave both verdicts in one table
-        # (measured: their counts were summed together)
-        *(count_as(f"verdict_{v}", f'{verdict}\n    |> filter(fn: (r) => r._value == "{v}")') for v in VERDICTS),
-    ]
-    return f"""import "date"
-import "experimental"
-
-option task = {{name: {string(name)}, every: 1m, offset: 15s}}
-
-stop = date.truncate(t: now(), unit: 1m)
-start = date.sub(d: 2m, from: stop)
-
-{per_fn}
-
-{chr(10).join(c + chr(10) for c in counts)}"""
 
 
 def jobs_task_flux(

@@ -25,13 +25,16 @@ class RecordingWriter:
         if call in self.fail:
             raise self.fail[call]
 
+    def ensure_bucket(self, retention_s: int) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
 
 def _sink(writer: RecordingWriter, batch_size: int) -> InfluxDBSink:
     config = InfluxDBConfig("http://127.0.0.1:1", "t", batch_size=batch_size)
-    return InfluxDBSink(config, writer)  # type: ignore[arg-type]
+    return InfluxDBSink(config, writer, RecordingWriter())  # type: ignore[arg-type]
 
 
 def _prepared(first: int, n: int) -> Prepared[Lines]:

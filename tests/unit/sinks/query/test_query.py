@@ -22,7 +22,7 @@ from sinks.query import (
     render,
 )
 from sinks.query.compare import JobFeature
-from sinks.query.flux import aggregate_flux, points_flux, rollup_task_flux, time_literal
+from sinks.query.flux import aggregate_flux, points_flux, time_literal
 from sinks.query.flux import string as flux_string
 from sinks.query.influxql import aggregate_influxql, points_influxql
 from sinks.query.influxql import string as influxql_string
@@ -220,13 +220,6 @@ def test_rollup_expressions() -> None:
     assert rollup_expr("power_watts", "count") == (Expr("power_watts_count", "sum"), None)
     expr, note = rollup_expr("power_watts", "p95")
     assert expr == Expr("power_watts_mean", "p95") and note and "1-minute means" in note
-
-
-def test_rollup_task_writes_every_aggregate_to_the_rollup_bucket() -> None:
-    flux = rollup_task_flux("n", "raw", "raw_1m", "org", ("power_watts",))
-    assert 'option task = {name: "n", every: 1m, offset: 15s}' in flux
-    assert flux.count('to(bucket: "raw_1m", org: "org")') == 8  # mean max min count, 2 throttle counts, 2 verdicts
-    assert '(r._field == "power_watts")' in flux and "contains(" not in flux  # contains() is not pushed down
 
 
 def test_job_position_against_the_band() -> None:
