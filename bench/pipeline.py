@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.cpu import CENTRAL, CpuMeter, ceiling, central_sum, per_sample_us
+from bench.profile import record, self_time
 from bench.scoring import fitted
 from pipeline.codec import encode_record, encode_samples
 from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, TopicSettings, load_settings
@@ -203,7 +204,7 @@ def _sum(stages: list[Stage], key: str) -> int:
 
 def saturation(
     s: Settings, run_dir: Path, samples: int, k: kafka.KafkaProcess, i: influxdb.InfluxProcess, workers: int,
-    learn_rounds: int,
+    learn_rounds: int, profile_s: float = 0.0,
 ) -> dict[str, Any]:  # fmt: skip
     baselines = load_baselines(s, learn_rounds) if learn_rounds else 0
     loaded = preload(s, samples, k.pid)
@@ -216,6 +217,8 @@ def saturation(
         meter = CpuMeter(_pids(k, i, processors, sinks)).start()
         t0 = time.perf_counter()
         processed_s: float | None = None
+        profiled = [(st.name, st.proc.pid, run_dir / f"{st.name}.profile.txt") for st in (processors[0], sinks[0])]
+        spies = {name: (out, record(pid, profile_s, out)) for name, pid, out in profiled if profile_s}
 
         def drained() -> bool:
             nonlocal processed_s
@@ -225,6 +228,10 @@ def saturation(
 
         done = wait_for(drained, 900, 0.1)
         meter.stop()
+        profiles = {}
+        for name, (path, spy) in spies.items():
+            spy.wait(profile_s + 60)
+            profiles[name] = self_time(path) if path.exists() else []
         time.sleep(1.2)  # the processors write their stats every second
         stored, processed = _sum(sinks, "points_written"), _sum(processors, "samples_ok")
         dead = _sum(processors, "dead_lettered")
@@ -249,6 +256,7 @@ def saturation(
         "broker_ingest_us_per_sample": loaded["us_per_sample"]["broker"],
         "central_us_per_sample": central_sum(us),
         "load": meter.load,
+        "profiles": profiles,
     }
 
 
@@ -334,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=1, help="processors and sinks (each its group's member)")
     ap.add_argument("--learn-rounds", type=int, default=300, help="history rounds baselines learn from (0: none)")
     ap.add_argument("--skip-ceilings", action="store_true", help="no Kafka/InfluxDB ceiling phases")
+    ap.add_argument(
+        "--profile", type=float, default=0.0, help="seconds of py-spy on the first processor and sink while draining"
+    )
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
     base = load_settings()
@@ -352,8 +363,9 @@ def main(argv: list[str] | None = None) -> int:
             results["influxdb"] = influx_ceiling(bench_settings(base, k, i, "raw"), args.backlog, i.pid)
         print(f"3/4 saturation: draining a backlog of {args.backlog} samples through {args.workers} worker(s) each")
         results["saturation"] = saturation(
-            bench_settings(base, k, i, "sat"), run_dir / "sat", args.backlog, k, i, args.workers, args.learn_rounds
-        )
+            bench_settings(base, k, i, "sat"), run_dir / "sat", args.backlog, k, i, args.workers, args.learn_rounds,
+            args.profile,
+        )  # fmt: skip
         if args.duration > 0:
             print(f"4/4 live: {args.gpus} GPUs at 1 Hz for {args.duration:.0f}s")
             results["live"] = live(
@@ -392,6 +404,10 @@ def report(results: dict[str, Any]) -> None:
     if "ratio_to_slower_ceiling" in results:
         print(f"{'ratio to the slower ceiling':52} {results['ratio_to_slower_ceiling']:>12.2f}")
     _cpu_table("saturated", sat["us_per_sample"], f"broker ingest {sat['broker_ingest_us_per_sample']:.1f} more")
+    for name, top in sat.get("profiles", {}).items():
+        print(f"  {name}: top functions by self time (py-spy)")
+        for function, share in top:
+            print(f"    {share:6.1%}  {function}")
     if "live" in results:
         lv = results["live"]
         print(

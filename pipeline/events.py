@@ -125,15 +125,18 @@ UNIT_ALIASES: Final[dict[str, tuple[str, float]]] = {
     "pcie_rx_kib_per_second": ("pcie_rx_bytes_per_second", 1024.0),
 }
 
-#: Values made relative to the GPU's own limits by the processor (all dimensionless, 0..1 nominal).
-RELATIVE_FIELDS: Final[tuple[str, ...]] = (
-    "power_ratio_of_limit",
-    "memory_used_ratio",
-    "sm_clock_ratio_of_max",
-    "temperature_ratio_of_slowdown",
-    "pcie_link_gen_ratio_of_max",
-    "pcie_link_width_ratio_of_max",
-)
+#: Values relative to the GPU's own limits (all dimensionless, 0..1 nominal): name -> (reading, limit). The
+#: processor computes them for the interpretation; storage keeps the reading and the limit, and the query layer
+#: computes them again per point (the rollups keep them).
+RELATIVE_OF: Final[dict[str, tuple[str, str]]] = {
+    "power_ratio_of_limit": ("power_watts", "power_limit_watts"),
+    "memory_used_ratio": ("memory_used_bytes", "memory_total_bytes"),
+    "sm_clock_ratio_of_max": ("sm_clock_mhz", "sm_clock_max_mhz"),
+    "temperature_ratio_of_slowdown": ("temperature_gpu_celsius", "temperature_slowdown_celsius"),
+    "pcie_link_gen_ratio_of_max": ("pcie_link_gen", "pcie_link_gen_max"),
+    "pcie_link_width_ratio_of_max": ("pcie_link_width", "pcie_link_width_max"),
+}
+RELATIVE_FIELDS: Final[tuple[str, ...]] = tuple(RELATIVE_OF)
 
 
 #: Application classes: a bounded vocabulary (it is an InfluxDB tag). Context sources map what they know onto it.
@@ -653,6 +656,17 @@ def node_key(cluster: str, node: str) -> bytes:
 
 def gpu_key(cluster: str, node: str, gpu_uuid: str) -> bytes:
     return f"{cluster}/{node}/{gpu_uuid}".encode()
+
+
+_RELATIVE_COLS: Final = [(METRIC_INDEX[r], METRIC_INDEX[lim]) for r, lim in RELATIVE_OF.values()]
+
+
+def relative_values(m: np.ndarray) -> np.ndarray:
+    """Columns of RELATIVE_FIELDS from a METRIC_NAMES matrix: each reading over its limit (NaN where unknown)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.column_stack([m[:, r] / m[:, lim] for r, lim in _RELATIVE_COLS]).reshape(
+            m.shape[0], len(RELATIVE_FIELDS)
+        )
 
 
 def metric_matrix(samples: tuple[GpuSample, ...] | list[GpuSample]) -> np.ndarray:

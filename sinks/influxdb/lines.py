@@ -7,11 +7,16 @@ Schema (the README has the cardinality budget):
   tags   ``cluster``, ``node``, ``gpu`` (uuid), ``gpu_index``, ``gpu_model``, ``application`` (when known).
          Together they identify one GPU (application adds at most a handful of series per GPU over a retention
          period). Nothing job-scoped is a tag: job ids and users would multiply series without bound.
-  fields every canonical reading present in the sample (float, units in the name), the relative values
-         (``*_ratio*``), ``verdict`` (string), ``score`` (float, when scored), ``job_id`` / ``user`` (strings,
-         when known); the interpretation when there is one: ``app_source`` / ``app_confidence`` (who said which
-         application, e.g. ``inferred`` 0.93), ``phase``, ``baseline`` (the id it was judged against),
-         ``explanation`` and ``drivers`` (only on rows that are not normal).
+  fields every sample: its moving readings (float, units in the name; the ``FieldSpec``s that are neither a
+         limit nor a state), ``verdict`` (string), ``score`` (float, when scored), ``job_id`` (when known).
+         On change, and at each GPU's first sample of every 10 minutes: the state and counter readings
+         (``FieldSpec.state``: P-state, PCIe link, error totals, process count, memory clock) and the
+         interpretation: ``phase``, ``baseline`` (the id it was judged against), ``user``, ``app_source`` /
+         ``app_confidence`` (who said which application, e.g. ``inferred`` 0.93); a reader fills them forward
+         per GPU. A row that is not normal carries ``explanation``, ``drivers``, ``phase`` and ``baseline``
+         every time. Relative values (``*_ratio*``) are not stored: they are a reading over a limit of
+         ``gpu_info``, divided per point by the query layer (the 1-minute rollups keep them). docs/performance.md
+         has the per-sample field budget and how it was measured.
 ``gpu_info`` - the GPU's limits (``FieldSpec.limit``: memory total, power limit, max clocks, thermal
   thresholds, max PCIe link), same tags but ``application``, written when they change and every 10 minutes.
   Repeating them every second cost InfluxDB a quarter of its per-point work for values that never change.
@@ -49,7 +54,6 @@ from pipeline.events import (
     METRIC_NAMES,
     METRIC_STATE,
     NIC_NAMES,
-    RELATIVE_FIELDS,
     Driver,
     Finding,
     GpuProcess,
@@ -87,7 +91,6 @@ _LIMIT_COLS: Final = np.flatnonzero(METRIC_LIMIT)
 _SAMPLE_KEYS: Final = tuple(f"{METRIC_NAMES[c]}=" for c in _SAMPLE_COLS.tolist())
 _STATE_KEYS: Final = tuple(f"{METRIC_NAMES[c]}=" for c in _STATE_COLS.tolist())
 _LIMIT_KEYS: Final = tuple(f"{METRIC_NAMES[c]}=" for c in _LIMIT_COLS.tolist())
-_RELATIVE_KEYS: Final = tuple(f"{name}=" for name in RELATIVE_FIELDS)
 #: what is stored on change is stored again at the first sample of every refresh period, so a short time range
 #: always finds the current value (a dashboard's "now", a query's fill-forward)
 INFO_REFRESH_NS: Final = 600 * 10**9
@@ -301,7 +304,8 @@ def extra_lines(b: InterpretedBatch) -> list[str]:
 def batch_lines(batches: Iterable[InterpretedBatch], info: InfoTracker | None = None) -> list[str]:
     """Line protocol for every event of the batches, straight from their columns (the sink's hot path).
 
-    Every sample writes its moving readings, relative values, ``verdict``, ``score`` and ``job_id`` to ``gpu``.
+    Every sample writes its moving readings, ``verdict``, ``score`` and ``job_id`` to ``gpu`` (relative values are
+    not stored: the query layer divides a reading by the limit in ``gpu_info`` per point, the rollups keep them).
     With an ``info`` tracker (the sink), what changes rarely is written when it changes and at every refresh:
     state and counter readings, the interpretation (``phase``, ``baseline``, ``user``, ``app_source``,
     ``app_confidence``), limits (``gpu_info``), links and processes; a row that is not normal always carries its
@@ -333,7 +337,6 @@ def batch_lines(batches: Iterable[InterpretedBatch], info: InfoTracker | None = 
                 strict=True,
             )
         )
-        relative = _field_parts(_RELATIVE_KEYS, b.relative)
         ts_ms = (b.ts_ns // 1_000_000).tolist()
         scores = b.score.tolist()
         tags = tracker.tags
@@ -343,8 +346,6 @@ def batch_lines(batches: Iterable[InterpretedBatch], info: InfoTracker | None = 
             fields = [readings[i]] if readings[i] else []
             if i in states:
                 fields.append(states[i])
-            if relative[i]:
-                fields.append(relative[i])
             verdict = b.verdict[i]
             fields.append(f"verdict={string_field(verdict.value)}")
             if scores[i] == scores[i]:

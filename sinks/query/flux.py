@@ -28,6 +28,7 @@ from sinks.query.model import (
     Filter,
     PointRow,
     Points,
+    Scale,
     TagIn,
     ValueBelow,
     ValueNotIn,
@@ -99,16 +100,20 @@ def expr_pipeline(agg: Aggregate, expr: Expr, name: str) -> str:
     own = [f for f in agg.filters if isinstance(f, FieldEquals) and f.field == expr.field]
     below = [f for f in agg.filters if isinstance(f, ValueBelow)]
     not_in = [f for f in agg.filters if isinstance(f, ValueNotIn)]
-    fields = (expr.field, *dict.fromkeys(f.field for f in joins))
+    scale = agg.scale_of(expr.field)
+    stored = scale.reading if scale is not None else expr.field
+    fields = (stored, *dict.fromkeys(f.field for f in joins))
     lines = [_source(agg.bucket, agg.range.start_ns, agg.range.stop_ns)]
     lines.append(f"  |> filter(fn: (r) => {_predicate(agg.measurement, fields, agg.filters)})")
     if joins:
         # a condition on another field of the same point: line the fields up per timestamp first
         cond = " and ".join(f"{_column(f.field)} == {string(f.value)}" for f in joins)
         lines.append('  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")')
-        lines.append(f"  |> filter(fn: (r) => {cond} and exists {_column(expr.field)})")
-        lines.append(f"  |> map(fn: (r) => ({{r with _value: {_column(expr.field)}, _field: {string(expr.field)}}}))")
+        lines.append(f"  |> filter(fn: (r) => {cond} and exists {_column(stored)})")
+        lines.append(f"  |> map(fn: (r) => ({{r with _value: {_column(stored)}, _field: {string(stored)}}}))")
         lines.append(f"  |> drop(columns: [{', '.join(string(f) for f in fields)}])")
+    if scale is not None:
+        lines += _scaled(scale, name)
     for f in own:
         lines.append(f"  |> filter(fn: (r) => r._value == {string(f.value)})")
     for b in below:
@@ -125,9 +130,39 @@ def expr_pipeline(agg: Aggregate, expr: Expr, name: str) -> str:
     return "\n".join(lines)
 
 
+def _limits_dict(scale: Scale, name: str) -> str:
+    """The GPUs' limits as a Flux dictionary named ``limits_<name>`` (a GPU whose limit changed: its first)."""
+    pairs = ", ".join(f"{{key: {string(gpu)}, value: {float(seg[0][1])!r}}}" for gpu, seg in scale.limits)
+    return f"limits_{name} = dict.fromList(pairs: [{pairs}])"
+
+
+def _scaled(scale: Scale, name: str) -> list[str]:
+    """The steps that turn each point of the reading into the relative value: divided by the limit in force at
+    its time (points of GPUs without a known limit are left out)."""
+    if not scale.limits:
+        return ["  |> filter(fn: (r) => false)"]
+    limit = f"dict.get(dict: limits_{name}, key: r.gpu, default: 0.0)"
+    for gpu, segments in scale.limits:
+        if len(segments) > 1:  # the limit changed in the range: the value in force at the point's time
+            steps = " else ".join(f"if r._time < {time_literal(t)} then {v!r}" for (t, _), (_, v) in
+                                  zip(segments[1:], segments[:-1], strict=True))  # fmt: skip
+            limit = f"(if r.gpu == {string(gpu)} then ({steps} else {segments[-1][1]!r}) else {limit})"
+    return [
+        f"  |> filter(fn: (r) => dict.get(dict: limits_{name}, key: r.gpu, default: 0.0) > 0.0)",
+        f"  |> map(fn: (r) => ({{r with _value: float(v: r._value) / {limit}, _field: {string(scale.field)}}}))",
+    ]
+
+
 def aggregate_flux(agg: Aggregate) -> str:
-    """The whole plan: one pipeline per expression, each yielding ``e<i>``."""
-    return "\n\n".join(expr_pipeline(agg, e, f"e{i}") for i, e in enumerate(agg.exprs))
+    """The whole plan: one pipeline per expression, each yielding ``e<i>`` (the limits of relative values
+    defined first)."""
+    head = []
+    for i, e in enumerate(agg.exprs):
+        scale = agg.scale_of(e.field)
+        if scale is not None and scale.limits:
+            head.append(_limits_dict(scale, f"e{i}"))
+    body = "\n\n".join(expr_pipeline(agg, e, f"e{i}") for i, e in enumerate(agg.exprs))
+    return 'import "dict"\n\n' + "\n".join(head) + "\n\n" + body if head else body
 
 
 def points_flux(q: Points) -> str:

@@ -19,9 +19,9 @@ from pipeline.events import (
     InterpretedEvent,
     Workload,
     metric_matrix,
+    relative_values,
 )
 from processors.detectors.stage import Detectors
-from processors.normalize import relative_values
 from tests.fakes.readings import H100, busy_h100
 
 S = 1_000_000_000

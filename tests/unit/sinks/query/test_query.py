@@ -7,6 +7,7 @@ import csv
 import io
 import json
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -24,7 +25,7 @@ from sinks.query import (
 from sinks.query.compare import JobFeature
 from sinks.query.flux import aggregate_flux, points_flux, time_literal
 from sinks.query.flux import string as flux_string
-from sinks.query.influxql import aggregate_influxql, points_influxql
+from sinks.query.influxql import InfluxQLBackend, aggregate_influxql, points_influxql
 from sinks.query.influxql import string as influxql_string
 from sinks.query.model import (
     BENIGN_MASKS,
@@ -34,6 +35,7 @@ from sinks.query.model import (
     FieldEquals,
     Filter,
     Points,
+    Scale,
     TagIn,
     TimeRange,
     ValueBelow,
@@ -135,6 +137,23 @@ def test_flux_filters_on_a_job_field_through_a_pivot() -> None:
     assert '(r._field == "power_watts" or r._field == "job_id")' in flux
     assert 'pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")' in flux
     assert 'r["job_id"] == "j-1"' in flux and "|> mean()" in flux
+
+
+def test_a_relative_value_is_a_reading_over_the_limit_in_force_at_each_point() -> None:
+    changed_at = RANGE.start_ns + 600 * NS
+    scale = Scale("power_ratio_of_limit", "power_watts",
+                  (("GPU-a", ((0, 700.0),)), ("GPU-b", ((0, 700.0), (changed_at, 500.0)))))  # fmt: skip
+    plan = Aggregate("t", "gpu", (Expr("power_ratio_of_limit", "p95"),), RANGE, scales=(scale,))
+    flux = aggregate_flux(plan)
+    assert flux.startswith('import "dict"')
+    assert 'dict.fromList(pairs: [{key: "GPU-a", value: 700.0}, {key: "GPU-b", value: 700.0}])' in flux
+    assert 'r._field == "power_watts"' in flux and 'r._field == "power_ratio_of_limit"' not in flux
+    assert f'if r.gpu == "GPU-b" then (if r._time < {time_literal(changed_at)} then 700.0 else 500.0)' in flux
+    assert '_field: "power_ratio_of_limit"' in flux  # named as asked, then aggregated like any field
+    assert flux.index("map(fn:") < flux.index("quantile(")
+    no_limits = replace(plan, scales=(replace(scale, limits=()),))
+    assert "filter(fn: (r) => false)" in aggregate_flux(no_limits)
+    assert InfluxQLBackend("http://127.0.0.1:1", "t", "o", 1.0).unsupported(plan)
 
 
 def test_throttled_samples_are_the_non_benign_masks() -> None:
