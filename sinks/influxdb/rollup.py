@@ -164,16 +164,24 @@ class MinuteRollups:
         return lines
 
     def _accumulate(self, s: np.ndarray, k: int, v: np.ndarray, mask: np.ndarray, verdict: np.ndarray) -> None:
-        # the ring slot's columns are views: ufunc.at on them writes through, once per row even where a series
-        # has several rows in the message
         present = ~np.isnan(v)
+        has_mask = ~np.isnan(mask)
+        throttled = has_mask & ((np.nan_to_num(mask).astype(np.int64) & ~_BENIGN) != 0)
+        counts = np.column_stack([np.ones(len(s)), has_mask, throttled, verdict == 1, verdict == 2])
+        if len(np.unique(s)) == len(s):
+            # one row per series (a message holds one sampling round): plain indexing, 10x cheaper than ufunc.at
+            self._count[s, k] += present
+            self._sum[s, k] += np.where(present, v, 0.0)
+            self._min[s, k] = np.fmin(self._min[s, k], v)
+            self._max[s, k] = np.fmax(self._max[s, k], v)
+            self._counts[s, k] += counts
+            return
+        # several rows of a series (a backlog, a replay): ufunc.at applies each row in turn; the ring slot's
+        # columns are views, so it writes through
         np.add.at(self._count[:, k], s, present)
         np.add.at(self._sum[:, k], s, np.where(present, v, 0.0))
         np.fmin.at(self._min[:, k], s, v)
         np.fmax.at(self._max[:, k], s, v)
-        has_mask = ~np.isnan(mask)
-        throttled = has_mask & ((np.nan_to_num(mask).astype(np.int64) & ~_BENIGN) != 0)
-        counts = np.column_stack([np.ones(len(s)), has_mask, throttled, verdict == 1, verdict == 2])
         np.add.at(self._counts[:, k], s, counts)
 
     def _close(self, partition: int, minute: int) -> list[str]:
