@@ -31,6 +31,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (0 once it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return 0
+
+
 def load_average() -> tuple[float, float, float]:
     one, five, fifteen = os.getloadavg()
     return one, five, fifteen

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.cpu import CENTRAL, CpuMeter, ceiling, central_sum, per_sample_us
+from bench.cpu import CENTRAL, CpuMeter, ceiling, central_sum, per_sample_us, rss_bytes
 from bench.profile import record, self_time
 from bench.scoring import fitted
 from pipeline.codec import encode_record, encode_samples
@@ -270,6 +270,7 @@ def live(
     stages = processors + sinks
     try:
         assert wait_for(lambda: all(st.stats().get("assigned") for st in stages), 180)
+        idle_rss = {st.name: rss_bytes(st.proc.pid) for st in stages}
         publisher = Publisher(s.kafka.client_config())
         stop = threading.Event()
         meter = CpuMeter(_pids(k, i, processors, sinks)).start()
@@ -278,6 +279,8 @@ def live(
         produced_s = time.perf_counter() - start
         drained = wait_for(_progress(stages, sinks, "points_written", report.samples), 300, 0.1)
         meter.stop()
+        # what holding the fleet's state costs each stage: resident memory now over what it had idle
+        grown = {st.name: rss_bytes(st.proc.pid) - idle_rss[st.name] for st in stages}
         drain_s = time.perf_counter() - start - produced_s
         time.sleep(1.2)
         stored = _sum(sinks, "points_written")
@@ -302,6 +305,8 @@ def live(
         "latency_p99_s": max(float(st.get("latency_p99_s") or 0.0) for st in sink_stats),
         "latency_max_s": max(float(st.get("latency_max_s") or 0.0) for st in sink_stats),
         "write_retries": sum(int(st.get("write_retries", 0)) for st in sink_stats),
+        "processor_bytes_per_gpu": sum(grown[st.name] for st in processors) / fleet.size,
+        "sink_bytes_per_gpu": sum(grown[st.name] for st in sinks) / fleet.size,
         "us_per_sample": us,
         "central_us_per_sample": central_sum(us),
         "load": meter.load,
@@ -418,6 +423,10 @@ def report(results: dict[str, Any]) -> None:
             f"{'latency sample -> stored p50 / p99 / max (s)':52} "
             f"{lv['latency_p50_s']:.3f} / {lv['latency_p99_s']:.3f} / {lv['latency_max_s']:.3f}"
             f"   write retries {lv['write_retries']}"
+        )
+        print(
+            f"{'memory per GPU: processor(s) / sink(s) (RSS over idle)':52} "
+            f"{lv['processor_bytes_per_gpu'] / 1024:.1f} / {lv['sink_bytes_per_gpu'] / 1024:.1f} KiB"
         )
         _cpu_table("live", lv["us_per_sample"])
 
