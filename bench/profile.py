@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -20,7 +21,8 @@ _FRAME = re.compile(r"^(?P<function>.*) \((?P<file>[^():]+)(?::\d+)?\)$")
 
 def record(pid: int, seconds: float, out: Path, rate: int = 100) -> subprocess.Popen[bytes]:
     """Start profiling ``pid`` for ``seconds`` into ``out`` (collapsed stacks); wait on the returned process."""
-    spy = shutil.which("py-spy")
+    beside = Path(sys.executable).parent / "py-spy"  # the venv's, when its bin is not on PATH
+    spy = str(beside) if beside.exists() else shutil.which("py-spy")
     if spy is None:
         raise RuntimeError("py-spy is not installed (pip install py-spy; it is in the dev extras)")
     argv = [spy, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))), "--rate", str(rate)]
