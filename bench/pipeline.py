@@ -1,7 +1,8 @@
 """End-to-end benchmark: GPU samples/s, latency and the CPU each process spends per sample through producer ->
 Kafka -> processor -> InfluxDB, next to the raw ceilings of the same servers measured in the same run.
 
-    python -m bench.pipeline [--gpus 10000] [--duration 60] [--backlog 200000] [--workers 1] [--json out.json]
+    python -m bench.pipeline [--gpus 10000] [--duration 60] [--backlog 200000] [--workers 1 [2 ...]]
+                             [--profile SECONDS] [--json out.json]
 
 Phases, each on its own topics of the same config (``pipeline.topics``), on a fresh local Kafka and influxd:
 1. Kafka ceiling: Kafka's own ProducerPerformance and ConsumerPerformance, records the size of one encoded node
@@ -11,7 +12,8 @@ Phases, each on its own topics of the same config (``pipeline.topics``), on a fr
 3. Saturation: a backlog of samples (with their workload context and topology) is put in Kafka first, learned
    baselines are published, then processor(s) + sink(s) drain it; samples/s between the first and the last
    stored point, and the processor stage's own drain rate (its lag reaching zero). Ratio = this / the slower
-   ceiling.
+   ceiling. With several ``--workers`` counts, once per count (N processors and N sinks, each its consumer
+   group's member, on the partitions of the same topics), each against the first.
 4. Live fleet: a simulated fleet (``--gpus``) sampled at 1 Hz for ``--duration`` seconds while the pipeline runs;
    sustained stored samples/s and latency sample time -> InfluxDB acknowledged (p50/p99).
 
@@ -35,23 +37,27 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from bench.cpu import CENTRAL, CpuMeter, ceiling, central_sum, per_sample_us, rss_bytes
 from bench.profile import record, self_time
 from bench.scoring import fitted
+from pipeline.baselines import BaselineManifest, BaselineRecord, ClassifierRecord
 from pipeline.codec import encode_record, encode_samples
 from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, TopicSettings, load_settings
+from pipeline.events import METRIC_FIELDS, RELATIVE_OF, GpuContext, node_key
 from pipeline.face.training import publish as publish_baselines
 from pipeline.publisher import Publisher
 from pipeline.services import influxdb, kafka
 from pipeline.services.stages import Stage, start_stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
+from processors.app import interpreter_from
+from processors.baselines.store import BaselineSet
 from processors.normalize import RawMessage, process_raw
 from producers.agent import NodeAgent
 from producers.simulator import Fleet
 from producers.simulator.source import SimulatorSource
-from sinks.influxdb.lines import InfoTracker, batch_lines
+from sinks.influxdb.lines import MEASUREMENT, InfoTracker, batch_lines
 from sinks.influxdb.write import InfluxWriter
 
 GPUS_PER_NODE = 8
@@ -110,16 +116,68 @@ def kafka_ceiling(base: Settings, k: kafka.KafkaProcess, s: Settings, records: i
     }
 
 
-def interpreted_lines(fleet: Fleet, rounds: int, start_ns: int) -> list[str]:
-    """The exact line protocol the sink writes for ``rounds`` of ``fleet`` (what changes rarely, on change)."""
+Learned = tuple[BaselineManifest, list[BaselineRecord], ClassifierRecord | None]
+
+
+def interpreted_lines(fleet: Fleet, rounds: int, start_ns: int, learned: Learned | None) -> list[str]:
+    """The exact line protocol the sink writes for ``rounds`` of ``fleet``: interpreted with the fleet's workload
+    context and the ``learned`` baselines, what changes rarely on change."""
+    baselines = BaselineSet(*learned) if learned else None
+    contexts: dict[bytes, GpuContext] = {}
+    topologies = {t.kafka_key: t for t in fleet.topologies(start_ns)}
+    interpreter = interpreter_from(
+        Settings(), contexts.get, lambda c, n: topologies.get(node_key(c, n)), lambda: baselines
+    )
     lines: list[str] = []
     tracker = InfoTracker()
     for r in range(rounds):
         ts = start_ns + r * 1_000_000_000
-        msgs = [RawMessage(b.kafka_key, encode_samples(b), "bench") for b in fleet.tick(ts)]
-        out = process_raw(msgs, time.time_ns(), Settings().validation)
-        lines += batch_lines((b for _, b in out.forward), tracker)
+        sim = fleet.round(ts)
+        contexts |= {c.kafka_key: c for c in sim.contexts}
+        msgs = [RawMessage(b.kafka_key, encode_samples(b), "bench") for b in sim.batches]
+        now = time.time_ns()
+        out = process_raw(msgs, now, Settings().validation)
+        lines += batch_lines((interpreter.apply(b, now)[0] for _, b in out.forward), tracker)
     return lines
+
+
+_SPECS: Final = {f.name: f for f in METRIC_FIELDS}
+_BUDGET: Final = (
+    "moving readings", "states and counters", "relative values", "verdict, score, job id",
+    "interpretation (phase, baseline, user, source)", "explanation, drivers", "other",
+)  # fmt: skip
+
+
+def _kind(field: str) -> str:
+    spec = _SPECS.get(field)
+    if spec is not None:
+        return "states and counters" if spec.state else "moving readings"
+    if field in RELATIVE_OF:
+        return "relative values"
+    if field in ("verdict", "score", "job_id"):
+        return "verdict, score, job id"
+    if field in ("phase", "baseline", "user", "app_source", "app_confidence"):
+        return "interpretation (phase, baseline, user, source)"
+    return "explanation, drivers" if field in ("explanation", "drivers") else "other"
+
+
+def field_budget(lines: list[str]) -> dict[str, float]:
+    """Fields per sample of the ``gpu`` points by kind (each GPU's first point, which carries everything, left
+    out: the steady state)."""
+    counts = dict.fromkeys(_BUDGET, 0)
+    seen: set[str] = set()
+    samples = 0
+    for line in lines:
+        head, rest = re.split(r"(?<!\\) ", line, maxsplit=1)
+        if not head.startswith(f"{MEASUREMENT},"):
+            continue
+        if head not in seen:
+            seen.add(head)
+            continue
+        samples += 1
+        for name in re.findall(r'(?:^|,)([a-z_0-9]+)=(?:"(?:[^"\\]|\\.)*"|[^,]*)', rest.rsplit(" ", 1)[0]):
+            counts[_kind(name)] += 1
+    return {kind: n / max(samples, 1) for kind, n in counts.items()}
 
 
 def _fields(line: str) -> int:
@@ -128,10 +186,10 @@ def _fields(line: str) -> int:
     return rest.rsplit(" ", 1)[0].count(",") + 1
 
 
-def influx_ceiling(s: Settings, points: int, influxd_pid: int) -> dict[str, Any]:
+def influx_ceiling(s: Settings, points: int, influxd_pid: int, learned: Learned | None) -> dict[str, Any]:
     """A raw influxdb-client write of the sink's own lines, 5,000 per request, as fast as it goes."""
     fleet = Fleet(125, GPUS_PER_NODE, cluster=f"{s.cluster}-raw", seed=2)
-    lines = interpreted_lines(fleet, max(1, points // fleet.size), time.time_ns() - 3600 * 10**9)
+    lines = interpreted_lines(fleet, max(1, points // fleet.size), time.time_ns() - 3600 * 10**9, learned)
     fields = sum(_fields(line) for line in lines)
     writer = InfluxWriter.from_settings(s.influxdb)
     meter = CpuMeter({"influxd": (influxd_pid,), "writer": (os.getpid(),)}).start()
@@ -145,6 +203,7 @@ def influx_ceiling(s: Settings, points: int, influxd_pid: int) -> dict[str, Any]
         "points_per_s": len(lines) / meter.wall_s,
         "influxd_us_per_point": meter.spent["influxd"] * 1e6 / len(lines),
         "influxd_us_per_field": meter.spent["influxd"] * 1e6 / fields,
+        "field_budget": field_budget(lines),
         "load": meter.load,
     }
 
@@ -171,10 +230,10 @@ def preload(s: Settings, samples: int, broker_pid: int) -> dict[str, Any]:
     return {"samples": total, "us_per_sample": per_sample_us(meter.spent, total), "wall_s": meter.wall_s}
 
 
-def load_baselines(s: Settings, learn_rounds: int) -> int:
-    """Learn baselines and the classifier from a fleet like the benchmark's and publish them as training would;
-    the processors start with them loaded. Returns how many baselines."""
-    manifest, records, classifier = fitted(Fleet(32, GPUS_PER_NODE, seed=5), learn_rounds)
+def load_baselines(s: Settings, learned: Learned) -> int:
+    """Publish learned baselines and the classifier as training would: the processors start with them loaded.
+    Returns how many baselines."""
+    manifest, records, classifier = learned
     publish_baselines(s, manifest, records, classifier)
     return len(records)
 
@@ -204,9 +263,9 @@ def _sum(stages: list[Stage], key: str) -> int:
 
 def saturation(
     s: Settings, run_dir: Path, samples: int, k: kafka.KafkaProcess, i: influxdb.InfluxProcess, workers: int,
-    learn_rounds: int, profile_s: float = 0.0,
+    learned: Learned | None, profile_s: float = 0.0,
 ) -> dict[str, Any]:  # fmt: skip
-    baselines = load_baselines(s, learn_rounds) if learn_rounds else 0
+    baselines = load_baselines(s, learned) if learned else 0
     loaded = preload(s, samples, k.pid)
     total = loaded["samples"]
     processors, sinks = start_workers(s, run_dir, workers)
@@ -344,7 +403,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", type=int, default=10_000, help="live fleet size (GPUs sampled at 1 Hz)")
     ap.add_argument("--duration", type=float, default=60.0, help="live phase seconds (0: no live phase)")
     ap.add_argument("--backlog", type=int, default=200_000, help="samples for the saturation phase")
-    ap.add_argument("--workers", type=int, default=1, help="processors and sinks (each its group's member)")
+    ap.add_argument(
+        "--workers", type=int, nargs="+", default=[1], help="processors and sinks (each its group's member); several: "
+        "a saturation phase per count, compared with the first"
+    )  # fmt: skip
     ap.add_argument("--learn-rounds", type=int, default=300, help="history rounds baselines learn from (0: none)")
     ap.add_argument("--skip-ceilings", action="store_true", help="no Kafka/InfluxDB ceiling phases")
     ap.add_argument(
@@ -358,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     k = kafka.start(base.services.cache_dir, base.kafka.version, run_dir / "kafka", heap_mb=1024)
     i = influxdb.start(base.services.cache_dir, base.influxdb.version, run_dir / "influxdb", "hermeneut", "telemetry")
     results: dict[str, Any] = {"kafka_version": k.version, "influxdb_version": i.version, "cores": os.cpu_count()}
+    # baselines and the classifier learned from a fleet like the benchmark's (as `baselines train` would)
+    learned = fitted(Fleet(32, GPUS_PER_NODE, seed=5), args.learn_rounds) if args.learn_rounds else None
     try:
         if not args.skip_ceilings:
             fleet = Fleet(125, GPUS_PER_NODE, seed=1)
@@ -365,16 +429,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"1/4 Kafka ceiling: perf tools, {args.backlog // GPUS_PER_NODE} records of {record} B")
             results["kafka"] = kafka_ceiling(base, k, bench_settings(base, k, i, "perf"), args.backlog // 8, record)
             print(f"2/4 InfluxDB ceiling: raw influxdb-client write of {args.backlog} sink lines")
-            results["influxdb"] = influx_ceiling(bench_settings(base, k, i, "raw"), args.backlog, i.pid)
-        print(f"3/4 saturation: draining a backlog of {args.backlog} samples through {args.workers} worker(s) each")
-        results["saturation"] = saturation(
-            bench_settings(base, k, i, "sat"), run_dir / "sat", args.backlog, k, i, args.workers, args.learn_rounds,
-            args.profile,
-        )  # fmt: skip
+            results["influxdb"] = influx_ceiling(bench_settings(base, k, i, "raw"), args.backlog, i.pid, learned)
+        results["saturation"] = []
+        for n in args.workers:
+            print(f"3/4 saturation: draining a backlog of {args.backlog} samples through {n} processor(s) and sink(s)")
+            results["saturation"].append(
+                saturation(
+                    bench_settings(base, k, i, f"sat{n}"), run_dir / f"sat{n}", args.backlog, k, i, n,
+                    learned, args.profile,
+                )
+            )  # fmt: skip
         if args.duration > 0:
             print(f"4/4 live: {args.gpus} GPUs at 1 Hz for {args.duration:.0f}s")
             results["live"] = live(
-                bench_settings(base, k, i, "live"), run_dir / "live", args.gpus, args.duration, k, i, args.workers
+                bench_settings(base, k, i, "live"), run_dir / "live", args.gpus, args.duration, k, i, args.workers[0]
             )
     finally:
         k.stop()
@@ -386,13 +454,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(results: dict[str, Any]) -> None:
-    sat = results["saturation"]
+    first = results["saturation"][0]
     print()
     print(f"{'measure':52} {'samples/s':>12}")
     if "kafka" in results:
         kc, ic = results["kafka"], results["influxdb"]
         ceiling_rate = min(kc["producer_samples_per_s"], kc["consumer_samples_per_s"], ic["points_per_s"])
-        results["ratio_to_slower_ceiling"] = sat["samples_per_s"] / ceiling_rate
+        results["ratio_to_slower_ceiling"] = first["samples_per_s"] / ceiling_rate
         print(f"{'Kafka ProducerPerformance (x8 samples/record)':52} {kc['producer_samples_per_s']:>12,.0f}")
         print(f"{'Kafka ConsumerPerformance (x8 samples/record)':52} {kc['consumer_samples_per_s']:>12,.0f}")
         print(
@@ -400,19 +468,32 @@ def report(results: dict[str, Any]) -> None:
             f"influxd {ic['influxd_us_per_point']:.1f} us/point, {ic['influxd_us_per_field']:.2f} us/field, "
             f"{ic['fields_per_point']:.1f} fields/point, load {ic['load'][0]:.1f}"
         )
-    print(
-        f"{'pipeline, saturated (backlog drain)':52} {sat['samples_per_s']:>12,.0f}   "
-        f"{sat['workers']} worker(s), baselines v{sat['baselines_version']}, load {sat['load'][0]:.1f}"
-    )
-    if sat["processor_drain_samples_per_s"]:
-        print(f"{'  processor stage alone (its lag drained)':52} {sat['processor_drain_samples_per_s']:>12,.0f}")
-    if "ratio_to_slower_ceiling" in results:
-        print(f"{'ratio to the slower ceiling':52} {results['ratio_to_slower_ceiling']:>12.2f}")
-    _cpu_table("saturated", sat["us_per_sample"], f"broker ingest {sat['broker_ingest_us_per_sample']:.1f} more")
-    for name, top in sat.get("profiles", {}).items():
-        print(f"  {name}: top functions by self time (py-spy)")
-        for function, share in top:
-            print(f"    {share:6.1%}  {function}")
+        print("  fields per sample of the gpu measurement, by kind:")
+        for kind, n in ic["field_budget"].items():
+            print(f"    {kind:48} {n:6.2f}")
+        print(f"    {'total':48} {sum(ic['field_budget'].values()):6.2f}")
+    for sat in results["saturation"]:
+        print(
+            f"{'pipeline, saturated (backlog drain)':52} {sat['samples_per_s']:>12,.0f}   "
+            f"{sat['workers']} worker(s), baselines v{sat['baselines_version']}, load {sat['load'][0]:.1f}"
+        )
+        if sat["processor_drain_samples_per_s"]:
+            print(f"{'  processor stage alone (its lag drained)':52} {sat['processor_drain_samples_per_s']:>12,.0f}")
+        if sat is first and "ratio_to_slower_ceiling" in results:
+            print(f"{'ratio to the slower ceiling':52} {results['ratio_to_slower_ceiling']:>12.2f}")
+        _cpu_table("saturated", sat["us_per_sample"], f"broker ingest {sat['broker_ingest_us_per_sample']:.1f} more")
+        if sat is not first:
+            cpu = sat["us_per_sample"]["processor"] / first["us_per_sample"]["processor"]
+            drain = (sat["processor_drain_samples_per_s"] or 0.0) / (first["processor_drain_samples_per_s"] or 1.0)
+            print(
+                f"  {sat['workers']} vs {first['workers']} processor(s): CPU per sample x{cpu:.2f} (so x"
+                f"{sat['workers'] / first['workers'] / cpu:.2f} the stage's throughput on as many cores each), "
+                f"lag drain x{drain:.2f} on this box"
+            )
+        for name, top in sat.get("profiles", {}).items():
+            print(f"  {name}: top functions by self time (py-spy)")
+            for function, share in top:
+                print(f"    {share:6.1%}  {function}")
     if "live" in results:
         lv = results["live"]
         print(
