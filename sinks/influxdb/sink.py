@@ -77,6 +77,8 @@ class InfluxDBSink:
         self._closed = False
         self.points_written = 0
         self.findings_written = 0
+        #: the largest request written (a request is at most ``batch_size`` lines; resent unchanged when retried)
+        self.max_request_lines = 0
 
     @classmethod
     def configure(cls, settings: Settings, **options: Any) -> InfluxDBConfig:
@@ -154,6 +156,7 @@ class InfluxDBSink:
                         self._rollup_bucket_checked = True
                     writer.write(lines)
                     self._written += 1
+                    self.max_request_lines = max(self.max_request_lines, len(lines))
             except PermanentWriteError:
                 self._batch, self._requests = [], None
                 raise
@@ -183,6 +186,7 @@ class InfluxDBSink:
         return {
             "points_written": self.points_written,
             "findings_written": self.findings_written,
+            "max_request_lines": self.max_request_lines,
             "rollup_minutes": r.minutes_written,
             "rollup_late_rows": r.late_rows,
             "rollup_replayed_rows": r.replayed_rows,
