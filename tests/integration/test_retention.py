@@ -25,6 +25,8 @@ from pipeline.events import GpuSample, InterpretedBatch, InterpretedEvent, Verdi
 from pipeline.face.cli import cli
 from pipeline.publisher import Publisher
 from pipeline.services import kafka
+from sinks.influxdb.lines import series_tags
+from sinks.influxdb.write import InfluxWriter
 from sinks.query import (
     AnomalyQuery,
     JobsQuery,
@@ -148,9 +150,20 @@ def test_stream_rollups_equal_the_previous_versions_task_on_the_same_data(
 ) -> None:
     """The previous version computed the rollups with an InfluxDB task reading the raw data back; run on the same
     raw data, into a bucket of its own, it gives exactly the points the sink computed in the stream."""
-    settings, start, _rows = stored
+    settings, start, rows = stored
     raw, org = settings.influxdb.bucket, settings.influxdb.org
     name = f"previous rollup task {raw}"
+    # the previous version's raw data also held each sample's relative values (they are computed at query time
+    # now): added to the same points, as its sink wrote them
+    nodes = {gpu: node for node, gpu, _, _ in GPUS}
+    writer = InfluxWriter.from_settings(settings.influxdb)
+    lines = []
+    for r in rows:
+        gpu, app = str(r["gpu"]), "bert-training" if r["job"] else None
+        tags = series_tags(settings.cluster, nodes[gpu], gpu, 0, str(r["model"]), app)
+        lines.append(f"gpu,{tags} power_ratio_of_limit={float(r['ratio'])!r} {int(r['ts']) // 1_000_000}")
+    writer.write(lines)
+    writer.close()
     with Store.from_settings(settings) as store:
         store.client.buckets_api().create_bucket(bucket_name=f"{raw}_1m_task", org=org)
     _create_task(settings, previous_rollup_task_flux(name, raw, f"{raw}_1m_task", org))
