@@ -178,8 +178,16 @@ class SinkRunner(Generic[T]):
         self.write_stats()
 
     def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            self.sink.forget(str(tp.topic), int(tp.partition))
+        """Revoked partitions are read again from their last commit, by this runner or another: what was prepared
+        from them but not handed over is dropped with the state the sink built from it, so that commits made
+        from here on follow only what is read from here on. The sink's consumer rebalances eagerly (every
+        partition is revoked, then assigned again), so that is everything pending; were some partitions kept,
+        pending messages would stay (dropping theirs would let a later commit pass over them)."""
+        revoked = {(str(tp.topic), int(tp.partition)) for tp in partitions}
+        if {(str(m.topic()), int(m.partition() or 0)) for m in self._pending} <= revoked:
+            self._reset_pending()
+        for topic, partition in revoked:
+            self.sink.forget(topic, partition)
 
     def write_stats(self) -> None:
         self.stats.write(self.stats_file, self.sink.stats())
