@@ -1,16 +1,26 @@
-"""End-to-end benchmark: GPU samples/s and latency through producer -> Kafka -> processor -> InfluxDB,
-next to the raw ceilings of the same servers measured in the same run.
+"""End-to-end benchmark: GPU samples/s, latency and the CPU each process spends per sample through producer ->
+Kafka -> processor -> InfluxDB, next to the raw ceilings of the same servers measured in the same run.
 
-    python -m bench.pipeline [--gpus 10000] [--duration 60] [--backlog 200000] [--json out.json]
+    python -m bench.pipeline [--gpus 10000] [--duration 60] [--backlog 200000] [--workers 1 [2 ...]]
+                             [--profile SECONDS] [--json out.json]
 
 Phases, each on its own topics of the same config (``pipeline.topics``), on a fresh local Kafka and influxd:
 1. Kafka ceiling: Kafka's own ProducerPerformance and ConsumerPerformance, records the size of one encoded node
    message, same partitions, acks=all, idempotence, lz4; reported as GPU samples/s (records x GPUs per node).
-2. InfluxDB ceiling: a raw influxdb-client synchronous write of the very lines the sink writes, 5,000 per request.
-3. Saturation: a backlog of samples is put in Kafka first, then processor + sink drain it; samples/s between the
-   first and the last stored point. Ratio = this / the slower ceiling.
+2. InfluxDB ceiling: a raw influxdb-client synchronous write of the very lines the sink writes, 5,000 per
+   request, with influxd's CPU per point.
+3. Saturation: a backlog of samples (with their workload context and topology) is put in Kafka first, learned
+   baselines are published, then processor(s) + sink(s) drain it; samples/s between the first and the last
+   stored point, and the processor stage's own drain rate (its lag reaching zero). Ratio = this / the slower
+   ceiling. With several ``--workers`` counts, once per count (N processors and N sinks, each its consumer
+   group's member, on the partitions of the same topics), each against the first.
 4. Live fleet: a simulated fleet (``--gpus``) sampled at 1 Hz for ``--duration`` seconds while the pipeline runs;
    sustained stored samples/s and latency sample time -> InfluxDB acknowledged (p50/p99).
+
+Every phase reports the CPU-microseconds per sample of each process, read from /proc: the broker, influxd, the
+processor(s), the sink(s) and the producer (this process: simulation, encoding, publishing), their central sum
+and the ceiling it implies (cores / sum), with the load average the run saw. On a shared machine that per-sample
+CPU is the robust figure; absolute samples/s hold only for the load they were measured under.
 Everything shares the machine's cores, as it would on one node.
 """
 
@@ -18,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -26,19 +37,27 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from pipeline.codec import encode_samples
+from bench.cpu import CENTRAL, CpuMeter, ceiling, central_sum, per_sample_us, rss_bytes
+from bench.profile import record, self_time
+from bench.scoring import fitted
+from pipeline.baselines import BaselineManifest, BaselineRecord, ClassifierRecord
+from pipeline.codec import encode_record, encode_samples
 from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, TopicSettings, load_settings
+from pipeline.events import METRIC_FIELDS, RELATIVE_OF, GpuContext, node_key
+from pipeline.face.training import publish as publish_baselines
 from pipeline.publisher import Publisher
 from pipeline.services import influxdb, kafka
 from pipeline.services.stages import Stage, start_stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
+from processors.app import interpreter_from
+from processors.baselines.store import BaselineSet
 from processors.normalize import RawMessage, process_raw
 from producers.agent import NodeAgent
 from producers.simulator import Fleet
 from producers.simulator.source import SimulatorSource
-from sinks.influxdb.lines import batch_lines
+from sinks.influxdb.lines import MEASUREMENT, InfoTracker, batch_lines
 from sinks.influxdb.write import InfluxWriter
 
 GPUS_PER_NODE = 8
@@ -97,101 +116,270 @@ def kafka_ceiling(base: Settings, k: kafka.KafkaProcess, s: Settings, records: i
     }
 
 
-def interpreted_lines(fleet: Fleet, rounds: int, start_ns: int) -> list[str]:
-    """The exact line protocol the sink writes for ``rounds`` of ``fleet``."""
+Learned = tuple[BaselineManifest, list[BaselineRecord], ClassifierRecord | None]
+
+
+def interpreted_lines(fleet: Fleet, rounds: int, start_ns: int, learned: Learned | None) -> list[str]:
+    """The exact line protocol the sink writes for ``rounds`` of ``fleet``: interpreted with the fleet's workload
+    context and the ``learned`` baselines, what changes rarely on change."""
+    baselines = BaselineSet(*learned) if learned else None
+    contexts: dict[bytes, GpuContext] = {}
+    topologies = {t.kafka_key: t for t in fleet.topologies(start_ns)}
+    interpreter = interpreter_from(
+        Settings(), contexts.get, lambda c, n: topologies.get(node_key(c, n)), lambda: baselines
+    )
     lines: list[str] = []
+    tracker = InfoTracker()
     for r in range(rounds):
         ts = start_ns + r * 1_000_000_000
-        msgs = [RawMessage(b.kafka_key, encode_samples(b), "bench") for b in fleet.tick(ts)]
-        out = process_raw(msgs, time.time_ns(), Settings().validation)
-        lines += batch_lines(b for _, b in out.forward)
+        sim = fleet.round(ts)
+        contexts |= {c.kafka_key: c for c in sim.contexts}
+        msgs = [RawMessage(b.kafka_key, encode_samples(b), "bench") for b in sim.batches]
+        now = time.time_ns()
+        out = process_raw(msgs, now, Settings().validation)
+        lines += batch_lines((interpreter.apply(b, now)[0] for _, b in out.forward), tracker)
     return lines
 
 
-def influx_ceiling(s: Settings, points: int) -> dict[str, Any]:
+_SPECS: Final = {f.name: f for f in METRIC_FIELDS}
+_BUDGET: Final = (
+    "moving readings", "states and counters", "relative values", "verdict, score, job id",
+    "interpretation (phase, baseline, user, source)", "explanation, drivers", "other",
+)  # fmt: skip
+
+
+def _kind(field: str) -> str:
+    spec = _SPECS.get(field)
+    if spec is not None:
+        return "states and counters" if spec.state else "moving readings"
+    if field in RELATIVE_OF:
+        return "relative values"
+    if field in ("verdict", "score", "job_id"):
+        return "verdict, score, job id"
+    if field in ("phase", "baseline", "user", "app_source", "app_confidence"):
+        return "interpretation (phase, baseline, user, source)"
+    return "explanation, drivers" if field in ("explanation", "drivers") else "other"
+
+
+def field_budget(lines: list[str]) -> dict[str, float]:
+    """Fields per sample of the ``gpu`` points by kind (each GPU's first point, which carries everything, left
+    out: the steady state)."""
+    counts = dict.fromkeys(_BUDGET, 0)
+    seen: set[str] = set()
+    samples = 0
+    for line in lines:
+        head, rest = re.split(r"(?<!\\) ", line, maxsplit=1)
+        if not head.startswith(f"{MEASUREMENT},"):
+            continue
+        if head not in seen:
+            seen.add(head)
+            continue
+        samples += 1
+        for name in re.findall(r'(?:^|,)([a-z_0-9]+)=(?:"(?:[^"\\]|\\.)*"|[^,]*)', rest.rsplit(" ", 1)[0]):
+            counts[_kind(name)] += 1
+    return {kind: n / max(samples, 1) for kind, n in counts.items()}
+
+
+def _fields(line: str) -> int:
+    """Field values in a line (string fields hold no commas here: no explanation has one)."""
+    _, rest = re.split(r"(?<!\\) ", line, maxsplit=1)
+    return rest.rsplit(" ", 1)[0].count(",") + 1
+
+
+def influx_ceiling(s: Settings, points: int, influxd_pid: int, learned: Learned | None) -> dict[str, Any]:
     """A raw influxdb-client write of the sink's own lines, 5,000 per request, as fast as it goes."""
     fleet = Fleet(125, GPUS_PER_NODE, cluster=f"{s.cluster}-raw", seed=2)
-    lines = interpreted_lines(fleet, max(1, points // fleet.size), time.time_ns() - 3600 * 10**9)
+    lines = interpreted_lines(fleet, max(1, points // fleet.size), time.time_ns() - 3600 * 10**9, learned)
+    fields = sum(_fields(line) for line in lines)
     writer = InfluxWriter.from_settings(s.influxdb)
-    start = time.perf_counter()
+    meter = CpuMeter({"influxd": (influxd_pid,), "writer": (os.getpid(),)}).start()
     for n in range(0, len(lines), 5000):
         writer.write(lines[n : n + 5000])
-    elapsed = time.perf_counter() - start
+    meter.stop()
     writer.close()
-    return {"points": len(lines), "points_per_s": len(lines) / elapsed}
+    return {
+        "points": len(lines),
+        "fields_per_point": fields / len(lines),
+        "points_per_s": len(lines) / meter.wall_s,
+        "influxd_us_per_point": meter.spent["influxd"] * 1e6 / len(lines),
+        "influxd_us_per_field": meter.spent["influxd"] * 1e6 / fields,
+        "field_budget": field_budget(lines),
+        "load": meter.load,
+    }
 
 
-def preload(s: Settings, samples: int) -> int:
-    """Put ``samples`` simulated samples (recent timestamps) into the raw topic; returns how many."""
+def preload(s: Settings, samples: int, broker_pid: int) -> dict[str, Any]:
+    """Put ``samples`` simulated samples (recent timestamps) into the raw topic, with the fleet's workload context
+    and topology as a collector and a context watcher would publish them; the CPU it took."""
     fleet = Fleet(125, GPUS_PER_NODE, cluster=s.cluster, seed=3)
     rounds = max(1, samples // fleet.size)
     start_ns = time.time_ns() - rounds * 1_000_000_000
     pub = Publisher(s.kafka.client_config())
+    meter = CpuMeter({"broker": (broker_pid,), "producer": (os.getpid(),)}).start()
+    for topo in fleet.topologies(start_ns):
+        pub.publish(s.topics.topology, topo.kafka_key, encode_record(topo))
     for r in range(rounds):
-        for b in fleet.tick(start_ns + r * 1_000_000_000):
+        sim = fleet.round(start_ns + r * 1_000_000_000)
+        for ctx in sim.contexts:
+            pub.publish(s.topics.context, ctx.kafka_key, encode_record(ctx))
+        for b in sim.batches:
             pub.publish(s.topics.raw, b.kafka_key, encode_samples(b))
     assert pub.close(120) == 0
-    return rounds * fleet.size
+    meter.stop()
+    total = rounds * fleet.size
+    return {"samples": total, "us_per_sample": per_sample_us(meter.spent, total), "wall_s": meter.wall_s}
 
 
-def saturation(s: Settings, run_dir: Path, samples: int) -> dict[str, Any]:
-    total = preload(s, samples)
-    stages = [start_stage("process", s, run_dir), start_stage("sink", s, run_dir)]
-    sink = stages[1]
-    try:
-        wait_for(_progress(stages, "points_written", 1), 120, 0.05)
-        first_t, first_n = time.perf_counter(), sink.stats().get("points_written", 0)
-        done = wait_for(_progress(stages, "points_written", total), 600, 0.1)
-        last_t = time.perf_counter()
-        stats = sink.stats()
-    finally:
-        _stop(stages)
-    if not done:
-        raise RuntimeError(f"saturation run stored only {stats.get('points_written')} of {total}")
-    return {"samples": total, "samples_per_s": (total - first_n) / (last_t - first_t)}
+def load_baselines(s: Settings, learned: Learned) -> int:
+    """Publish learned baselines and the classifier as training would: the processors start with them loaded.
+    Returns how many baselines."""
+    manifest, records, classifier = learned
+    publish_baselines(s, manifest, records, classifier)
+    return len(records)
 
 
-def live(s: Settings, run_dir: Path, gpus: int, duration_s: float) -> dict[str, Any]:
-    nodes = max(1, gpus // GPUS_PER_NODE)
-    fleet = Fleet(nodes, GPUS_PER_NODE, cluster=s.cluster, seed=4)
-    stages = [start_stage("process", s, run_dir), start_stage("sink", s, run_dir)]
-    processor, sink = stages
-    try:
-        assert wait_for(lambda: all(st.stats().get("assigned") for st in stages), 120)
-        publisher = Publisher(s.kafka.client_config())
-        stop = threading.Event()
-        start = time.perf_counter()
-        report = NodeAgent(SimulatorSource.of(fleet, samples_only=True), publisher, s.topics, 1.0).run(stop, duration_s)
-        produced_s = time.perf_counter() - start
-        drained = wait_for(_progress(stages, "points_written", report.samples), 300, 0.1)
-        drain_s = time.perf_counter() - start - produced_s
-        stats, pstats = sink.stats(), processor.stats()
-    finally:
-        _stop(stages)
+def start_workers(s: Settings, run_dir: Path, workers: int) -> tuple[list[Stage], list[Stage]]:
+    """``workers`` processors and as many sinks, each a member of its stage's consumer group."""
+    processors = [start_stage(f"process-{i}", s, run_dir, command=("process",)) for i in range(workers)]
+    sinks = [start_stage(f"sink-{i}", s, run_dir, command=("sink",)) for i in range(workers)]
+    return processors, sinks
+
+
+def _pids(
+    k: kafka.KafkaProcess, i: influxdb.InfluxProcess, processors: list[Stage], sinks: list[Stage]
+) -> dict[str, tuple[int, ...]]:
     return {
-        "gpus": fleet.size,
-        "duration_s": duration_s,
-        "samples": report.samples,
-        "late_rounds": report.late_rounds,
-        "stored": stats.get("points_written", 0),
-        "dead_lettered": pstats.get("dead_lettered", 0),
-        "drained": drained,
-        "drain_after_last_round_s": drain_s,
-        "samples_per_s": stats.get("points_written", 0) / (produced_s + drain_s),
-        "latency_p50_s": stats.get("latency_p50_s"),
-        "latency_p99_s": stats.get("latency_p99_s"),
-        "latency_max_s": stats.get("latency_max_s"),
+        "broker": (k.pid,),
+        "influxd": (i.pid,),
+        "processor": tuple(st.proc.pid for st in processors),
+        "sink": tuple(st.proc.pid for st in sinks),
+        "producer": (os.getpid(),),
     }
 
 
-def _progress(stages: list[Stage], key: str, at_least: int) -> Callable[[], bool]:
-    """A wait condition on the last stage's stats that fails loudly if any stage died."""
+def _sum(stages: list[Stage], key: str) -> int:
+    return sum(int(st.stats().get(key, 0)) for st in stages)
+
+
+def saturation(
+    s: Settings, run_dir: Path, samples: int, k: kafka.KafkaProcess, i: influxdb.InfluxProcess, workers: int,
+    learned: Learned | None, profile_s: float = 0.0,
+) -> dict[str, Any]:  # fmt: skip
+    baselines = load_baselines(s, learned) if learned else 0
+    loaded = preload(s, samples, k.pid)
+    total = loaded["samples"]
+    processors, sinks = start_workers(s, run_dir, workers)
+    stages = processors + sinks
+    try:
+        wait_for(_progress(stages, sinks, "points_written", 1), 180, 0.05)
+        first_stored, first_processed = _sum(sinks, "points_written"), _sum(processors, "samples_ok")
+        meter = CpuMeter(_pids(k, i, processors, sinks)).start()
+        t0 = time.perf_counter()
+        processed_s: float | None = None
+        profiled = [(st.name, st.proc.pid, run_dir / f"{st.name}.profile.txt") for st in (processors[0], sinks[0])]
+        spies = {name: (out, record(pid, profile_s, out)) for name, pid, out in profiled if profile_s}
+
+        def drained() -> bool:
+            nonlocal processed_s
+            if processed_s is None and _sum(processors, "samples_ok") >= total:
+                processed_s = time.perf_counter() - t0
+            return _progress(stages, sinks, "points_written", total)()
+
+        done = wait_for(drained, 900, 0.1)
+        meter.stop()
+        profiles = {}
+        for name, (path, spy) in spies.items():
+            spy.wait(profile_s + 60)
+            profiles[name] = self_time(path) if path.exists() else []
+        time.sleep(1.2)  # the processors write their stats every second
+        stored, processed = _sum(sinks, "points_written"), _sum(processors, "samples_ok")
+        dead = _sum(processors, "dead_lettered")
+        version = min(int(st.stats().get("baselines_version", 0)) for st in processors)
+    finally:
+        _stop(stages)
+    if not done:
+        raise RuntimeError(f"saturation run stored only {stored} of {total}")
+    stored_here = dict.fromkeys(("broker", "influxd", "sink", "producer"), stored - first_stored)
+    counts = {"processor": processed - first_processed} | stored_here
+    us = per_sample_us(meter.spent, counts)
+    us["producer"] = loaded["us_per_sample"]["producer"]
+    return {
+        "samples": total,
+        "workers": workers,
+        "baselines": baselines,
+        "baselines_version": version,
+        "dead_lettered": dead,
+        "samples_per_s": (stored - first_stored) / meter.wall_s,
+        "processor_drain_samples_per_s": (total - first_processed) / processed_s if processed_s else None,
+        "us_per_sample": us,
+        "broker_ingest_us_per_sample": loaded["us_per_sample"]["broker"],
+        "central_us_per_sample": central_sum(us),
+        "load": meter.load,
+        "profiles": profiles,
+    }
+
+
+def live(
+    s: Settings, run_dir: Path, gpus: int, duration_s: float, k: kafka.KafkaProcess, i: influxdb.InfluxProcess,
+    workers: int,
+) -> dict[str, Any]:  # fmt: skip
+    nodes = max(1, gpus // GPUS_PER_NODE)
+    fleet = Fleet(nodes, GPUS_PER_NODE, cluster=s.cluster, seed=4)
+    processors, sinks = start_workers(s, run_dir, workers)
+    stages = processors + sinks
+    try:
+        assert wait_for(lambda: all(st.stats().get("assigned") for st in stages), 180)
+        idle_rss = {st.name: rss_bytes(st.proc.pid) for st in stages}
+        publisher = Publisher(s.kafka.client_config())
+        stop = threading.Event()
+        meter = CpuMeter(_pids(k, i, processors, sinks)).start()
+        start = time.perf_counter()
+        report = NodeAgent(SimulatorSource.of(fleet, samples_only=True), publisher, s.topics, 1.0).run(stop, duration_s)
+        produced_s = time.perf_counter() - start
+        drained = wait_for(_progress(stages, sinks, "points_written", report.samples), 300, 0.1)
+        meter.stop()
+        # what holding the fleet's state costs each stage: resident memory now over what it had idle
+        grown = {st.name: rss_bytes(st.proc.pid) - idle_rss[st.name] for st in stages}
+        drain_s = time.perf_counter() - start - produced_s
+        time.sleep(1.2)
+        stored = _sum(sinks, "points_written")
+        sink_stats = [st.stats() for st in sinks]
+        dead = _sum(processors, "dead_lettered")
+    finally:
+        _stop(stages)
+    us = per_sample_us(meter.spent, stored)
+    return {
+        "gpus": fleet.size,
+        "workers": workers,
+        "duration_s": duration_s,
+        "samples": report.samples,
+        "late_rounds": report.late_rounds,
+        "stored": stored,
+        "dead_lettered": dead,
+        "drained": drained,
+        "drain_after_last_round_s": drain_s,
+        "samples_per_s": stored / (produced_s + drain_s),
+        # with several sinks: the worst of them
+        "latency_p50_s": max(float(st.get("latency_p50_s") or 0.0) for st in sink_stats),
+        "latency_p99_s": max(float(st.get("latency_p99_s") or 0.0) for st in sink_stats),
+        "latency_max_s": max(float(st.get("latency_max_s") or 0.0) for st in sink_stats),
+        "write_retries": sum(int(st.get("write_retries", 0)) for st in sink_stats),
+        "processor_bytes_per_gpu": sum(grown[st.name] for st in processors) / fleet.size,
+        "sink_bytes_per_gpu": sum(grown[st.name] for st in sinks) / fleet.size,
+        "us_per_sample": us,
+        "central_us_per_sample": central_sum(us),
+        "load": meter.load,
+    }
+
+
+def _progress(stages: list[Stage], counted: list[Stage], key: str, at_least: int) -> Callable[[], bool]:
+    """A wait condition on the ``counted`` stages' stats that fails loudly if any stage died."""
 
     def check() -> bool:
         dead = [st for st in stages if not st.alive()]
         if dead:
             raise RuntimeError(f"stage {dead[0].name} exited; see {dead[0].log}")
-        return int(stages[-1].stats().get(key, 0)) >= at_least
+        return _sum(counted, key) >= at_least
 
     return check
 
@@ -201,11 +389,29 @@ def _stop(stages: list[Stage]) -> None:
         st.stop()
 
 
+def _cpu_table(title: str, us: dict[str, float], extra: str = "") -> None:
+    print(f"  {title}: CPU-us per sample" + (f" ({extra})" if extra else ""))
+    for name in (*CENTRAL, "producer"):
+        if name in us:
+            print(f"    {name:12} {us[name]:8.1f}")
+    total = central_sum(us)
+    print(f"    {'central sum':12} {total:8.1f}   => ceiling {ceiling(total):,.0f} samples/s on {os.cpu_count()} cores")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=10_000, help="live fleet size (GPUs sampled at 1 Hz)")
-    ap.add_argument("--duration", type=float, default=60.0, help="live phase seconds")
+    ap.add_argument("--duration", type=float, default=60.0, help="live phase seconds (0: no live phase)")
     ap.add_argument("--backlog", type=int, default=200_000, help="samples for the saturation phase")
+    ap.add_argument(
+        "--workers", type=int, nargs="+", default=[1], help="processors and sinks (each its group's member); several: "
+        "a saturation phase per count, compared with the first"
+    )  # fmt: skip
+    ap.add_argument("--learn-rounds", type=int, default=300, help="history rounds baselines learn from (0: none)")
+    ap.add_argument("--skip-ceilings", action="store_true", help="no Kafka/InfluxDB ceiling phases")
+    ap.add_argument(
+        "--profile", type=float, default=0.0, help="seconds of py-spy on the first processor and sink while draining"
+    )
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
     base = load_settings()
@@ -213,42 +419,97 @@ def main(argv: list[str] | None = None) -> int:
     print(f"starting local Kafka {base.kafka.version} and InfluxDB {base.influxdb.version} in {run_dir}")
     k = kafka.start(base.services.cache_dir, base.kafka.version, run_dir / "kafka", heap_mb=1024)
     i = influxdb.start(base.services.cache_dir, base.influxdb.version, run_dir / "influxdb", "hermeneut", "telemetry")
-    results: dict[str, Any] = {"kafka_version": k.version, "influxdb_version": i.version}
+    results: dict[str, Any] = {"kafka_version": k.version, "influxdb_version": i.version, "cores": os.cpu_count()}
+    # baselines and the classifier learned from a fleet like the benchmark's (as `baselines train` would)
+    learned = fitted(Fleet(32, GPUS_PER_NODE, seed=5), args.learn_rounds) if args.learn_rounds else None
     try:
-        fleet = Fleet(125, GPUS_PER_NODE, seed=1)
-        record = round(sum(len(encode_samples(b)) for b in fleet.tick(time.time_ns())) / len(fleet.nodes))
-        print(f"1/4 Kafka ceiling: perf tools, {args.backlog // GPUS_PER_NODE} records of {record} B")
-        results["kafka"] = kafka_ceiling(base, k, bench_settings(base, k, i, "perf"), args.backlog // 8, record)
-        print(f"2/4 InfluxDB ceiling: raw influxdb-client write of {args.backlog} sink lines")
-        results["influxdb"] = influx_ceiling(bench_settings(base, k, i, "raw"), args.backlog)
-        print(f"3/4 saturation: draining a backlog of {args.backlog} samples through the pipeline")
-        results["saturation"] = saturation(bench_settings(base, k, i, "sat"), run_dir / "sat", args.backlog)
-        print(f"4/4 live: {args.gpus} GPUs at 1 Hz for {args.duration:.0f}s")
-        results["live"] = live(bench_settings(base, k, i, "live"), run_dir / "live", args.gpus, args.duration)
+        if not args.skip_ceilings:
+            fleet = Fleet(125, GPUS_PER_NODE, seed=1)
+            record = round(sum(len(encode_samples(b)) for b in fleet.tick(time.time_ns())) / len(fleet.nodes))
+            print(f"1/4 Kafka ceiling: perf tools, {args.backlog // GPUS_PER_NODE} records of {record} B")
+            results["kafka"] = kafka_ceiling(base, k, bench_settings(base, k, i, "perf"), args.backlog // 8, record)
+            print(f"2/4 InfluxDB ceiling: raw influxdb-client write of {args.backlog} sink lines")
+            results["influxdb"] = influx_ceiling(bench_settings(base, k, i, "raw"), args.backlog, i.pid, learned)
+        results["saturation"] = []
+        for n in args.workers:
+            print(f"3/4 saturation: draining a backlog of {args.backlog} samples through {n} processor(s) and sink(s)")
+            results["saturation"].append(
+                saturation(
+                    bench_settings(base, k, i, f"sat{n}"), run_dir / f"sat{n}", args.backlog, k, i, n,
+                    learned, args.profile,
+                )
+            )  # fmt: skip
+        if args.duration > 0:
+            print(f"4/4 live: {args.gpus} GPUs at 1 Hz for {args.duration:.0f}s")
+            results["live"] = live(
+                bench_settings(base, k, i, "live"), run_dir / "live", args.gpus, args.duration, k, i, args.workers[0]
+            )
     finally:
         k.stop()
         i.stop()
-    kc, ic, sat, lv = results["kafka"], results["influxdb"], results["saturation"], results["live"]
-    ceiling = min(kc["producer_samples_per_s"], kc["consumer_samples_per_s"], ic["points_per_s"])
-    results["ratio_to_slower_ceiling"] = sat["samples_per_s"] / ceiling
-    print()
-    print(f"{'measure':48} {'samples/s':>12}")
-    print(f"{'Kafka ProducerPerformance (x8 samples/record)':48} {kc['producer_samples_per_s']:>12,.0f}")
-    print(f"{'Kafka ConsumerPerformance (x8 samples/record)':48} {kc['consumer_samples_per_s']:>12,.0f}")
-    print(f"{'InfluxDB raw client write (points/s)':48} {ic['points_per_s']:>12,.0f}")
-    print(f"{'pipeline, saturated (backlog drain)':48} {sat['samples_per_s']:>12,.0f}")
-    print(f"{'ratio to the slower ceiling':48} {results['ratio_to_slower_ceiling']:>12.2f}")
-    print(
-        f"{'pipeline, live ' + str(lv['gpus']) + ' GPUs @1 Hz (sustained)':48} {lv['samples_per_s']:>12,.0f}"
-        f"   late rounds {lv['late_rounds']}, drained {lv['drained']}"
-    )
-    print(
-        f"{'latency sample -> stored p50 / p99 / max (s)':48} "
-        f"{lv['latency_p50_s']:.3f} / {lv['latency_p99_s']:.3f} / {lv['latency_max_s']:.3f}"
-    )
+    report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0
+
+
+def report(results: dict[str, Any]) -> None:
+    first = results["saturation"][0]
+    print()
+    print(f"{'measure':52} {'samples/s':>12}")
+    if "kafka" in results:
+        kc, ic = results["kafka"], results["influxdb"]
+        ceiling_rate = min(kc["producer_samples_per_s"], kc["consumer_samples_per_s"], ic["points_per_s"])
+        results["ratio_to_slower_ceiling"] = first["samples_per_s"] / ceiling_rate
+        print(f"{'Kafka ProducerPerformance (x8 samples/record)':52} {kc['producer_samples_per_s']:>12,.0f}")
+        print(f"{'Kafka ConsumerPerformance (x8 samples/record)':52} {kc['consumer_samples_per_s']:>12,.0f}")
+        print(
+            f"{'InfluxDB raw client write (points/s)':52} {ic['points_per_s']:>12,.0f}   "
+            f"influxd {ic['influxd_us_per_point']:.1f} us/point, {ic['influxd_us_per_field']:.2f} us/field, "
+            f"{ic['fields_per_point']:.1f} fields/point, load {ic['load'][0]:.1f}"
+        )
+        print("  fields per sample of the gpu measurement, by kind:")
+        for kind, n in ic["field_budget"].items():
+            print(f"    {kind:48} {n:6.2f}")
+        print(f"    {'total':48} {sum(ic['field_budget'].values()):6.2f}")
+    for sat in results["saturation"]:
+        print(
+            f"{'pipeline, saturated (backlog drain)':52} {sat['samples_per_s']:>12,.0f}   "
+            f"{sat['workers']} worker(s), baselines v{sat['baselines_version']}, load {sat['load'][0]:.1f}"
+        )
+        if sat["processor_drain_samples_per_s"]:
+            print(f"{'  processor stage alone (its lag drained)':52} {sat['processor_drain_samples_per_s']:>12,.0f}")
+        if sat is first and "ratio_to_slower_ceiling" in results:
+            print(f"{'ratio to the slower ceiling':52} {results['ratio_to_slower_ceiling']:>12.2f}")
+        _cpu_table("saturated", sat["us_per_sample"], f"broker ingest {sat['broker_ingest_us_per_sample']:.1f} more")
+        if sat is not first:
+            cpu = sat["us_per_sample"]["processor"] / first["us_per_sample"]["processor"]
+            drain = (sat["processor_drain_samples_per_s"] or 0.0) / (first["processor_drain_samples_per_s"] or 1.0)
+            print(
+                f"  {sat['workers']} vs {first['workers']} processor(s): CPU per sample x{cpu:.2f} (so x"
+                f"{sat['workers'] / first['workers'] / cpu:.2f} the stage's throughput on as many cores each), "
+                f"lag drain x{drain:.2f} on this box"
+            )
+        for name, top in sat.get("profiles", {}).items():
+            print(f"  {name}: top functions by self time (py-spy)")
+            for function, share in top:
+                print(f"    {share:6.1%}  {function}")
+    if "live" in results:
+        lv = results["live"]
+        print(
+            f"{'pipeline, live ' + str(lv['gpus']) + ' GPUs @1 Hz (sustained)':52} {lv['samples_per_s']:>12,.0f}"
+            f"   late rounds {lv['late_rounds']}, drained {lv['drained']}, load {lv['load'][0]:.1f}"
+        )
+        print(
+            f"{'latency sample -> stored p50 / p99 / max (s)':52} "
+            f"{lv['latency_p50_s']:.3f} / {lv['latency_p99_s']:.3f} / {lv['latency_max_s']:.3f}"
+            f"   write retries {lv['write_retries']}"
+        )
+        print(
+            f"{'memory per GPU: processor(s) / sink(s) (RSS over idle)':52} "
+            f"{lv['processor_bytes_per_gpu'] / 1024:.1f} / {lv['sink_bytes_per_gpu'] / 1024:.1f} KiB"
+        )
+        _cpu_table("live", lv["us_per_sample"])
 
 
 if __name__ == "__main__":

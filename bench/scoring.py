@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.baselines import BaselineManifest
+from pipeline.baselines import BaselineManifest, BaselineRecord, ClassifierRecord
 from pipeline.codec import encode_samples
 from pipeline.config import Settings, ValidationSettings
 from pipeline.events import GpuContext, InterpretedBatch, NodeTopology, Verdict, Workload, gpu_key, node_key
@@ -57,6 +57,12 @@ def history(fleet: Fleet, rounds: int, start_ns: int) -> tuple[list[list[RawMess
 
 def learned(fleet: Fleet, rounds: int) -> BaselineSet:
     """Baselines and classifier learned from ``rounds`` of the fleet's history (its true applications)."""
+    manifest, records, classifier = fitted(fleet, rounds)
+    return BaselineSet(manifest, records, classifier)
+
+
+def fitted(fleet: Fleet, rounds: int) -> tuple[BaselineManifest, list[BaselineRecord], ClassifierRecord | None]:
+    """What ``hermeneut baselines train`` would publish after ``rounds`` of the fleet's history (version 1)."""
     work, truth = history(fleet, rounds, T0)
     batches = [b for take in work for _, b in process_raw(take, T0 + rounds * 10**9, ValidationSettings()).forward]
     f = np.vstack([features(b.metrics, b.relative, b.gpu_model) for b in batches])
@@ -73,9 +79,9 @@ def learned(fleet: Fleet, rounds: int) -> BaselineSet:
         for m in np.unique(models)
         if (sel := (apps == a) & (models == m)).any()
     ]
-    fitted = fit_version(parts, 1, T0, 300, 30, 0.6)
-    manifest = BaselineManifest(1, T0, T0, T0, tuple(r.baseline_id for r in fitted.records), classifier=True)
-    return BaselineSet(manifest, fitted.records, fitted.classifier)
+    version = fit_version(parts, 1, T0, 300, 30, 0.6)
+    manifest = BaselineManifest(1, T0, T0, T0, tuple(r.baseline_id for r in version.records), classifier=True)
+    return manifest, version.records, version.classifier
 
 
 def _contexts(fleet: Fleet, apps: dict[str, str], withheld: set[str]) -> dict[bytes, GpuContext]:

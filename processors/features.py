@@ -24,8 +24,7 @@ from typing import Final
 import numpy as np
 
 from pipeline.catalogue import lookup
-from pipeline.events import METRIC_INDEX, PHASES, RELATIVE_FIELDS, InterpretedBatch
-from processors.normalize import relative_values
+from pipeline.events import METRIC_INDEX, PHASES, RELATIVE_FIELDS, InterpretedBatch, relative_values
 
 #: usable bytes/s per lane and direction for PCIe generation 1..7 (after line encoding)
 _PCIE_LANE_BYTES: Final = np.array([np.nan, 0.25e9, 0.5e9, 0.985e9, 1.969e9, 3.938e9, 7.563e9, 15.125e9])

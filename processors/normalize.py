@@ -26,13 +26,13 @@ from pipeline.events import (
     METRIC_INTEGER,
     METRIC_LOW,
     NIC_FIELDS,
-    RELATIVE_FIELDS,
     UNIT_ALIASES,
     GpuEvent,
     GpuSample,
     InterpretedBatch,
     NicSample,
     metric_matrix,
+    relative_values,
 )
 
 STAGE = "processor"
@@ -165,21 +165,6 @@ def _explain(
     code, _, pair = reason.partition(":")
     num, den = pair.split(">")
     return code, f"{num}={_col(m, num)[row]:g} implausible against {den}={_col(m, den)[row]:g}"
-
-
-def relative_values(m: np.ndarray) -> np.ndarray:
-    """Columns of RELATIVE_FIELDS: each value relative to the GPU's own limit (NaN where unknown)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.column_stack(
-            [
-                _col(m, "power_watts") / _col(m, "power_limit_watts"),
-                _col(m, "memory_used_bytes") / _col(m, "memory_total_bytes"),
-                _col(m, "sm_clock_mhz") / _col(m, "sm_clock_max_mhz"),
-                _col(m, "temperature_gpu_celsius") / _col(m, "temperature_slowdown_celsius"),
-                _col(m, "pcie_link_gen") / _col(m, "pcie_link_gen_max"),
-                _col(m, "pcie_link_width") / _col(m, "pcie_link_width_max"),
-            ]
-        ).reshape(m.shape[0], len(RELATIVE_FIELDS))
 
 
 def _nan_reason(sample: GpuSample) -> tuple[str, str]:

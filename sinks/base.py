@@ -1,10 +1,13 @@
 """The Sink contract: what the generic runner (:mod:`sinks.runner`) needs of a destination.
 
 A sink is a plugin registered by name in :mod:`pipeline.registry` (``influxdb`` today). The runner consumes its
-``topics``, hands each message to :meth:`Sink.prepare` (pure: decode and turn into what the sink writes), batches
-the prepared messages, and for each batch calls :meth:`Sink.add` then :meth:`Sink.flush`; it commits the batch's
-offsets only after a good flush. ``prepare`` runs on the runner's consumer thread and ``add`` / ``flush`` on its
-writer thread, so the next batch is prepared while the previous one is being written.
+``topics``, hands each message to :meth:`Sink.prepare` (decode and turn into what the sink writes, no I/O),
+batches the prepared messages, and for each batch calls :meth:`Sink.add` then :meth:`Sink.flush`; it commits the
+batch's offsets only after a good flush, and no further than :meth:`Sink.marks` says: a sink that keeps state
+built from messages in memory (the InfluxDB sink's open 1-minute rollups) has them read again after a restart.
+:meth:`Sink.resume` and :meth:`Sink.forget` follow the partitions assigned to and revoked from the runner.
+``prepare`` runs on the runner's consumer thread and ``add`` / ``flush`` on its writer thread, so the next batch
+is prepared while the previous one is being written.
 
 What ``flush`` may raise, and what the runner does (the classes live in :mod:`pipeline.errors`):
 
@@ -32,6 +35,15 @@ __all__ = ["PermanentWriteError", "Prepared", "Sink", "SinkBackpressure", "Trans
 
 
 @dataclass(frozen=True, slots=True)
+class Position:
+    """Where a consumed message is: topic, partition, offset."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class Prepared(Generic[T]):
     """One consumed message, ready for a sink (what :meth:`Sink.prepare` returns)."""
 
@@ -49,9 +61,20 @@ class Sink(Protocol[T]):
     #: the Kafka topics it stores
     topics: tuple[str, ...]
 
-    def prepare(self, topic: str, value: bytes) -> Prepared[T]:
-        """Decode one message of ``topic`` into what this sink writes; no I/O. Raises
+    def prepare(self, topic: str, value: bytes, at: Position) -> Prepared[T]:
+        """Decode one message of ``topic`` (at ``at``) into what this sink writes; no I/O. Raises
         :class:`~pipeline.errors.DecodeError` for a message that cannot be read (the runner dead-letters it)."""
+
+    def marks(self) -> dict[tuple[str, int], tuple[int, str]]:
+        """Per (topic, partition) whose messages' content the sink still holds in memory only: the offset to
+        commit at most (a restart reads again from there) and the commit metadata that lets :meth:`resume` pick
+        up where this left off. Asked when a batch is handed over (the state as of its last message)."""
+
+    def resume(self, topic: str, partition: int, metadata: str | None) -> None:
+        """A partition was assigned; ``metadata`` is its last commit's (None: none)."""
+
+    def forget(self, topic: str, partition: int) -> None:
+        """A partition was revoked: drop what is held from it (its next owner reads it again)."""
 
     def add(self, batch: Sequence[Prepared[T]]) -> None:
         """Take a batch for the next :meth:`flush`; no I/O."""

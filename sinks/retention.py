@@ -1,5 +1,5 @@
-"""Retention and downsampling: the three buckets, their retention rules and the InfluxDB tasks that fill the
-long-lived ones, created idempotently through the InfluxDB API (``hermeneut storage setup``; the main job
+"""Retention and downsampling: the three buckets, their retention rules and the InfluxDB task that fills the
+job summaries, created idempotently through the InfluxDB API (``hermeneut storage setup``; the main job
 calls :func:`setup`).
 
 ``<bucket>``        raw samples, findings, events, baselines: ``storage.raw_retention_days`` (7)
@@ -10,10 +10,15 @@ calls :func:`setup`).
                     utilization, memory used and power (measurement ``job``, ``job_id`` a tag):
                     ``storage.jobs_retention_days`` (400)
 
-The rollups are InfluxDB tasks (Flux built in :mod:`sinks.query.flux`): ``every: 1m`` over the two last whole
-minutes, and ``every: 10m`` over the last whole 10 minutes; docs/queries.md has their measured cost. Each
-bucket is also mapped for InfluxQL (DBRP). Everything is looked up by name first, so running setup again
-changes only what differs (a retention, a task's Flux).
+The 1-minute rollups are computed in the stream by the sink (:mod:`sinks.influxdb.rollup`) from the samples it
+stores, and written once per minute and series: an InfluxDB task re-reading the raw data every minute took 29 s
+per run at 10,000 GPUs, and after an outage its runs piled up until every write timed out. Setup removes that
+task where an older version installed it. The job summaries stay an InfluxDB task (Flux built in
+:mod:`sinks.query.flux`, ``every: 10m`` over the last whole 10 minutes): their exact per-job percentiles need
+every value of a job's 10 minutes at once, which in the sink would mean holding ten minutes of three fields per
+GPU in memory and re-reading up to ten minutes after every restart; the task reads three fields once per
+10 minutes. Each bucket is also mapped for InfluxQL (DBRP). Everything is looked up by name first, so running
+setup again changes only what differs (a retention, a task's Flux).
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ from influxdb_client.rest import ApiException
 
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, ServiceError
-from sinks.query.flux import jobs_task_flux, rollup_task_flux
-from sinks.query.model import JOB_FIELDS, NS, ROLLUP_FIELDS
+from sinks.query.flux import jobs_task_flux
+from sinks.query.model import JOB_FIELDS, NS
 from sinks.query.store import Store
 
 DAY_S: Final = 86400
@@ -69,23 +74,22 @@ def bucket_specs(settings: Settings) -> tuple[BucketSpec, ...]:
 
 def task_specs(settings: Settings) -> tuple[TaskSpec, ...]:
     raw, org = settings.influxdb.bucket, settings.influxdb.org
-    rollup_name = f"hermeneut rollup 1m: {raw} -> {raw}_1m"
     jobs_name = f"hermeneut job summaries: {raw} -> {raw}_jobs"
-    return (
-        TaskSpec(rollup_name, rollup_task_flux(rollup_name, raw, f"{raw}_1m", org, ROLLUP_FIELDS), "1m"),
-        TaskSpec(
-            jobs_name,
-            jobs_task_flux(jobs_name, raw, f"{raw}_jobs", org, JOB_FIELDS, settings.sample_interval_s),
-            "10m",
-        ),
-    )
+    flux = jobs_task_flux(jobs_name, raw, f"{raw}_jobs", org, JOB_FIELDS, settings.sample_interval_s)
+    return (TaskSpec(jobs_name, flux, "10m"),)
+
+
+def retired_task_names(settings: Settings) -> tuple[str, ...]:
+    """Tasks an older version installed that the stream now does (removed by :func:`setup`)."""
+    raw = settings.influxdb.bucket
+    return (f"hermeneut rollup 1m: {raw} -> {raw}_1m",)
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
     what: str
     name: str
-    action: str  # created, updated, unchanged
+    action: str  # created, updated, unchanged, removed
 
 
 def _org_id(store: Store) -> str:
@@ -135,7 +139,7 @@ def _ensure_task(store: Store, spec: TaskSpec, org_id: str) -> Change:
 
 
 def setup(settings: Settings, store: Store | None = None, tasks: bool = True) -> list[Change]:
-    """Create or update the buckets, their InfluxQL mappings and (``tasks``) the rollup tasks."""
+    """Create or update the buckets, their InfluxQL mappings and (``tasks``) the job-summary task."""
     buckets, specs = bucket_specs(settings), task_specs(settings)
     own = store is None
     store = store or Store.from_settings(settings)
@@ -146,6 +150,11 @@ def setup(settings: Settings, store: Store | None = None, tasks: bool = True) ->
             store.influxql.ensure_dbrp(b.name)
         if tasks:
             changes += [_ensure_task(store, t, org_id) for t in specs]
+            for name in retired_task_names(settings):
+                found = _find_task(store, name)
+                if found is not None:
+                    store.client.tasks_api().delete_task(found.id)
+                    changes.append(Change("task", name, "removed"))
         return changes
     except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
         raise _api_errors("storage setup", exc) from exc

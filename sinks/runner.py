@@ -2,10 +2,10 @@
 commit the batch's offsets only after the sink's flush succeeded.
 
 Two threads. The consumer thread consumes, has the sink prepare each message (:meth:`Sink.prepare`, pure), and
-hands a due batch (``batch_size`` of the sink's units or ``flush_interval_s`` old) to the writer thread; while
-the sink writes one batch the next one is being prepared. The writer adds and flushes batches strictly in order
-and reports each back; the consumer thread then delivers that batch's dead letters and commits its offsets, in
-the same order.
+hands a due batch (as soon as it holds ``batch_size`` of the sink's units, or when ``flush_interval_s`` old) to
+the writer thread; while the sink writes one batch the next one is being prepared. The writer adds and flushes
+batches strictly in order and reports each back; the consumer thread then delivers that batch's dead letters and
+commits its offsets, in the same order.
 
 A transient failure (the destination down or overloaded) is flushed again with exponential backoff and jitter,
 or after the wait a :class:`~pipeline.errors.SinkBackpressure` asks for, for as long as it takes; the hand-off
@@ -35,7 +35,7 @@ from pipeline.deadletter import DeadLetter, dead_letter
 from pipeline.errors import DecodeError, PermanentWriteError, SinkBackpressure, TransientWriteError
 from pipeline.publisher import Publisher
 from pipeline.stats import write_stats
-from sinks.base import Prepared, Sink
+from sinks.base import Position, Prepared, Sink
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +126,8 @@ class _Job(Generic[T]):
     messages: list[Message]
     prepared: list[Prepared[T]]
     letters: list[DeadLetter]
+    #: the sink's marks when the batch was handed over: commit no further (see Sink.marks)
+    marks: dict[tuple[str, int], tuple[int, str]] = field(default_factory=dict)
     ok: bool = False
     rejected: str | None = None
     ack_ns: int = 0
@@ -167,9 +169,25 @@ class SinkRunner(Generic[T]):
         self._size = 0
         self._first_pending = 0.0
 
-    def _on_assign(self, _consumer: Any, _partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        """Each assigned partition resumes from its last commit (with the commit's metadata for the sink)."""
+        if partitions:
+            for tp in consumer.committed(partitions, timeout=30):
+                self.sink.resume(str(tp.topic), int(tp.partition), tp.metadata)
         self.stats.assigned = True
         self.write_stats()
+
+    def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        """Revoked partitions are read again from their last commit, by this runner or another: what was prepared
+        from them but not handed over is dropped with the state the sink built from it, so that commits made
+        from here on follow only what is read from here on. The sink's consumer rebalances eagerly (every
+        partition is revoked, then assigned again), so that is everything pending; were some partitions kept,
+        pending messages would stay (dropping theirs would let a later commit pass over them)."""
+        revoked = {(str(tp.topic), int(tp.partition)) for tp in partitions}
+        if {(str(m.topic()), int(m.partition() or 0)) for m in self._pending} <= revoked:
+            self._reset_pending()
+        for topic, partition in revoked:
+            self.sink.forget(topic, partition)
 
     def write_stats(self) -> None:
         self.stats.write(self.stats_file, self.sink.stats())
@@ -177,7 +195,7 @@ class SinkRunner(Generic[T]):
     def run(self, stop: threading.Event) -> None:
         """Consume and store until ``stop`` is set; then drain what is pending (giving up after a grace)."""
         self._stop = stop
-        self.consumer.subscribe(list(self.sink.topics), on_assign=self._on_assign)
+        self.consumer.subscribe(list(self.sink.topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
         writer = threading.Thread(target=self._writer_loop, name=f"{self.sink.name}-writer", daemon=True)
         writer.start()
         cfg = self.config
@@ -191,9 +209,12 @@ class SinkRunner(Generic[T]):
                             log.warning("consume error: %s", err)
                         continue
                     self._add(msg)
-                if self._pending and (
-                    self._size >= cfg.batch_size or time.monotonic() - self._first_pending >= cfg.flush_interval_s
-                ):
+                    if self._size >= cfg.batch_size:
+                        # checked per message: one consume call may bring far more than a batch (hundreds of
+                        # samples per message), and a batch that grows past its size makes requests that outlast
+                        # their timeout and are resent whole
+                        self._hand_off()
+                if self._pending and time.monotonic() - self._first_pending >= cfg.flush_interval_s:
                     self._hand_off()
                 self._complete()
                 if time.monotonic() - last_stats >= 1.0:
@@ -216,7 +237,8 @@ class SinkRunner(Generic[T]):
             self._first_pending = time.monotonic()
         self._pending.append(msg)
         try:
-            prepared = self.sink.prepare(str(msg.topic()), msg.value() or b"")
+            at = Position(str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0))
+            prepared = self.sink.prepare(at.topic, msg.value() or b"", at)
         except DecodeError as exc:
             self._letters.append(self._letter(msg, exc.reason, exc.detail))
             return
@@ -225,7 +247,7 @@ class SinkRunner(Generic[T]):
 
     def _hand_off(self) -> None:
         """Queue the pending batch for the writer, pausing consumption while the queue is full."""
-        job = _Job(self._pending, self._prepared, self._letters)
+        job = _Job(self._pending, self._prepared, self._letters, self.sink.marks())
         self._reset_pending()
         paused = False
         while True:
@@ -321,7 +343,7 @@ class SinkRunner(Generic[T]):
                 self.dlq.publish(self.config.dead_letter_topic, letter.key, letter.value, letter.headers)
             if letters and self.dlq.flush(60.0):
                 raise RuntimeError("dead letters could not be delivered; not committing")
-            self._commit(job.messages)
+            self._commit(job.messages, job.marks)
             self.stats.messages += len(job.messages)
             self.stats.dead_lettered += len(letters)
             self.stats.batches += 1
@@ -330,15 +352,17 @@ class SinkRunner(Generic[T]):
         source = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
         return dead_letter(msg.key(), msg.value() or b"", reason, detail, STAGE, source)
 
-    def _commit(self, messages: list[Message]) -> None:
+    def _commit(self, messages: list[Message], marks: dict[tuple[str, int], tuple[int, str]]) -> None:
         offsets: dict[tuple[str, int], int] = {}
         for msg in messages:
             key = (str(msg.topic()), int(msg.partition() or 0))
             offsets[key] = max(offsets.get(key, -1), int(msg.offset() or 0))
+        commits = []
+        for (topic, partition), last in offsets.items():
+            held, metadata = marks.get((topic, partition), (last + 1, ""))
+            commits.append(TopicPartition(topic, partition, min(last + 1, held), metadata=metadata))
         try:
-            self.consumer.commit(
-                offsets=[TopicPartition(t, p, o + 1) for (t, p), o in offsets.items()], asynchronous=False
-            )
+            self.consumer.commit(offsets=commits, asynchronous=False)
             self.stats.commits += 1
         except Exception as exc:  # e.g. partitions revoked meanwhile: they will be re-read, and overwrite
             log.warning("offset commit failed (%s); those messages will be replayed idempotently", exc)

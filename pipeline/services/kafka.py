@@ -28,7 +28,7 @@ from pipeline.services.procs import (
 
 log = logging.getLogger(__name__)
 
-_MAVEN_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+MAVEN_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
@@ -77,6 +77,11 @@ def is_v4(version: str) -> bool:
     return int(version.split(".", maxsplit=1)[0]) >= 4
 
 
+def logging_dependencies(version: str) -> str:
+    """The POM dependencies of the logging backend this version's jars need (none is in Kafka's POMs)."""
+    return _LOG4J2 if is_v4(version) else _RELOAD4J
+
+
 def kafka_home(cache_dir: Path, version: str) -> Path:
     return cache_dir / "kafka" / version
 
@@ -93,14 +98,14 @@ def install(cache_dir: Path, version: str) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(libs, ignore_errors=True)
     pom = home / "pom.xml"
-    pom.write_text(_POM.format(version=version, logging=_LOG4J2 if is_v4(version) else _RELOAD4J))
+    pom.write_text(_POM.format(version=version, logging=logging_dependencies(version)))
     run_logged(
         [
             "mvn",
             "-B",
             "-f",
             str(pom),
-            f"{_MAVEN_DEPENDENCY_PLUGIN}:copy-dependencies",
+            f"{MAVEN_DEPENDENCY_PLUGIN}:copy-dependencies",
             "-DincludeScope=runtime",
             f"-DoutputDirectory={libs}",
         ],

@@ -7,11 +7,16 @@ Schema (the README has the cardinality budget):
   tags   ``cluster``, ``node``, ``gpu`` (uuid), ``gpu_index``, ``gpu_model``, ``application`` (when known).
          Together they identify one GPU (application adds at most a handful of series per GPU over a retention
          period). Nothing job-scoped is a tag: job ids and users would multiply series without bound.
-  fields every canonical reading present in the sample (float, units in the name), the relative values
-         (``*_ratio*``), ``verdict`` (string), ``score`` (float, when scored), ``job_id`` / ``user`` (strings,
-         when known); the interpretation when there is one: ``app_source`` / ``app_confidence`` (who said which
-         application, e.g. ``inferred`` 0.93), ``phase``, ``baseline`` (the id it was judged against),
-         ``explanation`` and ``drivers`` (only on rows that are not normal).
+  fields every sample: its moving readings (float, units in the name; the ``FieldSpec``s that are neither a
+         limit nor a state), ``verdict`` (string), ``score`` (float, when scored), ``job_id`` (when known).
+         On change, and at each GPU's first sample of every 10 minutes: the state and counter readings
+         (``FieldSpec.state``: P-state, PCIe link, error totals, process count, memory clock) and the
+         interpretation: ``phase``, ``baseline`` (the id it was judged against), ``user``, ``app_source`` /
+         ``app_confidence`` (who said which application, e.g. ``inferred`` 0.93); a reader fills them forward
+         per GPU. A row that is not normal carries ``explanation``, ``drivers``, ``phase`` and ``baseline``
+         every time. Relative values (``*_ratio*``) are not stored: they are a reading over a limit of
+         ``gpu_info``, divided per point by the query layer (the 1-minute rollups keep them). docs/performance.md
+         has the per-sample field budget and how it was measured.
 ``gpu_info`` - the GPU's limits (``FieldSpec.limit``: memory total, power limit, max clocks, thermal
   thresholds, max PCIe link), same tags but ``application``, written when they change and every 10 minutes.
   Repeating them every second cost InfluxDB a quarter of its per-point work for values that never change.
@@ -38,6 +43,7 @@ A replayed event has the same measurement, tags and timestamp, so InfluxDB overw
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -46,12 +52,14 @@ from pipeline.baselines import BaselineBand, Feedback
 from pipeline.events import (
     METRIC_LIMIT,
     METRIC_NAMES,
+    METRIC_STATE,
     NIC_NAMES,
-    RELATIVE_FIELDS,
     Driver,
     Finding,
+    GpuProcess,
     InterpretedBatch,
     NvLinkSample,
+    Verdict,
 )
 
 MEASUREMENT: Final = "gpu"
@@ -76,79 +84,192 @@ def string_field(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") + '"'
 
 
-_READING_COLS: Final = np.flatnonzero(~METRIC_LIMIT)
+#: readings written every sample, readings written on change (states and counters), limits (``gpu_info``)
+_SAMPLE_COLS: Final = np.flatnonzero(~METRIC_LIMIT & ~METRIC_STATE)
+_STATE_COLS: Final = np.flatnonzero(METRIC_STATE)
 _LIMIT_COLS: Final = np.flatnonzero(METRIC_LIMIT)
-_READING_KEYS: Final = tuple(f"{METRIC_NAMES[c]}=" for c in _READING_COLS.tolist())
+_SAMPLE_KEYS: Final = tuple(f"{METRIC_NAMES[c]}=" for c in _SAMPLE_COLS.tolist())
+_STATE_KEYS: Final = tuple(f"{METRIC_NAMES[c]}=" for c in _STATE_COLS.tolist())
 _LIMIT_KEYS: Final = tuple(f"{METRIC_NAMES[c]}=" for c in _LIMIT_COLS.tolist())
-_RELATIVE_KEYS: Final = tuple(f"{name}=" for name in RELATIVE_FIELDS)
+#: what is stored on change is stored again at the first sample of every refresh period, so a short time range
+#: always finds the current value (a dashboard's "now", a query's fill-forward)
 INFO_REFRESH_NS: Final = 600 * 10**9
 
 
 def _field_parts(keys: tuple[str, ...], values: np.ndarray) -> list[str]:
     """Per row, ``k=v`` pairs joined by commas, leaving out NaN (absent) values.
 
-    A plain comprehension: measured faster than selecting columns with numpy on node-sized batches.
+    A plain comprehension: measured as fast as numpy's string functions or one format template per row (their
+    conversions cost what repr saves), and simpler (docs/performance.md).
     """
     # `v == v` is False only for NaN
     return [",".join([k + repr(v) for k, v in zip(keys, row, strict=True) if v == v]) for row in values.tolist()]  # noqa: PLR0124
 
 
-def _gpu_tags(b: InterpretedBatch, i: int) -> str:
-    return (
-        f"cluster={tag(b.cluster[i])},gpu={tag(b.gpu_uuid[i])},gpu_index={b.gpu_index[i]},"
-        f"gpu_model={tag(b.gpu_model[i])},node={tag(b.node[i])}"
-    )
+def _masked_parts(keys: tuple[str, ...], values: np.ndarray, write: np.ndarray) -> list[str]:
+    """Like :func:`_field_parts` for the cells ``write`` marks only (NaN where not written)."""
+    return _field_parts(keys, np.where(write, values, np.nan))
 
 
-class ChangeTracker:
-    """Which value was last written per key, so slowly changing things get a point only on change or when the
-    last one is 10 minutes old (what a dashboard needs to find the current value in a short time range)."""
+def _gpu_tags(cluster: str, uuid: str, index: int, model: str, node: str) -> str:
+    return f"cluster={tag(cluster)},gpu={tag(uuid)},gpu_index={index},gpu_model={tag(model)},node={tag(node)}"
 
-    def __init__(self) -> None:
-        self._last: dict[str, tuple[str, int]] = {}
 
-    def due(self, key: str, signature: str, ts_ns: int) -> bool:
-        last = self._last.get(key)
-        if last is None or last[0] != signature or ts_ns - last[1] >= INFO_REFRESH_NS:
-            self._last[key] = (signature, ts_ns)
-            return True
-        return False
+def series_tags(cluster: str, node: str, uuid: str, index: int, model: str, application: str | None) -> str:
+    """The tags of a ``gpu`` series, in sorted key order (``application`` only when known)."""
+    app = f"application={tag(application)}," if application else ""
+    return app + _gpu_tags(cluster, uuid, index, model, node)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cell-wise equality where two absent values (NaN) are the same."""
+    with np.errstate(invalid="ignore"):
+        same: np.ndarray = (a == b) | (np.isnan(a) & np.isnan(b))
+    return same
+
+
+#: the interpretation of a row that is stored when it changes: phase, baseline, user, source, confidence
+_Interpretation = tuple[str | None, str | None, str | None, str | None, float | None]
 
 
 class InfoTracker:
-    """Change-only points for a GPU's slowly changing parts: limits (``gpu_info``), links and processes."""
+    """What the sink last wrote per GPU, so that what changes rarely is written when it changes (and at the first
+    sample of every refresh period) instead of every second: the limits (``gpu_info``), the state and counter
+    readings, the interpretation (phase, baseline, user, who named the application), links and processes.
+
+    Change detection is vectorized over a batch: each row is compared with the previous row of the same GPU (in
+    the batch, or the last one written before it). Tag strings are built once per GPU.
+    """
 
     def __init__(self) -> None:
-        self._changes = ChangeTracker()
+        self._slots: dict[tuple[str, str, str, int, str], int] = {}
+        self.tags: list[str] = []
+        cap = 1024
+        self._state = np.full((cap, len(_STATE_COLS)), np.nan)
+        self._limits = np.full((cap, len(_LIMIT_COLS)), np.nan)
+        self._ts = np.full(cap, -1, dtype=np.int64)
+        self._interp: list[_Interpretation | None] = []
+        self._links: dict[int, dict[int, tuple[bool, int | None, int | None, int | None]]] = {}
+        self._procs: dict[int, tuple[tuple[int, str], ...]] = {}
 
-    def lines(self, b: InterpretedBatch) -> list[str]:
+    def slots(self, b: InterpretedBatch) -> np.ndarray:
+        """Each row's GPU slot (a new GPU gets one, its tag string built here)."""
+        out = np.empty(len(b), dtype=np.int64)
+        get = self._slots.get
+        for i, key in enumerate(zip(b.cluster, b.node, b.gpu_uuid, b.gpu_index, b.gpu_model, strict=True)):
+            slot = get(key)
+            if slot is None:
+                slot = self._slots[key] = len(self.tags)
+                self.tags.append(_gpu_tags(key[0], key[2], key[3], key[4], key[1]))
+                self._interp.append(None)
+                if slot == len(self._ts):
+                    self._grow()
+            out[i] = slot
+        return out
+
+    def _grow(self) -> None:
+        n = len(self._ts)
+        self._state = np.vstack([self._state, np.full_like(self._state, np.nan)])
+        self._limits = np.vstack([self._limits, np.full_like(self._limits, np.nan)])
+        self._ts = np.concatenate([self._ts, np.full(n, -1, dtype=np.int64)])
+
+    def changes(self, b: InterpretedBatch, slots: np.ndarray) -> Changes:
+        """Which rows and cells of the batch to write, and remember the batch's last row per GPU."""
+        n = len(b)
+        order = np.argsort(slots, kind="stable")  # rows of one GPU together, in the batch's (time) order
+        sorted_slots = slots[order]
+        first = np.ones(n, dtype=bool)
+        first[1:] = sorted_slots[1:] != sorted_slots[:-1]
+        prev = np.empty(n, dtype=np.int64)  # the previous row of the same GPU, -1: the one written before
+        prev[order] = np.where(first, -1, np.roll(order, 1))
+        before = prev < 0
+        state, limits = b.metrics[:, _STATE_COLS], b.metrics[:, _LIMIT_COLS]
+        prev_state = np.where(before[:, None], self._state[slots], state[prev])
+        prev_limits = np.where(before[:, None], self._limits[slots], limits[prev])
+        prev_ts = np.where(before, self._ts[slots], b.ts_ns[prev])
+        refresh = (prev_ts < 0) | (b.ts_ns // INFO_REFRESH_NS != prev_ts // INFO_REFRESH_NS)
+        write_state = ~np.isnan(state) & (~_same(state, prev_state) | refresh[:, None])
+        write_limits = ~np.all(_same(limits, prev_limits), axis=1) | refresh
+        last = order[np.r_[first[1:], True]]  # each GPU's last row in the batch
+        self._state[slots[last]] = state[last]
+        self._limits[slots[last]] = limits[last]
+        self._ts[slots[last]] = b.ts_ns[last]
+        return Changes(write_state, write_limits & ~np.all(np.isnan(limits), axis=1), refresh, prev)
+
+    def interpretation_changed(self, b: InterpretedBatch, slots: np.ndarray, changes: Changes) -> list[bool]:
+        """Per row: is its interpretation different from the previous row of its GPU (or due a refresh)?"""
         out = []
-        limits = _field_parts(_LIMIT_KEYS, b.metrics[:, _LIMIT_COLS])
-        ts_ns = b.ts_ns.tolist()
-        for i, fields in enumerate(limits):
-            tags, ts = _gpu_tags(b, i), ts_ns[i]
-            if fields and self._changes.due(f"info/{b.cluster[i]}/{b.gpu_uuid[i]}", fields, ts):
-                out.append(f"{INFO_MEASUREMENT},{tags} {fields} {ts // 1_000_000}")
-            links, procs = b.links[i], b.processes[i]
-            for link in links or ():
-                errors = (link.crc_errors_total, link.replay_errors_total, link.recovery_errors_total)
-                if self._changes.due(f"link/{b.cluster[i]}/{b.gpu_uuid[i]}/{link.link}", f"{link.active}{errors}", ts):
-                    out.append(_link_line(tags, link, ts))
+        seen: dict[int, _Interpretation] = {}
+        interp = self._interp
+        for i, slot in enumerate(slots.tolist()):
+            wl = b.workload[i]
+            now: _Interpretation = (
+                b.phase[i],
+                b.baseline[i],
+                wl.user if wl else None,
+                wl.source if wl else None,
+                float(wl.confidence) if wl else None,
+            )
+            last = seen.get(slot, interp[slot])
+            out.append(now != last or bool(changes.refresh[i]))
+            seen[slot] = now
+        for slot, now in seen.items():
+            interp[slot] = now
+        return out
+
+    def lines(self, b: InterpretedBatch, slots: np.ndarray, changes: Changes) -> list[str]:
+        """``gpu_info`` points for changed limits, ``nvlink`` and ``gpu_process`` points for changed links and
+        processes."""
+        out = []
+        ts_ms = (b.ts_ns // 1_000_000).tolist()
+        rows = np.flatnonzero(changes.limits)
+        for i, fields in zip(rows.tolist(), _field_parts(_LIMIT_KEYS, b.metrics[rows][:, _LIMIT_COLS]), strict=True):
+            out.append(f"{INFO_MEASUREMENT},{self.tags[slots[i]]} {fields} {ts_ms[i]}")
+        refresh = changes.refresh.tolist()
+        for i, (links, procs) in enumerate(zip(b.links, b.processes, strict=True)):
+            if links:
+                out += self._link_lines(int(slots[i]), links, refresh[i], ts_ms[i])
             if procs is not None:
-                described = "; ".join(
-                    f"{p.pid} {p.name}" + ("" if p.used_memory_bytes is None else f" {p.used_memory_bytes >> 20}MiB")
-                    for p in procs
-                )
-                signature = ",".join(sorted(f"{p.pid}:{p.name}" for p in procs))
-                if self._changes.due(f"proc/{b.cluster[i]}/{b.gpu_uuid[i]}", signature, ts):
-                    out.append(
-                        f"{PROCESS_MEASUREMENT},{tags} count={float(len(procs))!r},"
-                        f"processes={string_field(described)} {ts // 1_000_000}"
-                    )
+                signature = tuple(sorted((p.pid, p.name) for p in procs))
+                slot = int(slots[i])
+                if refresh[i] or self._procs.get(slot) != signature:
+                    self._procs[slot] = signature
+                    out.append(_process_line(self.tags[slot], procs, ts_ms[i]))
+        return out
+
+    def _link_lines(self, slot: int, links: tuple[NvLinkSample, ...], refresh: bool, ts_ms: int) -> list[str]:
+        known = self._links.setdefault(slot, {})
+        out = []
+        for link in links:
+            signature = (link.active, link.crc_errors_total, link.replay_errors_total, link.recovery_errors_total)
+            if refresh or known.get(link.link) != signature:
+                known[link.link] = signature
+                out.append(_link_line(self.tags[slot], link, ts_ms))
         return out
 
 
-def _link_line(gpu_tags: str, link: NvLinkSample, ts_ns: int) -> str:
+@dataclass(frozen=True, slots=True, eq=False)
+class Changes:
+    """What of a batch is written besides every sample's own readings (see :meth:`InfoTracker.changes`)."""
+
+    #: rows x state columns: cells to write
+    state: np.ndarray
+    #: rows whose limits changed (or are due a refresh)
+    limits: np.ndarray
+    #: rows that are the first of their GPU in a refresh period
+    refresh: np.ndarray
+    #: the previous row of the same GPU in the batch (-1: none)
+    prev: np.ndarray
+
+
+def _process_line(gpu_tags: str, procs: tuple[GpuProcess, ...], ts_ms: int) -> str:
+    described = "; ".join(
+        f"{p.pid} {p.name}" + ("" if p.used_memory_bytes is None else f" {p.used_memory_bytes >> 20}MiB") for p in procs
+    )
+    return f"{PROCESS_MEASUREMENT},{gpu_tags} count={float(len(procs))!r},processes={string_field(described)} {ts_ms}"
+
+
+def _link_line(gpu_tags: str, link: NvLinkSample, ts_ms: int) -> str:
     fields = [f"active={float(link.active)!r}"]
     for name in ("tx_bytes_per_second", "rx_bytes_per_second"):
         value = getattr(link, name)
@@ -158,7 +279,7 @@ def _link_line(gpu_tags: str, link: NvLinkSample, ts_ns: int) -> str:
         value = getattr(link, name)
         if value is not None:
             fields.append(f"{name}={float(value)!r}")
-    return f"{NVLINK_MEASUREMENT},{gpu_tags},link={link.link} {','.join(fields)} {ts_ns // 1_000_000}"
+    return f"{NVLINK_MEASUREMENT},{gpu_tags},link={link.link} {','.join(fields)} {ts_ms}"
 
 
 def extra_lines(b: InterpretedBatch) -> list[str]:
@@ -183,44 +304,72 @@ def extra_lines(b: InterpretedBatch) -> list[str]:
 def batch_lines(batches: Iterable[InterpretedBatch], info: InfoTracker | None = None) -> list[str]:
     """Line protocol for every event of the batches, straight from their columns (the sink's hot path).
 
-    Readings go to ``gpu``; with an ``info`` tracker, changed limits go to ``gpu_info``. Tags are in sorted key
-    order, as InfluxDB prefers; absent values (NaN) are left out; every metric is a float field, so a field
-    never changes type between writes.
+    Every sample writes its moving readings, ``verdict``, ``score`` and ``job_id`` to ``gpu`` (relative values are
+    not stored: the query layer divides a reading by the limit in ``gpu_info`` per point, the rollups keep them).
+    With an ``info`` tracker (the sink), what changes rarely is written when it changes and at every refresh:
+    state and counter readings, the interpretation (``phase``, ``baseline``, ``user``, ``app_source``,
+    ``app_confidence``), limits (``gpu_info``), links and processes; a row that is not normal always carries its
+    whole interpretation (``explanation``, ``drivers``, ``baseline``, ``phase``), so each anomalous point stands on
+    its own. Without a tracker every row writes everything. Tags are in sorted key order, as InfluxDB prefers;
+    absent values (NaN) are left out; every metric is a float field, so a field never changes type.
     """
     lines: list[str] = []
     append = lines.append
+    tracker = info or InfoTracker()
     for b in batches:
-        readings = _field_parts(_READING_KEYS, b.metrics[:, _READING_COLS])
-        relative = _field_parts(_RELATIVE_KEYS, b.relative)
+        if not len(b):
+            lines.extend(extra_lines(b))
+            continue
+        slots = tracker.slots(b)
+        if info is None:
+            refresh = np.ones(len(b), dtype=bool)
+            changes = Changes(~np.isnan(b.metrics[:, _STATE_COLS]), refresh, refresh, np.full(len(b), -1))
+            interp_due = [True] * len(b)
+        else:
+            changes = tracker.changes(b, slots)
+            interp_due = tracker.interpretation_changed(b, slots, changes)
+        readings = _field_parts(_SAMPLE_KEYS, b.metrics[:, _SAMPLE_COLS])
+        state_rows = np.flatnonzero(changes.state.any(axis=1))
+        states = dict(
+            zip(
+                state_rows.tolist(),
+                _masked_parts(_STATE_KEYS, b.metrics[state_rows][:, _STATE_COLS], changes.state[state_rows]),
+                strict=True,
+            )
+        )
         ts_ms = (b.ts_ns // 1_000_000).tolist()
         scores = b.score.tolist()
-        for i in range(len(b)):
+        tags = tracker.tags
+        for i, slot in enumerate(slots.tolist()):
             wl = b.workload[i]
             app = f"application={tag(wl.application)}," if wl and wl.application else ""
             fields = [readings[i]] if readings[i] else []
-            if relative[i]:
-                fields.append(relative[i])
-            fields.append(f"verdict={string_field(b.verdict[i].value)}")
+            if i in states:
+                fields.append(states[i])
+            verdict = b.verdict[i]
+            fields.append(f"verdict={string_field(verdict.value)}")
             if scores[i] == scores[i]:
                 fields.append(f"score={scores[i]!r}")
             if wl and wl.job_id:
                 fields.append(f"job_id={string_field(wl.job_id)}")
-            if wl and wl.user:
-                fields.append(f"user={string_field(wl.user)}")
-            if wl:
+            unusual = verdict is Verdict.UNUSUAL or verdict is Verdict.ANOMALOUS
+            if interp_due[i] or unusual:
+                phase, baseline = b.phase[i], b.baseline[i]
+                if phase:
+                    fields.append(f"phase={string_field(phase)}")
+                if baseline:
+                    fields.append(f"baseline={string_field(baseline)}")
+            if interp_due[i] and wl:
+                if wl.user:
+                    fields.append(f"user={string_field(wl.user)}")
                 fields.append(f"app_source={string_field(wl.source)},app_confidence={float(wl.confidence)!r}")
-            phase, baseline = b.phase[i], b.baseline[i]
-            if phase:
-                fields.append(f"phase={string_field(phase)}")
-            if baseline:
-                fields.append(f"baseline={string_field(baseline)}")
             if b.explanation[i]:
                 fields.append(f"explanation={string_field(b.explanation[i])}")
             if b.drivers[i]:
                 fields.append(f"drivers={string_field(drivers_text(b.drivers[i]))}")
-            append(f"{MEASUREMENT},{app}{_gpu_tags(b, i)} {','.join(fields)} {ts_ms[i]}")
+            append(f"{MEASUREMENT},{app}{tags[slot]} {','.join(fields)} {ts_ms[i]}")
         if info is not None:
-            lines.extend(info.lines(b))
+            lines.extend(info.lines(b, slots, changes))
         lines.extend(extra_lines(b))
     return lines
 

@@ -4,6 +4,10 @@
     HTTP 429, 503 with Retry-After      SinkBackpressure: wait that long, then retry the same lines
     any other HTTP error, no answer     TransientWriteError: retry with backoff
 
+Each request gets a timeout proportional to its size (``timeout_s`` is the timeout of a full request of
+``request_lines`` lines, never less than :data:`MIN_TIMEOUT_S`), so a small request to a stalled server is given up
+early and a full one is given the time it needs, instead of one fixed timeout for both.
+
 Reads go through the query layer (:class:`sinks.query.store.Store`), never through here.
 """
 
@@ -13,14 +17,17 @@ from typing import Any, Final, cast
 
 import urllib3
 from influxdb_client.client.influxdb_client import InfluxDBClient
-from influxdb_client.client.write_api import SYNCHRONOUS
+from influxdb_client.domain.bucket_retention_rules import BucketRetentionRules
 from influxdb_client.domain.write_precision import WritePrecision
 from influxdb_client.rest import ApiException
+from influxdb_client.service.write_service import WriteService
 
 from pipeline.config import InfluxSettings
 from pipeline.errors import PermanentWriteError, SinkBackpressure, TransientWriteError
 
 _MS: Final = cast(WritePrecision, WritePrecision.MS)
+#: no request is given less than this (connection set-up, a busy server's queue)
+MIN_TIMEOUT_S: Final = 1.0
 
 
 def _retry_after_s(exc: ApiException) -> float | None:
@@ -34,24 +41,43 @@ def _retry_after_s(exc: ApiException) -> float | None:
 
 
 class InfluxWriter:
-    """Synchronous writes of prepared lines (timestamps in ms) to one bucket; building one connects to nothing."""
+    """Synchronous writes of prepared lines (timestamps in ms) to one bucket; building one connects to nothing.
 
-    def __init__(self, url: str, token: str, org: str, bucket: str, timeout_s: float = 10.0) -> None:
+    ``timeout_s`` is the timeout of a request of ``request_lines`` lines; each request's own is proportional to
+    its line count (see the module docstring)."""
+
+    def __init__(
+        self, url: str, token: str, org: str, bucket: str, timeout_s: float = 10.0, request_lines: int = 5000
+    ) -> None:
         self.bucket, self.org = bucket, org
+        self.timeout_s, self.request_lines = timeout_s, request_lines
         self.client = InfluxDBClient(url=url, token=token, org=org, timeout=int(timeout_s * 1000), retries=False)
-        self._write = self.client.write_api(write_options=SYNCHRONOUS)
+        # the generated service, not write_api: only it takes a timeout per request
+        self._service = WriteService(self.client.api_client)  # type: ignore[no-untyped-call]
 
     @classmethod
     def from_settings(cls, settings: InfluxSettings) -> InfluxWriter:
         """For resolved settings (URL and token known)."""
         assert settings.url and settings.token, "resolve settings first"
-        return cls(settings.url, settings.token.get_secret_value(), settings.org, settings.bucket, settings.timeout_s)
+        token = settings.token.get_secret_value()
+        return cls(settings.url, token, settings.org, settings.bucket, settings.timeout_s, settings.batch_size)
+
+    def timeout_for(self, lines: int) -> float:
+        """The timeout of a request of ``lines`` lines."""
+        return max(MIN_TIMEOUT_S, self.timeout_s * lines / self.request_lines)
 
     def write(self, lines: list[str]) -> None:
         if not lines:
             return
         try:
-            self._write.write(self.bucket, self.org, "\n".join(lines).encode(), write_precision=_MS)
+            self._service.post_write(  # type: ignore[no-untyped-call]
+                org=self.org,
+                bucket=self.bucket,
+                body="\n".join(lines).encode(),
+                precision=_MS,
+                content_type="text/plain; charset=utf-8",
+                _request_timeout=self.timeout_for(len(lines)) * 1000,  # the client counts in ms
+            )
         except ApiException as exc:
             if exc.status in (400, 413):
                 raise PermanentWriteError(f"HTTP {exc.status}: {str(exc.body)[:300]}") from exc
@@ -60,6 +86,19 @@ class InfluxWriter:
             if after is not None:
                 raise SinkBackpressure(after, detail) from exc
             raise TransientWriteError(detail) from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransientWriteError(f"{type(exc).__name__}: {exc}"[:300]) from exc
+
+    def ensure_bucket(self, retention_s: int) -> None:
+        """Create this writer's bucket (with that retention) unless it exists; a transient error if InfluxDB cannot
+        be asked."""
+        api = self.client.buckets_api()
+        try:
+            if api.find_bucket_by_name(self.bucket) is None:  # type: ignore[no-untyped-call]
+                rule = BucketRetentionRules(type="expire", every_seconds=retention_s)  # type: ignore[no-untyped-call]
+                api.create_bucket(bucket_name=self.bucket, retention_rules=rule, org=self.org)
+        except ApiException as exc:
+            raise TransientWriteError(f"bucket {self.bucket}: HTTP {exc.status}: {str(exc.body)[:200]}") from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise TransientWriteError(f"{type(exc).__name__}: {exc}"[:300]) from exc
 

@@ -1,7 +1,7 @@
 """The Flux backend: plans (:mod:`sinks.query.model`) as Flux text (pure functions), run through influxdb-client.
 
-Also builds the Flux of the storage tasks (1-minute rollups, job summaries) that :mod:`sinks.retention`
-installs, so every Flux the project writes is built here.
+Also builds the Flux of the storage task (job summaries) that :mod:`sinks.retention` installs, so every Flux the
+project writes is built here (the 1-minute rollups are computed in the stream: :mod:`sinks.influxdb.rollup`).
 
 Percentiles use ``quantile(method: "exact_selector")``: the value of rank ceil(n*q) (numpy's
 ``inverted_cdf``); medians ``exact_mean``. A filter on another field of the same point (``job_id``) needs a
@@ -18,8 +18,6 @@ from influxdb_client.client.influxdb_client import InfluxDBClient
 
 from pipeline.vocab import format_duration
 from sinks.query.model import (
-    BENIGN_MASKS,
-    GPU,
     NS,
     QUANTILES,
     TAGS,
@@ -30,14 +28,13 @@ from sinks.query.model import (
     Filter,
     PointRow,
     Points,
+    Scale,
     TagIn,
     ValueBelow,
     ValueNotIn,
 )
 
 NAME: Final = "flux"
-VERDICTS: Final = ("unusual", "anomalous")
-SERIES_TAGS: Final = TAGS[GPU]
 
 
 def string(value: str) -> str:
@@ -103,16 +100,20 @@ def expr_pipeline(agg: Aggregate, expr: Expr, name: str) -> str:
     own = [f for f in agg.filters if isinstance(f, FieldEquals) and f.field == expr.field]
     below = [f for f in agg.filters if isinstance(f, ValueBelow)]
     not_in = [f for f in agg.filters if isinstance(f, ValueNotIn)]
-    fields = (expr.field, *dict.fromkeys(f.field for f in joins))
+    scale = agg.scale_of(expr.field)
+    stored = scale.reading if scale is not None else expr.field
+    fields = (stored, *dict.fromkeys(f.field for f in joins))
     lines = [_source(agg.bucket, agg.range.start_ns, agg.range.stop_ns)]
     lines.append(f"  |> filter(fn: (r) => {_predicate(agg.measurement, fields, agg.filters)})")
     if joins:
         # a condition on another field of the same point: line the fields up per timestamp first
         cond = " and ".join(f"{_column(f.field)} == {string(f.value)}" for f in joins)
         lines.append('  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")')
-        lines.append(f"  |> filter(fn: (r) => {cond} and exists {_column(expr.field)})")
-        lines.append(f"  |> map(fn: (r) => ({{r with _value: {_column(expr.field)}, _field: {string(expr.field)}}}))")
+        lines.append(f"  |> filter(fn: (r) => {cond} and exists {_column(stored)})")
+        lines.append(f"  |> map(fn: (r) => ({{r with _value: {_column(stored)}, _field: {string(stored)}}}))")
         lines.append(f"  |> drop(columns: [{', '.join(string(f) for f in fields)}])")
+    if scale is not None:
+        lines += _scaled(scale, name)
     for f in own:
         lines.append(f"  |> filter(fn: (r) => r._value == {string(f.value)})")
     for b in below:
@@ -129,9 +130,39 @@ def expr_pipeline(agg: Aggregate, expr: Expr, name: str) -> str:
     return "\n".join(lines)
 
 
+def _limits_dict(scale: Scale, name: str) -> str:
+    """The GPUs' limits as a Flux dictionary named ``limits_<name>`` (a GPU whose limit changed: its first)."""
+    pairs = ", ".join(f"{{key: {string(gpu)}, value: {float(seg[0][1])!r}}}" for gpu, seg in scale.limits)
+    return f"limits_{name} = dict.fromList(pairs: [{pairs}])"
+
+
+def _scaled(scale: Scale, name: str) -> list[str]:
+    """The steps that turn each point of the reading into the relative value: divided by the limit in force at
+    its time (points of GPUs without a known limit are left out)."""
+    if not scale.limits:
+        return ["  |> filter(fn: (r) => false)"]
+    limit = f"dict.get(dict: limits_{name}, key: r.gpu, default: 0.0)"
+    for gpu, segments in scale.limits:
+        if len(segments) > 1:  # the limit changed in the range: the value in force at the point's time
+            steps = " else ".join(f"if r._time < {time_literal(t)} then {v!r}" for (t, _), (_, v) in
+                                  zip(segments[1:], segments[:-1], strict=True))  # fmt: skip
+            limit = f"(if r.gpu == {string(gpu)} then ({steps} else {segments[-1][1]!r}) else {limit})"
+    return [
+        f"  |> filter(fn: (r) => dict.get(dict: limits_{name}, key: r.gpu, default: 0.0) > 0.0)",
+        f"  |> map(fn: (r) => ({{r with _value: float(v: r._value) / {limit}, _field: {string(scale.field)}}}))",
+    ]
+
+
 def aggregate_flux(agg: Aggregate) -> str:
-    """The whole plan: one pipeline per expression, each yielding ``e<i>``."""
-    return "\n\n".join(expr_pipeline(agg, e, f"e{i}") for i, e in enumerate(agg.exprs))
+    """The whole plan: one pipeline per expression, each yielding ``e<i>`` (the limits of relative values
+    defined first)."""
+    head = []
+    for i, e in enumerate(agg.exprs):
+        scale = agg.scale_of(e.field)
+        if scale is not None and scale.limits:
+            head.append(_limits_dict(scale, f"e{i}"))
+    body = "\n\n".join(expr_pipeline(agg, e, f"e{i}") for i, e in enumerate(agg.exprs))
+    return 'import "dict"\n\n' + "\n".join(head) + "\n\n" + body if head else body
 
 
 def points_flux(q: Points) -> str:
@@ -202,64 +233,6 @@ class FluxBackend:
 
 
 # ---- storage tasks ---------------------------------------------------------------------------------------------
-
-
-def rollup_task_flux(
-    name: str, raw: str, rollup: str, org: str, fields: tuple[str, ...], measurement: str = "gpu"
-) -> str:
-    """Every minute: the last two whole minutes of ``fields`` per GPU series as ``<f>_mean/_max/_min/_count``,
-    ``throttle_samples`` / ``throttled_samples`` (samples with a mask, and with a throttling one) and the
-    ``verdict_unusual`` / ``verdict_anomalous`` counts, written to ``rollup`` with the same tags.
-
-    Two minutes, not one, so a point that arrived up to a minute late is still counted; rewriting a minute
-    overwrites the same points (same series, same timestamp). Every pipeline reads on its own: a source
-    shared by several pipelines is not pushed down into storage (measured 7x slower), and a later string
-    filter (verdict) was then applied to float fields ("type conflict").
-    """
-    out = f"to(bucket: {string(rollup)}, org: {string(org)})"
-    src = f"from(bucket: {string(raw)})\n    |> range(start: start, stop: stop)"
-
-    def count_as(field_name: str, filters: str) -> str:
-        return (
-            f"{src}\n{filters}\n"
-            '    |> aggregateWindow(every: 1m, fn: count, timeSrc: "_start", createEmpty: false)\n'
-            f"    |> map(fn: (r) => ({{r with _value: float(v: r._value), _field: {string(field_name)}}}))\n"
-            f"    |> {out}"
-        )
-
-    # one point per GPU series and minute with every field of a function (pivot + experimental.to): 20-50%
-    # less run time than one point per field at 1,000 GPUs (measured; the cost is per table, not per point)
-    series = ", ".join(string(t) for t in (*SERIES_TAGS, "_measurement"))
-    per_fn = "\n\n".join(
-        f"{src}\n"
-        f"    |> filter(fn: (r) => r._measurement == {string(measurement)} and {_fields_predicate(fields)})\n"
-        f'    |> aggregateWindow(every: 1m, fn: {fn}, timeSrc: "_start", createEmpty: false)\n'
-        f'    |> map(fn: (r) => ({{r with _value: float(v: r._value), _field: r._field + "_{fn}"}}))\n'
-        f"    |> group(columns: [{series}])\n"
-        '    |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
-        f"    |> experimental.to(bucket: {string(rollup)}, org: {string(org)})"
-        for fn in ("mean", "max", "min", "count")
-    )
-    mask = f'    |> filter(fn: (r) => r._measurement == {string(measurement)} and r._field == "throttle_reasons_mask")'
-    verdict = f'    |> filter(fn: (r) => r._measurement == {string(measurement)} and r._field == "verdict")'
-    counts = [
-        count_as("throttle_samples", mask),
-        count_as("throttled_samples", mask + "\n" + _value_not_in(ValueNotIn(BENIGN_MASKS)).replace("  |>", "    |>")),
-        # one pipeline per verdict: renaming _field row by row would leave both verdicts in one table
-        # (measured: their counts were summed together)
-        *(count_as(f"verdict_{v}", f'{verdict}\n    |> filter(fn: (r) => r._value == "{v}")') for v in VERDICTS),
-    ]
-    return f"""import "date"
-import "experimental"
-
-option task = {{name: {string(name)}, every: 1m, offset: 15s}}
-
-stop = date.truncate(t: now(), unit: 1m)
-start = date.sub(d: 2m, from: stop)
-
-{per_fn}
-
-{chr(10).join(c + chr(10) for c in counts)}"""
 
 
 def jobs_task_flux(

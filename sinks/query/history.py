@@ -20,14 +20,25 @@ from tqdm import tqdm
 
 from pipeline.config import Settings
 from pipeline.errors import InvalidQuery
-from pipeline.events import METRIC_INDEX, METRIC_NAMES, RELATIVE_FIELDS
+from pipeline.events import METRIC_INDEX, METRIC_LIMIT, METRIC_NAMES, relative_values
 from pipeline.vocab import format_duration, parse_duration
-from sinks.influxdb.lines import FEEDBACK_MEASUREMENT, FINDING_MEASUREMENT, MEASUREMENT
+from sinks.influxdb.lines import (
+    FEEDBACK_MEASUREMENT,
+    FINDING_MEASUREMENT,
+    INFO_MEASUREMENT,
+    INFO_REFRESH_NS,
+    MEASUREMENT,
+)
 from sinks.query.store import Store, flux_rows
 
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:@/ -]{1,200}$")
-#: metric fields the baselines are learned from (the relative ones are added by the query)
+#: metric fields the baselines are learned from (with the GPU's limits from ``gpu_info``, which give the relative
+#: values: readings over limits, as the processor computed them)
 HISTORY_METRICS: Final = (
+    "power_watts",
+    "memory_used_bytes",
+    "sm_clock_mhz",
+    "temperature_gpu_celsius",
     "utilization_gpu_percent",
     "utilization_memory_percent",
     "sm_active_percent",
@@ -37,9 +48,10 @@ HISTORY_METRICS: Final = (
     "pcie_tx_bytes_per_second",
     "nvlink_rx_bytes_per_second",
     "nvlink_tx_bytes_per_second",
-    "memory_total_bytes",
     "throttle_reasons_mask",
 )
+_LIMIT_COLS: Final = np.flatnonzero(METRIC_LIMIT)
+_LIMIT_NAMES: Final = tuple(METRIC_NAMES[c] for c in _LIMIT_COLS.tolist())
 _HISTORY_STRINGS: Final = ("phase", "app_source")
 
 
@@ -62,8 +74,9 @@ def _flux_time(ts_ns: int) -> str:
 @dataclass(frozen=True, slots=True, eq=False)
 class History:
     """Stored samples of one (application, GPU model), column-wise: ``metrics`` has the METRIC_NAMES columns
-    (NaN where not stored or not queried), ``relative`` the RELATIVE_FIELDS; ``phase`` as stored (None where
-    the processor had none); ``source`` says who named the application."""
+    (NaN where not stored or not queried; the limits those in force at each row's time), ``relative`` the
+    RELATIVE_FIELDS computed from them; ``phase`` as stored (None where the processor had none); ``source`` says
+    who named the application."""
 
     application: str
     gpu_model: str
@@ -82,7 +95,7 @@ class History:
 def history_flux(bucket: str, start_ns: int, stop_ns: int, stride: str | None, cluster: str | None) -> str:
     """Flux for the gpu points with a known application in [start, stop), one row per point (or per GPU and
     ``stride`` window: its last point, a real sample rather than an average)."""
-    fields = (*HISTORY_METRICS, *RELATIVE_FIELDS, *_HISTORY_STRINGS)
+    fields = (*HISTORY_METRICS, *_HISTORY_STRINGS)
     where = f' and r.cluster == "{_checked_value("cluster", cluster)}"' if cluster else ""
     window = (
         f"  |> aggregateWindow(every: {_checked_duration('stride', stride)}, fn: last, createEmpty: false)\n"
@@ -99,6 +112,54 @@ def history_flux(bucket: str, start_ns: int, stop_ns: int, stride: str | None, c
         '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
         "  |> group()"
     )
+
+
+def limits_flux(bucket: str, start_ns: int, stop_ns: int, cluster: str | None, gpu: str | None = None) -> str:
+    """Flux for the GPUs' limits (``gpu_info``, written on change and every refresh period) in force from
+    ``start_ns`` to ``stop_ns``: the points from one refresh period before."""
+    where = f' and r.cluster == "{_checked_value("cluster", cluster)}"' if cluster else ""
+    where += f' and r.gpu == "{_checked_value("gpu", gpu)}"' if gpu else ""
+    return (
+        f'from(bucket: "{bucket}")\n'
+        f"  |> range(start: {_flux_time(start_ns - INFO_REFRESH_NS)}, stop: {_flux_time(stop_ns)})\n"
+        f'  |> filter(fn: (r) => r._measurement == "{INFO_MEASUREMENT}"{where})\n'
+        f"  |> filter(fn: (r) => {' or '.join(f'r._field == {json.dumps(f)}' for f in _LIMIT_NAMES)})\n"
+        '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
+        "  |> group()"
+    )
+
+
+class Limits:
+    """Each GPU's limits over time, to look up the ones in force at a row's time."""
+
+    def __init__(self) -> None:
+        self._by_gpu: dict[tuple[str, str], tuple[np.ndarray, np.ndarray]] = {}
+
+    def add(self, table: dict[str, list[str]]) -> None:
+        """The rows of a :func:`limits_flux` answer."""
+        n = len(table["_time"])
+        ts = _times(table["_time"])
+        values = np.column_stack([_floats(table.get(name), n) for name in _LIMIT_NAMES]).reshape(n, -1)
+        keys = list(zip(table["cluster"], table["gpu"], strict=True))
+        for key in dict.fromkeys(keys):
+            rows = np.flatnonzero([k == key for k in keys])
+            old_ts, old_values = self._by_gpu.get(key, (np.empty(0, np.int64), np.empty((0, len(_LIMIT_NAMES)))))
+            all_ts, all_values = np.concatenate([old_ts, ts[rows]]), np.vstack([old_values, values[rows]])
+            order = np.argsort(all_ts, kind="stable")
+            self._by_gpu[key] = all_ts[order], all_values[order]
+
+    def fill(self, metrics: np.ndarray, clusters: list[str], gpus: list[str], ts: np.ndarray) -> None:
+        """Put the limits in force at each row's time into ``metrics``' limit columns (in place; a row before
+        its GPU's first known limits gets those)."""
+        keys = list(zip(clusters, gpus, strict=True))
+        for key in dict.fromkeys(keys):
+            known = self._by_gpu.get(key)
+            if known is None:
+                continue
+            rows = np.flatnonzero([k == key for k in keys])
+            times, values = known
+            at = np.clip(np.searchsorted(times, ts[rows], side="right") - 1, 0, len(times) - 1)
+            metrics[np.ix_(rows, _LIMIT_COLS)] = values[at]
 
 
 def _csv_tables(rows: Iterator[list[str]]) -> Iterator[dict[str, list[str]]]:
@@ -130,17 +191,28 @@ def _times(column: list[str]) -> np.ndarray:
     return np.array([t.rstrip("Z") for t in column], dtype="datetime64[ns]").astype(np.int64)
 
 
-def _history_of(table: dict[str, list[str]]) -> dict[tuple[str, str], History]:
+def _history_of(
+    table: dict[str, list[str]],
+    carry: dict[tuple[str, str], dict[str, str]] | None = None,
+    limits: Limits | None = None,
+) -> dict[tuple[str, str], History]:
+    """The rows of one answer per (application, GPU model). ``phase`` and ``app_source`` are stored when they
+    change (and every refresh period), so each GPU's are filled forward in time, starting from ``carry`` (the
+    last ones seen per (cluster, GPU) before, updated here)."""
     n = len(table["_time"])
     metrics = np.full((n, len(METRIC_NAMES)), np.nan)
     for name in HISTORY_METRICS:
         metrics[:, METRIC_INDEX[name]] = _floats(table.get(name), n)
-    relative = np.column_stack([_floats(table.get(name), n) for name in RELATIVE_FIELDS]).reshape(n, -1)
     ts = _times(table["_time"])
-    apps, models = table["application"], table.get("gpu_model", [""] * n)
+    if limits is not None:
+        limits.fill(metrics, table["cluster"], table["gpu"], ts)
+    relative = relative_values(metrics)
     empty = [""] * n
-    phase = [p or None for p in table.get("phase", empty)]
-    source = [s or None for s in table.get("app_source", empty)]
+    strings = {name: list(table.get(name, empty)) for name in _HISTORY_STRINGS}
+    _fill_forward(strings, table["cluster"], table["gpu"], ts, {} if carry is None else carry)
+    phase = [p or None for p in strings["phase"]]
+    source = [s or None for s in strings["app_source"]]
+    apps, models = table["application"], table.get("gpu_model", [""] * n)
     keys = np.array([f"{a}\x00{m}" for a, m in zip(apps, models, strict=True)], dtype=object)
     out = {}
     for key in np.unique(keys).tolist():
@@ -159,6 +231,40 @@ def _history_of(table: dict[str, list[str]]) -> dict[tuple[str, str], History]:
             tuple(source[i] for i in pick),
         )
     return out
+
+
+def _fill_forward(
+    columns: dict[str, list[str]],
+    clusters: list[str],
+    gpus: list[str],
+    ts: np.ndarray,
+    carry: dict[tuple[str, str], dict[str, str]],
+) -> None:
+    """Empty cells of ``columns`` take the GPU's previous value in time (or its ``carry``), in place."""
+    for row in np.argsort(ts, kind="stable").tolist():
+        known = carry.setdefault((clusters[row], gpus[row]), {})
+        for name, column in columns.items():
+            if column[row]:
+                known[name] = column[row]
+            else:
+                column[row] = known.get(name, "")
+
+
+def carry_flux(bucket: str, start_ns: int, cluster: str | None) -> str:
+    """Flux for each GPU's last ``phase`` and ``app_source`` in the refresh period before ``start_ns``: where
+    filling forward starts."""
+    where = f' and r.cluster == "{_checked_value("cluster", cluster)}"' if cluster else ""
+    fields = " or ".join(f"r._field == {json.dumps(f)}" for f in _HISTORY_STRINGS)
+    return (
+        f'from(bucket: "{bucket}")\n'
+        f"  |> range(start: {_flux_time(start_ns - INFO_REFRESH_NS)}, stop: {_flux_time(start_ns)})\n"
+        f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}" and exists r.application{where})\n'
+        f"  |> filter(fn: (r) => {fields})\n"
+        '  |> group(columns: ["cluster", "gpu", "_field"])\n'
+        "  |> last()\n"
+        '  |> pivot(rowKey: ["cluster", "gpu"], columnKey: ["_field"], valueColumn: "_value")\n'
+        "  |> group()"
+    )
 
 
 def _concat(parts: list[History]) -> History:
@@ -193,10 +299,16 @@ def training_history(
     parts: dict[tuple[str, str], list[History]] = {}
     rows = 0
     try:
+        carry: dict[tuple[str, str], dict[str, str]] = {}
+        for r in store.flux_records(carry_flux(i.bucket, start_ns, cluster)):
+            carry[(str(r["cluster"]), str(r["gpu"]))] = {f: str(r[f]) for f in _HISTORY_STRINGS if r.get(f)}
         with tqdm(total=len(edges) - 1, desc="reading history", unit="chunk", disable=not progress) as bar:
             for lo, hi in itertools.pairwise(edges):
+                limits = Limits()
+                for table in _csv_tables(store.flux_csv(limits_flux(i.bucket, lo, hi, cluster))):
+                    limits.add(table)
                 for table in _csv_tables(store.flux_csv(history_flux(i.bucket, lo, hi, stride, cluster))):
-                    for key, h in _history_of(table).items():
+                    for key, h in _history_of(table, carry, limits).items():
                         parts.setdefault(key, []).append(h)
                         rows += len(h)
                 bar.set_postfix(rows=rows)
@@ -234,11 +346,15 @@ def stored_event(settings: Settings, gpu: str, ts_ms: int) -> StoredEvent | None
         '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
         "  |> group()"
     )
-    [rows] = flux_rows(settings, flux)
+    [rows, limit_rows] = flux_rows(settings, flux, limits_flux(i.bucket, start, start + 1_000_000, None, gpu))
     if not rows:
         return None
     r = rows[0]
     nan = float("nan")
+    metrics = np.array([float(r.get(n, nan) or nan) for n in METRIC_NAMES])
+    if limit_rows:  # the limits in force: the last ones written
+        last = max(limit_rows, key=lambda x: x["_time"])
+        metrics[_LIMIT_COLS] = [float(last.get(n, nan) or nan) for n in _LIMIT_NAMES]
     return StoredEvent(
         cluster=str(r["cluster"]),
         node=str(r["node"]),
@@ -246,8 +362,8 @@ def stored_event(settings: Settings, gpu: str, ts_ms: int) -> StoredEvent | None
         gpu_model=str(r.get("gpu_model", "")),
         application=r.get("application"),
         ts_ns=start,
-        metrics=np.array([float(r.get(n, nan) or nan) for n in METRIC_NAMES]),
-        relative=np.array([float(r.get(n, nan) or nan) for n in RELATIVE_FIELDS]),
+        metrics=metrics,
+        relative=relative_values(metrics[None, :])[0],
         verdict=r.get("verdict"),
         explanation=r.get("explanation"),
         baseline=r.get("baseline"),

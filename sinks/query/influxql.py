@@ -113,6 +113,8 @@ class InfluxQLBackend:
     def unsupported(self, agg: Aggregate) -> str | None:
         if any(e.fn in ("first", "last") for e in agg.exprs) and len(agg.exprs) > 1:
             return "InfluxQL returns one time per row: first/last only alone"
+        if agg.scales:
+            return "relative values are a reading over the GPU's limit per point, which only Flux computes"
         return None
 
     def _api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:

@@ -272,11 +272,23 @@ class Expr:
 
 
 @dataclass(frozen=True, slots=True)
+class Scale:
+    """A relative value computed per point: ``reading`` over the GPU's limit in force at the point's time.
+    ``limits`` holds, per GPU, the limit's values from the times they took effect, oldest first (the first one
+    also stands for the time before it)."""
+
+    field: str
+    reading: str
+    limits: tuple[tuple[str, tuple[tuple[int, float], ...]], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Aggregate:
     """Aggregate ``exprs`` (all over the same points) per ``group_by`` tags, per ``window`` or over the range.
 
     Row times are window starts; without a window, the selected point's time for first/last and the range
-    start otherwise.
+    start otherwise. ``scales`` say how the relative fields among ``exprs`` are computed from stored readings
+    (filled in by :meth:`sinks.query.store.Store.aggregate` for the raw bucket).
     """
 
     bucket: str
@@ -286,6 +298,10 @@ class Aggregate:
     filters: tuple[Filter, ...] = ()
     group_by: tuple[str, ...] = ()
     window_ns: int | None = None
+    scales: tuple[Scale, ...] = ()
+
+    def scale_of(self, field: str) -> Scale | None:
+        return next((s for s in self.scales if s.field == field), None)
 
     def with_filters(self, *more: Filter) -> Aggregate:
         return replace(self, filters=self.filters + more)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol, TypeVar
 
 import urllib3
@@ -24,16 +24,23 @@ from influxdb_client.rest import ApiException
 
 from pipeline.config import Settings
 from pipeline.errors import InvalidQuery, ServiceError
+from pipeline.events import RELATIVE_OF
 from pipeline.vocab import format_duration
+from sinks.influxdb.lines import INFO_REFRESH_NS
 from sinks.query.flux import FluxBackend
 from sinks.query.influxql import InfluxQLBackend
 from sinks.query.model import (
+    GPU,
+    GPU_INFO,
     NS,
+    TAGS,
     Aggregate,
     AggRow,
     FieldEquals,
     PointRow,
     Points,
+    Scale,
+    TagIn,
     TimeRange,
 )
 
@@ -179,8 +186,35 @@ class Store:
 
     def aggregate(self, agg: Aggregate, backend: str = "auto") -> tuple[list[AggRow], str]:
         """Rows of the plan and the name of the backend that answered."""
+        agg = self.with_scales(agg)
         chosen = self.choose(agg, backend)
         return _guard(lambda: chosen.aggregate(agg), self.url), chosen.name
+
+    def with_scales(self, agg: Aggregate) -> Aggregate:
+        """The plan with how its relative fields are computed from the raw data: each GPU's limit in force over
+        the range, from ``gpu_info`` (written on change and every refresh period, so the refresh period before
+        the range holds the limit in force at its start)."""
+        relative = [e.field for e in agg.exprs if e.field in RELATIVE_OF and agg.scale_of(e.field) is None]
+        if agg.bucket != self.buckets.raw or agg.measurement != GPU or not relative:
+            return agg
+        tags = [f for f in agg.filters if isinstance(f, TagIn) and f.key in TAGS[GPU_INFO]]
+        scales = []
+        for field in dict.fromkeys(relative):
+            reading, limit = RELATIVE_OF[field]
+            plan = Points(
+                agg.bucket, GPU_INFO, (limit,), TimeRange(agg.range.start_ns - INFO_REFRESH_NS, agg.range.stop_ns),
+                tuple(tags), limit=10**7,
+            )  # fmt: skip
+            rows, _ = self.points(plan)
+            per_gpu: dict[str, list[tuple[int, float]]] = {}
+            for row in sorted(rows, key=lambda r: r.time_ns):
+                value = row.get(limit)
+                if isinstance(value, float) and value > 0:
+                    segments = per_gpu.setdefault(row.tag("gpu"), [])
+                    if not segments or segments[-1][1] != value:
+                        segments.append((row.time_ns, value))
+            scales.append(Scale(field, reading, tuple((g, tuple(v)) for g, v in sorted(per_gpu.items()))))
+        return replace(agg, scales=agg.scales + tuple(scales))
 
     def points(self, q: Points, backend: str = "auto") -> tuple[list[PointRow], str]:
         chosen: Backend = self.influxql if backend == "influxql" else self.flux

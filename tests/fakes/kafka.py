@@ -85,9 +85,10 @@ class FakeConsumer:
         self.paused = False
         self.pauses = self.resumes = 0
         self.commits: list[list[tuple[str, int, int]]] = []
+        self.metadata: dict[tuple[str, int], str] = {}
         self.closed = False
 
-    def subscribe(self, topics: list[str], on_assign: Any = None) -> None:
+    def subscribe(self, topics: list[str], on_assign: Any = None, on_revoke: Any = None) -> None:
         self.topics = topics
         if on_assign is not None:
             on_assign(self, self.assignment())
@@ -119,13 +120,24 @@ class FakeConsumer:
     def commit(self, *, offsets: list[Any], asynchronous: bool = True) -> None:
         committed = sorted((tp.topic, tp.partition, tp.offset) for tp in offsets)
         self.commits.append(committed)
+        self.metadata |= {(tp.topic, tp.partition): tp.metadata for tp in offsets}
         self.events.append(f"commit {committed}")
 
     def close(self) -> None:
         self.closed = True
 
-    def committed(self) -> dict[tuple[str, int], int]:
-        """The last committed offset per (topic, partition): the next one to read."""
+    def committed(self, partitions: list[Any] | None = None, timeout: float = -1) -> Any:
+        """The last committed offset per (topic, partition): the next one to read; given ``partitions`` (as the
+        runner asks), those as TopicPartitions with each commit's metadata."""
+        if partitions is not None:
+            from confluent_kafka import TopicPartition
+
+            last = self.committed()
+            return [
+                TopicPartition(tp.topic, tp.partition, last.get((tp.topic, tp.partition), -1001),
+                               metadata=self.metadata.get((tp.topic, tp.partition)) or "")
+                for tp in partitions
+            ]  # fmt: skip
         out: dict[tuple[str, int], int] = {}
         for commit in self.commits:
             for topic, partition, offset in commit:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pipeline.errors import DecodeError, PermanentWriteError
-from sinks.base import Prepared
+from sinks.base import Position, Prepared
 
 
 class ScriptedSink:
@@ -34,7 +34,7 @@ class ScriptedSink:
         self.flushes = 0
         self.closed = False
 
-    def prepare(self, topic: str, value: bytes) -> Prepared[bytes]:
+    def prepare(self, topic: str, value: bytes, at: Position) -> Prepared[bytes]:
         if value == b"bad":
             raise DecodeError("malformed", "not what this sink stores")
         return Prepared(value, size=1, ts_ns=np.array([1_000_000_000]))
@@ -55,6 +55,15 @@ class ScriptedSink:
         self.written.append(self.pending)
         self.events.append(f"flush ok {[v.decode() for v in self.pending]}")
         self.pending = []
+
+    def marks(self) -> dict[tuple[str, int], tuple[int, str]]:
+        return {}
+
+    def resume(self, topic: str, partition: int, metadata: str | None) -> None:
+        """Holds nothing across batches."""
+
+    def forget(self, topic: str, partition: int) -> None:
+        """Holds nothing across batches."""
 
     def close(self) -> None:
         self.closed = True

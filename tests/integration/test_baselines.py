@@ -59,9 +59,19 @@ def _judge_rounds(settings: Settings, metrics: dict[str, float], start_ms: int, 
     ]
 
 
+#: written when they change (and every refresh period): a reader fills them forward per GPU
+_ON_CHANGE = ("phase", "baseline", "user", "app_source", "app_confidence")
+
+
 def _judged(settings: Settings, uuid: str, since_ms: int) -> list[dict[str, object]]:
-    rows = [r for r in stored_points(settings) if r["gpu"] == uuid]
-    return [r for r in rows if r["_time"].timestamp() * 1000 >= since_ms]
+    """The GPU's stored points since ``since_ms``, the fields written on change filled forward."""
+    rows = sorted((r for r in stored_points(settings) if r["gpu"] == uuid), key=lambda r: r["_time"])
+    known: dict[str, object] = {}
+    out = []
+    for r in rows:
+        known |= {k: r[k] for k in _ON_CHANGE if r.get(k) not in (None, "")}
+        out.append(dict(r) | known)
+    return [r for r in out if r["_time"].timestamp() * 1000 >= since_ms]  # type: ignore[attr-defined]
 
 
 def _wait_version(processor: Stage, version: int) -> None:

@@ -24,6 +24,8 @@ from pipeline.events import (
 from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
 from producers.simulator import Fleet
+from sinks.query import Scope, Store, TrendQuery, trend
+from sinks.query.output import iso
 
 from .harness import publish_batches, running_pipeline, stored_points, wait_stored
 
@@ -42,14 +44,18 @@ def test_known_samples_are_stored_exactly(settings: Settings, tmp_path: Path) ->
         stats = wait_stored(sink, 60)
     assert stats["dead_lettered"] == 0
 
-    rows = stored_points(settings)
+    rows = sorted(stored_points(settings), key=lambda r: r["_time"])
     assert len(rows) == 60
-    # limits go to gpu_info once per GPU (they do not change in these 5 s), readings to gpu every sample
+    # limits go to gpu_info once per GPU (they do not change in these 5 s), states and counters to gpu when they
+    # change (here: with each GPU's first sample), the moving readings every sample
     info = {r["gpu"]: r for r in stored_points(settings, "gpu_info")}
     assert len(info) == 12
+    known: dict[str, dict[str, object]] = {}
     for point in rows:
         sample = sent.pop((point["gpu"], int(point["_time"].timestamp() * 1000)))
-        row = info[point["gpu"]] | point
+        filled = known.setdefault(point["gpu"], {})
+        filled |= {k: v for k, v in point.items() if v is not None}
+        row = info[point["gpu"]] | filled
         assert row["node"] == sample.node
         assert row["gpu_model"] == sample.gpu_model
         assert row["gpu_index"] == str(sample.gpu_index)
@@ -59,11 +65,18 @@ def test_known_samples_are_stored_exactly(settings: Settings, tmp_path: Path) ->
         stored_fields = {k for k in row if not k.startswith("_") and k not in ("cluster", "node", "gpu", "gpu_index")}
         assert "power_limit_watts" in info[row["gpu"]] and "power_watts" not in info[row["gpu"]]
         assert "nvlink_tx_bytes_per_second" in stored_fields or "NVLink" not in sample.gpu_model
-        assert row["power_ratio_of_limit"] == pytest.approx(
-            sample.metrics["power_watts"] / sample.metrics["power_limit_watts"]
-        )
-        assert set(RELATIVE_FIELDS) <= stored_fields
+        assert "power_watts" in point and not set(RELATIVE_FIELDS) & stored_fields
     assert not sent, "samples missing from InfluxDB"
+    # relative values are not stored: the query layer divides each reading by the limit then in force
+    samples = {(s.gpu_uuid, s.ts_ns // 10**9 * 10**9): s for b in batches for s in b.samples}
+    span = {"start": iso(start_ms * 10**6 - 10**9), "stop": iso(start_ms * 10**6 + 6 * 10**9)}
+    with Store.from_settings(settings) as store:
+        result = trend(store, TrendQuery("power_ratio_of_limit", "gpu", "1s", None, "mean",
+                                         Scope(cluster=settings.cluster), **span))  # fmt: skip
+    assert result.backend == "flux" and len(result.rows) == 60
+    for r in result.rows:
+        s = samples[(r.group[0], r.time_ns)]
+        assert r.value == pytest.approx(s.metrics["power_watts"] / s.metrics["power_limit_watts"], rel=1e-12)
 
 
 def test_replay_is_idempotent(settings: Settings, tmp_path: Path) -> None:

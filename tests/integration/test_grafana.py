@@ -68,11 +68,14 @@ def test_dashboards_are_provisioned_against_the_provisioned_datasource() -> None
 
 def test_every_dashboard_query_runs_on_pipeline_data(settings: Settings, tmp_path: Path) -> None:
     fleet = Fleet(nodes=2, gpus_per_node=4, cluster=settings.cluster, seed=5)
-    start_ms = time.time_ns() // 1_000_000 - 120_000
-    batches = [b for r in range(30) for b in fleet.tick((start_ms + r * 2000) * 1_000_000)]
+    start_ms = time.time_ns() // 1_000_000 - 300_000
+    # a minute of rounds, and one round 4 minutes later: the sink writes a minute's rollups (which the fleet
+    # panels read) once it has seen a sample a minute past it
+    times = [start_ms + r * 2000 for r in range(30)] + [start_ms + 240_000]
+    batches = [b for t in times for b in fleet.tick(t * 1_000_000)]
     with running_pipeline(settings, tmp_path) as (_processor, sink):
         publish_batches(settings, batches)
-        wait_stored(sink, 30 * 8)
+        wait_stored(sink, 31 * 8)
     i = settings.influxdb
     store = Store.from_settings(settings)
     variables = {"bucket": i.bucket, "cluster": settings.cluster, "gpu": fleet.uuids[0], "job": "no-such-job"}

@@ -235,7 +235,11 @@ def test_the_backend_is_chosen_per_question(raw: RawData, store: Store) -> None:
     }
     assert set(windowed.values()) == {"influxql"}
     assert top(store, TopQuery("hot", 2, None, scope, "max", **raw.span)).backend == "flux"  # pushed down
-    assert top(store, TopQuery("hot", 2, None, scope, "p95", **raw.span)).backend == "influxql"
+    # a relative value is a reading over the GPU's limit at each point, which only Flux computes
+    assert top(store, TopQuery("hot", 2, None, scope, "p95", **raw.span)).backend == "flux"
+    assert trend(store, TrendQuery("temperature_gpu_celsius", "gpu", None, None, "p95", scope, **raw.span)).backend == (
+        "influxql"
+    )
 
 
 @pytest.mark.parametrize(
@@ -532,7 +536,7 @@ def test_trend_with_the_baseline_band(jobs: JobData, jstore: Store) -> None:
 def test_job_against_its_baseline(jobs: JobData, jstore: Store) -> None:
     q = CompareJobQuery("job-1", None, ("power_ratio_of_limit", "utilization_gpu_percent"), **jobs.span)
     result = compare_job(jstore, q)
-    assert result.backend == "influxql"
+    assert result.backend == "flux"  # a relative feature: a reading over the GPU's limit per point, in Flux
     rows = jobs.where(job="job-1")
     assert len(rows) == ROUNDS + 120
     by_feature = {r.feature: r for r in result.rows}
@@ -540,8 +544,8 @@ def test_job_against_its_baseline(jobs: JobData, jstore: Store) -> None:
     for feature, r in by_feature.items():
         values = [getattr(x, feature) for x in rows]
         assert (r.application, r.gpu_model, r.samples) == ("llm-pretraining", H100, len(rows))
-        assert r.p50 == pytest.approx(expected(values, "p50", "influxql"), rel=1e-9)
-        assert r.p95 == pytest.approx(expected(values, "p95", "influxql"), rel=1e-9)
+        assert r.p50 == pytest.approx(expected(values, "p50", "flux"), rel=1e-9)
+        assert r.p95 == pytest.approx(expected(values, "p95", "flux"), rel=1e-9)
     power = by_feature["power_ratio_of_limit"]
     assert power.band is not None and (power.band.p05, power.band.p50, power.band.p95) == BANDS[(H100, 2.0)][1:4]
     p50 = power.p50 or 0.0

@@ -1,6 +1,8 @@
-"""Retention and downsampling on the real InfluxDB: buckets and tasks created idempotently, the tasks run for
-a chosen minute on known points written by the real sink, the exact rollup and job-summary values read back,
-and long-range questions answered from the rollups."""
+"""Retention and downsampling on the real InfluxDB: buckets and the job-summary task created idempotently (the
+1-minute rollup task of the previous version removed), known points written by the real sink, which computes the
+1-minute rollups in the stream: their exact values read back, the same points as the previous version's task
+computes from the raw data, the job-summary task's exact values, and long-range questions answered from the
+rollups."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from influxdb_client.domain.task_create_request import TaskCreateRequest
 
 from pipeline.codec import encode_interpreted
 from pipeline.config import Settings
@@ -22,6 +25,8 @@ from pipeline.events import GpuSample, InterpretedBatch, InterpretedEvent, Verdi
 from pipeline.face.cli import cli
 from pipeline.publisher import Publisher
 from pipeline.services import kafka
+from sinks.influxdb.lines import series_tags
+from sinks.influxdb.write import InfluxWriter
 from sinks.query import (
     AnomalyQuery,
     JobsQuery,
@@ -34,8 +39,10 @@ from sinks.query import (
     top,
     trend,
 )
+from sinks.query.flux import string
+from sinks.query.model import BENIGN_MASKS, ROLLUP_FIELDS, TAGS
 from sinks.query.output import iso
-from sinks.retention import run_task, task_specs
+from sinks.retention import retired_task_names, run_task, task_specs
 
 from .conftest import InfluxServer
 from .harness import wait_stored
@@ -70,11 +77,14 @@ def stored(
     1 Hz) starting on a whole 10 minutes; removed again after the test."""
     settings = query_settings(kafka_server, influx_server, defaults, tmp_path, bucket=f"r{uuid.uuid4().hex[:8]}")
     env = _env(settings)
+    raw = settings.influxdb.bucket
+    (retired,) = retired_task_names(settings)
+    _create_task(settings, previous_rollup_task_flux(retired, raw, f"{raw}_1m", settings.influxdb.org))
     first = CliRunner().invoke(cli, ["storage", "setup"], env=env)
     assert first.exit_code == 0, first.output
-    assert [line.split()[1] for line in first.output.splitlines()] == ["created"] * 5
+    assert [line.split()[1] for line in first.output.splitlines()] == ["created"] * 4 + ["removed"]
     again = CliRunner().invoke(cli, ["storage", "setup"], env=env)
-    assert [line.split()[1] for line in again.output.splitlines()] == ["unchanged"] * 5
+    assert [line.split()[1] for line in again.output.splitlines()] == ["unchanged"] * 4
 
     start = (time.time_ns() // (10 * MIN) - 2) * 10 * MIN
     rng = np.random.default_rng(11)
@@ -97,12 +107,17 @@ def stored(
             rows.append({"gpu": gpu, "model": model, "ts": ts, "job": job, "power_watts": power, "util": util,
                          "mask": int(mask), "verdict": verdict.value, "ratio": power / limit})  # fmt: skip
         batches.append(InterpretedBatch.from_events(events))
+    # a sample of another cluster 3 minutes later in the same partition: the sink closes a partition's minute once
+    # it is a minute past it (the processor keeps each GPU in one partition; one key does that here)
+    later = GpuSample("elsewhere", "n9", "GPU-later", 0, GPUS[0][2], start + 3 * MIN, {"power_watts": 1.0})
+    batches.append(InterpretedBatch.from_events([InterpretedEvent(later)]))
     pub = Publisher(settings.kafka.client_config())
     with running_sink(settings, tmp_path / "run") as sink:
         for b in batches:
-            pub.publish(settings.topics.interpreted, None, encode_interpreted(b))
+            pub.publish(settings.topics.interpreted, b"one-partition", encode_interpreted(b))
         assert pub.close(30) == 0
-        wait_stored(sink, ROUNDS * len(GPUS))
+        wait_stored(sink, ROUNDS * len(GPUS) + 1)
+        assert sink.stats()["rollup_minutes"] == 2 * len(GPUS) and sink.stats()["rollup_late_rows"] == 0
     try:
         yield settings, start, rows
     finally:
@@ -112,11 +127,7 @@ def stored(
                 for task in tasks_api.find_tasks(name=spec.name):
                     tasks_api.delete_task(task.id)
             buckets_api = store.client.buckets_api()
-            for name in (
-                settings.influxdb.bucket,
-                f"{settings.influxdb.bucket}_1m",
-                f"{settings.influxdb.bucket}_jobs",
-            ):
+            for name in (raw, f"{raw}_1m", f"{raw}_jobs", f"{raw}_1m_task"):
                 found = buckets_api.find_bucket_by_name(name)
                 if found is not None:
                     buckets_api.delete_bucket(found)
@@ -127,11 +138,59 @@ def _ceil_rank(values: list[float], q: float) -> float:
     return float(a[max(math.ceil(q * float(len(a))), 1) - 1])
 
 
+def _create_task(settings: Settings, flux: str) -> None:
+    with Store.from_settings(settings) as store:
+        orgs = store.client.organizations_api().find_organizations(org=settings.influxdb.org)
+        request = TaskCreateRequest(org_id=orgs[0].id, flux=flux, status="active", description="hermeneut")
+        store.client.tasks_api().create_task(task_create_request=request)
+
+
+def test_stream_rollups_equal_the_previous_versions_task_on_the_same_data(
+    stored: tuple[Settings, int, list[dict]],  # type: ignore[type-arg]
+) -> None:
+    """The previous version computed the rollups with an InfluxDB task reading the raw data back; run on the same
+    raw data, into a bucket of its own, it gives exactly the points the sink computed in the stream."""
+    settings, start, rows = stored
+    raw, org = settings.influxdb.bucket, settings.influxdb.org
+    name = f"previous rollup task {raw}"
+    # the previous version's raw data also held each sample's relative values (they are computed at query time
+    # now): added to the same points, as its sink wrote them
+    nodes = {gpu: node for node, gpu, _, _ in GPUS}
+    writer = InfluxWriter.from_settings(settings.influxdb)
+    lines = []
+    for r in rows:
+        gpu, app = str(r["gpu"]), "bert-training" if r["job"] else None
+        tags = series_tags(settings.cluster, nodes[gpu], gpu, 0, str(r["model"]), app)
+        lines.append(f"gpu,{tags} power_ratio_of_limit={float(r['ratio'])!r} {int(r['ts']) // 1_000_000}")
+    writer.write(lines)
+    writer.close()
+    with Store.from_settings(settings) as store:
+        store.client.buckets_api().create_bucket(bucket_name=f"{raw}_1m_task", org=org)
+    _create_task(settings, previous_rollup_task_flux(name, raw, f"{raw}_1m_task", org))
+    with Store.from_settings(settings) as store:
+        assert run_task(store, name, start + 2 * MIN).status == "success"
+        points = {}
+        for bucket in (f"{raw}_1m", f"{raw}_1m_task"):
+            records = store.flux_records(
+                f'from(bucket: "{bucket}") |> range(start: {iso(start)}, stop: {iso(start + 3 * MIN)}) '
+                f'|> filter(fn: (r) => r.cluster == "{settings.cluster}")'
+            )
+            points[bucket] = {
+                (tuple(str(r.get(t)) for t in TAGS["gpu"]), r["_time"], r["_field"]): r["_value"] for r in records
+            }
+        for task in store.client.tasks_api().find_tasks(name=name):
+            store.client.tasks_api().delete_task(task.id)
+    stream, task = points[f"{raw}_1m"], points[f"{raw}_1m_task"]
+    assert len(stream) == len(task) > 6 * 8
+    assert stream.keys() == task.keys()
+    for key, value in task.items():
+        assert stream[key] == pytest.approx(value, rel=1e-12), key
+
+
 def test_rollups_and_job_summaries_hold_the_exact_values(stored: tuple[Settings, int, list[dict]]) -> None:  # type: ignore[type-arg]
     settings, start, rows = stored
-    rollup_task, jobs_task = task_specs(settings)
+    (jobs_task,) = task_specs(settings)
     with Store.from_settings(settings) as store:
-        assert run_task(store, rollup_task.name, start + 2 * MIN).status == "success"
         assert run_task(store, jobs_task.name, start + 10 * MIN).status == "success"
         got = store.flux_records(
             f'from(bucket: "{settings.influxdb.bucket}_1m") |> range(start: {iso(start)}, stop: {iso(start + 2 * MIN)})'
@@ -194,9 +253,8 @@ def test_rollups_and_job_summaries_hold_the_exact_values(stored: tuple[Settings,
 
 
 def test_long_ranges_read_the_rollups(stored: tuple[Settings, int, list[dict]]) -> None:  # type: ignore[type-arg]
-    settings, start, rows = stored
+    settings, _start, rows = stored
     with Store.from_settings(settings) as store:
-        assert run_task(store, task_specs(settings)[0].name, start + 2 * MIN).status == "success"
         scope = Scope(cluster=settings.cluster)
         for fn in ("max", "mean", "count"):
             result = trend(store, TrendQuery("power_watts", "gpu", "1m", "3d", fn, scope))
@@ -231,7 +289,7 @@ def test_storage_status_and_backfill_from_the_cli(stored: tuple[Settings, int, l
     env = _env(settings)
     backfill = CliRunner().invoke(cli, ["storage", "rollup", "--at", iso(start + 2 * MIN)], env=env)
     assert backfill.exit_code == 0, backfill.output
-    assert [line.split()[0] for line in backfill.output.splitlines()] == ["success", "success"]
+    assert [line.split()[0] for line in backfill.output.splitlines()] == ["success"]
     status = CliRunner().invoke(cli, ["storage", "status"], env=env)
     assert status.exit_code == 0, status.output
     lines = status.output.splitlines()
@@ -240,4 +298,55 @@ def test_storage_status_and_backfill_from_the_cli(stored: tuple[Settings, int, l
         ["ok", "kept", "90"],
         ["ok", "kept", "400"],
     ]
-    assert all("active" in line and "last run success" in line for line in lines[3:5])
+    assert len(lines) == 4 and "active" in lines[3] and "last run success" in lines[3]
+
+
+def previous_rollup_task_flux(name: str, raw: str, rollup: str, org: str) -> str:
+    """The InfluxDB task the previous version installed for the 1-minute rollups (its Flux as it was), kept here
+    as the reference the stream's rollups are checked against."""
+    measurement, fields = "gpu", ROLLUP_FIELDS
+    fields_predicate = "(" + " or ".join(f"r._field == {string(f)}" for f in fields) + ")"
+    not_benign = "    |> filter(fn: (r) => " + " and ".join(f"r._value != {v!r}" for v in BENIGN_MASKS) + ")"
+    out = f"to(bucket: {string(rollup)}, org: {string(org)})"
+    src = f"from(bucket: {string(raw)})\n    |> range(start: start, stop: stop)"
+
+    def count_as(field_name: str, filters: str) -> str:
+        return (
+            f"{src}\n{filters}\n"
+            '    |> aggregateWindow(every: 1m, fn: count, timeSrc: "_start", createEmpty: false)\n'
+            f"    |> map(fn: (r) => ({{r with _value: float(v: r._value), _field: {string(field_name)}}}))\n"
+            f"    |> {out}"
+        )
+
+    series = ", ".join(string(t) for t in (*TAGS["gpu"], "_measurement"))
+    per_fn = "\n\n".join(
+        f"{src}\n"
+        f"    |> filter(fn: (r) => r._measurement == {string(measurement)} and {fields_predicate})\n"
+        f'    |> aggregateWindow(every: 1m, fn: {fn}, timeSrc: "_start", createEmpty: false)\n'
+        f'    |> map(fn: (r) => ({{r with _value: float(v: r._value), _field: r._field + "_{fn}"}}))\n'
+        f"    |> group(columns: [{series}])\n"
+        '    |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
+        f"    |> experimental.to(bucket: {string(rollup)}, org: {string(org)})"
+        for fn in ("mean", "max", "min", "count")
+    )
+    mask = f'    |> filter(fn: (r) => r._measurement == {string(measurement)} and r._field == "throttle_reasons_mask")'
+    verdict = f'    |> filter(fn: (r) => r._measurement == {string(measurement)} and r._field == "verdict")'
+    counts = [
+        count_as("throttle_samples", mask),
+        count_as("throttled_samples", mask + "\n" + not_benign),
+        *(count_as(f"verdict_{v}", f'{verdict}\n    |> filter(fn: (r) => r._value == "{v}")') for v in VERDICTS),
+    ]
+    return f"""import "date"
+import "experimental"
+
+option task = {{name: {string(name)}, every: 1m, offset: 15s}}
+
+stop = date.truncate(t: now(), unit: 1m)
+start = date.sub(d: 2m, from: stop)
+
+{per_fn}
+
+{chr(10).join(c + chr(10) for c in counts)}"""
+
+
+VERDICTS = ("unusual", "anomalous")

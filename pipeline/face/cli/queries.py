@@ -240,14 +240,14 @@ def jobs_cmd(ctx: click.Context, /, **kw: Any) -> None:
 
 @cli.group("storage")
 def storage_group() -> None:
-    """Buckets, retention and rollups (1-minute and per-job) in InfluxDB."""
+    """Buckets, retention and the job summaries in InfluxDB (the sink writes the 1-minute rollups)."""
 
 
 @storage_group.command("setup")
-@click.option("--tasks/--no-tasks", default=True, help="Also install the rollup tasks.")
+@click.option("--tasks/--no-tasks", default=True, help="Also install the job-summary task.")
 @click.pass_context
 def storage_setup_cmd(ctx: click.Context, tasks: bool) -> None:
-    """Create or update the buckets, their retention, InfluxQL mappings and rollup tasks (idempotent)."""
+    """Create or update the buckets, their retention, InfluxQL mappings and the job-summary task (idempotent)."""
     from sinks.retention import setup
 
     settings = resolved(ctx, kafka=False)
@@ -260,7 +260,7 @@ def storage_setup_cmd(ctx: click.Context, tasks: bool) -> None:
 @storage_group.command("status")
 @click.pass_context
 def storage_status_cmd(ctx: click.Context) -> None:
-    """The buckets and rollup tasks as they are now, with each task's last run."""
+    """The buckets and the job-summary task as they are now, with its last run."""
     from sinks.retention import status
 
     with _store(ctx) as store:
@@ -277,7 +277,8 @@ def storage_status_cmd(ctx: click.Context) -> None:
 @click.option("--at", "at", required=True, help="Run the tasks as if scheduled at this time (RFC 3339): back-fill.")
 @click.pass_context
 def storage_rollup_cmd(ctx: click.Context, at: str) -> None:
-    """Run the rollup tasks now for a past time, e.g. after an outage (each covers the minutes before --at)."""
+    """Run the job-summary task now for a past time (it covers the 10 minutes before --at); the 1-minute rollups
+    need no back-fill: the sink catches up from Kafka after an outage."""
     from sinks.query.model import parse_time
     from sinks.retention import run_task, task_specs
 

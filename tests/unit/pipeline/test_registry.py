@@ -38,6 +38,7 @@ from pipeline.events import (
 from processors.normalize import RawMessage, process_raw
 from producers.nvml.replay import ReplayNvml
 from producers.simulator import FaultPlan, Fleet, Injection
+from sinks.base import Position
 from sinks.influxdb.lines import InfoTracker, batch_lines, finding_line
 from tests import TESTDATA
 from tests.fakes.nvml import capture_names, load_capture
@@ -115,12 +116,18 @@ class RecordingWriter:
             raise failure
         self.lines += lines
 
+    def ensure_bucket(self, retention_s: int) -> None:
+        self.ensured = retention_s
+
     def close(self) -> None:
         self.closed += 1
 
 
 SINKS: dict[str, Callable[[], tuple[Settings, dict[str, Any]]]] = {
-    "influxdb": lambda: (settings(url="http://127.0.0.1:9", token="t0k3n"), {"writer": RecordingWriter()}),
+    "influxdb": lambda: (
+        settings(url="http://127.0.0.1:9", token="t0k3n"),
+        {"writer": RecordingWriter(), "rollup_writer": RecordingWriter()},
+    ),
 }
 
 
@@ -236,13 +243,14 @@ def test_every_sink_runs_against_the_contract(name: str) -> None:
     assert sink.name == name and sink.topics == (s.topics.interpreted, s.topics.alerts)
     batches = _interpreted(Fleet(2, 4, cluster="dc1", seed=2, extras=True))
     finding = Finding("thermal-throttling", Severity.WARNING, True, "dc1", "node-0000", "GPU-1", "H100", T0, T0, "hot")
-    prepared = [sink.prepare(s.topics.interpreted, encode_interpreted(b)) for b in batches]
-    prepared.append(sink.prepare(s.topics.alerts, encode_record(finding)))
+    interpreted = [Position(s.topics.interpreted, 0, offset) for offset in range(len(batches))]
+    prepared = [sink.prepare(at.topic, encode_interpreted(b), at) for at, b in zip(interpreted, batches, strict=True)]
+    prepared.append(sink.prepare(s.topics.alerts, encode_record(finding), Position(s.topics.alerts, 0, 0)))
     assert [p.size for p in prepared] == [len(b) for b in batches] + [0]
     assert all((p.ts_ns == b.ts_ns).all() for p, b in zip(prepared, batches, strict=False))
     for topic, value in ((s.topics.interpreted, b"\x00garbage"), ("elsewhere", encode_record(finding))):
         with pytest.raises(DecodeError):
-            sink.prepare(topic, value)
+            sink.prepare(topic, value, Position(topic, 0, 99))
 
     sink.add(prepared[:1])
     writer.fail = TransientWriteError("down")
@@ -252,7 +260,9 @@ def test_every_sink_runs_against_the_contract(name: str) -> None:
     sink.add(prepared[1:])
     sink.flush()
     assert writer.lines == [*batch_lines(batches, InfoTracker()), finding_line(finding)]
-    assert sink.stats() == {"points_written": sum(len(b) for b in batches), "findings_written": 1}
+    assert sink.stats()["points_written"] == sum(len(b) for b in batches) and sink.stats()["findings_written"] == 1
+    # one minute of samples: still open, so the runner may commit no further than its first message
+    assert sink.marks() == {(s.topics.interpreted, 0): (0, f"hermeneut-rollups-closed-before={T0 // 60 // 10**9}")}
 
     sink.add(prepared[:1])
     writer.fail = PermanentWriteError("HTTP 400: bad")
@@ -262,4 +272,4 @@ def test_every_sink_runs_against_the_contract(name: str) -> None:
     assert sink.stats()["points_written"] == sum(len(b) for b in batches)
     sink.close()
     sink.close()
-    assert writer.closed == 1
+    assert writer.closed == deps["rollup_writer"].closed == 1

@@ -7,8 +7,8 @@ import pytest
 
 from pipeline.codec import encode_samples
 from pipeline.config import ValidationSettings
-from pipeline.events import METRIC_NAMES, EventKind, GpuEvent, GpuSample, NicSample, SampleBatch
-from processors.normalize import RawMessage, process_raw, relative_values, validate
+from pipeline.events import METRIC_NAMES, EventKind, GpuEvent, GpuSample, NicSample, SampleBatch, relative_values
+from processors.normalize import RawMessage, process_raw, validate
 from producers.simulator import Fleet
 
 NOW = 1_800_000_000_000_000_000

@@ -9,6 +9,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from confluent_kafka import TopicPartition
+
 from pipeline.deadletter import headers_dict
 from pipeline.errors import SinkBackpressure, TransientWriteError
 from sinks.runner import RunnerConfig, SinkRunner
@@ -100,3 +102,29 @@ def test_unreadable_and_rejected_messages_are_dead_lettered_before_the_commit() 
     assert [v for batch in sink.written for v in batch] == [b"a", b"c", b"e"]  # the rest stored
     assert consumer.committed() == {("in", 0): 5} and runner.stats.dead_lettered == 2
     assert flushed_before_commit([e for e in events if "Permanent" not in e])
+
+
+def test_a_batch_is_handed_off_as_soon_as_it_is_full_not_after_the_whole_consume_call() -> None:
+    """One consume call may bring far more than a batch; the batch must not grow past its size (it did: requests
+    grew to 14x the batch size, outlasted their timeout and were resent whole)."""
+    values = [str(i).encode() for i in range(50)]
+    consumer = FakeConsumer(messages(*values), per_consume=1000)
+    sink = ScriptedSink()
+    run_until(sink, consumer, lambda: consumer.committed().get(("in", 0)) == 50, batch_size=5)
+    assert [v for batch in sink.written for v in batch] == values
+    assert max(len(batch) for batch in sink.written) == 5
+
+
+def test_a_revocation_drops_what_was_prepared_but_not_handed_over() -> None:
+    """Revoked partitions are read again from their last commit: pending messages of them go, the sink forgets
+    what it built from them, and nothing of another partition is dropped."""
+    forgotten: list[tuple[str, int]] = []
+    sink = ScriptedSink()
+    sink.forget = lambda topic, partition: forgotten.append((topic, partition))  # type: ignore[method-assign]
+    runner = SinkRunner(sink, FakeConsumer([]), RecordingPublisher(), RunnerConfig(100))  # type: ignore[arg-type]
+    for m in messages(b"a", b"b", partition=0):
+        runner._add(m)  # type: ignore[arg-type]
+    runner._on_revoke(None, [TopicPartition("in", 1)])
+    assert len(runner._pending) == 2 and forgotten == [("in", 1)]  # another partition's: kept
+    runner._on_revoke(None, [TopicPartition("in", 0), TopicPartition("in", 1)])
+    assert runner._pending == [] and runner._prepared == [] and ("in", 0) in forgotten

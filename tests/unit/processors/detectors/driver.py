@@ -20,10 +20,10 @@ from pipeline.events import (
     InterpretedEvent,
     Workload,
     metric_matrix,
+    relative_values,
 )
 from processors.detectors.stage import Detectors
 from processors.features import features, infer_phase
-from processors.normalize import relative_values
 from tests.fakes.readings import H100, busy_h100
 
 S = 1_000_000_000

@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+
+from pipeline.codec import encode_samples
+from pipeline.config import ValidationSettings
 from pipeline.events import (
     EventKind,
     Finding,
@@ -14,6 +19,9 @@ from pipeline.events import (
     Verdict,
     Workload,
 )
+from processors.normalize import RawMessage, process_raw
+from producers.simulator import Fleet
+from producers.simulator.faults import FaultPlan
 from sinks.influxdb.lines import InfoTracker, batch_lines, finding_line
 
 
@@ -100,3 +108,48 @@ def test_finding_line() -> None:
     )
     assert "active=1.0," in line and 'job_id="j1"' in line and "ev_temperature_gpu_celsius=89.0" in line
     assert line.endswith(" 2")
+
+
+def _parse(line: str) -> tuple[str, str, int, dict[str, str]]:
+    """(measurement, gpu, ts_ms, fields) of a line without commas in its string fields' values."""
+    head, rest = re.split(r"(?<!\\) ", line, maxsplit=1)
+    fields, ts = rest.rsplit(" ", 1)
+    measurement, _, tags = head.partition(",")
+    gpu = dict(t.split("=", 1) for t in tags.split(","))["gpu"]
+    return measurement, gpu, int(ts), dict(f.split("=", 1) for f in fields.split(","))
+
+
+def test_what_is_written_on_change_gives_every_row_back_when_filled_forward() -> None:
+    """The sink writes states, counters and the interpretation only when they change (and at the first sample of
+    every 10 minutes); filling each GPU's fields forward gives exactly the rows written in full."""
+    fleet = Fleet(2, 8, seed=3, faults=FaultPlan.for_evaluation(2, 900, 4))
+    start = 1_800_000_000_000_000_000 - 300 * 10**9  # 5 minutes before a 10-minute boundary
+    tracker, written, full = InfoTracker(), 0, 0
+    state: dict[str, dict[str, str]] = {}
+    for r in range(0, 720, 3):
+        msgs = [RawMessage(b.kafka_key, encode_samples(b), "t") for r2 in range(r, r + 3)
+                for b in fleet.tick(start + r2 * 10**9)]  # fmt: skip
+        batches = [b for _, b in process_raw(msgs, start + r * 10**9, ValidationSettings()).forward]
+        batches = [replace(b, phase=tuple("compute" if i % 7 else "eval" for i in range(len(b)))) for b in batches]
+        sparse = [_parse(x) for x in batch_lines(batches, tracker) if x.startswith("gpu,") and "explanation=" not in x]
+        dense = [_parse(x) for x in batch_lines(batches) if x.startswith("gpu,") and "explanation=" not in x]
+        assert [(g, t) for _, g, t, _ in sparse] == [(g, t) for _, g, t, _ in dense]
+        for (_, gpu, ts, fields), (_, _, _, want) in zip(sparse, dense, strict=True):
+            known = state.setdefault(gpu, {})
+            known.update(fields)
+            assert {k: known[k] for k in want} == want, (gpu, ts)
+            if ts // 600_000 != (ts - 1000) // 600_000:
+                assert fields == want  # the first sample of a refresh period carries everything
+            written += len(fields)
+            full += len(want)
+    assert written < 0.75 * full
+
+
+def test_tags_are_built_once_per_gpu_and_are_the_same_as_without_a_tracker() -> None:
+    fleet = Fleet(2, 8, seed=1)
+    msgs = [RawMessage(b.kafka_key, encode_samples(b), "t") for b in fleet.tick(1_800_000_000_000_000_000)]
+    batches = [b for _, b in process_raw(msgs, 1_800_000_000_000_000_000, ValidationSettings()).forward]
+    tracker = InfoTracker()
+    with_tracker = [x.split(" ", 1)[0] for x in batch_lines(batches, tracker) if x.startswith("gpu,")]
+    assert with_tracker == [x.split(" ", 1)[0] for x in batch_lines(batches) if x.startswith("gpu,")]
+    assert len(tracker.tags) == 16

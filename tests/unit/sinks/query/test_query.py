@@ -7,6 +7,7 @@ import csv
 import io
 import json
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -22,9 +23,9 @@ from sinks.query import (
     render,
 )
 from sinks.query.compare import JobFeature
-from sinks.query.flux import aggregate_flux, points_flux, rollup_task_flux, time_literal
+from sinks.query.flux import aggregate_flux, points_flux, time_literal
 from sinks.query.flux import string as flux_string
-from sinks.query.influxql import aggregate_influxql, points_influxql
+from sinks.query.influxql import InfluxQLBackend, aggregate_influxql, points_influxql
 from sinks.query.influxql import string as influxql_string
 from sinks.query.model import (
     BENIGN_MASKS,
@@ -34,6 +35,7 @@ from sinks.query.model import (
     FieldEquals,
     Filter,
     Points,
+    Scale,
     TagIn,
     TimeRange,
     ValueBelow,
@@ -137,6 +139,23 @@ def test_flux_filters_on_a_job_field_through_a_pivot() -> None:
     assert 'r["job_id"] == "j-1"' in flux and "|> mean()" in flux
 
 
+def test_a_relative_value_is_a_reading_over_the_limit_in_force_at_each_point() -> None:
+    changed_at = RANGE.start_ns + 600 * NS
+    scale = Scale("power_ratio_of_limit", "power_watts",
+                  (("GPU-a", ((0, 700.0),)), ("GPU-b", ((0, 700.0), (changed_at, 500.0)))))  # fmt: skip
+    plan = Aggregate("t", "gpu", (Expr("power_ratio_of_limit", "p95"),), RANGE, scales=(scale,))
+    flux = aggregate_flux(plan)
+    assert flux.startswith('import "dict"')
+    assert 'dict.fromList(pairs: [{key: "GPU-a", value: 700.0}, {key: "GPU-b", value: 700.0}])' in flux
+    assert 'r._field == "power_watts"' in flux and 'r._field == "power_ratio_of_limit"' not in flux
+    assert f'if r.gpu == "GPU-b" then (if r._time < {time_literal(changed_at)} then 700.0 else 500.0)' in flux
+    assert '_field: "power_ratio_of_limit"' in flux  # named as asked, then aggregated like any field
+    assert flux.index("map(fn:") < flux.index("quantile(")
+    no_limits = replace(plan, scales=(replace(scale, limits=()),))
+    assert "filter(fn: (r) => false)" in aggregate_flux(no_limits)
+    assert InfluxQLBackend("http://127.0.0.1:1", "t", "o", 1.0).unsupported(plan)
+
+
 def test_throttled_samples_are_the_non_benign_masks() -> None:
     assert sorted(BENIGN_MASKS) == [0, 1, 2, 3, 16, 17, 18, 19, 256, 257, 258, 259, 272, 273, 274, 275]
     plan = Aggregate("t", "gpu", (Expr("throttle_reasons_mask", "count"),), RANGE, (ValueNotIn((0.0, 1.0)),))
@@ -220,13 +239,6 @@ def test_rollup_expressions() -> None:
     assert rollup_expr("power_watts", "count") == (Expr("power_watts_count", "sum"), None)
     expr, note = rollup_expr("power_watts", "p95")
     assert expr == Expr("power_watts_mean", "p95") and note and "1-minute means" in note
-
-
-def test_rollup_task_writes_every_aggregate_to_the_rollup_bucket() -> None:
-    flux = rollup_task_flux("n", "raw", "raw_1m", "org", ("power_watts",))
-    assert 'option task = {name: "n", every: 1m, offset: 15s}' in flux
-    assert flux.count('to(bucket: "raw_1m", org: "org")') == 8  # mean max min count, 2 throttle counts, 2 verdicts
-    assert '(r._field == "power_watts")' in flux and "contains(" not in flux  # contains() is not pushed down
 
 
 def test_job_position_against_the_band() -> None:
