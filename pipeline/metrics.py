@@ -178,7 +178,7 @@ class _Progress:
     stalled: bool = False
 
 
-@dataclass
+@dataclass(eq=False)  # hashable by identity: a registry keeps its collectors in a dict
 class ConsumerLag:
     """Per assigned partition: messages not yet read by this consumer (``hermeneut_consumer_lag_messages``) and
     whether it is stalled (``hermeneut_consumer_stalled``): messages waiting and none read for ``stall_after_s``.

@@ -8,7 +8,8 @@
 4. live: the fleet in real time, with a few faults injected, judged against what it learned;
 5. a drain until every sample is stored or dead-lettered;
 6. a report: produced / processed / dead-lettered / stored, latency, verdicts, findings, notifications, a trend
-   read back from InfluxDB, and where to look. Ctrl-C stops everything, local services included.
+   read back from InfluxDB, and where to look (the stages' ``/metrics`` among them: they run until the report is
+   printed). Ctrl-C stops everything, local services included.
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ def main_job(
         published = sum(p.stats.published for p in publishers)
         delivered = sum(p.stats.delivered for p in publishers)
         print("6/6 report")
-        report(settings, stats, reports, produced, published, delivered, training, live_from_ns, url, run_dir)
+        report(settings, stats, reports, produced, published, delivered, training, live_from_ns, url, run_dir, stages)
         ok = delivered == published and accounted == produced
     except KeyboardInterrupt:
         interrupted = True
@@ -192,6 +193,12 @@ def main_job(
     return ok
 
 
+def metrics_lines(stages: list[Stage]) -> str:
+    """The "where to look" lines of the stages' ``/metrics`` (served until the job ends, like the stages)."""
+    lines = [f"  metrics    {s.metrics_url}  ({s.name}; Prometheus text)\n" for s in stages if s.metrics_url]
+    return "".join(lines) or "  metrics    off (metrics.enabled is false)\n"
+
+
 def report(
     settings: Settings,
     stats: list[dict[str, Any]],
@@ -203,6 +210,7 @@ def report(
     live_from_ns: int,
     url: str,
     run_dir: Path,
+    stages: list[Stage],
 ) -> None:
     """What the main job did and saw, read back from the stages' counters, Kafka and InfluxDB."""
     from pipeline.face.training import TrainingReport
@@ -265,7 +273,8 @@ def report(
         f"  InfluxDB   {i.url}  org={i.org} bucket={i.bucket} (token in {services.state_path(settings)})\n"
         f"  Kafka      {settings.kafka.bootstrap_servers}  topics {settings.topics.raw}, "
         f"{settings.topics.interpreted}, {settings.topics.alerts}, {settings.topics.dead_letter}\n"
-        f"  logs       {run_dir}\n"
+        + metrics_lines(stages)
+        + f"  logs       {run_dir}\n"
         "  try        hermeneut top hot | hermeneut anomalies | hermeneut alerts list --firing | hermeneut rightsize\n"
         "  stop       hermeneut services down"
     )

@@ -1,5 +1,6 @@
 """Stages as child processes: how the main job, the evaluation, the integration tests and the benchmarks run
-``hermeneut <stage>`` with resolved settings, read its stats file and wait for a condition."""
+``hermeneut <stage>`` with resolved settings, read its stats file, find its ``/metrics`` and wait for a
+condition."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 
 from pipeline.config import Settings
 from pipeline.services import child_env
+from pipeline.services.procs import free_port
 
 
 def read_stats(path: Path) -> dict[str, Any]:
@@ -35,12 +37,14 @@ def wait_for(check: Callable[[], bool], timeout_s: float, interval_s: float = 0.
 
 @dataclass
 class Stage:
-    """A hermeneut stage running as a child process, with its log and stats file."""
+    """A hermeneut stage running as a child process, with its log, stats file and ``/metrics`` URL (None when
+    ``metrics.enabled`` is off)."""
 
     name: str
     proc: subprocess.Popen[bytes]
     log: Path
     stats_file: Path
+    metrics_url: str | None = None
 
     def stats(self) -> dict[str, Any]:
         return read_stats(self.stats_file)
@@ -61,12 +65,18 @@ class Stage:
 def start_stage(
     name: str, settings: Settings, run_dir: Path, *extra: str, command: tuple[str, ...] | None = None
 ) -> Stage:
-    """Start ``hermeneut <command or name>`` with the (resolved) settings handed over through the environment."""
+    """Start ``hermeneut <command or name>`` with the (resolved) settings handed over through the environment and
+    its ``/metrics`` on a free port of ``metrics.host``."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log, stats = run_dir / f"{name}.log", run_dir / f"{name}.stats.json"
     stats.unlink(missing_ok=True)
     env = child_env(settings) | {"PYTHONUNBUFFERED": "1"}
     argv = [sys.executable, "-m", "pipeline.face.cli", "-v", *(command or (name,)), "--stats-file", str(stats)]
+    metrics_url = None
+    if settings.metrics.enabled:
+        port = free_port()
+        argv += ["--metrics-port", str(port)]
+        metrics_url = f"http://{settings.metrics.host}:{port}/metrics"
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [*argv, *extra],
@@ -75,4 +85,4 @@ def start_stage(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
-    return Stage(name, proc, log, stats)
+    return Stage(name, proc, log, stats, metrics_url)
