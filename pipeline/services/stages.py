@@ -52,6 +52,10 @@ class Stage:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def kept(self) -> dict[str, Any]:
+        """How pipeline.services.keep_stages records it, to stop it later from another process."""
+        return {"name": self.name, "pid": self.proc.pid, "log": str(self.log), "metrics": self.metrics_url}
+
     def stop(self, timeout_s: float = 60.0) -> int:
         if self.alive():
             self.proc.terminate()
@@ -63,10 +67,16 @@ class Stage:
 
 
 def start_stage(
-    name: str, settings: Settings, run_dir: Path, *extra: str, command: tuple[str, ...] | None = None
+    name: str,
+    settings: Settings,
+    run_dir: Path,
+    *extra: str,
+    command: tuple[str, ...] | None = None,
+    session: bool = False,
 ) -> Stage:
     """Start ``hermeneut <command or name>`` with the (resolved) settings handed over through the environment and
-    its ``/metrics`` on a free port of ``metrics.host``."""
+    its ``/metrics`` on a free port of ``metrics.host``; ``session``: in a process group of its own, so it can
+    outlive the caller and be stopped as a group (pipeline.services.keep_stages)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log, stats = run_dir / f"{name}.log", run_dir / f"{name}.stats.json"
     stats.unlink(missing_ok=True)
@@ -84,5 +94,6 @@ def start_stage(
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            start_new_session=session,
         )
     return Stage(name, proc, log, stats, metrics_url)
