@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.context
 	$(BIN)/python -m bench.scoring
 	$(BIN)/python -m bench.detectors
+	$(BIN)/python -m bench.metrics
 	$(BIN)/python -m bench.alerts
 	$(BIN)/python -m bench.queries
 	$(BIN)/python -m bench.dashboard

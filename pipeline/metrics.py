@@ -35,6 +35,7 @@ from prometheus_client import (
     start_http_server,
 )
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from pipeline.errors import ConfigError
 
@@ -159,12 +160,9 @@ class BulkHistogram:
     def collect(self) -> Iterable[Metric]:
         with self._lock:
             cumulative, total = np.cumsum(self._counts).tolist(), self._sum
-        buckets = list(zip([*(_le(b) for b in self._bounds.tolist()), "+Inf"], cumulative, strict=True))
+        # bounds written as prometheus_client's Histogram writes them ("1.0", not "1"): one le value per bound
+        buckets = list(zip([*map(floatToGoString, self._bounds.tolist()), "+Inf"], cumulative, strict=True))
         yield HistogramMetricFamily(self.name, self.help, buckets=buckets, sum_value=total)
-
-
-def _le(bound: float) -> str:
-    return str(int(bound)) if bound == int(bound) else repr(bound)
 
 
 #: a partition as a consumer sees it

@@ -52,14 +52,20 @@ def containers() -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def section(title: str) -> str:
-    """The README's section under ``title`` (any heading level), up to the next heading of that level or higher."""
-    text = README.read_text()
-    found = re.search(rf"^(#+) {re.escape(title)}\n", text, re.MULTILINE)
-    assert found, f"README has no section {title!r}"
-    level = len(found.group(1))
-    rest = text[found.end() :]
-    end = re.search(rf"^#{{1,{level}}} ", rest, re.MULTILINE)
-    return rest[: end.start()] if end else rest
+    """The README's section under ``title`` (any heading level), up to the next heading of that level or higher
+    (a ``#`` line inside a fenced code block is a shell comment, not a heading)."""
+    lines = README.read_text().splitlines()
+    heading = re.compile(r"^(#+) (.*)$")
+    starts = [i for i, line in enumerate(lines) if (m := heading.match(line)) and m.group(2) == title]
+    assert starts, f"README has no section {title!r}"
+    level, out, fenced = len(heading.match(lines[starts[0]]).group(1)), [], False  # type: ignore[union-attr]
+    for line in lines[starts[0] + 1 :]:
+        fenced ^= line.startswith("```")
+        m = heading.match(line)
+        if m and not fenced and not line.startswith("```") and len(m.group(1)) <= level:
+            break
+        out.append(line)
+    return "\n".join(out)
 
 
 # --- Kubernetes
