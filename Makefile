@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 
 $(STAMP): pyproject.toml
-	@command -v java >/dev/null && command -v mvn >/dev/null || { echo "need Java 17+ and Maven (Debian: apt-get install openjdk-17-jdk-headless maven)"; exit 2; }
+	@command -v java >/dev/null && command -v mvn >/dev/null || { echo "need Java 17+ and Maven (Debian: apt-get install --no-install-recommends openjdk-17-jdk-headless maven)"; exit 2; }
 	@command -v go >/dev/null && command -v cargo >/dev/null || { echo "need Go and Rust (rustup) to build influxd once"; exit 2; }
 	@command -v pkg-config >/dev/null || { apt-get update -qq && $(APT_INSTALL) pkg-config; }
 	$(PYTHON) -m venv $(VENV)

@@ -240,7 +240,6 @@ def create_app(
     stats = ProcessorStats()
     metrics = ProcessorMetrics(registry, lambda: asdict(stats), settings.metrics.stale_after_s)
     connections = connections or Connections(settings)
-    quiet_idle_streams()
 
     async def publish_findings(findings: list[Finding]) -> None:
         for finding in findings:
@@ -322,6 +321,7 @@ def run_worker(
     registry: CollectorRegistry | None = None,
 ) -> None:
     """Run the processor until SIGTERM/SIGINT (faust drains and commits on the way out)."""
+    quiet_idle_streams()
     connections = Connections(settings)
     app = create_app(settings, stats_file, connections, registry)
     worker = faust.Worker(app, OpenAtStart(connections), loglevel=loglevel, quiet=True)

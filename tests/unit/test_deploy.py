@@ -249,6 +249,18 @@ def test_the_slurm_folder_is_where_prolog_watch_and_tmpfiles_agree() -> None:
     assert "--slurm-dir" in _unit(SYSTEMD / "hermeneut-context.service")["Service"]["ExecStart"]
 
 
+# --- what make installs
+
+
+def test_debian_packages_come_without_their_recommends() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    installs = re.findall(r"apt-get install[^\n;|&]*", makefile)
+    assert installs and all("--no-install-recommends" in line for line in installs), installs
+    tools = makefile[makefile.index("\ntools:") :].split("\n\n", 1)[0]
+    for package in ("chromium", "prometheus", "systemd"):
+        assert re.search(rf"\$\(APT_INSTALL\) {package}\b", tools), package
+
+
 # --- README
 
 
