@@ -188,7 +188,7 @@ class SinkRunner(Generic[T]):
         self._give_up_at: float | None = None
         self._reset_pending()
         self._dead_letters = dead_letters(registry)
-        self._batch_size = Histogram("hermeneut_sink_batch_size", f"Units ({sink.name}: samples) per batch.",
+        self._batch_size = Histogram("hermeneut_sink_batch_size", "The sink's units per batch (influxdb: samples).",
                                      buckets=SIZE_BUCKETS, registry=registry)  # fmt: skip
         self._flush_seconds = Histogram("hermeneut_sink_flush_seconds", "Seconds per flush attempt.", ["outcome"],
                                         buckets=DURATION_BUCKETS, registry=registry)  # fmt: skip
