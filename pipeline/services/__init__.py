@@ -16,7 +16,6 @@ import logging
 import os
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from pydantic import SecretStr
 from pipeline.config import Settings, settings_env
 from pipeline.errors import ConfigError, ServiceError
 from pipeline.services import influxdb, kafka
-from pipeline.services.procs import free_port, pid_alive, port_open, start_daemon, stop_pid, wait_until
+from pipeline.services.procs import answers, free_port, pid_alive, port_open, start_daemon, stop_pid, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +91,7 @@ def _web_running(info: dict[str, Any] | None) -> bool:
 
 
 def web_healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
+    return answers(f"{url}/healthz")
 
 
 def start_web(settings: Settings) -> LocalState:

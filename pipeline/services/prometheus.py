@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import ServiceError
-from pipeline.services.procs import free_port, pid_alive, start_daemon, stop_pid, wait_until
+from pipeline.services.procs import answers, free_port, pid_alive, start_daemon, stop_pid, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -117,14 +117,6 @@ class PrometheusProcess:
         return active
 
 
-def ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
-
-
 def start(
     run_dir: Path,
     config: Mapping[str, Any],
@@ -151,7 +143,7 @@ def start(
     pid = start_daemon(cmd, run_dir / "prometheus.log")
     proc = PrometheusProcess(port, pid, run_dir)
     try:
-        wait_until(lambda: ready(proc.url), timeout_s, "Prometheus", proc.alive)
+        wait_until(lambda: answers(f"{proc.url}/-/ready"), timeout_s, "Prometheus", proc.alive)
     except ServiceError as exc:
         proc.stop()
         raise ServiceError(f"{exc}; see {proc.log_path}") from exc
