@@ -4,12 +4,14 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench services-down clean chromium
+.PHONY: run test bench services-down clean tools wheel
+# Debian packages, without their recommends (Chromium's would bring avahi-daemon and samba libraries)
+APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 
 $(STAMP): pyproject.toml
-	@command -v java >/dev/null && command -v mvn >/dev/null || { echo "need Java 17+ and Maven (Debian: apt-get install openjdk-17-jdk-headless maven)"; exit 2; }
+	@command -v java >/dev/null && command -v mvn >/dev/null || { echo "need Java 17+ and Maven (Debian: apt-get install --no-install-recommends openjdk-17-jdk-headless maven)"; exit 2; }
 	@command -v go >/dev/null && command -v cargo >/dev/null || { echo "need Go and Rust (rustup) to build influxd once"; exit 2; }
-	@command -v pkg-config >/dev/null || { apt-get update -qq && apt-get install -y -qq pkg-config; }
+	@command -v pkg-config >/dev/null || { apt-get update -qq && $(APT_INSTALL) pkg-config; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
@@ -18,15 +20,19 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/hermeneut run $(ARGS)
 
-# the dashboard's end-to-end tests drive Debian's Chromium (Playwright never downloads a browser here)
-CHROMIUM := $(shell command -v chromium 2>/dev/null)
+# What the tests drive besides Kafka and InfluxDB, from Debian when missing: Chromium for the dashboard's end-to-end
+# tests (Playwright never downloads a browser here), Prometheus and promtool (/metrics scraped, rules checked),
+# systemd-analyze (the units of deploy/systemd verified).
+tools:
+	@command -v chromium >/dev/null || { apt-get update -qq && $(APT_INSTALL) chromium; }
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { apt-get update -qq && $(APT_INSTALL) prometheus; }
+	@command -v systemd-analyze >/dev/null || { apt-get update -qq && $(APT_INSTALL) systemd; }
 
-chromium:
-ifeq ($(CHROMIUM),)
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
-endif
+# the wheel the Dockerfile builds and tests/integration/test_packaging.py installs in a clean venv
+wheel: $(STAMP)
+	$(BIN)/python -m pip wheel --no-deps --wheel-dir dist .
 
-test: $(STAMP) chromium
+test: $(STAMP) tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
@@ -40,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.context
 	$(BIN)/python -m bench.scoring
 	$(BIN)/python -m bench.detectors
+	$(BIN)/python -m bench.metrics
 	$(BIN)/python -m bench.alerts
 	$(BIN)/python -m bench.queries
 	$(BIN)/python -m bench.dashboard

@@ -348,6 +348,35 @@ class WebSettings(_Section):
     token: SecretStr | None = None
 
 
+#: the stages that serve /metrics, each on its own port (``metrics.<stage>_port``)
+METRICS_STAGES: tuple[str, ...] = ("collect", "context", "process", "sink", "alerts", "web")
+
+
+class MetricsSettings(_Section):
+    """Where each long-running stage serves ``/metrics`` for Prometheus (pipeline/metrics.py, docs/metrics.md).
+
+    Loopback by default: set ``host`` to ``0.0.0.0`` (or the node's address) when Prometheus runs elsewhere. Each
+    stage has its own port, so all of them can run on one host; 0 picks a free port (the CLI prints it).
+    """
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    collect_port: int = Field(default=9471, ge=0, le=65535)
+    context_port: int = Field(default=9472, ge=0, le=65535)
+    process_port: int = Field(default=9473, ge=0, le=65535)
+    sink_port: int = Field(default=9474, ge=0, le=65535)
+    alerts_port: int = Field(default=9475, ge=0, le=65535)
+    web_port: int = Field(default=9476, ge=0, le=65535)
+    #: a GPU's verdict, or an open finding, not heard of for this long leaves the processor's exposition (the node
+    #: went away, or its partition moved to another processor, which exposes it from then on)
+    stale_after_s: float = Field(default=180.0, gt=0, le=86_400)
+
+    def port(self, stage: str) -> int:
+        """The port of ``stage`` (one of METRICS_STAGES)."""
+        port: int = getattr(self, f"{stage}_port")
+        return port
+
+
 class Settings(BaseSettings):
     """Everything a hermeneut process needs to know before it connects to anything."""
 
@@ -369,6 +398,7 @@ class Settings(BaseSettings):
     detectors: DetectorSettings = DetectorSettings()
     storage: StorageSettings = StorageSettings()
     web: WebSettings = WebSettings()
+    metrics: MetricsSettings = MetricsSettings()
     #: the TOML file below the environment; set only on the class :func:`load_settings` builds for a file
     toml_file: ClassVar[Path | None] = None
 

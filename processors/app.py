@@ -11,7 +11,8 @@ Building the app connects to nothing: the interpreted topic's partition count an
 topics the interpretation reads are :class:`Connections`, opened when the worker starts (:func:`run_worker` runs
 them as a service ahead of the app, so the mirrors are read to their end before the consumer joins its group).
 
-Run it with ``hermeneut process``. Counters are logged every 10 s and written to ``--stats-file``.
+Run it with ``hermeneut process``. Counters are logged every 10 s, written to ``--stats-file`` and exposed on
+``/metrics`` with what the processor concluded (processors.metrics, processors.conclusions).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import faust
 import mode
 from confluent_kafka.admin import AdminClient
 from faust.types import EventT
+from prometheus_client import CollectorRegistry
 
 from pipeline.codec import decode_record, encode_interpreted, encode_record
 from pipeline.config import Settings
@@ -41,6 +43,7 @@ from processors.baselines.store import BaselineSet, BaselineStore, decode_baseli
 from processors.detectors.stage import Detectors
 from processors.enrich import ContextTimeline, Enricher
 from processors.interpret import Interpreter
+from processors.metrics import ProcessorMetrics, faust_lag, quiet_idle_streams
 from processors.normalize import RawMessage, process_raw
 from processors.state import GpuSlots
 
@@ -194,10 +197,16 @@ class OpenAtStart(mode.Service):
         await self.connections.ready()
 
 
-def create_app(settings: Settings, stats_file: Path | None = None, connections: Connections | None = None) -> faust.App:
+def create_app(
+    settings: Settings,
+    stats_file: Path | None = None,
+    connections: Connections | None = None,
+    registry: CollectorRegistry | None = None,
+) -> faust.App:
     """Build the faust app for resolved settings (Kafka bootstrap servers known); connects to nothing.
 
-    ``connections`` are opened at worker start-up (:class:`OpenAtStart`), else when the agent first runs."""
+    ``connections`` are opened at worker start-up (:class:`OpenAtStart`), else when the agent first runs; the
+    processor's metrics register on ``registry`` (processors.metrics)."""
     assert settings.kafka.bootstrap_servers, "resolve local services before creating the app"
     datadir = settings.services.state_dir / "faust" / f"{settings.group_prefix}-processor"
     datadir.parent.mkdir(parents=True, exist_ok=True)
@@ -231,18 +240,21 @@ def create_app(settings: Settings, stats_file: Path | None = None, connections: 
     alerts = app.topic(settings.topics.alerts, key_type=bytes, value_type=bytes)
     limits = settings.validation
     stats = ProcessorStats()
+    metrics = ProcessorMetrics(registry, lambda: asdict(stats), settings.metrics.stale_after_s)
     connections = connections or Connections(settings)
 
     async def publish_findings(findings: list[Finding]) -> None:
         for finding in findings:
             await alerts.send(key=finding.dedup_key.encode(), value=encode_record(finding))
         stats.findings += len(findings)
+        metrics.conclusions.findings(findings)
 
     @app.agent(raw, name="interpret")  # type: ignore[arg-type]  # take_events is on Stream, not StreamT
     async def interpret(stream: faust.Stream[bytes]) -> None:
         out_partitions, interpreter = await connections.ready()
         events: Sequence[EventT[bytes]]
         async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            took_at = time.perf_counter()
             messages = [
                 RawMessage(
                     e.message.key,
@@ -256,6 +268,7 @@ def create_app(settings: Settings, stats_file: Path | None = None, connections: 
             outcome = process_raw(messages, now_ns, limits)
             for partition, normalized in outcome.forward:
                 batch, findings = interpreter.apply(normalized, now_ns)
+                metrics.conclusions.observe(batch)
                 # same partition number as the source: one GPU's events stay in order without a key
                 for payload in encoded_parts(batch):
                     await interpreted.send(value=payload, partition=partition % out_partitions)
@@ -267,6 +280,7 @@ def create_app(settings: Settings, stats_file: Path | None = None, connections: 
             stats.dead_lettered += len(outcome.dead)
             stats.messages_out += len(outcome.forward)
             stats.batches += 1
+            metrics.took(len(messages), outcome.dead, time.perf_counter() - took_at)
 
     @app.timer(interval=10.0)  # type: ignore[untyped-decorator]
     async def report() -> None:
@@ -287,6 +301,8 @@ def create_app(settings: Settings, stats_file: Path | None = None, connections: 
         await publish_findings(interpreter.tick(time.time_ns()))
         stats.baselines_version = next((s.version for s in interpreter.stages if isinstance(s, Scorer)), 0)
         stats.write(stats_file)
+        if stats.assigned:
+            metrics.lag.update(faust_lag(app.consumer, app.monitor))
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def on_assigned(_app: Any, *_args: Any, **_kwargs: Any) -> None:
@@ -300,9 +316,15 @@ def create_app(settings: Settings, stats_file: Path | None = None, connections: 
     return app
 
 
-def run_worker(settings: Settings, stats_file: Path | None = None, loglevel: str = "warning") -> None:
+def run_worker(
+    settings: Settings,
+    stats_file: Path | None = None,
+    loglevel: str = "warning",
+    registry: CollectorRegistry | None = None,
+) -> None:
     """Run the processor until SIGTERM/SIGINT (faust drains and commits on the way out)."""
+    quiet_idle_streams()
     connections = Connections(settings)
-    app = create_app(settings, stats_file, connections)
+    app = create_app(settings, stats_file, connections, registry)
     worker = faust.Worker(app, OpenAtStart(connections), loglevel=loglevel, quiet=True)
     worker.execute_from_commandline()

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Histogram
 from tqdm import tqdm
 
 from pipeline.codec import CONTENT_TYPE, encode_record, encode_samples
@@ -43,6 +44,7 @@ from pipeline.config import TopicSettings
 from pipeline.deadletter import dead_letter
 from pipeline.errors import BadSourceData, SourceUnavailable
 from pipeline.events import EventKind, FaultRecord, GpuContext, NodeTopology, SampleBatch
+from pipeline.metrics import DURATION_BUCKETS, PUBLISHER_FIELDS, Field, StatsView, counter, dead_letters
 from pipeline.publisher import Headers, Publisher
 from pipeline.stats import write_stats
 from producers.source import Record, Source
@@ -81,6 +83,34 @@ class AgentReport:
     collect_s: float = 0.0
 
 
+#: the report's counters as ``/metrics`` shows them (the stats file has the same numbers under the keys)
+AGENT_FIELDS: tuple[Field, ...] = (
+    counter("rounds", "hermeneut_collector_rounds_total", "Sampling rounds taken."),
+    counter("samples", "hermeneut_collector_samples_total", "GPU samples queued for Kafka."),
+    counter("events", "hermeneut_collector_gpu_events_total", "GPU events (XID, ECC, GPU lost, ...) queued."),
+    counter("nics", "hermeneut_collector_nic_readings_total", "NIC port readings queued."),
+    counter("messages", "hermeneut_collector_messages_total", "Node messages queued on the raw topic."),
+    counter("late_rounds", "hermeneut_collector_late_rounds_total", "Rounds that took longer than the interval."),
+    counter("skipped_rounds", "hermeneut_collector_skipped_rounds_total", "Sampling slots missed: still busy."),
+    counter("source_errors", "hermeneut_collector_source_errors_total", "Rounds the source could not be read."),
+    counter("topologies", "hermeneut_collector_topologies_total", "Node topologies published (new or changed)."),
+    counter("contexts", "hermeneut_collector_contexts_total", "Workload-context records from the source."),
+    counter("ground_truth", "hermeneut_collector_ground_truth_total", "Ground-truth fault records (simulator)."),
+    counter("unqueued_samples", "hermeneut_collector_unqueued_samples_total", "Samples read, never queued."),
+    counter("collect_s", "hermeneut_collector_read_seconds_total", "Seconds spent reading the source."),
+    *PUBLISHER_FIELDS,
+)
+
+
+def source_fields(source: Source) -> tuple[Field, ...]:
+    """The source's own counters (``Source.stats``: NVML errors, unsupported readings, ...) as
+    ``hermeneut_collector_<counter>_total``."""
+    return tuple(
+        counter(key, f"hermeneut_collector_{key}_total", f"{source.name} source: {key.replace('_', ' ')}.")
+        for key in source.stats()
+    )
+
+
 def _same_topology(a: NodeTopology | None, b: NodeTopology) -> bool:
     return a is not None and dataclasses.replace(a, ts_ns=0) == dataclasses.replace(b, ts_ns=0)
 
@@ -103,6 +133,7 @@ class NodeAgent:
         shutdown_grace_s: float = 30.0,
         stats_file: Path | None = None,
         clock: Callable[[], int] = time.time_ns,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.source, self.publisher, self.topics = source, publisher, topics
         self.interval_s = interval_s
@@ -113,6 +144,11 @@ class NodeAgent:
         self.report = AgentReport()
         self._topologies: dict[bytes, NodeTopology] = {}
         self._source_failing = False
+        self._dead_letters = dead_letters(registry)
+        self._read_seconds = Histogram("hermeneut_collector_round_read_seconds", "Seconds one round's read took.",
+                                       buckets=DURATION_BUCKETS, registry=registry)  # fmt: skip
+        if registry is not None:
+            registry.register(StatsView(self.values, AGENT_FIELDS + source_fields(source)))
 
     def _send(self, stop: threading.Event, topic: str, key: bytes | None, value: bytes, headers: Headers) -> bool:
         while not self.publisher.publish(topic, key, value, headers, timeout_s=_QUEUE_WAIT_S):
@@ -134,10 +170,13 @@ class NodeAgent:
             letter = dead_letter(None, exc.payload, exc.reason, exc.detail, STAGE, exc.origin)
             if self._send(stop, self.topics.dead_letter, letter.key, letter.value, letter.headers):
                 self.report.dead_lettered += 1
+                self._dead_letters.labels(exc.reason).inc()
             log.error("%s: unreadable answer dead-lettered (%s)", self.source.name, exc)
             return []
         finally:
-            self.report.collect_s += time.perf_counter() - started
+            took = time.perf_counter() - started
+            self.report.collect_s += took
+            self._read_seconds.observe(took)
         if self._source_failing:
             log.info("%s: reading again", self.source.name)
             self._source_failing = False
@@ -254,9 +293,13 @@ class NodeAgent:
         )
         return r
 
-    def write_stats(self) -> None:
+    def values(self) -> dict[str, Any]:
+        """The agent's counters, as the stats file and ``/metrics`` (:data:`AGENT_FIELDS`) show them."""
         s = self.publisher.stats
         values: dict[str, Any] = dataclasses.asdict(self.report) | self.source.stats()
         values |= {"published": s.published, "delivered": s.delivered, "failed": s.failed, "in_flight": s.in_flight}
         values["blocked_s"] = s.blocked_s
-        write_stats(self.stats_file, values)
+        return values
+
+    def write_stats(self) -> None:
+        write_stats(self.stats_file, self.values())

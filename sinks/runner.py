@@ -13,6 +13,9 @@ queue fills, the consumer pauses its partitions (still polling, so it keeps its 
 committed, so nothing acknowledged is lost; a replay after a crash rewrites identical data. A message the sink
 cannot prepare, or a batch the destination rejects as data, goes to the dead-letter topic (delivered before the
 offset is committed) and is counted.
+
+Counters go to the ``--stats-file`` and, with the batch sizes, flush times, sample -> stored latency and consumer lag,
+to ``/metrics`` (:data:`RUNNER_FIELDS`, and ``hermeneut_sink_<counter>_total`` for each counter of the sink plugin).
 """
 
 from __future__ import annotations
@@ -29,10 +32,23 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from prometheus_client import CollectorRegistry, Histogram
 
 from pipeline.config import Settings
 from pipeline.deadletter import DeadLetter, dead_letter
 from pipeline.errors import DecodeError, PermanentWriteError, SinkBackpressure, TransientWriteError
+from pipeline.metrics import (
+    DURATION_BUCKETS,
+    SIZE_BUCKETS,
+    BulkHistogram,
+    ConsumerLag,
+    Field,
+    StatsView,
+    counter,
+    dead_letters,
+    gauge,
+    librdkafka_lag,
+)
 from pipeline.publisher import Publisher
 from pipeline.stats import write_stats
 from sinks.base import Position, Prepared, Sink
@@ -45,6 +61,17 @@ _RECENT_NS = 30 * 10**9
 
 
 T = TypeVar("T")
+
+#: the runner's counters as ``/metrics`` shows them (the stats file has the same numbers under the keys)
+RUNNER_FIELDS: tuple[Field, ...] = (
+    counter("messages", "hermeneut_sink_messages_total", "Messages stored (or dead-lettered) and committed."),
+    counter("batches", "hermeneut_sink_batches_total", "Batches stored and committed."),
+    counter("write_retries", "hermeneut_sink_write_retries_total", "Flushes retried after a transient failure."),
+    counter("commits", "hermeneut_sink_commits_total", "Offset commits."),
+    gauge("assigned", "hermeneut_sink_assigned", "1 once the consumer has joined its group."),
+)
+#: sample -> stored, seconds: a live sample takes a fraction of a second, a backfill or an outage much longer
+LATENCY_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 3600)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +172,7 @@ class SinkRunner(Generic[T]):
         config: RunnerConfig | None = None,
         stats_file: Path | None = None,
         clock: Callable[[], int] = time.time_ns,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.sink = sink
         self.consumer = consumer
@@ -161,6 +189,22 @@ class SinkRunner(Generic[T]):
         self._closing = threading.Event()
         self._give_up_at: float | None = None
         self._reset_pending()
+        self._dead_letters = dead_letters(registry)
+        self._batch_size = Histogram("hermeneut_sink_batch_size", "The sink's units per batch (influxdb: samples).",
+                                     buckets=SIZE_BUCKETS, registry=registry)  # fmt: skip
+        self._flush_seconds = Histogram("hermeneut_sink_flush_seconds", "Seconds per flush attempt.", ["outcome"],
+                                        buckets=DURATION_BUCKETS, registry=registry)  # fmt: skip
+        self._latency = BulkHistogram("hermeneut_sink_sample_stored_seconds",
+                                      "Seconds from a sample's time to its batch being stored.", LATENCY_BUCKETS,
+                                      registry)  # fmt: skip
+        self.lag = ConsumerLag(f"{sink.name} sink")
+        if registry is not None:
+            plugin = tuple(
+                counter(key, f"hermeneut_sink_{key}_total", f"{sink.name} sink: {key.replace('_', ' ')}.")
+                for key in sink.stats()
+            )
+            registry.register(StatsView(self.values, RUNNER_FIELDS + plugin))
+            registry.register(self.lag)
 
     def _reset_pending(self) -> None:
         self._pending: list[Message] = []
@@ -192,6 +236,12 @@ class SinkRunner(Generic[T]):
     def write_stats(self) -> None:
         self.stats.write(self.stats_file, self.sink.stats())
 
+    def values(self) -> dict[str, Any]:
+        """The counters of the runner and its sink (no latency summary: that is the stats file's, on demand)."""
+        s = self.stats
+        runner = {"messages": s.messages, "batches": s.batches, "write_retries": s.write_retries}
+        return runner | {"commits": s.commits, "assigned": s.assigned} | self.sink.stats()
+
     def run(self, stop: threading.Event) -> None:
         """Consume and store until ``stop`` is set; then drain what is pending (giving up after a grace)."""
         self._stop = stop
@@ -219,6 +269,7 @@ class SinkRunner(Generic[T]):
                 self._complete()
                 if time.monotonic() - last_stats >= 1.0:
                     self.write_stats()
+                    self.lag.update(librdkafka_lag(self.consumer))
                     last_stats = time.monotonic()
             if self._pending:
                 self._hand_off()
@@ -297,10 +348,16 @@ class SinkRunner(Generic[T]):
         """Flush until it succeeds (True) or the shutdown grace ran out (False); PermanentWriteError passes."""
         delay, attempt = 0.2, 0
         while True:
+            started = time.perf_counter()
             try:
                 self.sink.flush()
+                self._flush_seconds.labels("ok").observe(time.perf_counter() - started)
                 return True
+            except PermanentWriteError:
+                self._flush_seconds.labels("rejected").observe(time.perf_counter() - started)
+                raise
             except TransientWriteError as exc:
+                self._flush_seconds.labels("retried").observe(time.perf_counter() - started)
                 attempt += 1
                 self.stats.write_retries += 1
                 if attempt == 1 or attempt % 10 == 0:
@@ -338,7 +395,10 @@ class SinkRunner(Generic[T]):
             else:
                 stamps = [p.ts_ns for p in job.prepared if p.ts_ns is not None]
                 if stamps:
-                    self.stats.record_latency(job.ack_ns, np.concatenate(stamps))
+                    ts_ns = np.concatenate(stamps)
+                    self.stats.record_latency(job.ack_ns, ts_ns)
+                    self._latency.observe((job.ack_ns - ts_ns) / 1e9)
+                self._batch_size.observe(sum(p.size for p in job.prepared))
             for letter in letters:
                 self.dlq.publish(self.config.dead_letter_topic, letter.key, letter.value, letter.headers)
             if letters and self.dlq.flush(60.0):
@@ -346,6 +406,8 @@ class SinkRunner(Generic[T]):
             self._commit(job.messages, job.marks)
             self.stats.messages += len(job.messages)
             self.stats.dead_lettered += len(letters)
+            for letter in letters:
+                self._dead_letters.labels(letter.reason).inc()
             self.stats.batches += 1
 
     def _letter(self, msg: Message, reason: str, detail: str) -> DeadLetter:

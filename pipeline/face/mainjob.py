@@ -8,7 +8,9 @@
 4. live: the fleet in real time, with a few faults injected, judged against what it learned;
 5. a drain until every sample is stored or dead-lettered;
 6. a report: produced / processed / dead-lettered / stored, latency, verdicts, findings, notifications, a trend
-   read back from InfluxDB, and where to look. Ctrl-C stops everything, local services included.
+   read back from InfluxDB, and where to look, the stages' ``/metrics`` among them. Unless told to stop the local
+   services, the stages keep running with them (``hermeneut services status|down``). Ctrl-C stops everything,
+   local services included.
 """
 
 from __future__ import annotations
@@ -110,17 +112,18 @@ def main_job(
     ensure_topics(settings.kafka.client_config(), topic_specs(settings))
     storage_setup(settings)
     state = services.start_web(settings)
+    services.stop_stages(settings)  # a previous run's stages would share this run's consumer groups
     url = state.web["url"] if state.web else "(dashboard not running)"
     run_dir = Path(state.run_dir) / "pipeline" / time.strftime("%H%M%S")
     stages: list[Stage] = []
     interrupted = False
-    ok = False
+    ok = kept = False
     try:
         print(f"2/6 processor, sink and alert manager (logs in {run_dir}); dashboard at {url}")
         stages = [
-            start_stage("process", settings, run_dir),
-            start_stage("sink", settings, run_dir),
-            start_stage("alerts", settings, run_dir, command=("alerts", "run")),
+            start_stage("process", settings, run_dir, session=True),
+            start_stage("sink", settings, run_dir, session=True),
+            start_stage("alerts", settings, run_dir, command=("alerts", "run"), session=True),
         ]
         if not wait_for(lambda: all(s.stats().get("assigned") or not s.alive() for s in stages), 120):
             print(f"the stages did not join their consumer groups within 120 s; see {run_dir}")
@@ -178,18 +181,36 @@ def main_job(
         published = sum(p.stats.published for p in publishers)
         delivered = sum(p.stats.delivered for p in publishers)
         print("6/6 report")
-        report(settings, stats, reports, produced, published, delivered, training, live_from_ns, url, run_dir)
+        keep = not stop_services
+        web = (state.web or {}).get("metrics")
+        report(settings, stats, reports, produced, published, delivered, training, live_from_ns, url, run_dir,
+               metrics_lines(stages, web, keep))  # fmt: skip
         ok = delivered == published and accounted == produced
+        if keep:
+            services.keep_stages(settings, [stage.kept() for stage in stages])
+            kept = True
     except KeyboardInterrupt:
         interrupted = True
         print("\ninterrupted: stopping the pipeline and the local services")
         return False
     finally:
         for stage in reversed(stages):
-            stage.stop()
+            if not kept:
+                stage.stop()
         if interrupted or stop_services:
             services.down(settings, quiet=True)
     return ok
+
+
+def metrics_lines(stages: list[Stage], web: str | None, kept: bool) -> str:
+    """The "where to look" lines of the ``/metrics`` of the stages and the dashboard."""
+    lines = [f"  metrics    {s.metrics_url}  ({s.name})\n" for s in stages if s.metrics_url]
+    if web:
+        lines.append(f"  metrics    {web}  (web)\n")
+    if not lines:
+        return "  metrics    off (metrics.enabled is false)\n"
+    until = "until `hermeneut services down`" if kept else "no more: the stages stopped with the job"
+    return "".join(lines) + f"             Prometheus text; the stages keep serving {until}\n"
 
 
 def report(
@@ -203,6 +224,7 @@ def report(
     live_from_ns: int,
     url: str,
     run_dir: Path,
+    metrics: str,
 ) -> None:
     """What the main job did and saw, read back from the stages' counters, Kafka and InfluxDB."""
     from pipeline.face.training import TrainingReport
@@ -265,7 +287,8 @@ def report(
         f"  InfluxDB   {i.url}  org={i.org} bucket={i.bucket} (token in {services.state_path(settings)})\n"
         f"  Kafka      {settings.kafka.bootstrap_servers}  topics {settings.topics.raw}, "
         f"{settings.topics.interpreted}, {settings.topics.alerts}, {settings.topics.dead_letter}\n"
-        f"  logs       {run_dir}\n"
+        + metrics
+        + f"  logs       {run_dir}\n"
         "  try        hermeneut top hot | hermeneut anomalies | hermeneut alerts list --firing | hermeneut rightsize\n"
         "  stop       hermeneut services down"
     )

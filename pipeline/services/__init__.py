@@ -4,7 +4,8 @@ up|status|down``.
 Each ``up`` gets a fresh run folder (``<state>/runs/<UTC time>/{kafka,influxdb}``) with data and logs, which are
 kept after ``down``. Ports are free loopback ports. The endpoints and the generated InfluxDB token go to
 ``<state>/services.json`` (mode 0600), which every other command reads when the settings name no external
-servers. Where the settings name an external Kafka or InfluxDB, nothing local is started for it.
+servers. Where the settings name an external Kafka or InfluxDB, nothing local is started for it. Pipeline stages
+the main job leaves running (:func:`keep_stages`) are listed there too, and stop with the services.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import logging
 import os
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from pydantic import SecretStr
 from pipeline.config import Settings, settings_env
 from pipeline.errors import ConfigError, ServiceError
 from pipeline.services import influxdb, kafka
-from pipeline.services.procs import free_port, pid_alive, port_open, start_daemon, stop_pid, wait_until
+from pipeline.services.procs import answers, free_port, pid_alive, port_open, start_daemon, stop_pid, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,8 @@ class LocalState:
     kafka: dict[str, Any] | None = None
     influxdb: dict[str, Any] | None = None
     web: dict[str, Any] | None = None
+    #: pipeline stages left running by the main job: name, pid, log, metrics (their /metrics URL)
+    stages: list[dict[str, Any]] | None = None
 
 
 def state_path(settings: Settings) -> Path:
@@ -89,11 +91,7 @@ def _web_running(info: dict[str, Any] | None) -> bool:
 
 
 def web_healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/healthz", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
+    return answers(f"{url}/healthz")
 
 
 def start_web(settings: Settings) -> LocalState:
@@ -107,14 +105,41 @@ def start_web(settings: Settings) -> LocalState:
     resolved = resolve(settings)
     host = resolved.web.host
     port = resolved.web.port if not port_open(resolved.web.port, host) else free_port()
+    m = resolved.metrics
+    metrics_port = m.web_port if m.web_port and not port_open(m.web_port, m.host) else free_port()
     log_path = Path(state.run_dir) / "web" / "web.log"
     cmd = [sys.executable, "-m", "pipeline.face.cli", "web", "--host", host, "--port", str(port)]
+    cmd += ["--metrics-port", str(metrics_port)]
     pid = start_daemon(cmd, log_path, env=child_env(resolved))
     url = f"http://{host}:{port}"
     wait_until(lambda: web_healthy(url), 60, "the dashboard", lambda: pid_alive(pid))
     state.web = {"pid": pid, "url": url, "log": str(log_path)}
+    if m.enabled:
+        state.web["metrics"] = f"http://{m.host}:{metrics_port}/metrics"
     _write_state(settings, state)
     return state
+
+
+def keep_stages(settings: Settings, stages: list[dict[str, Any]]) -> None:
+    """Record pipeline stages (name, pid, log, metrics) left running, so ``status`` lists them and ``down`` stops
+    them; each must lead its own process group."""
+    state = read_state(settings)
+    if state is None:
+        raise ServiceError("no local services to hand the stages to (`hermeneut services up`)")
+    state.stages = stages
+    _write_state(settings, state)
+
+
+def stop_stages(settings: Settings) -> None:
+    """Stop the stages a previous main job left running (their consumer groups are the next one's)."""
+    state = read_state(settings)
+    if state is None or not state.stages:
+        return
+    for info in state.stages:
+        if pid_alive(int(info["pid"])):
+            stop_pid(int(info["pid"]))
+    state.stages = None
+    _write_state(settings, state)
 
 
 def up(settings: Settings) -> LocalState:
@@ -188,10 +213,16 @@ def status(settings: Settings) -> dict[str, str]:
         lines["influxdb"] = f"external {settings.influxdb.url}"
     web = state.web if state else None
     lines["web"] = (
-        f"up   {web['url']} (dashboard and API, pid {web['pid']}, log {web['log']})"
+        f"up   {web['url']} (dashboard and API, pid {web['pid']}, log {web['log']}"
+        + (f", metrics {web['metrics']})" if web.get("metrics") else ")")
         if web and _web_running(web)
         else "down (`hermeneut services up` starts it)"
     )
+    for info in (state.stages if state else None) or []:
+        alive = pid_alive(int(info["pid"]))
+        lines[info["name"]] = f"{'up  ' if alive else 'down'} pipeline stage (pid {info['pid']}, log {info['log']}" + (
+            f", metrics {info['metrics']})" if info.get("metrics") else ")"
+        )
     return lines
 
 
@@ -200,7 +231,7 @@ def down(settings: Settings, quiet: bool = False) -> None:
     state = read_state(settings)
     if state is None:
         return
-    for info in (state.web, state.kafka, state.influxdb):
+    for info in (*(state.stages or ()), state.web, state.kafka, state.influxdb):
         if info and pid_alive(int(info["pid"])):
             stop_pid(int(info["pid"]))
     with contextlib.suppress(FileNotFoundError):

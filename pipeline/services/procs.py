@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -28,6 +29,15 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
+
+
+def answers(url: str, timeout_s: float = 2.0) -> bool:
+    """Whether ``GET url`` answers 200 (a readiness or health endpoint)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
 
 
 def run_logged(

@@ -17,15 +17,18 @@ callable the CLI backs with a :class:`~pipeline.mirror.TopicMirror`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pipeline.codec import encode_record
 from pipeline.errors import SourceUnavailable
 from pipeline.events import GpuContext, Workload, gpu_key
+from pipeline.metrics import PUBLISHER_FIELDS, Field, counter, gauge
 from producers.context.base import MANUAL, Backoff, ContextSource, Observation
 from producers.context.merge import diff, merge_observations
 
@@ -33,6 +36,20 @@ log = logging.getLogger(__name__)
 
 #: (key, value or None for a tombstone)
 Sink = Callable[[bytes, bytes | None], object]
+
+
+#: the watch's counters as ``/metrics`` shows them (:meth:`Watcher.values` plus its publisher's)
+WATCH_FIELDS: tuple[Field, ...] = (
+    counter("steps", "hermeneut_context_polls_total", "Polls of every source (one merge each)."),
+    counter("published", "hermeneut_context_records_total", "Workload records published (new or changed)."),
+    counter("tombstones", "hermeneut_context_tombstones_total", "Tombstones published (a job ended)."),
+    counter("reasserts", "hermeneut_context_reasserts_total", "Times the whole state was published again."),
+    counter("source_failures", "hermeneut_context_source_failures_total", "Failed polls, by source.", "source"),
+    gauge("source_up", "hermeneut_context_source_up", "1 while the source answers, by source.", "source"),
+    gauge("gpus", "hermeneut_context_gpus", "GPUs of the node with a known workload."),
+    # "published" is the watch's own count of records here, not the publisher's of messages
+    *(f for f in PUBLISHER_FIELDS if f.key != "published"),
+)
 
 
 @dataclass
@@ -80,6 +97,11 @@ class Watcher:
         self.reassert_s, self.clock, self.clock_ns = reassert_s, clock, clock_ns
         self._last_assert = clock()
         self.stats = WatchStats()
+
+    def values(self) -> dict[str, Any]:
+        """The counters, per source too, and how many GPUs have a workload (for the stats file and /metrics)."""
+        up = {s.source.name: int(not s.failing) for s in self._sources}
+        return dataclasses.asdict(self.stats) | {"source_up": up, "gpus": len(self._published)}
 
     @property
     def current(self) -> dict[str, Workload]:

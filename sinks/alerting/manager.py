@@ -19,6 +19,9 @@ delivery and the process died before the delivery's tombstone reached Kafka; it 
 ``X-Hermeneut-Delivery`` id.
 
 Run one manager per deployment (like a single Alertmanager): groups span every partition of the findings.
+
+Counters go to the ``--stats-file`` and to ``/metrics`` (:data:`MANAGER_FIELDS`), with the alerts by status,
+detector and severity, delivery times per receiver kind and the findings consumer's lag.
 """
 
 from __future__ import annotations
@@ -27,17 +30,30 @@ import logging
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from prometheus_client import CollectorRegistry, Histogram
 
 from pipeline.codec import decode_record, encode_record
 from pipeline.config import Settings
 from pipeline.deadletter import dead_letter
 from pipeline.errors import DecodeError, ServiceError
 from pipeline.events import Finding
+from pipeline.metrics import (
+    DURATION_BUCKETS,
+    ConsumerLag,
+    Field,
+    StatsView,
+    counter,
+    dead_letters,
+    gauge,
+    librdkafka_lag,
+)
 from pipeline.mirror import TopicMirror
 from pipeline.publisher import Publisher
 from pipeline.stats import write_stats
@@ -90,6 +106,29 @@ class ManagerStats:
     history_dropped: int = 0
 
 
+#: the manager's stats as ``/metrics`` shows them (the stats file has the same numbers under the keys)
+MANAGER_FIELDS: tuple[Field, ...] = (
+    gauge("ready", "hermeneut_alerts_ready", "1 once state and config are rebuilt from Kafka."),
+    gauge("assigned", "hermeneut_alerts_assigned", "1 once the findings consumer has joined its group."),
+    counter("findings", "hermeneut_alerts_findings_total", "Findings consumed."),
+    gauge("alerts_firing", "hermeneut_alerts_firing", "Alerts firing now."),
+    gauge("alerts_known", "hermeneut_alerts_known", "Alerts known (pending, firing, resolved and not forgotten)."),
+    gauge("alerts", "hermeneut_alerts", "Alerts by status, detector and severity.", "status", "detector", "severity"),
+    counter("notifications", "hermeneut_alerts_notifications_total", "Notifications (one per group and change)."),
+    counter("deliveries_queued", "hermeneut_alerts_deliveries_total", "Deliveries queued (one per receiver)."),
+    counter("delivered", "hermeneut_alerts_delivered_total", "Deliveries a receiver accepted."),
+    counter("failed", "hermeneut_alerts_delivery_failures_total", "Deliveries given up after retrying."),
+    counter("retries", "hermeneut_alerts_delivery_retries_total", "Delivery attempts that will be retried."),
+    counter("suppressed", "hermeneut_alerts_suppressed_total", "Notifications held: silenced, inhibited, damped."),
+    counter("state_records", "hermeneut_alerts_state_records_total", "State records written to Kafka."),
+    counter("commits", "hermeneut_alerts_commits_total", "Offset commits of consumed findings."),
+    gauge("outbox", "hermeneut_alerts_outbox", "Deliveries not finished yet."),
+    counter("recovered_deliveries", "hermeneut_alerts_recovered_deliveries_total", "Deliveries resumed at start."),
+    counter("history_written", "hermeneut_alerts_history_written_total", "Notification records written to InfluxDB."),
+    counter("history_dropped", "hermeneut_alerts_history_dropped_total", "Notification records InfluxDB refused."),
+)
+
+
 class AlertManager:
     """One alerting process. ``senders`` maps receiver kinds to senders (the CLI builds the real ones)."""
 
@@ -100,6 +139,7 @@ class AlertManager:
         history: HistoryWriter | None,
         stats_file: Path | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.settings = settings
         self.cfg = settings.alerts
@@ -119,6 +159,14 @@ class AlertManager:
         self._config: TopicMirror[ConfigRecord] | None = None
         self._config_version = -1
         self._consumer: Consumer | None = None
+        self._by_state: dict[tuple[str, str, str], int] = {}
+        self._dead_letters = dead_letters(registry)
+        self._delivery_seconds = Histogram("hermeneut_alerts_delivery_seconds", "Seconds per delivery attempt.",
+                                           ["receiver"], buckets=DURATION_BUCKETS, registry=registry)  # fmt: skip
+        self.lag = ConsumerLag("alert manager")
+        if registry is not None:
+            registry.register(StatsView(self.values, MANAGER_FIELDS))
+            registry.register(self.lag)
 
     # --- start-up ------------------------------------------------------------------------------------------
 
@@ -202,6 +250,7 @@ class AlertManager:
                 self._persist_and_commit()
                 if now - last_stats >= 1.0:
                     self._write_stats()
+                    self.lag.update(librdkafka_lag(self._consumer))
                     last_stats = now
             self.pool.close(grace_s=min(5.0, self.cfg.http_timeout_s))
             self._collect()
@@ -228,6 +277,7 @@ class AlertManager:
             letter = dead_letter(msg.key(), msg.value() or b"", exc.reason, exc.detail, STAGE, source)
             self._letters.append((letter.key, letter.value, letter.headers))
             self.stats.dead_lettered += 1
+            self._dead_letters.labels(exc.reason).inc()
             return
         self.stats.findings += 1
         self.apply(finding)
@@ -257,6 +307,12 @@ class AlertManager:
         self._collect()
         self.stats.alerts_known = len(self.engine.alerts)
         self.stats.alerts_firing = self.engine.firing()
+        self._by_state = dict(
+            Counter(
+                (a.status.value, a.labels.get("detector", ""), a.labels.get("severity", ""))
+                for a in self.engine.alerts.values()
+            )
+        )
 
     def _notify(self, sub: Subscription, note: Notification, now_ns: int) -> None:
         self.stats.notifications += 1
@@ -330,6 +386,7 @@ class AlertManager:
                 a: Attempt = self.pool.results.get_nowait()
             except queue.Empty:
                 break
+            self._delivery_seconds.labels(a.receiver.kind).observe(a.latency_ms / 1000)
             if a.result.ok:
                 self.stats.delivered += 1
             elif a.final:
@@ -410,6 +467,10 @@ class AlertManager:
             self.stats.commits += 1
         except Exception as exc:  # revoked meanwhile: the findings are re-read and re-applying them is a no-op
             log.warning("offset commit failed (%s); those findings will be re-read", exc)
+
+    def values(self) -> dict[str, Any]:
+        """The stats as ``/metrics`` reads them: the stats file's, and the alerts by status, detector, severity."""
+        return asdict(self.stats) | {"alerts": self._by_state}
 
     def _write_stats(self) -> None:
         if self.history is not None:

@@ -81,6 +81,11 @@ class FakeConsumer:
     def __init__(self, messages: list[FakeMessage], events: list[str] | None = None, per_consume: int = 1) -> None:
         self.queue = list(messages)
         self.per_consume = per_consume
+        #: per (topic, partition): the next offset to read, and the end of the log (librdkafka's high watermark)
+        self.positions: dict[tuple[str, int], int] = {}
+        self.ends = {(m.topic(), m.partition()): 0 for m in messages}
+        for m in messages:
+            self.ends[(m.topic(), m.partition())] = max(self.ends[(m.topic(), m.partition())], m.offset() + 1)
         self.events = events if events is not None else []
         self.paused = False
         self.pauses = self.resumes = 0
@@ -96,7 +101,7 @@ class FakeConsumer:
     def assignment(self) -> list[Any]:
         from confluent_kafka import TopicPartition
 
-        return sorted({TopicPartition(m.topic(), m.partition()) for m in self.queue}, key=str)
+        return sorted((TopicPartition(topic, partition) for topic, partition in self.ends), key=str)
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FakeMessage]:
         if self.paused or not self.queue:
@@ -104,7 +109,19 @@ class FakeConsumer:
             return []
         n = min(num_messages, self.per_consume)
         out, self.queue = self.queue[:n], self.queue[n:]
+        for m in out:
+            self.positions[(m.topic(), m.partition())] = m.offset() + 1
         return out
+
+    def position(self, partitions: list[Any]) -> list[Any]:
+        """The next offset to read per partition (-1001, OFFSET_INVALID, before the first message)."""
+        from confluent_kafka import TopicPartition
+
+        return [TopicPartition(tp.topic, tp.partition, self.positions.get((tp.topic, tp.partition), -1001))
+                for tp in partitions]  # fmt: skip
+
+    def get_watermark_offsets(self, partition: Any, timeout: float = -1, cached: bool = False) -> tuple[int, int]:
+        return 0, self.ends.get((partition.topic, partition.partition), 0)
 
     def poll(self, timeout: float = -1) -> None:
         return None

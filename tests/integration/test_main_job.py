@@ -1,10 +1,12 @@
 """The main job end to end, against servers configured as external (so it must start no Kafka or InfluxDB of
 its own): learn from healthy history, then live with faults; every sample accounted for, the baselines learned
-and taken up by the running processor, findings reported, and the dashboard serving the fleet."""
+and taken up by the running processor, findings reported, the dashboard serving the fleet, and the /metrics of
+every stage listed under "where to look", answering until the services are stopped."""
 
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 
 import pytest
@@ -12,6 +14,7 @@ import pytest
 from pipeline import services
 from pipeline.config import Settings
 from pipeline.face.mainjob import main_job
+from pipeline.services.procs import pid_alive
 
 from .harness import stored_points
 
@@ -26,9 +29,17 @@ def test_main_job_accounts_for_every_sample(settings: Settings, capsys: pytest.C
         assert state.web is not None
         with urllib.request.urlopen(f"{state.web['url']}/api/v1/fleet", timeout=60) as resp:
             fleet = json.load(resp)
+        out = capsys.readouterr().out
+        listed = dict(re.findall(r"^  metrics    (http://\S+/metrics)  \((\w+)\)$", out, re.MULTILINE))
+        assert sorted(listed.values()) == ["alerts", "process", "sink", "web"], out
+        for url, stage in listed.items():
+            with urllib.request.urlopen(url, timeout=30) as resp:
+                assert f'hermeneut_build_info{{stage="{stage}"' in resp.read().decode(), url
+        assert {s["name"] for s in state.stages or []} == {"process", "sink", "alerts"}
     finally:
         services.down(settings, quiet=True)
-    out = capsys.readouterr().out
+    for info in state.stages or []:
+        assert not pid_alive(int(info["pid"])), f"{info['name']} still runs after services down"
     rows = [line.strip() for line in out.splitlines() if line.startswith("  ")]
     report = dict(row.rsplit(None, 1) for row in rows if row[-1].isdigit())
     produced = int(report["samples produced"])

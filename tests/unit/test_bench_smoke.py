@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bench import codec, collector, context, detectors, simulator
+from bench import codec, collector, context, detectors, metrics, simulator
 from producers.simulator import Fleet
 
 
@@ -18,11 +18,14 @@ def _run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], ma
     return capsys.readouterr().out
 
 
-def test_detectors_and_context_benchmarks_report_ratios(
+def test_detectors_metrics_and_context_benchmarks_report_ratios(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = _run(monkeypatch, capsys, detectors.main, "--rounds", "3", "--repeats", "1")
     assert re.search(r"^live .* \d+\.\d\d ", out, re.M) and re.search(r"^replay .* \d+\.\d\d ", out, re.M)
+    out = _run(monkeypatch, capsys, metrics.main, "--rounds", "2", "--repeats", "1")
+    assert re.search(r"^processor .* ratio \d\.\d{3}; metrics -?\d+\.\d\d us/sample$", out, re.M), out
+    assert re.search(r"^scrape +1024 GPUs: [\d.]+ ms CPU", out, re.M), out
     out = _run(monkeypatch, capsys, context.main, "--quick")
     assert "x one regex search" in out and "0.0175x" in out  # the simulated day is seeded: same records
 

@@ -437,7 +437,12 @@ def test_dockerfile_installs_the_project_as_non_root() -> None:
     stages = [v.split()[0] for ins, v in instructions if ins == "FROM"]
     final_image = interpolate(stages[-1], args)
     assert final_image == "python:3.11-slim", final_image
-    assert any(ins == "RUN" and re.search(r"\bpip install\b.*\s\.(\s|$)", v) for ins, v in instructions)
+    # the project goes in as the wheel it builds (the one tests/integration/test_packaging.py installs), never as
+    # `pip install .` of the source tree
+    runs = [v for ins, v in instructions if ins == "RUN"]
+    assert any(re.search(r"\bpip wheel --no-deps --wheel-dir (\S+) \.(\s|$)", v) for v in runs), runs
+    assert any(re.search(r"\bpip install /dist/hermeneut-\*\.whl\b", v) for v in runs), runs
+    assert not any(re.search(r"\bpip install\b.*\s\.(\s|$)", v) for v in runs), runs
 
     users = [v for ins, v in instructions if ins == "USER"]
     assert users, "the image runs as root (no USER)"

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from pipeline.errors import InvalidInput
-from pipeline.face.cli.base import cli, errors, fail, resolved, stop_event
+from pipeline.face.cli.base import cli, errors, expose, fail, metrics_port_option, resolved, stop_event
 from pipeline.vocab import format_duration
 
 
@@ -45,8 +45,9 @@ def alerts_group() -> None:
 
 @alerts_group.command("run")
 @click.option("--stats-file", type=click.Path(path_type=Path))
+@metrics_port_option
 @click.pass_context
-def run_cmd(ctx: click.Context, stats_file: Path | None) -> None:
+def run_cmd(ctx: click.Context, stats_file: Path | None, metrics_port: int | None) -> None:
     """The alert manager: findings in, notifications out, until SIGTERM/Ctrl-C (then it drains)."""
     from pipeline.publisher import Publisher
     from sinks.alerting.history import HistoryWriter
@@ -67,8 +68,9 @@ def run_cmd(ctx: click.Context, stats_file: Path | None) -> None:
         "kafka": KafkaSender(kafka_out, a.external_url, a.http_timeout_s),
     }
     stop = stop_event()
+    exposed = expose(settings, "alerts", metrics_port)
     with errors():
-        manager = AlertManager(settings, senders, history, stats_file=stats_file)
+        manager = AlertManager(settings, senders, history, stats_file=stats_file, registry=exposed.registry)
         manager.start()
     try:
         manager.run(stop)
@@ -76,6 +78,7 @@ def run_cmd(ctx: click.Context, stats_file: Path | None) -> None:
         kafka_out.close(10)
         history.close(grace_s=settings.influxdb.shutdown_grace_s)
         writer.close()
+        exposed.close()
 
 
 @alerts_group.command("subscribe")

@@ -10,16 +10,19 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
+from prometheus_client import CollectorRegistry
 
 from pipeline import services
 from pipeline.config import Settings, load_settings
 from pipeline.errors import ConfigError, HermeneutError, InvalidInput, InvalidQuery, ServiceError
+from pipeline.metrics import MetricsServer, serve, stage_registry
 
 
 def fail(message: str, code: int) -> None:
@@ -61,6 +64,43 @@ def resolved(ctx: click.Context, kafka: bool = True, influxdb: bool = True) -> S
         if influxdb and not (settings.influxdb.url and settings.influxdb.token):
             raise ConfigError("influxdb.url and influxdb.token are needed (HERMENEUT_INFLUXDB__URL/__TOKEN)")
         return settings
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def metrics_port_option(f: F) -> F:
+    """``--metrics-port``: where this stage serves /metrics, over ``metrics.<stage>_port``."""
+    option = click.option(
+        "--metrics-port",
+        type=click.IntRange(0, 65535),
+        help="Port of /metrics on metrics.host (default: metrics.<stage>_port; 0: any free port).",
+    )
+    return option(f)
+
+
+@dataclass
+class Exposed:
+    """A stage's metrics registry and, unless ``metrics.enabled`` is off, the server of its /metrics."""
+
+    registry: CollectorRegistry
+    server: MetricsServer | None
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+def expose(settings: Settings, stage: str, port: int | None) -> Exposed:
+    """The registry of ``stage``, served on ``metrics.host`` and ``port`` (None: the stage's configured port);
+    the URL is printed on stderr. A port in use exits with code 2 and one line."""
+    registry = stage_registry(stage)
+    if not settings.metrics.enabled:
+        return Exposed(registry, None)
+    with errors():
+        server = serve(registry, settings.metrics.host, settings.metrics.port(stage) if port is None else port, stage)
+    click.echo(f"{stage}: metrics on {server.url}", err=True)
+    return Exposed(registry, server)
 
 
 def stop_event() -> threading.Event:

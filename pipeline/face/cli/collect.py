@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from pipeline import registry
-from pipeline.face.cli.base import cli, errors, fail, resolved, settings_of, stop_event
+from pipeline.face.cli.base import cli, errors, expose, fail, metrics_port_option, resolved, settings_of, stop_event
 from producers.source import Source
 
 
@@ -18,6 +18,7 @@ from producers.source import Source
 @click.option("--duration", type=click.FloatRange(0), help="Seconds to run (default: until SIGTERM/Ctrl-C).")
 @click.option("--node", help="Node name the samples carry (default: collector.node, else this host's name).")
 @click.option("--stats-file", type=click.Path(path_type=Path), help="JSON counters, rewritten every round.")
+@metrics_port_option
 @click.pass_context
 def collect_cmd(
     ctx: click.Context,
@@ -27,6 +28,7 @@ def collect_cmd(
     duration: float | None,
     node: str | None,
     stats_file: Path | None,
+    metrics_port: int | None,
 ) -> None:
     """Read this node's GPUs every interval and publish them (SIGTERM: finish the round, flush, exit)."""
     from pipeline.publisher import Publisher
@@ -51,6 +53,7 @@ def collect_cmd(
         delivery_timeout_ms=int(c.delivery_timeout_s * 1000),
         extra={"queue.buffering.max.kbytes": buffer_kib},
     )
+    exposed = expose(settings, "collect", metrics_port)
     agent = NodeAgent(
         chosen,
         publisher,
@@ -59,11 +62,13 @@ def collect_cmd(
         topology_interval_s=c.topology_interval_s,
         shutdown_grace_s=c.shutdown_grace_s,
         stats_file=stats_file,
+        registry=exposed.registry,
     )
     try:
         report = agent.run(stop_event(), duration)
     finally:
         chosen.close()
+        exposed.close()
     lost = publisher.stats.failed + report.undelivered + report.unqueued_samples
     click.echo(
         f"{report.rounds} rounds, {report.samples} samples, {report.events} events, {report.nics} NIC readings "

@@ -15,7 +15,7 @@ from pipeline.codec import decode_record, encode_record
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, HermeneutError
 from pipeline.events import GpuContext, NodeTopology, Workload, gpu_key, node_key
-from pipeline.face.cli.base import cli, errors, fail, resolved, stop_event
+from pipeline.face.cli.base import cli, errors, expose, fail, metrics_port_option, resolved, stop_event
 
 
 @cli.group("context")
@@ -233,6 +233,7 @@ def _sources(
 @click.option("--interval", "interval_s", type=click.FloatRange(0.5), help="Seconds between polls.")
 @click.option("--once", is_flag=True, help="Poll once, publish what changed, exit.")
 @click.option("--stats-file", type=click.Path(path_type=Path))
+@metrics_port_option
 @click.pass_context
 def watch_cmd(
     ctx: click.Context,
@@ -246,13 +247,15 @@ def watch_cmd(
     interval_s: float | None,
     once: bool,
     stats_file: Path | None,
+    metrics_port: int | None,
 ) -> None:
     """Poll this node's context sources and publish every change to the context topic (until Ctrl-C)."""
+    from pipeline.metrics import StatsView
     from pipeline.publisher import Publisher
     from pipeline.stats import write_stats
     from producers.context.base import MANUAL
     from producers.context.static import load
-    from producers.context.watch import Watcher
+    from producers.context.watch import WATCH_FIELDS, Watcher
 
     with errors():  # validate early, connect late
         if not (static_file or slurm_dir is not None or squeue or kubernetes or processes):
@@ -292,19 +295,22 @@ def watch_cmd(
     )
     failed = 0
 
+    def values() -> dict[str, Any]:
+        p = publisher.stats
+        delivery = {"delivered": p.delivered, "failed": p.failed, "in_flight": p.in_flight, "blocked_s": p.blocked_s}
+        return watcher.values() | delivery
+
     def after_step() -> bool:
         nonlocal failed
         publisher.poll(0)
-        s, p = watcher.stats, publisher.stats
-        write_stats(
-            stats_file,
-            s.__dict__
-            | {"delivered": p.delivered, "failed": p.failed, "in_flight": p.in_flight, "gpus": len(watcher.current)},
-        )
-        lost, failed = p.failed > failed, p.failed
+        write_stats(stats_file, values())
+        lost, failed = publisher.stats.failed > failed, publisher.stats.failed
         return lost
 
     click.echo(f"watching node {node} ({len(gpus)} GPUs) with {', '.join(s.name for s in sources)}", err=True)
+    exposed = None if once else expose(settings, "context", metrics_port)
+    if exposed is not None:
+        exposed.registry.register(StatsView(values, WATCH_FIELDS))
     try:
         if once:
             watcher.step()
@@ -316,6 +322,8 @@ def watch_cmd(
         mirror.stop()
         undelivered = publisher.close(settings.kafka.request_timeout_s)
         after_step()
+        if exposed is not None:
+            exposed.close()
     if undelivered or publisher.stats.failed:
         fail(f"{publisher.stats.failed} context records failed, {undelivered} undelivered", 1)
     click.echo(f"published {watcher.stats.published} records and {watcher.stats.tombstones} tombstones", err=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from pipeline import registry, services
-from pipeline.face.cli.base import cli, errors, fail, resolved, settings_of, stop_event
+from pipeline.face.cli.base import cli, errors, expose, fail, metrics_port_option, resolved, settings_of, stop_event
 
 
 @cli.group("services")
@@ -91,10 +91,12 @@ def topics_cmd(ctx: click.Context) -> None:
 )
 @click.option("--extras/--no-extras", default=True, show_default=True, help="Per-link NVLink, processes, NICs.")
 @click.option("--stats-file", type=click.Path(path_type=Path))
+@metrics_port_option
 @click.pass_context
 def simulate_cmd(
     ctx: click.Context, nodes: int, gpus: int, duration: float | None, seed: int, mix: str, faults: bool,
     fault_rate_scale: float, fault_mix: str, fast_forward_s: float, extras: bool, stats_file: Path | None,
+    metrics_port: int | None,
 ) -> None:  # fmt: skip
     """Publish a simulated fleet (samples, context, topology, ground truth) in real time or fast-forward."""
     from pipeline.publisher import Publisher
@@ -114,10 +116,15 @@ def simulate_cmd(
     publisher = Publisher(settings.kafka.client_config())
     if duration is None and fast_forward_s > 0:
         duration = 0.0
+    exposed = expose(settings, "collect", metrics_port)  # the simulator is a source of the collector agent
     agent = NodeAgent(
-        source, publisher, settings.topics, settings.sample_interval_s, shutdown_grace_s=60.0, stats_file=stats_file
-    )
-    report = agent.run(stop_event(), duration, fast_forward_s=fast_forward_s, progress=True)
+        source, publisher, settings.topics, settings.sample_interval_s, shutdown_grace_s=60.0, stats_file=stats_file,
+        registry=exposed.registry,
+    )  # fmt: skip
+    try:
+        report = agent.run(stop_event(), duration, fast_forward_s=fast_forward_s, progress=True)
+    finally:
+        exposed.close()
     if publisher.stats.failed or publisher.stats.in_flight:
         fail(f"{publisher.stats.failed} messages failed, {publisher.stats.in_flight} undelivered", 1)
     click.echo(
@@ -128,19 +135,25 @@ def simulate_cmd(
 
 @cli.command("process")
 @click.option("--stats-file", type=click.Path(path_type=Path))
+@metrics_port_option
 @click.pass_context
-def process_cmd(ctx: click.Context, stats_file: Path | None) -> None:
+def process_cmd(ctx: click.Context, stats_file: Path | None, metrics_port: int | None) -> None:
     """Run the stream processor (faust worker) until SIGTERM/Ctrl-C."""
     from processors.app import run_worker
 
     settings = resolved(ctx, influxdb=False)
-    run_worker(settings, stats_file, loglevel="info" if ctx.obj.get("verbose") else "warning")
+    exposed = expose(settings, "process", metrics_port)
+    try:
+        run_worker(settings, stats_file, "info" if ctx.obj.get("verbose") else "warning", exposed.registry)
+    finally:
+        exposed.close()
 
 
 @cli.command("sink")
 @click.option("--stats-file", type=click.Path(path_type=Path))
+@metrics_port_option
 @click.pass_context
-def sink_cmd(ctx: click.Context, stats_file: Path | None) -> None:
+def sink_cmd(ctx: click.Context, stats_file: Path | None, metrics_port: int | None) -> None:
     """Store interpreted events and findings in InfluxDB until SIGTERM/Ctrl-C (the ``influxdb`` sink plugin)."""
     from pipeline.publisher import Publisher
     from sinks.base import Sink
@@ -150,11 +163,14 @@ def sink_cmd(ctx: click.Context, stats_file: Path | None) -> None:
     with errors():
         sink: Sink[object] = registry.create("sink", "influxdb", settings)
     dlq = Publisher(settings.kafka.client_config())
-    runner = SinkRunner(sink, sink_consumer(settings, sink.name), dlq, RunnerConfig.of(settings), stats_file)
+    exposed = expose(settings, "sink", metrics_port)
+    consumer = sink_consumer(settings, sink.name)
+    runner = SinkRunner(sink, consumer, dlq, RunnerConfig.of(settings), stats_file, registry=exposed.registry)
     try:
         runner.run(stop_event())
     finally:
         sink.close()
+        exposed.close()
 
 
 @cli.command("run")

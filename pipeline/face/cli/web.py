@@ -6,14 +6,15 @@ import click
 
 from pipeline import services
 from pipeline.errors import ConfigError
-from pipeline.face.cli.base import cli, errors, resolved, settings_of
+from pipeline.face.cli.base import cli, errors, expose, metrics_port_option, resolved, settings_of
 
 
 @cli.command("web")
 @click.option("--host", default=None, help="Address to listen on [default: web.host, 127.0.0.1].")
 @click.option("--port", default=None, type=click.IntRange(1, 65535), help="Port [default: web.port, 8080].")
+@metrics_port_option
 @click.pass_context
-def web_cmd(ctx: click.Context, host: str | None, port: int | None) -> None:
+def web_cmd(ctx: click.Context, host: str | None, port: int | None, metrics_port: int | None) -> None:
     """Serve the HTTP API; a bearer token is required unless it listens on loopback only."""
     from aiohttp import web
 
@@ -26,10 +27,14 @@ def web_cmd(ctx: click.Context, host: str | None, port: int | None) -> None:
         settings = resolved(ctx, kafka=False)
     w = settings.web.model_copy(update={k: v for k, v in (("host", host), ("port", port)) if v is not None})
     settings = settings.model_copy(update={"web": w})
+    exposed = expose(settings, "web", metrics_port)
     with errors():
-        app = create_app(settings)
+        app = create_app(settings, registry=exposed.registry)
     if settings.web.token is not None:
         click.echo("clients send Authorization: Bearer <web.token>")
     elif not is_loopback(w.host):
         click.echo(f"clients send Authorization: Bearer <token in {token_path(settings)}>")
-    web.run_app(app, host=w.host, port=w.port, print=lambda _: click.echo(f"serving http://{w.host}:{w.port}"))
+    try:
+        web.run_app(app, host=w.host, port=w.port, print=lambda _: click.echo(f"serving http://{w.host}:{w.port}"))
+    finally:
+        exposed.close()

@@ -5,7 +5,8 @@ A token is required whenever the server listens on anything but loopback (and wh
 generated once and kept in ``<state_dir>/web-token`` (mode 0600); it is never logged and never put in a page.
 Every error is JSON ``{"error": "<one line>"}``: 400 for a malformed request, 401 without the right token,
 404/405 for unknown routes, 503 when InfluxDB does not answer, 500 (logged here, never a stack trace in the
-response) for anything else.
+response) for anything else. Requests are counted by route, method and status for ``/metrics``, which the CLI
+serves on a port of its own (``metrics.web_port``), outside the token check.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import logging
 import os
 import secrets
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,10 +27,12 @@ from typing import Final
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from pipeline.config import Settings
 from pipeline.errors import HermeneutError, InvalidInput, ServiceError
 from pipeline.face.web import alerts_api, dashboard, query_api
+from pipeline.metrics import DURATION_BUCKETS
 from pipeline.services.procs import free_port
 from sinks.query import Store
 
@@ -36,6 +40,8 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PUBLIC_PATHS = frozenset({"/healthz", "/login"})
+#: methods counted by name; any other a client sends is counted as "other" (a label must not grow without bound)
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def is_loopback(host: str) -> bool:
@@ -155,15 +161,46 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return error(500, "internal error (the server log has the details)")
 
 
+def metrics_middleware(registry: CollectorRegistry | None) -> Middleware:
+    """Counts every answered request (``hermeneut_web_requests_total{route,method,status}``) and times it
+    (``hermeneut_web_request_seconds{route}``); ``route`` is the matched route's pattern (``/api/v1/gpu/{uuid}``),
+    never the path itself, or ``unmatched``."""
+    requests = Counter("hermeneut_web_requests", "HTTP requests answered, by route, method and status.",
+                       ["route", "method", "status"], registry=registry)  # fmt: skip
+    seconds = Histogram("hermeneut_web_request_seconds", "Seconds to answer a request, by route.", ["route"],
+                        buckets=DURATION_BUCKETS, registry=registry)  # fmt: skip
+
+    @web.middleware
+    async def count(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started, status = time.perf_counter(), 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        finally:
+            resource = request.match_info.route.resource
+            route = resource.canonical if resource is not None else "unmatched"
+            method = request.method if request.method in METHODS else "other"
+            requests.labels(route, method, str(status)).inc()
+            seconds.labels(route).observe(time.perf_counter() - started)
+
+    return count
+
+
 async def healthz(_request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-def create_app(settings: Settings, store: Store | None = None) -> web.Application:
+def create_app(
+    settings: Settings, store: Store | None = None, registry: CollectorRegistry | None = None
+) -> web.Application:
     """The application for resolved settings (InfluxDB known); ``store`` is created from them when not given
-    (and then closed with the app)."""
+    (and then closed with the app); requests are counted on ``registry``."""
     token = required_token(settings)
-    app = web.Application(middlewares=[json_errors, auth_middleware(token)])
+    app = web.Application(middlewares=[metrics_middleware(registry), json_errors, auth_middleware(token)])
     app.router.add_get("/healthz", healthz)
     add_login(app, token)
     query_api.add_routes(app, settings, store)
