@@ -20,6 +20,7 @@ import click
 from pipeline import services
 from pipeline.config import Settings, load_settings
 from pipeline.errors import ConfigError, HermeneutError, InvalidInput, InvalidQuery, ServiceError
+from pipeline.sizing import Limits, read_limits
 
 
 def fail(message: str, code: int) -> None:
@@ -80,3 +81,10 @@ def cli(ctx: click.Context, config: Path | None, verbose: int) -> None:
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ctx.ensure_object(dict).update(config=config, verbose=verbose)
+
+
+def cluster_limits(settings: Settings, *topics: str) -> Limits:
+    """The size limits of the topics a command writes, read from the cluster at start-up (pipeline.sizing): every
+    record it builds is sized to them, so a deployment with other limits than Kafka's defaults works too."""
+    with errors():
+        return read_limits(settings.kafka.client_config(), topics, settings.kafka.request_timeout_s)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from pipeline import registry, services
-from pipeline.face.cli.base import cli, errors, fail, resolved, settings_of, stop_event
+from pipeline.face.cli.base import cli, cluster_limits, errors, fail, resolved, settings_of, stop_event
 
 
 @cli.group("services")
@@ -111,7 +111,9 @@ def simulate_cmd(
     settings = resolved(ctx, influxdb=False)
     with errors():
         ensure_topics(settings.kafka.client_config(), topic_specs(settings), settings.kafka.request_timeout_s)
-    publisher = Publisher(settings.kafka.client_config())
+    t = settings.topics
+    limits = cluster_limits(settings, t.raw, t.context, t.topology, t.ground_truth, t.dead_letter)
+    publisher = Publisher(settings.kafka.client_config(), limits=limits)
     if duration is None and fast_forward_s > 0:
         duration = 0.0
     agent = NodeAgent(
@@ -149,8 +151,10 @@ def sink_cmd(ctx: click.Context, stats_file: Path | None) -> None:
     settings = resolved(ctx)
     with errors():
         sink: Sink[object] = registry.create("sink", "influxdb", settings)
-    dlq = Publisher(settings.kafka.client_config())
-    runner = SinkRunner(sink, sink_consumer(settings, sink.name), dlq, RunnerConfig.of(settings), stats_file)
+    limits = cluster_limits(settings, settings.topics.dead_letter)
+    dlq = Publisher(settings.kafka.client_config(), limits=limits)
+    config = RunnerConfig.of(settings, limits.limit(settings.topics.dead_letter))
+    runner = SinkRunner(sink, sink_consumer(settings, sink.name), dlq, config, stats_file)
     try:
         runner.run(stop_event())
     finally:
