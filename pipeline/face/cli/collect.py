@@ -51,7 +51,7 @@ def collect_cmd(
         buffer_messages=1_000_000,
         delivery_timeout_ms=int(c.delivery_timeout_s * 1000),
         extra={"queue.buffering.max.kbytes": buffer_kib},
-        limits=cluster_limits(settings, t.raw, t.context, t.topology, t.ground_truth, t.dead_letter),
+        limits=cluster_limits(settings, t.raw, t.context, t.topology, t.ground_truth, t.dead_letter, fallback=True),
     )
     agent = NodeAgent(
         chosen,
