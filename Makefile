@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench services-down clean chromium
+.PHONY: run test bench fuzz catchup services-down clean chromium
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null && command -v mvn >/dev/null || { echo "need Java 17+ and Maven (Debian: apt-get install openjdk-17-jdk-headless maven)"; exit 2; }
@@ -43,6 +43,14 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.alerts
 	$(BIN)/python -m bench.queries
 	$(BIN)/python -m bench.dashboard
+
+# every property-based test with 100,000 inputs per target from a fixed seed; prints inputs, exceptions and time
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=fuzz FUZZ_FANOUT=50 $(BIN)/pytest -m fuzz -p no:cacheprovider --hypothesis-seed=14 -q tests/unit $(PYTEST_ARGS)
+
+# the 1,000,000-sample catch-up of issue 17 on fresh local servers (tests/integration/test_sizes.py runs it at CI size)
+catchup: $(STAMP)
+	$(BIN)/python -m bench.catchup $(ARGS)
 
 services-down: $(STAMP)
 	$(BIN)/hermeneut services down

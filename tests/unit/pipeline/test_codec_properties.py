@@ -39,11 +39,11 @@ from pipeline.events import (
 )
 from producers.simulator import Fleet
 from producers.simulator.faults import FaultPlan
-from tests.fuzzing import VALUES, count
+from tests.fuzzing import SEEDS, VALUES, count, mutations
 
 
 def _node_messages() -> list[Any]:
-    fleet = Fleet(3, 8, seed=5, extras=True, faults=FaultPlan(rate_scale=300.0))
+    fleet = Fleet(3, 2, seed=5, extras=True, faults=FaultPlan(rate_scale=300.0))
     now = time.time_ns()
     return [msgpack.unpackb(encode_samples(b)) for r in range(3) for b in fleet.tick(now + r * 10**9)]
 
@@ -81,9 +81,14 @@ def _inputs(values: list[Any]) -> Any:
 
 
 @pytest.mark.fuzz
-@given(_inputs(NODES))
-def test_decode_samples_is_total_and_accounts_for_every_item(payload: bytes) -> None:
-    count()
+@given(_inputs(NODES), SEEDS)
+def test_decode_samples_is_total_and_accounts_for_every_item(payload: bytes, seed: int) -> None:
+    for variant in mutations(payload, seed):
+        count()
+        _check_samples(variant)
+
+
+def _check_samples(payload: bytes) -> None:
     try:
         batch, rejected = decode_samples(payload)
     except DecodeError as exc:
@@ -115,9 +120,14 @@ INTERPRETED = _interpreted()
 
 
 @pytest.mark.fuzz
-@given(_inputs(INTERPRETED))
-def test_decode_interpreted_is_total(payload: bytes) -> None:
-    count()
+@given(_inputs(INTERPRETED), SEEDS)
+def test_decode_interpreted_is_total(payload: bytes, seed: int) -> None:
+    for variant in mutations(payload, seed):
+        count()
+        _check_interpreted(variant)
+
+
+def _check_interpreted(payload: bytes) -> None:
     try:
         batch = decode_interpreted(payload)
     except DecodeError:
@@ -168,22 +178,18 @@ def test_decode_record_is_total_for_each_record_type(record: Any) -> None:
     wire = msgpack.unpackb(encode_record(record))
     assert decode_record(type(record), encode_record(record)) == record
 
-    @given(_inputs([wire]))
-    def check(payload: bytes) -> None:
-        count_record(type(record).__name__)
-        try:
-            decoded = decode_record(type(record), payload)
-        except DecodeError:
-            return
-        assert type(decoded) is type(record)
-        for f in dataclasses.fields(decoded):
-            assert getattr(decoded, f.name) is not dataclasses.MISSING
+    name = f"test_decode_record_is_total_for_each_record_type[{type(record).__name__}]"
+
+    @given(_inputs([wire]), SEEDS)
+    def check(payload: bytes, seed: int) -> None:
+        for variant in mutations(payload, seed):
+            count(name=name)
+            try:
+                decoded = decode_record(type(record), variant)
+            except DecodeError:
+                continue
+            assert type(decoded) is type(record)
+            for f in dataclasses.fields(decoded):
+                assert getattr(decoded, f.name) is not dataclasses.MISSING
 
     check()
-
-
-def count_record(name: str) -> None:
-    from tests import conftest
-
-    conftest.INPUTS["test_decode_record_is_total_for_each_record_type"] += 1
-    del name

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import msgpack
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -36,7 +35,6 @@ def _encode(items: list[list[bytes]]) -> object:
     return encode
 
 
-@pytest.mark.fuzz
 @given(
     st.lists(st.lists(st.binary(max_size=300), max_size=60), min_size=1, max_size=3),
     st.integers(min_value=40, max_value=4000),

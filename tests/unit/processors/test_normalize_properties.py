@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pipeline.config import ValidationSettings
 from pipeline.deadletter import headers_dict
 from processors.normalize import RawMessage, process_raw
-from tests.fuzzing import count
+from tests.fuzzing import SEEDS, count, mutations
 from tests.unit.pipeline.test_codec_properties import NODES, _inputs
 
 NOW = time.time_ns()
@@ -24,11 +24,17 @@ _LISTS = {"sample": "samples", "event": "events", "nic": "nics"}
 
 
 @pytest.mark.fuzz
-@given(st.lists(_inputs(NODES), min_size=1, max_size=6), st.lists(st.integers(0, 2), min_size=6, max_size=6))
+@given(st.lists(_inputs(NODES), min_size=1, max_size=6), st.lists(st.integers(0, 2), min_size=6, max_size=6), SEEDS)
 def test_process_raw_is_total_and_every_item_is_forwarded_or_dead_lettered_once(
-    payloads: list[bytes], partitions: list[int]
+    payloads: list[bytes], partitions: list[int], seed: int
 ) -> None:
-    count()
+    which = seed % len(payloads)  # the message the mutations change
+    for variant in mutations(payloads[which], seed):
+        count()
+        _check([*payloads[:which], variant, *payloads[which + 1 :]], partitions)
+
+
+def _check(payloads: list[bytes], partitions: list[int]) -> None:
     messages = [RawMessage(b"k", p, f"raw/{partitions[i]}/{i}", partitions[i]) for i, p in enumerate(payloads)]
     out = process_raw(messages, NOW, ValidationSettings())
     seen: Counter[tuple[int, str, int | None]] = Counter()

@@ -11,7 +11,6 @@ from dataclasses import replace
 
 import msgpack
 import numpy as np
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -143,7 +142,6 @@ def _batches(draw: st.DrawFn) -> InterpretedBatch:
     return replace(batch, explanation=tuple(draw(st.lists(st.text(max_size=3000), min_size=n, max_size=n))))
 
 
-@pytest.mark.fuzz
 @given(_batches(), st.integers(min_value=3_000, max_value=60_000))
 def test_any_interpreted_batch_splits_under_the_budget_losing_and_duplicating_nothing(
     batch: InterpretedBatch, limit: int

@@ -5,6 +5,8 @@ backtrack catastrophically is issue 14's item 4: the labels here are short, so e
 
 from __future__ import annotations
 
+import contextlib
+
 import msgpack
 import pytest
 from hypothesis import given
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 
 from pipeline.errors import AlertConfigError, DecodeError
 from sinks.alerting.model import LABELS, decode_config, decode_state, parse_matchers
-from tests.fuzzing import VALUES, count
+from tests.fuzzing import SEEDS, VALUES, count, mutations, text_mutations
 
 _TEXT = st.text(max_size=30) | st.sampled_from(['"', "\\", "{", "}", ",", "=~", "!~", "!=", "=", ".*", "(", "["])
 _MATCHER = st.builds(
@@ -28,24 +30,31 @@ _MATCHER = st.builds(
 @given(
     st.lists(_MATCHER | st.text(max_size=40), max_size=4),
     st.dictionaries(st.sampled_from(LABELS), st.text(max_size=12), max_size=6),
+    SEEDS,
 )
-def test_matchers_parse_or_refuse_with_one_line_and_answer_any_labels(texts: list[str], labels: dict[str, str]) -> None:
-    count()
-    for group in (texts, ["{" + ",".join(texts) + "}"]):
-        try:
-            matchers = parse_matchers(group)
-        except AlertConfigError as exc:
-            assert str(exc) and "\n" not in str(exc)
-            continue
-        assert all(type(m.matches(labels)) is bool for m in matchers)
+def test_matchers_parse_or_refuse_with_one_line_and_answer_any_labels(
+    texts: list[str], labels: dict[str, str], seed: int
+) -> None:
+    joined = "{" + ",".join(texts) + "}"
+    for variant in text_mutations(joined, seed):
+        count()
+        _check([variant] if variant != joined else texts, labels)
+
+
+def _check(group: list[str], labels: dict[str, str]) -> None:
+    try:
+        matchers = parse_matchers(group)
+    except AlertConfigError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return
+    assert all(type(m.matches(labels)) is bool for m in matchers)
 
 
 @pytest.mark.fuzz
-@given(st.binary(max_size=200) | VALUES.map(msgpack.packb))
-def test_alert_records_decode_into_their_types_or_decode_error(payload: bytes) -> None:
-    count()
-    for decode in (decode_state, decode_config):
-        try:
-            decode(payload)
-        except DecodeError:
-            pass
+@given(st.binary(max_size=200) | VALUES.map(msgpack.packb), SEEDS)
+def test_alert_records_decode_into_their_types_or_decode_error(payload: bytes, seed: int) -> None:
+    for variant in mutations(payload, seed):
+        count()
+        for decode in (decode_state, decode_config):
+            with contextlib.suppress(DecodeError):
+                assert decode(variant) is not None
