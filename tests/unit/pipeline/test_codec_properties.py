@@ -38,6 +38,7 @@ from pipeline.events import (
     Workload,
 )
 from producers.simulator import Fleet
+from sinks.influxdb.lines import InfoTracker, batch_lines
 from producers.simulator.faults import FaultPlan
 from tests.fuzzing import SEEDS, VALUES, count, mutations
 
@@ -134,6 +135,7 @@ def _check_interpreted(payload: bytes) -> None:
         return
     assert len({len(batch.cluster), len(batch.ts_ns), len(batch.metrics), len(batch.links)} - {len(batch)}) == 0
     decode_interpreted(encode_interpreted(batch))  # what decoded is a batch the pipeline can write again
+    batch_lines((batch,), InfoTracker())  # and the sink can turn into points
 
 
 _NOW = 1_800_000_000_000_000_000
