@@ -287,6 +287,8 @@ def create_app(settings: Settings, stats_file: Path | None = None, connections: 
             if not failed:
                 stats.stall.ok()
                 return
+            # only what failed goes again: interpreted parts may then arrive out of order, which nothing after
+            # depends on (every point carries its own timestamp); nothing is acked meanwhile
             pending = failed
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, _RETRY_MAX_S)
