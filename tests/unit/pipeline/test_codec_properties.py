@@ -38,8 +38,8 @@ from pipeline.events import (
     Workload,
 )
 from producers.simulator import Fleet
-from sinks.influxdb.lines import InfoTracker, batch_lines
 from producers.simulator.faults import FaultPlan
+from sinks.influxdb.lines import InfoTracker, batch_lines
 from tests.fuzzing import SEEDS, VALUES, count, mutations
 
 

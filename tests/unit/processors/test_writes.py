@@ -14,10 +14,19 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.codec import decode_interpreted, encode_samples
+from pipeline.codec import decode_interpreted, decode_record, encode_samples
 from pipeline.config import TopicSettings, ValidationSettings
 from pipeline.deadletter import headers_dict
-from pipeline.events import EventKind, GpuEvent, GpuSample, InterpretedBatch, NicSample, SampleBatch
+from pipeline.events import (
+    EventKind,
+    Finding,
+    GpuEvent,
+    GpuSample,
+    InterpretedBatch,
+    NicSample,
+    SampleBatch,
+    Severity,
+)
 from pipeline.sizing import Limits, record_size
 from processors.interpret import Interpreter
 from processors.normalize import Origins, RawMessage
@@ -165,3 +174,29 @@ def test_any_interpreted_batch_splits_under_the_budget_losing_and_duplicating_no
     assert [x for p in parts for x in p.explanation] == [
         x for i, x in enumerate(batch.explanation) if ("sample", i) not in dead
     ]
+
+
+class _Finder:
+    """A stage that concludes something about every batch."""
+
+    def apply(self, batch: InterpretedBatch, now_ns: int) -> tuple[InterpretedBatch, list[Finding]]:
+        finding = Finding("xid-storm", Severity.CRITICAL, True, "c", batch.node[0], batch.gpu_uuid[0], "H100", now_ns,
+                          now_ns, "s" * 50, evidence={"xids": 9.0})  # fmt: skip
+        return batch, [finding]
+
+    def tick(self, now_ns: int) -> list[Finding]:
+        return []
+
+
+def test_findings_go_to_the_alerts_topic_and_one_too_large_is_dead_lettered() -> None:
+    now = time.time_ns()
+    batch = SampleBatch("c", "n", (GpuSample("c", "n", "GPU-a", 0, "H100", now, {"power_watts": 1.0}),))
+    msg = RawMessage(batch.kafka_key, encode_samples(batch), "raw/0/0")
+    result = _writer(interpreter=Interpreter([_Finder()])).take([msg], now)
+    (alert,) = [w for w in result.writes if w.topic == TOPICS.alerts]
+    assert decode_record(Finding, alert.value).detector == "xid-storm" and result.findings == 1
+    huge = Finding("x", Severity.INFO, True, "c", "n", None, "m", now, now, "s" * 5000)
+    out = TakeResult()
+    _writer(limit=4000).findings([huge], out)
+    ((letter,),) = [[w for w in out.writes if w.topic == TOPICS.dead_letter]]
+    assert headers_dict(letter.headers)["hermeneut-reason"] == "too_large" and out.too_large == 1
