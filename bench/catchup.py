@@ -7,7 +7,8 @@ InfiniBand ports, injected faults that raise XIDs) and all its workload context 
 *before* the processor starts, as after an outage, a backfill or an import, so the processor's takes are as large
 as they get (500 raw messages of one node). Then processor and sink drain it. Passes when every sample is stored or
 dead-lettered (the counts add up), the processor's agent started once and never crashed, and no stage is stalled.
-Reports the wall time and samples/s of the drain. Runs on a fresh local Kafka and influxd;
+Reports the wall time and samples/s of the drain and the CPU µs per sample of the processor and the sink processes
+(bench/pipeline.py measures throughput against the servers' own ceilings). Runs on a fresh local Kafka and influxd;
 tests/integration/test_sizes.py runs the same :func:`catch_up` at CI size on the suite's servers.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -70,6 +72,7 @@ def catch_up(s: Settings, run_dir: Path, samples: int, nodes: int = 16, gpus: in
         time.sleep(1.0)  # anything extra (a duplicate, a late dead letter) would show up now
         p, k = processor.stats(), sink.stats()
         alive = all(st.alive() for st in stages)
+        cpu = {st.name: _cpu_s(st.proc.pid) for st in stages}
     finally:
         for st in stages:
             st.stop()
@@ -78,6 +81,7 @@ def catch_up(s: Settings, run_dir: Path, samples: int, nodes: int = 16, gpus: in
         "drained": drained and alive,
         "seconds": round(seconds, 1),
         "samples_per_s": round(loaded["samples"] / seconds) if seconds else None,
+        "cpu_us_per_sample": {name: round(c * 1e6 / max(loaded["samples"], 1), 1) for name, c in cpu.items()},
         "stored": k.get("points_written", 0),
         "samples_ok": p.get("samples_ok", 0),
         "dead_lettered": p.get("dead_lettered", 0),
@@ -98,6 +102,12 @@ def catch_up(s: Settings, run_dir: Path, samples: int, nodes: int = 16, gpus: in
         },
         "sink": {key: k.get(key) for key in ("messages", "batches", "dead_lettered", "stalls", "stalled")},
     }
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a live process has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def verdict(result: dict[str, Any]) -> list[str]:
