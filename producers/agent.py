@@ -225,6 +225,8 @@ class NodeAgent:
             if isinstance(record, SampleBatch) and _empty(record):
                 continue
             routed = self._route(record)
+            if not routed:
+                continue  # dead-lettered: too large for its topic
             if not all(self._send(stop, *out, _HEADERS) for out in routed):
                 r.unqueued_samples += len(record.samples) if isinstance(record, SampleBatch) else 0
                 break
