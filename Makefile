@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench services-down clean tools wheel
+.PHONY: run test bench fuzz catchup services-down clean tools wheel
 # Debian packages, without their recommends (Chromium's would bring avahi-daemon and samba libraries)
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 
@@ -50,6 +50,14 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.alerts
 	$(BIN)/python -m bench.queries
 	$(BIN)/python -m bench.dashboard
+
+# every property-based test with 100,000 inputs per target from a fixed seed; prints inputs, exceptions and time
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=fuzz FUZZ_FANOUT=50 $(BIN)/pytest -m fuzz -p no:cacheprovider --hypothesis-seed=14 -q tests/unit $(PYTEST_ARGS)
+
+# the 1,000,000-sample catch-up of issue 17 on fresh local servers (tests/integration/test_sizes.py runs it at CI size)
+catchup: $(STAMP)
+	$(BIN)/python -m bench.catchup $(ARGS)
 
 services-down: $(STAMP)
 	$(BIN)/hermeneut services down

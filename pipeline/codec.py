@@ -51,6 +51,12 @@ from pipeline.events import (
 )
 
 CONTENT_TYPE: Final = b"application/vnd.hermeneut.v1+msgpack"
+#: integers the pipeline holds in int64 columns (timestamps, counters) must fit one; msgpack carries up to 2**64-1
+INT64_MAX: Final = 2**63 - 1
+#: a GPU index (MIG instances included) and a NIC port number are small; bounded so no column overflows
+_INDEX_MAX: Final = 2**31 - 1
+#: NVLink numbers: NVML has at most 18 per GPU today; the schema allows up to nvlink_links_max's 64
+_LINKS_MAX: Final = 64
 _KNOWN_METRICS: Final = frozenset(METRIC_INDEX) | frozenset(UNIT_ALIASES)
 _VERDICTS: Final = {v.value: v for v in Verdict}
 _EVENT_KINDS: Final = {k.value: k for k in EventKind}
@@ -141,17 +147,39 @@ _NUMBER_TYPES: Final = frozenset({float, int})
 
 
 def _check_metrics(metrics: Any) -> InvalidEvent | None:
-    """Names known and values numbers (bool is not); set operations keep this off a per-field Python loop.
-    NaN and infinities are plausibility, checked vectorized by the processor."""
+    """Names known and values numbers (bool is not), each field once; set operations keep this off a per-field
+    Python loop. NaN and infinities are plausibility, checked vectorized by the processor."""
     if type(metrics) is not dict:
         return InvalidEvent("wrong_type", "'m' (metrics) must be a map")
     if not _NUMBER_TYPES.issuperset(map(type, metrics.values())):
         name, value = next((k, v) for k, v in metrics.items() if type(v) not in _NUMBER_TYPES)
-        return InvalidEvent("wrong_type", f"{name} must be a number, got {type(value).__name__}")
+        return InvalidEvent("wrong_type", f"{name!r} must be a number, got {type(value).__name__}")
     if not _KNOWN_METRICS.issuperset(metrics):
-        unknown = sorted(set(metrics) - _KNOWN_METRICS)
-        return InvalidEvent("unknown_field", f"unknown metric {unknown[0]!r}")
+        # keys may be str or bytes (MessagePack allows both): name the first unknown one without sorting them
+        unknown = next(k for k in metrics if k not in _KNOWN_METRICS)
+        return InvalidEvent("unknown_field", f"unknown metric {unknown!r}")
+    aliases = UNIT_ALIASES.keys() & metrics.keys()
+    if aliases:
+        return _duplicate(metrics, aliases)
     return None
+
+
+def _duplicate(metrics: dict[str, Any], aliases: set[str]) -> InvalidEvent | None:
+    """A field sent in its canonical unit and as an alias (or as two aliases): which value is meant cannot be
+    told, so the sample is refused rather than one value silently winning."""
+    seen: dict[str, str] = {}
+    for alias in sorted(aliases):
+        canonical = UNIT_ALIASES[alias][0]
+        other = canonical if canonical in metrics else seen.get(canonical)
+        if other is not None:
+            return InvalidEvent("duplicate_field", f"{canonical} sent twice: as {other!r} and as {alias!r}")
+        seen[canonical] = alias
+    return None
+
+
+def _int_in(value: Any, low: int, high: int) -> bool:
+    """An int (bool is not) with ``low <= value <= high``."""
+    return type(value) is int and low <= value <= high
 
 
 def _opt(value: Any, kind: type, what: str) -> Any:
@@ -169,10 +197,12 @@ def _decode_links(raw: Any) -> tuple[NvLinkSample, ...] | None:
     for row in raw:
         if type(row) is not list or len(row) != 8 or type(row[0]) is not int or type(row[1]) is not bool:
             raise InvalidEvent("wrong_type", "a link must be [link, active, tx, rx, crc, replay, recovery, remote]")
+        if not 0 <= row[0] < _LINKS_MAX:
+            raise InvalidEvent("out_of_range", f"link number {row[0]} outside [0, {_LINKS_MAX})")
         tx, rx = (_opt(v, float, "link throughput") for v in row[2:4])
         crc, replay, recovery = (_opt(v, int, "link error counter") for v in row[4:7])
         for value in (tx, rx, crc, replay, recovery):
-            if value is not None and not 0 <= value < 2**63:
+            if value is not None and not 0 <= value <= INT64_MAX:
                 raise InvalidEvent("out_of_range", f"link {row[0]} value {value!r} is not a non-negative number")
         links.append(NvLinkSample(row[0], row[1], tx, rx, crc, replay, recovery, _opt(row[7], str, "link remote")))
     return tuple(links)
@@ -190,6 +220,8 @@ def _decode_processes(raw: Any) -> tuple[GpuProcess, ...] | None:
         memory = _opt(row[2], int, "process memory")
         if row[0] < 0 or (memory is not None and memory < 0):
             raise InvalidEvent("negative", f"process {row[0]} has a negative pid or memory")
+        if row[0] > INT64_MAX or (memory is not None and memory > INT64_MAX):
+            raise InvalidEvent("out_of_range", f"process {row[0]}: pid or memory beyond int64")
         procs.append(GpuProcess(row[0], row[1], memory, _opt(row[3], str, "process kind") or "compute"))
     return tuple(procs)
 
@@ -200,10 +232,13 @@ def _decode_event(raw: Any, cluster: str, node: str) -> GpuEvent:
     uuid, index, ts_ns, kind, code, detail = raw
     if type(uuid) is not str or not uuid or type(index) is not int or type(ts_ns) is not int:
         raise InvalidEvent("wrong_type", "an event needs a uuid string, an integer index and integer ts_ns")
-    if kind not in _EVENT_KINDS:
-        raise InvalidEvent("unknown_field", f"unknown event kind {kind!r}")
-    if type(code) is not int or code < 0 or type(detail) is not str:
-        raise InvalidEvent("wrong_type", "an event's code must be a non-negative integer and detail a string")
+    if not (0 <= index <= _INDEX_MAX and 0 <= ts_ns <= INT64_MAX):
+        raise InvalidEvent("out_of_range", f"event index {index} or ts_ns {ts_ns} out of range")
+    # a map or list is not hashable: test the type before looking the kind up
+    if type(kind) is not str or kind not in _EVENT_KINDS:
+        raise InvalidEvent("unknown_field", f"unknown event kind {kind!r}"[:200])
+    if not _int_in(code, 0, INT64_MAX) or type(detail) is not str:
+        raise InvalidEvent("wrong_type", "an event's code must be a non-negative int64 and detail a string")
     return GpuEvent(cluster, node, uuid, index, ts_ns, _EVENT_KINDS[kind], code, detail[:500])
 
 
@@ -213,10 +248,13 @@ def _decode_nic(raw: Any, cluster: str, node: str) -> NicSample:
     device, port, ts_ns, metrics = raw
     if type(device) is not str or not device or type(port) is not int or type(ts_ns) is not int:
         raise InvalidEvent("wrong_type", "a NIC reading needs a device name, an integer port and integer ts_ns")
+    if not (0 <= port <= _INDEX_MAX and 0 <= ts_ns <= INT64_MAX):
+        raise InvalidEvent("out_of_range", f"NIC port {port} or ts_ns {ts_ns} out of range")
     if type(metrics) is not dict or not _NUMBER_TYPES.issuperset(map(type, metrics.values())):
         raise InvalidEvent("wrong_type", "NIC metrics must be a map of numbers")
     if not _KNOWN_NIC_METRICS.issuperset(metrics):
-        raise InvalidEvent("unknown_field", f"unknown NIC metric {sorted(set(metrics) - _KNOWN_NIC_METRICS)[0]!r}")
+        unknown = next(k for k in metrics if k not in _KNOWN_NIC_METRICS)
+        raise InvalidEvent("unknown_field", f"unknown NIC metric {unknown!r}")
     return NicSample(cluster, node, device, port, ts_ns, metrics)
 
 
@@ -228,10 +266,15 @@ def _decode_sample(raw: Any, cluster: str, node: str) -> GpuSample:
         raise InvalidEvent("wrong_type", "'uuid' must be a non-empty string")
     if type(index) is not int or index < 0:
         raise InvalidEvent("wrong_type", "'index' must be a non-negative integer")
+    if index > _INDEX_MAX:
+        raise InvalidEvent("out_of_range", f"'index' {index} is beyond {_INDEX_MAX}")
     if type(model) is not str:
         raise InvalidEvent("wrong_type", "'model' must be a string")
     if type(ts_ns) is not int:
         raise InvalidEvent("wrong_type", "'ts_ns' must be an integer (UTC epoch nanoseconds)")
+    # held in int64 columns from here on: a larger value must be refused here, not overflow a whole batch later
+    if not 0 <= ts_ns <= INT64_MAX:
+        raise InvalidEvent("out_of_range", f"'ts_ns' {ts_ns} is not an int64 epoch time in nanoseconds")
     metrics = raw.get("m")
     problem = _check_metrics(metrics)
     if problem is not None:
@@ -321,9 +364,11 @@ def encode_interpreted(batch: InterpretedBatch) -> bytes:
     return out
 
 
-def _columns(raw: bytes, names: list[str], ours: tuple[str, ...], n: int) -> np.ndarray:
+def _columns(raw: np.ndarray, names: tuple[str, ...], ours: tuple[str, ...], n: int) -> np.ndarray:
     """A float64 matrix in our column order from a sender's buffer and column names (which may differ)."""
-    m = np.frombuffer(raw, dtype="<f8").reshape(n, len(names))
+    if len(raw) != n * len(names):
+        raise DecodeError("malformed", f"interpreted batch: a buffer of {len(raw)} values for {n} rows")
+    m = raw.reshape(n, len(names))
     if tuple(names) == ours:
         return m
     out = np.full((n, len(ours)), np.nan)
@@ -334,43 +379,111 @@ def _columns(raw: bytes, names: list[str], ours: tuple[str, ...], n: int) -> np.
     return out
 
 
+def _strs(column: Any, what: str, optional: bool = False) -> tuple[Any, ...]:
+    """A list column of strings (``optional``: or nil) as a tuple; DecodeError for anything else."""
+    allowed = _OPTIONAL_STR if optional else _STR
+    if type(column) is not list or not allowed.issuperset(map(type, column)):
+        raise DecodeError("malformed", f"interpreted batch: '{what}' must be a list of strings")
+    return tuple(column)
+
+
+_STR: Final = frozenset({str})
+_OPTIONAL_STR: Final = frozenset({str, type(None)})
+
+
+def _buffer(raw: Any, dtype: str, what: str) -> np.ndarray:
+    if type(raw) is not bytes or len(raw) % 8:
+        raise DecodeError("malformed", f"interpreted batch: '{what}' must be a buffer of 8-byte values")
+    return np.frombuffer(raw, dtype=dtype)
+
+
+def _driver(row: Any) -> Driver:
+    if (
+        type(row) is not list
+        or len(row) != 5
+        or type(row[0]) is not str
+        or not _NUMBER_TYPES.issuperset(map(type, row[1:]))
+    ):
+        raise InvalidEvent("wrong_type", "a driver must be [feature, observed, expected, low, high]")
+    return Driver(row[0], *(float(v) for v in row[1:]))
+
+
+def _per_row(column: Any, what: str, decode: Any) -> tuple[Any, ...]:
+    """A list column whose entries are nil or decoded by ``decode`` (which raises InvalidEvent)."""
+    if type(column) is not list:
+        raise DecodeError("malformed", f"interpreted batch: '{what}' must be a list")
+    try:
+        return tuple(None if v is None else decode(v) for v in column)
+    except InvalidEvent as exc:
+        raise DecodeError("malformed", f"interpreted batch: {what}: {exc.detail}") from exc
+
+
+def _extra_event(row: Any) -> GpuEvent:
+    if type(row) is not list or len(row) != 8 or not (type(row[0]) is str and type(row[1]) is str):
+        raise InvalidEvent("wrong_type", "an event must be [cluster, node, uuid, index, ts_ns, kind, code, detail]")
+    return _decode_event(row[2:], row[0], row[1])
+
+
+def _extra_nic(row: Any) -> NicSample:
+    if type(row) is not list or len(row) != 6 or not (type(row[0]) is str and type(row[1]) is str):
+        raise InvalidEvent("wrong_type", "a NIC reading must be [cluster, node, device, port, ts_ns, metrics]")
+    return _decode_nic(row[2:], row[0], row[1])
+
+
 def decode_interpreted(payload: bytes) -> InterpretedBatch:
-    """Decode one interpreted message (written by our processor); raises DecodeError if it is not one."""
+    """Decode one interpreted message (written by our processor); raises DecodeError if it is not one.
+
+    Every column is checked for its type (a list of strings, a buffer of 8-byte values...), so whatever bytes
+    arrive, the result is a batch the sink can turn into points or a DecodeError, never another exception."""
     obj = _unpack(payload, identity=False)
     try:
-        uuids = tuple(obj["uuid"])
+        uuids = _strs(obj.get("uuid"), "uuid")
         n = len(uuids)
+        index = obj.get("index")
+        if type(index) is not list or not all(_int_in(i, 0, _INDEX_MAX) for i in index):
+            raise DecodeError("malformed", "interpreted batch: 'index' must be a list of GPU indices")
+        fields, rel_fields = obj.get("fields"), obj.get("rel_fields")
+        if type(fields) is not list or type(rel_fields) is not list:
+            raise DecodeError("malformed", "interpreted batch: 'fields' and 'rel_fields' must be lists")
         batch = InterpretedBatch(
-            cluster=tuple(obj["cluster"]),
-            node=tuple(obj["node"]),
+            cluster=_strs(obj.get("cluster"), "cluster"),
+            node=_strs(obj.get("node"), "node"),
             gpu_uuid=uuids,
-            gpu_index=tuple(obj["index"]),
-            gpu_model=tuple(obj["model"]),
-            ts_ns=np.frombuffer(obj["ts_ns"], dtype="<i8"),
-            metrics=_columns(obj["m"], obj["fields"], METRIC_NAMES, n),
-            relative=_columns(obj["rel"], obj["rel_fields"], RELATIVE_FIELDS, n),
-            workload=tuple(None if w is None else Workload(**w) for w in obj["wl"]),
-            score=np.frombuffer(obj["score"], dtype="<f8"),
-            verdict=tuple(_VERDICTS[v] for v in obj["verdict"]),
-            baseline=tuple(obj["baseline"]),
-            explanation=tuple(obj["expl"]),
-            phase=tuple(obj["phase"]),
-            drivers=tuple(tuple(Driver(*d) for d in ds) for ds in obj["drivers"]),
-            links=tuple(None if ls is None else tuple(NvLinkSample(*row) for row in ls) for ls in obj["links"]),
-            processes=tuple(None if ps is None else tuple(GpuProcess(*row) for row in ps) for ps in obj["procs"]),
-            gpu_events=tuple(
-                GpuEvent(e[0], e[1], e[2], e[3], e[4], _EVENT_KINDS[e[5]], e[6], e[7]) for e in obj["events"]
+            gpu_index=tuple(index),
+            gpu_model=_strs(obj.get("model"), "model"),
+            ts_ns=_buffer(obj.get("ts_ns"), "<i8", "ts_ns"),
+            metrics=_columns(_buffer(obj.get("m"), "<f8", "m"), _strs(fields, "fields"), METRIC_NAMES, n),
+            relative=_columns(
+                _buffer(obj.get("rel"), "<f8", "rel"), _strs(rel_fields, "rel_fields"), RELATIVE_FIELDS, n
             ),
-            nics=tuple(NicSample(*n) for n in obj["nics"]),
+            workload=_per_row(obj.get("wl"), "wl", lambda w: _record(Workload, w, "workload")),
+            score=_buffer(obj.get("score"), "<f8", "score"),
+            verdict=tuple(_VERDICTS[v] for v in _strs(obj.get("verdict"), "verdict")),
+            baseline=_strs(obj.get("baseline"), "baseline", optional=True),
+            explanation=_strs(obj.get("expl"), "expl"),
+            phase=_strs(obj.get("phase"), "phase", optional=True),
+            drivers=_per_row(obj.get("drivers"), "drivers", lambda ds: tuple(_driver(d) for d in _list(ds))),
+            links=_per_row(obj.get("links"), "links", _decode_links),
+            processes=_per_row(obj.get("procs"), "procs", _decode_processes),
+            gpu_events=_per_row(obj.get("events"), "events", _extra_event),
+            nics=_per_row(obj.get("nics"), "nics", _extra_nic),
         )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise DecodeError("malformed", f"not an interpreted batch ({type(exc).__name__}: {exc})"[:200]) from exc
+    except KeyError as exc:
+        raise DecodeError("malformed", f"interpreted batch: unknown verdict {exc}"[:200]) from exc
+    if None in batch.gpu_events or None in batch.nics or None in batch.drivers:
+        raise DecodeError("malformed", "interpreted batch: nil where an event, NIC reading or driver list belongs")
     lengths = {len(c) for c in (batch.cluster, batch.node, batch.gpu_index, batch.gpu_model, batch.ts_ns)}
     lengths |= {len(c) for c in (batch.score, batch.workload, batch.verdict, batch.baseline, batch.explanation)}
     lengths |= {len(c) for c in (batch.phase, batch.drivers, batch.links, batch.processes)} if n else set()
     if lengths - {n}:
         raise DecodeError("malformed", "interpreted batch columns differ in length")
     return batch
+
+
+def _list(value: Any) -> list[Any]:
+    if type(value) is not list:
+        raise InvalidEvent("wrong_type", "expected a list")
+    return value
 
 
 # --- low-rate records: dataclasses as maps, checked against their type hints --------------------------------
@@ -461,3 +574,5 @@ def decode_record(cls: type[R], payload: bytes) -> R:
         return _record(cls, obj.get("d"), cls.__name__)
     except InvalidEvent as exc:
         raise DecodeError(exc.reason, exc.detail) from exc
+    except (TypeError, ValueError) as exc:  # a record's own checks (__post_init__) refusing the values
+        raise DecodeError("wrong_type", f"{cls.__name__}: {exc}"[:200]) from exc

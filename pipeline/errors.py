@@ -14,6 +14,7 @@
         ├── TransientWriteError   may succeed later (server down, overloaded, timed out): retry with backoff
         │   └── SinkBackpressure  the server asks to wait ``retry_after_s``: pause, then retry the same data
         └── PermanentWriteError   the data itself was rejected: retrying the same data will not help
+            └── RecordTooLarge    a record over its topic's size limit (pipeline.sizing): split or dead-letter it
 
 Transient I/O failures of clients are not in this tree: each edge retries them with backoff and only gives up
 with a ServiceError (or a TransientWriteError the runner retries).
@@ -91,3 +92,12 @@ class SinkBackpressure(TransientWriteError):
 
 class PermanentWriteError(WriteError):
     """The sink's server rejected the data itself (e.g. HTTP 400/413): retrying the same data will not help."""
+
+
+class RecordTooLarge(PermanentWriteError):
+    """A record larger than its topic (or the producer) accepts: the writer splits it or dead-letters it; sending
+    it again as it is would fail again."""
+
+    def __init__(self, topic: str, size: int, budget: int) -> None:
+        super().__init__(f"a record of {size} bytes is over the {budget}-byte budget of {topic}")
+        self.topic, self.size, self.budget = topic, size, budget

@@ -533,12 +533,13 @@ class InterpretedBatch:
     def __len__(self) -> int:
         return len(self.gpu_uuid)
 
-    def take(self, rows: slice | np.ndarray, *, extras: bool = True) -> InterpretedBatch:
+    def take(self, rows: slice | np.ndarray, *, extras: bool | tuple[slice, slice] = True) -> InterpretedBatch:
         """The batch of the rows ``rows`` (a slice, an array of row indices in the order wanted, or a boolean mask):
         every per-row column cut alike, the optional and derived ones included.
 
         The node-level extras (``gpu_events``, ``nics``) belong to no row: they come along with ``extras`` (the
-        default) and are left out without it, so a batch cut into parts carries them in exactly one part.
+        default), are left out without it, or are cut too (``extras``: a slice of the events and one of the NIC
+        readings), so a batch cut into parts carries each in exactly one part (pipeline.sizing.fit cuts them).
         """
         if isinstance(rows, slice):
             changes: dict[str, Any] = {name: getattr(self, name)[rows] for name in _ROW_COLUMNS}
@@ -552,7 +553,9 @@ class InterpretedBatch:
                 changes[name] = tuple(column[i] for i in picked) if column else ()
         if self.features is not None:
             changes["features"] = self.features[rows if isinstance(rows, slice) else index]
-        if not extras:
+        if isinstance(extras, tuple):
+            changes |= {"gpu_events": self.gpu_events[extras[0]], "nics": self.nics[extras[1]]}
+        elif not extras:
             changes |= {"gpu_events": (), "nics": ()}
         return replace(self, **changes)
 

@@ -5,21 +5,32 @@ lz4 batches. Every delivery report is counted: ``delivered`` + ``failed`` + ``in
 When librdkafka's local queue is full (the broker is down for longer than the buffer lasts), ``publish``
 blocks and serves delivery reports until there is room: the caller slows down instead of losing data.
 ``close()`` flushes and reports what could not be delivered.
+
+Sized to the cluster (``limits``, read at start-up with :func:`pipeline.sizing.read_limits`): the producer allows
+the largest record the topics take and batches below the smallest, and a record over its topic's budget raises
+:class:`~pipeline.errors.RecordTooLarge` before it is queued (so do librdkafka's own size refusals), for the
+caller to split or dead-letter. :meth:`deliver` sends records and says which were not acknowledged, for the
+writers that must not commit past a record Kafka did not take (dead letters, alert state).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from pipeline.errors import RecordTooLarge
+from pipeline.sizing import Limits
 
 log = logging.getLogger(__name__)
 
 Headers = Sequence[tuple[str, bytes]]
+#: (topic, key, value, headers) of one record
+Record = tuple[str, bytes | None, bytes | None, Headers | None]
 
 
 @dataclass
@@ -45,7 +56,9 @@ class Publisher:
         buffer_messages: int = 200_000,
         delivery_timeout_ms: int = 600_000,
         extra: dict[str, Any] | None = None,
+        limits: Limits | None = None,
     ) -> None:
+        sized = {} if limits is None else {"message.max.bytes": limits.producer_max(), "batch.size": limits.batch_max()}
         conf: dict[str, Any] = {
             **kafka_conf,
             "enable.idempotence": True,
@@ -55,8 +68,10 @@ class Publisher:
             "batch.size": 1_000_000,
             "queue.buffering.max.messages": buffer_messages,
             "message.timeout.ms": delivery_timeout_ms,
+            **sized,
             **(extra or {}),
         }
+        self.limits = limits
         self._producer = Producer(conf)
         self.stats = PublisherStats()
         self.last_error: KafkaError | None = None
@@ -79,21 +94,29 @@ class Publisher:
         timeout_s: float | None = None,
     ) -> bool:
         """Queue one message (``value`` None: a tombstone for a compacted topic); blocks (serving delivery
-        reports) while the local queue is full.
+        reports) while the local queue is full; raises RecordTooLarge for a record over its topic's budget.
 
         With ``timeout_s``, gives up when the queue stayed full that long and returns False (nothing was queued),
         so a caller can stay responsive to a shutdown; otherwise returns True.
         """
+        return self._produce(topic, key, value, headers, self._on_delivery, timeout_s)
+
+    def _produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None,
+        on_delivery: Callable[[KafkaError | None, Message], None],
+        timeout_s: float | None = None,
+    ) -> bool:
+        if self.limits is not None and not self.limits.fits(topic, key, value, headers or ()):
+            raise RecordTooLarge(topic, len(value or b""), self.limits.value_budget(topic, key, headers or ()))
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             try:
-                self._producer.produce(
-                    topic,
-                    value,
-                    key,
-                    headers=list(headers) if headers else None,
-                    on_delivery=self._on_delivery,
-                )
+                self._producer.produce(topic, value, key, headers=list(headers) if headers else None,
+                                       on_delivery=on_delivery)  # fmt: skip
                 break
             except BufferError:
                 if deadline is not None and time.monotonic() >= deadline:
@@ -101,9 +124,30 @@ class Publisher:
                 start = time.monotonic()
                 self._producer.poll(0.1)
                 self.stats.blocked_s += time.monotonic() - start
+            except KafkaException as exc:
+                if exc.args and exc.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                    raise RecordTooLarge(topic, len(value or b""), -1) from exc
+                raise
         self.stats.published += 1
         self._producer.poll(0)
         return True
+
+    def deliver(self, records: Sequence[Record], timeout_s: float = 30.0) -> list[int]:
+        """Send ``records`` and wait up to ``timeout_s`` for their delivery reports; returns the indices of those
+        not acknowledged (failed, or still unanswered), for the caller to send again before it commits anything."""
+        results: dict[int, KafkaError | None] = {}
+
+        def report(i: int) -> Callable[[KafkaError | None, Message], None]:
+            def on_delivery(err: KafkaError | None, msg: Message) -> None:
+                self._on_delivery(err, msg)
+                results[i] = err
+
+            return on_delivery
+
+        for i, (topic, key, value, headers) in enumerate(records):
+            self._produce(topic, key, value, headers, report(i))
+        self._producer.flush(timeout_s)
+        return [i for i in range(len(records)) if i not in results or results[i] is not None]
 
     def poll(self, timeout_s: float = 0.0) -> None:
         self._producer.poll(timeout_s)

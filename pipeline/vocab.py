@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Final
 
 from pipeline.errors import InvalidInput
@@ -51,7 +52,8 @@ def parse_duration(
     cleaned = text.strip()
     if not _DURATION.match(cleaned):
         raise error(f"{what} {text!r} is not a duration like {DURATION_EXAMPLES}")
-    ns = round(sum(float(n) * _UNITS[unit] for n, unit in _PART.findall(cleaned)))
+    # exact arithmetic: floats lose nanoseconds beyond 2**53 ns (104 days)
+    ns = round(sum(Fraction(n) * _UNITS[unit] for n, unit in _PART.findall(cleaned)))
     if ns < 0 or (ns == 0 and not zero):
         raise error(f"{what} {text!r} must be longer than zero")
     if ns > max_ns:
@@ -72,16 +74,17 @@ def parse_seconds(
 
 
 def format_duration(ns: int) -> str:
-    """The shortest ``1h30m``-style spelling (whole seconds and up; ms/us/ns below), which parses back to ``ns``."""
-    if ns % NS_PER_S:
-        for unit in ("ms", "us", "ns"):
-            if ns % _UNITS[unit] == 0:
-                return f"{ns // _UNITS[unit]}{unit}"
-    out, rest = [], ns
+    """The shortest ``1h30m``-style spelling, which parses back to ``ns``: whole weeks down to seconds, then what is
+    left below a second in the largest unit that is exact (``1s500ms``, ``250us``)."""
+    seconds, rest = divmod(ns, NS_PER_S)
+    out = []
     for unit in ("w", "d", "h", "m", "s"):
-        n, rest = divmod(rest, _UNITS[unit])
+        n, seconds = divmod(seconds, _UNITS[unit] // NS_PER_S)
         if n:
             out.append(f"{n}{unit}")
+    if rest:
+        unit = next(u for u in ("ms", "us", "ns") if rest % _UNITS[u] == 0)
+        out.append(f"{rest // _UNITS[unit]}{unit}")
     return "".join(out) or "0s"
 
 

@@ -1,15 +1,23 @@
 """The faust-streaming processor: raw samples -> validated, normalized, interpreted events (+ dead letters,
 + findings on the alerts topic).
 
-Wiring only; the logic is :func:`processors.normalize.process_raw` and the stages of
-:class:`processors.interpret.Interpreter`. The agent takes batches of events (``stream.take_events``), so
-validation and interpretation run vectorized over many node messages at once. Delivery is at-least-once: faust
-acks a batch after the agent returns from it and flushes its producer before it commits offsets, so a crash
-replays rather than loses; the sink is idempotent, so a replay is harmless.
+Wiring only; the logic is :func:`processors.normalize.process_raw`, the stages of
+:class:`processors.interpret.Interpreter` and the sizing of what they write (:class:`processors.writes.TakeWriter`).
+The agent takes batches of events, so validation and interpretation run vectorized over many node messages at once.
 
-Building the app connects to nothing: the interpreted topic's partition count and the mirrors of the compacted
-topics the interpretation reads are :class:`Connections`, opened when the worker starts (:func:`run_worker` runs
-them as a service ahead of the app, so the mirrors are read to their end before the consumer joins its group).
+Delivery is at-least-once, and a take's offsets commit only after everything it wrote was acknowledged. The
+agent takes events *without* faust's automatic acks (``stream.noack_take``: ``take_events`` acks a take in a
+``finally``, so a take whose agent raised or was cancelled would be acked, and committed, all the same); it sends
+the take's records, waits for every delivery report, resends what failed (stall detection: ``stalled`` in the
+stats, one log line with the record's size and source) and only then acks the take's events. faust commits only
+consecutive acked offsets, after flushing its producer, so a crash or a stop replays rather than loses; the sink
+is idempotent, so a replay is harmless. The agent never raises on data (:class:`~processors.writes.TakeWriter`
+never raises), so it is not restarted in a loop: the stats count ``agent_starts`` and ``agent_crashes``.
+
+Building the app connects to nothing: the interpreted topic's partition count, the size limits of the topics it
+writes (:func:`pipeline.sizing.read_limits`) and the mirrors of the compacted topics the interpretation reads are
+:class:`Connections`, opened when the worker starts (:func:`run_worker` runs them as a service ahead of the app, so
+the mirrors are read to their end before the consumer joins its group).
 
 Run it with ``hermeneut process``. Counters are logged every 10 s, written to ``--stats-file`` and exposed on
 ``/metrics`` with what the processor concluded (processors.metrics, processors.conclusions).
@@ -19,10 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,27 +41,32 @@ from confluent_kafka.admin import AdminClient
 from faust.types import EventT
 from prometheus_client import CollectorRegistry
 
-from pipeline.codec import decode_record, encode_interpreted, encode_record
+from pipeline.codec import decode_record
 from pipeline.config import Settings
 from pipeline.errors import ServiceError
-from pipeline.events import Finding, GpuContext, InterpretedBatch, NodeTopology, node_key
+from pipeline.events import GpuContext, NodeTopology, node_key
 from pipeline.mirror import TopicMirror
-from pipeline.stats import write_stats
+from pipeline.sizing import read_limits
+from pipeline.stats import Stall, write_stats
 from processors.baselines.score import AnomalyTracker, Judgement, Scorer
 from processors.baselines.store import BaselineSet, BaselineStore, decode_baselines_record
 from processors.detectors.stage import Detectors
 from processors.enrich import ContextTimeline, Enricher
 from processors.interpret import Interpreter
 from processors.metrics import ProcessorMetrics, faust_lag, quiet_idle_streams
-from processors.normalize import RawMessage, process_raw
+from processors.normalize import RawMessage
 from processors.state import GpuSlots
+from processors.writes import TakeResult, TakeWriter, Write
 
 log = logging.getLogger(__name__)
 
 BATCH_MAX = 500
 BATCH_WITHIN_S = 0.05
-#: under Kafka's default max.message.bytes / max.request.size of 1 MB, with room for headers
-MAX_MESSAGE_BYTES = 900_000
+#: the producer's own per-record limit: every record is sized to the cluster's limits (read at start-up) before it
+#: is sent, so the client's limit must never be the one that binds (faust's default is 1,000,000 bytes)
+CLIENT_MAX_REQUEST_BYTES = 64 * 2**20
+#: resending a write that failed: exponential backoff with jitter up to this
+_RETRY_MAX_S = 10.0
 
 
 @dataclass
@@ -60,15 +74,33 @@ class ProcessorStats:
     messages_in: int = 0
     samples_ok: int = 0
     dead_lettered: int = 0
+    #: interpreted records written
     messages_out: int = 0
     findings: int = 0
     batches: int = 0
+    #: rows (or extras, or findings) that alone did not fit their topic: dead-lettered ``too_large``
+    too_large: int = 0
+    #: messages dead-lettered because interpreting them raised (a bug, not bad data)
+    processing_errors: int = 0
+    #: times the agent started, and left by an exception (faust restarts it): 1 and 0 in a healthy run
+    agent_starts: int = 0
+    agent_crashes: int = 0
     #: the learned-baselines version the scorer uses (0: none yet, rows unscored)
     baselines_version: int = 0
     assigned: bool = False
+    stall: Stall = field(default_factory=lambda: Stall("processor"))
+
+    def count(self, result: TakeResult) -> None:
+        self.samples_ok += result.samples_ok
+        self.dead_lettered += result.dead_lettered
+        self.messages_out += result.interpreted
+        self.findings += result.findings
+        self.too_large += result.too_large
+        self.processing_errors += result.processing_errors
 
     def write(self, path: Path | None) -> None:
-        write_stats(path, asdict(self))
+        values = {k: v for k, v in asdict(self).items() if k != "stall"}
+        write_stats(path, values | self.stall.values())
 
 
 def faust_broker_credentials(settings: Settings) -> Any:
@@ -97,19 +129,6 @@ def partition_count(settings: Settings, topic: str) -> int:
     if info is None or info.error is not None or not info.partitions:
         raise ServiceError(f"topic {topic} does not exist: run `hermeneut topics` first")
     return len(info.partitions)
-
-
-def encoded_parts(batch: InterpretedBatch) -> list[bytes]:
-    """The batch encoded in as few messages as fit Kafka's default 1 MB message limit, rows kept in order.
-
-    A fast-forward replay puts hundreds of one node's rounds into one take; encoded whole they exceed the limit.
-    """
-    payload = encode_interpreted(batch)
-    if len(payload) <= MAX_MESSAGE_BYTES or len(batch) < 2:
-        return [payload]
-    half = len(batch) // 2
-    # the node-level extras (events, NIC readings) go with the first part
-    return encoded_parts(batch.take(slice(0, half))) + encoded_parts(batch.take(slice(half, None), extras=False))
 
 
 def build_interpreter(settings: Settings) -> Interpreter:
@@ -163,18 +182,24 @@ class Connections:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._lock = threading.Lock()
-        self._opened: tuple[int, Interpreter] | None = None
+        self._opened: TakeWriter | None = None
 
     def open(self) -> None:
-        """The interpreted topic's partition count, and the interpretation stages over the topics' mirrors."""
+        """The interpreted topic's partition count, the size limits of the topics the processor writes, and the
+        interpretation stages over the topics' mirrors."""
         with self._lock:
             if self._opened is None:
-                out_partitions = partition_count(self.settings, self.settings.topics.interpreted)
-                self._opened = out_partitions, build_interpreter(self.settings)
+                s = self.settings
+                out_partitions = partition_count(s, s.topics.interpreted)
+                limits = read_limits(
+                    s.kafka.client_config(), (s.topics.interpreted, s.topics.alerts, s.topics.dead_letter)
+                )
+                log.info("record budgets (bytes): %s", ", ".join(f"{t} {n}" for t, n in limits.topics.items()))
+                self._opened = TakeWriter(s.topics, limits, s.validation, build_interpreter(s), out_partitions)
 
-    async def ready(self) -> tuple[int, Interpreter]:
-        """:meth:`open` (in a thread, so the event loop keeps serving) unless done; the partition count and
-        the interpreter."""
+    async def ready(self) -> TakeWriter:
+        """:meth:`open` (in a thread, so the event loop keeps serving) unless done; what turns takes into
+        records."""
         if self._opened is None:
             await asyncio.get_running_loop().run_in_executor(None, self.open)
         assert self._opened is not None
@@ -183,7 +208,11 @@ class Connections:
     @property
     def interpreter(self) -> Interpreter | None:
         """The interpreter once opened, else None."""
-        return None if self._opened is None else self._opened[1]
+        return None if self._opened is None else self._opened.interpreter
+
+    @property
+    def writer(self) -> TakeWriter | None:
+        return self._opened
 
 
 class OpenAtStart(mode.Service):
@@ -228,6 +257,7 @@ def create_app(
         # the interpreted topic carries float64 columns, which barely compress; aiokafka's lz4 costs CPU per byte
         producer_compression_type=None,
         producer_linger_ms=5,
+        producer_max_request_size=CLIENT_MAX_REQUEST_BYTES,
         stream_buffer_maxsize=max(4096, BATCH_MAX * 2),
         broker_commit_every=BATCH_MAX,
         broker_commit_interval=1.0,
@@ -235,52 +265,86 @@ def create_app(
         broker_heartbeat_interval=min(3.0, settings.kafka.session_timeout_s / 3),
     )
     raw = app.topic(settings.topics.raw, key_type=bytes, value_type=bytes, internal=False)
-    interpreted = app.topic(settings.topics.interpreted, key_type=bytes, value_type=bytes)
-    dead = app.topic(settings.topics.dead_letter, key_type=bytes, value_type=bytes)
-    alerts = app.topic(settings.topics.alerts, key_type=bytes, value_type=bytes)
-    limits = settings.validation
+    t = settings.topics
+    out = {name: app.topic(name, key_type=bytes, value_type=bytes) for name in (t.interpreted, t.dead_letter, t.alerts)}
     stats = ProcessorStats()
     metrics = ProcessorMetrics(registry, lambda: asdict(stats), settings.metrics.stale_after_s)
     connections = connections or Connections(settings)
 
-    async def publish_findings(findings: list[Finding]) -> None:
-        for finding in findings:
-            await alerts.send(key=finding.dedup_key.encode(), value=encode_record(finding))
-        stats.findings += len(findings)
-        metrics.conclusions.findings(findings)
+    def observe(result: TakeResult) -> None:
+        """What the take (or a tick) concluded, into the interpretation metrics, once it is delivered."""
+        for batch in result.batches:
+            metrics.conclusions.observe(batch)
+        metrics.conclusions.findings(result.sent_findings)
 
-    @app.agent(raw, name="interpret")  # type: ignore[arg-type]  # take_events is on Stream, not StreamT
+    async def deliver(writes: list[Write]) -> None:
+        """Send ``writes`` and wait until every one is acknowledged; resend what failed, with backoff, for as long
+        as it takes (the stall watch says so after a few attempts)."""
+        pending, delay = writes, 0.2
+        while pending:
+            sent: list[tuple[Write, Any]] = []
+            for w in pending:
+                try:
+                    sent.append((w, await out[w.topic].send(key=w.key, value=w.value, headers=w.headers or None,
+                                                            partition=w.partition)))  # fmt: skip
+                except Exception as exc:  # refused before it left (e.g. by the client's own checks)
+                    sent.append((w, exc))
+            futures = [f for _, f in sent if not isinstance(f, BaseException)]
+            while futures:
+                _, waiting = await asyncio.wait(futures, timeout=stats.stall.after_s)
+                if not waiting:
+                    break
+                w = next(w for w, f in sent if f in waiting)
+                stats.stall.waiting(w.topic, len(w.value), w.source)
+            failed = []
+            for w, f in sent:
+                error = f if isinstance(f, BaseException) else f.exception()
+                if error is not None:
+                    failed.append(w)
+                    stats.stall.failed(w.topic, len(w.value), w.source, f"{type(error).__name__}: {error}")
+            if not failed:
+                stats.stall.ok()
+                return
+            # only what failed goes again: interpreted parts may then arrive out of order, which nothing after
+            # depends on (every point carries its own timestamp); nothing is acked meanwhile
+            pending = failed
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, _RETRY_MAX_S)
+
+    @app.agent(raw, name="interpret")  # type: ignore[arg-type]  # noack_take is on Stream, not StreamT
     async def interpret(stream: faust.Stream[bytes]) -> None:
-        out_partitions, interpreter = await connections.ready()
+        stats.agent_starts += 1
+        writer = await connections.ready()
         events: Sequence[EventT[bytes]]
-        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            took_at = time.perf_counter()
-            messages = [
-                RawMessage(
-                    e.message.key,
-                    e.message.value or b"",
-                    f"{e.message.topic}/{e.message.partition}/{e.message.offset}",
-                    e.message.partition,
-                )
-                for e in events
-            ]
-            now_ns = time.time_ns()
-            outcome = process_raw(messages, now_ns, limits)
-            for partition, normalized in outcome.forward:
-                batch, findings = interpreter.apply(normalized, now_ns)
-                metrics.conclusions.observe(batch)
-                # same partition number as the source: one GPU's events stay in order without a key
-                for payload in encoded_parts(batch):
-                    await interpreted.send(value=payload, partition=partition % out_partitions)
-                await publish_findings(findings)
-            for letter in outcome.dead:
-                await dead.send(key=letter.key, value=letter.value, headers=letter.headers)
-            stats.messages_in += len(messages)
-            stats.samples_ok += outcome.samples_ok
-            stats.dead_lettered += len(outcome.dead)
-            stats.messages_out += len(outcome.forward)
-            stats.batches += 1
-            metrics.took(len(messages), outcome.dead, time.perf_counter() - took_at)
+        try:
+            # noack_take yields the events themselves (its buffer holds them), typed as values upstream
+            async for events in stream.noack_take(BATCH_MAX, within=BATCH_WITHIN_S):  # type: ignore[assignment]
+                messages = [
+                    RawMessage(
+                        e.message.key,
+                        e.message.value or b"",
+                        f"{e.message.topic}/{e.message.partition}/{e.message.offset}",
+                        e.message.partition,
+                    )
+                    for e in events
+                ]
+                took_at = time.perf_counter()
+                result = writer.take(messages, time.time_ns())
+                await deliver(result.writes)
+                observe(result)
+                metrics.took(len(messages), result.letters, time.perf_counter() - took_at)
+                # only now may these offsets commit: everything the take wrote is acknowledged
+                for event in events:
+                    await stream.ack(event)
+                stats.messages_in += len(messages)
+                stats.count(result)
+                stats.batches += 1
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            stats.agent_crashes += 1
+            log.exception("the interpret agent failed; faust restarts it, its take is not acked")
+            raise
 
     @app.timer(interval=10.0)  # type: ignore[untyped-decorator]
     async def report() -> None:
@@ -295,11 +359,15 @@ def create_app(
 
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def snapshot() -> None:
-        interpreter = connections.interpreter
-        if interpreter is None:
+        writer = connections.writer
+        if writer is None:
             return  # not started yet
-        await publish_findings(interpreter.tick(time.time_ns()))
-        stats.baselines_version = next((s.version for s in interpreter.stages if isinstance(s, Scorer)), 0)
+        result = TakeResult()
+        writer.findings(writer.interpreter.tick(time.time_ns()), result)
+        await deliver(result.writes)
+        observe(result)
+        stats.count(result)
+        stats.baselines_version = next((s.version for s in writer.interpreter.stages if isinstance(s, Scorer)), 0)
         stats.write(stats_file)
         if stats.assigned:
             metrics.lag.update(faust_lag(app.consumer, app.monitor))

@@ -48,11 +48,24 @@ class RawMessage:
 
 
 @dataclass
+class Origins:
+    """Where each row and node-level extra of a forwarded batch came from: (index of its message in the input,
+    position in that message's list), in the batch's order. A row that cannot be written is dead-lettered with
+    its message and position."""
+
+    rows: list[tuple[int, int]] = field(default_factory=list)
+    events: list[tuple[int, int]] = field(default_factory=list)
+    nics: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass
 class Outcome:
     #: (source partition, InterpretedBatch of everything that came from it, in order)
     forward: list[tuple[int, InterpretedBatch]] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
     samples_ok: int = 0
+    #: per source partition, where the rows and extras of its forwarded batch came from
+    origins: dict[int, Origins] = field(default_factory=dict)
 
 
 def _timestamp_problem(ts_ns: int, now_ns: int, limits: ValidationSettings) -> tuple[str, str] | None:
@@ -85,7 +98,8 @@ def nic_problem(nic: NicSample, now_ns: int, limits: ValidationSettings) -> tupl
 
 
 def canonical_units(sample: GpuSample) -> GpuSample:
-    """Rename alias fields (e.g. ``memory_used_mib``) to their canonical unit."""
+    """Rename alias fields (e.g. ``memory_used_mib``) to their canonical unit. A sample that carries a field both
+    ways never gets here: decoding refuses it (``duplicate_field``)."""
     if UNIT_ALIASES.keys().isdisjoint(sample.metrics):
         return sample
     metrics = {}
@@ -168,10 +182,8 @@ def _explain(
 
 
 def _nan_reason(sample: GpuSample) -> tuple[str, str]:
-    nan_fields = sorted(k for k, v in sample.metrics.items() if v != v)  # noqa: PLR0124 (NaN test)
-    if nan_fields:
-        return "nan", f"{nan_fields[0]} is NaN"
-    return "duplicate_field", "a field was sent both in its canonical unit and as an alias"
+    name = min(k for k, v in sample.metrics.items() if v != v)  # noqa: PLR0124 (NaN test)
+    return "nan", f"{name} is NaN"
 
 
 def process_raw(messages: list[RawMessage], now_ns: int, limits: ValidationSettings) -> Outcome:
@@ -196,8 +208,15 @@ def process_raw(messages: list[RawMessage], now_ns: int, limits: ValidationSetti
         samples.extend(canonical_units(s) for s in batch.samples)
         if batch.events or batch.nics:
             events, nics = extras.setdefault(msg.partition, ([], []))
-            events.extend(_checked(msg, batch.events, "event", lambda e: event_problem(e, now_ns, limits), out))
-            nics.extend(_checked(msg, batch.nics, "nic", lambda n: nic_problem(n, now_ns, limits), out))
+            origins = out.origins.setdefault(msg.partition, Origins())
+            for position, event in _checked(msg, batch.events, "event", lambda e: event_problem(e, now_ns, limits),
+                                            out, rejected):  # fmt: skip
+                events.append(event)
+                origins.events.append((i, position))
+            for position, nic in _checked(msg, batch.nics, "nic", lambda n: nic_problem(n, now_ns, limits),
+                                          out, rejected):  # fmt: skip
+                nics.append(nic)
+                origins.nics.append((i, position))
     if not samples:
         for part, (events, nics) in sorted(extras.items()):
             if events or nics:
@@ -224,8 +243,19 @@ def process_raw(messages: list[RawMessage], now_ns: int, limits: ValidationSetti
         events, nics = extras.get(part, ([], []))
         if len(rows) or events or nics:
             out.forward.append((part, _batch([samples[r] for r in rows.tolist()], ts[rows], m[rows], events, nics)))
+            out.origins.setdefault(part, Origins()).rows = [(owners[r], positions[r]) for r in rows.tolist()]
     out.samples_ok = int(np.count_nonzero(good))
     return out
+
+
+def _decoded_position(rejected: list[Rejected], part: str, position: int) -> int:
+    """The position in the message's own list of the ``position``-th item that decoded (rejected ones skipped)."""
+    if not rejected:
+        return position
+    for bad in sorted(r.position for r in rejected if r.part == part and r.position is not None):
+        if bad <= position:
+            position += 1
+    return position
 
 
 def _batch(
@@ -244,13 +274,16 @@ def _checked(
     part: str,
     problem: Callable[[_Item], tuple[str, str] | None],
     out: Outcome,
-) -> list[_Item]:
-    """The items without a problem; a dead letter for each one with a problem."""
+    rejected: list[Rejected],
+) -> list[tuple[int, _Item]]:
+    """The items without a problem, with their position in the message; a dead letter for each one with a
+    problem."""
     kept = []
-    for position, item in enumerate(items):
+    for decoded, item in enumerate(items):
         found = problem(item)
+        position = _decoded_position(rejected, part, decoded)
         if found is None:
-            kept.append(item)
+            kept.append((position, item))
         else:
             uuid = getattr(item, "gpu_uuid", None)
             out.dead.append(dead_letter(msg.key, msg.value, *found, STAGE, msg.source, uuid, position, part))

@@ -23,6 +23,11 @@ Reliability, through the one :class:`~pipeline.publisher.Publisher` (idempotent,
   not be delivered (``undelivered``; with the broker away that long, those are lost and counted).
 - *A source that fails*: transient failures (``SourceUnavailable``) skip that round and are counted; bad data
   (``BadSourceData``) is dead-lettered with its reason.
+- *A record over its topic's size limit* (the publisher is sized to the cluster's limits, read at start-up): a
+  node message is split (:func:`pipeline.sizing.fit`: its samples, events and NIC readings cut in proportion, so
+  an 8-GPU NVSwitch node in an XID storm still goes out whole, in several messages); a sample, event or record that
+  alone cannot fit is dead-lettered (``too_large``, bounded to the dead-letter topic, with its node and position)
+  and counted (``too_large``), never retried forever.
 """
 
 from __future__ import annotations
@@ -41,11 +46,12 @@ from tqdm import tqdm
 
 from pipeline.codec import CONTENT_TYPE, encode_record, encode_samples
 from pipeline.config import TopicSettings
-from pipeline.deadletter import dead_letter
+from pipeline.deadletter import DeadLetter, bounded, dead_letter
 from pipeline.errors import BadSourceData, SourceUnavailable
 from pipeline.events import EventKind, FaultRecord, GpuContext, NodeTopology, SampleBatch
 from pipeline.metrics import DURATION_BUCKETS, PUBLISHER_FIELDS, Field, StatsView, counter, dead_letters
 from pipeline.publisher import Headers, Publisher
+from pipeline.sizing import Cut, Limits, fit
 from pipeline.stats import write_stats
 from producers.source import Record, Source
 
@@ -70,6 +76,10 @@ class AgentReport:
     skipped_rounds: int = 0
     source_errors: int = 0
     dead_lettered: int = 0
+    #: items (samples, events, NIC readings, records) that alone exceed their topic's limit: dead-lettered
+    too_large: int = 0
+    #: node messages that went out in several parts because whole they exceeded the raw topic's limit
+    split_messages: int = 0
     topologies: int = 0
     #: workload-context and ground-truth records published (sources that know them: the simulator)
     contexts: int = 0
@@ -194,12 +204,55 @@ class NodeAgent:
             self.report.topologies += 1
             log.info("topology of %s/%s published (%d GPUs)", topology.cluster, topology.node, len(topology.gpus))
 
-    def _route(self, record: Record) -> tuple[str, bytes | None, bytes]:
-        """The topic, key and value a record is published as."""
+    def _route(self, record: Record) -> list[tuple[str, bytes | None, bytes]]:
+        """The records (topic, key, value) a record is published as: one, or a node message's parts."""
+        limits = self.publisher.limits or Limits()
         if isinstance(record, SampleBatch):
-            return self.topics.raw, record.kafka_key, encode_samples(record)
+            payload = encode_samples(record)
+            budget = limits.value_budget(self.topics.raw, record.kafka_key, _HEADERS)
+            if len(payload) <= budget:
+                return [(self.topics.raw, record.kafka_key, payload)]
+            return [(self.topics.raw, record.kafka_key, part) for part in self._split(record, budget)]
         topic = self.topics.context if isinstance(record, GpuContext) else self.topics.ground_truth
-        return topic, record.kafka_key, encode_record(record)
+        value = encode_record(record)
+        if limits.fits(topic, record.kafka_key, value, _HEADERS):
+            return [(topic, record.kafka_key, value)]
+        self._too_large([dead_letter(record.kafka_key, value, "too_large", f"{type(record).__name__} over the "
+                                     f"{topic} budget", STAGE, f"{self.source.name}/{topic}")])  # fmt: skip
+        return []
+
+    def _split(self, batch: SampleBatch, budget: int) -> list[bytes]:
+        """A node message too large for the raw topic as several, each list cut in proportion; what cannot fit
+        alone is dead-lettered."""
+
+        def encode(cut: Cut) -> bytes:
+            samples, events, nics = cut
+            return encode_samples(SampleBatch(batch.cluster, batch.node, batch.samples[samples], batch.events[events],
+                                              batch.nics[nics]))  # fmt: skip
+
+        fitted = fit((len(batch.samples), len(batch.events), len(batch.nics)), encode, budget)
+        self.report.split_messages += 1
+        if fitted.too_large:
+            whole = encode_samples(batch)
+            parts = ("sample", "event", "nic")
+            letters = []
+            for which, item in fitted.too_large:
+                listed = (batch.samples, batch.events, batch.nics)[which][item]
+                uuid = getattr(listed, "gpu_uuid", None)
+                letters.append(dead_letter(batch.kafka_key, whole, "too_large", f"one {parts[which]} alone is over the "
+                                           f"{self.topics.raw} budget of {budget} bytes", STAGE,
+                                           f"{self.source.name}/{batch.cluster}/{batch.node}", uuid, item,
+                                           parts[which]))  # fmt: skip
+            self._too_large(letters)
+        return fitted.parts
+
+    def _too_large(self, letters: list[DeadLetter]) -> None:
+        limits = self.publisher.limits or Limits()
+        for letter in bounded(letters, limits.limit(self.topics.dead_letter)):
+            self.publisher.publish(self.topics.dead_letter, letter.key, letter.value, letter.headers)
+        self.report.too_large += len(letters)
+        self.report.dead_lettered += len(letters)
+        log.error("%s: %d items too large for their topic, dead-lettered", self.source.name, len(letters))
 
     def round(self, stop: threading.Event, ts_ns: int | None = None) -> bool:
         """One round stamped ``ts_ns`` (default: now): read, publish; returns whether the MIG layout changed (so
@@ -210,11 +263,14 @@ class NodeAgent:
         for record in self._read(ts_ns, stop):
             if isinstance(record, SampleBatch) and _empty(record):
                 continue
-            if not self._send(stop, *self._route(record), _HEADERS):
+            routed = self._route(record)
+            if not routed:
+                continue  # dead-lettered: too large for its topic
+            if not all(self._send(stop, *out, _HEADERS) for out in routed):
                 r.unqueued_samples += len(record.samples) if isinstance(record, SampleBatch) else 0
                 break
             if isinstance(record, SampleBatch):
-                r.messages += 1
+                r.messages += len(routed)
                 r.samples += len(record.samples)
                 r.events += len(record.events)
                 r.nics += len(record.nics)

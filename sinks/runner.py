@@ -11,8 +11,13 @@ A transient failure (the destination down or overloaded) is flushed again with e
 or after the wait a :class:`~pipeline.errors.SinkBackpressure` asks for, for as long as it takes; the hand-off
 queue fills, the consumer pauses its partitions (still polling, so it keeps its group membership) and nothing is
 committed, so nothing acknowledged is lost; a replay after a crash rewrites identical data. A message the sink
-cannot prepare, or a batch the destination rejects as data, goes to the dead-letter topic (delivered before the
-offset is committed) and is counted.
+cannot prepare, or a batch the destination rejects as data, goes to the dead-letter topic and is counted.
+
+Dead letters are bounded (:func:`pipeline.deadletter.bounded`, sized to the dead-letter topic's limit) and must
+be acknowledged by Kafka before their batch's offsets commit: a batch whose letters were not taken stays at the
+head, uncommitted (later batches wait behind it, in order), and is tried again with backoff. A write that keeps
+failing (InfluxDB's, or the dead letters') makes the runner *stalled* in its stats (:class:`pipeline.stats.Stall`:
+one log line with the batch's size and source offsets), never a crash or a restart.
 
 Counters go to the ``--stats-file`` and, with the batch sizes, flush times, sample -> stored latency and consumer lag,
 to ``/metrics`` (:data:`RUNNER_FIELDS`, and ``hermeneut_sink_<counter>_total`` for each counter of the sink plugin).
@@ -35,7 +40,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from prometheus_client import CollectorRegistry, Histogram
 
 from pipeline.config import Settings
-from pipeline.deadletter import DeadLetter, dead_letter
+from pipeline.deadletter import DeadLetter, bounded, dead_letter
 from pipeline.errors import DecodeError, PermanentWriteError, SinkBackpressure, TransientWriteError
 from pipeline.metrics import (
     DURATION_BUCKETS,
@@ -50,7 +55,8 @@ from pipeline.metrics import (
     librdkafka_lag,
 )
 from pipeline.publisher import Publisher
-from pipeline.stats import write_stats
+from pipeline.sizing import KAFKA_DEFAULT_LIMIT
+from pipeline.stats import Stall, write_stats
 from sinks.base import Position, Prepared, Sink
 
 log = logging.getLogger(__name__)
@@ -86,12 +92,14 @@ class RunnerConfig:
     #: (uncommitted data stays in Kafka and is stored by the next run)
     shutdown_grace_s: float = 30.0
     dead_letter_topic: str = "hermeneut.deadletter"
+    #: the dead-letter topic's size limit (read from the cluster at start-up): letters are bounded to it
+    dead_letter_limit: int = KAFKA_DEFAULT_LIMIT
 
     @classmethod
-    def of(cls, settings: Settings) -> RunnerConfig:
+    def of(cls, settings: Settings, dead_letter_limit: int = KAFKA_DEFAULT_LIMIT) -> RunnerConfig:
         """The InfluxDB sink's batching (``influxdb.batch_size``, ``flush_interval_s``, ``shutdown_grace_s``)."""
         i = settings.influxdb
-        return cls(i.batch_size, i.flush_interval_s, i.shutdown_grace_s, settings.topics.dead_letter)
+        return cls(i.batch_size, i.flush_interval_s, i.shutdown_grace_s, settings.topics.dead_letter, dead_letter_limit)
 
 
 def sink_consumer(settings: Settings, sink: str) -> Consumer:
@@ -124,6 +132,7 @@ class SinkStats:
     #: stored in the same seconds, does not count: its samples are old on purpose)
     recent_latency_p50_s: float | None = None
     recent_latency_p99_s: float | None = None
+    stall: Stall = field(default_factory=lambda: Stall("sink"))
     _latencies: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list, repr=False)
 
     def record_latency(self, ack_ns: int, ts_ns: np.ndarray) -> None:
@@ -143,7 +152,8 @@ class SinkStats:
     def write(self, path: Path | None, extra: dict[str, int] | None = None) -> None:
         if path is not None:
             self.summarize()
-            write_stats(path, {k: v for k, v in asdict(self).items() if not k.startswith("_")} | (extra or {}))
+            values = {k: v for k, v in asdict(self).items() if not k.startswith("_") and k != "stall"}
+            write_stats(path, values | self.stall.values() | (extra or {}))
 
 
 @dataclass
@@ -158,6 +168,10 @@ class _Job(Generic[T]):
     ok: bool = False
     rejected: str | None = None
     ack_ns: int = 0
+    #: dead letters still to be acknowledged by Kafka (bounded, built once the writer reported)
+    unsent: list[DeadLetter] | None = None
+    retry_at: float = 0.0
+    delay_s: float = 0.5
 
 
 class SinkRunner(Generic[T]):
@@ -183,8 +197,11 @@ class SinkRunner(Generic[T]):
         self.clock = clock
         self._todo: queue.Queue[_Job[T]] = queue.Queue(maxsize=1)
         self._done: queue.Queue[_Job[T]] = queue.Queue()
+        #: the oldest finished batch, kept while its dead letters are not acknowledged (nothing commits past it)
+        self._head: _Job[T] | None = None
         self._in_flight = 0
         self._abandoned = False
+        self._job_size, self._job_source = 0, ""
         self._stop = threading.Event()
         self._closing = threading.Event()
         self._give_up_at: float | None = None
@@ -335,6 +352,8 @@ class SinkRunner(Generic[T]):
                     return
                 continue
             try:
+                self._job_size = sum(len(m.value() or b"") for m in job.messages)
+                self._job_source = _offsets(job.messages)
                 self.sink.add(job.prepared)
                 job.ok = self._flush_with_retry(len(job.messages))
             except PermanentWriteError as exc:
@@ -352,6 +371,7 @@ class SinkRunner(Generic[T]):
             try:
                 self.sink.flush()
                 self._flush_seconds.labels("ok").observe(time.perf_counter() - started)
+                self.stats.stall.ok()
                 return True
             except PermanentWriteError:
                 self._flush_seconds.labels("rejected").observe(time.perf_counter() - started)
@@ -360,6 +380,7 @@ class SinkRunner(Generic[T]):
                 self._flush_seconds.labels("retried").observe(time.perf_counter() - started)
                 attempt += 1
                 self.stats.write_retries += 1
+                self.stats.stall.failed(self.sink.name, self._job_size, self._job_source, str(exc)[:200])
                 if attempt == 1 or attempt % 10 == 0:
                     log.warning("%s flush failed (attempt %d), retrying: %s", self.sink.name, attempt, exc)
                 if self._past_grace():
@@ -378,16 +399,29 @@ class SinkRunner(Generic[T]):
             time.sleep(min(left, 0.5))
 
     def _complete(self, wait_s: float = 0.0) -> None:
-        """Dead-letter and commit every batch the writer finished, in order."""
+        """Dead-letter and commit every batch the writer finished, in order; a batch whose dead letters Kafka did
+        not take stays at the head (nothing commits past it) and is tried again after a backoff."""
         while True:
-            try:
-                job = self._done.get(timeout=wait_s) if wait_s else self._done.get_nowait()
-            except queue.Empty:
-                return
-            self._in_flight -= 1
+            if self._head is None:
+                try:
+                    self._head = self._done.get(timeout=wait_s) if wait_s else self._done.get_nowait()
+                except queue.Empty:
+                    return
+            job = self._head
             if not job.ok or self._abandoned:
                 self._abandoned = True
-                continue
+            elif not self._dead_letter(job):
+                return
+            else:
+                self._commit(job.messages, job.marks)
+                self.stats.messages += len(job.messages)
+                self.stats.batches += 1
+            self._head = None
+            self._in_flight -= 1
+
+    def _dead_letter(self, job: _Job[T]) -> bool:
+        """Deliver the batch's dead letters (once, bounded); False while Kafka has not taken them all."""
+        if job.unsent is None:
             letters = list(job.letters)
             if job.rejected is not None:
                 log.error("%s rejected a batch of %d messages: %s", self.sink.name, len(job.messages), job.rejected)
@@ -399,16 +433,26 @@ class SinkRunner(Generic[T]):
                     self.stats.record_latency(job.ack_ns, ts_ns)
                     self._latency.observe((job.ack_ns - ts_ns) / 1e9)
                 self._batch_size.observe(sum(p.size for p in job.prepared))
-            for letter in letters:
-                self.dlq.publish(self.config.dead_letter_topic, letter.key, letter.value, letter.headers)
-            if letters and self.dlq.flush(60.0):
-                raise RuntimeError("dead letters could not be delivered; not committing")
-            self._commit(job.messages, job.marks)
-            self.stats.messages += len(job.messages)
             self.stats.dead_lettered += len(letters)
             for letter in letters:
                 self._dead_letters.labels(letter.reason).inc()
-            self.stats.batches += 1
+            job.unsent = bounded(letters, self.config.dead_letter_limit)
+        if not job.unsent:
+            return True
+        if time.monotonic() < job.retry_at:
+            return False
+        topic = self.config.dead_letter_topic
+        failed = self.dlq.deliver([(topic, x.key, x.value, x.headers) for x in job.unsent], timeout_s=10.0)
+        if not failed:
+            self.stats.stall.ok()
+            job.unsent = []
+            return True
+        size = sum(len(job.unsent[i].value) for i in failed)
+        self.stats.stall.failed(topic, size, _offsets(job.messages), f"{len(failed)} dead letters not acknowledged")
+        job.unsent = [job.unsent[i] for i in failed]
+        job.retry_at = time.monotonic() + job.delay_s * (0.5 + random.random())
+        job.delay_s = min(job.delay_s * 2, 10.0)
+        return False
 
     def _letter(self, msg: Message, reason: str, detail: str) -> DeadLetter:
         source = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
@@ -428,3 +472,13 @@ class SinkRunner(Generic[T]):
             self.stats.commits += 1
         except Exception as exc:  # e.g. partitions revoked meanwhile: they will be re-read, and overwrite
             log.warning("offset commit failed (%s); those messages will be replayed idempotently", exc)
+
+
+def _offsets(messages: list[Message]) -> str:
+    """Where a batch came from, for a stall's log line: topic/partition/first-last per partition."""
+    spans: dict[tuple[str, int], tuple[int, int]] = {}
+    for m in messages:
+        key, offset = (str(m.topic()), int(m.partition() or 0)), int(m.offset() or 0)
+        low, high = spans.get(key, (offset, offset))
+        spans[key] = (min(low, offset), max(high, offset))
+    return ", ".join(f"{t}/{p}/{lo}-{hi}" for (t, p), (lo, hi) in sorted(spans.items()))

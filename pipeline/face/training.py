@@ -194,16 +194,27 @@ def publish(
     classifier: ClassifierRecord | None,
     previous: BaselineManifest | None = None,
 ) -> None:
-    """Records first, the manifest last (readers switch on a complete manifest); tombstones for dropped ids."""
+    """Records first, the manifest last (readers switch on a complete manifest); tombstones for dropped ids.
+
+    Every record is checked against the topic's size limit (read from the cluster) before the first is sent: a
+    version that cannot be published whole is refused with one line, never published in part."""
     from pipeline.publisher import Publisher
+    from pipeline.sizing import read_limits
 
     topic = settings.topics.baselines
-    pub = Publisher(settings.kafka.client_config())
-    for record in records:
-        pub.publish(topic, record.baseline_id.encode(), encode_record(record))
-    if classifier is not None:
-        pub.publish(topic, CLASSIFIER_KEY, encode_record(classifier))
-    pub.publish(topic, MANIFEST_KEY, encode_record(manifest))
+    limits = read_limits(settings.kafka.client_config(), [topic], settings.kafka.request_timeout_s)
+    out = [(record.baseline_id.encode(), encode_record(record)) for record in records]
+    out += [(CLASSIFIER_KEY, encode_record(classifier))] if classifier is not None else []
+    out.append((MANIFEST_KEY, encode_record(manifest)))
+    for key, value in out:
+        if not limits.fits(topic, key, value):
+            raise ServiceError(
+                f"baseline record {key.decode()} is {len(value)} bytes, over {topic}'s limit of "
+                f"{limits.limit(topic)} (max.message.bytes): version {manifest.version} not published"
+            )
+    pub = Publisher(settings.kafka.client_config(), limits=limits)
+    for key, value in out:
+        pub.publish(topic, key, value)
     dropped = set(previous.ids) - set(manifest.ids) if previous else set()
     for bid in sorted(dropped):
         pub.publish(topic, bid.encode(), None)  # a tombstone

@@ -9,6 +9,11 @@ Emits :class:`~pipeline.events.GpuContext` records keyed ``gpu_key(cluster, node
 - every ``reassert_s`` (10 min) the whole current state again, plus the tombstones of that period, so a record
   lost to a failed delivery is repaired and the compacted topic always converges to the truth.
 
+Sized by construction: the free-text fields of a workload (job id, user, tenant, model, framework) are cut to
+:data:`TEXT_MAX` characters, so a record is a few hundred bytes whatever a scheduler or an annotation says; a
+record the context topic still refuses (:class:`~pipeline.errors.RecordTooLarge`, a cluster with a tiny limit) is
+counted (``too_large``) and logged, never a crash of the loop.
+
 Sources fail independently: one that raises :class:`~producers.context.base.SourceUnavailable` keeps its last
 observation (logged once when it starts failing and once when it recovers) and is retried with backoff and
 jitter; the others go on. ``manual`` records (``hermeneut context set``) come from the topic itself, through a
@@ -23,10 +28,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from pipeline.codec import encode_record
-from pipeline.errors import SourceUnavailable
+from pipeline.errors import RecordTooLarge, SourceUnavailable
 from pipeline.events import GpuContext, Workload, gpu_key
 from pipeline.metrics import PUBLISHER_FIELDS, Field, counter, gauge
 from producers.context.base import MANUAL, Backoff, ContextSource, Observation
@@ -36,6 +41,8 @@ log = logging.getLogger(__name__)
 
 #: (key, value or None for a tombstone)
 Sink = Callable[[bytes, bytes | None], object]
+#: the longest free text a published workload carries (job names and annotations can be anything)
+TEXT_MAX: Final = 256
 
 
 #: the watch's counters as ``/metrics`` shows them (:meth:`Watcher.values` plus its publisher's)
@@ -58,6 +65,7 @@ class WatchStats:
     published: int = 0
     tombstones: int = 0
     reasserts: int = 0
+    too_large: int = 0
     source_failures: dict[str, int] = field(default_factory=dict)
     failing: list[str] = field(default_factory=list)
 
@@ -129,7 +137,17 @@ class Watcher:
         state.backoff.ok()
 
     def _record(self, uuid: str, workload: Workload) -> bytes:
+        texts = {name: getattr(workload, name) for name in ("job_id", "user", "tenant", "model", "framework")}
+        cut = {name: value[:TEXT_MAX] for name, value in texts.items() if value is not None and len(value) > TEXT_MAX}
+        workload = dataclasses.replace(workload, **cut) if cut else workload
         return encode_record(GpuContext(self.cluster, self.node, uuid, self.clock_ns(), workload))
+
+    def _send(self, key: bytes, value: bytes | None) -> None:
+        try:
+            self.sink(key, value)
+        except RecordTooLarge as exc:
+            self.stats.too_large += 1
+            log.error("context of %s not published: %s", key.decode(errors="replace"), exc)
 
     def step(self, force_reassert: bool = False) -> int:
         """Poll, merge, publish; returns how many records (tombstones included) were published."""
@@ -145,9 +163,9 @@ class Watcher:
         # a GPU that got a workload again must not get an old tombstone re-sent after its new record
         ended = (set(changes.ended) | (self._ended_since_assert if reassert else set())) - desired.keys()
         for uuid, workload in upserts.items():
-            self.sink(gpu_key(self.cluster, self.node, uuid), self._record(uuid, workload))
+            self._send(gpu_key(self.cluster, self.node, uuid), self._record(uuid, workload))
         for uuid in sorted(ended):
-            self.sink(gpu_key(self.cluster, self.node, uuid), None)
+            self._send(gpu_key(self.cluster, self.node, uuid), None)
         if reassert:
             self._last_assert = self.clock()
             self._ended_since_assert = set(changes.ended)

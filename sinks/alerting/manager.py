@@ -18,6 +18,11 @@ after 3 finds the deliveries in the outbox at restart. The one duplicate possibl
 delivery and the process died before the delivery's tombstone reached Kafka; it is sent again with the same
 ``X-Hermeneut-Delivery`` id.
 
+Records are sized to the cluster's limits (read at start-up): dead letters are bounded
+(pipeline.deadletter.bounded); a state record too large for its topic is refused before it is queued, counted
+(``too_large``) and logged, so it can neither crash the loop nor hold it; state Kafka does not acknowledge makes
+the manager *stalled* in its stats (pipeline.stats.Stall) while it retries, committing nothing.
+
 Run one manager per deployment (like a single Alertmanager): groups span every partition of the findings.
 
 Counters go to the ``--stats-file`` and to ``/metrics`` (:data:`MANAGER_FIELDS`), with the alerts by status,
@@ -41,8 +46,8 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from pipeline.codec import decode_record, encode_record
 from pipeline.config import Settings
-from pipeline.deadletter import dead_letter
-from pipeline.errors import DecodeError, ServiceError
+from pipeline.deadletter import DeadLetter, bounded, dead_letter
+from pipeline.errors import DecodeError, RecordTooLarge, ServiceError
 from pipeline.events import Finding
 from pipeline.metrics import (
     DURATION_BUCKETS,
@@ -55,8 +60,9 @@ from pipeline.metrics import (
     librdkafka_lag,
 )
 from pipeline.mirror import TopicMirror
-from pipeline.publisher import Publisher
-from pipeline.stats import write_stats
+from pipeline.publisher import Publisher, Record
+from pipeline.sizing import read_limits
+from pipeline.stats import Stall, write_stats
 from sinks.alerting.delivery import Attempt, DeliveryPool
 from sinks.alerting.engine import AlertEngine
 from sinks.alerting.grouping import DAMPED, Notification, Suppressed
@@ -104,6 +110,8 @@ class ManagerStats:
     recovered_deliveries: int = 0
     history_written: int = 0
     history_dropped: int = 0
+    #: state records over their topic's limit: refused before they were queued, logged
+    too_large: int = 0
 
 
 #: the manager's stats as ``/metrics`` shows them (the stats file has the same numbers under the keys)
@@ -153,7 +161,8 @@ class AlertManager:
         self.pool = DeliveryPool(self.cfg, senders, clock_ns)
         self.outbox: dict[str, Delivery] = {}
         self._dirty: dict[bytes, bytes | None] = {}
-        self._letters: list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]] = []
+        self._letters: list[DeadLetter] = []
+        self.stall = Stall("alert manager")
         self._to_submit: list[Delivery] = []
         self._uncommitted: list[Message] = []
         self._config: TopicMirror[ConfigRecord] | None = None
@@ -172,6 +181,9 @@ class AlertManager:
 
     def start(self, timeout_s: float = 120.0) -> None:
         """Rebuild state and config from Kafka, then join the findings consumer group."""
+        t = self.settings.topics
+        limits = read_limits(self._kafka, (t.alert_state, t.dead_letter), timeout_s)
+        self._pub = Publisher(self._kafka, linger_ms=2, limits=limits)
         state: TopicMirror[StateRecord] = TopicMirror(self._kafka, self.settings.topics.alert_state, decode_state)
         state.start()
         try:
@@ -274,8 +286,7 @@ class AlertManager:
             finding = decode_record(Finding, msg.value() or b"")
         except DecodeError as exc:
             source = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
-            letter = dead_letter(msg.key(), msg.value() or b"", exc.reason, exc.detail, STAGE, source)
-            self._letters.append((letter.key, letter.value, letter.headers))
+            self._letters.append(dead_letter(msg.key(), msg.value() or b"", exc.reason, exc.detail, STAGE, source))
             self.stats.dead_lettered += 1
             self._dead_letters.labels(exc.reason).inc()
             return
@@ -435,14 +446,30 @@ class AlertManager:
         """Publish changed state (and dead letters), wait for Kafka, then commit findings and start deliveries."""
         if not self._dirty and not self._letters and not self._uncommitted and not self._to_submit:
             return
-        failed_before = self._pub.stats.failed
-        for key, value in self._dirty.items():
-            self._pub.publish(self.settings.topics.alert_state, key, value)
-        for letter_key, letter, headers in self._letters:
-            self._pub.publish(self.settings.topics.dead_letter, letter_key, letter, headers)
-        if self._pub.flush(30.0) or self._pub.stats.failed > failed_before:
+        topics = self.settings.topics
+        records: list[Record] = []
+        for key, value in list(self._dirty.items()):
+            if value is not None and self._pub.limits and not self._pub.limits.fits(topics.alert_state, key, value):
+                self.stats.too_large += 1
+                log.error("alert state record %r of %d bytes is over the %s limit; not kept", key, len(value),
+                          topics.alert_state)  # fmt: skip
+                del self._dirty[key]
+                continue
+            records.append((topics.alert_state, key, value, None))
+        limit = self._pub.limits.limit(topics.dead_letter) if self._pub.limits else 1_048_588
+        records += [(topics.dead_letter, x.key, x.value, x.headers) for x in bounded(self._letters, limit)]
+        try:
+            failed = self._pub.deliver(records, timeout_s=30.0)
+        except RecordTooLarge as exc:  # the limits changed under us: visible, retried, never a crash
+            failed, error = [0], str(exc)
+        else:
+            error = f"{len(failed)} records not acknowledged"
+        if failed:
+            self.stall.failed(topics.alert_state, sum(len(records[i][2] or b"") for i in failed[:1]), "findings",
+                              error)  # fmt: skip
             log.error("alert state not acknowledged by Kafka; retrying before anything is committed or sent")
             return  # everything stays dirty and is published again next round (idempotent: latest value wins)
+        self.stall.ok()
         self.stats.state_records += len(self._dirty)
         self._dirty.clear()
         self._letters.clear()
@@ -476,4 +503,4 @@ class AlertManager:
         if self.history is not None:
             self.stats.history_written = self.history.written
             self.stats.history_dropped = self.history.dropped
-        write_stats(self.stats_file, asdict(self.stats))
+        write_stats(self.stats_file, asdict(self.stats) | self.stall.values())

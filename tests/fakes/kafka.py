@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from pipeline.publisher import PublisherStats
+from pipeline.sizing import Limits
 
 Sent = tuple[str, bytes | None, bytes, Any]
 
@@ -15,10 +16,14 @@ class RecordingPublisher:
     """Keeps every message in ``sent`` as (topic, key, value, headers); the first ``full_for`` attempts find the
     buffer full (as :meth:`pipeline.publisher.Publisher.publish` with a timeout does) and queue nothing."""
 
-    def __init__(self, full_for: int = 0) -> None:
+    def __init__(self, full_for: int = 0, refuse_for: int = 0, limits: Limits | None = None) -> None:
         self.sent: list[Sent] = []
         self.stats = PublisherStats()
         self.full_for = full_for
+        #: the first ``refuse_for`` calls of :meth:`deliver` get no acknowledgement (Kafka down)
+        self.refuse_for = refuse_for
+        #: sized like a real publisher to these (None: Kafka's defaults)
+        self.limits: Limits | None = limits
         self.closed = False
 
     def publish(
@@ -32,6 +37,13 @@ class RecordingPublisher:
         self.stats.published += 1
         self.stats.delivered += 1
         return True
+
+    def deliver(self, records: list[Sent], timeout_s: float = 30.0) -> list[int]:
+        if self.refuse_for:
+            self.refuse_for -= 1
+            return list(range(len(records)))
+        self.sent.extend(records)
+        return []
 
     def poll(self, timeout_s: float = 0.0) -> None:
         pass

@@ -23,6 +23,9 @@ from pipeline import services
 from pipeline.config import Settings, load_settings
 from pipeline.errors import ConfigError, HermeneutError, InvalidInput, InvalidQuery, ServiceError
 from pipeline.metrics import MetricsServer, serve, stage_registry
+from pipeline.sizing import Limits, read_limits
+
+log = logging.getLogger(__name__)
 
 
 def fail(message: str, code: int) -> None:
@@ -120,3 +123,19 @@ def cli(ctx: click.Context, config: Path | None, verbose: int) -> None:
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     ctx.ensure_object(dict).update(config=config, verbose=verbose)
+
+
+def cluster_limits(settings: Settings, *topics: str, fallback: bool = False) -> Limits:
+    """The size limits of the topics a command writes, read from the cluster at start-up (pipeline.sizing): every
+    record it builds is sized to them, so a deployment with other limits than Kafka's defaults works too.
+
+    ``fallback``: a node agent starts while Kafka is away (it buffers until the broker is back), sized to Kafka's
+    defaults, with a warning; other commands stop with one line."""
+    timeout_s = min(settings.kafka.request_timeout_s, 5.0) if fallback else settings.kafka.request_timeout_s
+    try:
+        return read_limits(settings.kafka.client_config(), topics, timeout_s)
+    except ServiceError as exc:
+        if not fallback:
+            fail(str(exc), 3)
+        log.warning("%s; sizing records to Kafka's default limits", exc)
+        return Limits()

@@ -7,7 +7,17 @@ from pathlib import Path
 import click
 
 from pipeline import registry
-from pipeline.face.cli.base import cli, errors, expose, fail, metrics_port_option, resolved, settings_of, stop_event
+from pipeline.face.cli.base import (
+    cli,
+    cluster_limits,
+    errors,
+    expose,
+    fail,
+    metrics_port_option,
+    resolved,
+    settings_of,
+    stop_event,
+)
 from producers.source import Source
 
 
@@ -47,11 +57,13 @@ def collect_cmd(
         hint = hint if chosen.name == "nvml" else ""
         fail(f"cannot start the {chosen.name} source: {exc}{hint}", 1)
     buffer_kib = c.buffer_mib * 1024
+    t = settings.topics
     publisher = Publisher(
         settings.kafka.client_config(),
         buffer_messages=1_000_000,
         delivery_timeout_ms=int(c.delivery_timeout_s * 1000),
         extra={"queue.buffering.max.kbytes": buffer_kib},
+        limits=cluster_limits(settings, t.raw, t.context, t.topology, t.ground_truth, t.dead_letter, fallback=True),
     )
     exposed = expose(settings, "collect", metrics_port)
     agent = NodeAgent(

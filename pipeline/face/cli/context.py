@@ -15,7 +15,7 @@ from pipeline.codec import decode_record, encode_record
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, HermeneutError
 from pipeline.events import GpuContext, NodeTopology, Workload, gpu_key, node_key
-from pipeline.face.cli.base import cli, errors, expose, fail, metrics_port_option, resolved, stop_event
+from pipeline.face.cli.base import cli, cluster_limits, errors, expose, fail, metrics_port_option, resolved, stop_event
 
 
 @cli.group("context")
@@ -281,8 +281,8 @@ def watch_cmd(
             and (not manual_only or c.workload.source == MANUAL)
         }
 
-    publisher = Publisher(settings.kafka.client_config(), linger_ms=5)
     topic = settings.topics.context
+    publisher = Publisher(settings.kafka.client_config(), linger_ms=5, limits=cluster_limits(settings, topic))
     watcher = Watcher(
         settings.cluster,
         node,

@@ -8,7 +8,17 @@ from pathlib import Path
 import click
 
 from pipeline import registry, services
-from pipeline.face.cli.base import cli, errors, expose, fail, metrics_port_option, resolved, settings_of, stop_event
+from pipeline.face.cli.base import (
+    cli,
+    cluster_limits,
+    errors,
+    expose,
+    fail,
+    metrics_port_option,
+    resolved,
+    settings_of,
+    stop_event,
+)
 
 
 @cli.group("services")
@@ -113,7 +123,9 @@ def simulate_cmd(
     settings = resolved(ctx, influxdb=False)
     with errors():
         ensure_topics(settings.kafka.client_config(), topic_specs(settings), settings.kafka.request_timeout_s)
-    publisher = Publisher(settings.kafka.client_config())
+    t = settings.topics
+    limits = cluster_limits(settings, t.raw, t.context, t.topology, t.ground_truth, t.dead_letter)
+    publisher = Publisher(settings.kafka.client_config(), limits=limits)
     if duration is None and fast_forward_s > 0:
         duration = 0.0
     exposed = expose(settings, "collect", metrics_port)  # the simulator is a source of the collector agent
@@ -162,10 +174,12 @@ def sink_cmd(ctx: click.Context, stats_file: Path | None, metrics_port: int | No
     settings = resolved(ctx)
     with errors():
         sink: Sink[object] = registry.create("sink", "influxdb", settings)
-    dlq = Publisher(settings.kafka.client_config())
+    limits = cluster_limits(settings, settings.topics.dead_letter)
+    dlq = Publisher(settings.kafka.client_config(), limits=limits)
+    config = RunnerConfig.of(settings, limits.limit(settings.topics.dead_letter))
     exposed = expose(settings, "sink", metrics_port)
     consumer = sink_consumer(settings, sink.name)
-    runner = SinkRunner(sink, consumer, dlq, RunnerConfig.of(settings), stats_file, registry=exposed.registry)
+    runner = SinkRunner(sink, consumer, dlq, config, stats_file, registry=exposed.registry)
     try:
         runner.run(stop_event())
     finally:

@@ -10,7 +10,9 @@ import pytest
 
 import processors.app as app_module
 from pipeline.config import KafkaSettings, ServiceSettings, Settings
+from pipeline.sizing import Limits
 from processors.app import Connections, OpenAtStart, create_app
+from processors.writes import TakeWriter
 
 
 def _settings(tmp_path: Path) -> Settings:
@@ -34,14 +36,16 @@ def test_connections_open_once_at_start(tmp_path: Path, monkeypatch: pytest.Monk
     calls: list[str] = []
     interpreter: Any = object()
     monkeypatch.setattr(app_module, "partition_count", lambda _s, topic: calls.append(topic) or 3)
+    monkeypatch.setattr(app_module, "read_limits", lambda _conf, topics: calls.append("limits") or Limits())
     monkeypatch.setattr(app_module, "build_interpreter", lambda _s: calls.append("mirrors") or interpreter)
     settings = _settings(tmp_path)
     connections = Connections(settings)
     assert connections.interpreter is None and calls == []
 
-    async def start_twice() -> tuple[int, Any]:
+    async def start_twice() -> TakeWriter:
         await OpenAtStart(connections).on_start()
         return await connections.ready()
 
-    assert asyncio.run(start_twice()) == (3, interpreter)
-    assert calls == [settings.topics.interpreted, "mirrors"] and connections.interpreter is interpreter
+    writer = asyncio.run(start_twice())
+    assert writer.out_partitions == 3 and writer.interpreter is interpreter
+    assert calls == [settings.topics.interpreted, "limits", "mirrors"] and connections.interpreter is interpreter

@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import time
 
+import msgpack
 import numpy as np
 import pytest
 
 from pipeline.codec import encode_samples
 from pipeline.config import ValidationSettings
+from pipeline.deadletter import headers_dict
 from pipeline.events import METRIC_NAMES, EventKind, GpuEvent, GpuSample, NicSample, SampleBatch, relative_values
 from processors.normalize import RawMessage, process_raw, validate
 from producers.simulator import Fleet
@@ -137,3 +139,43 @@ def test_a_message_with_only_events_still_forwards_them() -> None:
     batch = SampleBatch("c", "n", (), (event,))
     out = process_raw([RawMessage(batch.kafka_key, encode_samples(batch), "raw/0/1", 0)], NOW, LIMITS)
     assert out.dead == [] and [b.gpu_events for _, b in out.forward] == [(event,)]
+
+
+def _raw(body: dict[str, object], offset: int) -> RawMessage:
+    return RawMessage(b"c/n", msgpack.packb(body), f"raw/0/{offset}")
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason", "part"),
+    [
+        (lambda b: b["samples"][0].update(ts_ns=2**63 + 1), "out_of_range", "sample"),
+        (lambda b: b["samples"][0].update(ts_ns=2**64 - 1), "out_of_range", "sample"),
+        (lambda b: b.update(events=[["GPU-a", 0, NOW, {"xid": 1}, 79, ""]]), "unknown_field", "event"),
+        (lambda b: b.update(events=[["GPU-a", 0, NOW, ["xid"], 79, ""]]), "unknown_field", "event"),
+        (lambda b: b["samples"][0]["m"].update({b"power_watts": 1.0}), "unknown_field", "sample"),
+        (lambda b: b["samples"][0]["m"].update(power_milliwatts=650_000.0), "duplicate_field", "sample"),
+        (lambda b: b["samples"][0]["m"].update(memory_used_mib=1.0), "duplicate_field", "sample"),
+    ],
+    ids=["ts-2**63", "ts-2**64-1", "kind-map", "kind-list", "bytes-key", "watts+milliwatts", "bytes+mib"],
+)
+def test_issue_14_inputs_cost_only_their_item_in_the_middle_of_a_burst(edit: object, reason: str, part: str) -> None:
+    """300 messages of two GPUs with one bad item in the middle: 1 dead letter, every other sample forwarded
+    (these used to raise OverflowError / TypeError and lose the whole take, or let the alias win silently)."""
+    good = msgpack.unpackb(encode_samples(SampleBatch("c", "n", (_s(uuid="GPU-a"), _s(uuid="GPU-b")))))
+    bad = msgpack.unpackb(msgpack.packb(good))
+    edit(bad)  # type: ignore[operator]
+    messages = [_raw(bad if i == 150 else good, i) for i in range(300)]
+    out = process_raw(messages, NOW, LIMITS)
+    (letter,) = out.dead
+    headers = headers_dict(letter.headers)
+    assert (headers["hermeneut-reason"], headers["hermeneut-part"]) == (reason, part)
+    assert headers["hermeneut-source"] == "raw/0/150"
+    assert out.samples_ok == sum(len(b) for _, b in out.forward) == 600 - (part == "sample")
+
+
+def test_the_canonical_value_is_never_replaced_by_an_alias() -> None:
+    body = msgpack.unpackb(encode_samples(SampleBatch("c", "n", (_s(power_watts=310.0),))))
+    body["samples"][0]["m"]["power_milliwatts"] = 650_000.0
+    out = process_raw([_raw(body, 0)], NOW, LIMITS)
+    assert out.forward == [] and out.dead[0].reason == "duplicate_field"
+    assert "power_watts" in headers_dict(out.dead[0].headers)["hermeneut-detail"]

@@ -11,11 +11,12 @@ import json
 import threading
 from typing import Any
 
-from pipeline.codec import decode_record, decode_samples
+from pipeline.codec import CONTENT_TYPE, decode_record, decode_samples
 from pipeline.config import TopicSettings
 from pipeline.deadletter import headers_dict
 from pipeline.errors import BadSourceData, SourceUnavailable
-from pipeline.events import EventKind, GpuEvent, GpuSample, NodeTopology, SampleBatch, TopologyGpu
+from pipeline.events import EventKind, GpuEvent, GpuProcess, GpuSample, NodeTopology, SampleBatch, TopologyGpu
+from pipeline.sizing import Limits
 from producers.agent import NodeAgent
 from tests.fakes.kafka import RecordingPublisher
 from tests.fakes.sources import ScriptedSource
@@ -112,3 +113,33 @@ def test_duration_ends_the_run_and_stats_are_written(tmp_path: Any) -> None:
     written = json.loads(stats_file.read_text())
     assert written["rounds"] == report.rounds and written["delivered"] == report.messages
     assert written["scripted_rounds"] == report.rounds
+
+
+def test_a_node_message_over_the_raw_topic_limit_goes_out_in_parts_and_what_cannot_fit_is_dead_lettered() -> None:
+    """An XID storm on a node of a cluster with a small limit: the message is cut (samples and events in
+    proportion), every part under the budget, nothing lost; one sample with 60 kB of process names cannot fit alone
+    and is dead-lettered with its position, bounded to the dead-letter topic."""
+    events = tuple(GpuEvent("dc1", "n1", "GPU-0", 0, 10**18 + i, EventKind.XID, 79, "x" * 300) for i in range(200))
+    big = GpuSample("dc1", "n1", "GPU-big", 9, "m", 0, {"power_watts": 1.0},
+                    processes=tuple(GpuProcess(p, "p" * 2000, None) for p in range(30)))  # fmt: skip
+    node = batch(8, events)
+    node = SampleBatch(node.cluster, node.node, (*node.samples[:4], big, *node.samples[4:]), node.events)
+    limits = Limits(topics={TOPICS.raw: 20_000, TOPICS.dead_letter: 20_000})
+    publisher = RecordingPublisher(limits=limits)
+    agent = run(ScriptedSource([[node]]), publisher, 1)
+    raw = publisher.on(TOPICS.raw)
+    budget = limits.value_budget(TOPICS.raw, b"dc1/n1", [("content-type", CONTENT_TYPE)])
+    assert len(raw) > 3 and all(len(m[2]) <= budget for m in raw)
+    parts = [decode_samples(m[2])[0] for m in raw]
+    assert [s.gpu_uuid for p in parts for s in p.samples] == [s.gpu_uuid for s in node.samples if s is not big]
+    assert [e for p in parts for e in p.events] == list(events)
+    assert max(len(p.events) for p in parts) < len(events) / 2  # the events are spread over the parts
+    (letter,) = publisher.on(TOPICS.dead_letter)
+    headers = headers_dict(letter[3])
+    assert (headers["hermeneut-reason"], headers["hermeneut-gpu"], headers["hermeneut-position"]) == (
+        "too_large",
+        "GPU-big",
+        "4",
+    )
+    assert headers["hermeneut-payload"] == "truncated" and len(letter[2]) < 20_000
+    assert agent.report.too_large == 1 and agent.report.split_messages == 1 and agent.report.messages == len(raw)

@@ -28,9 +28,10 @@ def run_until(
     done: Callable[[], bool],
     batch_size: int = 2,
     grace_s: float = 5.0,
+    dlq: RecordingPublisher | None = None,
 ) -> tuple[SinkRunner[bytes], RecordingPublisher]:
     """Run the runner in a thread until ``done()`` (or 10 s), then stop it and wait for it to drain."""
-    dlq = RecordingPublisher()
+    dlq = dlq or RecordingPublisher()
     config = RunnerConfig(batch_size, flush_interval_s=0.05, shutdown_grace_s=grace_s, dead_letter_topic="dlq")
     runner = SinkRunner(sink, consumer, dlq, config)  # type: ignore[arg-type]
     stop = threading.Event()
@@ -128,3 +129,39 @@ def test_a_revocation_drops_what_was_prepared_but_not_handed_over() -> None:
     assert len(runner._pending) == 2 and forgotten == [("in", 1)]  # another partition's: kept
     runner._on_revoke(None, [TopicPartition("in", 0), TopicPartition("in", 1)])
     assert runner._pending == [] and runner._prepared == [] and ("in", 0) in forgotten
+
+
+def test_a_dead_letter_kafka_does_not_take_holds_back_the_commit_and_the_runner_says_stalled() -> None:
+    """Dead letters not acknowledged: nothing is committed past their batch (later batches wait behind it), the
+    stats say stalled with the source offsets; once Kafka takes them, everything commits in order."""
+    events: list[str] = []
+    sink = ScriptedSink(events=events)
+    consumer = FakeConsumer(messages(b"a", b"bad", b"c", b"d"), events)
+    dlq = RecordingPublisher(refuse_for=4)
+    seen_stalled: list[str] = []
+    bad_commits: list[int] = []
+
+    def done() -> bool:
+        if runner_ref and runner_ref[0].stats.stall.stalled:
+            seen_stalled.append(runner_ref[0].stats.stall.stalled_on)
+        committed = consumer.committed().get(("in", 0), 0)
+        if committed > 1 and dlq.refuse_for:
+            bad_commits.append(committed)  # past "bad" (offset 1) while its dead letter was not taken
+        return committed == 4
+
+    runner_ref: list[SinkRunner[bytes]] = []
+    original = SinkRunner.__init__
+
+    def remember(self: SinkRunner[bytes], *args: object, **kwargs: object) -> None:
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+        runner_ref.append(self)
+
+    SinkRunner.__init__ = remember  # type: ignore[method-assign]
+    try:
+        runner, dlq = run_until(sink, consumer, done, batch_size=1, dlq=dlq)
+    finally:
+        SinkRunner.__init__ = original  # type: ignore[method-assign]
+    assert consumer.committed() == {("in", 0): 4} and bad_commits == []
+    assert [m[2] for m in dlq.on("dlq")] == [b"bad"]
+    assert seen_stalled and "from in/0/1-" in seen_stalled[0] and runner.stats.stall.stalls == 1
+    assert not runner.stats.stall.stalled and runner.stats.stall.write_failures == 4
