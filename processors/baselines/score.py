@@ -116,15 +116,29 @@ class JobConsensus:
 
 @dataclass(eq=False)
 class _Streaks:
-    """Per GPU: the start of its current anomalous streak, and of its current streak of rows that are not."""
+    """Per GPU: the start of its current anomalous streak, and of its current streak of rows that are not; the job it
+    runs (a code of its cluster and job id) and since when it was seen with it; and whether the current anomalous
+    streak began as the job did."""
 
     anomalous_since: np.ndarray = column(_NONE)
     calm_since: np.ndarray = column(_NONE)
+    job: np.ndarray = column(_NONE)
+    job_since: np.ndarray = column(_NONE)
+    from_start: np.ndarray = column(False)
+
+
+#: an anomalous streak that begins this soon after the GPU's job began is how the job runs (its model size, batch,
+#: data), a property of the job, not a change of the GPU: it raises no finding
+STARTUP_S: Final = 600.0
+#: an open baseline-anomaly finding is information; it warns once it has held this long
+ESCALATE_S: Final = 1800.0
 
 
 class AnomalyTracker:
     """Per GPU: how long it has been anomalous (or not), as arrays of the processor's slot table (its own when built
-    alone), updated per batch with vector operations; emits ``baseline-anomaly`` findings (see module docstring)."""
+    alone), updated per batch with vector operations; emits ``baseline-anomaly`` findings (see module docstring):
+    none for a streak that began with the GPU's job (a property of the job), info while young, a warning once it has
+    held for ``ESCALATE_S``."""
 
     def __init__(
         self, after_s: float = 30.0, repeat_s: float = 60.0, clear_s: float = 60.0, slots: GpuSlots | None = None
@@ -133,6 +147,7 @@ class AnomalyTracker:
         self.slots = slots if slots is not None else GpuSlots()
         self.streaks = self.slots.attach(_Streaks())
         self.episodes = Episodes(self.slots, (BASELINE_ANOMALY,))
+        self._jobs: dict[tuple[str, str | None], int] = {}
 
     def update(
         self, batch: InterpretedBatch, verdict: np.ndarray, explanation: list[str], scores: np.ndarray
@@ -152,6 +167,7 @@ class AnomalyTracker:
         )
         bad = (verdict[rows] == _ANOMALOUS) & named
         streaks = self.streaks
+        self._track_jobs(batch, rows, slot, ts)
         size = len(streaks.anomalous_since)
         last_calm, last_bad = np.full(size, _NONE), np.full(size, _NONE)
         np.maximum.at(last_calm, slot[~bad], ts[~bad])
@@ -170,9 +186,13 @@ class AnomalyTracker:
         since = np.where(ends_bad, np.where(had_calm | (since == _NONE), first_bad_after[seen], since), _NONE)
         calm = streaks.calm_since[seen]
         calm = np.where(~ends_bad, np.where(had_bad | (calm == _NONE), first_calm_after[seen], calm), _NONE)
+        began = (since != _NONE) & (streaks.anomalous_since[seen] != since)
+        job_since = streaks.job_since[seen]
+        with_job = began & (job_since != _NONE) & (since - job_since < int(STARTUP_S * 1e9))
+        streaks.from_start[seen] = np.where(began, with_job, streaks.from_start[seen] & (since != _NONE))
         streaks.anomalous_since[seen], streaks.calm_since[seen] = since, calm
         active = self.episodes.active(seen, BASELINE_ANOMALY)
-        start = ~active & (since != _NONE) & (latest - since >= self.after_ns)
+        start = ~active & (since != _NONE) & (latest - since >= self.after_ns) & ~streaks.from_start[seen]
         last_sent = self.episodes.last_sent(seen, BASELINE_ANOMALY)
         repeat = active & (since != _NONE) & (latest - last_sent >= self.repeat_ns)
         clear = active & (calm != _NONE) & (latest - calm >= self.clear_ns)
@@ -189,7 +209,9 @@ class AnomalyTracker:
                 self.episodes.open(s, BASELINE_ANOMALY, int(since[j]))
             is_active = bool(start[j] or repeat[j])
             where = (batch.cluster[row], batch.node[row], batch.gpu_uuid[row], batch.gpu_model[row])
-            said = _said(batch, row, is_active, explanation, scores)
+            held = now - self.episodes.get(s, BASELINE_ANOMALY).since_ns
+            severity = Severity.WARNING if held >= int(ESCALATE_S * 1e9) else Severity.INFO
+            said = _said(batch, row, is_active, explanation, scores, severity)
             findings.append(
                 self.episodes.send(
                     s, BASELINE_ANOMALY, is_active, now, where, said, batch.workload[row], batch.gpu_index[row]
@@ -199,14 +221,37 @@ class AnomalyTracker:
                 self.episodes.close(s, BASELINE_ANOMALY)
         return findings
 
+    def _track_jobs(self, batch: InterpretedBatch, rows: np.ndarray, slot: np.ndarray, ts: np.ndarray) -> None:
+        """Each GPU's job (by its cluster and job id, as the context names it) and since when it runs it."""
+        codes = np.fromiter(
+            (
+                self._jobs.setdefault((batch.cluster[r], w.job_id if w is not None else None), len(self._jobs))
+                for r, w in ((r, batch.workload[r]) for r in rows.tolist())
+            ),
+            dtype=np.int64,
+            count=len(rows),
+        )
+        new = codes != self.streaks.job[slot]
+        if not new.any():
+            return
+        first = np.full(len(self.streaks.job), np.iinfo(np.int64).max)
+        np.minimum.at(first, slot[new], ts[new])
+        changed = np.flatnonzero(first != np.iinfo(np.int64).max)
+        last_code = np.full(len(self.streaks.job), _NONE)
+        last_code[slot] = codes  # rows are in time order per GPU: the last one wins
+        self.streaks.job[changed] = last_code[changed]
+        self.streaks.job_since[changed] = first[changed]
 
-def _said(batch: InterpretedBatch, row: int, active: bool, explanation: list[str], scores: np.ndarray) -> Description:
+
+def _said(
+    batch: InterpretedBatch, row: int, active: bool, explanation: list[str], scores: np.ndarray, severity: Severity
+) -> Description:
     """A baseline-anomaly finding: the row's explanation and drivers while active, else that it is back to normal."""
     what = explanation[row] if active and explanation[row] else "behaviour back within its baseline"
     evidence = {"score": float(scores[row])} if scores[row] == scores[row] else {}
     for d in batch.drivers[row] if active else ():
         evidence[d.feature] = d.observed
-    return Description(Severity.WARNING, what, _ACTION, evidence)
+    return Description(severity, what, _ACTION, evidence)
 
 
 def _codes(values: list[str]) -> tuple[np.ndarray, np.ndarray]:

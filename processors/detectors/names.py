@@ -17,4 +17,4 @@ CLIFF: Final = "utilization-cliff"
 PHASE_SHIFT: Final = "phase-shift"
 DETECTORS: Final = (*FAULTS, XID, REMAP, IDLE, COLLAPSE, CLIFF, PHASE_SHIFT)
 #: a straggler whose GPU already has one of these findings is explained by it and not reported twice
-EXPLAINS_SLOWNESS: Final = (THERMAL, POWER, NVLINK, PCIE, LEAK, STORM, ECC, LOST_BUS)
+EXPLAINS_SLOWNESS: Final = (THERMAL, POWER, NVLINK, PCIE, LEAK, STORM, XID, ECC, LOST_BUS)

@@ -52,7 +52,7 @@ Waiting = Callable[[int], bool]
 
 @dataclass(frozen=True, slots=True)
 class StragglerParams:
-    rel_min: float = 0.09
+    rel_min: float = 0.10
     z_min: float = 3.0
     rel_acute: float = 0.30
     persist: int = 8

@@ -50,8 +50,16 @@ def _verdict_batch(ts_s: list[float], codes: list[int]) -> tuple[InterpretedBatc
     return batch, np.array(codes)
 
 
+def settled(after_s: float = 30.0) -> AnomalyTracker:
+    """A tracker that has known GPU-1's job for a while (a streak at the job's start is how the job runs)."""
+    tracker = AnomalyTracker(after_s=after_s)
+    batch, codes = _verdict_batch([-1000.0], [1])
+    assert tracker.update(batch, codes, [""], batch.score) == []
+    return tracker
+
+
 def test_baseline_anomaly_findings_fire_repeat_and_clear() -> None:
-    tracker = AnomalyTracker()
+    tracker = settled()
     fired = []
     for t in range(200):
         code = 3 if t < 120 else 1
@@ -61,7 +69,7 @@ def test_baseline_anomaly_findings_fire_repeat_and_clear() -> None:
 
 
 def test_an_inferred_application_raises_no_finding() -> None:
-    tracker = AnomalyTracker()
+    tracker = settled()
     batch, codes = _verdict_batch([float(t) for t in range(120)], [3] * 120)
     guessed = dataclasses.replace(batch, workload=(Workload("llm-serving", source="inferred", confidence=0.9),) * 120)
     assert tracker.update(guessed, codes, ["x"] * 120, batch.score) == []
@@ -69,7 +77,7 @@ def test_an_inferred_application_raises_no_finding() -> None:
 
 
 def test_a_calm_sample_restarts_the_streak() -> None:
-    tracker = AnomalyTracker()
+    tracker = settled()
     batch, codes = _verdict_batch([float(t) for t in range(25)], [3] * 25)
     assert tracker.update(batch, codes, ["x"] * 25, batch.score) == []
     batch, codes = _verdict_batch([25.0, 26.0, 27.0], [1, 3, 3])
@@ -79,6 +87,30 @@ def test_a_calm_sample_restarts_the_streak() -> None:
     batch, codes = _verdict_batch([56.0], [3])
     (finding,) = tracker.update(batch, codes, ["x"], batch.score)
     assert finding.active and finding.since_ns == 26 * 10**9 and finding.detector == "baseline-anomaly"
+
+
+def test_an_anomaly_that_began_with_the_job_is_how_the_job_runs() -> None:
+    """Anomalous from the job's first samples (a new job with another model size or batch than the baseline knew):
+    a property of the job, no finding, however long; a streak that begins later in the same job is found."""
+    tracker = AnomalyTracker()
+    batch, codes = _verdict_batch([float(t) for t in range(0, 3600, 10)], [3] * 360)
+    assert tracker.update(batch, codes, ["x"] * 360, batch.score) == []
+    batch, codes = _verdict_batch([3600.0], [1])
+    assert tracker.update(batch, codes, ["x"], batch.score) == []
+    batch, codes = _verdict_batch([float(t) for t in range(3610, 3700, 10)], [3] * 9)
+    (found,) = tracker.update(batch, codes, ["x"] * 9, batch.score)
+    assert found.since_ns == 3610 * 10**9
+
+
+def test_a_baseline_anomaly_informs_and_warns_once_it_has_held_half_an_hour() -> None:
+    tracker = settled(after_s=300.0)
+    found = []
+    for t in range(0, 2500, 10):
+        batch, codes = _verdict_batch([float(t)], [3])
+        found += tracker.update(batch, codes, ["x"], batch.score)
+    assert found[0].severity == "info" and found[0].ts_ns == 300 * 10**9
+    assert {f.severity for f in found if f.ts_ns - f.since_ns >= 1800 * 10**9} == {"warning"}
+    assert {f.severity for f in found if f.ts_ns - f.since_ns < 1800 * 10**9} == {"info"}
 
 
 def test_scoring_reads_the_features_the_enrichment_computed(history: Labelled) -> None:
