@@ -5,8 +5,11 @@ Both are level conditions (debounced, processors.detectors.debounce). The NVLink
 node's topology (asked again a minute of data time later while none is known; a topology that says the GPU has no
 NVLink turns the rule off for it), else from the link count the GPU reports. An idle or lightly loaded GPU may train
 its PCIe link at a lower generation to save power (gen 1 at idle is normal): generation is judged only above 40%
-utilization, while a narrower width is always a fault. The NVLink finding names the peers whose traffic now crosses
-PCIe, and over which path.
+utilization. A narrower width is a fault once the link has been seen at its full width: a link narrow from the
+GPU's first sample on is how its slot, riser or VM is built (a T4 in a cloud VM at x8 of x16), a property, reported
+once as ``pcie-link-narrow`` (info) with the bandwidth it leaves, never as a fault. The NVLink finding names the
+peers whose traffic now crosses PCIe, and over which path. Every claim a wording makes is one the row shows ("while
+busy" only above 40% utilization).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pipeline.events import METRIC_INDEX, NodeTopology, NvLinkSample, Severity
 from processors.detectors.columns import S, col, fmt, gt, lt
 from processors.detectors.debounce import Level
 from processors.detectors.gpus import GpuView
-from processors.detectors.names import NVLINK, PCIE
+from processors.detectors.names import NVLINK, PCIE, PCIE_NARROW
 from processors.episodes import Description, Episode
 from processors.state import GpuSlots, column
 
@@ -46,8 +49,26 @@ def links_from_samples(m: np.ndarray, links: list[tuple[NvLinkSample, ...] | Non
                 m[i, most] = len(per_link)
 
 
-def conditions(m: np.ndarray, expected_links: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per row: NVLink down and whether that can be told; PCIe degraded and whether that can be told."""
+def full_width_seen(s: np.ndarray, m: np.ndarray, before: np.ndarray) -> np.ndarray:
+    """Per row (sorted by slot, then time; ``before``: per row, whether its GPU was seen at full width before the
+    batch), whether its GPU's PCIe link has been seen at its full width up to and including this row."""
+    n = len(s)
+    if not n:
+        return np.zeros(0, dtype=bool)
+    width = col(m, "pcie_link_width")
+    full = ~lt(width, col(m, "pcie_link_width_max")) & ~np.isnan(width)
+    first = np.r_[True, s[1:] != s[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    counts = np.cumsum(full)
+    within = counts - counts[start] + full[start]
+    return np.asarray(before | (within > 0))
+
+
+def conditions(
+    m: np.ndarray, expected_links: np.ndarray, full_seen: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: NVLink down and whether that can be told; PCIe degraded and whether that can be told. A narrow link
+    counts only on a GPU whose link was seen at full width (``full_seen``; every GPU when not given)."""
     active, links_max = col(m, "nvlink_links_active"), col(m, "nvlink_links_max")
     expected = np.where(expected_links > 0, expected_links, links_max)
     nvlink = lt(active, expected)
@@ -55,6 +76,8 @@ def conditions(m: np.ndarray, expected_links: np.ndarray) -> tuple[np.ndarray, n
     gen, gen_max = col(m, "pcie_link_gen"), col(m, "pcie_link_gen_max")
     width, width_max = col(m, "pcie_link_width"), col(m, "pcie_link_width_max")
     narrow = lt(width, width_max)
+    if full_seen is not None:
+        narrow &= full_seen
     loaded = gt(col(m, "utilization_gpu_percent"), _PCIE_BUSY_UTIL)
     pcie = narrow | (loaded & lt(gen, gen_max))
     pcie_seen = narrow | (loaded & ~np.isnan(gen) & ~np.isnan(gen_max))
@@ -65,12 +88,15 @@ def conditions(m: np.ndarray, expected_links: np.ndarray) -> tuple[np.ndarray, n
 class _Expected:
     #: NVLinks the topology says the GPU has (0: no topology seen yet; -1: the topology says it has none)
     links: np.ndarray = column(0.0)
+    #: whether the GPU's PCIe link was ever seen at its full width, and whether the GPU was seen at all
+    full_width: np.ndarray = column(False)
+    seen: np.ndarray = column(False)
 
 
 class Links:
     """The NVLinks each GPU should have, and the link findings' wording."""
 
-    names = (NVLINK, PCIE)
+    names = (NVLINK, PCIE, PCIE_NARROW)
 
     def __init__(self, slots: GpuSlots, topology_of: TopologyOf) -> None:
         self.slots = slots
@@ -93,10 +119,25 @@ class Links:
                 if known is not None:
                     self.expected.links[known] = gpu.nvlink_links if gpu.nvlink_links > 0 else -1
 
+    def widths(self, s: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per row (sorted by slot, then time): whether its GPU's link was seen at full width so far, whether the
+        row opens the property finding (narrow on the GPU's first sample) and whether it closes it (the link trained
+        full for the first time)."""
+        before = self.expected.full_width[s]
+        seen = full_width_seen(s, m, before)
+        first = np.r_[True, s[1:] != s[:-1]]
+        opens = first & ~self.expected.seen[s] & lt(col(m, "pcie_link_width"), col(m, "pcie_link_width_max"))
+        closes = seen & ~np.r_[False, seen[:-1]] & ~before
+        closes[first] = seen[first] & ~before[first]
+        last = np.r_[s[1:] != s[:-1], True]
+        self.expected.full_width[s[last]] = seen[last]
+        self.expected.seen[s] = True
+        return seen, opens, closes
+
     def describe(self, name: str, gpu: GpuView, episode: Episode, ts_ns: int) -> Description:
         if name == NVLINK:
             return self._nvlink(gpu)
-        return _pcie(gpu)
+        return _pcie(gpu, property_=name == PCIE_NARROW)
 
     def _nvlink(self, gpu: GpuView) -> Description:
         row, nan = gpu.row, math.nan
@@ -148,14 +189,25 @@ class Links:
         return "; traffic to " + ", ".join(paths) + " now crosses PCIe"
 
 
-def _pcie(gpu: GpuView) -> Description:
+def _pcie(gpu: GpuView, property_: bool = False) -> Description:
     row, nan = gpu.row, math.nan
     gen, gen_max = row.get("pcie_link_gen", nan), row.get("pcie_link_gen_max", nan)
     width, width_max = row.get("pcie_link_width", nan), row.get("pcie_link_width_max", nan)
     share = (2 ** (gen - gen_max)) * width / width_max
     replay = gpu.counters["pcie_replay_total"]
+    util = row.get("utilization_gpu_percent", nan)
+    if property_:
+        what = (
+            f"PCIe link narrow since first seen: Gen{fmt(gen)} x{fmt(width)} of Gen{fmt(gen_max)} x{fmt(width_max)} "
+            f"({fmt(width / width_max * 100, '%')} of its lanes): how its slot, riser or VM is built, not a fault"
+        )
+        action = "none if this slot or VM has that many lanes; if it should have them all, check the riser and slot"
+        return Description(Severity.INFO, what, action, {
+            "pcie_width": width, "pcie_width_max": width_max, "utilization_percent": util,
+        })  # fmt: skip
+    busy = f"while busy (util {fmt(util, '%')})" if util > _PCIE_BUSY_UTIL else f"(util {fmt(util, '%')} now)"
     what = (
-        f"PCIe link trained at Gen{fmt(gen)} x{fmt(width)} of Gen{fmt(gen_max)} x{fmt(width_max)} while busy "
+        f"PCIe link trained at Gen{fmt(gen)} x{fmt(width)} of Gen{fmt(gen_max)} x{fmt(width_max)} {busy} "
         f"({fmt(share * 100, '%')} of its bandwidth), replay counter {fmt(replay)}"
     )
     action = "reseat the GPU and check the riser/slot and its retimer; a link that keeps retraining low needs service"

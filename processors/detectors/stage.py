@@ -28,6 +28,7 @@ from processors.detectors.idle import Idle
 from processors.detectors.jobs import Jobs
 from processors.detectors.links import Links, TopologyOf
 from processors.detectors.memory import Memory
+from processors.detectors.names import PCIE_NARROW
 from processors.detectors.power import Power
 from processors.detectors.stragglers import Stragglers, rank_groups
 from processors.detectors.thermal import Thermal
@@ -39,14 +40,18 @@ LEVELS = (thermal.LEVEL, links.NVLINK_LEVEL, links.PCIE_LEVEL, idle.LEVEL)
 
 
 def level_conditions(
-    m: np.ndarray, rel: np.ndarray, allocated: np.ndarray, expected_links: np.ndarray
+    m: np.ndarray,
+    rel: np.ndarray,
+    allocated: np.ndarray,
+    expected_links: np.ndarray,
+    full_width_seen: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per row, each level's condition and whether it can be judged from this row (columns: LEVELS).
 
     Pure: a table of rows in, two bool matrices out.
     """
     hot, hot_seen = thermal.condition(m, rel)
-    nvlink, nvlink_seen, pcie, pcie_seen = links.conditions(m, expected_links)
+    nvlink, nvlink_seen, pcie, pcie_seen = links.conditions(m, expected_links, full_width_seen)
     unused, unused_seen = idle.condition(m, allocated)
     n = m.shape[0]
     cond = np.column_stack([hot, nvlink, pcie, unused]).reshape(n, len(LEVELS))
@@ -154,7 +159,8 @@ class Detectors:
         # a job holds the GPU: a context source says so, or compute processes run on it
         held = allocated | (m[:, METRIC_INDEX["process_count"]] >= 1)
         phase = np.array([PHASE_INDEX.get(b.phase[i] or "", -1) for i in order.tolist()], dtype=np.int64)
-        cond, seen = level_conditions(m, rel, allocated, self.links.expected.links[s])
+        full_width, narrow_opens, narrow_closes = self.links.widths(s, m)
+        cond, seen = level_conditions(m, rel, allocated, self.links.expected.links[s], full_width)
         deltas = self.latest.counter_deltas(s, first, m)
         job_start = self.jobs.process_starts(b, order, s)
         for k in range(int(rank.max()) + 1):
@@ -164,6 +170,8 @@ class Detectors:
             self.jobs.started(g[started], t[started])
             self.latest.row[g] = m[rows]
             self.latest.rel[g] = rel[rows]
+            for i in rows[narrow_opens[rows] | narrow_closes[rows]].tolist():
+                self.report.transition(int(s[i]), PCIE_NARROW, bool(narrow_opens[i]), int(ts[i]), out)
             self._levels(g, t, cond[rows], seen[rows], dt_s[rows], out)
             self.power.step(g, t, m[rows], out)
             self.memory.step(g, t, m[rows], rel[rows], out)
