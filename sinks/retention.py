@@ -54,12 +54,14 @@ class TaskSpec:
 
 def bucket_specs(settings: Settings) -> tuple[BucketSpec, ...]:
     s, raw = settings.storage, settings.influxdb.bucket
-    if s.raw_retention_days * DAY_S < settings.validation.max_age_s:
-        # older samples would pass validation and then be refused by InfluxDB (beyond retention) forever
-        raise ConfigError(
-            f"invalid configuration: storage.raw_retention_days ({s.raw_retention_days:g}) is shorter than "
-            f"validation.max_age_s ({settings.validation.max_age_s:g} s)"
-        )
+    v = settings.validation
+    for name, age_s in (("max_age_s", v.max_age_s), ("backfill_max_age_s", v.backfill_max_age_s)):
+        if age_s is not None and s.raw_retention_days * DAY_S < age_s:
+            # older samples would pass validation and then be refused by InfluxDB (beyond retention) forever
+            raise ConfigError(
+                f"invalid configuration: storage.raw_retention_days ({s.raw_retention_days:g}) is shorter than "
+                f"validation.{name} ({age_s:g} s)"
+            )
     return (
         BucketSpec(raw, int(s.raw_retention_days * DAY_S), "raw samples, events, findings, baselines"),
         BucketSpec(f"{raw}_1m", int(s.rollup_retention_days * DAY_S), "1-minute rollups per GPU"),
