@@ -41,7 +41,7 @@ from processors.baselines.store import BaselineSet, BaselineStore, decode_baseli
 from processors.detectors.stage import Detectors
 from processors.enrich import ContextTimeline, Enricher
 from processors.interpret import Interpreter
-from processors.normalize import RawMessage, process_raw
+from processors.normalize import RawMessage, import_run_of, process_raw
 from processors.state import GpuSlots
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,8 @@ BATCH_MAX = 500
 BATCH_WITHIN_S = 0.05
 #: under Kafka's default max.message.bytes / max.request.size of 1 MB, with room for headers
 MAX_MESSAGE_BYTES = 900_000
+#: how long a batch waits for the context mirror to read what was published before the batch was taken
+CONTEXT_WAIT_S = 5.0
 
 
 @dataclass
@@ -62,6 +64,8 @@ class ProcessorStats:
     batches: int = 0
     #: the learned-baselines version the scorer uses (0: none yet, rows unscored)
     baselines_version: int = 0
+    #: batches labelled before the context mirror had caught up (its wait timed out)
+    context_waits_timed_out: int = 0
     assigned: bool = False
 
     def write(self, path: Path | None) -> None:
@@ -109,25 +113,28 @@ def encoded_parts(batch: InterpretedBatch) -> list[bytes]:
     return encoded_parts(batch.take(slice(0, half))) + encoded_parts(batch.take(slice(half, None), extras=False))
 
 
-def build_interpreter(settings: Settings) -> Interpreter:
-    """The interpretation stages for these settings, in order (see processors.interpret); the mirrors of the
-    compacted topics they read are started here (and read to their end) and injected."""
+def build_interpreter(settings: Settings) -> tuple[Interpreter, TopicMirror[GpuContext]]:
+    """The interpretation stages for these settings, in order (see processors.interpret), and the context mirror;
+    the mirrors of the compacted topics they read are started here (and read to their end) and injected."""
     kafka = settings.kafka.client_config()
     timeline = ContextTimeline()
-    contexts = TopicMirror(kafka, settings.topics.context, lambda v: decode_record(GpuContext, v), timeline.see).start()
+    contexts = TopicMirror(
+        kafka, settings.topics.context, lambda v: decode_record(GpuContext, v), on_record=timeline.see
+    ).start()
     topologies = TopicMirror(kafka, settings.topics.topology, lambda v: decode_record(NodeTopology, v)).start()
     store = BaselineStore()
     baselines = TopicMirror(kafka, settings.topics.baselines, decode_baselines_record, store.on_change).start()
     for mirror in (contexts, topologies, baselines):
         if not mirror.wait_ready(60):
             log.warning("mirror of %s not read to its end within 60 s; continuing", mirror.topic)
-    return interpreter_from(
+    interpreter = interpreter_from(
         settings,
         contexts.get,
         lambda cluster, node: topologies.get(node_key(cluster, node)),
         store.current,
         timeline,
     )
+    return interpreter, contexts
 
 
 def interpreter_from(
@@ -159,13 +166,25 @@ class Connections:
         self.settings = settings
         self._lock = threading.Lock()
         self._opened: tuple[int, Interpreter] | None = None
+        self._contexts: TopicMirror[GpuContext] | None = None
+        #: batches labelled without waiting for the whole context topic (the wait timed out): counted, logged once
+        self.context_waits_timed_out = 0
 
     def open(self) -> None:
         """The interpreted topic's partition count, and the interpretation stages over the topics' mirrors."""
         with self._lock:
             if self._opened is None:
                 out_partitions = partition_count(self.settings, self.settings.topics.interpreted)
-                self._opened = out_partitions, build_interpreter(self.settings)
+                interpreter, self._contexts = build_interpreter(self.settings)
+                self._opened = out_partitions, interpreter
+
+    def contexts_caught_up(self, timeout_s: float = CONTEXT_WAIT_S) -> None:
+        """Wait until the context mirror holds every record published before now (before a batch taken now is
+        labelled): a context published just ahead of its samples then applies to their first rows too."""
+        if self._contexts is not None and not self._contexts.catch_up(timeout_s):
+            if not self.context_waits_timed_out:
+                log.warning("the context mirror did not catch up within %.0f s; labelling with what it has", timeout_s)
+            self.context_waits_timed_out += 1
 
     async def ready(self) -> tuple[int, Interpreter]:
         """:meth:`open` (in a thread, so the event loop keeps serving) unless done; the partition count and
@@ -227,7 +246,7 @@ def create_app(settings: Settings, stats_file: Path | None = None, connections: 
     interpreted = app.topic(settings.topics.interpreted, key_type=bytes, value_type=bytes)
     dead = app.topic(settings.topics.dead_letter, key_type=bytes, value_type=bytes)
     alerts = app.topic(settings.topics.alerts, key_type=bytes, value_type=bytes)
-    limits = settings.validation
+    limits = settings.validation_limits()
     stats = ProcessorStats()
     connections = connections or Connections(settings)
 
@@ -247,11 +266,14 @@ def create_app(settings: Settings, stats_file: Path | None = None, connections: 
                     e.message.value or b"",
                     f"{e.message.topic}/{e.message.partition}/{e.message.offset}",
                     e.message.partition,
+                    import_run_of(e.message.headers),
                 )
                 for e in events
             ]
             now_ns = time.time_ns()
             outcome = process_raw(messages, now_ns, limits)
+            if outcome.forward:
+                await asyncio.get_running_loop().run_in_executor(None, connections.contexts_caught_up)
             for partition, normalized in outcome.forward:
                 batch, findings = interpreter.apply(normalized, now_ns)
                 # same partition number as the source: one GPU's events stay in order without a key
@@ -284,6 +306,7 @@ def create_app(settings: Settings, stats_file: Path | None = None, connections: 
             return  # not started yet
         await publish_findings(interpreter.tick(time.time_ns()))
         stats.baselines_version = next((s.version for s in interpreter.stages if isinstance(s, Scorer)), 0)
+        stats.context_waits_timed_out = connections.context_waits_timed_out
         stats.write(stats_file)
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
