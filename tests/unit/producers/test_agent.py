@@ -112,3 +112,14 @@ def test_duration_ends_the_run_and_stats_are_written(tmp_path: Any) -> None:
     written = json.loads(stats_file.read_text())
     assert written["rounds"] == report.rounds and written["delivered"] == report.messages
     assert written["scripted_rounds"] == report.rounds
+
+
+def test_every_sample_says_how_long_it_stands_for() -> None:
+    # the round's interval, unless the source knows the series' own (an importer detects it per series)
+    own = GpuSample("dc1", "n1", "GPU-9", 9, "m", 0, {"power_watts": 50.0, "sample_interval_seconds": 57.0})
+    source = ScriptedSource([[SampleBatch("dc1", "n1", (*batch().samples, own))]], [])
+    publisher = RecordingPublisher()
+    run(source, publisher, 1)
+    (message,) = publisher.on(TOPICS.raw)
+    samples = decode_samples(message[2])[0].samples
+    assert [s.metrics["sample_interval_seconds"] for s in samples] == [0.001, 0.001, 57.0]
