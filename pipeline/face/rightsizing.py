@@ -15,20 +15,24 @@ if TYPE_CHECKING:
 
 def advise(
     settings: Settings,
-    range_: str = "7d",
+    range_: str | None = "7d",
     job: str | None = None,
     application: str | None = None,
     cluster: str | None = None,
     headroom: float = 0.2,
     exchange_bytes: float | None = None,
+    start: str | None = None,
+    stop: str | None = None,
 ) -> list[Recommendation]:
-    """Advice per job (or per application across its runs) from what it actually used over ``range_``."""
+    """Advice per job (or per application across its runs) from what it actually used over ``range_`` back from
+    ``stop`` (default now), or from ``start`` to ``stop`` (RFC 3339)."""
     from processors.rightsize import LATENCY_S, Link, recommend
     from sinks.query.usage import UsageQuery, link_throughput, usage
 
-    stats = usage(settings, UsageQuery(range_, job, application, cluster))
+    query = UsageQuery(range_, job, application, cluster, start, stop)
+    stats = usage(settings, query)
     measured: dict[str, Link] = {}
-    for t in link_throughput(settings, range_, cluster):
+    for t in link_throughput(settings, UsageQuery(range_, None, None, cluster, start, stop)):
         if t.nvlink_bytes_per_second:
             measured[t.gpu_model] = Link("nvlink", t.nvlink_bytes_per_second, LATENCY_S["nvlink"], "measured")
         elif t.pcie_bytes_per_second:

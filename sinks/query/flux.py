@@ -216,6 +216,33 @@ def rollup_task_flux(
     shared by several pipelines is not pushed down into storage (measured 7x slower), and a later string
     filter (verdict) was then applied to float fields ("type conflict").
     """
+    return f"""import "date"
+import "experimental"
+
+option task = {{name: {string(name)}, every: 1m, offset: 15s}}
+
+stop = date.truncate(t: now(), unit: 1m)
+start = date.sub(d: 2m, from: stop)
+
+{_rollup_body(raw, rollup, org, fields, measurement)}"""
+
+
+def rollup_range_flux(
+    raw: str, rollup: str, org: str, fields: tuple[str, ...], start_ns: int, stop_ns: int, measurement: str = "gpu"
+) -> str:
+    """The rollup task's work over whole minutes ``[start_ns, stop_ns)`` at once: backfilling imported history
+    (or an outage) writes exactly the points the task would have written minute by minute."""
+    return f"""import "date"
+import "experimental"
+
+start = {time_literal(start_ns)}
+stop = {time_literal(stop_ns)}
+
+{_rollup_body(raw, rollup, org, fields, measurement)}"""
+
+
+def _rollup_body(raw: str, rollup: str, org: str, fields: tuple[str, ...], measurement: str) -> str:
+    """The 1-minute rollups of ``start`` .. ``stop`` (variables the caller defines)."""
     out = f"to(bucket: {string(rollup)}, org: {string(org)})"
     src = f"from(bucket: {string(raw)})\n    |> range(start: start, stop: stop)"
 
@@ -224,7 +251,7 @@ def rollup_task_flux(
             f"{src}\n{filters}\n"
             '    |> aggregateWindow(every: 1m, fn: count, timeSrc: "_start", createEmpty: false)\n'
             f"    |> map(fn: (r) => ({{r with _value: float(v: r._value), _field: {string(field_name)}}}))\n"
-            f"    |> {out}"
+            f"    |> {out}\n    {_quiet(field_name)}"
         )
 
     # one point per GPU series and minute with every field of a function (pivot + experimental.to): 20-50%
@@ -237,7 +264,7 @@ def rollup_task_flux(
         f'    |> map(fn: (r) => ({{r with _value: float(v: r._value), _field: r._field + "_{fn}"}}))\n'
         f"    |> group(columns: [{series}])\n"
         '    |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
-        f"    |> experimental.to(bucket: {string(rollup)}, org: {string(org)})"
+        f"    |> experimental.to(bucket: {string(rollup)}, org: {string(org)})\n    {_quiet(fn)}"
         for fn in ("mean", "max", "min", "count")
     )
     mask = f'    |> filter(fn: (r) => r._measurement == {string(measurement)} and r._field == "throttle_reasons_mask")'
@@ -249,15 +276,7 @@ def rollup_task_flux(
         # (measured: their counts were summed together)
         *(count_as(f"verdict_{v}", f'{verdict}\n    |> filter(fn: (r) => r._value == "{v}")') for v in VERDICTS),
     ]
-    return f"""import "date"
-import "experimental"
-
-option task = {{name: {string(name)}, every: 1m, offset: 15s}}
-
-stop = date.truncate(t: now(), unit: 1m)
-start = date.sub(d: 2m, from: stop)
-
-{per_fn}
+    return f"""{per_fn}
 
 {chr(10).join(c + chr(10) for c in counts)}"""
 
@@ -268,6 +287,44 @@ def jobs_task_flux(
     """Every 10 minutes: per job (and application, GPU model, cluster) over the last whole 10 minutes, GPU-hours
     and p50/p95/max of ``fields``, written to ``jobs`` as measurement ``job`` with ``job_id`` as a tag there
     (a low-rate bucket: one point per job per 10 minutes)."""
+    return f"""import "array"
+import "date"
+import "join"
+
+option task = {{name: {string(name)}, every: 10m, offset: 1m}}
+
+stop = date.truncate(t: now(), unit: 10m)
+start = date.sub(d: 10m, from: stop)
+
+{_jobs_body(raw, jobs, org, fields, interval_s, measurement)}"""
+
+
+def jobs_range_flux(
+    raw: str,
+    jobs: str,
+    org: str,
+    fields: tuple[str, ...],
+    interval_s: float,
+    start_ns: int,
+    stop_ns: int,
+    measurement: str = "gpu",
+) -> str:
+    """The job-summary task's work over whole 10 minutes ``[start_ns, stop_ns)`` at once (backfill)."""
+    return f"""import "array"
+import "date"
+import "join"
+
+start = {time_literal(start_ns)}
+stop = {time_literal(stop_ns)}
+
+{_jobs_body(raw, jobs, org, fields, interval_s, measurement)}"""
+
+
+def _jobs_body(raw: str, jobs: str, org: str, fields: tuple[str, ...], interval_s: float, measurement: str) -> str:
+    """Per job, application, GPU model, cluster and 10-minute window ``w`` of ``start`` .. ``stop``: GPU-seconds
+    (each sample counts as its GPU's own sampling interval from ``gpu_info``, ``interval_s`` where a GPU never
+    stored one) and p50/p95/max of ``fields``."""
+    keys = '"job_id", "application", "gpu_model", "cluster", "w"'
     blocks = []
     for i, f in enumerate(fields):
         v = f"per_job_{i}"
@@ -275,34 +332,43 @@ def jobs_task_flux(
             f"""{v} = base
     |> filter(fn: (r) => exists r[{string(f)}])
     |> map(fn: (r) => ({{_time: r._time, _value: float(v: r[{string(f)}]), job_id: r.job_id,
-        application: if exists r.application then r.application else "unknown", gpu_model: r.gpu_model,
-        cluster: r.cluster}}))
-    |> group(columns: ["job_id", "application", "gpu_model", "cluster"])
+        application: r.application, gpu_model: r.gpu_model, cluster: r.cluster, w: r.w}}))
+    |> group(columns: [{keys}])
 {v} |> quantile(q: 0.5, method: "exact_selector") |> {_job_out(f + "_p50", jobs, org)}
 {v} |> quantile(q: 0.95, method: "exact_selector") |> {_job_out(f + "_p95", jobs, org)}
 {v} |> max() |> {_job_out(f + "_max", jobs, org)}"""
         )
-    gpu_seconds = f"""base
-    |> map(fn: (r) => ({{_time: r._time, _value: {float(interval_s)!r}, job_id: r.job_id,
-        application: if exists r.application then r.application else "unknown", gpu_model: r.gpu_model,
-        cluster: r.cluster}}))
-    |> group(columns: ["job_id", "application", "gpu_model", "cluster"])
-    |> sum()
-    |> {_job_out("gpu_seconds", jobs, org)}"""
     body = "\n\n".join(blocks)
-    return f"""import "date"
-
-option task = {{name: {string(name)}, every: 10m, offset: 1m}}
-
-stop = date.truncate(t: now(), unit: 10m)
-start = date.sub(d: 10m, from: stop)
-base = from(bucket: {string(raw)})
+    return f"""base = from(bucket: {string(raw)})
     |> range(start: start, stop: stop)
     |> filter(fn: (r) => r._measurement == {string(measurement)} and {_fields_predicate(("job_id", *fields))})
     |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")
     |> filter(fn: (r) => exists r.job_id)
+    |> map(fn: (r) => ({{r with w: date.truncate(t: r._time, unit: 10m),
+        application: if exists r.application then r.application else "unknown"}}))
 
-{gpu_seconds}
+stored_intervals = from(bucket: {string(raw)})
+    |> range(start: date.sub(d: 1d, from: start), stop: stop)
+    |> filter(fn: (r) => r._measurement == "gpu_info" and r._field == "sample_interval_seconds")
+    |> group(columns: ["gpu"])
+    |> last()
+    |> keep(columns: ["gpu", "_value"])
+    |> group()
+// a row no GPU matches, so the join has a table to pair with even when no GPU stored its interval
+intervals = union(tables: [stored_intervals, array.from(rows: [{{gpu: "", _value: {float(interval_s)!r}}}])])
+
+samples = base
+    |> map(fn: (r) => ({{_time: r._time, _value: 1.0, gpu: r.gpu, job_id: r.job_id, application: r.application,
+        gpu_model: r.gpu_model, cluster: r.cluster, w: r.w}}))
+    |> group(columns: [{keys}, "gpu"])
+    |> sum()
+    |> group()
+
+join.left(left: samples, right: intervals, on: (l, r) => l.gpu == r.gpu,
+        as: (l, r) => ({{l with _value: l._value * (if exists r._value then r._value else {float(interval_s)!r})}}))
+    |> group(columns: [{keys}])
+    |> sum()
+    |> {_job_out("gpu_seconds", jobs, org)}
 
 {body}
 """
@@ -310,7 +376,15 @@ base = from(bucket: {string(raw)})
 
 def _job_out(field_name: str, jobs: str, org: str) -> str:
     return (
-        f'map(fn: (r) => ({{r with _time: start, _measurement: "job", _field: {string(field_name)}}}))\n'
+        f'map(fn: (r) => ({{r with _time: r.w, _measurement: "job", _field: {string(field_name)}}}))\n'
+        '    |> drop(columns: ["w"])\n'
         f"    |> to(bucket: {string(jobs)}, org: {string(org)}, "
-        'tagColumns: ["job_id", "application", "gpu_model", "cluster"])'
+        'tagColumns: ["job_id", "application", "gpu_model", "cluster"])\n'
+        f"    {_quiet(field_name)}"
     )
+
+
+def _quiet(name: str) -> str:
+    """After a write: what was written is not sent back (a backfill of a day would return every point it wrote);
+    each pipeline of a script yields under a name of its own, as a query needs."""
+    return f"|> filter(fn: (r) => false)\n    |> yield(name: {string(name)})"

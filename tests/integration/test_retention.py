@@ -35,7 +35,7 @@ from sinks.query import (
     trend,
 )
 from sinks.query.output import iso
-from sinks.retention import run_task, task_specs
+from sinks.retention import backfill, run_task, task_specs
 
 from .conftest import InfluxServer
 from .harness import wait_stored
@@ -127,12 +127,18 @@ def _ceil_rank(values: list[float], q: float) -> float:
     return float(a[max(math.ceil(q * float(len(a))), 1) - 1])
 
 
-def test_rollups_and_job_summaries_hold_the_exact_values(stored: tuple[Settings, int, list[dict]]) -> None:  # type: ignore[type-arg]
+@pytest.mark.parametrize("how", ["tasks", "backfill"])
+def test_rollups_and_job_summaries_hold_the_exact_values(stored: tuple[Settings, int, list[dict]], how: str) -> None:  # type: ignore[type-arg]
     settings, start, rows = stored
     rollup_task, jobs_task = task_specs(settings)
     with Store.from_settings(settings) as store:
-        assert run_task(store, rollup_task.name, start + 2 * MIN).status == "success"
-        assert run_task(store, jobs_task.name, start + 10 * MIN).status == "success"
+        if how == "tasks":
+            assert run_task(store, rollup_task.name, start + 2 * MIN).status == "success"
+            assert run_task(store, jobs_task.name, start + 10 * MIN).status == "success"
+        else:  # the tasks' own Flux over the stored range at once, as an import calls it
+            report = backfill(settings, start, start + ROUNDS * NS, store)
+            assert report.rollup_range == (start, start + 2 * MIN) and report.jobs_range == (start, start + 10 * MIN)
+            assert report.skipped == ()
         got = store.flux_records(
             f'from(bucket: "{settings.influxdb.bucket}_1m") |> range(start: {iso(start)}, stop: {iso(start + 2 * MIN)})'
         )
