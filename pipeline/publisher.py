@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,14 +77,25 @@ class Publisher:
         value: bytes | None,
         headers: Headers | None = None,
         timeout_s: float | None = None,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
     ) -> bool:
         """Queue one message (``value`` None: a tombstone for a compacted topic); blocks (serving delivery
-        reports) while the local queue is full.
+        reports) while the local queue is full. ``on_delivery`` is called with its delivery report too (where it
+        landed: an import waits for the pipeline to get that far).
 
         With ``timeout_s``, gives up when the queue stayed full that long and returns False (nothing was queued),
         so a caller can stay responsive to a shutdown; otherwise returns True.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        report: Callable[[KafkaError | None, Message], None] = self._on_delivery
+        if on_delivery is not None:
+
+            def both(err: KafkaError | None, msg: Message) -> None:
+                self._on_delivery(err, msg)
+                on_delivery(err, msg)
+
+            report = both
+
         while True:
             try:
                 self._producer.produce(
@@ -92,7 +103,7 @@ class Publisher:
                     value,
                     key,
                     headers=list(headers) if headers else None,
-                    on_delivery=self._on_delivery,
+                    on_delivery=report,
                 )
                 break
             except BufferError:
