@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench services-down clean chromium
+.PHONY: run test bench services-down clean chromium prometheus
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null && command -v mvn >/dev/null || { echo "need Java 17+ and Maven (Debian: apt-get install openjdk-17-jdk-headless maven)"; exit 2; }
@@ -26,7 +26,15 @@ ifeq ($(CHROMIUM),)
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 endif
 
-test: $(STAMP) chromium
+# the import tests read from a real Prometheus (Debian's 2.42 and promtool), started by pipeline/services/prometheus.py
+PROMETHEUS := $(shell command -v prometheus 2>/dev/null)
+
+prometheus:
+ifeq ($(PROMETHEUS),)
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
+endif
+
+test: $(STAMP) chromium prometheus
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

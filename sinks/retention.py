@@ -23,6 +23,7 @@ have written (``hermeneut storage backfill``, and what ``hermeneut import`` call
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -270,11 +271,11 @@ def run_task(store: Store, name: str, scheduled_ns: int, timeout_s: float = 120.
 
 @dataclass(frozen=True, slots=True)
 class BackfillReport:
-    """What :func:`backfill` rolled up: the aligned ranges per bucket (None: nothing, the range is beyond the
-    bucket's retention), how many Flux queries it took, and what was left out and why."""
+    """What :func:`backfill` rolled up: the aligned spans per bucket (empty: nothing, beyond the bucket's
+    retention), how many Flux queries it took, and what was left out and why."""
 
-    rollup_range: tuple[int, int] | None
-    jobs_range: tuple[int, int] | None
+    rollup_spans: tuple[tuple[int, int], ...]
+    jobs_spans: tuple[tuple[int, int], ...]
     queries: int
     seconds: float
     skipped: tuple[str, ...] = ()
@@ -288,44 +289,31 @@ def _chunks(start_ns: int, stop_ns: int, size_ns: int) -> list[tuple[int, int]]:
     return [(t, min(t + size_ns, stop_ns)) for t in range(start_ns, stop_ns, size_ns)]
 
 
-def _within_retention(
-    name: str, start_ns: int, stop_ns: int, retention_days: float, now_ns: int, skipped: list[str]
-) -> tuple[int, int] | None:
-    """The part of ``[start, stop)`` the bucket still keeps (InfluxDB refuses points beyond its retention)."""
-    oldest = now_ns - int(retention_days * DAY_S * NS)
-    if stop_ns <= oldest:
-        skipped.append(f"{name}: the whole range is older than its {retention_days:g}-day retention")
-        return None
-    if start_ns < oldest:
-        skipped.append(f"{name}: the part older than its {retention_days:g}-day retention was left out")
-    return max(start_ns, oldest), stop_ns
-
-
 def backfill(
     settings: Settings,
-    start_ns: int,
-    stop_ns: int,
+    spans: Sequence[tuple[int, int]],
     store: Store | None = None,
     progress: bool = False,
     now_ns: int | None = None,
 ) -> BackfillReport:
-    """Roll up ``[start_ns, stop_ns)`` now, as the tasks would have: the 1-minute rollups over its whole minutes
-    and the job summaries over its whole 10 minutes, each clipped to what its bucket's retention keeps. Idempotent:
-    the same points again (same series, same timestamps). The one function an import calls once its range is
-    stored, so a later streamed rollup can take its place without touching the importers."""
+    """Roll up the ``[start_ns, stop_ns)`` spans now, as the tasks would have: the 1-minute rollups over their whole
+    minutes and the job summaries over their whole 10 minutes, each clipped to what its bucket's retention keeps.
+    Idempotent: the same points again (same series, same timestamps). The one function an import calls once its
+    rows are stored (the spans that hold them), so a later streamed rollup can take its place without touching
+    the importers."""
     raw, org, s = settings.influxdb.bucket, settings.influxdb.org, settings.storage
     now_ns = time.time_ns() if now_ns is None else now_ns
     skipped: list[str] = []
-    minutes = _within_retention(f"{raw}_1m", *_aligned(start_ns, stop_ns, _MINUTE_NS), s.rollup_retention_days,
-                                now_ns, skipped)  # fmt: skip
-    tens = _within_retention(f"{raw}_jobs", *_aligned(start_ns, stop_ns, _TEN_MINUTES_NS), s.jobs_retention_days,
-                             now_ns, skipped)  # fmt: skip
+    minutes = _clipped(f"{raw}_1m", _merged(spans, _MINUTE_NS), s.rollup_retention_days, now_ns, skipped)
+    tens = _clipped(f"{raw}_jobs", _merged(spans, _TEN_MINUTES_NS), s.jobs_retention_days, now_ns, skipped)
     queries = [
         rollup_range_flux(raw, f"{raw}_1m", org, ROLLUP_FIELDS, a, b)
-        for a, b in (_chunks(*minutes, ROLLUP_CHUNK_NS) if minutes else [])
+        for span in minutes
+        for a, b in _chunks(*span, ROLLUP_CHUNK_NS)
     ] + [
         jobs_range_flux(raw, f"{raw}_jobs", org, JOB_FIELDS, settings.sample_interval_s, a, b)
-        for a, b in (_chunks(*tens, JOBS_CHUNK_NS) if tens else [])
+        for span in tens
+        for a, b in _chunks(*span, JOBS_CHUNK_NS)
     ]
     own = store is None
     store = store or Store.from_settings(settings, timeout_s=600.0)
@@ -337,4 +325,27 @@ def backfill(
     finally:
         if own:
             store.close()
-    return BackfillReport(minutes, tens, len(queries), time.monotonic() - started, tuple(skipped))
+    return BackfillReport(tuple(minutes), tuple(tens), len(queries), time.monotonic() - started, tuple(skipped))
+
+
+def _merged(spans: Sequence[tuple[int, int]], unit_ns: int) -> list[tuple[int, int]]:
+    """The spans widened to whole units, overlapping or touching ones merged, in time order."""
+    out: list[tuple[int, int]] = []
+    for start, stop in sorted(_aligned(a, b, unit_ns) for a, b in spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], stop))
+        else:
+            out.append((start, stop))
+    return out
+
+
+def _clipped(
+    name: str, spans: list[tuple[int, int]], retention_days: float, now_ns: int, skipped: list[str]
+) -> list[tuple[int, int]]:
+    """The parts of the spans the bucket still keeps (InfluxDB refuses points beyond its retention)."""
+    oldest = now_ns - int(retention_days * DAY_S * NS)
+    kept = [(max(a, oldest), b) for a, b in spans if b > oldest]
+    if kept != spans:
+        whole = "all of it" if not kept else "the part before then"
+        skipped.append(f"{name} keeps {retention_days:g} days: {whole} is not rolled up")
+    return kept

@@ -31,9 +31,10 @@ from confluent_kafka import Consumer, TopicPartition
 from tqdm import tqdm
 
 from pipeline import registry
+from pipeline.codec import decode_interpreted
 from pipeline.config import Settings
 from pipeline.deadletter import GPU, IMPORT, PART, POSITION, REASON, SOURCE, STAGE
-from pipeline.errors import ServiceError
+from pipeline.errors import HermeneutError, ServiceError
 from pipeline.services.stages import Stage, start_stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
 from pipeline.vocab import format_duration
@@ -85,9 +86,13 @@ def _high_watermarks(settings: Settings, topic: str) -> dict[int, int]:
         consumer.close()
 
 
-def dead_letters(settings: Settings, runs: list[str], since_ns: int) -> Counter[str]:
-    """The dead letters of an import's ``runs`` by reason, each rejected item once: a block sent again by a resumed
-    run is rejected again, with the same bytes, position and reason."""
+def dead_letters(settings: Settings, report: Any) -> Counter[str]:
+    """The rows of an import dead-lettered, by reason, each once: a block sent again by a resumed run is rejected
+    again, with the same bytes, position and reason. The importer's and the processor's dead letters name the
+    import's runs; the sink's (InfluxDB refused a write) carry the processor's output, whose rows of the import's
+    GPUs in its time range are counted."""
+    runs, since_ns = report.runs, report.started_ns or 0
+    gpus = set(report.gpus)
     topic = settings.topics.dead_letter
     consumer = Consumer(
         settings.kafka.client_config()
@@ -112,6 +117,13 @@ def dead_letters(settings: Settings, runs: list[str], since_ns: int) -> Counter[
                 if offset + 1 >= ends[partition]:
                     todo.discard(partition)
                 headers = _headers(msg.headers())
+                if headers.get(STAGE) == b"sink" and headers.get(IMPORT) is None:
+                    rows = _imported_rows(msg.value() or b"", gpus, report)
+                    digest = hashlib.sha1(msg.value() or b"").digest()
+                    if rows and (digest,) not in seen:
+                        seen.add((digest,))
+                        out[headers[REASON].decode()] += rows
+                    continue
                 if headers.get(IMPORT) not in wanted:
                     continue
                 # the same rejected item, however many runs sent it: its bytes, where in them, why; the importer's
@@ -127,19 +139,31 @@ def dead_letters(settings: Settings, runs: list[str], since_ns: int) -> Counter[
     return out
 
 
+def _imported_rows(value: bytes, gpus: set[str], report: Any) -> int:
+    """Rows of an interpreted batch (what the sink could not write) that are this import's: its GPUs, its time."""
+    try:
+        batch = decode_interpreted(value)
+    except HermeneutError:
+        return 0
+    return sum(
+        f"{node}/{gpu}" in gpus and report.first_ns <= ts <= report.last_ns
+        for node, gpu, ts in zip(batch.node, batch.gpu_uuid, batch.ts_ns.tolist(), strict=True)
+    )
+
+
 def _headers(raw: Any) -> dict[str, bytes]:
     """A consumed record's headers as a dict of bytes (confluent-kafka gives a list of pairs, values maybe None)."""
     return {str(k): v if isinstance(v, bytes) else str(v or "").encode() for k, v in raw or ()}
 
 
-def _stored(settings: Settings, report: Any) -> int:
+def _stored(settings: Settings, cluster: str, report: Any) -> int:
     from sinks.query.counts import stored_samples
     from sinks.query.store import Store
 
     if report.first_ns is None:
         return 0
     with Store.from_settings(settings) as store:
-        counts = stored_samples(store, settings.cluster, report.first_ns, report.last_ns + _MS)
+        counts = stored_samples(store, cluster, report.first_ns, report.last_ns + _MS)
     gpus = set(report.gpus)
     return sum(n for (node, gpu), n in counts.items() if f"{node}/{gpu}" in gpus)
 
@@ -155,7 +179,7 @@ def _caught_up(settings: Settings, raw_ends: dict[int, int]) -> bool:
 
 
 def wait_accounted(
-    settings: Settings, report: Any, raw_ends: dict[int, int], patience_s: float, progress: bool
+    settings: Settings, cluster: str, report: Any, raw_ends: dict[int, int], patience_s: float, progress: bool
 ) -> tuple[int, Counter[str], bool]:
     """Wait until every row read is stored or dead-lettered (or nothing moved for ``patience_s``); the counts."""
     expected = report.rows_read
@@ -164,8 +188,8 @@ def wait_accounted(
               dynamic_ncols=True, mininterval=0.5) as bar:  # fmt: skip
         while True:
             caught_up = not raw_ends or _caught_up(settings, raw_ends)
-            stored = _stored(settings, report)
-            dead = dead_letters(settings, report.runs, report.started_ns or 0)
+            stored = _stored(settings, cluster, report)
+            dead = dead_letters(settings, report)
             accounted = stored + sum(dead.values())
             bar.update(max(0, min(accounted, expected) - bar.n))
             if caught_up and accounted >= expected:
@@ -197,7 +221,8 @@ def run_import(
     from sinks.retention import setup as storage_setup
 
     importer = registry.create("importer", name, settings, **options)
-    key = import_key(name, settings.cluster, options, inputs)
+    cluster = str(options.get("cluster") or settings.cluster)
+    key = import_key(name, cluster, options, inputs)
     checkpoint = Checkpoint.load(checkpoint_path(settings, key), key, restart)
     if checkpoint.blocks_done:
         echo(f"resuming import {key}: {checkpoint.blocks_done} blocks were delivered by an earlier run")
@@ -215,16 +240,16 @@ def run_import(
             if not all(s.alive() for s in stages):
                 raise ServiceError(f"the processor or the sink exited at start (logs in {run_dir})")
         publisher = Publisher(settings.kafka.client_config())
-        driver = ImportDriver(importer, publisher, settings.topics, settings.cluster, run_id, checkpoint, progress)
+        driver = ImportDriver(importer, publisher, settings.topics, cluster, run_id, checkpoint, progress)
         try:
             report = driver.run()
         finally:
             publisher.close()
             importer.close()
-        stored, dead, complete = wait_accounted(settings, report, driver.raw_ends, patience_s, progress)
+        stored, dead, complete = wait_accounted(settings, cluster, report, driver.raw_ends, patience_s, progress)
         outcome = ImportOutcome(report, stored, dead, complete)
-        if stored and report.first_ns is not None and report.last_ns is not None:
-            outcome.backfill = backfill(settings, report.first_ns, report.last_ns + _MS, progress=progress)
+        if stored:
+            outcome.backfill = backfill(settings, report.spans(), progress=progress)
         if hasattr(importer, "unmapped") and importer.unmapped:
             outcome.notes.append(f"columns no field maps to (left out): {', '.join(sorted(importer.unmapped))}")
         unknown = getattr(importer, "unknown_applications", None)
@@ -261,7 +286,9 @@ def summary(outcome: ImportOutcome, settings: Settings, dashboard_url: str | Non
         )
     if r.first_ns is None:
         return [*lines, "nothing was read that could be stored", *outcome.notes]
-    start, stop = iso(r.first_ns), iso(r.last_ns + 1_000_000_000)
+    # whole seconds around the rows: the first one's second, the second after the last one
+    start_ns, stop_ns = r.first_ns // 10**9 * 10**9, (r.last_ns // 10**9 + 1) * 10**9
+    start, stop = iso(start_ns), iso(stop_ns)
     intervals = Counter(f"{v:.3g} s" for v in r.intervals.values())
     single = len(r.gpus) - len(r.intervals)
     detected = ", ".join(f"{v} ({n} series)" for v, n in intervals.most_common()) or "none"
@@ -284,7 +311,7 @@ def summary(outcome: ImportOutcome, settings: Settings, dashboard_url: str | Non
             "HERMENEUT_STORAGE__RAW_RETENTION_DAYS (then `hermeneut storage setup`) and import again"
         )
     lines += [f"note: {n}" for n in outcome.notes]
-    span = format_duration(-(-(r.last_ns - r.first_ns + 1) // 60_000_000_000) * 60_000_000_000)
+    span = format_duration(-(-(stop_ns - start_ns) // 60_000_000_000) * 60_000_000_000)
     lines.append("\nnext:")
     if r.applications and set(r.applications) != {"unknown"}:
         lines.append(f"  hermeneut baselines train --range {span} --stop {stop}   # learn what is normal from it")
@@ -300,7 +327,7 @@ def summary(outcome: ImportOutcome, settings: Settings, dashboard_url: str | Non
     ]
     if dashboard_url:
         # the dashboard shows at most 7 days: the last 7 of a longer import
-        window = f"?start={iso(max(r.first_ns, r.last_ns + 1_000_000_000 - 7 * 86400 * 10**9))}&stop={stop}"
+        window = f"?start={iso(max(start_ns, stop_ns - 7 * 86400 * 10**9))}&stop={stop}"
         target = f"#/job/{r.jobs[0]}" if r.jobs else f"#/gpu/{r.gpus[0].split('/', 1)[1]}"
         lines.append(f"  dashboard: {dashboard_url}/{target}{window}")
         lines.append(f"  right-sizing: {dashboard_url}/#/rightsizing{window}")

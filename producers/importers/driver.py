@@ -47,6 +47,7 @@ from producers.importers.rows import series_codes as _series_codes
 log = logging.getLogger(__name__)
 
 STAGE = "import"
+HOUR_NS = 3600 * 10**9
 
 
 class Importer(Protocol):
@@ -112,6 +113,19 @@ class ImportReport:
     runs: list[str] = field(default_factory=list)
     #: when the first run of this import started (UTC epoch ns): its dead letters are after it
     started_ns: int | None = None
+    #: the UTC hours (epoch ns // 1 h) that hold imported rows: what is rolled up afterwards (captures years apart
+    #: are a few hours of data, not years)
+    hours: list[int] = field(default_factory=list)
+
+    def spans(self) -> list[tuple[int, int]]:
+        """The imported rows' time as ``[start_ns, stop_ns)`` spans of whole hours, consecutive hours merged."""
+        out: list[tuple[int, int]] = []
+        for hour in self.hours:
+            if out and out[-1][1] == hour * HOUR_NS:
+                out[-1] = (out[-1][0], (hour + 1) * HOUR_NS)
+            else:
+                out.append((hour * HOUR_NS, (hour + 1) * HOUR_NS))
+        return out
 
     @property
     def rejected_total(self) -> int:
@@ -196,6 +210,7 @@ class ImportDriver:
         )
         self._workloads: dict[tuple[str, str], Workload | None] = {}
         self._seen: dict[str, set[str]] = {}
+        self._hours: set[int] = set(self.checkpoint.report.hours)
         #: per raw partition, the offset after the last message this run delivered: how far the pipeline must get
         self.raw_ends: dict[int, int] = {}
 
@@ -224,10 +239,12 @@ class ImportDriver:
                 self._block(block, bar)
                 self._deliver()
                 report.blocks += 1
+                report.hours = sorted(self._hours)
                 self.checkpoint.blocks_done = index + 1
                 self.checkpoint.save()
         for name in ("gpus", "nodes", "jobs", "applications"):
             setattr(report, name, sorted(self._seen[name]))
+        report.hours = sorted(self._hours)
         self.checkpoint.save()
         return report
 
@@ -289,6 +306,7 @@ class ImportDriver:
         first, last = int(rows.ts_ns.min()), int(rows.ts_ns.max())
         report.first_ns = first if report.first_ns is None else min(report.first_ns, first)
         report.last_ns = last if report.last_ns is None else max(report.last_ns, last)
+        self._hours.update(np.unique(rows.ts_ns // HOUR_NS).tolist())
         self._seen["gpus"].update(f"{n}/{u}" for n, u in zip(rows.node, rows.gpu_uuid, strict=True))
         self._seen["nodes"].update(rows.node)
         for w in rows.workload or ():

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pipeline.config import Settings
-from pipeline.errors import ConfigError, ServiceError
+from pipeline.errors import ConfigError, InvalidInput, ServiceError
 from pipeline.events import APPLICATIONS
 from pipeline.registry import with_options
 from pipeline.vocab import parse_duration
@@ -111,7 +111,10 @@ class PrometheusImporter:
         if start >= end:
             raise ConfigError("invalid configuration: prometheus: --start must be before --end")
         if config.step:
-            parse_duration(config.step, "--step")
+            try:
+                parse_duration(config.step, "--step")
+            except InvalidInput as exc:
+                raise ConfigError(f"invalid configuration: prometheus: {exc}") from None
         if config.application and config.application not in APPLICATIONS:
             raise ConfigError(
                 f"invalid configuration: application {config.application!r} is not one of {', '.join(APPLICATIONS)}"
@@ -173,11 +176,11 @@ class PrometheusImporter:
         step grid ``[start, end)``."""
         selector = _selector(metric, self.config.selector)
         if step_ns:
-            step = _seconds(step_ns)
-            last = end_ns - step_ns if end_ns - start_ns >= step_ns else start_ns
+            step = f"{step_ns // 1_000_000}ms"  # PromQL durations are whole units
+            last = max(start_ns, end_ns - 1_000_000)  # the grid points before the chunk's end (the next has it)
             data = self._get("/api/v1/query_range", {
-                "query": f"last_over_time({selector}[{step}s])", "start": _seconds(start_ns), "end": _seconds(last),
-                "step": f"{step}s",
+                "query": f"last_over_time({selector}[{step}])", "start": _seconds(start_ns), "end": _seconds(last),
+                "step": step,
             })  # fmt: skip
         else:
             window = f"{(end_ns - start_ns) // 1_000_000}ms"

@@ -94,9 +94,11 @@ def _field_parts(keys: tuple[str, ...], values: np.ndarray) -> list[str]:
 
 
 def _gpu_tags(b: InterpretedBatch, i: int) -> str:
+    # line protocol has no empty tag value (InfluxDB refuses the whole write): a model nobody named is left out
+    model = tag(b.gpu_model[i])
     return (
         f"cluster={tag(b.cluster[i])},gpu={tag(b.gpu_uuid[i])},gpu_index={b.gpu_index[i]},"
-        f"gpu_model={tag(b.gpu_model[i])},node={tag(b.node[i])}"
+        f"{'gpu_model=' + model + ',' if model else ''}node={tag(b.node[i])}"
     )
 
 

@@ -357,15 +357,19 @@ stored_intervals = from(bucket: {string(raw)})
 // a row no GPU matches, so the join has a table to pair with even when no GPU stored its interval
 intervals = union(tables: [stored_intervals, array.from(rows: [{{gpu: "", _value: {float(interval_s)!r}}}])])
 
-samples = base
+counted = base
     |> map(fn: (r) => ({{_time: r._time, _value: 1.0, gpu: r.gpu, job_id: r.job_id, application: r.application,
         gpu_model: r.gpu_model, cluster: r.cluster, w: r.w}}))
     |> group(columns: [{keys}, "gpu"])
     |> sum()
     |> group()
+// and a row of no job, so that the join has a table when the range holds no job at all
+samples = union(tables: [counted, array.from(rows: [{{gpu: "", _value: 0.0, job_id: "", application: "",
+    gpu_model: "", cluster: "", w: start}}])])
 
 join.left(left: samples, right: intervals, on: (l, r) => l.gpu == r.gpu,
         as: (l, r) => ({{l with _value: l._value * (if exists r._value then r._value else {float(interval_s)!r})}}))
+    |> filter(fn: (r) => r.job_id != "")
     |> group(columns: [{keys}])
     |> sum()
     |> {_job_out("gpu_seconds", jobs, org)}

@@ -169,8 +169,27 @@ def samples_from_rows(minutes: list[dict[str, Any]], jobs: list[dict[str, Any]],
     return out
 
 
+def unsized(minutes: list[dict[str, Any]], jobs: list[dict[str, Any]], scope: str) -> dict[str, int]:
+    """Per job (or application), the GPU-minutes with a utilization but no memory reading: right-sizing sizes
+    memory first, so such a job is not sized (a trace of utilization and power alone), and says so."""
+    job_of = {(r["gpu"], r["_time"]): str(r["_value"]) for r in jobs}
+    out: dict[str, int] = {}
+    for r in minutes:
+        if r.get("memory_used_bytes") is None and r.get("utilization_gpu_percent") is not None:
+            key = job_of.get((r["gpu"], r["_time"])) if scope == "job" else r.get("application")
+            if key:
+                out[key] = out.get(key, 0) + 1
+    return out
+
+
 def usage(settings: Settings, query: UsageQuery) -> list[UsageStats]:
     """Usage statistics per job (or for the application) in the range, from the configured InfluxDB."""
+    return usage_and_gaps(settings, query)[0]
+
+
+def usage_and_gaps(settings: Settings, query: UsageQuery) -> tuple[list[UsageStats], dict[str, int]]:
+    """:func:`usage`, and the jobs (or applications) it could not size for want of memory readings
+    (:func:`unsized`)."""
     query.validate()
     i = settings.influxdb
     minutes, jobs, limit_rows = flux_rows(
@@ -184,7 +203,9 @@ def usage(settings: Settings, query: UsageQuery) -> list[UsageStats]:
         if r.get("memory_total_bytes") is not None
     }
     samples = samples_from_rows(minutes, jobs, only_jobs=query.scope == "job")
-    return usage_stats(samples, limits, query.scope)
+    stats = usage_stats(samples, limits, query.scope)
+    sized = {u.key for u in stats}
+    return stats, {k: n for k, n in unsized(minutes, jobs, query.scope).items() if k not in sized}
 
 
 @dataclass(frozen=True, slots=True)

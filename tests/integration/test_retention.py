@@ -136,8 +136,10 @@ def test_rollups_and_job_summaries_hold_the_exact_values(stored: tuple[Settings,
             assert run_task(store, rollup_task.name, start + 2 * MIN).status == "success"
             assert run_task(store, jobs_task.name, start + 10 * MIN).status == "success"
         else:  # the tasks' own Flux over the stored range at once, as an import calls it
-            report = backfill(settings, start, start + ROUNDS * NS, store)
-            assert report.rollup_range == (start, start + 2 * MIN) and report.jobs_range == (start, start + 10 * MIN)
+            report = backfill(settings, [(start, start + ROUNDS * NS)], store)
+            assert report.rollup_spans == ((start, start + 2 * MIN),) and report.jobs_spans == (
+                (start, start + 10 * MIN),
+            )
             assert report.skipped == ()
         got = store.flux_records(
             f'from(bucket: "{settings.influxdb.bucket}_1m") |> range(start: {iso(start)}, stop: {iso(start + 2 * MIN)})'

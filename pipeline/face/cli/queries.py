@@ -93,11 +93,11 @@ def describe_backfill(report: BackfillReport) -> str:
     """A backfill's outcome in a few lines (what was rolled up, what was left out and why)."""
     from sinks.query.output import iso
 
-    def span(r: tuple[int, int] | None) -> str:
-        return "nothing" if r is None else f"{iso(r[0])} .. {iso(r[1])}"
+    def span(spans: tuple[tuple[int, int], ...]) -> str:
+        return ", ".join(f"{iso(a)} .. {iso(b)}" for a, b in spans) or "nothing"
 
     lines = [
-        f"rolled up {span(report.rollup_range)} (1-minute) and {span(report.jobs_range)} (job summaries) "
+        f"rolled up {span(report.rollup_spans)} (1-minute) and {span(report.jobs_spans)} (job summaries) "
         f"in {report.queries} queries, {report.seconds:.1f} s",
         *(f"  left out: {why}" for why in report.skipped),
     ]
@@ -326,5 +326,5 @@ def storage_backfill_cmd(ctx: click.Context, start: str, stop: str) -> None:
         start_ns, stop_ns = parse_time(start, "--start"), parse_time(stop, "--stop")
     settings = resolved(ctx, kafka=False)
     with errors():
-        report = backfill(settings, start_ns, stop_ns, progress=True)
+        report = backfill(settings, [(start_ns, stop_ns)], progress=True)
     click.echo(describe_backfill(report))

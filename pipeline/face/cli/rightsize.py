@@ -44,16 +44,22 @@ def rightsize_cmd(
     exchange_bytes: float | None,
 ) -> None:
     """Right-sizing advice from measured usage: a MIG profile, a smaller GPU, or packing jobs per GPU."""
-    from pipeline.face.rightsizing import advise
+    from pipeline.face.rightsizing import advise_and_gaps
 
     settings = resolved(ctx, kafka=False)
     with errors():
-        advice = advise(settings, range_ or (None if start else "7d"), job, application, cluster, headroom,
-                        exchange_bytes, start, stop)  # fmt: skip
+        advice, gaps = advise_and_gaps(settings, range_ or (None if start else "7d"), job, application, cluster,
+                                       headroom, exchange_bytes, start, stop)  # fmt: skip
+    for key, minutes in sorted(gaps.items()):
+        click.echo(
+            f"{key}: {minutes} GPU-minutes with utilization but no memory reading: not sized (right-sizing starts "
+            "from memory used: import memory.used / DCGM_FI_DEV_FB_USED with it)"
+        )
     if not advice:
         what = f"job {job}" if job else f"application {application}" if application else "any job"
         when = f"from {start} to {stop or 'now'}" if start else f"in the {range_ or '7d'} before {stop or 'now'}"
-        click.echo(f"no usage of {what} {when} (job ids come from the workload context)")
+        if not gaps:
+            click.echo(f"no usage of {what} {when} (job ids come from the workload context)")
         return
     if fmt == "json":
         click.echo(json.dumps([_jsonable(dataclasses.asdict(a)) for a in advice], indent=2))

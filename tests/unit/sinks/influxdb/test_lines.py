@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 from pipeline.events import (
     EventKind,
     Finding,
@@ -59,6 +61,12 @@ def test_fields_are_floats_and_strings_are_quoted() -> None:
 def test_unknown_workload_adds_no_empty_tag() -> None:
     line = event_line(_event())
     assert "application=" not in line and "job_id" not in line
+
+
+def test_a_gpu_nobody_named_the_model_of_has_no_empty_model_tag() -> None:
+    # NVIDIA's A100 MIG scrape has no modelName label: an empty tag value would make InfluxDB refuse the whole write
+    line = event_line(InterpretedEvent(dataclasses.replace(_event().sample, gpu_model="")))
+    assert line.startswith(r"gpu,cluster=dc\ 1,gpu=GPU-x\=1,gpu_index=3,node=node\,7 ")
 
 
 def test_events_nics_links_and_processes_become_their_own_points() -> None:
