@@ -55,6 +55,13 @@ def unit_factor(unit: str, what: str) -> float:
 def number(text: str, factor: float = 1.0) -> float:
     """A number, with an optional unit after it (``81559 MiB``: the unit says the factor, overriding ``factor``),
     hex (``0x1F``) or a P-state (``P8``); NaN for a no-value marker."""
+    try:  # most cells are plain numbers: the fast path (~4x the regex)
+        plain = float(text)
+    except ValueError:
+        pass
+    else:
+        if math.isfinite(plain):
+            return plain * factor
     cell = text.strip()
     if cell.lower() in NO_VALUE:
         return math.nan

@@ -190,6 +190,9 @@ class TableImporter:
     #: rows whose application was not in the vocabulary (labelled unknown)
     unknown_applications: dict[str, int] = field(default_factory=dict)
     name: str = "table"
+    _last_time: tuple[str, int] = ("", 0)
+    _workloads: dict[tuple[str, ...], Workload | None] = field(default_factory=dict)
+    _outside: dict[tuple[str, ...], str] = field(default_factory=dict)
 
     Config = TableConfig
 
@@ -272,9 +275,15 @@ class TableImporter:
         )
         return Block(rows, tuple(rejected), source)
 
+    def _time(self, text: str, tz: Any) -> int:
+        """A time cell in ns; the rows of one sample round share it, so the last one is kept."""
+        if text != self._last_time[0]:
+            self._last_time = (text, timestamp_ns(text, self.mapping.time_format, tz))
+        return self._last_time[1]
+
     def _row(self, cells: dict[str, str], tz: Any) -> tuple[str, str, int, str, int, dict[str, float], Any]:
         m = self.mapping
-        ts = timestamp_ns(cells[m.time_column], m.time_format, tz)
+        ts = self._time(cells[m.time_column], tz)
         node = cells[m.node_column].strip() if m.node_column else m.node
         if not node or "/" in node:
             raise BadValue(f"node {node!r} is not a node name")
@@ -297,7 +306,17 @@ class TableImporter:
         return node, uuid, index, model, ts, metrics, self._workload(cells)
 
     def _workload(self, cells: dict[str, str]) -> Workload | None:
-        """The row's workload (None: its job cell is empty, nothing runs)."""
+        """The row's workload (None: its job cell is empty, nothing runs); one object per distinct context."""
+        m = self.mapping
+        key = tuple(cells[c] for c in m.context_columns.values())
+        if key not in self._workloads:
+            self._workloads[key] = self._new_workload(cells, key)
+        outside = self._outside.get(key)
+        if outside is not None:  # counted per row, as the summary reports it
+            self.unknown_applications[outside] = self.unknown_applications.get(outside, 0) + 1
+        return self._workloads[key]
+
+    def _new_workload(self, cells: dict[str, str], key: tuple[str, ...]) -> Workload | None:
         m = self.mapping
         given = m.context | {k: cells[c].strip() for k, c in m.context_columns.items()}
         job = given.get("job") or None
@@ -305,7 +324,7 @@ class TableImporter:
             return None
         application = given.get("application") or (m.job_applications.get(job, "") if job else "") or "unknown"
         if application not in APPLICATIONS:
-            self.unknown_applications[application] = self.unknown_applications.get(application, 0) + 1
+            self._outside[key] = application
             application = "unknown"
         return Workload(
             application, job_id=job, user=given.get("user") or None, source="import",

@@ -172,3 +172,18 @@ def test_a_row_that_cannot_be_read_is_rejected_the_others_are_not(tmp_path: Path
         ("t.csv:5", "line 5: power_W 'n/a W' is not a number"),
         ("t.csv:6", "line 6: 'not-a-time' is not a time (iso8601)"),
     ]
+
+
+def test_a_job_column_with_a_jobs_file_names_each_rows_application(tmp_path: Path) -> None:
+    # the trace's GPU index as the job column: each GPU its own job, its application from the jobs file
+    (tmp_path / "jobs.csv").write_text("job,application\n" + "".join(
+        f"{g},{'llm-pretraining' if g < 4 else 'llm-serving'}\n" for g in range(8)))  # fmt: skip
+    mapping = (NANOGPT / "mapping.toml").read_text().split("[context]")[0]
+    (tmp_path / "m.toml").write_text(mapping + '[context]\njob_column = "gpu_index"\njobs_file = "jobs.csv"\n')
+    (block,) = blocks("table", paths=(NANOGPT / "gpu_metrics_f4f827dd.csv",), mapping=tmp_path / "m.toml")
+    by_gpu = dict(zip(block.rows.gpu_uuid, block.rows.workload or (), strict=True))
+    assert by_gpu["g150-gpu1"] == Workload("llm-pretraining", job_id="1", source="import", confidence=1.0)
+    assert by_gpu["g150-gpu6"] == Workload("llm-serving", job_id="6", source="import", confidence=1.0)
+    (tmp_path / "jobs.csv").write_text("job,application\n0,training\n")
+    with pytest.raises(ConfigError, match=r"jobs.csv:2: needs a job and an application"):
+        blocks("table", paths=(NANOGPT / "gpu_metrics_f4f827dd.csv",), mapping=tmp_path / "m.toml")
