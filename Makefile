@@ -51,6 +51,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.alerts
 	$(BIN)/python -m bench.queries
 	$(BIN)/python -m bench.dashboard
+	$(BIN)/python -m bench.importer
 
 services-down: $(STAMP)
 	$(BIN)/hermeneut services down

@@ -14,7 +14,9 @@ read through a mapping by the ``table`` importer. On a fresh local Kafka and inf
    waiting for delivery) into the raw topic: rows/s and CPU-us per row of this process (librdkafka's threads
    included), and the ratio to the Kafka ceiling;
 4. pipeline drain: bench.pipeline's saturation phase (a backlog of simulated samples drained by the processor and
-   the sink into InfluxDB), the rate an import is stored at once published.
+   the sink into InfluxDB), the rate an import is stored at once published;
+5. the processor's wait for its context mirror before each batch (``TopicMirror.catch_up`` over the context
+   topic's partitions, what makes a context published just ahead of its samples label them): ms per batch.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from typing import Any
 
 from bench.pipeline import bench_settings, kafka_ceiling, saturation
 from pipeline import registry
-from pipeline.codec import encode_samples
+from pipeline.codec import decode_record, encode_samples
 from pipeline.config import Settings, load_settings
+from pipeline.events import GpuContext
+from pipeline.mirror import TopicMirror
 from pipeline.publisher import Publisher
 from pipeline.services import influxdb, kafka
 from producers.importers.driver import ImportDriver
@@ -103,6 +107,23 @@ def import_run(settings: Settings, path: Path, mapping: Path) -> dict[str, Any]:
     }
 
 
+def context_wait(settings: Settings, batches: int = 300) -> dict[str, Any]:
+    """ms per ``catch_up`` of the context mirror, as the processor calls it before each batch."""
+    mirror = TopicMirror(
+        settings.kafka.client_config(), settings.topics.context, lambda v: decode_record(GpuContext, v)
+    )
+    mirror.start().wait_ready(60)
+    mirror.catch_up()
+    took = []
+    for _ in range(batches):
+        start = time.perf_counter()
+        mirror.catch_up()
+        took.append((time.perf_counter() - start) * 1000)
+    mirror.stop()
+    took.sort()
+    return {"batches": batches, "median_ms": took[len(took) // 2], "p99_ms": took[int(len(took) * 0.99)]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copies", type=int, default=32, help="times the 6,240-row trace is tiled (as nodes)")
@@ -121,14 +142,16 @@ def main(argv: list[str] | None = None) -> int:
         sample = next(iter(registry.create("importer", "table", settings, paths=(path,), mapping=mapping).blocks()))
         first = next(node_batches(sample.rows, settings.cluster, Intervals().per_row(sample.rows)))
         record = len(encode_samples(first))
-        print(f"1/4 Kafka ceiling: ProducerPerformance, {rows // 8} records of {record} B (one import message)")
+        print(f"1/5 Kafka ceiling: ProducerPerformance, {rows // 8} records of {record} B (one import message)")
         results["kafka"] = kafka_ceiling(base, k, bench_settings(base, k, i, "perf"), rows // 8, record)
-        print(f"2/4 parse only: {rows} rows through the table importer, encoded, no Kafka")
+        print(f"2/5 parse only: {rows} rows through the table importer, encoded, no Kafka")
         results["parse"] = parse_only(settings, path, mapping)
-        print(f"3/4 import: {rows} rows into Kafka, every message delivered")
+        print(f"3/5 import: {rows} rows into Kafka, every message delivered")
         results["import"] = import_run(settings, path, mapping)
-        print(f"4/4 pipeline drain: a backlog of {args.backlog} samples through the processor and sink")
+        print(f"4/5 pipeline drain: a backlog of {args.backlog} samples through the processor and sink")
         results["drain"] = saturation(bench_settings(base, k, i, "sat"), run_dir / "sat", args.backlog)
+        print("5/5 the processor's wait for its context mirror, per batch")
+        results["context_wait"] = context_wait(settings)
     finally:
         k.stop()
         i.stop()
@@ -142,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'import into Kafka (delivered)':52} {imp['rows_per_s']:>10,.0f} {imp['cpu_us_per_row']:>11.1f}")
     print(f"{'  ratio to the Kafka producer':52} {results['import_ratio_to_kafka']:>10.2f}")
     print(f"{'pipeline saturated drain into InfluxDB':52} {drain['samples_per_s']:>10,.0f}")
+    wait = results["context_wait"]
+    print(f"context mirror catch-up before a batch: median {wait['median_ms']:.2f} ms, p99 {wait['p99_ms']:.2f} ms")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0
