@@ -21,7 +21,7 @@ run: $(STAMP)
 	$(BIN)/hermeneut run $(ARGS)
 
 # What the tests drive besides Kafka and InfluxDB, from Debian when missing: Chromium for the dashboard's end-to-end
-# tests (Playwright never downloads a browser here), Prometheus and promtool (/metrics scraped, rules checked),
+# tests (Playwright never downloads a browser here), Prometheus and promtool (/metrics scraped, rules checked, history imported),
 # systemd-analyze (the units of deploy/systemd verified).
 tools:
 	@command -v chromium >/dev/null || { apt-get update -qq && $(APT_INSTALL) chromium; }
@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.alerts
 	$(BIN)/python -m bench.queries
 	$(BIN)/python -m bench.dashboard
+	$(BIN)/python -m bench.importer
 
 # every property-based test with 100,000 inputs per target from a fixed seed; prints inputs, exceptions and time
 fuzz: $(STAMP)

@@ -174,7 +174,11 @@ class ValidationSettings(_Section):
     """Plausibility limits applied by the processor before anything is stored."""
 
     max_future_skew_s: float = Field(default=300.0, ge=0)
+    #: how old a live sample may be
     max_age_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+    #: how old imported history (``hermeneut import``) may be; unset: the raw bucket's retention, the oldest
+    #: InfluxDB accepts (see :meth:`Settings.validation_limits`)
+    backfill_max_age_s: float | None = Field(default=None, gt=0)
 
 
 class BaselineSettings(_Section):
@@ -415,6 +419,13 @@ class Settings(BaseSettings):
         if cls.toml_file is None:
             return init_settings, env_settings
         return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=cls.toml_file)
+
+    def validation_limits(self) -> ValidationSettings:
+        """:attr:`validation` with the backfill bound filled in (the raw bucket's retention when unset)."""
+        if self.validation.backfill_max_age_s is not None:
+            return self.validation
+        retention_s = self.storage.raw_retention_days * 86_400
+        return self.validation.model_copy(update={"backfill_max_age_s": retention_s})
 
     @property
     def uses_local_kafka(self) -> bool:

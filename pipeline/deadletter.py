@@ -3,8 +3,9 @@
 Headers (all UTF-8): ``hermeneut-reason`` (short stable code, e.g. ``nan``, ``malformed``, ``future_timestamp``),
 ``hermeneut-detail`` (one human line), ``hermeneut-stage`` (processor / sink), ``hermeneut-source``
 (topic/partition/offset of the original), ``hermeneut-gpu`` (when one sample of a node batch was rejected),
-``hermeneut-position`` (its index in the batch) and ``hermeneut-part`` (which list of the node message that
-index is in: ``sample``, ``event`` or ``nic``). One record per rejected item, so counts add up.
+``hermeneut-position`` (its index in the batch), ``hermeneut-part`` (which list of the node message that
+index is in: ``sample``, ``event`` or ``nic``) and ``hermeneut-import`` (the import run that published the
+original, for imported history). One record per rejected item, so counts add up.
 
 Bounded (:func:`bounded`): the original is stored once per source message. The first dead letter of a source
 carries it (``hermeneut-payload: original``), or, where the original and the headers would not fit the
@@ -30,6 +31,7 @@ SOURCE = "hermeneut-source"
 GPU = "hermeneut-gpu"
 POSITION = "hermeneut-position"
 PART = "hermeneut-part"
+IMPORT = "hermeneut-import"
 PAYLOAD = "hermeneut-payload"
 SIZE = "hermeneut-size"
 SHA256 = "hermeneut-sha256"
@@ -61,6 +63,7 @@ def dead_letter(
     gpu_uuid: str | None = None,
     position: int | None = None,
     part: str = "sample",
+    import_run: str | None = None,
 ) -> DeadLetter:
     headers = [
         (REASON, reason.encode()[:_HEADER_MAX]),
@@ -73,6 +76,8 @@ def dead_letter(
     if position is not None:
         headers.append((POSITION, str(position).encode()))
         headers.append((PART, part.encode()))
+    if import_run is not None:
+        headers.append((IMPORT, import_run.encode()[:_HEADER_MAX]))
     return DeadLetter(key, original, headers)
 
 

@@ -32,7 +32,8 @@ class FieldSpec:
     high: float
     integer: bool = False
     help: str = ""
-    #: a limit of the GPU (capacity, threshold, maximum) rather than a reading: changes rarely, if ever
+    #: a limit of the GPU (capacity, threshold, maximum) or of its series (the sampling interval) rather than a
+    #: reading: changes rarely, if ever, and is stored on change (``gpu_info``), not with every sample
     limit: bool = False
     #: a state or a counter that stays put for minutes (P-state, link width, error totals, process count): the
     #: sink stores it when it changes and once every refresh period, not every sample (docs: field budget)
@@ -105,6 +106,14 @@ METRIC_FIELDS: Final[tuple[FieldSpec, ...]] = (
     FieldSpec("nvlink_replay_errors_total", 0, 2**63 - 1, True, state=True),
     FieldSpec("nvlink_recovery_errors_total", 0, 2**63 - 1, True, state=True),
     FieldSpec("process_count", 0, 4096, True, help="processes using the GPU", state=True),
+    FieldSpec(
+        "sample_interval_seconds",
+        0.001,
+        86_400,
+        limit=True,
+        help="how far apart this GPU's samples are: the collector's interval live, detected per series on import; "
+        "GPU-hours and idle time count each sample as this long",
+    ),
 )
 METRIC_NAMES: Final[tuple[str, ...]] = tuple(f.name for f in METRIC_FIELDS)
 METRIC_INDEX: Final[dict[str, int]] = {name: i for i, name in enumerate(METRIC_NAMES)}

@@ -4,7 +4,9 @@ What faust's GlobalTable promises, without its recovery loops when several worke
 process that needs the workload context, node topologies, baselines, subscriptions or alert state mirrors the
 whole topic itself. The mirror reads every partition from the beginning (no consumer group, nothing committed),
 so a restarted process rebuilds the same state; a tombstone (null value) deletes the key. ``wait_ready`` blocks
-until everything that was in the topic when the mirror started has been read.
+until everything that was in the topic when the mirror started has been read; ``catch_up`` until everything
+the topic holds *now* has been: a reader that must not act before a record published ahead of its own input
+(the processor, before it labels samples with their workload context) calls it first.
 
 A record that does not decode is counted and logged (with its topic/partition/offset) and skipped: the state
 keeps the key's last good value. The writers of these topics validate before they publish.
@@ -50,7 +52,8 @@ def _watermarks(consumer: Consumer, tp: TopicPartition, timeout_s: float = 30.0)
 
 
 class TopicMirror(Generic[V]):
-    """Mirror ``topic`` into a dict of key -> decoded value; ``on_change(key, value_or_None)`` per update."""
+    """Mirror ``topic`` into a dict of key -> decoded value; ``on_change(key, value_or_None)`` per update, and
+    ``on_record(key, value_or_None, published_ns)`` with the record's Kafka timestamp (a tombstone's only date)."""
 
     def __init__(
         self,
@@ -58,10 +61,12 @@ class TopicMirror(Generic[V]):
         topic: str,
         decode: Callable[[bytes], V],
         on_change: Callable[[bytes, V | None], None] | None = None,
+        on_record: Callable[[bytes, V | None, int], None] | None = None,
     ) -> None:
         self.topic = topic
         self._decode = decode
         self._on_change = on_change
+        self._on_record = on_record
         self._conf = kafka_conf | {
             "group.id": f"hermeneut-mirror-{uuid.uuid4().hex[:12]}",  # required by librdkafka; never committed
             "enable.auto.commit": False,
@@ -70,6 +75,11 @@ class TopicMirror(Generic[V]):
         }
         self._data: dict[bytes, V] = {}
         self._lock = threading.Lock()
+        #: per partition, the offset of the next record to apply (what catch_up compares with the high watermark)
+        self._next: dict[int, int] = {}
+        self._moved = threading.Condition()
+        self._probe: Consumer | None = None
+        self._partitions: list[int] = []
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
@@ -91,8 +101,10 @@ class TopicMirror(Generic[V]):
         pending = set()
         for tp in partitions:
             low, high = _watermarks(consumer, tp)
+            self._next[tp.partition] = low
             if high > low:
                 pending.add(tp.partition)
+        self._partitions = [tp.partition for tp in partitions]
         consumer.assign(partitions)
         if not pending:
             self._ready.set()
@@ -110,16 +122,52 @@ class TopicMirror(Generic[V]):
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
                             pending.discard(msg.partition() or 0)
+                            self._advance(msg.partition() or 0, msg.offset() or 0)
                             if not pending:
                                 self._ready.set()
                         else:
                             log.warning("mirror %s: %s", self.topic, err)
                         continue
-                    self._apply(msg.key() or b"", msg.value(), f"{msg.partition()}/{msg.offset()}")
+                    _kind, ts_ms = msg.timestamp()
+                    self._apply(msg.key() or b"", msg.value(), f"{msg.partition()}/{msg.offset()}", ts_ms * 1_000_000)
+                    self._advance(msg.partition() or 0, (msg.offset() or 0) + 1)
         finally:
             consumer.close()
 
-    def _apply(self, key: bytes, value: bytes | None, where: str) -> None:
+    def _advance(self, partition: int, next_offset: int) -> None:
+        with self._moved:
+            if next_offset > self._next.get(partition, 0):
+                self._next[partition] = next_offset
+                self._moved.notify_all()
+
+    def catch_up(self, timeout_s: float = 5.0) -> bool:
+        """Block until every record the topic holds now has been applied (True), or ``timeout_s`` passed (False).
+
+        One ListOffsets round trip per partition to the broker, then a wait for the reader thread."""
+        if self._thread is None:
+            return True
+        if self._probe is None:
+            self._probe = Consumer(self._conf | {"group.id": f"{self._conf['group.id']}-probe"})
+        deadline = time.monotonic() + timeout_s
+        highs: dict[int, int] = {}
+        for partition in self._partitions:
+            try:
+                _low, high = self._probe.get_watermark_offsets(
+                    TopicPartition(self.topic, partition), timeout=max(0.1, deadline - time.monotonic()), cached=False
+                )
+            except KafkaException as exc:
+                log.warning(
+                    "mirror %s: partition %d's end unknown (%s); not waiting for it", self.topic, partition, exc
+                )
+                continue
+            highs[partition] = int(high)
+        with self._moved:
+            return self._moved.wait_for(
+                lambda: all(self._next.get(p, 0) >= high for p, high in highs.items()),
+                max(0.0, deadline - time.monotonic()),
+            )
+
+    def _apply(self, key: bytes, value: bytes | None, where: str, published_ns: int = 0) -> None:
         decoded: V | None = None
         if value is not None:
             try:
@@ -136,6 +184,8 @@ class TopicMirror(Generic[V]):
             self.version += 1
         if self._on_change is not None:
             self._on_change(key, decoded)
+        if self._on_record is not None:
+            self._on_record(key, decoded, published_ns)
 
     def wait_ready(self, timeout_s: float = 60.0) -> bool:
         """True once everything that was in the topic at start has been read."""
@@ -157,3 +207,6 @@ class TopicMirror(Generic[V]):
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None

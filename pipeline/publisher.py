@@ -92,14 +92,26 @@ class Publisher:
         value: bytes | None,
         headers: Headers | None = None,
         timeout_s: float | None = None,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
     ) -> bool:
         """Queue one message (``value`` None: a tombstone for a compacted topic); blocks (serving delivery
         reports) while the local queue is full; raises RecordTooLarge for a record over its topic's budget.
+        ``on_delivery`` is called with its delivery report too (where it landed: an import waits for the pipeline to
+        get that far).
 
         With ``timeout_s``, gives up when the queue stayed full that long and returns False (nothing was queued),
         so a caller can stay responsive to a shutdown; otherwise returns True.
         """
-        return self._produce(topic, key, value, headers, self._on_delivery, timeout_s)
+        report: Callable[[KafkaError | None, Message], None] = self._on_delivery
+        if on_delivery is not None:
+            caller = on_delivery
+
+            def both(err: KafkaError | None, msg: Message) -> None:
+                self._on_delivery(err, msg)
+                caller(err, msg)
+
+            report = both
+        return self._produce(topic, key, value, headers, report, timeout_s)
 
     def _produce(
         self,

@@ -1,7 +1,9 @@
 """Plugins by name: every source and sink hermeneut can run, as ``"module:Class"`` strings imported when used.
 
 The table holds strings, never imports: the core imports no stage, and ``hermeneut collect --source nvml`` loads
-the NVML plugin only. Adding a plugin (say an importer) is one line in :data:`PLUGINS`.
+the NVML plugin only. Adding a plugin (say an importer) is one line in :data:`PLUGINS`. Importers are sources of
+history (``hermeneut import <name>``): the same plugin contract, read in blocks by
+:class:`producers.importers.driver.ImportDriver` rather than per round by the agent.
 
 What a plugin class offers (tests/unit/pipeline/test_registry.py loads every entry and checks it, the Telegraf habit):
 
@@ -14,7 +16,8 @@ What a plugin class offers (tests/unit/pipeline/test_registry.py loads every ent
     from_config(config, **deps) -> plugin       classmethod: builds it (dependencies such as a fake NVML may be
                                                 injected); connects to nothing (a source's ``open()`` does)
 
-Sources then follow :class:`producers.source.Source` (open / collect / close) and sinks :class:`sinks.base.Sink`
+Sources then follow :class:`producers.source.Source` (open / collect / close), importers
+:class:`producers.importers.driver.Importer` (open / blocks / close) and sinks :class:`sinks.base.Sink`
 (add / flush / close). :func:`create` does configure, validate and from_config in that order, so a bad value
 stops start-up with one line before anything is connected.
 """
@@ -33,7 +36,7 @@ if TYPE_CHECKING:
 
     from pipeline.config import Settings
 
-Kind = Literal["source", "sink"]
+Kind = Literal["source", "sink", "importer"]
 
 #: kind -> name -> "module:Class"
 PLUGINS: Final[Mapping[Kind, Mapping[str, str]]] = {
@@ -44,6 +47,13 @@ PLUGINS: Final[Mapping[Kind, Mapping[str, str]]] = {
     },
     "sink": {
         "influxdb": "sinks.influxdb.sink:InfluxDBSink",
+    },
+    "importer": {
+        "prometheus": "producers.importers.prometheus:PrometheusImporter",
+        "dcgm-exporter": "producers.importers.dcgm_files:DcgmFilesImporter",
+        "nvidia-smi-csv": "producers.importers.nvsmi_csv:NvsmiCsvImporter",
+        "nvidia-smi-xml": "producers.importers.nvsmi_xml:NvsmiXmlImporter",
+        "table": "producers.importers.table:TableImporter",
     },
 }
 

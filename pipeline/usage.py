@@ -35,6 +35,9 @@ class UsageSample:
 class GpuLimits:
     memory_total_bytes: float
     power_limit_watts: float | None = None
+    #: how far apart the GPU's samples are (s), when it said: a series sampled every 5 minutes has a row every
+    #: 5 minutes, each standing for 5 GPU-minutes
+    sample_interval_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +68,14 @@ def _p(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
-def usage_stats(
-    samples: Sequence[UsageSample], limits: dict[str, GpuLimits], scope: str, minutes_per_sample: float = 1.0
-) -> list[UsageStats]:
+def minutes_of(gpu_uuid: str, limits: dict[str, GpuLimits]) -> float:
+    """GPU-minutes one per-minute row of this GPU stands for: 1, or its sampling interval when that is longer."""
+    limit = limits.get(gpu_uuid)
+    interval = limit.sample_interval_s if limit is not None else None
+    return max(1.0, interval / 60.0) if interval else 1.0
+
+
+def usage_stats(samples: Sequence[UsageSample], limits: dict[str, GpuLimits], scope: str) -> list[UsageStats]:
     """Fold GPU-minutes into statistics per job (``scope="job"``, minutes without a job id are left out) or per
     application (``scope="application"``); sorted by GPU-hours, largest first."""
     if scope not in ("job", "application"):
@@ -97,7 +105,7 @@ def usage_stats(
                 gpu_model=model,
                 gpus=len({r.gpu_uuid for r in rows}),
                 runs=len({r.job_id for r in rows if r.job_id}) or 1,
-                gpu_hours=len(rows) * minutes_per_sample / 60.0,
+                gpu_hours=sum(minutes_of(r.gpu_uuid, limits) for r in rows) / 60.0,
                 memory_total_bytes=float(np.median(totals)) if totals else float("nan"),
                 memory_peak_bytes=float(max(memory)),
                 memory_p95_bytes=_p(memory, 95) or 0.0,

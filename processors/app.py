@@ -54,7 +54,7 @@ from processors.detectors.stage import Detectors
 from processors.enrich import ContextTimeline, Enricher
 from processors.interpret import Interpreter
 from processors.metrics import ProcessorMetrics, faust_lag, quiet_idle_streams
-from processors.normalize import RawMessage
+from processors.normalize import RawMessage, import_run_of
 from processors.state import GpuSlots
 from processors.writes import TakeResult, TakeWriter, Write
 
@@ -67,6 +67,8 @@ BATCH_WITHIN_S = 0.05
 CLIENT_MAX_REQUEST_BYTES = 64 * 2**20
 #: resending a write that failed: exponential backoff with jitter up to this
 _RETRY_MAX_S = 10.0
+#: how long a take waits for the context mirror to read what was published before the take was made
+CONTEXT_WAIT_S = 5.0
 
 
 @dataclass
@@ -87,6 +89,8 @@ class ProcessorStats:
     agent_crashes: int = 0
     #: the learned-baselines version the scorer uses (0: none yet, rows unscored)
     baselines_version: int = 0
+    #: batches labelled before the context mirror had caught up (its wait timed out)
+    context_waits_timed_out: int = 0
     assigned: bool = False
     stall: Stall = field(default_factory=lambda: Stall("processor"))
 
@@ -131,25 +135,28 @@ def partition_count(settings: Settings, topic: str) -> int:
     return len(info.partitions)
 
 
-def build_interpreter(settings: Settings) -> Interpreter:
-    """The interpretation stages for these settings, in order (see processors.interpret); the mirrors of the
-    compacted topics they read are started here (and read to their end) and injected."""
+def build_interpreter(settings: Settings) -> tuple[Interpreter, TopicMirror[GpuContext]]:
+    """The interpretation stages for these settings, in order (see processors.interpret), and the context mirror;
+    the mirrors of the compacted topics they read are started here (and read to their end) and injected."""
     kafka = settings.kafka.client_config()
     timeline = ContextTimeline()
-    contexts = TopicMirror(kafka, settings.topics.context, lambda v: decode_record(GpuContext, v), timeline.see).start()
+    contexts = TopicMirror(
+        kafka, settings.topics.context, lambda v: decode_record(GpuContext, v), on_record=timeline.see
+    ).start()
     topologies = TopicMirror(kafka, settings.topics.topology, lambda v: decode_record(NodeTopology, v)).start()
     store = BaselineStore()
     baselines = TopicMirror(kafka, settings.topics.baselines, decode_baselines_record, store.on_change).start()
     for mirror in (contexts, topologies, baselines):
         if not mirror.wait_ready(60):
             log.warning("mirror of %s not read to its end within 60 s; continuing", mirror.topic)
-    return interpreter_from(
+    interpreter = interpreter_from(
         settings,
         contexts.get,
         lambda cluster, node: topologies.get(node_key(cluster, node)),
         store.current,
         timeline,
     )
+    return interpreter, contexts
 
 
 def interpreter_from(
@@ -183,6 +190,9 @@ class Connections:
         self.settings = settings
         self._lock = threading.Lock()
         self._opened: TakeWriter | None = None
+        self._contexts: TopicMirror[GpuContext] | None = None
+        #: takes labelled without waiting for the whole context topic (the wait timed out): counted, logged once
+        self.context_waits_timed_out = 0
 
     def open(self) -> None:
         """The interpreted topic's partition count, the size limits of the topics the processor writes, and the
@@ -195,7 +205,16 @@ class Connections:
                     s.kafka.client_config(), (s.topics.interpreted, s.topics.alerts, s.topics.dead_letter)
                 )
                 log.info("record budgets (bytes): %s", ", ".join(f"{t} {n}" for t, n in limits.topics.items()))
-                self._opened = TakeWriter(s.topics, limits, s.validation, build_interpreter(s), out_partitions)
+                interpreter, self._contexts = build_interpreter(s)
+                self._opened = TakeWriter(s.topics, limits, s.validation_limits(), interpreter, out_partitions)
+
+    def contexts_caught_up(self, timeout_s: float = CONTEXT_WAIT_S) -> None:
+        """Wait until the context mirror holds every record published before now (before a take made now is
+        labelled): a context published just ahead of its samples then applies to their first rows too."""
+        if self._contexts is not None and not self._contexts.catch_up(timeout_s):
+            if not self.context_waits_timed_out:
+                log.warning("the context mirror did not catch up within %.0f s; labelling with what it has", timeout_s)
+            self.context_waits_timed_out += 1
 
     async def ready(self) -> TakeWriter:
         """:meth:`open` (in a thread, so the event loop keeps serving) unless done; what turns takes into
@@ -325,9 +344,11 @@ def create_app(
                         e.message.value or b"",
                         f"{e.message.topic}/{e.message.partition}/{e.message.offset}",
                         e.message.partition,
+                        import_run_of(e.message.headers),
                     )
                     for e in events
                 ]
+                await asyncio.get_running_loop().run_in_executor(None, connections.contexts_caught_up)
                 took_at = time.perf_counter()
                 result = writer.take(messages, time.time_ns())
                 await deliver(result.writes)
@@ -368,6 +389,7 @@ def create_app(
         observe(result)
         stats.count(result)
         stats.baselines_version = next((s.version for s in writer.interpreter.stages if isinstance(s, Scorer)), 0)
+        stats.context_waits_timed_out = connections.context_waits_timed_out
         stats.write(stats_file)
         if stats.assigned:
             metrics.lag.update(faust_lag(app.consumer, app.monitor))

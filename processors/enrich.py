@@ -5,11 +5,16 @@ Per row of a batch:
   feature matrix is computed from them, once: it travels on the batch (``features``) to the stages after this one;
 - the workload comes from the context topic (a :class:`TopicMirror` of GpuContext, keyed per GPU, injected
   as ``context_of``); a context whose workload is None says nothing runs: application ``idle``. A context
-  applies from its own ``ts_ns`` on: the mirror holds only the latest record per GPU, and a processor behind
-  its input (catching up on a backlog after a restart, a replay, a fast-forwarded simulation) would otherwise
-  label the samples of the job that ran then with the job that runs now. A :class:`ContextTimeline` keeps the
-  last few contexts per GPU (fed by the mirror for every record it reads, and by ``context_of`` per batch)
-  and each row gets the one current at the row's time (the oldest it knows when the row is older than all);
+  applies to exactly the rows of its time range, from its own ``ts_ns`` to the next record of its GPU (a
+  later context, or a tombstone, dated by when it was published), whatever reaches the processor first: the
+  mirror holds only the latest record per GPU, and a processor behind its input (catching up on a backlog, a
+  replay, an import of history) would otherwise label the samples of the job that ran then with the job that
+  runs now. A :class:`ContextTimeline` keeps every record per GPU that rows still to come may need (fed by the
+  mirror for every record it reads, and by ``context_of`` per batch) and each row gets the one current at the
+  row's time (the oldest it knows when the row is older than all). The other half of the race, samples read
+  before the mirror has read a context published ahead of them, is closed by the processor: before it
+  enriches a batch, the mirror catches up with everything the context topic held when the batch was taken
+  (:meth:`pipeline.mirror.TopicMirror.catch_up`);
 - a GPU with no context gets the application the classifier infers from its rolling window of features
   (``source="inferred"`` and the probability as ``confidence``; ``unknown`` below the classifier's
   threshold); before any classifier is published the workload stays None;
@@ -23,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -34,46 +40,66 @@ from processors.features import features, fill_relative, infer_phase
 from processors.state import GpuSlots
 
 _IDLE = Workload("idle", source="context", confidence=1.0)
-#: contexts kept per GPU: a processor more job changes than this behind its input labels with the oldest kept
-TIMELINE_KEEP: Final = 32
+#: records kept per GPU at most: a bound on memory for a GPU whose rows never come (more job changes than this
+#: ahead of its rows, and the rows are labelled with the oldest kept)
+TIMELINE_KEEP: Final = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """From ``ts_ns`` on, ``context`` (None: a tombstone, nobody knows what runs)."""
+
+    ts_ns: int
+    context: GpuContext | None
 
 
 class ContextTimeline:
-    """The contexts seen per GPU key, oldest first, so that a row is labelled with the context of its own time.
+    """The records seen per GPU key, oldest first, so that a row is labelled with the context of its own time.
 
-    ``see`` is the context mirror's ``on_change`` (its reader thread) as well as the enrichment stage's."""
+    ``see`` is the context mirror's ``on_record`` (its reader thread, with each record's publish time) as well as
+    the enrichment stage's. Records are kept while rows still to come may need them: once rows up to time t are
+    labelled, the records before the one current at t are dropped (a GPU's rows arrive in time order)."""
 
     def __init__(self, keep: int = TIMELINE_KEEP) -> None:
         self.keep = keep
-        self._seen: dict[bytes, list[GpuContext]] = {}
+        self._seen: dict[bytes, list[_Entry]] = {}
         self._lock = threading.Lock()
 
-    def see(self, key: bytes, context: GpuContext | None) -> None:
-        """Record a context for ``key``; None (a deleted record, no context any more) forgets the GPU's."""
+    def see(self, key: bytes, context: GpuContext | None, at_ns: int | None = None) -> None:
+        """Record a context for ``key``. None is a tombstone: with ``at_ns`` (when it was published) nothing is
+        known from then on; without, the GPU's records are forgotten."""
         with self._lock:
             if context is None:
-                self._seen.pop(key, None)
-                return
+                if at_ns is None:
+                    self._seen.pop(key, None)
+                    return
+                entry = _Entry(at_ns, None)
+            else:
+                entry = _Entry(context.ts_ns, context)
             seen = self._seen.setdefault(key, [])
-            if seen and seen[-1] == context:
+            if seen and seen[-1] == entry:
                 return
             # a record re-published with the time of one already seen replaces it (the latest word on that time)
-            seen[:] = [c for c in seen if c.ts_ns != context.ts_ns]
-            seen.append(context)
-            seen.sort(key=lambda c: c.ts_ns)
+            seen[:] = [e for e in seen if e.ts_ns != entry.ts_ns]
+            seen.append(entry)
+            seen.sort(key=lambda e: e.ts_ns)
             del seen[: -self.keep]
 
     def at(self, key: bytes, ts_ns: np.ndarray) -> list[GpuContext | None]:
-        """The context current at each time for ``key`` (None when none was ever seen)."""
+        """The context current at each time for ``key`` (None when none was ever seen, or after a tombstone);
+        the records older than the one current at the newest of ``ts_ns`` are dropped."""
         with self._lock:
-            seen = list(self._seen.get(key, ()))
-        if not seen:
-            return [None] * len(ts_ns)
-        if len(seen) == 1 or int(ts_ns.min()) >= seen[-1].ts_ns:
-            return [seen[-1]] * len(ts_ns)
-        starts = np.array([c.ts_ns for c in seen], dtype=np.int64)
-        idx = np.maximum(np.searchsorted(starts, ts_ns, side="right") - 1, 0)
-        return [seen[i] for i in idx.tolist()]
+            seen = self._seen.get(key)
+            if not seen:
+                return [None] * len(ts_ns)
+            if len(seen) == 1 or int(ts_ns.min()) >= seen[-1].ts_ns:
+                del seen[:-1]
+                return [seen[-1].context] * len(ts_ns)
+            starts = np.fromiter((e.ts_ns for e in seen), dtype=np.int64, count=len(seen))
+            idx = np.maximum(np.searchsorted(starts, ts_ns, side="right") - 1, 0)
+            out = [seen[i].context for i in idx.tolist()]
+            del seen[: int(idx.max())]
+            return out
 
 
 class Enricher:
@@ -120,7 +146,9 @@ class Enricher:
             rows.setdefault(key, []).append(i)
         out: list[GpuContext | None] = [None] * len(keys)
         for key, mine in rows.items():
-            self.timeline.see(key, self._context_of(key))
+            context = self._context_of(key)
+            if context is not None:  # a deletion reaches the timeline dated, from the mirror
+                self.timeline.see(key, context)
             for i, context in zip(mine, self.timeline.at(key, ts_ns[mine]), strict=True):
                 out[i] = context
         return out

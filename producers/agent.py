@@ -2,10 +2,11 @@
 simulator) and publishes what it read.
 
 Emits, per round, one message per node on the raw topic (``encode_samples`` of the node's SampleBatch, keyed
-``cluster/node``), the round's workload-context and ground-truth records (from sources that know them) on their
-topics, each node's :class:`NodeTopology` on the topology topic when the agent starts and whenever it changes
-(checked every ``topology_interval_s`` and after a MIG reconfiguration), and a dead-letter record for anything
-the source answered that cannot be read.
+``cluster/node``, every sample stamped with the round's interval as ``sample_interval_seconds``), the round's
+workload-context and ground-truth records (from sources that know them) on their topics, each node's
+:class:`NodeTopology` on the topology topic when the agent starts and whenever it changes (checked every
+``topology_interval_s`` and after a MIG reconfiguration), and a dead-letter record for anything the source
+answered that cannot be read.
 
 Real time (a round every ``interval_s``) or, first, fast-forward (``run(fast_forward_s=...)``): rounds stamped
 from that far in the past up to now, one ``interval_s`` apart, published as fast as Kafka takes them; then it
@@ -53,7 +54,7 @@ from pipeline.metrics import DURATION_BUCKETS, PUBLISHER_FIELDS, Field, StatsVie
 from pipeline.publisher import Headers, Publisher
 from pipeline.sizing import Cut, Limits, fit
 from pipeline.stats import write_stats
-from producers.source import Record, Source
+from producers.source import INTERVAL_FIELD, Record, Source
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,14 @@ def _same_topology(a: NodeTopology | None, b: NodeTopology) -> bool:
 
 def _empty(batch: SampleBatch) -> bool:
     return not (batch.samples or batch.events or batch.nics)
+
+
+def _stamp_interval(batch: SampleBatch, interval_s: float) -> None:
+    """Each sample says how long it stands for (the round's interval), unless its source knows better: GPU-hours
+    and idle time are counted per series from it, never from a setting the reader has to guess. The metrics dicts
+    are this round's own, fresh from the source."""
+    for sample in batch.samples:
+        sample.metrics.setdefault(INTERVAL_FIELD, interval_s)
 
 
 class NodeAgent:
@@ -261,8 +270,10 @@ class NodeAgent:
         r = self.report
         changed = False
         for record in self._read(ts_ns, stop):
-            if isinstance(record, SampleBatch) and _empty(record):
-                continue
+            if isinstance(record, SampleBatch):
+                if _empty(record):
+                    continue
+                _stamp_interval(record, self.interval_s)
             routed = self._route(record)
             if not routed:
                 continue  # dead-lettered: too large for its topic

@@ -7,9 +7,11 @@ dcgm-exporter's ``etc/default-counters.csv`` and ``etc/dcp-metrics-included.csv`
 converted to our units (MiB -> bytes, mJ -> J, DCP ratios 0..1 -> percent), and an ``XID`` :class:`GpuEvent`
 whenever ``DCGM_FI_DEV_XID_ERRORS`` (the last XID seen) changes.
 
-- Labels: ``gpu`` (index), ``UUID``, ``modelName``, ``pci_bus_id``, ``Hostname``; a MIG instance carries
-  ``GPU_I_PROFILE`` and ``GPU_I_ID`` and becomes its own sample with uuid ``MIG-<parent uuid>/<instance id>``
-  (dcgm-exporter does not expose NVML's MIG uuid) and model ``<model> MIG <profile>``.
+- Labels: ``gpu`` (index), ``UUID``, ``modelName``, ``pci_bus_id``, ``Hostname`` (and the workload labels
+  ``pod``, ``namespace``, ``container``, ``hpc_job``, which importers read: :func:`workload_labels`); a MIG
+  instance carries ``GPU_I_PROFILE`` and ``GPU_I_ID`` and becomes its own sample with uuid
+  ``MIG-<parent uuid>/<instance id>`` (dcgm-exporter does not expose NVML's MIG uuid) and model
+  ``<model> MIG <profile>``.
 - DCGM's "blank" values (``DCGM_INT64_BLANK`` = 0x7ffffffffffffff0 and up, ``DCGM_FP64_BLANK`` = 2^47 and up,
   e.g. the 9223372036854775794 = NOT_SUPPORTED that dcgm-exporter prints for an HBM temperature a board lacks)
   and NaN mean "no value": the field is absent, never a huge number or zero.
@@ -111,6 +113,8 @@ SUMMED: Final[dict[str, str]] = {
 _PREFERRED: Final = {"DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"}
 XID: Final = "DCGM_FI_DEV_XID_ERRORS"
 _FB_FREE: Final = "DCGM_FI_DEV_FB_FREE"
+#: every metric the mapping reads (what an import asks a Prometheus server for)
+READ_METRICS: Final = (*METRICS, *SUMMED, XID, _FB_FREE)
 #: what the counters map to, and the limits the GPU catalogue fills in where the exporter does not report them
 FIELDS: Final = (
     frozenset(name for name, _ in METRICS.values())
@@ -121,12 +125,14 @@ FIELDS: Final = (
 
 @dataclass(frozen=True, slots=True)
 class PromSample:
-    """One sample line of an exposition: name, labels, value, and the line it came from."""
+    """One sample line of an exposition: name, labels, value, the line it came from, and its timestamp (ms since
+    the epoch) when the line carries one."""
 
     name: str
     labels: dict[str, str]
     value: float
     line: int
+    ts_ms: int | None = None
 
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
@@ -194,7 +200,8 @@ def parse_exposition(text: str) -> list[PromSample]:
         if series in seen:
             raise DecodeError("malformed", f"line {number}: {match.group(1)} repeats a series already given")
         seen.add(series)
-        out.append(PromSample(match.group(1), labels, value, number))
+        stamp = match.group(4)
+        out.append(PromSample(match.group(1), labels, value, number, None if stamp is None else int(stamp)))
     return out
 
 
@@ -240,6 +247,21 @@ def _identity(labels: dict[str, str], default_node: str) -> tuple[str, str, int,
     if profile and instance:
         return node, f"MIG-{uuid}/{instance}", int(index), f"{model} MIG {profile}".strip(), uuid
     return node, uuid, int(index), model, None
+
+
+#: dcgm-exporter's workload labels: Kubernetes (its pod-resources mapping) and HPC (its job-mapping directory)
+WORKLOAD_LABELS: Final = ("pod", "namespace", "container", "hpc_job")
+
+
+def workload_labels(samples: list[PromSample], default_node: str) -> dict[str, dict[str, str]]:
+    """Per GPU (as :func:`to_batches` names it), the workload labels its series carry."""
+    out: dict[str, dict[str, str]] = {}
+    for s in samples:
+        found = {k: s.labels[k] for k in WORKLOAD_LABELS if s.labels.get(k)}
+        ident = _identity(s.labels, default_node) if found else None
+        if ident is not None:
+            out.setdefault(ident[1], {}).update(found)
+    return out
 
 
 def _fill_from_catalogue(gpu: _Gpu) -> None:

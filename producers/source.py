@@ -19,13 +19,15 @@ Errors a source raises, and what the agent does with them:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 from pipeline.errors import ConfigError
 from pipeline.events import FaultRecord, GpuContext, NodeTopology, SampleBatch
 
 #: what one round of a source may hold
 Record = SampleBatch | GpuContext | FaultRecord
+#: how long a sample stands for: the agent stamps its interval on live samples, importers the one they detect
+INTERVAL_FIELD: Final = "sample_interval_seconds"
 
 
 class Source(Protocol):

@@ -19,28 +19,47 @@ every value of a job's 10 minutes at once, which in the sink would mean holding 
 GPU in memory and re-reading up to ten minutes after every restart; the task reads three fields once per
 10 minutes. Each bucket is also mapped for InfluxQL (DBRP). Everything is looked up by name first, so running
 setup again changes only what differs (a retention, a task's Flux).
+
+Data that arrives after its minutes were closed (imported history mixed into a partition with live data, an
+outage) is rolled up by :func:`backfill`: one Flux query per chunk of the range computes the very points the
+stream writes (the same code as the retired task, with ``start``/``stop`` set to the chunk; the two are checked
+equal in tests/integration/test_retention.py) and the job summaries of every 10 minutes in it
+(``hermeneut storage backfill``, and what ``hermeneut import`` calls when it has stored a range).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+import numpy as np
 import urllib3
 from influxdb_client.domain.bucket_retention_rules import BucketRetentionRules
 from influxdb_client.domain.task_create_request import TaskCreateRequest
 from influxdb_client.domain.task_update_request import TaskUpdateRequest
 from influxdb_client.rest import ApiException
+from tqdm import tqdm
 
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, ServiceError
-from sinks.query.flux import jobs_task_flux
-from sinks.query.model import JOB_FIELDS, NS
+from pipeline.events import METRIC_INDEX, RELATIVE_FIELDS, Verdict
+from sinks.influxdb.lines import series_tags
+from sinks.influxdb.rollup import rollup_rows
+from sinks.influxdb.write import InfluxWriter
+from sinks.query.flux import jobs_range_flux, jobs_task_flux
+from sinks.query.history import StoredRows, stored_rows
+from sinks.query.model import JOB_FIELDS, NS, ROLLUP_FIELDS
 from sinks.query.store import Store
 
 DAY_S: Final = 86400
+_MINUTE_NS: Final = 60 * NS
+_TEN_MINUTES_NS: Final = 600 * NS
+#: how much of a backfill is read back and rolled up at once: an hour of a 1,000-GPU fleet at 1 s is 3.6M rows
+ROLLUP_CHUNK_NS: Final = 3600 * NS
+JOBS_CHUNK_NS: Final = DAY_S * NS
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +78,14 @@ class TaskSpec:
 
 def bucket_specs(settings: Settings) -> tuple[BucketSpec, ...]:
     s, raw = settings.storage, settings.influxdb.bucket
-    if s.raw_retention_days * DAY_S < settings.validation.max_age_s:
-        # older samples would pass validation and then be refused by InfluxDB (beyond retention) forever
-        raise ConfigError(
-            f"invalid configuration: storage.raw_retention_days ({s.raw_retention_days:g}) is shorter than "
-            f"validation.max_age_s ({settings.validation.max_age_s:g} s)"
-        )
+    v = settings.validation
+    for name, age_s in (("max_age_s", v.max_age_s), ("backfill_max_age_s", v.backfill_max_age_s)):
+        if age_s is not None and s.raw_retention_days * DAY_S < age_s:
+            # older samples would pass validation and then be refused by InfluxDB (beyond retention) forever
+            raise ConfigError(
+                f"invalid configuration: storage.raw_retention_days ({s.raw_retention_days:g}) is shorter than "
+                f"validation.{name} ({age_s:g} s)"
+            )
     return (
         BucketSpec(raw, int(s.raw_retention_days * DAY_S), "raw samples, events, findings, baselines"),
         BucketSpec(f"{raw}_1m", int(s.rollup_retention_days * DAY_S), "1-minute rollups per GPU"),
@@ -262,3 +283,111 @@ def run_task(store: Store, name: str, scheduled_ns: int, timeout_s: float = 120.
         raise _api_errors(f"running task {name!r}", exc) from exc
     took = (run.finished_at - run.started_at).total_seconds() if run.finished_at and run.started_at else float("nan")
     return RunResult(name, str(run.status), scheduled_ns, took, tuple(str(e.message) for e in logs or []))
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillReport:
+    """What :func:`backfill` rolled up: the aligned spans per bucket (empty: nothing, beyond the bucket's
+    retention), how many Flux queries it took, and what was left out and why."""
+
+    rollup_spans: tuple[tuple[int, int], ...]
+    jobs_spans: tuple[tuple[int, int], ...]
+    queries: int
+    seconds: float
+    skipped: tuple[str, ...] = ()
+
+
+def _aligned(start_ns: int, stop_ns: int, unit_ns: int) -> tuple[int, int]:
+    return start_ns // unit_ns * unit_ns, -(-stop_ns // unit_ns) * unit_ns
+
+
+def _chunks(start_ns: int, stop_ns: int, size_ns: int) -> list[tuple[int, int]]:
+    return [(t, min(t + size_ns, stop_ns)) for t in range(start_ns, stop_ns, size_ns)]
+
+
+def backfill(
+    settings: Settings,
+    spans: Sequence[tuple[int, int]],
+    store: Store | None = None,
+    progress: bool = False,
+    now_ns: int | None = None,
+) -> BackfillReport:
+    """Roll up the ``[start_ns, stop_ns)`` spans now: the 1-minute rollups over their whole minutes (the stored
+    rows read back and rolled up by the stream's own code, :func:`sinks.influxdb.rollup.rollup_rows`) and the job
+    summaries over their whole 10 minutes (the task's Flux over the range), each clipped to what its bucket's
+    retention keeps. Idempotent: the same points again (same series, same timestamps). What an import calls once
+    its rows are stored (the spans that hold them): in a partition that also carries live data, the stream counts
+    imported rows late and leaves them out of its rollups."""
+    raw, org, s = settings.influxdb.bucket, settings.influxdb.org, settings.storage
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    skipped: list[str] = []
+    minutes = _clipped(f"{raw}_1m", _merged(spans, _MINUTE_NS), s.rollup_retention_days, now_ns, skipped)
+    tens = _clipped(f"{raw}_jobs", _merged(spans, _TEN_MINUTES_NS), s.jobs_retention_days, now_ns, skipped)
+    rollup_chunks = [chunk for span in minutes for chunk in _chunks(*span, ROLLUP_CHUNK_NS)]
+    jobs = [
+        jobs_range_flux(raw, f"{raw}_jobs", org, JOB_FIELDS, settings.sample_interval_s, a, b)
+        for span in tens
+        for a, b in _chunks(*span, JOBS_CHUNK_NS)
+    ]
+    own = store is None
+    store = store or Store.from_settings(settings, timeout_s=600.0)
+    writer = InfluxWriter.from_settings(settings.influxdb.model_copy(update={"bucket": f"{raw}_1m"}))
+    started = time.monotonic()
+    try:
+        with tqdm(total=len(rollup_chunks) + len(jobs), desc="rollups and job summaries", unit="query",
+                  disable=not progress, dynamic_ncols=True, mininterval=0.5) as bar:  # fmt: skip
+            for a, b in rollup_chunks:
+                for rows in stored_rows(store, raw, a, b):
+                    writer.write(_rollups_of(rows))
+                bar.update()
+            for flux in jobs:
+                store.flux_records(flux)
+                bar.update()
+    finally:
+        writer.close()
+        if own:
+            store.close()
+    queries = 2 * len(rollup_chunks) + len(jobs)
+    return BackfillReport(tuple(minutes), tuple(tens), queries, time.monotonic() - started, tuple(skipped))
+
+
+def _rollups_of(rows: StoredRows) -> list[str]:
+    tags = [
+        series_tags(*key)
+        for key in zip(rows.cluster, rows.node, rows.gpu, rows.gpu_index, rows.gpu_model, rows.application, strict=True)
+    ]
+    values = np.empty((len(rows.ts_ns), len(ROLLUP_FIELDS)))
+    for j, name in enumerate(ROLLUP_FIELDS):
+        if name in METRIC_INDEX:
+            values[:, j] = rows.metrics[:, METRIC_INDEX[name]]
+        elif name in RELATIVE_FIELDS:
+            values[:, j] = rows.relative[:, RELATIVE_FIELDS.index(name)]
+        else:
+            values[:, j] = rows.score
+    codes = {Verdict.UNUSUAL.value: 1, Verdict.ANOMALOUS.value: 2}
+    verdict = np.fromiter((codes.get(v, 0) for v in rows.verdict), np.int8, len(rows.verdict))
+    mask = rows.metrics[:, METRIC_INDEX["throttle_reasons_mask"]]
+    return rollup_rows(tags, rows.ts_ns, values, mask, verdict)
+
+
+def _merged(spans: Sequence[tuple[int, int]], unit_ns: int) -> list[tuple[int, int]]:
+    """The spans widened to whole units, overlapping or touching ones merged, in time order."""
+    out: list[tuple[int, int]] = []
+    for start, stop in sorted(_aligned(a, b, unit_ns) for a, b in spans):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], stop))
+        else:
+            out.append((start, stop))
+    return out
+
+
+def _clipped(
+    name: str, spans: list[tuple[int, int]], retention_days: float, now_ns: int, skipped: list[str]
+) -> list[tuple[int, int]]:
+    """The parts of the spans the bucket still keeps (InfluxDB refuses points beyond its retention)."""
+    oldest = now_ns - int(retention_days * DAY_S * NS)
+    kept = [(max(a, oldest), b) for a, b in spans if b > oldest]
+    if kept != spans:
+        whole = "all of it" if not kept else "the part before then"
+        skipped.append(f"{name} keeps {retention_days:g} days: {whole} is not rolled up")
+    return kept

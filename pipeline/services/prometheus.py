@@ -5,8 +5,10 @@ prometheus``); here a missing binary is a ServiceError that says so.
 
 The config is written as JSON, which Prometheus reads as YAML. :func:`start` waits until ``/-/ready``;
 :meth:`PrometheusProcess.query` asks the HTTP API an instant query; :func:`check_rules` runs ``promtool check
-rules`` (:func:`promtool` any other promtool command). Data for an import can be put in ``data_dir(run_dir)``
-(``promtool tsdb create-blocks-from ...``) before :func:`start`.
+rules`` (:func:`promtool` any other promtool command). :func:`create_blocks` loads history without waiting for scrapes:
+OpenMetrics text with timestamps becomes TSDB blocks (``promtool tsdb create-blocks-from openmetrics``) in the data
+folder a server then starts on; blocks older than the server's retention would be deleted at once, hence the long
+default retention.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ from pipeline.services.procs import answers, free_port, pid_alive, start_daemon,
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = "apt-get install -y --no-install-recommends prometheus (or `make prometheus`)"
+INSTALL_HINT = "apt-get install -y --no-install-recommends prometheus (or `make tools`)"
+
+#: imported history is old: a server that holds it must not delete it as it starts
+DEFAULT_RETENTION = "3650d"
 
 
 def binary(name: str = "prometheus") -> Path:
@@ -119,18 +124,18 @@ class PrometheusProcess:
 
 def start(
     run_dir: Path,
-    config: Mapping[str, Any],
+    config: Mapping[str, Any] | None = None,
     *,
     port: int | None = None,
-    retention: str = "15d",
+    retention: str = DEFAULT_RETENTION,
     timeout_s: float = 60.0,
 ) -> PrometheusProcess:
-    """Start Prometheus on 127.0.0.1 with ``config`` (see :func:`scrape_config`) and its TSDB in
-    ``data_dir(run_dir)``; returns once it is ready."""
+    """Start Prometheus on 127.0.0.1 with ``config`` (see :func:`scrape_config`; none: scrape nothing) and its TSDB
+    in ``data_dir(run_dir)``, kept across restarts; returns once it is ready."""
     prometheus = binary("prometheus")
     run_dir.mkdir(parents=True, exist_ok=True)
     config_file = run_dir / "prometheus.yml"
-    config_file.write_text(json.dumps(config, indent=2))
+    config_file.write_text(json.dumps(config if config is not None else scrape_config({}), indent=2))
     port = port or free_port()
     cmd = [
         str(prometheus),
@@ -151,9 +156,13 @@ def start(
     return proc
 
 
-def promtool(*args: str | Path) -> str:
+def promtool(*args: str | Path, timeout_s: float = 600.0) -> str:
     """``promtool <args>``: its report, or a ServiceError with it when promtool says no."""
-    done = subprocess.run([str(binary("promtool")), *map(str, args)], capture_output=True, text=True, check=False)
+    cmd = [str(binary("promtool")), *map(str, args)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise ServiceError(f"promtool {' '.join(map(str, args[:2]))} took longer than {timeout_s:.0f}s") from exc
     report = (done.stdout + done.stderr).strip()
     if done.returncode != 0:
         raise ServiceError(f"promtool {' '.join(map(str, args[:2]))} failed: {report}")
@@ -163,3 +172,11 @@ def promtool(*args: str | Path) -> str:
 def check_rules(*rule_files: Path) -> str:
     """``promtool check rules``: syntax, expressions and names of alerting and recording rule files."""
     return promtool("check", "rules", *rule_files)
+
+
+def create_blocks(openmetrics: Path, run_dir: Path, timeout_s: float = 600.0) -> None:
+    """Turn OpenMetrics text with timestamps (ending in ``# EOF``) into TSDB blocks in ``run_dir``'s data folder,
+    for a server started on it afterwards."""
+    target = data_dir(run_dir)
+    target.mkdir(parents=True, exist_ok=True)
+    promtool("tsdb", "create-blocks-from", "openmetrics", openmetrics, target, timeout_s=timeout_s)

@@ -17,8 +17,8 @@ never dropped.
 every sample: ``storm_count`` XIDs within ``storm_window_s`` are a storm (fewer: one ``xid`` finding); an
 uncorrectable ECC error (a counter rising, a remap failure, an ECC XID; XID 94 only with the ECC counters rising
 within 2 minutes, as it also comes in storms of application errors) clears after 10 quiet minutes unless a remap
-still waits for a reset; a GPU silent for ``lost_after_s`` while its node reports has fallen off the bus, and is
-back once it reports for 30 s.
+still waits for a reset; a GPU silent for ``lost_after_s`` (or for three of its own sampling intervals, when it is
+sampled less often) while its node reports has fallen off the bus, and is back once it reports for 30 s.
 """
 
 from __future__ import annotations
@@ -123,6 +123,9 @@ _CONTAINED_ECC: Final = 94
 _MEMORY_QUIET_S: Final = 600.0
 #: a GPU back on the bus is back once it reports this long (s)
 _BACK_S: Final = 30
+#: a GPU sampled less often than ``lost_after_s`` is silent only after missing this many of its samples
+_MISSED_SAMPLES: Final = 3
+_INTERVAL: Final = METRIC_INDEX["sample_interval_seconds"]
 
 
 @dataclass(eq=False)
@@ -194,10 +197,17 @@ class HardErrors:
             return True
         return self.report.gpus.is_open(slot, ECC) or abs(e.ts_ns - int(self.evidence.ecc_ts[slot])) <= 120 * S
 
+    def _lost_after_ns(self, slots: np.ndarray) -> np.ndarray:
+        """How long each GPU must be silent to be lost: ``lost_after_s``, or three of its own sampling intervals
+        when it is sampled less often (imported history every minute is not a GPU off the bus every minute)."""
+        interval: np.ndarray = self.latest.row[slots, _INTERVAL]
+        lost_after: np.ndarray = (np.fmax(self.settings.lost_after_s, _MISSED_SAMPLES * interval) * S).astype(np.int64)
+        return lost_after
+
     def returns(self, g: np.ndarray, ts: np.ndarray) -> None:
         """One row per GPU ``g`` (before it becomes the GPU's latest): a row after a silence starts its return."""
         last = self.latest.ts[g]
-        gap = (last >= 0) & (ts - last >= self.settings.lost_after_s * S)
+        gap = (last >= 0) & (ts - last >= self._lost_after_ns(g))
         self.evidence.back_since[g[gap]] = ts[gap]
 
     def counters(self, g: np.ndarray, ts: np.ndarray, m: np.ndarray, deltas: np.ndarray, out: list[Finding]) -> None:
@@ -238,11 +248,11 @@ class HardErrors:
         used = len(self.slots)
         last_ts = self.latest.ts[:used]
         node_now = self.nodes.latest[self.slots.node_of[:used]]
-        silent = (last_ts >= 0) & (node_now - last_ts >= self.settings.lost_after_s * S)
+        lost_after = self._lost_after_ns(np.arange(used))
+        silent = (last_ts >= 0) & (node_now - last_ts >= lost_after)
         lost = self.report.gpus.active(np.arange(used), LOST_BUS)
-        lost_after = int(self.settings.lost_after_s * S)
         for slot in np.flatnonzero(silent & ~lost).tolist():
-            self.report.transition(slot, LOST_BUS, True, int(last_ts[slot]) + lost_after, out)
+            self.report.transition(slot, LOST_BUS, True, int(last_ts[slot] + lost_after[slot]), out)
         for slot in np.flatnonzero(lost & ~silent).tolist():
             back = max(int(self.evidence.back_since[slot]), self.report.gpus.get(slot, LOST_BUS).since_ns)
             if last_ts[slot] - back >= _BACK_S * S:

@@ -112,7 +112,9 @@ def _masked_parts(keys: tuple[str, ...], values: np.ndarray, write: np.ndarray) 
 
 
 def _gpu_tags(cluster: str, uuid: str, index: int, model: str, node: str) -> str:
-    return f"cluster={tag(cluster)},gpu={tag(uuid)},gpu_index={index},gpu_model={tag(model)},node={tag(node)}"
+    # line protocol has no empty tag value (InfluxDB refuses the whole write): a model nobody named is left out
+    named = f"gpu_model={tag(model)}," if model else ""
+    return f"cluster={tag(cluster)},gpu={tag(uuid)},gpu_index={index},{named}node={tag(node)}"
 
 
 def series_tags(cluster: str, node: str, uuid: str, index: int, model: str, application: str | None) -> str:

@@ -19,7 +19,8 @@ the commit's metadata; a restarted sink (or the partition's next owner) resumes 
 re-reads from there, rebuilds the open minutes whole and skips rows of minutes already written. So each minute is
 written once, from every sample of it, crash or rebalance included; a replay writes identical points.
 
-:func:`rollup_lines` runs the same code over history (imports, backfills): every minute closed at the end.
+:func:`rollup_lines` runs the same code over history (interpreted batches), :func:`rollup_rows` over rows read
+back from the raw bucket (``sinks.retention.backfill``): every minute closed at the end.
 """
 
 from __future__ import annotations
@@ -134,14 +135,29 @@ class MinuteRollups:
         this message completed."""
         if not len(b):
             return []
-        part = self._parts.setdefault(partition, _Partition())
-        minute = b.ts_ns // MINUTE_NS
-        part.messages.append((offset, int(minute.max())))
-        self._partition[series] = partition
-        values, mask = rollup_values(b), b.metrics[:, _MASK]
         verdict = np.fromiter(
             (2 if v is Verdict.ANOMALOUS else 1 if v is Verdict.UNUSUAL else 0 for v in b.verdict), np.int8, len(b)
         )
+        return self.add_values(b.ts_ns, rollup_values(b), b.metrics[:, _MASK], verdict, series, partition, offset)
+
+    def add_values(
+        self,
+        ts_ns: np.ndarray,
+        values: np.ndarray,
+        mask: np.ndarray,
+        verdict: np.ndarray,
+        series: np.ndarray,
+        partition: int,
+        offset: int,
+    ) -> list[str]:
+        """:meth:`add` of rows given as arrays: time, ROLLUP_FIELDS values, clocks-event mask, verdict (0 normal,
+        1 unusual, 2 anomalous) and series per row."""
+        if not len(ts_ns):
+            return []
+        part = self._parts.setdefault(partition, _Partition())
+        minute = ts_ns // MINUTE_NS
+        part.messages.append((offset, int(minute.max())))
+        self._partition[series] = partition
         lines: list[str] = []
         for m in np.unique(minute).tolist():  # in time order: a message may span minutes (a backlog, a replay)
             if part.open_from is None:
@@ -306,6 +322,22 @@ def rollup_lines(batches: Iterable[InterpretedBatch], series_of: SeriesIndex | N
     for offset, b in enumerate(batches):
         lines += rollups.add(b, index.of(b, rollups), 0, offset)
     return lines + rollups.close_all()
+
+
+def rollup_rows(
+    tags: list[str], ts_ns: np.ndarray, values: np.ndarray, mask: np.ndarray, verdict: np.ndarray
+) -> list[str]:
+    """The 1-minute rollups of stored rows (a backfill reading the raw bucket back): each row's series tags (the
+    ``gpu`` line's), time, ROLLUP_FIELDS values, mask and verdict code; the stream's code, every minute closed at
+    the end."""
+    rollups = MinuteRollups()
+    index: dict[str, int] = {}
+    series = np.fromiter((index.get(t) if t in index else index.setdefault(t, rollups.series(t)) for t in tags),
+                         np.int64, len(tags))  # fmt: skip
+    order = np.argsort(ts_ns, kind="stable")
+    return rollups.add_values(ts_ns[order], values[order], mask[order], verdict[order], series[order], 0, 0) + (
+        rollups.close_all()
+    )
 
 
 class SeriesIndex:

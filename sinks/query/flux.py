@@ -241,6 +241,44 @@ def jobs_task_flux(
     """Every 10 minutes: per job (and application, GPU model, cluster) over the last whole 10 minutes, GPU-hours
     and p50/p95/max of ``fields``, written to ``jobs`` as measurement ``job`` with ``job_id`` as a tag there
     (a low-rate bucket: one point per job per 10 minutes)."""
+    return f"""import "array"
+import "date"
+import "join"
+
+option task = {{name: {string(name)}, every: 10m, offset: 1m}}
+
+stop = date.truncate(t: now(), unit: 10m)
+start = date.sub(d: 10m, from: stop)
+
+{_jobs_body(raw, jobs, org, fields, interval_s, measurement)}"""
+
+
+def jobs_range_flux(
+    raw: str,
+    jobs: str,
+    org: str,
+    fields: tuple[str, ...],
+    interval_s: float,
+    start_ns: int,
+    stop_ns: int,
+    measurement: str = "gpu",
+) -> str:
+    """The job-summary task's work over whole 10 minutes ``[start_ns, stop_ns)`` at once (backfill)."""
+    return f"""import "array"
+import "date"
+import "join"
+
+start = {time_literal(start_ns)}
+stop = {time_literal(stop_ns)}
+
+{_jobs_body(raw, jobs, org, fields, interval_s, measurement)}"""
+
+
+def _jobs_body(raw: str, jobs: str, org: str, fields: tuple[str, ...], interval_s: float, measurement: str) -> str:
+    """Per job, application, GPU model, cluster and 10-minute window ``w`` of ``start`` .. ``stop``: GPU-seconds
+    (each sample counts as its GPU's own sampling interval from ``gpu_info``, ``interval_s`` where a GPU never
+    stored one) and p50/p95/max of ``fields``."""
+    keys = '"job_id", "application", "gpu_model", "cluster", "w"'
     blocks = []
     for i, f in enumerate(fields):
         v = f"per_job_{i}"
@@ -248,34 +286,47 @@ def jobs_task_flux(
             f"""{v} = base
     |> filter(fn: (r) => exists r[{string(f)}])
     |> map(fn: (r) => ({{_time: r._time, _value: float(v: r[{string(f)}]), job_id: r.job_id,
-        application: if exists r.application then r.application else "unknown", gpu_model: r.gpu_model,
-        cluster: r.cluster}}))
-    |> group(columns: ["job_id", "application", "gpu_model", "cluster"])
+        application: r.application, gpu_model: r.gpu_model, cluster: r.cluster, w: r.w}}))
+    |> group(columns: [{keys}])
 {v} |> quantile(q: 0.5, method: "exact_selector") |> {_job_out(f + "_p50", jobs, org)}
 {v} |> quantile(q: 0.95, method: "exact_selector") |> {_job_out(f + "_p95", jobs, org)}
 {v} |> max() |> {_job_out(f + "_max", jobs, org)}"""
         )
-    gpu_seconds = f"""base
-    |> map(fn: (r) => ({{_time: r._time, _value: {float(interval_s)!r}, job_id: r.job_id,
-        application: if exists r.application then r.application else "unknown", gpu_model: r.gpu_model,
-        cluster: r.cluster}}))
-    |> group(columns: ["job_id", "application", "gpu_model", "cluster"])
-    |> sum()
-    |> {_job_out("gpu_seconds", jobs, org)}"""
     body = "\n\n".join(blocks)
-    return f"""import "date"
-
-option task = {{name: {string(name)}, every: 10m, offset: 1m}}
-
-stop = date.truncate(t: now(), unit: 10m)
-start = date.sub(d: 10m, from: stop)
-base = from(bucket: {string(raw)})
+    return f"""base = from(bucket: {string(raw)})
     |> range(start: start, stop: stop)
     |> filter(fn: (r) => r._measurement == {string(measurement)} and {_fields_predicate(("job_id", *fields))})
     |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")
     |> filter(fn: (r) => exists r.job_id)
+    |> map(fn: (r) => ({{r with w: date.truncate(t: r._time, unit: 10m),
+        application: if exists r.application then r.application else "unknown"}}))
 
-{gpu_seconds}
+stored_intervals = from(bucket: {string(raw)})
+    |> range(start: date.sub(d: 1d, from: start), stop: stop)
+    |> filter(fn: (r) => r._measurement == "gpu_info" and r._field == "sample_interval_seconds")
+    |> group(columns: ["gpu"])
+    |> last()
+    |> keep(columns: ["gpu", "_value"])
+    |> group()
+// a row no GPU matches, so the join has a table to pair with even when no GPU stored its interval
+intervals = union(tables: [stored_intervals, array.from(rows: [{{gpu: "", _value: {float(interval_s)!r}}}])])
+
+counted = base
+    |> map(fn: (r) => ({{_time: r._time, _value: 1.0, gpu: r.gpu, job_id: r.job_id, application: r.application,
+        gpu_model: r.gpu_model, cluster: r.cluster, w: r.w}}))
+    |> group(columns: [{keys}, "gpu"])
+    |> sum()
+    |> group()
+// and a row of no job, so that the join has a table when the range holds no job at all
+samples = union(tables: [counted, array.from(rows: [{{gpu: "", _value: 0.0, job_id: "", application: "",
+    gpu_model: "", cluster: "", w: start}}])])
+
+join.left(left: samples, right: intervals, on: (l, r) => l.gpu == r.gpu,
+        as: (l, r) => ({{l with _value: l._value * (if exists r._value then r._value else {float(interval_s)!r})}}))
+    |> filter(fn: (r) => r.job_id != "")
+    |> group(columns: [{keys}])
+    |> sum()
+    |> {_job_out("gpu_seconds", jobs, org)}
 
 {body}
 """
@@ -283,7 +334,15 @@ base = from(bucket: {string(raw)})
 
 def _job_out(field_name: str, jobs: str, org: str) -> str:
     return (
-        f'map(fn: (r) => ({{r with _time: start, _measurement: "job", _field: {string(field_name)}}}))\n'
+        f'map(fn: (r) => ({{r with _time: r.w, _measurement: "job", _field: {string(field_name)}}}))\n'
+        '    |> drop(columns: ["w"])\n'
         f"    |> to(bucket: {string(jobs)}, org: {string(org)}, "
-        'tagColumns: ["job_id", "application", "gpu_model", "cluster"])'
+        'tagColumns: ["job_id", "application", "gpu_model", "cluster"])\n'
+        f"    {_quiet(field_name)}"
     )
+
+
+def _quiet(name: str) -> str:
+    """After a write: what was written is not sent back (a backfill of a day would return every point it wrote);
+    each pipeline of a script yields under a name of its own, as a query needs."""
+    return f"|> filter(fn: (r) => false)\n    |> yield(name: {string(name)})"

@@ -1,5 +1,6 @@
 """The query layer's reads for the Iterate loop: stored history for ``hermeneut baselines train``, the stored
-event behind a feedback, operators' feedback and the windows of active findings.
+event behind a feedback, operators' feedback and the windows of active findings; and the stored rows a backfill
+rolls up (:func:`stored_rows`).
 
 Part of the query layer: like the rest of it, it is the only place these reads are written in Flux, and it checks
 every value that reaches Flux (GPU ids, durations, strides) before it does.
@@ -20,7 +21,7 @@ from tqdm import tqdm
 
 from pipeline.config import Settings
 from pipeline.errors import InvalidQuery
-from pipeline.events import METRIC_INDEX, METRIC_LIMIT, METRIC_NAMES, relative_values
+from pipeline.events import METRIC_INDEX, METRIC_LIMIT, METRIC_NAMES, RELATIVE_OF, relative_values
 from pipeline.vocab import format_duration, parse_duration
 from sinks.influxdb.lines import (
     FEEDBACK_MEASUREMENT,
@@ -29,6 +30,7 @@ from sinks.influxdb.lines import (
     INFO_REFRESH_NS,
     MEASUREMENT,
 )
+from sinks.query.model import ROLLUP_FIELDS
 from sinks.query.store import Store, flux_rows
 
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:@/ -]{1,200}$")
@@ -127,6 +129,78 @@ def limits_flux(bucket: str, start_ns: int, stop_ns: int, cluster: str | None, g
         '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
         "  |> group()"
     )
+
+
+#: what the 1-minute rollups need of a stored ``gpu`` point: the rolled-up readings (which give the relative values
+#: with the limits of ``gpu_info``), the clocks-event mask, the score and the verdict
+_ROLLUP_READS: Final = (
+    *dict.fromkeys(
+        [*(f for f in ROLLUP_FIELDS if f in METRIC_INDEX), *(r for r, _ in RELATIVE_OF.values() if r in METRIC_INDEX)]
+    ),
+    "throttle_reasons_mask",
+    "score",
+    "verdict",
+)
+
+
+def rollup_source_flux(bucket: str, start_ns: int, stop_ns: int) -> str:
+    """Flux for every ``gpu`` point in [start, stop) with what its rollup needs, one row per point."""
+    return (
+        f'from(bucket: "{bucket}")\n'
+        f"  |> range(start: {_flux_time(start_ns)}, stop: {_flux_time(stop_ns)})\n"
+        f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}")\n'
+        f"  |> filter(fn: (r) => {' or '.join(f'r._field == {json.dumps(f)}' for f in _ROLLUP_READS)})\n"
+        '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
+        "  |> group()"
+    )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StoredRows:
+    """Stored ``gpu`` points as arrays: their series tags, time, metrics (limits filled in from ``gpu_info``),
+    relative values, score and verdict."""
+
+    cluster: list[str]
+    node: list[str]
+    gpu: list[str]
+    gpu_index: list[int]
+    gpu_model: list[str]
+    application: list[str | None]
+    ts_ns: np.ndarray
+    metrics: np.ndarray
+    relative: np.ndarray
+    score: np.ndarray
+    verdict: list[str]
+
+
+def stored_rows(store: Store, bucket: str, start_ns: int, stop_ns: int) -> Iterator[StoredRows]:
+    """Every ``gpu`` point in [start, stop), per table of the answer (see :func:`rollup_source_flux`)."""
+    limits = Limits()
+    for table in _csv_tables(store.flux_csv(limits_flux(bucket, start_ns, stop_ns, None))):
+        limits.add(table)
+    for table in _csv_tables(store.flux_csv(rollup_source_flux(bucket, start_ns, stop_ns))):
+        n = len(table["_time"])
+        ts = _times(table["_time"])
+        metrics = np.full((n, len(METRIC_NAMES)), np.nan)
+        for name in _ROLLUP_READS:
+            if name in METRIC_INDEX:
+                metrics[:, METRIC_INDEX[name]] = _floats(table.get(name), n)
+        clusters, gpus = table["cluster"], table["gpu"]
+        limits.fill(metrics, clusters, gpus, ts)
+        empty = [""] * n
+        yield StoredRows(
+            clusters,
+            table.get("node", empty),
+            gpus,
+            [int(i or 0) for i in table.get("gpu_index", empty)],
+            table.get("gpu_model", empty),
+            [a or None for a in table.get("application", empty)],
+            ts,
+            metrics,
+            relative_values(metrics),
+            _floats(table.get("score"), n),
+            table.get("verdict", empty),
+        )
 
 
 class Limits:

@@ -9,10 +9,13 @@ p50 is the mean of the 10-minute medians (exact for a steady job, an approximati
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from sinks.query.model import JOB, JOB_FIELDS, Aggregate, Expr, JobsQuery, TagIn, TimeRange
 from sinks.query.output import Table, iso
 from sinks.query.store import Store, now_ns
+
+_TEN_MINUTES_NS: Final = 600 * 10**9
 
 GROUP = ("job_id", "application", "gpu_model", "cluster")
 
@@ -51,7 +54,9 @@ class JobSummaries:
 def job_summaries(store: Store, q: JobsQuery, now: int | None = None) -> JobSummaries:
     """Run a job-summary question (validated here); most GPU-hours first."""
     q.validate()
-    tr = q.time_range(now_ns() if now is None else now)
+    asked = q.time_range(now_ns() if now is None else now)
+    # a summary is stamped with the start of its 10 minutes: the one a range starts inside is part of the answer
+    tr = TimeRange(asked.start_ns // _TEN_MINUTES_NS * _TEN_MINUTES_NS, asked.stop_ns)
     exprs = [Expr("gpu_seconds", "sum")]
     for f in JOB_FIELDS:
         exprs += [Expr(f"{f}_p50", "mean"), Expr(f"{f}_p95", "max"), Expr(f"{f}_max", "max")]

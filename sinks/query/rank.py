@@ -25,7 +25,7 @@ from sinks.query.model import (
     check_fn,
 )
 from sinks.query.output import Table, iso
-from sinks.query.scope import gpu_filter, read_from, rollup_blocker, scope_filters
+from sinks.query.scope import gpu_filter, read_from, rollup_blocker, sample_intervals, scope_filters
 from sinks.query.store import Store, now_ns
 
 IDENTITY: Final = ("cluster", "node", "gpu", "gpu_model")
@@ -148,20 +148,31 @@ def _wasted(store: Store, q: TopQuery, tr: TimeRange, now: int) -> TopResult:
     )
     low_rows, backend = store.aggregate(low_plan, q.backend)
     all_rows, _ = store.aggregate(all_plan, q.backend)
-    low, hours = _by_gpu(low_rows), store.policy.sample_interval_s / 3600
+    low = _by_gpu(low_rows)
+    # each sample stands for its own series' interval (gpu_info), the setting only for GPUs that never said
+    intervals, default = sample_intervals(store, tr), store.policy.sample_interval_s
     rows: list[tuple[dict[str, str], tuple[float | str | None, ...]]] = []
     for gpu, r in _by_gpu(all_rows).items():
         allocated = r.values[0] or 0.0
         wasted = (low[gpu].values[0] or 0.0) if gpu in low else 0.0
         if wasted:
             share = wasted / allocated if allocated else None
+            hours = intervals.get(gpu, default) / 3600
             rows.append((dict(r.tags), (wasted * hours, allocated * hours, share, r.values[1])))
     notes = (
-        f"wasted: allocated (application tag other than idle) with {util} < {q.threshold:g}; "
-        f"one sample = {store.policy.sample_interval_s:g} s",
+        f"wasted: allocated (application tag other than idle) with {util} < {q.threshold:g}; one sample = its "
+        f"GPU's sampling interval ({_spread(intervals, default)})",
     )
     names = ("wasted_gpu_hours", "allocated_gpu_hours", "wasted_share", "mean(memory_used_ratio)")
     return TopResult(q.kind, names, tr, _ranked(rows, q.n), backend, "raw", notes)
+
+
+def _spread(intervals: dict[str, float], default: float) -> str:
+    """The sampling intervals in play, for a note: one value, or the range of them."""
+    if not intervals:
+        return f"{default:g} s, the default: no GPU stored its own"
+    low, high = min(intervals.values()), max(intervals.values())
+    return f"{low:g} s" if low == high else f"{low:g} to {high:g} s"
 
 
 def _xids(store: Store, q: TopQuery, tr: TimeRange, now: int) -> TopResult:

@@ -11,6 +11,7 @@ from sinks.query.model import (
     BASELINE,
     FINDING,
     GPU,
+    GPU_INFO,
     NS,
     ROLLUP_FIELDS,
     TAGS,
@@ -82,6 +83,21 @@ def job_extent(store: Store, job: str, tr: TimeRange) -> JobExtent | None:
         tuple(sorted({r.tag("gpu") for r in rows})),
         tuple(sorted({(r.tag("application"), r.tag("gpu_model")) for r in rows})),
     )
+
+
+#: how far before a range its GPUs' intervals are looked up: ``gpu_info`` is written on change and every 10
+#: minutes of a GPU's data, so a day covers a GPU that reported at all
+_INTERVAL_LOOKBACK_NS: Final = 86400 * NS
+
+
+def sample_intervals(store: Store, tr: TimeRange) -> dict[str, float]:
+    """Per GPU, how long one sample stands for (``sample_interval_seconds``, the last stored in ``gpu_info`` up
+    to the range's end: the collector's interval live, the one an import detected per series); GPUs that never
+    stored one are missing, and the reader falls back to the ``sample_interval_s`` default."""
+    looked = TimeRange(tr.start_ns - _INTERVAL_LOOKBACK_NS, tr.stop_ns)
+    plan = Aggregate(store.buckets.raw, GPU_INFO, (Expr("sample_interval_seconds", "last"),), looked, (), ("gpu",))
+    rows, _ = store.aggregate(plan, "flux")
+    return {r.tag("gpu"): float(r.values[0]) for r in rows if r.values[0] is not None}
 
 
 def gpus_in_scope(store: Store, scope: Scope, tr: TimeRange) -> tuple[str, ...]:

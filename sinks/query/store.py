@@ -22,6 +22,7 @@ import urllib3
 from influxdb_client.client.influxdb_client import InfluxDBClient
 from influxdb_client.rest import ApiException
 
+from pipeline.catalogue import lookup
 from pipeline.config import Settings
 from pipeline.errors import InvalidQuery, ServiceError
 from pipeline.events import RELATIVE_OF
@@ -47,6 +48,9 @@ from sinks.query.model import (
 T = TypeVar("T")
 DAY_NS: Final = 86400 * NS
 MINUTE_NS: Final = 60 * NS
+#: a ``gpu_info`` field every GPU with stored samples has (the interval its samples stand for): a GPU whose limit
+#: was never reported still shows up with its model
+INTERVAL_FIELD: Final = "sample_interval_seconds"
 
 
 class Backend(Protocol):
@@ -193,7 +197,8 @@ class Store:
     def with_scales(self, agg: Aggregate) -> Aggregate:
         """The plan with how its relative fields are computed from the raw data: each GPU's limit in force over
         the range, from ``gpu_info`` (written on change and every refresh period, so the refresh period before
-        the range holds the limit in force at its start)."""
+        the range holds the limit in force at its start). A GPU whose source never reported the limit (a trace
+        with power but no power limit) is divided by its model's catalogue limit, as the enricher judged it."""
         relative = [e.field for e in agg.exprs if e.field in RELATIVE_OF and agg.scale_of(e.field) is None]
         if agg.bucket != self.buckets.raw or agg.measurement != GPU or not relative:
             return agg
@@ -202,17 +207,24 @@ class Store:
         for field in dict.fromkeys(relative):
             reading, limit = RELATIVE_OF[field]
             plan = Points(
-                agg.bucket, GPU_INFO, (limit,), TimeRange(agg.range.start_ns - INFO_REFRESH_NS, agg.range.stop_ns),
-                tuple(tags), limit=10**7,
+                agg.bucket, GPU_INFO, (limit, INTERVAL_FIELD),
+                TimeRange(agg.range.start_ns - INFO_REFRESH_NS, agg.range.stop_ns), tuple(tags), limit=10**7,
             )  # fmt: skip
             rows, _ = self.points(plan)
             per_gpu: dict[str, list[tuple[int, float]]] = {}
+            unreported: dict[str, tuple[int, str]] = {}
             for row in sorted(rows, key=lambda r: r.time_ns):
                 value = row.get(limit)
                 if isinstance(value, float) and value > 0:
                     segments = per_gpu.setdefault(row.tag("gpu"), [])
                     if not segments or segments[-1][1] != value:
                         segments.append((row.time_ns, value))
+                else:
+                    unreported.setdefault(row.tag("gpu"), (row.time_ns, row.tag("gpu_model")))
+            for gpu, (time_ns, model) in unreported.items():
+                spec = lookup(model) if gpu not in per_gpu else None
+                if spec is not None and (known := spec.limit_metrics().get(limit)):
+                    per_gpu[gpu] = [(time_ns, known)]
             scales.append(Scale(field, reading, tuple((g, tuple(v)) for g, v in sorted(per_gpu.items()))))
         return replace(agg, scales=agg.scales + tuple(scales))
 

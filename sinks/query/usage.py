@@ -10,6 +10,7 @@ and applications are validated, ranges must be Flux durations; anything else rai
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -20,6 +21,8 @@ from pipeline.events import APPLICATIONS
 from pipeline.usage import GpuLimits, UsageSample, UsageStats, usage_stats
 from pipeline.vocab import format_duration, parse_duration
 from sinks.influxdb.lines import INFO_MEASUREMENT, MEASUREMENT
+from sinks.query.flux import time_literal
+from sinks.query.model import check_range, resolve_range
 from sinks.query.store import flux_rows
 
 _JOB_ID: Final = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,128}$")
@@ -37,15 +40,18 @@ _FIELDS: Final = (
 
 @dataclass(frozen=True, slots=True)
 class UsageQuery:
-    """Usage of one job, one application (across its runs), or every job in ``range``."""
+    """Usage of one job, one application (across its runs), or every job in ``range`` (back from ``stop``,
+    default now) or from ``start`` to ``stop`` (RFC 3339: imported history is in the past)."""
 
-    range: str = "7d"
+    range: str | None = "7d"
     job: str | None = None
     application: str | None = None
     cluster: str | None = None
+    start: str | None = None
+    stop: str | None = None
 
     def validate(self) -> None:
-        parse_duration(self.range, "range", error=InvalidQuery)
+        check_range(None if self.start else self.range, self.start, self.stop)
         if self.job is not None and not _JOB_ID.match(self.job):
             raise InvalidQuery(f"job id {self.job!r} has characters a job id cannot have")
         if self.application is not None and self.application not in APPLICATIONS:
@@ -58,6 +64,13 @@ class UsageQuery:
     @property
     def scope(self) -> str:
         return "application" if self.application else "job"
+
+    def range_flux(self) -> str:
+        """The Flux ``range()`` arguments: relative to the server's now, or two times."""
+        if not (self.start or self.stop):
+            return f"start: -{format_duration(parse_duration(self.range or '7d'))}"
+        tr = resolve_range(None if self.start else self.range, self.start, self.stop, time.time_ns(), "7d")
+        return f"start: {time_literal(tr.start_ns)}, stop: {time_literal(tr.stop_ns)}"
 
     def _filters(self) -> str:
         """Tag predicates, joined to the measurement's filter so that InfluxDB applies them while it reads."""
@@ -72,7 +85,7 @@ class UsageQuery:
         """Per GPU and minute, each usage field's maximum."""
         self.validate()
         return (
-            f'from(bucket: "{bucket}")\n  |> range(start: -{format_duration(parse_duration(self.range))})\n'
+            f'from(bucket: "{bucket}")\n  |> range({self.range_flux()})\n'
             f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}"{self._filters()} and '
             f"{_any_field(_FIELDS)})\n"
             "  |> aggregateWindow(every: 1m, fn: max, createEmpty: false)\n"
@@ -85,7 +98,7 @@ class UsageQuery:
         self.validate()
         job = f'\n  |> filter(fn: (r) => r._value == "{self.job}")' if self.job else ""
         return (
-            f'from(bucket: "{bucket}")\n  |> range(start: -{format_duration(parse_duration(self.range))})\n'
+            f'from(bucket: "{bucket}")\n  |> range({self.range_flux()})\n'
             f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}"{self._filters()} and r._field == "job_id")'
             f"{job}\n"
             "  |> aggregateWindow(every: 1m, fn: last, createEmpty: false)\n"
@@ -93,14 +106,17 @@ class UsageQuery:
         )
 
     def limits_flux(self, bucket: str) -> str:
-        """Each GPU's latest memory total and power limit."""
+        """Each GPU's latest memory total, power limit and sampling interval."""
         self.validate()
         cluster = f' and r.cluster == "{self.cluster}"' if self.cluster else ""
         return (
-            f'from(bucket: "{bucket}")\n  |> range(start: -{format_duration(parse_duration(self.range))})\n'
+            f'from(bucket: "{bucket}")\n  |> range({self.range_flux()})\n'
             f'  |> filter(fn: (r) => r._measurement == "{INFO_MEASUREMENT}"{cluster} and '
-            '(r._field == "memory_total_bytes" or r._field == "power_limit_watts"))\n'
-            '  |> last()\n  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
+            '(r._field == "memory_total_bytes" or r._field == "power_limit_watts" or '
+            'r._field == "sample_interval_seconds"))\n'
+            '  |> last()\n  |> drop(columns: ["_time"])\n'
+            '  |> group(columns: ["gpu"])\n'
+            '  |> pivot(rowKey: ["gpu"], columnKey: ["_field"], valueColumn: "_value")\n'
             "  |> group()"
         )
 
@@ -153,20 +169,43 @@ def samples_from_rows(minutes: list[dict[str, Any]], jobs: list[dict[str, Any]],
     return out
 
 
+def unsized(minutes: list[dict[str, Any]], jobs: list[dict[str, Any]], scope: str) -> dict[str, int]:
+    """Per job (or application), the GPU-minutes with a utilization but no memory reading: right-sizing sizes
+    memory first, so such a job is not sized (a trace of utilization and power alone), and says so."""
+    job_of = {(r["gpu"], r["_time"]): str(r["_value"]) for r in jobs}
+    out: dict[str, int] = {}
+    for r in minutes:
+        if r.get("memory_used_bytes") is None and r.get("utilization_gpu_percent") is not None:
+            key = job_of.get((r["gpu"], r["_time"])) if scope == "job" else r.get("application")
+            if key:
+                out[key] = out.get(key, 0) + 1
+    return out
+
+
 def usage(settings: Settings, query: UsageQuery) -> list[UsageStats]:
     """Usage statistics per job (or for the application) in the range, from the configured InfluxDB."""
+    return usage_and_gaps(settings, query)[0]
+
+
+def usage_and_gaps(settings: Settings, query: UsageQuery) -> tuple[list[UsageStats], dict[str, int]]:
+    """:func:`usage`, and the jobs (or applications) it could not size for want of memory readings
+    (:func:`unsized`)."""
     query.validate()
     i = settings.influxdb
     minutes, jobs, limit_rows = flux_rows(
         settings, query.minutes_flux(i.bucket), query.jobs_flux(i.bucket), query.limits_flux(i.bucket)
     )
     limits = {
-        r["gpu"]: GpuLimits(float(r["memory_total_bytes"]), _opt(r, "power_limit_watts"))
+        r["gpu"]: GpuLimits(
+            float(r["memory_total_bytes"]), _opt(r, "power_limit_watts"), _opt(r, "sample_interval_seconds")
+        )
         for r in limit_rows
         if r.get("memory_total_bytes") is not None
     }
     samples = samples_from_rows(minutes, jobs, only_jobs=query.scope == "job")
-    return usage_stats(samples, limits, query.scope)
+    stats = usage_stats(samples, limits, query.scope)
+    sized = {u.key for u in stats}
+    return stats, {k: n for k, n in unsized(minutes, jobs, query.scope).items() if k not in sized}
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,13 +217,11 @@ class LinkThroughput:
     pcie_bytes_per_second: float | None
 
 
-def link_throughput_flux(bucket: str, range_: str, cluster: str | None = None) -> str:
-    range_ = format_duration(parse_duration(range_, "range", error=InvalidQuery))
-    if cluster is not None and not _JOB_ID.match(cluster):
-        raise InvalidQuery(f"cluster {cluster!r} is not a cluster name")
-    where = f' and r.cluster == "{cluster}"' if cluster else ""
+def link_throughput_flux(bucket: str, query: UsageQuery) -> str:
+    query.validate()
+    where = f' and r.cluster == "{query.cluster}"' if query.cluster else ""
     return (
-        f'from(bucket: "{bucket}")\n  |> range(start: -{range_})\n'
+        f'from(bucket: "{bucket}")\n  |> range({query.range_flux()})\n'
         f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}"{where} and {_any_field(_LINK_FIELDS)})\n'
         "  |> max()\n"
         '  |> group(columns: ["gpu_model", "_field"])\n  |> max()\n  |> group()\n'
@@ -192,9 +229,10 @@ def link_throughput_flux(bucket: str, range_: str, cluster: str | None = None) -
     )
 
 
-def link_throughput(settings: Settings, range_: str, cluster: str | None = None) -> list[LinkThroughput]:
-    """Per GPU model, the best link throughput seen on the fleet: a demonstrated lower bound of the bandwidth."""
-    [rows] = flux_rows(settings, link_throughput_flux(settings.influxdb.bucket, range_, cluster))
+def link_throughput(settings: Settings, query: UsageQuery) -> list[LinkThroughput]:
+    """Per GPU model, the best link throughput seen on the fleet in the query's range and cluster: a demonstrated
+    lower bound of the bandwidth."""
+    [rows] = flux_rows(settings, link_throughput_flux(settings.influxdb.bucket, query))
     best: dict[str, dict[str, float]] = {}
     for r in rows:
         kind = "nvlink" if str(r["_field"]).startswith("nvlink") else "pcie"

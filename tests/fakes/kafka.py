@@ -27,7 +27,13 @@ class RecordingPublisher:
         self.closed = False
 
     def publish(
-        self, topic: str, key: bytes | None, value: bytes, headers: Any = None, timeout_s: float | None = None
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes,
+        headers: Any = None,
+        timeout_s: float | None = None,
+        on_delivery: Any = None,
     ) -> bool:
         if self.full_for:
             self.full_for -= 1
@@ -36,6 +42,8 @@ class RecordingPublisher:
         self.sent.append((topic, key, value, headers))
         self.stats.published += 1
         self.stats.delivered += 1
+        if on_delivery is not None:  # one partition, offsets in order of publishing
+            on_delivery(None, FakeMessage(topic, 0, len(self.on(topic)) - 1, value, key))
         return True
 
     def deliver(self, records: list[Sent], timeout_s: float = 30.0) -> list[int]:

@@ -42,7 +42,7 @@ from sinks.query import (
 from sinks.query.flux import string
 from sinks.query.model import BENIGN_MASKS, ROLLUP_FIELDS, TAGS
 from sinks.query.output import iso
-from sinks.retention import retired_task_names, run_task, task_specs
+from sinks.retention import backfill, retired_task_names, run_task, task_specs
 
 from .conftest import InfluxServer
 from .harness import wait_stored
@@ -187,11 +187,26 @@ def test_stream_rollups_equal_the_previous_versions_task_on_the_same_data(
         assert stream[key] == pytest.approx(value, rel=1e-12), key
 
 
-def test_rollups_and_job_summaries_hold_the_exact_values(stored: tuple[Settings, int, list[dict]]) -> None:  # type: ignore[type-arg]
+@pytest.mark.parametrize("how", ["stream", "backfill"])
+def test_rollups_and_job_summaries_hold_the_exact_values(stored: tuple[Settings, int, list[dict]], how: str) -> None:  # type: ignore[type-arg]
+    """The rollups the sink streamed and the job task's summaries; or, with the rollups deleted, what a backfill
+    (as an import calls it) computes from the stored rows and the job task's Flux over the range: the same exact
+    values."""
     settings, start, rows = stored
     (jobs_task,) = task_specs(settings)
     with Store.from_settings(settings) as store:
-        assert run_task(store, jobs_task.name, start + 10 * MIN).status == "success"
+        if how == "stream":
+            assert run_task(store, jobs_task.name, start + 10 * MIN).status == "success"
+        else:
+            raw = settings.influxdb.bucket
+            store.client.delete_api().delete(iso(start), iso(start + 10 * MIN), "", f"{raw}_1m", settings.influxdb.org)
+            gone = store.flux_records(
+                f'from(bucket: "{raw}_1m") |> range(start: {iso(start)}, stop: {iso(start + 2 * MIN)})'
+            )
+            assert gone == []
+            report = backfill(settings, [(start, start + ROUNDS * NS)], store)
+            assert report.rollup_spans == ((start, start + 2 * MIN),)
+            assert report.jobs_spans == ((start, start + 10 * MIN),) and report.skipped == ()
         got = store.flux_records(
             f'from(bucket: "{settings.influxdb.bucket}_1m") |> range(start: {iso(start)}, stop: {iso(start + 2 * MIN)})'
         )

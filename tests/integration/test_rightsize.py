@@ -69,7 +69,7 @@ def test_usage_statistics_and_advice(settings: Settings, monkeypatch: pytest.Mon
     assert small.sm_active_p95_percent == pytest.approx(10.0) and small.power_p95_watts == 150
     (app,) = usage(settings, UsageQuery("2h", application="llm-pretraining", cluster=settings.cluster))
     assert app.key == "llm-pretraining" and app.runs == 1 and app.memory_peak_bytes == 70 * GIB
-    speeds = {t.gpu_model: t for t in link_throughput(settings, "2h", settings.cluster)}
+    speeds = {t.gpu_model: t for t in link_throughput(settings, UsageQuery("2h", cluster=settings.cluster))}
     assert speeds[H100].nvlink_bytes_per_second == 200e9
 
     i = settings.influxdb

@@ -2,13 +2,25 @@
 
 Commands live in one module per area, each registering itself on the group in :mod:`pipeline.face.cli.base` when
 imported here: ``core`` (services, topics, the stages, run), ``collect`` (the node agent), ``context`` (workload
-context per GPU), ``baselines`` (train, list, feedback), ``queries`` (trend, top, compare, anomalies, jobs,
-storage), ``alerts``, ``rightsize``, ``evaluate`` and ``web`` (the HTTP API and dashboard).
+context per GPU), ``importing`` (history from Prometheus, dcgm-exporter, nvidia-smi and traces), ``baselines``
+(train, list, feedback), ``queries`` (trend, top, compare, anomalies, jobs, storage), ``alerts``, ``rightsize``,
+``evaluate`` and ``web`` (the HTTP API and dashboard).
 """
 
 from __future__ import annotations
 
-from pipeline.face.cli import alerts, baselines, collect, context, core, evaluate, queries, rightsize, web
+from pipeline.face.cli import (
+    alerts,
+    baselines,
+    collect,
+    context,
+    core,
+    evaluate,
+    importing,
+    queries,
+    rightsize,
+    web,
+)
 from pipeline.face.cli.base import cli
 
 __all__ = [
@@ -19,6 +31,7 @@ __all__ = [
     "context",
     "core",
     "evaluate",
+    "importing",
     "main",
     "queries",
     "rightsize",

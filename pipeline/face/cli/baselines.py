@@ -19,21 +19,29 @@ def baselines_group() -> None:
 
 @baselines_group.command("train")
 @click.option("--range", "range_", default="24h", show_default=True, help="How much history to learn from.")
+@click.option("--stop", help="End of that history (RFC 3339; default now): imported history is in the past.")
 @click.option("--min-samples", type=click.IntRange(20), help="Rows a baseline needs (default: settings).")
 @click.option("--stride", help="Read one sample per GPU per window (Flux duration, e.g. 10s) for long ranges.")
 @click.option("--cluster", help="Learn only from this cluster tag's history (default: every cluster in the bucket).")
 @click.pass_context
 def train_cmd(
-    ctx: click.Context, range_: str, min_samples: int | None, stride: str | None, cluster: str | None
+    ctx: click.Context,
+    range_: str,
+    stop: str | None,
+    min_samples: int | None,
+    stride: str | None,
+    cluster: str | None,
 ) -> None:
     """Learn from history in InfluxDB, publish a new version (running processors reload it), write the bands."""
     from pipeline.face.training import train
+    from sinks.query.model import parse_time
 
     with errors():
         seconds = parse_seconds(range_, "--range")
+        stop_ns = parse_time(stop, "--stop") if stop else None
     settings = resolved(ctx)
     with errors():
-        report = train(settings, seconds, min_samples, stride, echo=click.echo, cluster=cluster)
+        report = train(settings, seconds, min_samples, stride, stop_ns, echo=click.echo, cluster=cluster)
     click.echo(
         f"read {report.rows} samples ({report.rows_inferred} with an inferred application, not used; "
         f"{report.rows_excluded} excluded by feedback and findings; {report.feedback_used} feedback events used)"

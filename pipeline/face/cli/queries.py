@@ -1,6 +1,7 @@
 """Query commands: ``trend``, ``top``, ``compare``, ``anomalies``, ``jobs`` (read back from InfluxDB through
-the query layer) and ``storage setup|status|rollup`` (retention and downsampling). Output as an aligned table, JSON or
-CSV (``--format``); a malformed question is one line on stderr and exit code 1, before anything is queried."""
+the query layer) and ``storage setup|status|rollup|backfill`` (retention and downsampling). Output as an aligned
+table, JSON or CSV (``--format``); a malformed question is one line on stderr and exit code 1, before anything is
+queried."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pipeline.face.cli.base import cli, errors, resolved
 
 if TYPE_CHECKING:
     from sinks.query import Scope, Store, Table
+    from sinks.retention import BackfillReport
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -85,6 +87,21 @@ def _emit(tables: list[Table], fmt: str) -> None:
         for t in tables:
             for note in t.notes:
                 click.echo(f"note: {note}", err=True)
+
+
+def describe_backfill(report: BackfillReport) -> str:
+    """A backfill's outcome in a few lines (what was rolled up, what was left out and why)."""
+    from sinks.query.output import iso
+
+    def span(spans: tuple[tuple[int, int], ...]) -> str:
+        return ", ".join(f"{iso(a)} .. {iso(b)}" for a, b in spans) or "nothing"
+
+    lines = [
+        f"rolled up {span(report.rollup_spans)} (1-minute) and {span(report.jobs_spans)} (job summaries) "
+        f"in {report.queries} queries, {report.seconds:.1f} s",
+        *(f"  left out: {why}" for why in report.skipped),
+    ]
+    return "\n".join(lines)
 
 
 def _check(validate: Callable[[], None]) -> None:
@@ -293,3 +310,22 @@ def storage_rollup_cmd(ctx: click.Context, at: str) -> None:
             click.echo("  " + (r.log[-1] if r.log else "no log"), err=True)
     if any(r.status != "success" for r in results):
         ctx.exit(1)
+
+
+@storage_group.command("backfill")
+@click.option("--start", required=True, help="Start of the range to roll up (RFC 3339).")
+@click.option("--stop", required=True, help="End of the range to roll up (RFC 3339).")
+@click.pass_context
+def storage_backfill_cmd(ctx: click.Context, start: str, stop: str) -> None:
+    """Write the 1-minute rollups and job summaries of a past range at once (data that arrived after its minutes
+    were rolled up: imported history, an outage); idempotent."""
+    from sinks.query.model import check_range, parse_time
+    from sinks.retention import backfill
+
+    with errors():
+        check_range(None, start, stop)
+        start_ns, stop_ns = parse_time(start, "--start"), parse_time(stop, "--stop")
+    settings = resolved(ctx, kafka=False)
+    with errors():
+        report = backfill(settings, [(start_ns, stop_ns)], progress=True)
+    click.echo(describe_backfill(report))

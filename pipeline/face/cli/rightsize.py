@@ -20,7 +20,9 @@ from pipeline.face.cli.base import cli, errors, resolved
 @click.option("--job", help="One job id.")
 @click.option("--application", type=click.Choice(APPLICATIONS), help="One application, across its runs.")
 @click.option("--cluster", help="Only this cluster (default: every cluster in the bucket).")
-@click.option("--range", "range_", default="7d", show_default=True, help="How far back (Flux duration).")
+@click.option("--range", "range_", default=None, help="How far back from --stop (Flux duration) [default: 7d].")
+@click.option("--start", default=None, help="Start of the range (RFC 3339) instead of --range: imported history.")
+@click.option("--stop", default=None, help="End of the range (RFC 3339; default now).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--headroom", default=0.2, show_default=True, type=click.FloatRange(0, 2), help="Memory/compute margin.")
 @click.option(
@@ -34,20 +36,30 @@ def rightsize_cmd(
     job: str | None,
     application: str | None,
     cluster: str | None,
-    range_: str,
+    range_: str | None,
+    start: str | None,
+    stop: str | None,
     fmt: str,
     headroom: float,
     exchange_bytes: float | None,
 ) -> None:
     """Right-sizing advice from measured usage: a MIG profile, a smaller GPU, or packing jobs per GPU."""
-    from pipeline.face.rightsizing import advise
+    from pipeline.face.rightsizing import advise_and_gaps
 
     settings = resolved(ctx, kafka=False)
     with errors():
-        advice = advise(settings, range_, job, application, cluster, headroom, exchange_bytes)
+        advice, gaps = advise_and_gaps(settings, range_ or (None if start else "7d"), job, application, cluster,
+                                       headroom, exchange_bytes, start, stop)  # fmt: skip
+    for key, minutes in sorted(gaps.items()):
+        click.echo(
+            f"{key}: {minutes} GPU-minutes with utilization but no memory reading: not sized (right-sizing starts "
+            "from memory used: import memory.used / DCGM_FI_DEV_FB_USED with it)"
+        )
     if not advice:
         what = f"job {job}" if job else f"application {application}" if application else "any job"
-        click.echo(f"no usage of {what} in the last {range_} (job ids come from the workload context)")
+        when = f"from {start} to {stop or 'now'}" if start else f"in the {range_ or '7d'} before {stop or 'now'}"
+        if not gaps:
+            click.echo(f"no usage of {what} {when} (job ids come from the workload context)")
         return
     if fmt == "json":
         click.echo(json.dumps([_jsonable(dataclasses.asdict(a)) for a in advice], indent=2))

@@ -23,6 +23,7 @@ import functools
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar
 
@@ -36,9 +37,9 @@ from pipeline.face.web.live import GpuState, LiveFleet
 from pipeline.face.web.query_api import STORE
 from pipeline.face.web.topology import GpuTraffic, build_graph
 from pipeline.mirror import TopicMirror
-from pipeline.vocab import parse_duration
+from pipeline.vocab import format_duration
 from sinks.query import Scope, TrendQuery, trend
-from sinks.query.model import check_value
+from sinks.query.model import check_value, resolve_range
 from sinks.query.timeline import TimelineQuery, gpu_timeline
 
 STATIC: Final = Path(__file__).parent / "static"
@@ -86,12 +87,29 @@ async def _thread(fn: Callable[[], T]) -> T:
     return await asyncio.get_running_loop().run_in_executor(None, fn)
 
 
-def _range_ns(request: web.Request, default: str = "30m") -> tuple[str, int]:
-    value = request.query.get("range", default)
-    length = parse_duration(value, "range")
-    if length > _MAX_RANGE_NS:
-        raise InvalidQuery(f"range {value!r} is longer than the dashboard shows (7d)")
-    return value, length
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """The time window of a history view: ``range`` back from ``stop`` (default now), or ``start`` to ``stop``
+    (RFC 3339; imported history is in the past)."""
+
+    range: str | None
+    start: str | None
+    stop: str | None
+    length_ns: int
+
+
+def _window(request: web.Request, default: str = "30m") -> _Window:
+    start, stop = request.query.get("start"), request.query.get("stop")
+    range_ = request.query.get("range") or (None if start else default)
+    tr = resolve_range(range_, start, stop, time.time_ns(), default)
+    if tr.length_ns > _MAX_RANGE_NS:
+        raise InvalidQuery(f"the window ({format_duration(tr.length_ns)}) is longer than the dashboard shows (7d)")
+    return _Window(range_, start, stop, tr.length_ns)
+
+
+def _past_gpu(uuid: str) -> dict[str, Any]:
+    """A GPU the live state does not know (its job is history), as the job view's card needs it."""
+    return {"uuid": uuid, "node": "", "index": "", "verdict": "stored", "values": {}, "relative": {}, "findings": {}}
 
 
 def _traffic(state: GpuState, job_findings: bool) -> GpuTraffic:
@@ -191,12 +209,15 @@ def add_routes(app: web.Application, settings: Settings) -> None:
 
     async def gpu_history(request: web.Request) -> web.Response:
         uuid = check_value(request.match_info["uuid"], "gpu")
-        range_, length = _range_ns(request)
+        w = _window(request)
         store = request.app[STORE]
-        every = f"{max(5, length // 10**9 // 120)}s"
+        every = f"{max(5, w.length_ns // 10**9 // 120)}s"
 
         def series(field: str) -> tuple[str, list[list[float]], dict[str, Any] | None]:
-            q = TrendQuery(field, "gpu", every, range_, "mean", Scope(gpu=uuid), field in RELATIVE_FIELDS)
+            q = TrendQuery(
+                field, "gpu", every, w.range, "mean", Scope(gpu=uuid), field in RELATIVE_FIELDS,
+                start=w.start, stop=w.stop,
+            )  # fmt: skip
             result = trend(store, q)
             points = [[r.time_ns // 10**6, r.value] for r in result.rows if r.value is not None]
             band = next((r.band for r in result.rows if r.band is not None), None)
@@ -204,7 +225,7 @@ def add_routes(app: web.Application, settings: Settings) -> None:
             return field, points, band_json
 
         results = await asyncio.gather(*(_thread(functools.partial(series, f)) for f in GPU_CHARTS))
-        timeline = await _thread(lambda: gpu_timeline(store, TimelineQuery(uuid, range_)))
+        timeline = await _thread(lambda: gpu_timeline(store, TimelineQuery(uuid, w.range, start=w.start, stop=w.stop)))
         return web.json_response({
             "from_ms": timeline.range.start_ns // 10**6,
             "to_ms": timeline.range.stop_ns // 10**6,
@@ -218,28 +239,31 @@ def add_routes(app: web.Application, settings: Settings) -> None:
 
     async def job_history(request: web.Request) -> web.Response:
         job = check_value(request.match_info["job"], "job")
-        range_, length = _range_ns(request)
+        w = _window(request)
         live = await request.app[LIVE].get()
         gpus = sorted((s for s in live.snapshot() if s.job_id == job), key=lambda s: (s.node, s.index))
-        q = TrendQuery("utilization_gpu_percent", "gpu", f"{max(5, length // 10**9 // 120)}s", range_, "mean",
-                       Scope(job=job))  # fmt: skip
+        q = TrendQuery("utilization_gpu_percent", "gpu", f"{max(5, w.length_ns // 10**9 // 120)}s", w.range, "mean",
+                       Scope(job=job), start=w.start, stop=w.stop)  # fmt: skip
         result = await _thread(lambda: trend(request.app[STORE], q))
         series: dict[str, list[list[float]]] = {}
         for r in result.rows:
             if r.value is not None:
                 series.setdefault(r.group[0], []).append([r.time_ns // 10**6, r.value])
         now_ms = time.time_ns() // 10**6
+        cards = [s.to_json() for s in gpus]
+        # a job of the past (imported history) has no live state: its GPUs are those of its stored samples
+        cards += [_past_gpu(uuid) for uuid in sorted(series) if uuid not in {s.uuid for s in gpus}]
         return web.json_response({
             "from_ms": result.range.start_ns // 10**6, "to_ms": min(now_ms, result.range.stop_ns // 10**6),
-            "gpus": [s.to_json() for s in gpus], "series": series,
+            "gpus": cards, "series": series,
             "stragglers": [s.uuid for s in gpus if "straggler" in s.findings],
         })  # fmt: skip
 
     async def rightsizing(request: web.Request) -> web.Response:
         from pipeline.face.rightsizing import advise
 
-        range_, _ = _range_ns(request, "24h")
-        advice = await _thread(lambda: advise(settings, range_))
+        w = _window(request, "24h")
+        advice = await _thread(lambda: advise(settings, w.range, start=w.start, stop=w.stop))
         items = []
         for a in sorted(advice, key=lambda a: -a.wasted_gpu_hours):
             s, best = a.stats, a.options[0]

@@ -77,3 +77,15 @@ def test_bearer_token(tmp_path: Path) -> None:
             status, body = get_json(f"{url}/api/v1/trend?every=x", token)
             assert status == 401 and "bearer token" in body["error"]
         assert get_json(f"{url}/api/v1/trend?every=x", "s3cret-token")[0] == 400  # past the check
+
+
+def test_history_views_take_a_window_of_the_past_and_refuse_one_too_long(tmp_path: Path) -> None:
+    with serving(create_app(_settings(tmp_path))) as url:
+        past = "start=2025-09-24T03:17:00Z&stop=2025-09-24T03:40:00Z"
+        # a valid window of imported history gets as far as the (unreachable) InfluxDB: 503, not a refusal
+        status, body = get_json(f"{url}/api/v1/rightsizing?{past}")
+        assert status == 503, body
+        status, body = get_json(f"{url}/api/v1/rightsizing?start=2025-09-01T00:00:00Z&stop=2025-09-24T00:00:00Z")
+        assert status == 400 and body["error"] == "the window (3w2d) is longer than the dashboard shows (7d)"
+        status, body = get_json(f"{url}/api/v1/rightsizing?start=2025-09-24T03:40:00Z&stop=2025-09-24T03:17:00Z")
+        assert status == 400 and body["error"] == "the range is empty: start must be before stop"

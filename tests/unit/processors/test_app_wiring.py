@@ -37,7 +37,7 @@ def test_connections_open_once_at_start(tmp_path: Path, monkeypatch: pytest.Monk
     interpreter: Any = object()
     monkeypatch.setattr(app_module, "partition_count", lambda _s, topic: calls.append(topic) or 3)
     monkeypatch.setattr(app_module, "read_limits", lambda _conf, topics: calls.append("limits") or Limits())
-    monkeypatch.setattr(app_module, "build_interpreter", lambda _s: calls.append("mirrors") or interpreter)
+    monkeypatch.setattr(app_module, "build_interpreter", lambda _s: (calls.append("mirrors") or interpreter, None))
     settings = _settings(tmp_path)
     connections = Connections(settings)
     assert connections.interpreter is None and calls == []

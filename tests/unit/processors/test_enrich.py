@@ -205,3 +205,46 @@ def test_features_are_computed_once_and_travel_on_the_batch() -> None:
     assert out.features is not None
     assert np.array_equal(out.features, features(out.metrics, out.relative, out.gpu_model), equal_nan=True)
     assert out.features[0, FEATURE_INDEX["power_ratio_of_limit"]] == 0.5
+
+
+def test_every_job_of_a_long_backlog_labels_exactly_its_own_rows() -> None:
+    # an import (or a processor catching up) with far more job changes per GPU than a few: the mirror has read
+    # all of them before the first row is labelled, and each still labels exactly the rows of its range
+    key = gpu_key("c", "n", "GPU-1")
+    timeline = ContextTimeline()
+    start = T0 - 1000 * 10**9
+    jobs = [GpuContext("c", "n", "GPU-1", start + j * 10 * 10**9, Workload("llm-serving", job_id=f"job-{j}"))
+            for j in range(100)]  # fmt: skip
+    for context in jobs:
+        timeline.see(key, context, context.ts_ns)
+    samples = [
+        GpuSample("c", "n", "GPU-1", 0, H100, start + t * 10**9, {"utilization_gpu_percent": 50.0}) for t in range(1000)
+    ]
+    enricher = Enricher(lambda _k: jobs[-1], lambda: None, timeline)
+    labelled = [
+        w.job_id if w is not None else None
+        for chunk in range(0, 1000, 250)
+        for w in enricher.apply(_normalized(*samples[chunk : chunk + 250]), 0)[0].workload
+    ]
+    assert labelled == [f"job-{t // 10}" for t in range(1000)]
+
+
+def test_a_tombstone_ends_its_context_at_the_time_it_was_published() -> None:
+    key = gpu_key("c", "n", "GPU-1")
+    timeline = ContextTimeline()
+    job = GpuContext("c", "n", "GPU-1", T0, Workload("llm-finetuning", job_id="ft-1"))
+    timeline.see(key, job, T0)
+    timeline.see(key, None, T0 + 60 * 10**9)  # the job ended: nobody knows what runs from then on
+    at = timeline.at(key, np.array([T0 + 10**9, T0 + 59 * 10**9, T0 + 61 * 10**9], dtype=np.int64))
+    assert at == [job, job, None]
+
+
+def test_the_timeline_drops_what_no_row_to_come_can_need() -> None:
+    key = gpu_key("c", "n", "GPU-1")
+    timeline = ContextTimeline()
+    contexts = [GpuContext("c", "n", "GPU-1", T0 + i * 10**9, Workload(f"app-{i}")) for i in range(10)]
+    for c in contexts:
+        timeline.see(key, c)
+    timeline.at(key, np.array([T0 + 5 * 10**9], dtype=np.int64))  # rows up to app-5's time are labelled
+    # rows arrive in time order per GPU: app-0..4 cannot be needed again; an older row gets the oldest kept
+    assert timeline.at(key, np.array([T0, T0 + 9 * 10**9], dtype=np.int64)) == [contexts[5], contexts[9]]

@@ -10,7 +10,7 @@ from pipeline.codec import encode_samples
 from pipeline.config import ValidationSettings
 from pipeline.deadletter import headers_dict
 from pipeline.events import METRIC_NAMES, EventKind, GpuEvent, GpuSample, NicSample, SampleBatch, relative_values
-from processors.normalize import RawMessage, process_raw, validate
+from processors.normalize import RawMessage, import_run_of, process_raw, validate
 from producers.simulator import Fleet
 
 NOW = 1_800_000_000_000_000_000
@@ -179,3 +179,50 @@ def test_the_canonical_value_is_never_replaced_by_an_alias() -> None:
     out = process_raw([_raw(body, 0)], NOW, LIMITS)
     assert out.forward == [] and out.dead[0].reason == "duplicate_field"
     assert "power_watts" in headers_dict(out.dead[0].headers)["hermeneut-detail"]
+
+
+def test_byte_counts_with_a_fraction_are_rounded_not_rejected() -> None:
+    # a MiB column converted to bytes, or an anonymised trace: 40.5 bytes means 40 or 41 bytes, never a bad sample
+    out = process_raw([_msg(_s(memory_used_bytes=40.5, memory_reserved_bytes=1.25))], NOW, LIMITS)
+    assert out.dead == []
+    (event,) = out.forward[0][1].events()
+    assert event.sample.metrics["memory_used_bytes"] == 40.0
+    assert event.sample.metrics["memory_reserved_bytes"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("sample", "detail"),
+    [
+        (_s(pcie_link_gen=3.5), "pcie_link_gen=3.5 is not a whole number"),
+        (_s(utilization_gpu_percent=100.5), "utilization_gpu_percent=100.5 outside [0, 100]"),
+        (_s(memory_used_bytes=2.0**41), "memory_used_bytes=2199023255552 outside [0, 1.09951e+12]"),
+        (_s(memory_used_bytes=81.0), "memory_used_bytes=81 implausible against memory_total_bytes=80"),
+        (_s(ts_ns=NOW - 30 * 86400 * 10**9), "2026-12-16T08:00:00.000Z is 4w2d old, beyond validation.max_age_s of 1w"),
+    ],
+)
+def test_dead_letters_say_what_is_wrong_in_plain_numbers(sample: GpuSample, detail: str) -> None:
+    (letter,) = process_raw([_msg(sample)], NOW, LIMITS).dead
+    assert dict(letter.headers)["hermeneut-detail"].decode() == detail
+
+
+def test_imported_history_is_judged_by_the_backfill_bound_and_its_dead_letters_name_the_import() -> None:
+    limits = ValidationSettings(backfill_max_age_s=60 * 86400.0)
+    month_old, year_old = _s(ts_ns=NOW - 30 * 86400 * 10**9), _s(ts_ns=NOW - 365 * 86400 * 10**9, uuid="GPU-b")
+    batch = SampleBatch("c", "n", (month_old, year_old))
+    imported = RawMessage(batch.kafka_key, encode_samples(batch), "raw/0/42", 0, import_run="run-1")
+    out = process_raw([imported], NOW, limits)
+    assert out.samples_ok == 1  # a month old: fine for an import
+    (letter,) = out.dead
+    headers = {k: v.decode() for k, v in letter.headers}
+    assert headers["hermeneut-reason"] == "ancient_timestamp"
+    bound = "beyond the backfill bound (validation.backfill_max_age_s) of 8w4d"
+    assert headers["hermeneut-detail"].endswith(f"old, {bound}")
+    assert headers["hermeneut-import"] == "run-1" and headers["hermeneut-gpu"] == "GPU-b"
+    live = process_raw([RawMessage(batch.kafka_key, encode_samples(batch), "raw/0/43")], NOW, limits)
+    assert live.samples_ok == 0 and [d.reason for d in live.dead] == ["ancient_timestamp"] * 2  # the live bound: 7 days
+
+
+def test_the_import_header_is_read_from_either_header_shape() -> None:
+    assert import_run_of([("content-type", b"x"), ("hermeneut-import", b"run-7")]) == "run-7"
+    assert import_run_of({"hermeneut-import": b"run-8"}) == "run-8"
+    assert import_run_of(None) is None and import_run_of([("hermeneut-import", b"")]) is None

@@ -143,3 +143,14 @@ def test_a_node_message_over_the_raw_topic_limit_goes_out_in_parts_and_what_cann
     )
     assert headers["hermeneut-payload"] == "truncated" and len(letter[2]) < 20_000
     assert agent.report.too_large == 1 and agent.report.split_messages == 1 and agent.report.messages == len(raw)
+
+
+def test_every_sample_says_how_long_it_stands_for() -> None:
+    # the round's interval, unless the source knows the series' own (an importer detects it per series)
+    own = GpuSample("dc1", "n1", "GPU-9", 9, "m", 0, {"power_watts": 50.0, "sample_interval_seconds": 57.0})
+    source = ScriptedSource([[SampleBatch("dc1", "n1", (*batch().samples, own))]], [])
+    publisher = RecordingPublisher()
+    run(source, publisher, 1)
+    (message,) = publisher.on(TOPICS.raw)
+    samples = decode_samples(message[2])[0].samples
+    assert [s.metrics["sample_interval_seconds"] for s in samples] == [0.001, 0.001, 57.0]

@@ -142,10 +142,16 @@ const GPU_CHARTS = [
   ["nvlink_tx_bytes_per_second", "NVLink TX", "B/s"],
 ];
 
+// a history view's window: the route's own (#/gpu/<uuid>?start=...&stop=..., e.g. imported history), else the default
+function windowQuery(fallback) {
+  const query = currentRoute().query;
+  return query || `range=${fallback}`;
+}
+
 async function renderGpu(uuid) {
   const g = state.gpus.get(uuid);
   view().replaceChildren(h("h2", {}, `GPU ${uuid}`), h("p", { class: "muted" }, "loading…"));
-  const data = await api(`/api/v1/gpus/${esc(uuid)}/history?range=30m`);
+  const data = await api(`/api/v1/gpus/${esc(uuid)}/history?${windowQuery("30m")}`);
   const head = g ? [
     h("p", {}, `${g.cluster} / ${g.node} · GPU ${g.index} · ${g.model} · `,
       g.application ? `${g.application}${g.inferred ? " (inferred)" : ""}` : "no workload known",
@@ -167,7 +173,7 @@ async function renderGpu(uuid) {
       h("b", {}, e.title), " ", h("span", { class: "explain" }, e.text))));
   view().replaceChildren(h("h2", {}, `GPU ${g ? g.index : ""} on ${g ? g.node : ""}`), ...head, charts,
     h("h3", {}, "Events (same time axis: the marks on the charts)"),
-    data.events.length ? events : h("p", { class: "empty" }, "No events in the last 30 minutes."));
+    data.events.length ? events : h("p", { class: "empty" }, "No events in this window."));
 }
 
 // ---------------------------------------------------------------- jobs
@@ -189,11 +195,12 @@ function renderJobs() {
 
 async function renderJob(job) {
   view().replaceChildren(h("h2", {}, `Job ${job}`), h("p", { class: "muted" }, "loading…"));
-  const data = await api(`/api/v1/jobs/${esc(job)}/history?range=30m`);
+  const data = await api(`/api/v1/jobs/${esc(job)}/history?${windowQuery("30m")}`);
   const stragglers = new Set(data.stragglers);
   const cards = h("div", { class: "job-grid" }, ...data.gpus.map((g) => {
     const card = h("div", { class: `gpu-card ${stragglers.has(g.uuid) ? "straggler" : ""}`, "data-gpu": g.uuid },
-      h("div", {}, h("a", { href: `#/gpu/${esc(g.uuid)}` }, `${g.node} GPU ${g.index}`), " ",
+      h("div", {}, h("a", { href: `#/gpu/${esc(g.uuid)}${currentRoute().query ? `?${currentRoute().query}` : ""}` },
+        g.node ? `${g.node} GPU ${g.index}` : g.uuid), " ",
         stragglers.has(g.uuid) ? h("span", { class: "badge warning" }, "straggler") : "", " ", h("span", { class: `badge ${g.verdict}` }, g.verdict)),
       h("div", { class: "muted" }, `util ${fmt(g.values.utilization_gpu_percent)}% · SM clock ${fmt(g.values.sm_clock_mhz)} MHz · power ${pct(g.relative.power_ratio_of_limit)}`));
     lineChart(card, { field: "utilization_gpu_percent", title: "utilization", unit: "%", tMin: data.from_ms, tMax: data.to_ms,
@@ -269,7 +276,7 @@ async function renderAlerts() {
 
 // ---------------------------------------------------------------- right-sizing
 async function renderRightsizing() {
-  const data = await api("/api/v1/rightsizing?range=24h");
+  const data = await api(`/api/v1/rightsizing?${windowQuery("24h")}`);
   const bar = (used, allocated) => h("div", { class: "bar", title: `${fmt(used, "B")} of ${fmt(allocated, "B")}` },
     h("i", { style: `width:${Math.min(100, (100 * used) / Math.max(1, allocated)).toFixed(1)}%` }));
   view().replaceChildren(h("h2", {}, "Right-sizing"),
@@ -285,8 +292,9 @@ async function renderRightsizing() {
 
 // ---------------------------------------------------------------- routing
 function currentRoute() {
-  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
-  return { name: parts[0] || "fleet", args: parts.slice(1) };
+  const [path, query] = location.hash.replace(/^#\/?/, "").split("?", 2);
+  const parts = path.split("/").map(decodeURIComponent);
+  return { name: parts[0] || "fleet", args: parts.slice(1), query: query || "" };
 }
 
 async function route() {

@@ -85,3 +85,17 @@ def test_fallen_off_the_bus(with_event: bool) -> None:
     assert first.severity == "critical" and "reboot" in first.action
     (clear,) = [f for f in found if not f.active]
     assert clear.ts_ns == T0 + 930 * S
+
+
+def test_a_gpu_sampled_once_a_minute_is_silent_only_after_three_missed_samples() -> None:
+    # imported history: two GPUs of a node sampled every 60 s, half a minute apart; between its samples each GPU
+    # is "silent" for 30 s while its node reports, which is its interval, not a GPU off the bus
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float] | None:
+        stopped = gpu == 0 and t >= 1200  # GPU-0's last sample is at t=1140
+        if (t - 30 * gpu) % 60 or stopped:
+            return None
+        return m | {"sample_interval_seconds": 60.0}
+
+    _det, found, _ = run(1800, shape, gpus=2)
+    assert kinds(found) == {("fallen-off-bus", "GPU-0")}
+    assert starts(found)[0].ts_ns == T0 + (1140 + 3 * 60) * S  # three of its intervals after its last sample

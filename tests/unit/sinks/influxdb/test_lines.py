@@ -69,6 +69,12 @@ def test_unknown_workload_adds_no_empty_tag() -> None:
     assert "application=" not in line and "job_id" not in line
 
 
+def test_a_gpu_nobody_named_the_model_of_has_no_empty_model_tag() -> None:
+    # NVIDIA's A100 MIG scrape has no modelName label: an empty tag value would make InfluxDB refuse the whole write
+    line = event_line(InterpretedEvent(replace(_event().sample, gpu_model="")))
+    assert line.startswith(r"gpu,cluster=dc\ 1,gpu=GPU-x\=1,gpu_index=3,node=node\,7 ")
+
+
 def test_events_nics_links_and_processes_become_their_own_points() -> None:
     sample = GpuSample(
         "c",

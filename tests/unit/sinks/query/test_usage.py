@@ -50,3 +50,13 @@ def test_query_filters() -> None:
     assert 'r._value == "train-42"' in flux and "range(start: -2d)" in flux
     flux = UsageQuery("1h", application="llm-serving").minutes_flux("telemetry")
     assert 'r.application == "llm-serving"' in flux and "aggregateWindow(every: 1m, fn: max" in flux
+
+
+def test_a_row_stands_for_its_gpus_sampling_interval_when_that_is_longer_than_a_minute() -> None:
+    # per-minute rows of a GPU sampled every 5 minutes: one row per 5 minutes, each 5 GPU-minutes; a GPU sampled
+    # every 57 s has a row (almost) every minute, each one GPU-minute
+    rows = [UsageSample("slow", H100, "j", "llm-serving", GIB, 50.0, 300.0) for _ in range(12)]
+    rows += [UsageSample("fast", H100, "j", "llm-serving", GIB, 50.0, 300.0) for _ in range(60)]
+    limits = {"slow": GpuLimits(80.0 * GIB, 700.0, 300.0), "fast": GpuLimits(80.0 * GIB, 700.0, 57.0)}
+    (job,) = usage_stats(rows, limits, "job")
+    assert job.gpu_hours == pytest.approx((12 * 5 + 60) / 60)

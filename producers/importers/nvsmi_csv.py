@@ -1,0 +1,260 @@
+"""``nvidia-smi --query-gpu=... --format=csv`` logs as an importer (registered as ``nvidia-smi-csv``).
+
+Any column subset and order, with or without units (``csv,nounits``) and with or without the header
+(``csv,noheader``: then ``columns`` names the ``--query-gpu`` list). A header repeated inside a file (a log
+appended to by several runs) is skipped. Emits one row per GPU and line with the METRIC_FIELDS the columns map
+to (:data:`COLUMNS`, nvidia-smi's names as in ``nvidia-smi --help-query-gpu``, long and short forms), converted
+to our units: a unit printed in the header or after the value wins (``81559 MiB``), else nvidia-smi's unit for
+the field. ``[N/A]``, ``[Not Supported]``, ``[Requested functionality has been deprecated]``: the field is
+absent. Identity: ``uuid``, else ``pci.bus_id``, else ``<node>-gpu<index>``; the GPU model from ``name``.
+``timestamp`` is required: nvidia-smi prints local time without a zone (``2026/07/14 08:12:38.696``), so
+``timezone`` says which (default UTC).
+
+A cell a mapped column cannot read makes its line a dead letter (``malformed``, with the line number, the
+column and the value); columns no field maps to are counted and named in the summary, never guessed at.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from pipeline.config import Settings
+from pipeline.errors import ConfigError
+from pipeline.registry import with_options
+from producers.importers.parse import UNITS, BadValue, flag, number, timestamp_ns, zone
+from producers.importers.rows import Block, Rejection, Rows
+from producers.source import check_names
+
+#: nvidia-smi query field -> (our field, nvidia-smi's unit for it when the log has none, how to read the cell)
+Reader = Callable[[str, float], float]
+
+
+def _number(text: str, factor: float) -> float:
+    return number(text, factor)
+
+
+def _flag(text: str, _factor: float) -> float:
+    return flag(text)
+
+
+_MIB: Final = float(2**20)
+COLUMNS: Final[dict[str, tuple[str, float, Reader]]] = {
+    "utilization.gpu": ("utilization_gpu_percent", 1.0, _number),
+    "utilization.memory": ("utilization_memory_percent", 1.0, _number),
+    "memory.total": ("memory_total_bytes", _MIB, _number),
+    "memory.used": ("memory_used_bytes", _MIB, _number),
+    "memory.reserved": ("memory_reserved_bytes", _MIB, _number),
+    "clocks.current.sm": ("sm_clock_mhz", 1.0, _number),
+    "clocks.sm": ("sm_clock_mhz", 1.0, _number),
+    "clocks.current.memory": ("memory_clock_mhz", 1.0, _number),
+    "clocks.mem": ("memory_clock_mhz", 1.0, _number),
+    "clocks.current.graphics": ("graphics_clock_mhz", 1.0, _number),
+    "clocks.gr": ("graphics_clock_mhz", 1.0, _number),
+    "clocks.max.sm": ("sm_clock_max_mhz", 1.0, _number),
+    "clocks.max.memory": ("memory_clock_max_mhz", 1.0, _number),
+    "clocks.max.mem": ("memory_clock_max_mhz", 1.0, _number),
+    "clocks.max.graphics": ("graphics_clock_max_mhz", 1.0, _number),
+    "clocks.max.gr": ("graphics_clock_max_mhz", 1.0, _number),
+    "temperature.gpu": ("temperature_gpu_celsius", 1.0, _number),
+    "temperature.memory": ("temperature_memory_celsius", 1.0, _number),
+    # NVML's power usage: a 1 s average on Ampere and later, which newer drivers also print as power.draw.average
+    "power.draw": ("power_watts", 1.0, _number),
+    "power.draw.average": ("power_watts", 1.0, _number),
+    "enforced.power.limit": ("power_limit_watts", 1.0, _number),
+    "power.limit": ("power_limit_watts", 1.0, _number),
+    "power.default_limit": ("power_default_limit_watts", 1.0, _number),
+    "fan.speed": ("fan_speed_percent", 1.0, _number),
+    "pstate": ("performance_state", 1.0, _number),
+    "clocks_event_reasons.active": ("throttle_reasons_mask", 1.0, _number),
+    "clocks_throttle_reasons.active": ("throttle_reasons_mask", 1.0, _number),
+    "pcie.link.gen.current": ("pcie_link_gen", 1.0, _number),
+    "pcie.link.gen.gpucurrent": ("pcie_link_gen", 1.0, _number),
+    "pcie.link.gen.max": ("pcie_link_gen_max", 1.0, _number),
+    "pcie.link.gen.gpumax": ("pcie_link_gen_max", 1.0, _number),
+    "pcie.link.width.current": ("pcie_link_width", 1.0, _number),
+    "pcie.link.width.max": ("pcie_link_width_max", 1.0, _number),
+    "ecc.errors.corrected.aggregate.total": ("ecc_corrected_total", 1.0, _number),
+    "ecc.errors.uncorrected.aggregate.total": ("ecc_uncorrected_total", 1.0, _number),
+    "retired_pages.single_bit_ecc.count": ("retired_pages_sbe_total", 1.0, _number),
+    "retired_pages.double_bit.count": ("retired_pages_dbe_total", 1.0, _number),
+    "retired_pages.pending": ("retired_pages_pending", 1.0, _flag),
+    "remapped_rows.correctable": ("row_remap_correctable_total", 1.0, _number),
+    "remapped_rows.uncorrectable": ("row_remap_uncorrectable_total", 1.0, _number),
+    "remapped_rows.pending": ("row_remap_pending", 1.0, _flag),
+    "remapped_rows.failure": ("row_remap_failure", 1.0, _flag),
+}
+#: where two columns give one field, the first wins (the enforced limit; a GPU's own link generation)
+_PREFERRED: Final = ("enforced.power.limit", "pcie.link.gen.gpucurrent", "pcie.link.gen.gpumax", "power.draw.average")
+_IDENTITY: Final = frozenset({"timestamp", "index", "uuid", "name", "pci.bus_id"})
+
+
+def _split_header(cell: str) -> tuple[str, str]:
+    """``memory.used [MiB]`` -> (``memory.used``, ``MiB``)."""
+    name, _, unit = cell.strip().partition(" [")
+    return name.strip(), unit.rstrip("]").strip()
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Which column is what, as a file's header (or the configured ``columns``) says."""
+
+    names: tuple[str, ...]
+    factors: tuple[float, ...]
+    unmapped: tuple[str, ...]
+
+    @classmethod
+    def of(cls, header: list[str]) -> _Layout:
+        names, factors, unmapped = [], [], []
+        for cell in header:
+            name, unit = _split_header(cell)
+            spec = COLUMNS.get(name)
+            # "[MiB]" in the header: the unit of every value below it (nounits logs carry it only there)
+            factor = UNITS.get(unit.lower()) if unit else (spec[1] if spec else 1.0)
+            if spec is not None and factor is None:
+                spec, factor = None, 1.0  # a unit we do not know: not guessed at, named as unmapped
+            names.append(name if spec is not None or name in _IDENTITY else f"?{name}")
+            factors.append(factor or 1.0)
+            if spec is None and name not in _IDENTITY:
+                unmapped.append(cell.strip())
+        if "timestamp" not in names:
+            raise ConfigError("invalid configuration: nvidia-smi CSV: no timestamp column (query it with --query-gpu)")
+        return cls(tuple(names), tuple(factors), tuple(unmapped))
+
+
+@dataclass(frozen=True, slots=True)
+class NvsmiCsvConfig:
+    """The ``nvidia-smi-csv`` importer's settings."""
+
+    paths: tuple[Path, ...] = ()
+    cluster: str = "local"
+    #: the node the GPUs are on (nvidia-smi does not print it); empty: each file's name without its suffix
+    node: str = ""
+    #: the --query-gpu list of a log written with ``noheader``, comma-separated
+    columns: str = ""
+    timezone: str = "UTC"
+
+
+@dataclass
+class NvsmiCsvImporter:
+    """Reads nvidia-smi CSV logs, one block per file (see module docstring)."""
+
+    config: NvsmiCsvConfig
+    unmapped: set[str] = field(default_factory=set)
+    name: str = "nvidia-smi-csv"
+
+    Config = NvsmiCsvConfig
+
+    @classmethod
+    def configure(cls, settings: Settings, **options: Any) -> NvsmiCsvConfig:
+        return with_options(NvsmiCsvConfig(cluster=settings.cluster), options, "the nvidia-smi-csv importer")
+
+    @classmethod
+    def validate(cls, config: NvsmiCsvConfig) -> None:
+        """Files that exist, a known time zone, a column list with a timestamp (when given), names for Kafka keys."""
+        if not config.paths:
+            raise ConfigError("invalid configuration: nvidia-smi-csv: give one or more CSV files")
+        for path in config.paths:
+            if not path.is_file():
+                raise ConfigError(f"invalid configuration: nvidia-smi-csv: {path} is not a file")
+        zone(config.timezone)
+        if config.columns:
+            _Layout.of(config.columns.split(","))
+        check_names("nvidia-smi-csv", config.cluster, config.node)
+
+    @classmethod
+    def from_config(cls, config: NvsmiCsvConfig) -> NvsmiCsvImporter:
+        return cls(config)
+
+    def open(self) -> None:
+        """Nothing to open: each file is read when its block is."""
+
+    def close(self) -> None:
+        """Nothing held between blocks."""
+
+    def total_rows(self) -> int | None:
+        return sum(path.read_bytes().count(b"\n") for path in self.config.paths)
+
+    def blocks(self) -> Iterator[Block]:
+        for path in self.config.paths:
+            yield self.read(path.read_bytes(), path.name, self.config.node or path.stem)
+
+    def read(self, data: bytes, source: str, node: str) -> Block:
+        """One file's rows (``source`` names it in origins), for GPUs on ``node``."""
+        tz = zone(self.config.timezone)
+        lines = data.decode("utf-8", errors="replace").splitlines()
+        layout = _Layout.of(self.config.columns.split(",")) if self.config.columns else None
+        read: list[tuple[int, str, int, str, dict[str, float]]] = []
+        origins: list[str] = []
+        originals: list[bytes] = []
+        rejected: list[Rejection] = []
+        for number_, (line, cells) in enumerate(zip(lines, csv.reader(lines), strict=True), 1):
+            if not line.strip():
+                continue
+            if cells and cells[0].strip() == "timestamp":  # the header (again, in a log appended to)
+                layout = _Layout.of(cells)
+                self.unmapped.update(layout.unmapped)
+                continue
+            origin = f"{source}:{number_}"
+            if layout is None:
+                rejected.append(Rejection("malformed", f"line {number_}: data before any header (give columns=)",
+                                          origin, line.encode()))  # fmt: skip
+                continue
+            try:
+                read.append(_row(layout, cells, tz, node))
+            except BadValue as exc:
+                rejected.append(Rejection("malformed", f"line {number_}: {exc}", origin, line.encode()))
+                continue
+            origins.append(origin)
+            originals.append(line.encode())
+        fields = dict.fromkeys(name for row in read for name in row[4])
+        rows = Rows(
+            node=(node,) * len(read),
+            gpu_uuid=tuple(r[1] for r in read),
+            gpu_index=tuple(r[2] for r in read),
+            gpu_model=tuple(r[3] for r in read),
+            ts_ns=np.array([r[0] for r in read], dtype=np.int64),
+            metrics={f: np.array([r[4].get(f, math.nan) for r in read], dtype=np.float64) for f in fields},
+            origin=tuple(origins),
+            original=tuple(originals),
+        )
+        return Block(rows, tuple(rejected), source)
+
+
+def _row(layout: _Layout, cells: list[str], tz: Any, node: str) -> tuple[int, str, int, str, dict[str, float]]:
+    """One data line: its time, GPU identity and fields (a BadValue names the column and value)."""
+    if len(cells) != len(layout.names):
+        raise BadValue(f"{len(cells)} values for {len(layout.names)} columns")
+    by_name = dict(zip(layout.names, cells, strict=True))
+    ts = timestamp_ns(by_name["timestamp"], "iso8601", tz)
+    index_cell = by_name.get("index", "").strip()
+    if index_cell and not index_cell.isdigit():
+        raise BadValue(f"index {index_cell!r} is not a GPU index")
+    index = int(index_cell) if index_cell else 0
+    uuid = by_name.get("uuid", "").strip()
+    if not uuid or uuid.lower() in ("[n/a]", "n/a"):
+        bus = by_name.get("pci.bus_id", "").strip()
+        uuid = f"pci-{bus}" if bus else f"{node}-gpu{index}"
+    metrics: dict[str, float] = {}
+    taken: dict[str, str] = {}
+    for name, cell, factor in zip(layout.names, cells, layout.factors, strict=True):
+        spec = COLUMNS.get(name)
+        if spec is None:
+            continue
+        target, _unit, read = spec
+        try:
+            value = read(cell, factor)
+        except BadValue as exc:
+            raise BadValue(f"{name} {exc}") from None
+        if value != value:  # noqa: PLR0124 (NaN: no value)
+            continue
+        if target in taken and taken[target] in _PREFERRED:
+            continue
+        metrics[target], taken[target] = value, name
+    return ts, uuid, index, by_name.get("name", "").strip(), metrics

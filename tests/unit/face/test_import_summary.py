@@ -1,0 +1,40 @@
+"""The closing summary of ``hermeneut import``: counts that add up (or say what is missing), the intervals found,
+and the next commands for the imported range."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from pipeline.config import Settings
+from pipeline.face.importjob import ImportOutcome, summary
+from producers.importers.driver import ImportReport
+
+T0 = 1_758_685_303_487_000_000  # 2025-09-24T03:41:43.487Z
+
+
+def report(**kw: object) -> ImportReport:
+    base: dict[str, object] = {
+        "rows_read": 6241, "samples": 6240, "first_ns": T0, "last_ns": T0 + 265_947_000_000,
+        "intervals": {f"g150/g150-gpu{g}": 0.331 for g in range(8)}, "gpus": [f"g150/g150-gpu{g}" for g in range(8)],
+        "nodes": ["g150"], "jobs": ["nanogpt-pr643"], "applications": ["llm-pretraining"], "runs": ["r1"],
+    }  # fmt: skip
+    return ImportReport(**(base | kw))  # type: ignore[arg-type]
+
+
+def test_a_complete_import_says_where_everything_went_and_what_to_run_next() -> None:
+    lines = "\n".join(summary(ImportOutcome(report(), 6240, Counter({"duplicate": 1}), True), Settings(), "http://d"))
+    assert "rows read        6241\nstored           6240\ndead-lettered    1 (1 duplicate)" in lines
+    assert "NOT ACCOUNTED" not in lines
+    assert "intervals        0.331 s (8 series)" in lines
+    assert "time range       2025-09-24T03:41:43Z .. 2025-09-24T03:46:10Z (4m25s)" in lines
+    assert "hermeneut baselines train --range 5m --stop 2025-09-24T03:46:10Z" in lines
+    assert "hermeneut anomalies --start 2025-09-24T03:41:43Z --stop 2025-09-24T03:46:10Z" in lines
+    assert "http://d/#/job/nanogpt-pr643?start=2025-09-24T03:41:43Z&stop=2025-09-24T03:46:10Z" in lines
+
+
+def test_rows_not_yet_accounted_for_are_said_and_unknown_applications_cannot_train() -> None:
+    outcome = ImportOutcome(report(applications=["unknown"], intervals={}), 6000, Counter(), False)
+    lines = "\n".join(summary(outcome, Settings(), None))
+    assert "NOT ACCOUNTED    241 rows are neither stored nor dead-lettered yet" in lines
+    assert "no application is known for these rows" in lines and "baselines train --range" not in lines
+    assert "8 series with a single sample (no interval)" in lines and "dashboard" not in lines
