@@ -360,6 +360,7 @@ def create_app(
                 stats.messages_in += len(messages)
                 stats.count(result)
                 stats.batches += 1
+                stats.write(stats_file)  # what is stored downstream is counted here already
         except asyncio.CancelledError:
             raise
         except Exception:

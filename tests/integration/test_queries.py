@@ -300,7 +300,9 @@ def test_top_lists_on_readings(raw: RawData, store: Store, kind: str, fn: str) -
 def test_unscored_samples_show_in_anomaly_history(raw: RawData, store: Store) -> None:
     history = anomalies(store, AnomalyQuery(None, "1m", Scope(cluster=raw.settings.cluster), **raw.span))
     assert [(w.samples, w.unusual, w.anomalous) for w in history.windows] == [(60 * len(GPUS), 0, 0)] * 3
-    assert history.findings == ()
+    # a quarter of the random masks say HW thermal slowdown, which is thermal throttling; unscored rows raise no
+    # baseline anomaly
+    assert {f.detector for f in history.findings} <= {"thermal-throttling"}
 
 
 def test_output_formats_parse_back(raw: RawData, store: Store) -> None:
