@@ -162,6 +162,10 @@ APPLICATIONS: Final[tuple[str, ...]] = (
     "unknown",
 )
 
+#: Applications that answer requests: their GPUs idle between requests (a quiet hour, a scaled-in model), which is
+#: their traffic, not a hang
+SERVING: Final[frozenset[str]] = frozenset({"llm-serving", "stable-diffusion-inference"})
+
 #: Phases of a workload, as far as they can be told apart from telemetry (or are reported by a framework).
 PHASES: Final[tuple[str, ...]] = ("compute", "data-loading", "checkpoint", "eval", "idle")
 

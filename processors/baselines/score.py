@@ -16,7 +16,12 @@ A verdict is only as strong as the evidence behind it (:class:`Judgement`, from 
   ``prior_widening`` times its anomalous threshold, never ``anomalous``, so history from elsewhere never condemns;
 - when most GPUs of a job (``job_share`` of its GPUs, within two minutes) are anomalous together, the job runs
   unlike its baseline, not a GPU: their rows are ``unusual`` and say so (peer comparison, as ByteDance's Minder
-  does: the normal state of a metric depends on the task).
+  does: the normal state of a metric depends on the task);
+- a serving application (``pipeline.events.SERVING``) whose row is only *busier* than its baseline (every driver a
+  load feature above its band: utilization, SM/tensor/DRAM activity, power, temperature, link traffic) serves more
+  requests than the history it learned from: ``unusual`` and says so. A server's load follows its traffic; in the
+  offline fleet evaluation these were most baseline-anomaly findings on healthy GPUs (LLM servers learned at a
+  quiet hour). Less memory, slower clocks, or a busier training job stay anomalous.
 
 Findings ``baseline-anomaly`` (:class:`AnomalyTracker`): active once a GPU has been anomalous for
 ``anomaly_after_s`` (5 minutes), repeated every 60 s, cleared once it has not been anomalous for
@@ -36,7 +41,7 @@ from typing import Final
 import numpy as np
 
 from pipeline.config import BaselineSettings
-from pipeline.events import METRIC_INDEX, PHASES, Driver, Finding, InterpretedBatch, Severity, Verdict
+from pipeline.events import METRIC_INDEX, PHASES, SERVING, Driver, Finding, InterpretedBatch, Severity, Verdict
 from processors.baselines.explain import explain
 from processors.baselines.model import FLEET, Baseline
 from processors.baselines.store import BaselineSet
@@ -112,6 +117,39 @@ class JobConsensus:
             for r in mine:
                 verdict[r] = _UNUSUAL
                 explanation[r] = explanation[r].replace(": anomalous for", ": unusual for", 1) + note
+
+
+#: features that rise with a server's request load (processors.features.FEATURES)
+LOAD_FEATURES: Final = frozenset(
+    {
+        "utilization_gpu_percent",
+        "utilization_memory_percent",
+        "sm_active_percent",
+        "tensor_active_percent",
+        "dram_active_percent",
+        "power_ratio_of_limit",
+        "temperature_ratio_of_slowdown",
+        "pcie_rx_ratio_of_capacity",
+        "pcie_tx_ratio_of_capacity",
+        "nvlink_rx_ratio_of_capacity",
+        "nvlink_tx_ratio_of_capacity",
+    }
+)
+
+
+def serving_demand(batch: InterpretedBatch, verdict: np.ndarray, explanation: list[str]) -> None:
+    """Downgrade (in place) the anomalous rows of serving applications that are only busier than their baseline,
+    and say why (see the module docstring)."""
+    for r in np.flatnonzero(verdict == _ANOMALOUS).tolist():
+        wl, drivers = batch.workload[r], batch.drivers[r]
+        if wl is None or wl.application not in SERVING or not drivers:
+            continue
+        if all(d.feature in LOAD_FEATURES and d.observed > d.high for d in drivers):
+            verdict[r] = _UNUSUAL
+            explanation[r] = (
+                explanation[r].replace(": anomalous for", ": unusual for", 1)
+                + "; only busier than its history: more requests, not a fault"
+            )
 
 
 @dataclass(eq=False)
@@ -296,6 +334,7 @@ class Scorer:
         scored, verdict = score_batch(batch, self._set, self.judgement)
         explanation = list(scored.explanation)
         self.consensus.apply(scored, verdict, explanation)
+        serving_demand(scored, verdict, explanation)
         if explanation != list(scored.explanation):
             scored = dataclasses.replace(
                 scored, verdict=tuple(_VERDICTS[v] for v in verdict.tolist()), explanation=tuple(explanation)

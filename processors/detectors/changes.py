@@ -5,8 +5,9 @@
   warning when the GPU's compute processes changed across it (a restart: look at why the process died), info
   otherwise (the application let its memory go: a model unloaded, a server scaled in).
 - ``utilization-cliff``: a GPU that was busy (utilization averaging over 80 % for 10 minutes) drops under 5 % for
-  2 minutes while the same job and processes still hold it: the job stopped computing without ending (a hang, a
-  deadlock in its input pipeline, a rank waiting for a peer that died). A warning.
+  2 minutes while the same job and compute processes still hold it: the job stopped computing without ending (a
+  hang, a deadlock in its input pipeline, a rank waiting for a peer that died). A warning. Not for serving
+  applications (``pipeline.events.SERVING``): a server idles between requests.
 - ``phase-shift``: the share of a GPU's time in checkpoints over the last 30 minutes is 10 times (and 20 points
   above) what it was over the job's earlier hours: checkpoints now take the job's time (a slower file system, a
   bigger model state). Info.
@@ -105,10 +106,12 @@ class Changes:
         dt_s: np.ndarray,
         allocated: np.ndarray,
         restarted: np.ndarray,
+        serving: np.ndarray,
         out: list[Finding],
     ) -> None:
         """One row per GPU ``g``: ``phase`` its phase index, ``dt_s`` seconds since its previous row, ``allocated``
-        whether a job holds it, ``restarted`` whether its compute processes changed in this row."""
+        whether a job holds it, ``restarted`` whether its compute processes changed in this row, ``serving``
+        whether it serves requests."""
         st = self.state
         used, total = col(m, "memory_used_bytes"), col(m, "memory_total_bytes")
         util = col(m, "utilization_gpu_percent")
@@ -116,9 +119,10 @@ class Changes:
         collapsed = allocated & collapses(before, used, total)
         st.memory[g] = np.where(np.isnan(used), before, used)
         new_job = self.jobs.job_ts[g] > ts - (dt_s * S).astype(np.int64)
-        busy = self._busy(g, util, dt_s, new_job)
-        idle = ~np.isnan(util) & (util < IDLE_UTIL) & allocated
-        since = st.idle_since[g]
+        # a GPU no job holds has no busy history to fall from: the next job starts from nothing
+        busy = self._busy(g, util, dt_s, new_job | ~allocated)
+        idle = ~np.isnan(util) & (util < IDLE_UTIL) & allocated & ~serving
+        since = np.where(new_job, _NONE, st.idle_since[g])
         begins = idle & (since == _NONE)
         st.busy_before_idle[g] = np.where(begins, busy, st.busy_before_idle[g])
         st.idle_since[g] = np.where(idle, np.where(begins, ts, since), _NONE)
@@ -138,17 +142,17 @@ class Changes:
                 }
                 self.report.transition(int(g[i]), name, True, int(ts[i]), out, detail)
 
-    def _busy(self, g: np.ndarray, util: np.ndarray, dt_s: np.ndarray, new_job: np.ndarray) -> np.ndarray:
+    def _busy(self, g: np.ndarray, util: np.ndarray, dt_s: np.ndarray, reset: np.ndarray) -> np.ndarray:
         """Per GPU, its busy share (EWMA over BUSY_S of utilization above BUSY_UTIL) before this row, 0 until the
-        job has been watched that long."""
+        job has been watched that long (and where ``reset`` starts it again: a new job, or none)."""
         st = self.state
         seen = ~np.isnan(util)
         a = 1.0 - np.exp(-dt_s / BUSY_S)
         prior = np.where(st.busy_seen_s[g] >= BUSY_S, st.busy[g], 0.0)
         moved = np.where(seen, st.busy[g] + a * ((util > BUSY_UTIL) - st.busy[g]), st.busy[g])
-        st.busy[g] = np.where(new_job, 0.0, moved)
-        st.busy_seen_s[g] = np.where(new_job, 0.0, st.busy_seen_s[g] + np.where(seen, dt_s, 0.0))
-        return np.asarray(prior)
+        st.busy[g] = np.where(reset, 0.0, moved)
+        st.busy_seen_s[g] = np.where(reset, 0.0, st.busy_seen_s[g] + np.where(seen, dt_s, 0.0))
+        return np.where(reset, 0.0, prior)
 
     def _checkpoint_shares(
         self, g: np.ndarray, ts: np.ndarray, phase: np.ndarray, dt_s: np.ndarray, new_job: np.ndarray
@@ -212,7 +216,7 @@ class Changes:
         if name == CLIFF:
             what = (
                 f"utilization cliff: busy for {BUSY_S / 60:.0f}+ min, now {fmt(util, '%')} for "
-                f"{IDLE_S / 60:.0f}+ min while the same job and processes hold the GPU"
+                f"{IDLE_S / 60:.0f}+ min while the same job and compute processes hold the GPU"
             )
             action = "check the job: it stopped computing without ending (a hang, a stuck input pipeline, a lost peer)"
             return Description(Severity.WARNING, what, action, {"utilization_percent": util})

@@ -29,6 +29,17 @@ def process_signature(processes: tuple[GpuProcess, ...] | None, count: float) ->
     return _NO_PROCS if count != count else int(count)  # noqa: PLR0124 (NaN test)
 
 
+def computing(processes: list[tuple[GpuProcess, ...] | None], counts: np.ndarray) -> np.ndarray:
+    """Per row, whether compute processes run on the GPU: from its process list where reported (graphics processes,
+    such as a display server, are not work), else from its process count."""
+    with np.errstate(invalid="ignore"):
+        by_count = counts >= 1
+    return np.array(
+        [bool(by_count[i]) if p is None else any(x.kind == "compute" for x in p) for i, p in enumerate(processes)],
+        dtype=bool,
+    ).reshape(len(processes))
+
+
 @dataclass(eq=False)
 class Boundaries:
     """Per GPU: the latest job and application boundaries, and what they are judged against."""

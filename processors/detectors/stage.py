@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from pipeline.config import DetectorSettings
-from pipeline.events import METRIC_INDEX, Finding, InterpretedBatch
+from pipeline.events import METRIC_INDEX, SERVING, Finding, InterpretedBatch
 from processors.detectors import idle, links, thermal
 from processors.detectors.changes import Changes
 from processors.detectors.columns import S
@@ -25,7 +25,7 @@ from processors.detectors.findings import Reporter
 from processors.detectors.gpus import Latest, NodeClock
 from processors.detectors.hard_errors import HardErrors
 from processors.detectors.idle import Idle
-from processors.detectors.jobs import Jobs
+from processors.detectors.jobs import Jobs, computing
 from processors.detectors.links import Links, TopologyOf
 from processors.detectors.memory import Memory
 from processors.detectors.names import PCIE_NARROW
@@ -156,8 +156,10 @@ class Detectors:
         prev_ts = np.where(first, self.latest.ts[s], np.r_[0, ts[:-1]])
         dt_s = np.where(prev_ts < 0, 1.0, np.clip((ts - prev_ts) / S, 0.0, 60.0))
         allocated = idle.allocated(b.workload[i] for i in order.tolist())
-        # a job holds the GPU: a context source says so, or compute processes run on it
-        held = allocated | (m[:, METRIC_INDEX["process_count"]] >= 1)
+        # a job holds the GPU: a context source says so, or compute processes run on it (a display server's graphics
+        # process is not a job)
+        held = allocated | computing([b.processes[i] for i in order.tolist()], m[:, METRIC_INDEX["process_count"]])
+        serving = np.array([(w := b.workload[i]) is not None and w.application in SERVING for i in order.tolist()])
         phase = np.array([PHASE_INDEX.get(b.phase[i] or "", -1) for i in order.tolist()], dtype=np.int64)
         full_width, narrow_opens, narrow_closes = self.links.widths(s, m)
         cond, seen = level_conditions(m, rel, allocated, self.links.expected.links[s], full_width)
@@ -176,7 +178,7 @@ class Detectors:
             self.power.step(g, t, m[rows], out)
             self.memory.step(g, t, m[rows], rel[rows], out)
             self.stragglers.step(g, t, m[rows], rel[rows])
-            self.changes.step(g, t, m[rows], phase[rows], dt_s[rows], held[rows], started, out)
+            self.changes.step(g, t, m[rows], phase[rows], dt_s[rows], held[rows], started, serving[rows], out)
             self.hard_errors.returns(g, t)
             self.latest.ts[g] = t
             self.hard_errors.counters(g, t, m[rows], deltas[rows], out)

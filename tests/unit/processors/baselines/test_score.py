@@ -7,8 +7,8 @@ import dataclasses
 
 import numpy as np
 
-from pipeline.events import InterpretedBatch, Verdict, Workload
-from processors.baselines.score import AnomalyTracker, score_batch
+from pipeline.events import Driver, InterpretedBatch, Verdict, Workload
+from processors.baselines.score import AnomalyTracker, score_batch, serving_demand
 from processors.features import FEATURE_INDEX, features, infer_phase
 from tests.unit.processors.baselines.helpers import H100, concat, first_row, fit_on, set_of, with_app
 from tests.unit.processors.history import Labelled
@@ -123,3 +123,29 @@ def test_scoring_reads_the_features_the_enrichment_computed(history: Labelled) -
     carried, codes = score_batch(dataclasses.replace(batch, features=f), baselines)
     assert plain.verdict[i] != Verdict.ANOMALOUS and codes[i] == 3 and carried.features is f
     assert np.array_equal(carried.relative, batch.relative, equal_nan=True)  # only the carried matrix said so
+
+
+def test_a_server_only_busier_than_its_history_is_unusual_and_anything_else_stays_anomalous() -> None:
+    busier = (Driver("dram_active_percent", 72.0, 20.0, 5.0, 30.0), Driver("power_ratio_of_limit", 0.8, 0.4, 0.2, 0.6))
+    less_memory = (
+        Driver("sm_active_percent", 53.0, 15.0, 5.0, 20.0),
+        Driver("memory_used_ratio", 0.6, 0.9, 0.87, 0.93),
+    )
+    slower = (Driver("sm_clock_ratio_of_max", 0.5, 0.95, 0.9, 1.0),)
+    cases = [
+        ("llm-serving", busier),
+        ("llm-serving", less_memory),
+        ("llm-serving", slower),
+        ("resnet-training", busier),
+    ]
+    n = len(cases)
+    batch, _ = _verdict_batch([0.0] * n, [3] * n)
+    batch = dataclasses.replace(
+        batch, workload=tuple(Workload(app) for app, _ in cases), drivers=tuple(d for _, d in cases)
+    )
+    verdict = np.full(n, 3)
+    explanation = ["DRAM active 72%: anomalous for LLM serving on H100 80GB HBM3 in compute (p95 30%)"] * n
+    serving_demand(batch, verdict, explanation)
+    assert verdict.tolist() == [2, 3, 3, 3]
+    assert explanation[0].startswith("DRAM active 72%: unusual for LLM serving")
+    assert explanation[0].endswith("more requests, not a fault") and explanation[1] == explanation[3]

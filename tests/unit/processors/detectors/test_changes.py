@@ -86,6 +86,30 @@ def test_an_idle_gpu_that_never_worked_and_a_job_that_ended_are_no_cliff() -> No
     assert not [f for f in found if f.detector == "utilization-cliff"]
 
 
+def test_a_server_between_requests_and_a_job_that_left_only_the_display_server_are_no_cliff() -> None:
+    """No job id from a scheduler here: GPU 3 serves requests and has a quiet spell; on GPU 4 the compute process
+    ends and its memory goes with it, only the display server's graphics process stays (as on a workstation)."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu in (3, 4) and t >= 1200:
+            return m | {"utilization_gpu_percent": 0.0, "power_watts": 80.0, "memory_used_bytes": 0.01 * GIB}
+        return m | {"memory_used_bytes": 40.0 * GIB}
+
+    def job(_t: int, gpu: int) -> Workload | None:
+        return Workload("stable-diffusion-inference" if gpu == 3 else "llm-finetuning", source="inferred")
+
+    def processes(t: int, gpu: int) -> tuple[GpuProcess, ...]:
+        display = (GpuProcess(1200, "Xorg", 22 * 2**20, "graphics"),)
+        if gpu == 4 and t >= 1200:
+            return display
+        return (*display, GpuProcess(9100 if gpu == 3 else 7000 + gpu, "python", None))  # the server: its own
+
+    _det, found, _ = run(1800, shape, job, processes=processes)
+    assert not [f for f in found if f.detector == "utilization-cliff"]
+    # the server let its model go while it still runs: that is an event; the ended job's memory is not
+    assert kinds(starts(found)) == {("memory-collapse", "GPU-3")}
+
+
 def test_checkpoints_taking_the_jobs_time_are_a_phase_shift() -> None:
     """A job checkpoints 1 minute of every 40 for two hours, then one minute of every two: each GPU says so once."""
 

@@ -3,6 +3,8 @@ peers whose traffic now crosses PCIe, and a PCIe link trained narrow while busy.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -12,10 +14,14 @@ from pipeline.events import (
     InterpretedEvent,
     NodeTopology,
     NvLinkSample,
+    Severity,
     TopologyGpu,
     TopologyLink,
 )
 from processors.detectors.stage import Detectors
+from producers.nvml.collector import NvmlCollector
+from producers.nvml.replay import ReplayNvml
+from tests.fakes.nvml import load_capture
 from tests.fakes.readings import busy_h100
 from tests.unit.processors.detectors.driver import (
     MODEL,
@@ -92,3 +98,26 @@ def test_pcie_link_trained_narrow_while_busy() -> None:
     first = starts(found)[0]
     assert first.evidence["pcie_width"] == 8 and first.evidence["bandwidth_share"] == pytest.approx(0.25)
     assert "Gen4 x8 of Gen5 x16" in first.summary
+
+
+def test_a_real_a10g_narrow_from_its_first_sample_replayed_idle_for_15_minutes_is_one_info_episode() -> None:
+    """tests/testdata/nvidia-smi-xml/a10g.xml: a cloud A10G whose link is x8 of x16 in the capture, at 0% utilization
+    with no job (how its VM is built). Replayed once a second for 15 minutes: one info episode (re-sent while open)
+    with the lanes it has; no warning, nothing about "while busy" or reseating."""
+    (captured,) = load_capture("a10g.xml")
+    collector = NvmlCollector(ReplayNvml([captured]), "c1", "node-1")
+    collector.open()
+    (sample,), _ = collector.collect(T0)
+    collector.close()
+    assert (sample.metrics["pcie_link_width"], sample.metrics["pcie_link_width_max"]) == (8.0, 16.0)
+    assert sample.metrics["utilization_gpu_percent"] == 0.0
+    det, found = Detectors(DetectorSettings()), []
+    for t in range(900):
+        rows = [InterpretedEvent(replace(sample, ts_ns=T0 + t * S))]
+        _batch, findings = det.apply(batch_of(rows, ()), T0 + t * S)
+        found += findings + det.tick(T0 + t * S)
+    assert {(f.detector, f.severity, f.active, f.since_ns) for f in found} == {
+        ("pcie-link-narrow", Severity.INFO, True, T0)
+    }
+    assert "x8 of" in found[0].summary and "x16" in found[0].summary
+    assert "while busy" not in found[0].summary and "reseat" not in found[0].action.lower()
