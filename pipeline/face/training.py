@@ -7,7 +7,8 @@ everywhere in ``pipeline/``. Steps:
 1. read every stored sample with a known application in the range (not one the classifier inferred: the
    baselines must not learn from their own guesses), per (application, GPU model), with a progress bar;
 2. leave out what must not count as normal: samples of a GPU within 60 s of an event an operator marked
-   anomalous, and samples inside the windows of active findings;
+   anomalous, and samples inside the windows of faults (warning and critical findings; info findings such as idle
+   capacity are how the fleet runs, and are learned), counted per reason and logged;
 3. per (application, GPU model, phase) with at least ``min_samples`` rows fit a baseline, per (application,
    phase) a prior pooled over models, per phase a fleet-wide prior; events marked not anomalous join the
    baseline that judged them and widen its thresholds;
@@ -20,9 +21,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
@@ -46,6 +48,8 @@ log = logging.getLogger(__name__)
 
 #: samples of a GPU this close to an event marked anomalous are left out of training
 FEEDBACK_EXCLUDE_NS = 60 * 10**9
+#: the severities of findings whose windows are left out of training: faults, not information
+FAULT_SEVERITIES: Final = frozenset({"warning", "critical"})
 
 
 @dataclass
@@ -55,6 +59,8 @@ class TrainingReport:
     version: int = 0
     rows: int = 0
     rows_excluded: int = 0
+    #: rows left out of training by reason (fault findings, events marked anomalous)
+    excluded_by: Counter[str] = field(default_factory=Counter)
     rows_inferred: int = 0
     baselines: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
@@ -91,6 +97,17 @@ def _excluded(h: History, windows: list[tuple[str, int, int]]) -> np.ndarray:
     return out
 
 
+def left_out(
+    h: History, known: np.ndarray, faults: list[tuple[str, int, int]], marked: list[tuple[str, int, int]]
+) -> tuple[np.ndarray, Counter[str]]:
+    """Which rows of ``h`` training uses (known applications outside fault windows and marked events), and how
+    many of the known rows were left out for each reason (pure)."""
+    in_fault, in_marked = _excluded(h, faults), _excluded(h, marked)
+    why = Counter({"fault findings": int((known & in_fault).sum()),
+                   "marked anomalous": int((known & in_marked & ~in_fault).sum())})  # fmt: skip
+    return known & ~in_fault & ~in_marked, why
+
+
 def train(
     settings: Settings,
     range_s: float,
@@ -118,8 +135,11 @@ def train(
 
     history = training_history(settings, start_ns, stop_ns, stride, cluster=cluster, progress=progress)
     feedback = feedback_rows(settings)
-    windows = [(w.gpu, w.start_ns, w.end_ns) for w in finding_windows(settings, start_ns, stop_ns)]
-    windows += [
+    # faults (warning and critical findings) and what operators marked anomalous are left out; information
+    # (idle capacity, a narrow link from the first sample, a young baseline anomaly) is how the fleet runs
+    found = finding_windows(settings, start_ns, stop_ns)
+    faults = [(w.gpu, w.start_ns, w.end_ns) for w in found if w.severity in FAULT_SEVERITIES]
+    marked = [
         (fb.gpu, fb.event_ts_ms * 10**6 - FEEDBACK_EXCLUDE_NS, fb.event_ts_ms * 10**6 + FEEDBACK_EXCLUDE_NS)
         for fb in feedback
         if fb.verdict == "anomalous"
@@ -130,8 +150,9 @@ def train(
         report.rows += len(h)
         known = np.array([s != "inferred" for s in h.source], dtype=bool)
         report.rows_inferred += int((~known).sum())
-        use = known & ~_excluded(h, windows)
+        use, why = left_out(h, known, faults, marked)
         report.rows_excluded += int((known & ~use).sum())
+        report.excluded_by.update(why)
         if not use.any():
             continue
         models = (model,) * len(h)
@@ -156,6 +177,8 @@ def train(
         keep.setdefault(event.baseline or baseline_id(event.application, event.gpu_model, phase_name), []).append(f)
         report.feedback_used += 1
 
+    log.info("training: %d of %d known rows left out: %s", report.rows_excluded, report.rows,
+             dict(report.excluded_by) or "none")  # fmt: skip
     trained_ns = time.time_ns()
     fitted = fit_version(
         parts, version, trained_ns, min_samples, cfg.classifier_window, cfg.classifier_min_confidence, keep

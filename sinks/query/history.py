@@ -483,14 +483,19 @@ def feedback_rows(settings: Settings, range_: str = "30d") -> list[FeedbackRow]:
     return list(latest.values())
 
 
+_SEVERITIES: Final = ("info", "warning", "critical")
+_SEVERITY_RANK: Final = {name: i for i, name in enumerate(_SEVERITIES)}
+
+
 @dataclass(frozen=True, slots=True)
 class FindingWindow:
-    """When a detector's finding was active on a GPU: [start_ns, end_ns]."""
+    """When a detector's finding was active on a GPU: [start_ns, end_ns], and its highest severity."""
 
     gpu: str
     detector: str
     start_ns: int
     end_ns: int
+    severity: str = "info"
 
 
 def finding_windows(settings: Settings, start_ns: int, stop_ns: int, repeat_s: float = 60.0) -> list[FindingWindow]:
@@ -507,14 +512,17 @@ def finding_windows(settings: Settings, start_ns: int, stop_ns: int, repeat_s: f
     )
     [rows] = flux_rows(settings, flux)
     spans: dict[tuple[str, str, int], tuple[int, bool]] = {}
+    worst: dict[tuple[str, str, int], int] = {}
     for r in sorted(rows, key=lambda r: r["_time"]):
         # since_ns is stored as a float (ns lose their last bits): floor it to the ms the samples are stored at
         since_ms = int(r.get("since_ns") or 0) // 1_000_000
         key = (str(r["gpu"]), str(r["detector"]), since_ms * 1_000_000)
         spans[key] = (int(r["_time"].timestamp() * 1e9), bool(r.get("active")))
+        worst[key] = max(worst.get(key, 0), _SEVERITY_RANK.get(str(r.get("severity")), 0))
     repeat_ns = int(repeat_s * 1e9)
     return [
-        FindingWindow(gpu, detector, since, last + (repeat_ns if still_active else 0))
-        for (gpu, detector, since), (last, still_active) in spans.items()
+        FindingWindow(gpu, detector, since, last + (repeat_ns if still_active else 0), _SEVERITIES[worst[key]])
+        for key, (last, still_active) in spans.items()
+        for gpu, detector, since in (key,)
         if gpu != "-"
     ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import getpass
 import time
+from collections import Counter
 
 import click
 
@@ -44,7 +45,7 @@ def train_cmd(
         report = train(settings, seconds, min_samples, stride, stop_ns, echo=click.echo, cluster=cluster)
     click.echo(
         f"read {report.rows} samples ({report.rows_inferred} with an inferred application, not used; "
-        f"{report.rows_excluded} excluded by feedback and findings; {report.feedback_used} feedback events used)"
+        f"{report.rows_excluded} excluded{_reasons(report.excluded_by)}; {report.feedback_used} feedback events used)"
     )
     for bid, n in sorted(report.baselines.items()):
         click.echo(f"  {bid:70} {n:>9} samples")
@@ -148,3 +149,12 @@ def feedback_cmd(ctx: click.Context, event_id: str, anomalous: bool, note: str, 
         writer.close()
     was = f"{event.verdict}" + (f": {event.explanation}" if event.explanation else "")
     click.echo(f"recorded {event_id} as {fb.verdict} (the pipeline said {was}); the next training uses it")
+
+
+_REASON = {"fault findings": "in fault findings", "marked anomalous": "near events marked anomalous"}
+
+
+def _reasons(counts: Counter[str]) -> str:
+    """Why rows were left out of training, e.g. `` (40 in fault findings)``; empty when none were."""
+    said = ", ".join(f"{n} {_REASON[why]}" for why, n in sorted(counts.items()) if n)
+    return f" ({said})" if said else ""
