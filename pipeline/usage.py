@@ -25,7 +25,8 @@ class UsageSample:
     application: str | None
     memory_used_bytes: float
     utilization_percent: float
-    power_watts: float
+    #: None: the source reports no power (absent stays absent, never zero)
+    power_watts: float | None
     sm_active_percent: float | None = None
     nvlink_bytes_per_second: float | None = None
     pcie_bytes_per_second: float | None = None
@@ -56,7 +57,8 @@ class UsageStats:
     memory_p95_bytes: float
     memory_p99_bytes: float
     utilization_p95_percent: float
-    power_p95_watts: float
+    #: None: no power reading in the rows
+    power_p95_watts: float | None
     power_limit_watts: float | None = None
     sm_active_p95_percent: float | None = None
     #: the most the job pushed over NVLink / PCIe per GPU (p99 of its minutes): what it needs from a link
@@ -111,7 +113,7 @@ def usage_stats(samples: Sequence[UsageSample], limits: dict[str, GpuLimits], sc
                 memory_p95_bytes=_p(memory, 95) or 0.0,
                 memory_p99_bytes=_p(memory, 99) or 0.0,
                 utilization_p95_percent=_p([r.utilization_percent for r in same_model], 95) or 0.0,
-                power_p95_watts=_p([r.power_watts for r in same_model], 95) or 0.0,
+                power_p95_watts=_p([r.power_watts for r in same_model if r.power_watts is not None], 95),
                 power_limit_watts=float(np.median(power_limits)) if power_limits else None,
                 sm_active_p95_percent=_p(sm, 95),
                 nvlink_p99_bytes_per_second=_p(nvl, 99),

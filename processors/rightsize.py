@@ -22,7 +22,8 @@ Pure: :class:`pipeline.usage.UsageStats` in, :class:`Recommendation` out. What a
 - ``keep`` when the job uses at least ``keep_share`` (60%) of its GPU.
 
 Options are ranked by GPU-hours saved; MIG is preferred when it saves within one slice (1/7) of packing, for its
-isolation. A split is listed after the others (it trades step time for smaller GPUs, and may draw more power).
+isolation. A split is listed after the others (it trades step time for smaller GPUs); one drawing more board
+power than the big GPU is not offered.
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ def recommend(
         f"{what} on {stats.gpus} x {stats.gpu_model}: uses {used:.0%} of its GPU(s) (memory p99 "
         f"{stats.memory_p99_bytes / 2**30:.1f} GiB, peak {stats.memory_peak_bytes / 2**30:.1f} GiB, "
         f"{'SM active' if stats.sm_active_p95_percent is not None else 'util'} p95 {activity:.0f}%, power p95 "
-        f"{stats.power_p95_watts:.0f} W); {wasted:.1f} of {stats.gpu_hours:.1f} GPU-hours wasted -> "
+        f"{'not reported' if stats.power_p95_watts is None else f'{stats.power_p95_watts:.0f} W'}); {wasted:.1f} of "
+        f"{stats.gpu_hours:.1f} GPU-hours wasted -> "
         f"{best.kind}: {best.target} ({best.detail})"
     )
     evidence = {
@@ -140,8 +142,9 @@ def recommend(
         "compute_need": compute_need,
         "memory_p99_bytes": stats.memory_p99_bytes,
         "memory_peak_bytes": stats.memory_peak_bytes,
-        "power_p95_watts": stats.power_p95_watts,
     }
+    if stats.power_p95_watts is not None:
+        evidence["power_p95_watts"] = stats.power_p95_watts
     return Recommendation(stats, used, wasted, tuple(options), summary, evidence)
 
 
@@ -184,8 +187,9 @@ def _pack(stats: UsageStats, mem_share: float, compute_need: float) -> list[Opti
 
 
 def _candidates(stats: UsageStats, spec: GpuSpec) -> list[GpuSpec]:
-    """Smaller GPUs of the same class with enough board power for the job's p95 draw plus headroom."""
-    power_need = stats.power_p95_watts * 1.2
+    """Smaller GPUs of the same class with enough board power for the job's p95 draw plus headroom (any board
+    power, when the source reports no power)."""
+    power_need = 0.0 if stats.power_p95_watts is None else stats.power_p95_watts * 1.2
     return [
         s
         for s in SPECS
@@ -220,8 +224,8 @@ def _smaller(stats: UsageStats, spec: GpuSpec | None, mem_need: float) -> list[O
 def _split(
     stats: UsageStats, spec: GpuSpec | None, mem_need: float, exchange_bytes: float | None, measured: dict[str, Link]
 ) -> list[Option]:
-    """The model over k smaller GPUs: the fewest GPUs, then the least board power; its share may exceed 1 (it
-    frees the big GPU but draws more in total), which the detail says."""
+    """The model over k smaller GPUs: the fewest GPUs, then the least board power; never one whose board power
+    exceeds the big GPU's (a negative saving is no alternative)."""
     if spec is None or not spec.power_default_watts:
         return []
     out = []
@@ -230,6 +234,8 @@ def _split(
         if not 2 <= k <= 8:
             continue
         share = k * (s.power_default_watts or 0) / spec.power_default_watts
+        if share > 1.0:
+            continue
         link = measured.get(s.name) or catalogue_link(s)
         extra = None if exchange_bytes is None else split_extra_s(exchange_bytes, k, link)
         cost = (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pipeline.catalogue import lookup
@@ -71,3 +73,13 @@ def test_split_cost_formula_and_catalogue_links() -> None:
     assert h100 is not None and a10g is not None
     assert catalogue_link(h100).bytes_per_second == 18 * 25e9
     assert catalogue_link(a10g).kind == "pcie" and catalogue_link(a10g).bytes_per_second == pytest.approx(1.969 * 16e9)
+
+
+def test_no_split_that_costs_more_and_no_power_printed_as_zero() -> None:
+    """70 GiB on an A100 80 GB (400 W) at 20% compute: 2 x L40S (700 W) would draw more than it saves, so it is no
+    alternative; a source without power readings says so instead of "0 W"."""
+    a100 = "NVIDIA A100-SXM4-80GB"
+    rec = recommend(dataclasses.replace(stats(mem_gib=70.0, util=20.0, power=250.0, model=a100), power_p95_watts=None))
+    assert all(o.saved_gpu_hours >= 0 for o in rec.options)
+    assert "split" not in {o.kind for o in rec.options}
+    assert "power p95 not reported" in rec.summary and " 0 W" not in rec.summary
