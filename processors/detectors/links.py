@@ -7,7 +7,9 @@ NVLink turns the rule off for it), else from the link count the GPU reports. An 
 its PCIe link at a lower generation to save power (gen 1 at idle is normal): generation is judged only above 40%
 utilization. A narrower width is a fault once the link has been seen at its full width: a link narrow from the
 GPU's first sample on is how its slot, riser or VM is built (a T4 in a cloud VM at x8 of x16), a property, reported
-once as ``pcie-link-narrow`` (info) with the bandwidth it leaves, never as a fault. The NVLink finding names the
+once as ``pcie-link-narrow`` (info) with the bandwidth it leaves, never as a fault. NVLinks not all up in the
+first two minutes after a GPU's first sample are still training after a boot, not down (judged once they were all
+seen up, or after those two minutes). The NVLink finding names the
 peers whose traffic now crosses PCIe, and over which path. Every claim a wording makes is one the row shows ("while
 busy" only above 40% utilization).
 """
@@ -36,6 +38,8 @@ PCIE_LEVEL = Level(PCIE, tau_s=15.0, on=0.6, off=0.15, clear_tau_s=120.0)
 #: an idle or lightly loaded GPU may train its link at a lower generation: only judged above this
 _PCIE_BUSY_UTIL: Final = 40.0
 _ASK_AGAIN_NS: Final = 60 * S
+#: seconds after a GPU's first sample during which NVLinks not yet all up are still training, not down
+TRAINING_S: Final = 120.0
 
 
 def links_from_samples(m: np.ndarray, links: list[tuple[NvLinkSample, ...] | None]) -> None:
@@ -49,30 +53,42 @@ def links_from_samples(m: np.ndarray, links: list[tuple[NvLinkSample, ...] | Non
                 m[i, most] = len(per_link)
 
 
-def full_width_seen(s: np.ndarray, m: np.ndarray, before: np.ndarray) -> np.ndarray:
-    """Per row (sorted by slot, then time; ``before``: per row, whether its GPU was seen at full width before the
-    batch), whether its GPU's PCIe link has been seen at its full width up to and including this row."""
+def seen_so_far(s: np.ndarray, flags: np.ndarray, before: np.ndarray) -> np.ndarray:
+    """Per row (sorted by slot, then time; ``before``: per row, whether its GPU had shown the flag before the
+    batch), whether its GPU has shown the flag up to and including this row."""
     n = len(s)
     if not n:
         return np.zeros(0, dtype=bool)
-    width = col(m, "pcie_link_width")
-    full = ~lt(width, col(m, "pcie_link_width_max")) & ~np.isnan(width)
     first = np.r_[True, s[1:] != s[:-1]]
     start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
-    counts = np.cumsum(full)
-    within = counts - counts[start] + full[start]
+    counts = np.cumsum(flags)
+    within = counts - counts[start] + flags[start]
     return np.asarray(before | (within > 0))
 
 
+def full_width_seen(s: np.ndarray, m: np.ndarray, before: np.ndarray) -> np.ndarray:
+    """Per row, whether its GPU's PCIe link has been seen at its full width up to and including this row."""
+    width = col(m, "pcie_link_width")
+    return seen_so_far(s, ~lt(width, col(m, "pcie_link_width_max")) & ~np.isnan(width), before)
+
+
+def expected_nvlinks(m: np.ndarray, expected_links: np.ndarray) -> np.ndarray:
+    """Per row, the NVLinks its GPU should have: the topology's count, else the one the GPU reports."""
+    return np.where(expected_links > 0, expected_links, col(m, "nvlink_links_max"))
+
+
 def conditions(
-    m: np.ndarray, expected_links: np.ndarray, full_seen: np.ndarray | None = None
+    m: np.ndarray, expected_links: np.ndarray, full_seen: np.ndarray | None = None, trained: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per row: NVLink down and whether that can be told; PCIe degraded and whether that can be told. A narrow link
-    counts only on a GPU whose link was seen at full width (``full_seen``; every GPU when not given)."""
-    active, links_max = col(m, "nvlink_links_active"), col(m, "nvlink_links_max")
-    expected = np.where(expected_links > 0, expected_links, links_max)
+    counts only on a GPU whose link was seen at full width (``full_seen``; every GPU when not given); NVLinks only
+    once they have trained (``trained``; every GPU when not given)."""
+    active = col(m, "nvlink_links_active")
+    expected = expected_nvlinks(m, expected_links)
     nvlink = lt(active, expected)
     nvlink_seen = ~np.isnan(active) & gt(expected, 0)
+    if trained is not None:
+        nvlink_seen &= trained
     gen, gen_max = col(m, "pcie_link_gen"), col(m, "pcie_link_gen_max")
     width, width_max = col(m, "pcie_link_width"), col(m, "pcie_link_width_max")
     narrow = lt(width, width_max)
@@ -91,6 +107,9 @@ class _Expected:
     #: whether the GPU's PCIe link was ever seen at its full width, and whether the GPU was seen at all
     full_width: np.ndarray = column(False)
     seen: np.ndarray = column(False)
+    #: when the GPU was first seen, and whether all its NVLinks were ever seen up (links train after a boot)
+    first_ts: np.ndarray = column(-1, dtype=np.int64)
+    links_up: np.ndarray = column(False)
 
 
 class Links:
@@ -133,6 +152,24 @@ class Links:
         self.expected.full_width[s[last]] = seen[last]
         self.expected.seen[s] = True
         return seen, opens, closes
+
+    def trained(self, s: np.ndarray, ts: np.ndarray, m: np.ndarray) -> np.ndarray:
+        """Per row (sorted by slot, then time): whether its GPU's NVLinks may be judged: all of them were seen up
+        once, or ``TRAINING_S`` have passed since the GPU's first sample. After a boot the links train for a while
+        (NVSentinel #1701: every maintenance reboot of a GB200 NVL72 fleet read as NVLink down)."""
+        if not len(s):
+            return np.zeros(0, dtype=bool)
+        first = np.r_[True, s[1:] != s[:-1]]
+        start = np.maximum.accumulate(np.where(first, np.arange(len(s)), 0))
+        known = self.expected.first_ts[s]
+        since = np.where(known >= 0, known, ts[start])
+        up = ~lt(col(m, "nvlink_links_active"), expected_nvlinks(m, self.expected.links[s]))
+        up &= ~np.isnan(col(m, "nvlink_links_active"))
+        ever = seen_so_far(s, up, self.expected.links_up[s])
+        last = np.r_[s[1:] != s[:-1], True]
+        self.expected.first_ts[s[last]] = since[last]
+        self.expected.links_up[s[last]] = ever[last]
+        return np.asarray(ever | (ts - since >= TRAINING_S * S))
 
     def describe(self, name: str, gpu: GpuView, episode: Episode, ts_ns: int) -> Description:
         if name == NVLINK:

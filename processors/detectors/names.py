@@ -13,10 +13,12 @@ REMAP: Final = "row-remap"
 IDLE: Final = "idle-capacity"
 #: a PCIe link narrow from the GPU's first sample: a property of its slot or VM (processors.detectors.links)
 PCIE_NARROW: Final = "pcie-link-narrow"
+#: clocks held by the board's external power-brake signal (processors.detectors.brake)
+BRAKE: Final = "power-brake"
 #: abrupt changes of state (events): processors.detectors.changes
 COLLAPSE: Final = "memory-collapse"
 CLIFF: Final = "utilization-cliff"
 PHASE_SHIFT: Final = "phase-shift"
-DETECTORS: Final = (*FAULTS, XID, REMAP, IDLE, PCIE_NARROW, COLLAPSE, CLIFF, PHASE_SHIFT)
+DETECTORS: Final = (*FAULTS, XID, REMAP, IDLE, PCIE_NARROW, BRAKE, COLLAPSE, CLIFF, PHASE_SHIFT)
 #: a straggler whose GPU already has one of these findings is explained by it and not reported twice
-EXPLAINS_SLOWNESS: Final = (THERMAL, POWER, NVLINK, PCIE, LEAK, STORM, XID, ECC, LOST_BUS)
+EXPLAINS_SLOWNESS: Final = (THERMAL, POWER, BRAKE, NVLINK, PCIE, LEAK, STORM, XID, ECC, LOST_BUS)

@@ -3,8 +3,8 @@
 A batch is sorted by (GPU slot, time) and walked in *levels*: level k holds the k-th row of every GPU in the batch, so
 each level is one vectorized update of all its GPUs (one level per sampling round; a live batch has one, a
 fast-forward batch a few dozen). Per level: job starts the telemetry shows, the row becomes the GPU's latest (a
-finding started on a row describes that row), then the debounced levels (thermal, links, idle), power, memory,
-straggler windows, the GPU's return after a silence, and its error counters. After the levels: the stragglers of
+finding started on a row describes that row), then the debounced levels (thermal, power brake, links, idle), power,
+memory, straggler windows, the GPU's return after a silence, and its error counters. After the levels: the stragglers of
 the jobs seen, the batch's GPU events, and the time-based conclusions (silent GPUs, quiet errors, repeats). Last,
 the summary of every active finding is appended to the ``explanation`` of the GPU's rows.
 """
@@ -17,7 +17,8 @@ import numpy as np
 
 from pipeline.config import DetectorSettings
 from pipeline.events import METRIC_INDEX, SERVING, Finding, InterpretedBatch
-from processors.detectors import idle, links, thermal
+from processors.detectors import brake, idle, links, thermal
+from processors.detectors.brake import Brake
 from processors.detectors.changes import Changes
 from processors.detectors.columns import S
 from processors.detectors.debounce import Debounce
@@ -36,7 +37,7 @@ from processors.features import PHASE_INDEX
 from processors.state import GpuSlots
 
 #: the level conditions, debounced together (one score column each, in this order)
-LEVELS = (thermal.LEVEL, links.NVLINK_LEVEL, links.PCIE_LEVEL, idle.LEVEL)
+LEVELS = (thermal.LEVEL, brake.LEVEL, links.NVLINK_LEVEL, links.PCIE_LEVEL, idle.LEVEL)
 
 
 def level_conditions(
@@ -45,17 +46,19 @@ def level_conditions(
     allocated: np.ndarray,
     expected_links: np.ndarray,
     full_width_seen: np.ndarray | None = None,
+    nvlinks_trained: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per row, each level's condition and whether it can be judged from this row (columns: LEVELS).
 
     Pure: a table of rows in, two bool matrices out.
     """
     hot, hot_seen = thermal.condition(m, rel)
-    nvlink, nvlink_seen, pcie, pcie_seen = links.conditions(m, expected_links, full_width_seen)
+    braked, braked_seen = brake.condition(m, rel)
+    nvlink, nvlink_seen, pcie, pcie_seen = links.conditions(m, expected_links, full_width_seen, nvlinks_trained)
     unused, unused_seen = idle.condition(m, allocated)
     n = m.shape[0]
-    cond = np.column_stack([hot, nvlink, pcie, unused]).reshape(n, len(LEVELS))
-    seen = np.column_stack([hot_seen, nvlink_seen, pcie_seen, unused_seen]).reshape(n, len(LEVELS))
+    cond = np.column_stack([hot, braked, nvlink, pcie, unused]).reshape(n, len(LEVELS))
+    seen = np.column_stack([hot_seen, braked_seen, nvlink_seen, pcie_seen, unused_seen]).reshape(n, len(LEVELS))
     return cond, seen
 
 
@@ -87,6 +90,7 @@ class Detectors:
         self.changes = Changes(slots, self.jobs.at, report)
         families = (
             Thermal(),
+            Brake(),
             self.links,
             self.power,
             self.memory,
@@ -162,7 +166,8 @@ class Detectors:
         serving = np.array([(w := b.workload[i]) is not None and w.application in SERVING for i in order.tolist()])
         phase = np.array([PHASE_INDEX.get(b.phase[i] or "", -1) for i in order.tolist()], dtype=np.int64)
         full_width, narrow_opens, narrow_closes = self.links.widths(s, m)
-        cond, seen = level_conditions(m, rel, allocated, self.links.expected.links[s], full_width)
+        trained = self.links.trained(s, ts, m)
+        cond, seen = level_conditions(m, rel, allocated, self.links.expected.links[s], full_width, trained)
         deltas = self.latest.counter_deltas(s, first, m)
         job_start = self.jobs.process_starts(b, order, s)
         for k in range(int(rank.max()) + 1):

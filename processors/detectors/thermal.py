@@ -21,6 +21,8 @@ from processors.detectors.names import THERMAL
 from processors.episodes import Description, Episode
 
 LEVEL = Level(THERMAL, tau_s=10.0, on=0.6, off=0.15, clear_tau_s=90.0)
+#: HW slowdown this close to the slowdown temperature is heat (farther away it is a power brake)
+HOT_WITHIN_C = 3.0
 
 
 def condition(m: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -28,7 +30,7 @@ def condition(m: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     mask = col(m, "throttle_reasons_mask")
     temp, slowdown = col(m, "temperature_gpu_celsius"), col(m, "temperature_slowdown_celsius")
     clock = rel[:, REL["sm_clock_ratio_of_max"]]
-    hot = ~lt(temp, slowdown - 3.0)
+    hot = ~lt(temp, slowdown - HOT_WITHIN_C)
     thermal = bits(mask, HW_THERMAL | SW_THERMAL) | (bits(mask, HW_SLOWDOWN) & hot)
     thermal |= np.isnan(mask) & ~lt(temp, slowdown) & lt(clock, 0.9)
     return thermal, ~np.isnan(mask) | ~np.isnan(temp)
