@@ -46,8 +46,9 @@ class Thermal:
         temp, slowdown = row.get("temperature_gpu_celsius", nan), row.get("temperature_slowdown_celsius", nan)
         shutdown = row.get("temperature_shutdown_celsius", nan)
         clock = rel.get("sm_clock_ratio_of_max", nan)
-        mask = int(row.get("throttle_reasons_mask", 0))
-        why = "HW thermal slowdown" if mask & (HW_THERMAL | HW_SLOWDOWN) else "SW thermal slowdown" if mask else "heat"
+        reported = row.get("throttle_reasons_mask", nan)
+        mask = 0 if reported != reported else int(reported)  # noqa: PLR0124
+        why = _why(mask, reported == reported)  # noqa: PLR0124
         severity = Severity.CRITICAL if temp >= shutdown - 3 else Severity.WARNING
         what = (
             f"thermal throttling: SM clock at {fmt(clock * 100, '%')} of max by {why} at {fmt(temp, ' C')} "
@@ -65,6 +66,18 @@ class Thermal:
             "sm_clock_ratio": clock,
             "power_ratio": rel.get("power_ratio_of_limit", nan),
             "utilization_percent": row.get("utilization_gpu_percent", nan),
-            "throttle_reasons_mask": float(mask),
+            "throttle_reasons_mask": reported,
         }
         return Description(severity, what, action, evidence)
+
+
+def _why(mask: int, reported: bool) -> str:
+    """What holds the clocks, as the latest row says: a debounced episode goes on through samples without the
+    reason (a controller holding the GPU at its threshold), and the wording must not name one it does not show."""
+    if not reported:
+        return "heat"  # no reasons mask: at the slowdown temperature with low clocks
+    if mask & (HW_THERMAL | HW_SLOWDOWN):
+        return "HW thermal slowdown"
+    if mask & SW_THERMAL:
+        return "SW thermal slowdown"
+    return "thermal slowdown on and off (not in the latest sample)"
