@@ -228,7 +228,7 @@ def report(
 ) -> None:
     """What the main job did and saw, read back from the stages' counters, Kafka and InfluxDB."""
     from pipeline.face.training import TrainingReport
-    from sinks.query import AnomalyQuery, Store, TrendQuery, anomalies, format_table, run_trend
+    from sinks.query import AnomalyQuery, Scope, Store, TrendQuery, anomalies, format_table, run_trend
     from sinks.query.alerts import HistoryQuery, run_history
 
     p, s = stats[0], stats[1]
@@ -259,8 +259,9 @@ def report(
     else:
         print(f"\nBaselines: {training}")
     span = f"{max(60, (time.time_ns() - live_from_ns) // 10**9 + 5)}s"
+    mine = Scope(cluster=settings.cluster)  # this run's fleet, whatever else the database holds
     with Store.from_settings(settings) as store:
-        history = anomalies(store, AnomalyQuery(span))
+        history = anomalies(store, AnomalyQuery(span, scope=mine))
     totals = {k: sum(getattr(w, k) for w in history.windows) for k in ("samples", "unusual", "anomalous")}
     if totals["samples"]:
         print(
@@ -280,7 +281,7 @@ def report(
         outcomes[n.outcome] = outcomes.get(n.outcome, 0) + 1
     print(f"Notifications to '{OPERATORS}': {', '.join(f'{v} {k}' for k, v in sorted(outcomes.items())) or 'none yet'}")
     print("\nTrend read back from InfluxDB: p95 of power relative to each GPU's limit, per GPU model, 30 s windows")
-    print(format_table(run_trend(settings, TrendQuery("power_ratio_of_limit", "gpu_model", "30s", span, "p95"))))
+    print(format_table(run_trend(settings, TrendQuery("power_ratio_of_limit", "gpu_model", "30s", span, "p95", mine))))
     i = settings.influxdb
     print(
         f"\nWhere to look:\n  dashboard  {url}  (fleet, GPU, job, topology, alerts, right-sizing)\n"

@@ -10,6 +10,7 @@ pivot: Flux has no per-point join, which is why the planner sends those to Influ
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -38,8 +39,14 @@ NAME: Final = "flux"
 
 
 def string(value: str) -> str:
-    """A Flux string literal (values are validated upstream; this is the second fence)."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("${", "\\${") + '"'
+    """A Flux string literal (values are validated upstream; this is the second fence). Control characters are
+    written as ``\\xNN`` escapes: a raw NUL or newline in a tag value cut the whole query short ("expected RPAREN,
+    got EOF"), and one GPU's name must not break a fleet-wide query."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("${", "\\${")
+    return '"' + _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", escaped) + '"'
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def time_literal(ns: int) -> str:

@@ -242,8 +242,11 @@ def add_routes(app: web.Application, settings: Settings) -> None:
         w = _window(request)
         live = await request.app[LIVE].get()
         gpus = sorted((s for s in live.snapshot() if s.job_id == job), key=lambda s: (s.node, s.index))
+        # job ids repeat across clusters (each scheduler counts its own): a running job is the one of its cluster
+        clusters = {s.cluster for s in gpus}
+        scope = Scope(cluster=clusters.pop() if len(clusters) == 1 else None, job=job)
         q = TrendQuery("utilization_gpu_percent", "gpu", f"{max(5, w.length_ns // 10**9 // 120)}s", w.range, "mean",
-                       Scope(job=job), start=w.start, stop=w.stop)  # fmt: skip
+                       scope, start=w.start, stop=w.stop)  # fmt: skip
         result = await _thread(lambda: trend(request.app[STORE], q))
         series: dict[str, list[list[float]]] = {}
         for r in result.rows:

@@ -190,6 +190,8 @@ def test_influxql_points_select_tags_and_limit() -> None:
 
 def test_literals_are_escaped_even_after_validation() -> None:
     assert flux_string('a"b\\c${d}') == '"a\\"b\\\\c\\${d}"'
+    # a raw NUL or newline in a GPU's name cut a whole fleet's query short ("expected RPAREN, got EOF")
+    assert flux_string("nul\x00 nl\n del\x7f") == '"nul\\x00 nl\\x0a del\\x7f"'
     assert influxql_string("it's") == "'it\\'s'"
     assert time_literal(1_500_000_001) == "1970-01-01T00:00:01.500000001Z"
 
