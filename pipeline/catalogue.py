@@ -25,11 +25,17 @@ _GIB = 2**30
 
 @dataclass(frozen=True, slots=True)
 class MigProfile:
-    """A MIG GPU-instance profile: name (``1g.10gb``), compute slices of 7, memory."""
+    """A MIG GPU-instance profile: name (``1g.10gb``, ``1g.10gb+me`` with the media engines), compute slices of
+    ``of`` (7 on A100/H100/H200/B200, 4 on A30), memory (its documented fraction of the board's)."""
 
     name: str
     slices: int
     memory_bytes: int
+    of: int = 7
+
+    @property
+    def compute_share(self) -> float:
+        return self.slices / self.of
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,22 +79,46 @@ class GpuSpec:
         return {k: v for k, v in values.items() if v is not None}
 
 
-def _mig(memory_gib_per_slice: float, sizes: tuple[tuple[int, int], ...]) -> tuple[MigProfile, ...]:
-    return tuple(
-        MigProfile(f"{slices}g.{gb}gb", slices, int(memory_gib_per_slice * slices * _GIB)) for slices, gb in sizes
-    )
+def _mig(
+    memory_bytes: int, profiles: tuple[tuple[str, int, int], ...], of: int = 7, parts: int = 8
+) -> tuple[MigProfile, ...]:
+    """A board's MIG profiles from NVIDIA's table: (name, compute slices of ``of``, memory in ``parts`` of the
+    board's)."""
+    return tuple(MigProfile(name, slices, memory_bytes * share // parts, of) for name, slices, share in profiles)
 
 
-_A100_40_MIG = _mig(5.0, ((1, 5), (2, 10), (3, 20), (4, 20), (7, 40)))
-_A100_80_MIG = _mig(10.0, ((1, 10), (2, 20), (3, 40), (4, 40), (7, 80)))
-_H100_MIG = _mig(10.0, ((1, 10), (2, 20), (3, 40), (4, 40), (7, 80)))
-_H200_MIG = _mig(18.0, ((1, 18), (2, 35), (3, 71), (4, 71), (7, 141)))
+def _seven(gb: tuple[int, int, int, int, int]) -> tuple[tuple[str, int, int], ...]:
+    """The seven profiles of the 7-slice boards, named by the board's memory: 1g (1/8 of memory, with and without
+    media engines), 1g with 2/8, 2g, 3g and 4g with 4/8 of it, 7g with all (``gb``: the sizes in the names)."""
+    eighth, quarter, _, half, whole = gb
+    return (
+        (f"1g.{eighth}gb", 1, 1), (f"1g.{eighth}gb+me", 1, 1), (f"1g.{quarter}gb", 1, 2), (f"2g.{quarter}gb", 2, 2),
+        (f"3g.{half}gb", 3, 4), (f"4g.{half}gb", 4, 4), (f"7g.{whole}gb", 7, 8),
+    )  # fmt: skip
+
+
+# NVIDIA's Multi-Instance GPU User Guide, "Supported MIG Profiles"
+# (docs.nvidia.com/datacenter/tesla/mig-user-guide/supported-mig-profiles.html): every GPU-instance profile of each
+# board, with its fraction of the SMs and of the memory
+_A100_40_MIG = _mig(40 * _GIB, _seven((5, 10, 20, 20, 40)))
+_A100_80_MIG = _mig(80 * _GIB, _seven((10, 20, 40, 40, 80)))
+_H100_MIG = _mig(80 * _GIB, _seven((10, 20, 40, 40, 80)))
+_H200_MIG = _mig(141 * _GIB, _seven((18, 35, 71, 71, 141)))
+_B200_MIG = _mig(180 * _GIB, _seven((23, 45, 90, 90, 180)))
+_A30_MIG = _mig(
+    24 * _GIB, (("1g.6gb", 1, 1), ("1g.6gb+me", 1, 1), ("2g.12gb", 2, 2), ("2g.12gb+me", 2, 2), ("4g.24gb", 4, 4)),
+    of=4, parts=4,
+)  # fmt: skip
 
 SPECS: Final[tuple[GpuSpec, ...]] = (
     # --- data-centre GPUs (datasheets) ---
     GpuSpec("NVIDIA H100 80GB HBM3", "Hopper", 80 * _GIB, 700, 200, 700, 1980, 2619, 90, 92, 5, 16, 18, 25.0,
             _H100_MIG, True),
     GpuSpec("NVIDIA H200", "Hopper", 141 * _GIB, 700, 200, 700, 1980, 3201, 90, 92, 5, 16, 18, 25.0, _H200_MIG, True),
+    GpuSpec("NVIDIA B200", "Blackwell", 180 * _GIB, 1000, None, 1000, None, None, None, None, 5, 16, 18, 50.0,
+            _B200_MIG, True),
+    GpuSpec("NVIDIA A30", "Ampere", 24 * _GIB, 165, None, 165, 1440, 1215, None, None, 4, 16, 4, 25.0, _A30_MIG,
+            True),
     GpuSpec("NVIDIA A100-SXM4-80GB", "Ampere", 80 * _GIB, 400, 100, 400, 1410, 1593, 89, 92, 4, 16, 12, 25.0,
             _A100_80_MIG, True),
     GpuSpec("NVIDIA A100-SXM4-40GB", "Ampere", 40 * _GIB, 400, 100, 400, 1410, 1215, 89, 92, 4, 16, 12, 25.0,

@@ -151,21 +151,21 @@ def recommend(
 def _mig(stats: UsageStats, spec: GpuSpec | None, mem_need: float, compute_need: float) -> list[Option]:
     if spec is None or not spec.mig_profiles:
         return []
-    fitting = [p for p in spec.mig_profiles if p.memory_bytes >= mem_need and p.slices / 7 >= compute_need]
+    fitting = [p for p in spec.mig_profiles if p.memory_bytes >= mem_need and p.compute_share >= compute_need]
     if not fitting:
         return []
-    best = min(fitting, key=lambda p: (p.slices, p.memory_bytes))
-    if best.slices >= 7:
+    best = min(fitting, key=lambda p: (p.compute_share, p.memory_bytes, "+me" in p.name))
+    if best.compute_share >= 1:
         return []
-    share = best.slices / 7
+    share = best.compute_share
     return [
         Option(
             "mig",
             best.name,
             share,
             stats.gpu_hours * (1 - share),
-            f"{best.memory_bytes / 2**30:.0f} GiB and {best.slices}/7 of the SMs hold it; "
-            f"{7 // best.slices} such instances per GPU",
+            f"{best.memory_bytes / 2**30:.0f} GiB and {best.slices}/{best.of} of the SMs hold it; "
+            f"{best.of // best.slices} such instances per GPU",
         )
     ]
 

@@ -80,4 +80,24 @@ def test_limit_metrics_are_schema_limit_fields_within_range() -> None:
 def test_mig_profiles_fit_their_board() -> None:
     for spec in SPECS:
         for profile in spec.mig_profiles:
-            assert 1 <= profile.slices <= 7 and profile.memory_bytes <= spec.memory_bytes, (spec.name, profile)
+            assert 1 <= profile.slices <= profile.of and profile.memory_bytes <= spec.memory_bytes, (spec.name, profile)
+
+
+def test_every_mig_profile_nvidia_documents_is_there() -> None:
+    """NVIDIA's MIG user guide, "Supported MIG Profiles": each board's GPU-instance profiles, by name; the memory in
+    a name is the board's fraction of it (A100 40 GB 3g.20gb holds half the board: 20 GiB)."""
+    documented = {
+        "NVIDIA A100-SXM4-40GB": "1g.5gb 1g.5gb+me 1g.10gb 2g.10gb 3g.20gb 4g.20gb 7g.40gb",
+        "NVIDIA A100-SXM4-80GB": "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb",
+        "NVIDIA A30": "1g.6gb 1g.6gb+me 2g.12gb 2g.12gb+me 4g.24gb",
+        "NVIDIA H100 80GB HBM3": "1g.10gb 1g.10gb+me 1g.20gb 2g.20gb 3g.40gb 4g.40gb 7g.80gb",
+        "NVIDIA H200": "1g.18gb 1g.18gb+me 1g.35gb 2g.35gb 3g.71gb 4g.71gb 7g.141gb",
+        "NVIDIA B200": "1g.23gb 1g.23gb+me 1g.45gb 2g.45gb 3g.90gb 4g.90gb 7g.180gb",
+    }
+    for model, names in documented.items():
+        spec = lookup(model)
+        assert spec is not None and [p.name for p in spec.mig_profiles] == names.split(), model
+        for p in spec.mig_profiles:
+            gb = float(p.name.split(".")[1].split("gb")[0])
+            assert abs(p.memory_bytes / 2**30 - gb) <= 0.06 * gb, (model, p)  # the name rounds the fraction
+            assert p.compute_share == p.slices / (4 if model == "NVIDIA A30" else 7)
