@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.vocab import IDLE_UTIL_PERCENT
+
 
 @dataclass(frozen=True, slots=True)
 class UsageSample:
@@ -64,6 +66,8 @@ class UsageStats:
     #: the most the job pushed over NVLink / PCIe per GPU (p99 of its minutes): what it needs from a link
     nvlink_p99_bytes_per_second: float | None = None
     pcie_p99_bytes_per_second: float | None = None
+    #: GPU-hours of minutes in which the GPU stayed under IDLE_UTIL_PERCENT: held, and idle
+    idle_gpu_hours: float = 0.0
 
 
 def _p(values: list[float], q: float) -> float | None:
@@ -108,6 +112,10 @@ def usage_stats(samples: Sequence[UsageSample], limits: dict[str, GpuLimits], sc
                 gpus=len({r.gpu_uuid for r in rows}),
                 runs=len({r.job_id for r in rows if r.job_id}) or 1,
                 gpu_hours=sum(minutes_of(r.gpu_uuid, limits) for r in rows) / 60.0,
+                idle_gpu_hours=sum(
+                    minutes_of(r.gpu_uuid, limits) for r in rows if r.utilization_percent < IDLE_UTIL_PERCENT
+                )
+                / 60.0,
                 memory_total_bytes=float(np.median(totals)) if totals else float("nan"),
                 memory_peak_bytes=float(max(memory)),
                 memory_p95_bytes=_p(memory, 95) or 0.0,

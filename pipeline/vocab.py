@@ -1,4 +1,4 @@
-"""Words every part of hermeneut reads and writes the same way: durations, and NVML's clock-event reasons.
+"""Words every part of hermeneut reads and writes the same way: durations, NVML's clock-event reasons, and idle.
 
 **Durations** (every CLI flag, HTTP parameter, subscription, silence and config entry that takes one): one or more
 ``<number><unit>`` parts, units ``ns us ms s m h d w``, e.g. ``90s``, ``15m``, ``1h30m``, ``1.5h``, ``7d``,
@@ -10,6 +10,9 @@ formerly ``nvmlClocksThrottleReason*``); the mask travels as the metric ``thrott
 here. :data:`CLOCK_REASONS` is the one table of bits: NVML's name, what it means for a person, and whether it
 slows a busy GPU (idle, application clocks, sync boost and display clocks do not; every other reason, and any bit
 NVML adds later, does).
+
+**Idle** (:data:`IDLE_UTIL_PERCENT`): a GPU a workload holds is idle below 5% utilization. The one definition of
+waste: the idle-capacity finding, ``top wasted`` and right-sizing's idle GPU-hours all count the same time.
 """
 
 from __future__ import annotations
@@ -100,6 +103,9 @@ class ClockReason:
     #: whether it holds a busy GPU below the clocks it could run at
     throttles: bool
 
+
+#: an allocated GPU below this utilization (%) is idle: its time is wasted capacity
+IDLE_UTIL_PERCENT: Final = 5.0
 
 #: every bit nvml.h defines, in bit order (the same values in pynvml)
 CLOCK_REASONS: Final[tuple[ClockReason, ...]] = (

@@ -6,11 +6,15 @@ Pure: :class:`pipeline.usage.UsageStats` in, :class:`Recommendation` out. What a
 - compute: its p95 SM activity (DCGM; utilization when SM activity is not reported, which overstates need:
   utilization counts a kernel on one SM as busy) plus the same headroom.
 
-``used_share`` is the larger of the two as a share of the GPU it ran on; the rest of its GPU-hours are
-``wasted_gpu_hours``. The options, best saving first:
+``used_share`` is the larger of the two as a share of the GPU it ran on. ``wasted_gpu_hours`` is one definition of
+waste, the one the idle-capacity finding and ``top wasted`` count too: the GPU-hours the job held its GPUs idle
+(under ``pipeline.vocab.IDLE_UTIL_PERCENT``), plus, of the hours it computed, the share of the GPU it did not need.
+The options, best saving first:
 
+- ``release``: a job idle for a quarter or more of the time it held its GPUs gives them back between its phases
+  (or asks for shorter allocations): it saves its idle GPU-hours;
 - ``mig``: the smallest MIG profile of its GPU model (catalogue ``mig_profiles``) with enough memory and compute
-  slices (slices / 7 >= compute need);
+  slices (its share of the board's SMs >= compute need);
 - ``pack``: N such jobs on one GPU (MPS or time-slicing) when memory and compute leave room for 2 or more;
 - ``smaller-gpu``: the catalogue's smallest GPU of the same class (data-centre or not) with enough memory and a
   board power of at least the job's p95 draw plus headroom (power is the catalogue's one cross-generation proxy
@@ -34,11 +38,14 @@ from typing import Final
 
 from pipeline.catalogue import SPECS, GpuSpec, lookup
 from pipeline.usage import UsageStats
+from pipeline.vocab import IDLE_UTIL_PERCENT
 
 #: per-lane PCIe throughput per direction (GB/s) after line coding, by generation
 PCIE_LANE_GBYTES: Final = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 #: assumed one-way latency per hop (s): NVLink/NVSwitch ~ a few us, PCIe switch ~ 10 us, across sockets more
 LATENCY_S: Final = {"nvlink": 5e-6, "pcie": 10e-6, "sys": 20e-6}
+#: a job idle for at least this share of the GPU-hours it held is told to give its GPUs back between phases
+RELEASE_SHARE: Final = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +112,16 @@ def recommend(
     compute_need = min(1.0, activity / 100 * (1 + headroom))
     mem_share = min(1.0, mem_need / total) if total else 1.0
     used = max(mem_share, compute_need)
-    wasted = stats.gpu_hours * (1 - used)
+    idle = min(stats.idle_gpu_hours, stats.gpu_hours)
+    wasted = idle + (stats.gpu_hours - idle) * (1 - used)
     options: list[Option] = []
+    if stats.gpu_hours and idle / stats.gpu_hours >= RELEASE_SHARE:
+        share = idle / stats.gpu_hours
+        what = f"idle (under {IDLE_UTIL_PERCENT:g}% utilization) for {share:.0%} of the time it held its GPUs"
+        advice = "give them back between phases, or allocate for less time"
+        options.append(Option("release", stats.gpu_model, 1 - share, idle, f"{what}: {advice}"))
     if used >= keep_share:
-        options.append(Option("keep", stats.gpu_model, 1.0, 0.0, f"uses {used:.0%} of its GPU"))
+        options.append(Option("keep", stats.gpu_model, 1.0, 0.0, f"uses {used:.0%} of its GPU when it computes"))
     else:
         options += _mig(stats, spec, mem_need, compute_need)
         options += _pack(stats, mem_share, compute_need)
@@ -131,12 +144,13 @@ def recommend(
         f"{stats.memory_p99_bytes / 2**30:.1f} GiB, peak {stats.memory_peak_bytes / 2**30:.1f} GiB, "
         f"{'SM active' if stats.sm_active_p95_percent is not None else 'util'} p95 {activity:.0f}%, power p95 "
         f"{'not reported' if stats.power_p95_watts is None else f'{stats.power_p95_watts:.0f} W'}); {wasted:.1f} of "
-        f"{stats.gpu_hours:.1f} GPU-hours wasted -> "
+        f"{stats.gpu_hours:.1f} GPU-hours wasted ({idle:.1f} idle) -> "
         f"{best.kind}: {best.target} ({best.detail})"
     )
     evidence = {
         "gpu_hours": stats.gpu_hours,
         "wasted_gpu_hours": wasted,
+        "idle_gpu_hours": idle,
         "used_share": used,
         "memory_need_bytes": mem_need,
         "compute_need": compute_need,

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from pipeline.events import Severity, Workload
+from pipeline.vocab import IDLE_UTIL_PERCENT
 from processors.detectors.columns import S, col, fmt, lt
 from processors.detectors.debounce import Level
 from processors.detectors.gpus import GpuView
@@ -19,7 +20,7 @@ from processors.detectors.names import IDLE
 from processors.episodes import Description, Episode
 
 LEVEL = Level(IDLE, tau_s=300.0, on=0.9, off=0.3)
-_IDLE_UTIL = 5.0
+_IDLE_UTIL = IDLE_UTIL_PERCENT
 
 
 def allocated(workloads: Iterable[Workload | None]) -> np.ndarray:

@@ -17,7 +17,7 @@ from typing import Final, Literal
 
 from pipeline.errors import InvalidQuery
 from pipeline.events import APPLICATIONS, METRIC_FIELDS, PHASES, RELATIVE_FIELDS
-from pipeline.vocab import CLOCK_REASONS, NS_PER_S, format_duration, parse_duration
+from pipeline.vocab import CLOCK_REASONS, IDLE_UTIL_PERCENT, NS_PER_S, format_duration, parse_duration
 
 NS: Final = NS_PER_S
 #: tag values and job ids: what GPU models, uuids, node names, Slurm/Kubernetes job ids are made of
@@ -423,8 +423,9 @@ class TopQuery:
     scope: Scope = Scope()
     #: for ``hot`` and ``power``: max, mean, p95 ...
     fn: str = "max"
-    #: for ``wasted``: utilization (percent) under which an allocated GPU counts as wasted
-    threshold: float = 10.0
+    #: for ``wasted``: utilization (percent) under which an allocated GPU counts as wasted (default: idle, as the
+    #: idle-capacity finding and right-sizing count it)
+    threshold: float = IDLE_UTIL_PERCENT
     start: str | None = None
     stop: str | None = None
     backend: str = "auto"

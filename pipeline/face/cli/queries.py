@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from pipeline.face.cli.base import cli, errors, resolved
+from pipeline.vocab import IDLE_UTIL_PERCENT
 
 if TYPE_CHECKING:
     from sinks.query import Scope, Store, Table
@@ -146,7 +147,11 @@ def trend_cmd(ctx: click.Context, /, **kw: Any) -> None:
 @click.option("-n", "--n", "n", default=10, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--fn", default="max", show_default=True, help="For hot and power: " + FN_HELP)
 @click.option(
-    "--threshold", default=10.0, show_default=True, type=float, help="For wasted: utilization %% under which it counts."
+    "--threshold",
+    default=IDLE_UTIL_PERCENT,
+    show_default=True,
+    type=float,
+    help="For wasted: utilization %% under which it counts (default: idle, as the finding and rightsize count it).",
 )
 @time_options("1h")
 @scope_options

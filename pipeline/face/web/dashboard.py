@@ -275,7 +275,7 @@ def add_routes(app: web.Application, settings: Settings) -> None:
                 "gpus": s.gpus, "gpu_model": s.gpu_model, "memory_p95_bytes": s.memory_p95_bytes,
                 "memory_allocated_bytes": s.memory_total_bytes, "sm_p95_percent": s.sm_active_p95_percent
                 if s.sm_active_p95_percent is not None else s.utilization_p95_percent,
-                "gpu_hours": s.gpu_hours, "wasted_gpu_hours": a.wasted_gpu_hours,
+                "gpu_hours": s.gpu_hours, "wasted_gpu_hours": a.wasted_gpu_hours, "idle_gpu_hours": s.idle_gpu_hours,
                 "recommendation": f"{best.kind}: {best.target} ({best.detail})", "summary": a.summary,
             })  # fmt: skip
         return web.json_response({"items": items})

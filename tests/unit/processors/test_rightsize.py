@@ -83,3 +83,18 @@ def test_no_split_that_costs_more_and_no_power_printed_as_zero() -> None:
     assert all(o.saved_gpu_hours >= 0 for o in rec.options)
     assert "split" not in {o.kind for o in rec.options}
     assert "power p95 not reported" in rec.summary and " 0 W" not in rec.summary
+
+
+def test_idle_time_is_waste_as_the_finding_counts_it_and_a_job_idle_a_third_of_the_time_is_told_to_release() -> None:
+    """The serving trace of issue 11: GPUs full of a model (memory p99 70 of 80 GiB), busy when busy, but held idle
+    for 40 of 100 GPU-hours. Right-sizing said 'keep, 0.0 wasted' while the idle detector counted the idle hours."""
+    rec = recommend(dataclasses.replace(stats(mem_gib=70.0, util=97.0, power=650.0), idle_gpu_hours=40.0))
+    assert rec.wasted_gpu_hours == pytest.approx(40.0 + 60.0 * (1 - rec.used_share))
+    best = rec.options[0]
+    assert (
+        best.kind == "release" and best.saved_gpu_hours == 40.0 and "idle (under 5% utilization) for 40%" in best.detail
+    )
+    assert "(40.0 idle)" in rec.summary
+    # a job that was never idle has no idle hours to give back
+    busy = recommend(stats(mem_gib=70.0, util=97.0, power=650.0))
+    assert [o.kind for o in busy.options] == ["keep"]

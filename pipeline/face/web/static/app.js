@@ -34,7 +34,10 @@ function verdictOf(g) {
 }
 const pct = (v) => (v === undefined || v === null ? "–" : `${Math.round(v * 100)}%`);
 const memRatio = (g) => g.relative.memory_used_ratio;
-const wasted = (g) => g.job_id && (g.values.utilization_gpu_percent || 0) < 10;
+// idle as pipeline.vocab.IDLE_UTIL_PERCENT says (the finding, top wasted and right-sizing count the same); a GPU that
+// reports no utilization is not known to be idle
+const IDLE_UTIL_PERCENT = 5;
+const wasted = (g) => g.job_id && typeof g.values.utilization_gpu_percent === "number" && g.values.utilization_gpu_percent < IDLE_UTIL_PERCENT;
 const since = (ms) => new Date(ms).toLocaleTimeString();
 
 // ---------------------------------------------------------------- live state
@@ -281,11 +284,11 @@ async function renderRightsizing() {
     h("i", { style: `width:${Math.min(100, (100 * used) / Math.max(1, allocated)).toFixed(1)}%` }));
   view().replaceChildren(h("h2", {}, "Right-sizing"),
     h("p", { class: "muted" }, "Peak and p95 use over the range against what the job was given, and what would fit."),
-    data.items.length ? h("table", {}, h("tr", {}, ...["job", "application", "GPUs × model", "memory p95 / allocated", "SM p95", "GPU-hours", "wasted", "recommendation"].map((c) => h("th", {}, c))),
+    data.items.length ? h("table", {}, h("tr", {}, ...["job", "application", "GPUs × model", "memory p95 / allocated", "SM p95", "GPU-hours", "wasted (idle)", "recommendation"].map((c) => h("th", {}, c))),
       ...data.items.map((r) => h("tr", { "data-job": r.job_id || "" },
         h("td", {}, r.job_id ? h("a", { href: `#/job/${esc(r.job_id)}` }, r.job_id) : "–"), h("td", {}, r.application),
         h("td", {}, `${r.gpus} × ${r.gpu_model}`), h("td", {}, bar(r.memory_p95_bytes, r.memory_allocated_bytes), fmt(r.memory_p95_bytes, "B")),
-        h("td", { class: "num" }, `${fmt(r.sm_p95_percent)}%`), h("td", { class: "num" }, fmt(r.gpu_hours)), h("td", { class: "num" }, fmt(r.wasted_gpu_hours)),
+        h("td", { class: "num" }, `${fmt(r.sm_p95_percent)}%`), h("td", { class: "num" }, fmt(r.gpu_hours)), h("td", { class: "num", title: `idle: allocated under 5% utilization` }, `${fmt(r.wasted_gpu_hours)} (${fmt(r.idle_gpu_hours)})`),
         h("td", { class: "explain" }, r.recommendation))))
       : h("p", { class: "empty" }, "No job history in range."));
 }
