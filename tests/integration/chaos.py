@@ -61,7 +61,7 @@ class Counts:
 
     scenario: str
     produced: int = 0
-    #: distinct (GPU, time) points stored that were produced / all stored rows / distinct points never produced
+    #: distinct (GPU, time) points stored that were produced / all rows stored / all distinct points stored
     stored: int = 0
     stored_rows: int = 0
     stored_keys: int = 0
