@@ -159,12 +159,14 @@ def run(gpus: int, minutes: float, interval_s: float, warmup: float, bound: floa
         "alerts": int(alerts.get("alerts_known", 0)),
         "load": load_average(),
         "memory": {one.name: one.summary(warmup, bound) for one in series},
+        # every sample, so that a process flagged as growing can be looked at (--json)
+        "series": {one.name: {"t_s": one.t_s, "rss_mib": [round(b / MIB, 2) for b in one.rss]} for one in series},
         "run_dir": str(run_dir),
     }
 
 
 def report(r: dict[str, Any]) -> None:
-    print(f"\nsoak: {r['gpus']} GPUs at 1 Hz for {r['minutes']:.0f} min (load {r['load'][0]:.1f}); memory every "
+    print(f"\nsoak: {r['gpus']} GPUs at 1 Hz for {r['minutes']:g} min (load {r['load'][0]:.1f}); memory every "
           f"{r['interval_s']:.0f} s, growth counted after the first {r['warmup_share']:.0%}")  # fmt: skip
     print(f"  samples: {r['samples_produced']:,} produced, {r['samples_stored']:,} stored, {r['dead_lettered']} "
           f"dead-lettered; {r['findings']} findings, {r['alerts']} alerts")  # fmt: skip
