@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench fuzz catchup services-down clean tools wheel
+.PHONY: run test bench fuzz catchup chaos soak services-down clean tools wheel
 # Debian packages, without their recommends (Chromium's would bring avahi-daemon and samba libraries)
 APT_INSTALL := DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
 
@@ -21,9 +21,11 @@ run: $(STAMP)
 	$(BIN)/hermeneut run $(ARGS)
 
 # What the tests drive besides Kafka and InfluxDB, from Debian when missing: Chromium for the dashboard's end-to-end
-# tests (Playwright never downloads a browser here), Prometheus and promtool (/metrics scraped, rules checked, history imported),
-# systemd-analyze (the units of deploy/systemd verified).
+# tests (Playwright never downloads a browser here), Prometheus and promtool (/metrics scraped, rules checked, history
+# imported), systemd-analyze (the units of deploy/systemd verified), openssl (the CA and certificates of the Kafka TLS
+# tests).
 tools:
+	@command -v openssl >/dev/null || { apt-get update -qq && $(APT_INSTALL) openssl; }
 	@command -v chromium >/dev/null || { apt-get update -qq && $(APT_INSTALL) chromium; }
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { apt-get update -qq && $(APT_INSTALL) prometheus; }
 	@command -v systemd-analyze >/dev/null || { apt-get update -qq && $(APT_INSTALL) systemd; }
@@ -59,6 +61,16 @@ fuzz: $(STAMP)
 # the 1,000,000-sample catch-up of issue 17 on fresh local servers (tests/integration/test_sizes.py runs it at CI size)
 catchup: $(STAMP)
 	$(BIN)/python -m bench.catchup $(ARGS)
+
+# the chaos suite of `make test` with every scene's rounds and outages stretched CHAOS_SCALE times; each scene
+# prints its counts (and appends them as JSON to $(CHAOS_REPORT) when set)
+CHAOS_SCALE ?= 4
+chaos: $(STAMP) tools
+	CHAOS_SCALE=$(CHAOS_SCALE) $(BIN)/pytest -p no:cacheprovider -s --timeout 7200 tests/integration/test_chaos.py
+
+# an hour of 1,000 GPUs through the whole pipeline, the memory of every process sampled (ARGS="--minutes 10")
+soak: $(STAMP)
+	$(BIN)/python -m bench.soak $(ARGS)
 
 services-down: $(STAMP)
 	$(BIN)/hermeneut services down

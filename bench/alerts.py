@@ -186,7 +186,14 @@ def _settings(base: Settings, k: kafka.KafkaProcess, i: influxdb.InfluxProcess, 
         influxdb=InfluxSettings(url=i.url, org=i.org, bucket=i.bucket, token=i.token),
         topics=TopicSettings.with_prefix(f"bench.{tag}"),
         services=ServiceSettings(cache_dir=base.services.cache_dir, state_dir=base.services.state_dir),
-        alerts=AlertSettings(group_wait_s=0, group_interval_s=0, tick_s=0.05, retry_initial_s=0.2, retry_max_s=1),
+        alerts=AlertSettings(
+            group_wait_s=0,
+            group_interval_s=0,
+            tick_s=0.05,
+            retry_initial_s=0.2,
+            retry_max_s=1,
+            allowed_targets="127.0.0.1",  # the benchmark's receiver is on loopback
+        ),
     )
     ensure_topics(s.kafka.client_config(), topic_specs(s))
     return s

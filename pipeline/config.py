@@ -16,7 +16,9 @@ Leaving ``kafka.bootstrap_servers`` or ``influxdb.url`` unset means "use the loc
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import os
+import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -52,6 +54,15 @@ def _default_state_dir() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "hermeneut"
 
 
+_HOST_NAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*$"
+)
+
+
+def _comma_list(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -75,6 +86,10 @@ class KafkaSettings(_Section):
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
     ssl_cafile: Path | None = None
+    #: the client's certificate and private key (PEM), for brokers that authenticate clients by TLS (mTLS)
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_key_password: SecretStr | None = None
     version: str = "4.1.1"
     fallback_version: str = "3.9.1"
     heap_mb: int = Field(default=512, ge=256, le=16384)
@@ -102,6 +117,16 @@ class KafkaSettings(_Section):
             raise ValueError(
                 f"security_protocol {self.security_protocol} needs sasl_mechanism, sasl_username and sasl_password"
             )
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("ssl_certfile and ssl_keyfile go together (the client's certificate and its key)")
+        if self.ssl_certfile is not None and not self.security_protocol.endswith("SSL"):
+            raise ValueError(
+                f"a client certificate needs security_protocol SSL or SASL_SSL, not {self.security_protocol}"
+            )
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{name} {path} is not a readable file")
         return self
 
     def client_config(self) -> dict[str, Any]:
@@ -118,6 +143,11 @@ class KafkaSettings(_Section):
             conf["sasl.password"] = self.sasl_password.get_secret_value() if self.sasl_password else ""
         if self.ssl_cafile:
             conf["ssl.ca.location"] = str(self.ssl_cafile)
+        if self.ssl_certfile and self.ssl_keyfile:
+            conf["ssl.certificate.location"] = str(self.ssl_certfile)
+            conf["ssl.key.location"] = str(self.ssl_keyfile)
+            if self.ssl_key_password:
+                conf["ssl.key.password"] = self.ssl_key_password.get_secret_value()
         return conf
 
 
@@ -249,6 +279,21 @@ class AlertSettings(_Section):
     inhibit_rules: str = DEFAULT_INHIBIT_RULES
     #: sender address of e-mail notifications
     email_from: str = "hermeneut@localhost"
+    #: webhook and Slack targets (comma-separated host names, addresses or networks such as 127.0.0.1 or
+    #: 10.0.0.0/8) allowed although they are loopback, link-local or a cloud metadata address, which are refused
+    #: otherwise (sinks/alerting/targets.py): a self-service subscription must not make the manager an SSRF proxy
+    allowed_targets: str = ""
+
+    @field_validator("allowed_targets")
+    @classmethod
+    def _targets(cls, value: str) -> str:
+        for entry in _comma_list(value):
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                if not _HOST_NAME.match(entry):
+                    raise ValueError(f"{entry!r} is neither a host name, an address nor a network") from None
+        return value
 
 
 class ContextSettings(_Section):
@@ -350,6 +395,20 @@ class WebSettings(_Section):
     port: int = Field(default=8080, ge=1, le=65535)
     #: required from clients when ``host`` is not loopback; generated into the state dir when unset
     token: SecretStr | None = None
+    #: host names (comma-separated) a loopback server also answers to, besides loopback ones: a reverse proxy's
+    #: name; any other Host header is refused, so a DNS-rebinding page cannot reach the API through its own name
+    allowed_hosts: str = ""
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, value: str) -> str:
+        for name in _comma_list(value):
+            if not _HOST_NAME.match(name):
+                raise ValueError(f"{name!r} is not a host name")
+        return value
+
+    def allowed_host_names(self) -> frozenset[str]:
+        return frozenset(name.lower() for name in _comma_list(self.allowed_hosts))
 
 
 #: the stages that serve /metrics, each on its own port (``metrics.<stage>_port``)

@@ -12,17 +12,25 @@ tests and the benchmarks) is written from. :class:`StatsView` exposes those same
 scrapes: one counter, two views, so the file and ``/metrics`` cannot disagree. What a flat file cannot hold (labels,
 histograms, per-partition lag) lives in ordinary metrics next to them; :class:`BulkHistogram` takes a whole numpy
 array per call, for per-sample figures on hot paths.
+
+The same port answers ``/healthz`` (:func:`health`): ``stuck`` (HTTP 503) while work waits and none moves (a
+partition stalled, or the sink's writes failing past the stall time), else ``ok`` while there is work, ``idle``
+when there is none. A stuck stage is never reported idle: a sink whose InfluxDB hangs holds its batches and pauses
+its consumer, which alone would look like a consumer with nothing to read.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Literal
+from typing import Any, Final, Literal
+from wsgiref.simple_server import make_server
 
 import numpy as np
 from prometheus_client import (
@@ -32,8 +40,8 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
-    start_http_server,
 )
+from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler, make_wsgi_app
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
@@ -250,9 +258,45 @@ def librdkafka_lag(consumer: Any) -> dict[TopicPartition, tuple[int, int]]:
     return out
 
 
+#: gauges that are 1 while something a stage must do waits and does not move; a stage with one at 1 is stuck
+STALL_GAUGES: Final = ("hermeneut_consumer_stalled", "hermeneut_sink_write_stalled")
+LAG_GAUGE: Final = "hermeneut_consumer_lag_messages"
+
+
+def health(registry: CollectorRegistry) -> tuple[str, dict[str, Any]]:
+    """``(status, details)`` of a stage from its own metrics: ``stuck`` when a stall gauge is 1 (each named in
+    ``stuck``), else ``ok`` while messages wait to be read (``lag``), else ``idle``."""
+    stuck: list[str] = []
+    lag = 0.0
+    for family in registry.restricted_registry([*STALL_GAUGES, LAG_GAUGE]).collect():
+        for sample in family.samples:
+            if family.name in STALL_GAUGES and sample.value:
+                where = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                stuck.append(f"{family.name}{{{where}}}" if where else family.name)
+            elif family.name == LAG_GAUGE:
+                lag += sample.value
+    status = "stuck" if stuck else "ok" if lag > 0 else "idle"
+    return status, {"status": status, "lag": int(lag), "stuck": stuck}
+
+
+def _app(registry: CollectorRegistry) -> Any:
+    """The WSGI app of a stage's port: ``/healthz`` (JSON; 503 when stuck), else the metrics."""
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO") != "/healthz":
+            return metrics(environ, start_response)
+        status, details = health(registry)
+        code = "503 Service Unavailable" if status == "stuck" else "200 OK"
+        start_response(code, [("Content-Type", "application/json"), ("Cache-Control", "no-store")])
+        return [json.dumps(details).encode()]
+
+    return app
+
+
 @dataclass
 class MetricsServer:
-    """A registry served on ``http://host:port/metrics`` from a daemon thread."""
+    """A registry served on ``http://host:port/metrics`` (and the stage's ``/healthz``) from a daemon thread."""
 
     host: str
     port: int
@@ -269,14 +313,20 @@ class MetricsServer:
 
 
 def serve(registry: CollectorRegistry, host: str, port: int, stage: str) -> MetricsServer:
-    """Serve ``registry`` on ``host:port`` (0: any free port); a port in use is a ConfigError with one line."""
+    """Serve ``registry`` and the stage's health on ``host:port`` (0: any free port); a port in use is a
+    ConfigError with one line."""
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
     try:
-        server, _thread = start_http_server(port, addr=host, registry=registry)
+        server = make_server(host, port, _app(registry), Server, handler_class=_SilentHandler)
     except OSError as exc:
         raise ConfigError(
             f"invalid configuration: metrics of {stage} cannot listen on {host}:{port} ({exc.strerror}); "
             f"set metrics.{stage}_port (HERMENEUT_METRICS__{stage.upper()}_PORT) or --metrics-port"
         ) from exc
+    threading.Thread(target=server.serve_forever, name=f"{stage}-metrics", daemon=True).start()
     served = MetricsServer(host, int(server.server_port), server)
     log.info("%s metrics on %s", stage, served.url)
     return served

@@ -108,6 +108,8 @@ class ProcessorStats:
 
 
 def faust_broker_credentials(settings: Settings) -> Any:
+    """aiokafka's side of ``kafka.*`` (what :meth:`KafkaSettings.client_config` is for librdkafka): TLS with the
+    CA and, for mTLS, the client's certificate; SASL (PLAIN, SCRAM-SHA-256/512) over TLS or not."""
     k = settings.kafka
     if k.security_protocol == "PLAINTEXT":
         return None
@@ -116,6 +118,9 @@ def faust_broker_credentials(settings: Settings) -> Any:
         import ssl
 
         ssl_context = ssl.create_default_context(cafile=str(k.ssl_cafile) if k.ssl_cafile else None)
+        if k.ssl_certfile and k.ssl_keyfile:
+            password = k.ssl_key_password.get_secret_value() if k.ssl_key_password else None
+            ssl_context.load_cert_chain(str(k.ssl_certfile), str(k.ssl_keyfile), password)
     if k.security_protocol == "SSL":
         return faust.SSLCredentials(ssl_context)
     return faust.SASLCredentials(

@@ -37,7 +37,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from pipeline.config import Settings
 from pipeline.deadletter import DeadLetter, bounded, dead_letter
@@ -215,6 +215,15 @@ class SinkRunner(Generic[T]):
                                       "Seconds from a sample's time to its batch being stored.", LATENCY_BUCKETS,
                                       registry)  # fmt: skip
         self.lag = ConsumerLag(f"{sink.name} sink")
+        #: when the writer took the batch it has not stored yet (None: it waits for one); a destination that hangs
+        #: or fails holds it here while the consumer pauses, so this, not the lag, tells stuck from idle
+        self._writing_since: float | None = None
+        unstored = Gauge("hermeneut_sink_oldest_unstored_seconds", "Seconds the batch being written has waited to "
+                         "be stored (0: none).", registry=registry)  # fmt: skip
+        unstored.set_function(self.unstored_s)
+        stalled = Gauge("hermeneut_sink_write_stalled", "1 while a batch has not been stored for the stall time "
+                        "(the destination is down, hung or refusing): stuck, not idle.", registry=registry)  # fmt: skip
+        stalled.set_function(lambda: float(self.unstored_s() >= self.lag.stall_after_s))
         if registry is not None:
             plugin = tuple(
                 counter(key, f"hermeneut_sink_{key}_total", f"{sink.name} sink: {key.replace('_', ' ')}.")
@@ -351,6 +360,7 @@ class SinkRunner(Generic[T]):
                 if self._closing.is_set():
                     return
                 continue
+            self._writing_since = time.monotonic()
             try:
                 self._job_size = sum(len(m.value() or b"") for m in job.messages)
                 self._job_source = _offsets(job.messages)
@@ -358,10 +368,17 @@ class SinkRunner(Generic[T]):
                 job.ok = self._flush_with_retry(len(job.messages))
             except PermanentWriteError as exc:
                 job.ok, job.rejected = True, str(exc)
+            finally:
+                self._writing_since = None
             job.ack_ns = self.clock()
             self._done.put(job)
             if not job.ok:
                 return  # gave up at shutdown: later batches must not be committed past this one
+
+    def unstored_s(self) -> float:
+        """Seconds the writer has held its current batch (0 while it waits for one)."""
+        since = self._writing_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def _flush_with_retry(self, messages: int) -> bool:
         """Flush until it succeeds (True) or the shutdown grace ran out (False); PermanentWriteError passes."""

@@ -3,6 +3,10 @@
 There is no Kafka tarball on Maven Central, but the broker (``kafka_2.13``) and the perf tools (``kafka-tools``)
 are, so a tiny generated POM resolves them into ``<cache>/kafka/<version>/libs``. Logging backends are not in
 Kafka's POMs: log4j2 for 4.x, reload4j for 3.x; without one the broker logs nothing.
+
+A broker may also serve secured listeners beside its PLAINTEXT one (:class:`Security`): SASL_SSL with
+SCRAM-SHA-512 users created when the KRaft log is formatted (``--add-scram``), and SSL with client certificates
+required (mTLS), both with PEM key and trust stores. The tests give it a CA and certificates they generate.
 """
 
 from __future__ import annotations
@@ -144,6 +148,43 @@ def java_cmd(cache_dir: Path, version: str, main_class: str, *args: str, heap_mb
     ]
 
 
+@dataclass(frozen=True)
+class Security:
+    """Secured listeners for a local broker: ``SASL_SSL`` (SCRAM-SHA-512, ``users`` name -> password) on
+    ``sasl_port`` and ``SSL`` requiring a client certificate signed by ``ca`` on ``mtls_port``. ``keystore``: the
+    broker's PKCS#8 private key and certificate chain in one PEM file; ``ca``: the PEM of the CA it trusts."""
+
+    keystore: Path
+    ca: Path
+    users: tuple[tuple[str, str], ...]
+    sasl_port: int
+    mtls_port: int
+
+    def scram_arguments(self) -> list[str]:
+        """StorageTool ``format`` arguments creating the SCRAM users (KRaft stores them in its metadata log)."""
+        return [arg for name, pw in self.users for arg in ("--add-scram", f"SCRAM-SHA-512=[name={name},password={pw}]")]
+
+    def properties(self, host: str = "127.0.0.1") -> tuple[list[str], list[str], list[str]]:
+        """(listeners, protocol map entries, other properties) to add to server.properties."""
+        listeners = [f"SASL_SSL://{host}:{self.sasl_port}", f"SSL://{host}:{self.mtls_port}"]
+        return (
+            listeners,
+            ["SASL_SSL:SASL_SSL", "SSL:SSL"],
+            [
+                "sasl.enabled.mechanisms=SCRAM-SHA-512",
+                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config="
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+                "ssl.keystore.type=PEM",
+                f"ssl.keystore.location={self.keystore.resolve()}",
+                "ssl.truststore.type=PEM",
+                f"ssl.truststore.location={self.ca.resolve()}",
+                # clients of the SSL listener must present a certificate; SASL_SSL clients log in instead
+                "ssl.client.auth=required",
+                "listener.name.sasl_ssl.ssl.client.auth=none",
+            ],
+        )
+
+
 @dataclass
 class KafkaProcess:
     """A running local broker."""
@@ -153,6 +194,7 @@ class KafkaProcess:
     controller_port: int
     pid: int
     run_dir: Path
+    security: Security | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -169,9 +211,16 @@ class KafkaProcess:
         stop_pid(self.pid)
 
 
-def write_server_properties(run_dir: Path, port: int, controller_port: int) -> Path:
+def write_server_properties(run_dir: Path, port: int, controller_port: int, security: Security | None = None) -> Path:
     data = run_dir / "data"
     data.mkdir(parents=True, exist_ok=True)
+    listeners = [f"PLAINTEXT://127.0.0.1:{port}"]
+    protocols = ["CONTROLLER:PLAINTEXT", "PLAINTEXT:PLAINTEXT"]
+    extra: list[str] = []
+    if security is not None:
+        secured, secured_protocols, extra = security.properties()
+        listeners += secured
+        protocols += secured_protocols
     props = run_dir / "server.properties"
     props.write_text(
         "\n".join(
@@ -179,11 +228,11 @@ def write_server_properties(run_dir: Path, port: int, controller_port: int) -> P
                 "process.roles=broker,controller",
                 "node.id=1",
                 f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
-                f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-                f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+                f"listeners={','.join(listeners)},CONTROLLER://127.0.0.1:{controller_port}",
+                f"advertised.listeners={','.join(listeners)}",
                 "controller.listener.names=CONTROLLER",
                 "inter.broker.listener.name=PLAINTEXT",
-                "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                f"listener.security.protocol.map={','.join(protocols)}",
                 f"log.dirs={data.resolve()}",
                 "num.partitions=1",
                 "offsets.topic.replication.factor=1",
@@ -194,6 +243,7 @@ def write_server_properties(run_dir: Path, port: int, controller_port: int) -> P
                 # the 128 MiB default is allocated on the heap of a 512 MiB broker
                 "log.cleaner.dedupe.buffer.size=33554432",
                 "auto.create.topics.enable=false",
+                *extra,
                 "",
             ]
         )
@@ -209,13 +259,15 @@ def start(
     controller_port: int | None = None,
     heap_mb: int = 512,
     timeout_s: float = 90,
+    security: Security | None = None,
 ) -> KafkaProcess:
-    """Format a fresh KRaft log dir under ``run_dir`` (unless one exists) and start the broker."""
+    """Format a fresh KRaft log dir under ``run_dir`` (unless one exists) and start the broker (with the secured
+    listeners of ``security`` too, its SCRAM users created by the format)."""
     install(cache_dir, version)
     port = port or free_port()
     controller_port = controller_port or free_port()
     run_dir.mkdir(parents=True, exist_ok=True)
-    props = write_server_properties(run_dir, port, controller_port)
+    props = write_server_properties(run_dir, port, controller_port, security)
     if not (run_dir / "data" / "meta.properties").exists():
         cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         result = subprocess.run(
@@ -227,6 +279,7 @@ def start(
                 f"--cluster-id={cid}",
                 "-c",
                 str(props),
+                *(security.scram_arguments() if security else ()),
             ),
             capture_output=True,
             text=True,
@@ -238,12 +291,13 @@ def start(
     log_path = run_dir / "kafka.log"
     offset = log_path.stat().st_size if log_path.exists() else 0
     pid = start_daemon(java_cmd(cache_dir, version, "kafka.Kafka", str(props), heap_mb=heap_mb), log_path)
-    proc = KafkaProcess(version, port, controller_port, pid, run_dir)
+    proc = KafkaProcess(version, port, controller_port, pid, run_dir, security)
 
     def ready() -> bool:
         with log_path.open("rb") as f:
             f.seek(offset)
-            return READY_LINE.encode() in f.read() and port_open(port)
+            ports = (port, security.sasl_port, security.mtls_port) if security else (port,)
+            return READY_LINE.encode() in f.read() and all(port_open(p) for p in ports)
 
     try:
         wait_until(ready, timeout_s, f"Kafka {version}", proc.alive)

@@ -3,7 +3,8 @@
 Reads the current subscriptions/silences/acks (``topics.alert_config``) and alert states (``topics.alert_state``)
 through topic mirrors; writes validated config records (or tombstones) to ``topics.alert_config`` and waits until
 its own mirror shows them, so a caller reads its own write. The input builders turn user input (CLI options or
-API JSON) into records or raise :class:`AlertConfigError` with one line.
+API JSON) into records or raise :class:`AlertConfigError` with one line; they keep no control character in the
+free text people type (:func:`sinks.alerting.model.clean_text`).
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ from sinks.alerting.model import (
     Silence,
     StateRecord,
     Subscription,
+    clean_text,
     decode_config,
     decode_state,
     encode_config,
     new_id,
     parse_matchers,
 )
+from sinks.alerting.targets import TargetPolicy
 
 _RECEIVER_KEYS = {
     "kind",
@@ -118,11 +121,11 @@ def make_subscription(
 
     return Subscription(
         new_id(),
-        name.strip(),
-        owner.strip(),
+        clean_text(name),
+        clean_text(owner),
         parse_matchers(match),
         tuple(receivers),
-        team.strip() if team else None,
+        clean_text(team) or None if team else None,
         tuple(x.strip() for x in group_by or () if x.strip()),
         seconds(group_wait, "group wait"),
         seconds(group_interval, "group interval"),
@@ -135,7 +138,7 @@ def make_subscription(
 def make_silence(match: list[str], duration: str, by: str, comment: str = "", now_ns: int | None = None) -> Silence:
     now = time.time_ns() if now_ns is None else now_ns
     length = parse_duration(duration, "silence duration", error=AlertConfigError)
-    return Silence(new_id(), parse_matchers(match), now, now + length, by.strip(), comment).validate()
+    return Silence(new_id(), parse_matchers(match), now, now + length, clean_text(by), clean_text(comment)).validate()
 
 
 def _check(obj: Any, allowed: set[str], what: str) -> dict[str, Any]:
@@ -297,6 +300,7 @@ class AlertAdmin:
         )
         self._pub = Publisher(kafka, linger_ms=0)
         self._rules = parse_inhibit_rules(settings.alerts.inhibit_rules)
+        self._targets = TargetPolicy.parse(settings.alerts.allowed_targets)
 
     def start(self, timeout_s: float = 60.0) -> AlertAdmin:
         for mirror in (self._config, self._state):
@@ -363,6 +367,12 @@ class AlertAdmin:
             raise ServiceError(f"wrote to {self.settings.topics.alert_config} but could not read it back within 30s")
 
     def add(self, record: Subscription | Silence | Ack) -> None:
+        """Write a validated record; a subscription's webhook and Slack URLs must name a host that
+        ``alerts.allowed_targets`` allows (sinks/alerting/targets.py), else AlertConfigError."""
+        if isinstance(record, Subscription):
+            for r in record.receivers:
+                if r.kind in ("webhook", "slack"):
+                    self._targets.check_url(r.url or "")
         self._write(record.key, encode_config(record), lambda: self._config.get(record.key) == record)
 
     def remove_subscription(self, sub_id: str) -> Subscription:
@@ -385,8 +395,9 @@ class AlertAdmin:
         alert = self.find_alert(ref)
         if alert.status is not AlertStatus.FIRING:
             raise AlertConfigError(f"alert {ref!r} is {alert.status.value}, not firing: nothing to acknowledge")
-        if not by.strip():
+        by, comment = clean_text(by), clean_text(comment)
+        if not by:
             raise AlertConfigError("an acknowledgement needs a name (--by)")
-        ack = Ack(alert.dedup_key, by.strip(), self.clock_ns(), comment)
+        ack = Ack(alert.dedup_key, by, self.clock_ns(), comment)
         self.add(ack)
         return ack

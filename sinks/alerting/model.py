@@ -10,8 +10,13 @@ Everything here is a frozen dataclass that travels through :func:`pipeline.codec
   ``Delivery`` (``outbox/<id>``, a notification not yet delivered or given up).
 
 Matchers follow Alertmanager: ``name="v"``, ``name!="v"``, ``name=~"re"``, ``name!~"re"``, regexes anchored at
-both ends, a missing label matches as the empty string. Anything malformed raises :class:`AlertConfigError`
-with one line saying what to fix.
+both ends, a missing label matches as the empty string. Regexes have RE2's semantics, as Alertmanager's (Go's
+regexp) do: they run in time linear in the label's length, so no pattern can stall the manager with catastrophic
+backtracking (``(a+)+`` on a long node name); what RE2 lacks (backreferences, lookaround) is refused with its
+reason. Anything malformed raises :class:`AlertConfigError` with one line saying what to fix.
+
+Free text people type (names, owners, comments) is stored without control characters (:func:`clean_text`), so an
+ANSI escape or a bidi override in a silence's author cannot rewrite a terminal or a page that shows it.
 """
 
 from __future__ import annotations
@@ -21,10 +26,13 @@ import functools
 import hashlib
 import json
 import re
+import unicodedata
 import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
+
+import re2
 
 from pipeline.codec import decode_record, encode_record
 from pipeline.errors import AlertConfigError, DecodeError
@@ -58,6 +66,13 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _EMAIL = re.compile(r"^[^@\s,;<>]+@[^@\s,;<>]+$")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+#: labels every alert carries (finding_labels): a matcher that takes any value of one of them mutes all alerts
+ALWAYS_PRESENT: Final = frozenset({"alertname", "detector", "severity", "cluster", "node"})
+#: a regex longer than this is refused (RE2 bounds the time; this bounds the memory of thousands of them)
+MAX_REGEX_CHARS: Final = 1024
+#: stand-ins for "any value" of a free-text label when a silence's regex is checked for muting everything: a regex
+#: that takes all of them (and the empty value where the label may be absent) is taken to take any value
+_ANY_VALUES: Final = ("node-0042", "q7", "GPU-7f3a0c1e-5b2d-4e8f-9a61-0d3c2b1a4e5f", "Zq 9_/.:-@", "0", "\u00e9\u6f22")
 
 
 class MatchOp(StrEnum):
@@ -67,9 +82,26 @@ class MatchOp(StrEnum):
     NRE = "!~"
 
 
+def _re2_options() -> Any:
+    options = re2.Options()
+    options.dot_nl = True  # "." crosses newlines, as Go's (?s) and the DOTALL this replaced
+    options.log_errors = False  # a refused pattern is the caller's one-line error, not a line on stderr
+    return options
+
+
+_RE2_OPTIONS: Final = _re2_options()
+
+
 @functools.lru_cache(maxsize=4096)
-def _regex(value: str) -> re.Pattern[str]:
-    return re.compile(f"(?:{value})", re.DOTALL)
+def _regex(value: str) -> Any:
+    """The RE2 program of a matcher's value (anchored by ``fullmatch``); re2.error when RE2 refuses it."""
+    return re2.compile(f"(?:{value})", _RE2_OPTIONS)
+
+
+def clean_text(text: str) -> str:
+    """``text`` without control and format characters (ANSI escapes' ESC, NUL, bidi overrides, zero-width joiners):
+    Unicode categories Cc and Cf. A newline is a control character too: these fields are one line."""
+    return "".join(ch for ch in text if unicodedata.category(ch) not in ("Cc", "Cf")).strip()
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,10 +147,13 @@ def parse_matcher(text: str) -> Matcher:
     else:
         raise AlertConfigError(f"matcher {text!r}: quote values that contain spaces, quotes, commas, braces or = ! ~")
     if op in (MatchOp.RE, MatchOp.NRE):
+        if len(value) > MAX_REGEX_CHARS:
+            raise AlertConfigError(f"matcher {text[:40]!r}...: the regex is longer than {MAX_REGEX_CHARS} characters")
         try:
             _regex(value)
-        except re.error as exc:
-            raise AlertConfigError(f"matcher {text!r}: invalid regular expression ({exc})") from None
+        except re2.error as exc:
+            reason = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+            raise AlertConfigError(f"matcher {text!r}: invalid regular expression for RE2 ({reason})") from None
     elif op is MatchOp.EQ and value and name in _VOCABULARY and value not in _VOCABULARY[name]:
         raise AlertConfigError(f"matcher {text!r} can never match: {name} is one of {', '.join(_VOCABULARY[name])}")
     return Matcher(name, op, value)
@@ -159,6 +194,26 @@ def _split_top(text: str) -> list[str]:
 
 def matches_all(matchers: tuple[Matcher, ...], labels: dict[str, str]) -> bool:
     return all(m.matches(labels) for m in matchers)
+
+
+def takes_any_value(m: Matcher) -> bool:
+    """Whether ``m`` holds for every value its label can have on an alert: each value of the label's vocabulary
+    where it has one; else any text, so ``!=`` one value takes any value (all but one of endless many) and a
+    regex is probed with :data:`_ANY_VALUES`; and the empty value where the label may be absent.
+
+    Labels are independent, so a conjunction of matchers mutes every alert exactly when each of them takes any
+    value: ``node!=""``, ``node=~".*"``, ``node!="n1"``, ``severity=~"info|warning|critical"`` and
+    ``{gpu=~".*", node=~".+"}`` all do; ``gpu!=""`` (node-level alerts have no GPU) and ``severity!="info"`` do not."""
+    optional = m.name not in ALWAYS_PRESENT
+    vocabulary = _VOCABULARY.get(m.name)
+    if vocabulary is None:
+        if m.op is MatchOp.EQ:
+            return False
+        if m.op is MatchOp.NE:
+            return m.value != "" or not optional
+        vocabulary = _ANY_VALUES
+    values = (*vocabulary, "") if optional else vocabulary
+    return all(m.matches({m.name: v}) for v in values)
 
 
 def new_id() -> str:
@@ -312,9 +367,10 @@ class Silence:
             raise AlertConfigError(f"silence id {self.id!r} must be 1-64 letters, digits, . _ -")
         if not self.matchers:
             raise AlertConfigError("a silence needs at least one matcher (--match)")
-        if all(m.matches({}) for m in self.matchers):
+        if all(takes_any_value(m) for m in self.matchers):
             raise AlertConfigError(
-                'at least one matcher must need a value (e.g. node="n1"), so a silence cannot mute everything'
+                'at least one matcher must need a value not every alert has (e.g. node="n1"): these match every '
+                "alert, and a silence cannot mute everything"
             )
         if self.ends_ns <= self.starts_ns:
             raise AlertConfigError("a silence must end after it starts")

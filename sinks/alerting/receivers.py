@@ -31,8 +31,10 @@ from typing import Any, Protocol
 
 import urllib3
 
+from pipeline.errors import AlertConfigError
 from pipeline.publisher import Publisher
 from sinks.alerting.model import AlertStatus, AlertView, Delivery, Receiver
+from sinks.alerting.targets import TargetPolicy
 
 SIGNATURE_HEADER = "X-Hermeneut-Signature"
 DELIVERY_HEADER = "X-Hermeneut-Delivery"
@@ -148,13 +150,23 @@ class Sender(Protocol):
 
 
 class HttpSender:
-    """Webhook and Slack receivers over one urllib3 pool (connections are reused per host)."""
+    """Webhook and Slack receivers over one urllib3 pool (connections are reused per address).
 
-    def __init__(self, external_url: str, timeout_s: float, clock: Callable[[], float] = time.time) -> None:
+    Each request goes to an address :class:`~sinks.alerting.targets.TargetPolicy` checked (loopback, link-local and
+    metadata targets refused unless allowed), with the URL's name as Host header and TLS server name."""
+
+    def __init__(
+        self,
+        external_url: str,
+        timeout_s: float,
+        clock: Callable[[], float] = time.time,
+        policy: TargetPolicy | None = None,
+    ) -> None:
         self._http = urllib3.PoolManager(num_pools=64, maxsize=4, retries=False)
         self._timeout = urllib3.Timeout(connect=min(timeout_s, 5.0), read=timeout_s)
         self._external_url = external_url
         self._clock = clock
+        self._policy = policy or TargetPolicy()
 
     def __call__(self, d: Delivery, r: Receiver) -> SendResult:
         headers = {"Content-Type": "application/json", "User-Agent": "hermeneut-alerts", DELIVERY_HEADER: d.id}
@@ -171,8 +183,10 @@ class HttpSender:
             if secret:
                 headers[SIGNATURE_HEADER] = sign(secret, body, int(self._clock()))
         try:
-            resp = self._http.request("POST", r.url or "", body=body, headers=headers, timeout=self._timeout)
-        except urllib3.exceptions.HTTPError as exc:
+            resp = self._post(r.url or "", body, headers)
+        except AlertConfigError as exc:
+            return SendResult(False, error=f"target refused: {exc}"[:300])
+        except (urllib3.exceptions.HTTPError, OSError) as exc:  # OSError: the name does not resolve (now)
             error = _scrub(f"{type(exc).__name__}: {_reason(exc)}", r.url or "")
             return SendResult(False, retry=True, error=error[:300])
         status = resp.status
@@ -180,6 +194,22 @@ class HttpSender:
             return SendResult(True, http_status=status)
         retry = status in (408, 425, 429) or status >= 500
         return SendResult(False, retry=retry, http_status=status, error=f"HTTP {status}: {resp.data[:200]!r}")
+
+    def _post(self, url: str, body: bytes, headers: dict[str, str]) -> urllib3.BaseHTTPResponse:
+        """POST to the checked address of the URL's host (the name still given as Host and TLS server name)."""
+        parsed = urllib3.util.parse_url(url)
+        scheme, host = parsed.scheme or "http", parsed.host or ""
+        port = parsed.port or (443 if scheme == "https" else 80)
+        address = self._policy.resolve(host, port)
+        pool_kwargs: dict[str, Any] = {}
+        if scheme == "https":
+            pool_kwargs = {"server_hostname": host.strip("[]"), "assert_hostname": host.strip("[]")}
+        pool = self._http.connection_from_host(address, port, scheme, pool_kwargs=pool_kwargs)
+        netloc = host if parsed.port is None else f"{host}:{parsed.port}"
+        return pool.urlopen(
+            "POST", parsed.request_uri, body=body, headers=headers | {"Host": netloc}, timeout=self._timeout,
+            retries=False, redirect=False,
+        )  # fmt: skip
 
 
 def _scrub(text: str, url: str) -> str:

@@ -4,6 +4,8 @@ never a skip: in CI a missing server fails the run."""
 
 from __future__ import annotations
 
+import os
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +25,10 @@ class InfluxServer:
 
     def stop(self) -> None:
         self.proc.stop()
+
+    def proc_signal(self, sig: signal.Signals) -> None:
+        """Send influxd a signal (SIGSTOP hangs it: connections are accepted and never answered; SIGCONT)."""
+        os.kill(self.proc.pid, sig)
 
     def start(self) -> None:
         self.proc = influxdb.start(

@@ -9,6 +9,7 @@ from pathlib import Path
 from bench.cpu import CpuMeter, ceiling, central_sum, cpu_seconds, per_sample_us, rss_bytes
 from bench.pipeline import field_budget
 from bench.profile import self_time
+from bench.soak import MIB, Series
 
 
 def test_cpu_of_a_process_is_read_from_proc_and_charged_per_sample() -> None:
@@ -45,3 +46,16 @@ def test_field_budget_counts_fields_per_sample_by_kind_after_each_gpus_first_poi
     assert budget["moving readings"] == 1.0 and budget["relative values"] == 0.5
     assert budget["verdict, score, job id"] == 1.0 and budget["explanation, drivers"] == 0.5
     assert budget["interpretation (phase, baseline, user, source)"] == 0.5 and budget["states and counters"] == 0.0
+
+
+def test_the_soak_tells_a_plateau_from_a_leak() -> None:
+    """A process that fills up during the warm-up then holds is bounded; one that keeps growing at 10% of its warm
+    memory per hour is not (the slope is fitted over the second half, in MiB per hour)."""
+    t = [float(s) for s in range(0, 3601, 60)]
+    plateau = Series("sink", 0, t, [int((200 + min(s, 600) / 600 * 50) * MIB) for s in t])
+    leak = Series("processor", 0, t, [int((300 + s / 3600 * 30) * MIB) for s in t])
+    flat = plateau.summary(warmup=0.25, bound=0.05)
+    assert flat["bounded"] and abs(flat["slope_second_half_mib_per_h"]) < 1e-6 and flat["warm_mib"] == 250.0
+    grew = leak.summary(warmup=0.25, bound=0.05)
+    assert not grew["bounded"] and round(grew["slope_second_half_mib_per_h"], 3) == 30.0
+    assert round(grew["growth_after_warmup_mib"], 1) == 22.5

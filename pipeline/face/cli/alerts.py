@@ -53,13 +53,14 @@ def run_cmd(ctx: click.Context, stats_file: Path | None, metrics_port: int | Non
     from sinks.alerting.history import HistoryWriter
     from sinks.alerting.manager import AlertManager
     from sinks.alerting.receivers import EmailSender, HttpSender, KafkaSender, Sender
+    from sinks.alerting.targets import TargetPolicy
     from sinks.influxdb.write import InfluxWriter
 
     settings = resolved(ctx)
     a = settings.alerts
     writer = InfluxWriter.from_settings(settings.influxdb)
     history = HistoryWriter(writer)
-    http = HttpSender(a.external_url, a.http_timeout_s)
+    http = HttpSender(a.external_url, a.http_timeout_s, policy=TargetPolicy.parse(a.allowed_targets))
     kafka_out = Publisher(settings.kafka.client_config(), linger_ms=0)
     senders: dict[str, Sender] = {
         "webhook": http,

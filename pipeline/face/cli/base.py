@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from pipeline import services
 from pipeline.config import Settings, load_settings
 from pipeline.errors import ConfigError, HermeneutError, InvalidInput, InvalidQuery, ServiceError
+from pipeline.kafka_auth import check_credentials
 from pipeline.metrics import MetricsServer, serve, stage_registry
 from pipeline.sizing import Limits, read_limits
 
@@ -64,6 +65,8 @@ def resolved(ctx: click.Context, kafka: bool = True, influxdb: bool = True) -> S
         settings = services.resolve(settings_of(ctx), kafka, influxdb)
         if kafka and not settings.kafka.bootstrap_servers:
             raise ConfigError("kafka.bootstrap_servers is empty")
+        if kafka:  # a refused login would otherwise be retried silently for ever
+            check_credentials(settings.kafka.client_config(), settings.kafka.request_timeout_s)
         if influxdb and not (settings.influxdb.url and settings.influxdb.token):
             raise ConfigError("influxdb.url and influxdb.token are needed (HERMENEUT_INFLUXDB__URL/__TOKEN)")
         return settings

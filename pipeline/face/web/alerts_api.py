@@ -87,9 +87,43 @@ def _guard(
     return wrapped
 
 
+#: nesting a request body may have: the deepest valid one (a subscription's receivers) is 3
+MAX_JSON_DEPTH = 16
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON ``text`` (brackets inside strings do not count), in one
+    pass, without parsing: the parser recurses per level, and a few thousand levels exhaust its stack."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
 async def _body(request: web.Request) -> Any:
+    """The JSON body: ``application/json`` only (415 otherwise: a cross-site form cannot send it), nested at most
+    :data:`MAX_JSON_DEPTH` deep (400)."""
+    if request.content_type != "application/json":
+        raise web.HTTPUnsupportedMediaType(reason="send the body as JSON (Content-Type: application/json)")
+    text = await request.text()
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise AlertConfigError(f"the request body is nested deeper than {MAX_JSON_DEPTH} levels")
     try:
-        return json.loads(await request.text())
+        return json.loads(text)
     except ValueError:
         raise AlertConfigError("the request body is not JSON") from None
 

@@ -3,9 +3,17 @@
 A token is required whenever the server listens on anything but loopback (and whenever one is configured):
 ``Authorization: Bearer <token>``, compared in constant time. It comes from ``web.token`` or, when unset, is
 generated once and kept in ``<state_dir>/web-token`` (mode 0600); it is never logged and never put in a page.
+Cross-site requests are refused (:func:`same_origin_middleware`): a request that changes state (any method but
+GET/HEAD/OPTIONS) without the bearer token must not carry an ``Origin`` (or ``Referer``) other than this server's
+own, nor ``Sec-Fetch-Site: cross-site``, which is what a browser adds to a form or ``fetch`` posted from another
+site; the API also takes JSON bodies only as ``application/json``, which no cross-site page can send without a CORS
+preflight that is never granted. A server on loopback (no token) answers only to loopback names and
+``web.allowed_hosts`` in its ``Host`` header, so a page whose DNS name is rebound to 127.0.0.1 gets a 421. The page
+itself changes nothing (the dashboard only reads); its login form is covered by the same origin check.
 Every error is JSON ``{"error": "<one line>"}``: 400 for a malformed request, 401 without the right token,
-404/405 for unknown routes, 503 when InfluxDB does not answer, 500 (logged here, never a stack trace in the
-response) for anything else. Requests are counted by route, method and status for ``/metrics``, which the CLI
+403 for a cross-site request, 404/405 for unknown routes, 415 for a body that is not JSON, 421 for a foreign
+Host, 503 when InfluxDB does not answer, 500 (logged here, never a stack trace in the response) for anything else.
+Requests are counted by route, method and status for ``/metrics``, which the CLI
 serves on a port of its own (``metrics.web_port``), outside the token check.
 """
 
@@ -99,6 +107,56 @@ def _public(path: str) -> bool:
     return path in PUBLIC_PATHS or path.startswith("/static/")
 
 
+#: methods that only read: a cross-site page may cause them (a link, an image) but learns nothing it can read
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _bearer(request: web.Request, expected: bytes | None) -> bool:
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    return expected is not None and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected)
+
+
+def _origin_of(url: str) -> str | None:
+    """``scheme://host[:port]`` of a URL (an Origin header already is one; a Referer is a whole URL); None for
+    an opaque origin (``null``) or a malformed one."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or not scheme or not rest:
+        return None
+    return f"{scheme.lower()}://{rest.split('/', 1)[0].lower()}"
+
+
+def host_allowed(host: str, extra: frozenset[str]) -> bool:
+    """Whether a ``Host`` header names this loopback server: a loopback address or ``localhost`` (any port), or a
+    name in ``web.allowed_hosts``."""
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    name = name.strip("[]").lower().rstrip(".")
+    return is_loopback(name) or name in extra
+
+
+def same_origin_middleware(settings: Settings, token: str | None) -> Middleware:
+    """Refuse DNS rebinding (a loopback server answers only to its own names) and cross-site requests that change
+    state (see the module docstring). A request with the bearer token is exempt from the origin check: a browser
+    cannot add that header to a cross-site request without a preflight this server never grants."""
+    expected = token.encode() if token is not None else None
+    check_host = is_loopback(settings.web.host)
+    extra = settings.web.allowed_host_names()
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if check_host and not host_allowed(request.host, extra):
+            return error(421, f"Host {request.host[:100]!r} is not this server (web.allowed_hosts names others)")
+        if request.method not in SAFE_METHODS and not _bearer(request, expected):
+            own = f"{request.scheme}://{request.host.lower()}"
+            origin = request.headers.get("Origin") or request.headers.get("Referer")
+            if origin is not None and _origin_of(origin) != own:
+                return error(403, f"cross-site request refused: origin {origin[:100]!r} is not {own}")
+            if request.headers.get("Sec-Fetch-Site", "").lower() in ("cross-site", "same-site"):
+                return error(403, "cross-site request refused (Sec-Fetch-Site)")
+        return await handler(request)
+
+    return check
+
+
 def auth_middleware(token: str | None) -> Middleware:
     expected = token.encode() if token is not None else None
     session = session_value(token).encode() if token is not None else None
@@ -106,8 +164,7 @@ def auth_middleware(token: str | None) -> Middleware:
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if expected is not None and session is not None and not _public(request.path):
-            scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-            bearer = scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected)
+            bearer = _bearer(request, expected)
             cookie = hmac.compare_digest(request.cookies.get(SESSION_COOKIE, "").encode(), session)
             if not (bearer or cookie):
                 if request.method == "GET" and request.path == "/":
@@ -200,7 +257,14 @@ def create_app(
     """The application for resolved settings (InfluxDB known); ``store`` is created from them when not given
     (and then closed with the app); requests are counted on ``registry``."""
     token = required_token(settings)
-    app = web.Application(middlewares=[metrics_middleware(registry), json_errors, auth_middleware(token)])
+    app = web.Application(
+        middlewares=[
+            metrics_middleware(registry),
+            json_errors,
+            same_origin_middleware(settings, token),
+            auth_middleware(token),
+        ]
+    )
     app.router.add_get("/healthz", healthz)
     add_login(app, token)
     query_api.add_routes(app, settings, store)

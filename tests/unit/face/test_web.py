@@ -6,13 +6,18 @@ of a query. tests/integration/test_queries.py runs the endpoints against a real 
 
 from __future__ import annotations
 
+import json
 import stat
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import SecretStr
 
 from pipeline.config import InfluxSettings, ServiceSettings, Settings, WebSettings
+from pipeline.face.web.alerts_api import json_depth
 from pipeline.face.web.app import create_app, is_loopback, required_token, serving, token_path
 from tests.webserver import get, get_json
 
@@ -89,3 +94,85 @@ def test_history_views_take_a_window_of_the_past_and_refuse_one_too_long(tmp_pat
         assert status == 400 and body["error"] == "the window (3w2d) is longer than the dashboard shows (7d)"
         status, body = get_json(f"{url}/api/v1/rightsizing?start=2025-09-24T03:40:00Z&stop=2025-09-24T03:17:00Z")
         assert status == 400 and body["error"] == "the range is empty: start must be before stop"
+
+
+def _send(url: str, method: str = "POST", body: bytes | None = b"{}", **headers: str) -> tuple[int, dict[str, Any]]:
+    """A request with exactly these headers (Content-Type defaults to JSON): status and the JSON answer."""
+    headers = {"Content-Type": "application/json"} | headers
+    request = urllib.request.Request(url, data=body, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+SILENCE = json.dumps({"match": ['node="n1"'], "for": "30d", "by": "evil"}).encode()
+
+
+def test_a_cross_site_request_cannot_change_anything(tmp_path: Path) -> None:
+    """What a page on another site can make a browser send: a text/plain or form POST (no preflight), a fetch with
+    its Origin, a form from an opaque origin. None gets past; the same request from this origin, or from a client
+    that is not a browser (no Origin), reaches the handler (which then finds no Kafka here: 503)."""
+    with serving(create_app(_settings(tmp_path))) as url:
+        silences = f"{url}/api/v1/alerts/silences"
+        refused = [
+            _send(silences, body=SILENCE, **{"Content-Type": "text/plain", "Origin": "http://evil.example"}),
+            _send(silences, body=SILENCE, Origin="http://evil.example"),
+            _send(silences, body=SILENCE, Origin="null"),
+            _send(silences, body=SILENCE, Referer="http://evil.example/page.html"),
+            _send(silences, body=SILENCE, **{"Sec-Fetch-Site": "cross-site"}),
+            _send(f"{url}/api/v1/alerts/subscriptions/abc", "DELETE", None, Origin="http://127.0.0.1.evil.example"),
+            _send(f"{url}/login", body=b"token=x", Origin="http://evil.example"),
+        ]
+        assert [s for s, _ in refused] == [403] * len(refused), refused
+        assert all("cross-site request refused" in body["error"] for _, body in refused)
+        # a simple (text/plain) POST from this very origin still is not JSON
+        status, body = _send(silences, body=SILENCE, **{"Content-Type": "text/plain", "Origin": url})
+        assert status == 415 and "application/json" in body["error"]
+        assert _send(silences, body=SILENCE, Origin=url)[0] == 503
+        assert _send(silences, body=SILENCE, **{"Sec-Fetch-Site": "same-origin"})[0] == 503
+        assert _send(silences, body=SILENCE)[0] == 503
+
+
+def test_a_rebound_dns_name_does_not_reach_a_loopback_server(tmp_path: Path) -> None:
+    """A page at evil.example whose name the attacker rebinds to 127.0.0.1 sends ``Host: evil.example``: refused
+    with 421 before any handler; loopback names and ``web.allowed_hosts`` pass (on to a 503 here: no InfluxDB in
+    unit tests)."""
+    with serving(create_app(_settings(tmp_path, allowed_hosts="dash.internal"))) as url:
+        port = url.rsplit(":", 1)[1]
+        answered = {}
+        for host in (f"evil.example:{port}", "127.0.0.1.nip.example", f"localhost:{port}", f"127.0.0.1:{port}",
+                     "[::1]", "DASH.internal:443"):  # fmt: skip
+            request = urllib.request.Request(f"{url}/api/v1/top/hot", headers={"Host": host})
+            try:
+                with urllib.request.urlopen(request, timeout=60) as resp:
+                    answered[host] = resp.status
+            except urllib.error.HTTPError as exc:
+                answered[host] = exc.code
+    assert list(answered.values()) == [421, 421, 503, 503, 503, 503], answered
+
+
+def test_a_token_server_answers_any_host_and_a_bearer_request_needs_no_origin(tmp_path: Path) -> None:
+    with serving(create_app(_settings(tmp_path, host="0.0.0.0", token=SecretStr("tok")))) as url:
+        silences = f"{url}/api/v1/alerts/silences"
+        status, _ = _send(silences, body=SILENCE, Origin="http://evil.example", Host="gpu-dash.example")
+        assert status == 403  # no token: the origin decides, and it is foreign
+        bearer = {"Authorization": "Bearer tok", "Origin": "http://tool.example", "Host": "gpu-dash.example"}
+        assert _send(silences, body=SILENCE, **bearer)[0] == 503  # past both checks
+
+
+def test_deep_json_is_a_400_not_a_crash(tmp_path: Path) -> None:
+    with serving(create_app(_settings(tmp_path))) as url:
+        for body in (b"[" * 5000 + b"]" * 5000, b'{"a":' * 5000 + b"1" + b"}" * 5000):
+            status, answer = _send(f"{url}/api/v1/alerts/silences", body=body)
+            assert status == 400 and "nested deeper than 16 levels" in answer["error"]
+        status, answer = _send(f"{url}/api/v1/alerts/silences", body=b'{"match": ["[[[[[[[[[[[[[[[[[[[["], "for": "')
+        assert status == 400 and answer["error"] == "the request body is not JSON"
+
+
+@pytest.mark.parametrize(
+    ("text", "depth"), [("1", 0), ("[]", 1), ('{"a": [{"b": "]]]]"}]}', 3), ('["\\"[[["]', 1), ("[[]][[[]]]", 3)]
+)
+def test_json_depth(text: str, depth: int) -> None:
+    assert json_depth(text) == depth

@@ -4,12 +4,14 @@ and none is read, and a served registry (a port in use is one line)."""
 
 from __future__ import annotations
 
+import json
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client.registry import DuplicateTimeseries
 
 from pipeline.errors import ConfigError
@@ -136,5 +138,42 @@ def test_serve_answers_on_the_port_and_a_port_in_use_is_one_line(registry: Colle
             serve(stage_registry("sink"), "127.0.0.1", server.port, "sink")
         message = str(caught.value)
         assert "\n" not in message and f"127.0.0.1:{server.port}" in message and "metrics.sink_port" in message
+    finally:
+        server.close()
+
+
+def _healthz(server_url: str) -> tuple[int, dict[str, object]]:
+    url = server_url.replace("/metrics", "/healthz")
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_healthz_tells_idle_from_busy_from_stuck() -> None:
+    """Idle: nothing waits. Busy: messages wait and move. Stuck (503): they wait and do not move, or the sink's
+    writer holds a batch past the stall time while its paused consumer reads nothing (lag 0, which alone reads as
+    idle)."""
+    clock = Clock()
+    registry = stage_registry("sink")
+    lag = ConsumerLag("test", stall_after_s=60.0, clock=clock)
+    registry.register(lag)
+    writer_stalled = Gauge("hermeneut_sink_write_stalled", "stalled writes", registry=registry)
+    server = serve(registry, "127.0.0.1", 0, "sink")
+    try:
+        assert _healthz(server.url) == (200, {"status": "idle", "lag": 0, "stuck": []})
+        lag.update({("raw", 0): (0, 100), ("raw", 1): (50, 10)})
+        assert _healthz(server.url) == (200, {"status": "ok", "lag": 50, "stuck": []})
+        clock.now += 61
+        lag.update({("raw", 0): (0, 100), ("raw", 1): (80, 10)})
+        status, body = _healthz(server.url)
+        assert status == 503 and body["status"] == "stuck"
+        assert body["stuck"] == ["hermeneut_consumer_stalled{partition=1,topic=raw}"]
+        lag.update({("raw", 0): (0, 100), ("raw", 1): (0, 90)})
+        writer_stalled.set(1)
+        assert _healthz(server.url) == (503, {"status": "stuck", "lag": 0, "stuck": ["hermeneut_sink_write_stalled"]})
+        with urllib.request.urlopen(server.url, timeout=10) as resp:
+            assert b"hermeneut_sink_write_stalled 1.0" in resp.read()
     finally:
         server.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from pipeline.codec import encode_record
@@ -20,6 +22,7 @@ from sinks.alerting.model import (
     MatchOp,
     Receiver,
     Subscription,
+    clean_text,
     decode_config,
     encode_config,
     finding_labels,
@@ -189,3 +192,75 @@ def test_config_records_round_trip_and_invalid_ones_are_rejected() -> None:
         encode_config(broken)  # the writers validate before publishing...
     with pytest.raises(DecodeError, match="invalid regular expression"):
         decode_config(encode_record(broken))  # ...and a reader skips what got in anyway
+
+
+def test_a_backtracking_pattern_runs_in_linear_time() -> None:
+    """``(a+)+`` took 3 s on a 27-character node name with Python's backtracking engine and doubled per character;
+    under RE2 a 100,000-character one is answered at once (the worker's join bound is a liveness check: the old
+    engine would not return within the age of the universe)."""
+    matcher = parse_matcher('node=~"(a+)+"')
+    answers: list[bool] = []
+    worker = threading.Thread(target=lambda: answers.append(matcher.matches({"node": "a" * 100_000 + "!"})))
+    worker.start()
+    worker.join(30)
+    assert answers == [False]
+    assert parse_matcher('node=~"(a+)+"').matches({"node": "aaaa"})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (r'node=~"(a)\\1"', "invalid regular expression for RE2"),  # a backreference: RE2 has none
+        ('node=~"(?=n)n1"', "invalid regular expression for RE2"),  # lookahead
+        ('node=~"((a{1000}){1000}){1000}"', "invalid regular expression for RE2"),  # a program without bound
+        ('node=~"' + "a" * 2000 + '"', "longer than 1024 characters"),
+    ],
+)
+def test_regexes_re2_cannot_run_in_linear_time_are_refused_with_one_line(text: str, message: str) -> None:
+    with pytest.raises(AlertConfigError, match=message) as caught:
+        parse_matcher(text)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "match",
+    [
+        ['node!=""'],
+        ['node=~".*"'],
+        ['node=~".+"'],
+        ['node!="n1"'],
+        ['node!~"n1"'],
+        ['cluster=~"(?s).*"'],
+        ['severity=~"info|warning|critical"'],
+        ['gpu=~".*"', 'node=~".+"'],
+        ['{alertname!="", detector=~".*"}'],
+        ['application=~".*"'],
+        ['verdict!~"x"'],
+    ],
+)
+def test_a_silence_that_matches_every_alert_is_refused_whatever_its_form(match: list[str]) -> None:
+    with pytest.raises(AlertConfigError, match="a silence cannot mute everything"):
+        make_silence(match, "1h", "mallory")
+
+
+@pytest.mark.parametrize(
+    "match",
+    [['node="n1"'], ['gpu!=""'], ['node=~"node-00.*"'], ['severity!="info"'], ['job=~"tmp-.*"', 'node!="n2"']],
+)
+def test_a_silence_narrowed_to_some_alerts_is_accepted(match: list[str]) -> None:
+    assert make_silence(match, "1h", "carol").matchers
+
+
+def test_a_silence_longer_than_the_bound_is_refused() -> None:
+    with pytest.raises(AlertConfigError, match="longer than"):
+        silence_from_json({"match": ['node="n1"'], "for": "99999999999h", "by": "carol"})
+
+
+def test_control_characters_are_stripped_from_what_people_type() -> None:
+    assert clean_text("\x1b[31mroot\x1b[0m\u202e\x00 ok\n") == "[31mroot[0m ok"
+    s = silence_from_json({"match": ['node="n1"'], "for": "1h", "by": "\x1b]0;pwned\x07eve", "comment": "a\r\nb\u200b"})
+    assert (s.created_by, s.comment) == ("]0;pwnedeve", "ab")
+    sub = make_subscription("\x1b[2Jops", "al\x00ice", ['node="n1"'], [make_receiver("kafka", "out")], team="\x7f")
+    assert (sub.name, sub.owner, sub.team) == ("[2Jops", "alice", None)
+    with pytest.raises(AlertConfigError, match="needs a creator"):
+        make_silence(['node="n1"'], "1h", "\x1b\x07")

@@ -20,6 +20,7 @@ from sinks.alerting.receivers import (
     verify_signature,
     webhook_payload,
 )
+from sinks.alerting.targets import TargetPolicy
 
 S = 1_000_000_000
 
@@ -134,7 +135,8 @@ def test_history_lines_keep_every_attempt() -> None:
 
 def test_a_failed_delivery_never_reports_the_url_path(unused_port: int) -> None:
     url = f"http://127.0.0.1:{unused_port}/services/T000/B000/SECRETTOKEN"
-    result = HttpSender("http://x", timeout_s=1.0)(_delivery(), Receiver("slack", url=url))
+    sender = HttpSender("http://x", timeout_s=1.0, policy=TargetPolicy.parse("127.0.0.1"))
+    result = sender(_delivery(), Receiver("slack", url=url))
     assert not result.ok and result.retry and "refused" in result.error.lower()
     assert "SECRETTOKEN" not in result.error
 
