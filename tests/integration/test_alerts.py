@@ -49,7 +49,7 @@ def http() -> Iterator[HttpReceiver]:
 
 @pytest.fixture
 def admin(settings: Settings) -> Iterator[AlertAdmin]:
-    a = AlertAdmin(settings).start()
+    a = AlertAdmin(with_alerts(settings)).start()  # the tests' receivers listen on loopback, which it must allow
     yield a
     a.close()
 
