@@ -185,7 +185,6 @@ class AnomalyTracker:
         self.slots = slots if slots is not None else GpuSlots()
         self.streaks = self.slots.attach(_Streaks())
         self.episodes = Episodes(self.slots, (BASELINE_ANOMALY,))
-        self._jobs: dict[tuple[str, str | None], int] = {}
 
     def update(
         self, batch: InterpretedBatch, verdict: np.ndarray, explanation: list[str], scores: np.ndarray
@@ -261,9 +260,11 @@ class AnomalyTracker:
 
     def _track_jobs(self, batch: InterpretedBatch, rows: np.ndarray, slot: np.ndarray, ts: np.ndarray) -> None:
         """Each GPU's job (by its cluster and job id, as the context names it) and since when it runs it."""
+        # a job's code is the hash of its cluster and id (never -1, "no job"): equal within the process, and no
+        # table that grows with every job the fleet ever ran
         codes = np.fromiter(
             (
-                self._jobs.setdefault((batch.cluster[r], w.job_id if w is not None else None), len(self._jobs))
+                hash((batch.cluster[r], w.job_id if w is not None else None))
                 for r, w in ((r, batch.workload[r]) for r in rows.tolist())
             ),
             dtype=np.int64,

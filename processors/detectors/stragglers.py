@@ -268,6 +268,9 @@ class Stragglers:
         group[slot] = key
         if old is not None and old in self._jobs:
             self._jobs[old].members.discard(slot)
+            if not self._jobs[old].members:  # the job ended here: its peer group goes with it
+                del self._jobs[old]
+                self._touched.discard(old)
         if self.report.gpus.is_open(slot, STRAGGLER):
             self.report.transition(slot, STRAGGLER, False, ts, out)
         if key is not None:

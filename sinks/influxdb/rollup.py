@@ -42,6 +42,10 @@ MINUTE_NS: Final = 60 * 10**9
 LATENESS_MIN: Final = 1
 #: minutes a series keeps open at once (the open one, the late margin, the newest)
 _RING: Final = LATENESS_MIN + 2
+#: a series with no row for this many minutes before the newest one seen, and no open minute, is released: its
+#: index (and its accumulator rows) go to the next new series. A GPU's series changes with its application, so
+#: without this the sink's memory grows with every job a GPU ever ran (measured: ``make soak``, README)
+IDLE_MIN: Final = 10
 _METADATA_PREFIX: Final = "hermeneut-rollups-closed-before="
 _MASK: Final = METRIC_INDEX["throttle_reasons_mask"]
 #: clocks-event bits that do not slow a GPU down (idle, application clocks, sync boost, display clocks)
@@ -96,7 +100,8 @@ class MinuteRollups:
     """Open 1-minute windows per series, for the partitions this sink holds (see the module docstring).
 
     Series are named by the caller: an index per (GPU, application) and its tag string (the ``gpu`` line's
-    tags), so the sink's tag strings are built once.
+    tags), so the sink's tag strings are built once. An index released (:meth:`release`, a series gone quiet) is
+    handed to the next new series, so the accumulators hold the series of the last minutes, not of all time.
     """
 
     def __init__(self, measurement: str = "gpu") -> None:
@@ -112,18 +117,50 @@ class MinuteRollups:
         self._max = np.full((n, _RING, f), np.nan)
         # samples, with a mask, throttled, unusual, anomalous
         self._counts = np.zeros((n, _RING, 5))
+        #: per series: the newest minute it had a row of (-1: none, or released)
+        self._last = np.full(n, -1, dtype=np.int64)
+        self._free: list[int] = []
+
+    @property
+    def live(self) -> int:
+        """Series held now (registered and not released)."""
+        return len(self._tags) - len(self._free)
 
     def series(self, tags: str) -> int:
-        """A new series index for these tags (the caller keeps the mapping)."""
-        s = len(self._tags)
-        self._tags.append(tags)
-        if s == len(self._partition):
-            self._grow()
+        """A new series index for these tags (the caller keeps the mapping): a released one if there is one."""
+        if self._free:
+            s = self._free.pop()
+            self._tags[s] = tags
+        else:
+            s = len(self._tags)
+            self._tags.append(tags)
+            if s == len(self._partition):
+                self._grow()
+        self._last[s] = self.newest() or 0  # a series that never gets a row (all late) is released too
         return s
+
+    def newest(self) -> int | None:
+        """The newest minute any partition has seen."""
+        return max((p.newest for p in self._parts.values() if p.newest is not None), default=None)
+
+    def idle(self, before_minute: int) -> np.ndarray:
+        """Series with no row since before ``before_minute`` and no open minute: safe to release."""
+        n = len(self._tags)
+        quiet = (self._last[:n] >= 0) & (self._last[:n] < before_minute)  # -1: released
+        return np.flatnonzero(quiet & ~self._counts[:n, :, 0].any(axis=1))
+
+    def release(self, series: np.ndarray) -> None:
+        """Hand these series' indices to the next new series (their accumulators are empty: see :meth:`idle`)."""
+        self._last[series] = -1
+        self._partition[series] = -1
+        for s in series.tolist():
+            self._tags[s] = ""
+            self._free.append(s)
 
     def _grow(self) -> None:
         n = len(self._partition)
         self._partition = np.concatenate([self._partition, np.full(n, -1, dtype=np.int64)])
+        self._last = np.concatenate([self._last, np.full(n, -1, dtype=np.int64)])
         for name, fill in (("_count", 0.0), ("_sum", 0.0), ("_min", np.nan), ("_max", np.nan), ("_counts", 0.0)):
             a = getattr(self, name)
             setattr(self, name, np.concatenate([a, np.full_like(a, fill)]))
@@ -158,6 +195,7 @@ class MinuteRollups:
         minute = ts_ns // MINUTE_NS
         part.messages.append((offset, int(minute.max())))
         self._partition[series] = partition
+        np.maximum.at(self._last, series, minute)
         lines: list[str] = []
         for m in np.unique(minute).tolist():  # in time order: a message may span minutes (a backlog, a replay)
             if part.open_from is None:
@@ -340,14 +378,21 @@ def rollup_rows(
     )
 
 
+_SeriesKey = tuple[str, str, str, int, str, str | None]
+
+
 class SeriesIndex:
-    """Series indices per (cluster, node, GPU, index, model, application), with their tag strings."""
+    """Series indices per (cluster, node, GPU, index, model, application), with their tag strings; once per
+    minute of data, the series quiet for :data:`IDLE_MIN` minutes are released (``MinuteRollups.release``)."""
 
     def __init__(self) -> None:
-        self._index: dict[tuple[str, str, str, int, str, str | None], int] = {}
+        self._index: dict[_SeriesKey, int] = {}
+        self._keys: dict[int, _SeriesKey] = {}
+        self._swept: int | None = None
 
     def of(self, b: InterpretedBatch, rollups: MinuteRollups) -> np.ndarray:
         """Each row's series (a new one is registered with ``rollups``)."""
+        self._sweep(rollups)
         out = np.empty(len(b), dtype=np.int64)
         get = self._index.get
         for i, key in enumerate(
@@ -364,5 +409,16 @@ class SeriesIndex:
             s = get(key)
             if s is None:
                 s = self._index[key] = rollups.series(series_tags(*key))
+                self._keys[s] = key
             out[i] = s
         return out
+
+    def _sweep(self, rollups: MinuteRollups) -> None:
+        newest = rollups.newest()
+        if newest is None or newest == self._swept:
+            return
+        self._swept = newest
+        idle = [s for s in rollups.idle(newest - IDLE_MIN).tolist() if s in self._keys]
+        for s in idle:
+            del self._index[self._keys.pop(s)]
+        rollups.release(np.asarray(idle, dtype=np.int64))

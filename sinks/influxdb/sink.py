@@ -190,4 +190,5 @@ class InfluxDBSink:
             "rollup_minutes": r.minutes_written,
             "rollup_late_rows": r.late_rows,
             "rollup_replayed_rows": r.replayed_rows,
+            "rollup_series": self.rollups.live,
         }

@@ -14,12 +14,12 @@ import pytest
 
 from pipeline.codec import encode_samples
 from pipeline.config import ValidationSettings
-from pipeline.events import InterpretedBatch, Verdict
+from pipeline.events import InterpretedBatch, Verdict, Workload
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet
 from producers.simulator.faults import FaultPlan
 from sinks.influxdb.lines import series_tags
-from sinks.influxdb.rollup import MINUTE_NS, MinuteRollups, SeriesIndex, rollup_lines, rollup_values
+from sinks.influxdb.rollup import IDLE_MIN, MINUTE_NS, MinuteRollups, SeriesIndex, rollup_lines, rollup_values
 from sinks.query.model import ROLLUP_FIELDS
 
 T0 = 1_800_000_030_000_000_000  # half a minute past a whole minute
@@ -153,3 +153,21 @@ def test_a_row_of_a_minute_already_written_is_counted_not_merged() -> None:
     stale = replace(stale, ts_ns=stale.ts_ns - 120 * 10**9)
     assert rollups.add(stale, SeriesIndex().of(stale, rollups), part, 10_000) == []
     assert rollups.stats.late_rows == 1
+
+
+def test_series_of_jobs_gone_by_are_released_and_their_indices_reused() -> None:
+    """A GPU's series changes with its application: with a new application every minute for 25 minutes, the
+    accumulators hold the series of the last minutes only (the soak's sink grew with every job a GPU ran), and
+    every minute of every series is still written exactly."""
+    messages = []
+    for part, b in _messages(seconds=1500, nodes=1):
+        apps = [f"app-{int(t) // MINUTE_NS}" for t in b.ts_ns]
+        workload = tuple(Workload(application=a, source="manual") for a in apps)
+        messages.append((part, replace(b, workload=workload)))
+    want = _expected(messages)
+    gpus = {uuid for _, b in messages for uuid in b.gpu_uuid}
+    assert len({k[0] for k in want}) > 20 * len(gpus)  # a new series per GPU and minute
+    lines, rollups = _stream(messages)
+    assert 0 < rollups.live <= len(gpus) * (IDLE_MIN + 4)
+    assert len(rollups._tags) <= len(gpus) * (IDLE_MIN + 4)  # indices reused, not appended
+    _same(_points(lines + rollups.close_all()), want)
