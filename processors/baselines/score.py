@@ -46,7 +46,7 @@ from processors.baselines.explain import explain
 from processors.baselines.model import FLEET, Baseline
 from processors.baselines.store import BaselineSet
 from processors.episodes import Description, Episodes
-from processors.features import features_of, infer_phase
+from processors.features import FEATURE_NAMES, features_of, infer_phase
 from processors.state import GpuSlots, column
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,8 @@ _VERDICTS: Final = (Verdict.UNSCORED, Verdict.NORMAL, Verdict.UNUSUAL, Verdict.A
 _UNSCORED, _NORMAL, _UNUSUAL, _ANOMALOUS = range(4)
 _NONE: Final = np.int64(-1)  # "no such time" in the tracker's timestamp arrays
 _NEVER: Final = np.iinfo(np.int64).max
+#: a bit per feature, for the features that led a job's anomaly (_Streaks.job_drivers)
+_LEAD_BIT: Final = {name: 1 << i for i, name in enumerate(FEATURE_NAMES)}
 
 
 #: the finding of a GPU anomalous against its baseline
@@ -155,18 +157,22 @@ def serving_demand(batch: InterpretedBatch, verdict: np.ndarray, explanation: li
 @dataclass(eq=False)
 class _Streaks:
     """Per GPU: the start of its current anomalous streak, and of its current streak of rows that are not; the job it
-    runs (a code of its cluster and job id) and since when it was seen with it; and whether the current anomalous
-    streak began as the job did."""
+    runs (a code of its cluster and job id) and since when it was scored with it; whether the current anomalous
+    streak began as the job did, and the features that led such streaks of this job (a bit per feature)."""
 
     anomalous_since: np.ndarray = column(_NONE)
     calm_since: np.ndarray = column(_NONE)
     job: np.ndarray = column(_NONE)
     job_since: np.ndarray = column(_NONE)
     from_start: np.ndarray = column(False)
+    job_drivers: np.ndarray = column(np.int64(0))
 
 
 #: an anomalous streak that begins this soon after the GPU's job began is how the job runs (its model size, batch,
-#: data), a property of the job, not a change of the GPU: it raises no finding
+#: data), a property of the job, not a change of the GPU: it raises no finding; nor does a later streak of the same
+#: job led by a feature that led it then (a job configured unlike the learned history hovers at the band's edge:
+#: in the offline evaluation its streak broke on a calm row and came back as a "new" anomaly that warned after 30
+#: minutes). A later streak led by another feature (the clocks of a job that began with less memory) is a change.
 STARTUP_S: Final = 600.0
 #: an open baseline-anomaly finding is information; it warns once it has held this long
 ESCALATE_S: Final = 1800.0
@@ -175,8 +181,8 @@ ESCALATE_S: Final = 1800.0
 class AnomalyTracker:
     """Per GPU: how long it has been anomalous (or not), as arrays of the processor's slot table (its own when built
     alone), updated per batch with vector operations; emits ``baseline-anomaly`` findings (see module docstring):
-    none for a streak that began with the GPU's job (a property of the job), info while young, a warning once it has
-    held for ``ESCALATE_S``."""
+    none for a streak that began with the GPU's job (a property of the job), nor for a later one of the same job led
+    by the same feature (:data:`STARTUP_S`), info while young, a warning once it has held for ``ESCALATE_S``."""
 
     def __init__(
         self, after_s: float = 30.0, repeat_s: float = 60.0, clear_s: float = 60.0, slots: GpuSlots | None = None
@@ -228,8 +234,19 @@ class AnomalyTracker:
         with_job = began & (job_since != _NONE) & (since - job_since < int(STARTUP_S * 1e9))
         streaks.from_start[seen] = np.where(began, with_job, streaks.from_start[seen] & (since != _NONE))
         streaks.anomalous_since[seen], streaks.calm_since[seen] = since, calm
+        # the feature leading each anomalous row (a bit; 0: none named); a job-start streak's are the job's
+        lead = np.zeros(len(rows), dtype=np.int64)
+        for i in np.flatnonzero(bad).tolist():
+            drivers = batch.drivers[int(rows[i])]
+            lead[i] = _LEAD_BIT.get(drivers[0].feature, 0) if drivers else 0
+        size_mask = np.zeros(size, dtype=np.int64)
+        np.bitwise_or.at(size_mask, slot, lead)
+        streaks.job_drivers[seen] |= np.where(streaks.from_start[seen], size_mask[seen], 0)
+        last_lead = np.zeros(size, dtype=np.int64)
+        last_lead[slot[bad]] = lead[bad]  # rows are in time order per GPU: the latest anomalous row's lead
+        same_lead = (last_lead[seen] & streaks.job_drivers[seen]) != 0
         active = self.episodes.active(seen, BASELINE_ANOMALY)
-        start = ~active & (since != _NONE) & (latest - since >= self.after_ns) & ~streaks.from_start[seen]
+        start = ~active & (since != _NONE) & (latest - since >= self.after_ns) & ~streaks.from_start[seen] & ~same_lead
         last_sent = self.episodes.last_sent(seen, BASELINE_ANOMALY)
         repeat = active & (since != _NONE) & (latest - last_sent >= self.repeat_ns)
         clear = active & (calm != _NONE) & (latest - calm >= self.clear_ns)
@@ -280,6 +297,7 @@ class AnomalyTracker:
         last_code[slot] = codes  # rows are in time order per GPU: the last one wins
         self.streaks.job[changed] = last_code[changed]
         self.streaks.job_since[changed] = first[changed]
+        self.streaks.job_drivers[changed] = 0
 
 
 def _said(

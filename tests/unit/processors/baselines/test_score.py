@@ -102,6 +102,30 @@ def test_an_anomaly_that_began_with_the_job_is_how_the_job_runs() -> None:
     assert found.since_ns == 3610 * 10**9
 
 
+def test_a_job_that_began_unlike_its_baseline_is_not_found_again_for_the_same_feature() -> None:
+    """A job configured unlike the learned history (less memory than any job the baseline saw) hovers at its band's
+    edge: a calm row breaks the streak, and the anomaly that comes back, led by the same feature, is the same job,
+    not a new fault (in the offline evaluation it warned after 30 minutes). Led by another feature, it is found."""
+
+    def led_by(feature: str, ts_s: list[float]) -> tuple[InterpretedBatch, np.ndarray]:
+        batch, codes = _verdict_batch(ts_s, [3] * len(ts_s))
+        driver = (Driver(feature, 0.5, 0.8, 0.7, 0.9),)
+        return dataclasses.replace(batch, drivers=(driver,) * len(ts_s)), codes
+
+    tracker = AnomalyTracker()
+    batch, codes = led_by("memory_used_ratio", [float(t) for t in range(0, 1200, 10)])
+    assert tracker.update(batch, codes, ["x"] * len(codes), batch.score) == []  # began with the job
+    batch, codes = _verdict_batch([1200.0], [1])
+    assert tracker.update(batch, codes, ["x"], batch.score) == []
+    batch, codes = led_by("memory_used_ratio", [float(t) for t in range(1210, 4000, 10)])
+    assert tracker.update(batch, codes, ["x"] * len(codes), batch.score) == []  # the same job, at the same edge
+    batch, codes = _verdict_batch([4000.0], [1])
+    assert tracker.update(batch, codes, ["x"], batch.score) == []
+    batch, codes = led_by("sm_clock_ratio_of_max", [float(t) for t in range(4010, 4100, 10)])
+    (found,) = tracker.update(batch, codes, ["x"] * len(codes), batch.score)  # the clocks: a change
+    assert found.active and found.since_ns == 4010 * 10**9
+
+
 def test_a_baseline_anomaly_informs_and_warns_once_it_has_held_half_an_hour() -> None:
     tracker = settled(after_s=300.0)
     found = []
