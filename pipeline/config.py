@@ -189,6 +189,7 @@ class TopicSettings(_Section):
     alert_state: str = "hermeneut.alerts.state"
     alert_config: str = "hermeneut.alerts.config"
     notifications: str = "hermeneut.notifications"
+    health: str = "hermeneut.health"
     partitions: int = Field(default=6, ge=1, le=1024)
     replication_factor: int = Field(default=1, ge=1, le=16)
     raw_retention_hours: float = Field(default=24.0, gt=0)

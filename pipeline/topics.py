@@ -14,6 +14,7 @@
 | alert_state  | alert dedup key   | compact          | alert lifecycle state: survives a restart of alerting     |
 | alert_config | subscription/silence id | compact    | subscriptions and silences (tombstone = deleted)          |
 | notifications| alert group key   | delete, 7 days   | what the Kafka receiver of a subscription delivers        |
+| health       | cluster/node/gpu  | compact          | each GPU's (and node's) health state, for remediation     |
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(t.alert_state, 1, rf, compact),
         TopicSpec(t.alert_config, 1, rf, compact),
         TopicSpec(t.notifications, 1, rf, common | {"retention.ms": str(7 * 24 * _HOUR_MS)}),
+        TopicSpec(t.health, 1, rf, compact),
     ]
 
 

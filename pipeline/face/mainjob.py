@@ -280,6 +280,7 @@ def report(
     for n in notified:
         outcomes[n.outcome] = outcomes.get(n.outcome, 0) + 1
     print(f"Notifications to '{OPERATORS}': {', '.join(f'{v} {k}' for k, v in sorted(outcomes.items())) or 'none yet'}")
+    print_health(settings)
     print("\nTrend read back from InfluxDB: p95 of power relative to each GPU's limit, per GPU model, 30 s windows")
     print(format_table(run_trend(settings, TrendQuery("power_ratio_of_limit", "gpu_model", "30s", span, "p95", mine))))
     i = settings.influxdb
@@ -290,6 +291,29 @@ def report(
         f"{settings.topics.interpreted}, {settings.topics.alerts}, {settings.topics.dead_letter}\n"
         + metrics
         + f"  logs       {run_dir}\n"
-        "  try        hermeneut top hot | hermeneut anomalies | hermeneut alerts list --firing | hermeneut rightsize\n"
+        "  try        hermeneut health | hermeneut top hot | hermeneut anomalies | hermeneut alerts list --firing\n"
+        "             hermeneut rightsize\n"
         "  stop       hermeneut services down"
     )
+
+
+def print_health(settings: Settings) -> None:
+    """The health of this run's fleet now: GPUs and nodes by state, and each GPU that is not healthy with its
+    remedy and the findings behind it (``hermeneut health``)."""
+    from pipeline.face.health import HealthQuery, fleet_health, health_json
+    from sinks.alerting.admin import AlertAdmin
+    from sinks.query import Store
+
+    q = HealthQuery(cluster=settings.cluster)
+    admin = AlertAdmin(settings).start()
+    try:
+        with Store.from_settings(settings) as store:
+            data = health_json(fleet_health(admin, store, q, time.time_ns()), q)
+    finally:
+        admin.close()
+    gpus, nodes = data["gpus_by_state"], data["nodes_by_state"]
+    print(f"Health: {sum(gpus.values())} GPUs ({', '.join(f'{n} {k}' for k, n in gpus.items())}); "
+          f"{sum(nodes.values())} nodes ({', '.join(f'{n} {k}' for k, n in nodes.items())})")  # fmt: skip
+    for a in data["gpus"]:
+        why = ", ".join(sorted({r["detector"] for r in a["reasons"]})) or "no sample lately"
+        print(f"  {a['node']}/{a['gpu'][:12]}  {a['state']:9} -> {a['remedy']:19} ({why})")

@@ -31,6 +31,7 @@ detector and severity, delivery times per receiver kind and the findings consume
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -49,6 +50,7 @@ from pipeline.config import Settings
 from pipeline.deadletter import DeadLetter, bounded, dead_letter
 from pipeline.errors import DecodeError, RecordTooLarge, ServiceError
 from pipeline.events import Finding
+from pipeline.health import FiringFinding, assess, assessment_json
 from pipeline.metrics import (
     DURATION_BUCKETS,
     ConsumerLag,
@@ -71,6 +73,7 @@ from sinks.alerting.inhibit import INHIBITED, SILENCED, parse_inhibit_rules
 from sinks.alerting.model import (
     Ack,
     AlertState,
+    AlertStatus,
     ConfigRecord,
     Delivery,
     GroupState,
@@ -88,6 +91,11 @@ log = logging.getLogger(__name__)
 
 STAGE = "alerting"
 _OUTCOME = {SILENCED: "suppressed-silence", INHIBITED: "suppressed-inhibited", DAMPED: "damped"}
+
+
+def _health_key(labels: dict[str, str]) -> tuple[str, str, str]:
+    """Whose health an alert speaks of: (cluster, node, GPU or "-" for the node)."""
+    return labels.get("cluster", ""), labels.get("node", ""), labels.get("gpu") or "-"
 
 
 @dataclass
@@ -112,6 +120,8 @@ class ManagerStats:
     history_dropped: int = 0
     #: state records over their topic's limit: refused before they were queued, logged
     too_large: int = 0
+    #: health changes published on the health topic (pipeline.health)
+    health_records: int = 0
 
 
 #: the manager's stats as ``/metrics`` shows them (the stats file has the same numbers under the keys)
@@ -129,6 +139,7 @@ MANAGER_FIELDS: tuple[Field, ...] = (
     counter("retries", "hermeneut_alerts_delivery_retries_total", "Delivery attempts that will be retried."),
     counter("suppressed", "hermeneut_alerts_suppressed_total", "Notifications held: silenced, inhibited, damped."),
     counter("state_records", "hermeneut_alerts_state_records_total", "State records written to Kafka."),
+    counter("health_records", "hermeneut_alerts_health_records_total", "Health changes published on the health topic."),
     counter("commits", "hermeneut_alerts_commits_total", "Offset commits of consumed findings."),
     gauge("outbox", "hermeneut_alerts_outbox", "Deliveries not finished yet."),
     counter("recovered_deliveries", "hermeneut_alerts_recovered_deliveries_total", "Deliveries resumed at start."),
@@ -169,6 +180,10 @@ class AlertManager:
         self._config_version = -1
         self._consumer: Consumer | None = None
         self._by_state: dict[tuple[str, str, str], int] = {}
+        #: health (pipeline.health) per GPU (or node: gpu "-") as last published, and the ones to look at again
+        self._health: dict[tuple[str, str, str], tuple[str, str, tuple[str, ...]]] = {}
+        self._touched: set[tuple[str, str, str]] = set()
+        self._health_dirty: dict[bytes, bytes] = {}
         self._dead_letters = dead_letters(registry)
         self._delivery_seconds = Histogram("hermeneut_alerts_delivery_seconds", "Seconds per delivery attempt.",
                                            ["receiver"], buckets=DURATION_BUCKETS, registry=registry)  # fmt: skip
@@ -222,9 +237,9 @@ class AlertManager:
         )
 
     def _rebuild(self, records: list[StateRecord]) -> None:
-        self.engine.restore(
-            [r for r in records if isinstance(r, AlertState)], [r for r in records if isinstance(r, GroupState)]
-        )
+        alerts = [r for r in records if isinstance(r, AlertState)]
+        self.engine.restore(alerts, [r for r in records if isinstance(r, GroupState)])
+        self._touched.update(_health_key(a.labels) for a in alerts)  # published again: a restart loses nothing
         self.outbox = {r.id: r for r in records if isinstance(r, Delivery)}
 
     def _on_assign(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
@@ -297,6 +312,7 @@ class AlertManager:
         new = self.engine.apply(finding, self.clock_ns())
         if new is not None:
             self._dirty[new.key] = encode_record(new)
+            self._touched.add(_health_key(new.labels))
 
     def step(self, now_ns: int) -> None:
         """Timers and every subscription's groups; queues state records, notifications and history records."""
@@ -307,6 +323,8 @@ class AlertManager:
             self._dirty[a.key] = encode_record(a)
         for a in result.forgotten:
             self._dirty[a.key] = None
+        self._touched.update(_health_key(a.labels) for a in (*result.alerts, *result.forgotten))
+        self._assess_health(now_ns)
         for g in result.groups:
             self._dirty[g.key] = encode_record(g)
         for g in result.dropped_groups:
@@ -324,6 +342,28 @@ class AlertManager:
                 for a in self.engine.alerts.values()
             )
         )
+
+    def _assess_health(self, now_ns: int) -> None:
+        """The health of each GPU (or node) whose alerts changed, from its alerts firing now (the manager sees no
+        samples: none is "unknown" here); a change is published on the health topic (compacted, keyed
+        cluster/node/gpu) for remediation systems to act on."""
+        if not self._touched:
+            return
+        firing: dict[tuple[str, str, str], list[FiringFinding]] = {}
+        for a in self.engine.alerts.values():
+            key = _health_key(a.labels)
+            if a.status is AlertStatus.FIRING and key in self._touched:
+                firing.setdefault(key, []).append(FiringFinding(a.labels, a.summary, a.starts_ns, a.evidence))
+        for key in sorted(self._touched):
+            cluster, node, gpu = key
+            h = assess(firing.get(key, []), [(cluster, node, gpu, now_ns)] if gpu != "-" else [], now_ns)
+            one = h.gpus[0] if gpu != "-" else next(n for n in h.nodes if n.node == node)
+            said = (one.state.value, one.remedy.value, tuple(sorted({r.detector for r in one.reasons})))
+            if self._health.get(key) != said:
+                self._health[key] = said
+                record = assessment_json(one) | {"gpu": None if gpu == "-" else gpu, "ts_ns": now_ns}
+                self._health_dirty[f"{cluster}/{node}/{gpu}".encode()] = json.dumps(record).encode()
+        self._touched.clear()
 
     def _notify(self, sub: Subscription, note: Notification, now_ns: int) -> None:
         self.stats.notifications += 1
@@ -444,7 +484,7 @@ class AlertManager:
 
     def _persist_and_commit(self) -> None:
         """Publish changed state (and dead letters), wait for Kafka, then commit findings and start deliveries."""
-        if not self._dirty and not self._letters and not self._uncommitted and not self._to_submit:
+        if not (self._dirty or self._health_dirty or self._letters or self._uncommitted or self._to_submit):
             return
         topics = self.settings.topics
         records: list[Record] = []
@@ -456,6 +496,7 @@ class AlertManager:
                 del self._dirty[key]
                 continue
             records.append((topics.alert_state, key, value, None))
+        records += [(topics.health, key, value, None) for key, value in self._health_dirty.items()]
         limit = self._pub.limits.limit(topics.dead_letter) if self._pub.limits else 1_048_588
         records += [(topics.dead_letter, x.key, x.value, x.headers) for x in bounded(self._letters, limit)]
         try:
@@ -471,7 +512,9 @@ class AlertManager:
             return  # everything stays dirty and is published again next round (idempotent: latest value wins)
         self.stall.ok()
         self.stats.state_records += len(self._dirty)
+        self.stats.health_records += len(self._health_dirty)
         self._dirty.clear()
+        self._health_dirty.clear()
         self._letters.clear()
         if self._uncommitted:
             self._commit(self._uncommitted)

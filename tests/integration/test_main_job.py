@@ -1,7 +1,8 @@
 """The main job end to end, against servers configured as external (so it must start no Kafka or InfluxDB of
 its own): learn from healthy history, then live with faults; every sample accounted for, the baselines learned
 and taken up by the running processor, findings reported, the dashboard serving the fleet, and the /metrics of
-every stage listed under "where to look", answering until the services are stopped."""
+every stage listed under "where to look", answering until the services are stopped; the fleet's health the same
+in the report, the HTTP API and ``hermeneut health``."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import re
 import urllib.request
 
 import pytest
+from click.testing import CliRunner
 
 from pipeline import services
 from pipeline.config import Settings
+from pipeline.face.cli import cli as main_cli
 from pipeline.face.mainjob import main_job
+from pipeline.services import child_env
 from pipeline.services.procs import pid_alive
 
 from .harness import stored_points
@@ -29,6 +33,10 @@ def test_main_job_accounts_for_every_sample(settings: Settings, capsys: pytest.C
         assert state.web is not None
         with urllib.request.urlopen(f"{state.web['url']}/api/v1/fleet", timeout=60) as resp:
             fleet = json.load(resp)
+        with urllib.request.urlopen(f"{state.web['url']}/api/v1/health?cluster={settings.cluster}", timeout=60) as r:
+            health = json.load(r)
+        cli = CliRunner().invoke(main_cli, ["health", "--cluster", settings.cluster, "--format", "json"],
+                                 env=child_env(settings))  # fmt: skip
         out = capsys.readouterr().out
         listed = dict(re.findall(r"^  metrics    (http://\S+/metrics)  \((\w+)\)$", out, re.MULTILINE))
         assert sorted(listed.values()) == ["alerts", "process", "sink", "web"], out
@@ -54,6 +62,15 @@ def test_main_job_accounts_for_every_sample(settings: Settings, capsys: pytest.C
     assert p50 < 10, "latency of the live samples (not of the backfilled history)"
     assert "p95(power_ratio_of_limit)" in out and "NVIDIA" in out  # the trend read back from InfluxDB
     assert len(fleet["gpus"]) == 8
+    # health: the GPU with an uncorrectable ECC error is unhealthy and is to be reset; the report, the HTTP API
+    # and the CLI say the same
+    assert cli.exit_code == 0, cli.output
+    assert json.loads(cli.output)["gpus_by_state"] == health["gpus_by_state"]
+    assert sum(health["gpus_by_state"].values()) == 8 and health["gpus_by_state"]["unhealthy"] >= 1
+    ecc = [g for g in health["gpus"] if any(r["detector"] == "ecc-uncorrectable" for r in g["reasons"])]
+    assert ecc and ecc[0]["state"] == "unhealthy" and ecc[0]["remedy"] == "reset GPU", health
+    counts = ", ".join(f"{n} {k}" for k, n in health["gpus_by_state"].items())
+    assert f"Health: 8 GPUs ({counts})" in out, out
 
 
 def report_line(out: str, label: str) -> str:

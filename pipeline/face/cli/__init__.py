@@ -4,7 +4,7 @@ Commands live in one module per area, each registering itself on the group in :m
 imported here: ``core`` (services, topics, the stages, run), ``collect`` (the node agent), ``context`` (workload
 context per GPU), ``importing`` (history from Prometheus, dcgm-exporter, nvidia-smi and traces), ``baselines``
 (train, list, feedback), ``queries`` (trend, top, compare, anomalies, jobs, storage), ``alerts``, ``rightsize``,
-``evaluate`` and ``web`` (the HTTP API and dashboard).
+``evaluate``, ``health`` (GPUs and nodes by state, with remedies) and ``web`` (the HTTP API and dashboard).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pipeline.face.cli import (
     context,
     core,
     evaluate,
+    health,
     importing,
     queries,
     rightsize,
@@ -31,6 +32,7 @@ __all__ = [
     "context",
     "core",
     "evaluate",
+    "health",
     "importing",
     "main",
     "queries",

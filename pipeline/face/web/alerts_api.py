@@ -12,6 +12,7 @@
     POST   /api/v1/alerts/silences                            {"match": [...], "for": "2h", "by", "comment"} -> 201
     DELETE /api/v1/alerts/silences/{id}
     GET    /api/v1/alerts/history?range=24h&subscription=&detector=&outcome=&status=&limit=
+    GET    /api/v1/health[?cluster=&node=&gpu=&silent_after=2m]  GPUs and nodes by state, with remedies
 
 Malformed input is HTTP 400 with ``{"error": "<one line>"}``; an unknown id is 404; Kafka or InfluxDB
 unreachable is 503. Blocking work (Kafka, InfluxDB) runs in a thread, off the event loop. The admin (mirrors
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,6 +31,8 @@ from aiohttp import web
 
 from pipeline.config import Settings
 from pipeline.errors import AlertConfigError, ConfigError, InvalidInput, InvalidQuery, ServiceError
+from pipeline.face.health import HealthQuery, fleet_health, health_json
+from pipeline.vocab import parse_seconds
 from sinks.alerting.admin import (
     AlertAdmin,
     silence_from_json,
@@ -38,6 +42,7 @@ from sinks.alerting.admin import (
 )
 from sinks.alerting.model import AlertStatus
 from sinks.query.alerts import HistoryQuery, row_json, run_history
+from sinks.query.store import Store
 
 
 class _Admin:
@@ -220,6 +225,22 @@ def add_routes(app: web.Application, settings: Settings, admin: AlertAdmin | Non
         rows = await _run(lambda: run_history(settings, query))
         return web.json_response([row_json(r) for r in rows])
 
+    @_guard
+    async def health(request: web.Request) -> web.Response:
+        q = request.query
+        query = HealthQuery(q.get("cluster"), q.get("node"), q.get("gpu"),
+                            parse_seconds(q.get("lookback", "24h"), "lookback", error=InvalidQuery),
+                            parse_seconds(q.get("silent_after", "2m"), "silent_after", error=InvalidQuery))  # fmt: skip
+        query.validate()
+        adm = await request.app[ADMIN].get()
+
+        def look() -> dict[str, Any]:
+            with Store.from_settings(settings) as store:
+                return health_json(fleet_health(adm, store, query, time.time_ns()), query)
+
+        return web.json_response(await _run(look))
+
+    app.router.add_get("/api/v1/health", health)
     app.router.add_get("/api/v1/alerts", list_alerts)
     app.router.add_get("/api/v1/alerts/subscriptions", list_subscriptions)
     app.router.add_post("/api/v1/alerts/subscriptions", add_subscription)

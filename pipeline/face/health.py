@@ -1,0 +1,67 @@
+"""The fleet's health as the CLI (``hermeneut health``) and the HTTP API (``GET /api/v1/health``) show it: the
+alerts firing now (the alert manager's state, through its compacted topic) folded over the GPUs that reported
+in the lookback (InfluxDB), by :func:`pipeline.health.assess`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.errors import InvalidQuery
+from pipeline.health import FiringFinding, FleetHealth, assess, assessment_json
+from pipeline.vocab import NS_PER_S
+from sinks.alerting.admin import AlertAdmin
+from sinks.alerting.model import AlertStatus
+from sinks.query.fleet import last_reports
+from sinks.query.store import Store
+
+
+@dataclass(frozen=True, slots=True)
+class HealthQuery:
+    """Whose health: the fleet (optionally one cluster), one node, or one GPU; GPUs silent for ``silent_after_s``
+    are unknown; membership is every GPU that reported within ``lookback_s``."""
+
+    cluster: str | None = None
+    node: str | None = None
+    gpu: str | None = None
+    lookback_s: float = 86_400.0
+    silent_after_s: float = 120.0
+
+    def validate(self) -> None:
+        if self.node and self.gpu:
+            raise InvalidQuery("ask for one node or one GPU, not both")
+        if not 0 < self.silent_after_s < self.lookback_s:
+            raise InvalidQuery("silent-after must be > 0 and shorter than the lookback")
+
+
+def fleet_health(admin: AlertAdmin, store: Store, q: HealthQuery, now_ns: int) -> FleetHealth:
+    firing = [
+        FiringFinding(r.alert.labels, r.alert.summary, r.alert.starts_ns, r.alert.evidence)
+        for r in admin.alerts(AlertStatus.FIRING)
+        if q.cluster is None or r.alert.labels.get("cluster") == q.cluster
+    ]
+    fleet = last_reports(store, now_ns - int(q.lookback_s * NS_PER_S), now_ns + NS_PER_S, q.cluster)
+    return assess(firing, fleet, now_ns, int(q.silent_after_s * NS_PER_S))
+
+
+def health_json(h: FleetHealth, q: HealthQuery) -> dict[str, Any]:
+    """The fleet summary (counts by state) and the GPUs and nodes asked for: one node (with all its GPUs), one GPU,
+    or every GPU and node that is not healthy."""
+    gpus, nodes = h.gpus, h.nodes
+    if q.gpu:
+        gpus = tuple(a for a in gpus if a.gpu == q.gpu)
+        nodes = tuple(n for n in nodes if any(a.node == n.node and a.cluster == n.cluster for a in gpus))
+    elif q.node:
+        gpus = tuple(a for a in gpus if a.node == q.node)
+        nodes = tuple(n for n in nodes if n.node == q.node)
+    else:
+        gpus = tuple(a for a in gpus if a.state.value != "healthy")
+        nodes = tuple(n for n in nodes if n.state.value != "healthy")
+    if (q.gpu or q.node) and not gpus and not nodes:
+        raise InvalidQuery(f"no GPU or node {q.gpu or q.node!r} reported in the lookback, and none has a finding")
+    return {
+        "gpus_by_state": h.counts("gpus"),
+        "nodes_by_state": h.counts("nodes"),
+        "nodes": [assessment_json(n) for n in nodes],
+        "gpus": [assessment_json(a) for a in gpus],
+    }

@@ -1,0 +1,241 @@
+"""Health: a state per GPU and per node, the findings behind it, and one remedy from a fixed vocabulary.
+
+What an operator of a fleet asks after the findings: which GPUs and nodes are healthy now, and what to do about
+the others. The model follows the tools GPU clouds adopted for it: gpud reports each component as Healthy,
+Degraded or Unhealthy with a reason and a suggested repair action (leptonai/gpud, ``api/v1``); NVSentinel
+quarantines, drains and remediates on fatal errors (NVIDIA/NVSentinel). Here the state is *derived*, never stored
+apart from its evidence: it is a pure fold of the findings firing now (the alert manager's alerts) and of when each
+GPU last reported, so it can never disagree with the findings it names.
+
+The rules (:data:`RULES`): a finding kind gives a state at each severity and a remedy. Info findings never change
+a state (they describe a job or a property: an idle GPU, a narrow link from the first sample). A GPU's state is
+the worst of its findings', its remedy the strongest of those that gave that state. A node's state is the worst of
+its GPUs' and of its own findings (a node-level finding has no GPU), its remedy the strongest of the findings
+behind that. A GPU that reported within the lookback but
+not for ``silent_after`` is ``unknown``: no telemetry is no evidence of health (a collector silent, the GPU gone,
+the node down; the fallen-off-bus finding tells the second when the node still reports).
+
+Remedies, strongest last: none, restart job, reset GPU, reboot node, drain, hardware inspection, RMA. Each rule's
+source is beside it; the XID-derived ones read NVIDIA's Xid catalog resolution buckets (RESTART_APP, RESET_GPU,
+RESTART_BM, CONTACT_SUPPORT) as processors/detectors/hard_errors.py does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final
+
+from pipeline.events import Severity
+
+
+class Health(StrEnum):
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"
+    UNHEALTHY = "unhealthy"
+    UNKNOWN = "unknown"
+
+
+class Remedy(StrEnum):
+    NONE = "none"
+    RESTART_JOB = "restart job"
+    RESET_GPU = "reset GPU"
+    REBOOT_NODE = "reboot node"
+    DRAIN = "drain"
+    INSPECT = "hardware inspection"
+    RMA = "RMA"
+
+
+#: how bad a state is (unknown sits between: not known healthy, not shown to be ill)
+_BADNESS: Final = {Health.HEALTHY: 0, Health.UNKNOWN: 1, Health.DEGRADED: 2, Health.UNHEALTHY: 3}
+_STRENGTH: Final = {r: i for i, r in enumerate(Remedy)}
+_H, _D, _U = Health.HEALTHY, Health.DEGRADED, Health.UNHEALTHY
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """What a finding kind does to its GPU: the state at warning and at critical severity, the remedy, and why."""
+
+    warning: Health
+    critical: Health
+    remedy: Remedy
+    source: str
+
+
+RULES: Final[dict[str, Rule]] = {
+    "fallen-off-bus": Rule(
+        _U,
+        _U,
+        Remedy.REBOOT_NODE,
+        "XID 79: NVIDIA Xid catalog RESTART_BM (drain the node, reboot; reseat if it recurs)",
+    ),
+    "ecc-uncorrectable": Rule(
+        _U, _U, Remedy.RESET_GPU, "XID 48/94/95: Xid catalog RESET_GPU (the reset retires the page / remaps the row)"
+    ),
+    "row-remap": Rule(
+        _D, _U, Remedy.RESET_GPU, "NVIDIA row remapping: a pending remap takes effect at the next GPU reset"
+    ),
+    "xid": Rule(
+        _D,
+        _U,
+        Remedy.RESET_GPU,
+        "Xid catalog: critical XIDs need RESET_GPU or more; a warning XID is the application's (below)",
+    ),
+    "xid-storm": Rule(_D, _U, Remedy.RESTART_JOB, "a storm of application XIDs (13, 31, 43): Xid catalog RESTART_APP"),
+    "nvlink-down": Rule(
+        _D, _U, Remedy.RESET_GPU, "XID 74 / inactive links: Xid catalog RESET_GPU; traffic falls back to PCIe meanwhile"
+    ),
+    "pcie-link-degraded": Rule(
+        _D, _U, Remedy.INSPECT, "a link trained below its maximum after running at it: reseat, check the riser"
+    ),
+    "thermal-throttling": Rule(_D, _U, Remedy.INSPECT, "HW/SW thermal slowdown: cooling, airflow, fan"),
+    "power-brake": Rule(
+        _D, _U, Remedy.INSPECT, "HW power brake (external signal from the PSU/BMC): NVSentinel #1666, found after 36 h"
+    ),
+    "power-capping": Rule(_D, _D, Remedy.NONE, "a power cap below the default: a setting, the GPU is fine"),
+    "memory-leak": Rule(_D, _D, Remedy.RESTART_JOB, "the job's memory grows until it fails: the job's to fix"),
+    "straggler": Rule(
+        _D, _D, Remedy.DRAIN, "one GPU slows its whole job: move the job off it, then look (Llama 3: faulty GPUs, 30%)"
+    ),
+    "baseline-anomaly": Rule(_D, _D, Remedy.NONE, "unlike its application's learned behaviour: look, no action"),
+}
+#: warning-severity XIDs are the application's (Xid catalog RESTART_APP): the job is restarted, the GPU is fine
+_APP_XID_REMEDY: Final = Remedy.RESTART_JOB
+#: XID 154 (recovery action changed: reboot required) and 79 are the node's
+_REBOOT_XIDS: Final = frozenset({79, 154})
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """A firing finding behind a state."""
+
+    detector: str
+    severity: str
+    summary: str
+    since_ns: int
+    state: Health
+    remedy: Remedy
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    """The health of one GPU (``gpu`` set) or one node (``gpu`` None)."""
+
+    cluster: str
+    node: str
+    gpu: str | None
+    state: Health
+    remedy: Remedy
+    reasons: tuple[Reason, ...] = ()
+    last_seen_ns: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FiringFinding:
+    """What the fold needs of a firing alert: its labels (detector, severity, cluster, node, gpu), summary, start
+    and evidence."""
+
+    labels: Mapping[str, str]
+    summary: str
+    since_ns: int
+    evidence: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetHealth:
+    gpus: tuple[Assessment, ...]
+    nodes: tuple[Assessment, ...]
+
+    def counts(self, of: str = "gpus") -> dict[str, int]:
+        """How many GPUs (or nodes) are in each state (every state named, zeros included)."""
+        out = {h.value: 0 for h in Health}
+        for a in self.gpus if of == "gpus" else self.nodes:
+            out[a.state.value] += 1
+        return out
+
+
+def reason_of(f: FiringFinding) -> Reason | None:
+    """The finding as a reason for a state; None: it does not change one (info, or a kind without a rule)."""
+    detector, severity = f.labels.get("detector", ""), f.labels.get("severity", "")
+    rule = RULES.get(detector)
+    if rule is None or severity not in (Severity.WARNING, Severity.CRITICAL):
+        return None
+    state = rule.critical if severity == Severity.CRITICAL else rule.warning
+    remedy = rule.remedy
+    if detector == "xid":
+        code = f.evidence.get("xid")
+        if code is not None and code == code and int(code) in _REBOOT_XIDS:  # noqa: PLR0124 (NaN: no code)
+            remedy = Remedy.REBOOT_NODE
+        elif severity == Severity.WARNING:
+            remedy = _APP_XID_REMEDY
+    return Reason(detector, severity, f.summary, f.since_ns, state, remedy)
+
+
+def _fold(reasons: list[Reason]) -> tuple[Health, Remedy]:
+    if not reasons:
+        return Health.HEALTHY, Remedy.NONE
+    worst = max((r.state for r in reasons), key=_BADNESS.__getitem__)
+    remedy = max((r.remedy for r in reasons if r.state is worst), key=_STRENGTH.__getitem__)
+    return worst, remedy
+
+
+def assess(
+    firing: Iterable[FiringFinding],
+    fleet: Iterable[tuple[str, str, str, int | None]] = (),
+    now_ns: int = 0,
+    silent_after_ns: int = 120 * 10**9,
+) -> FleetHealth:
+    """The health of every GPU in ``fleet`` ((cluster, node, gpu, last reported or None)) and of every GPU and
+    node a firing finding names, and of their nodes."""
+    by_gpu: dict[tuple[str, str, str], list[Reason]] = {}
+    by_node: dict[tuple[str, str], list[Reason]] = {}
+    for f in firing:
+        r = reason_of(f)
+        cluster, node, gpu = f.labels.get("cluster", ""), f.labels.get("node", ""), f.labels.get("gpu")
+        by_node.setdefault((cluster, node), [])
+        if gpu:
+            by_gpu.setdefault((cluster, node, gpu), [])
+            if r is not None:
+                by_gpu[(cluster, node, gpu)].append(r)
+        elif r is not None:
+            by_node[(cluster, node)].append(r)
+    seen: dict[tuple[str, str, str], int | None] = {}
+    for cluster, node, gpu, last in fleet:
+        seen[(cluster, node, gpu)] = last
+        by_gpu.setdefault((cluster, node, gpu), [])
+        by_node.setdefault((cluster, node), [])
+    gpus = []
+    for key in sorted(by_gpu):
+        reasons = sorted(by_gpu[key], key=lambda r: (-_BADNESS[r.state], r.since_ns))
+        state, remedy = _fold(reasons)
+        last = seen.get(key)
+        if state is Health.HEALTHY and key in seen and (last is None or now_ns - last > silent_after_ns):
+            state = Health.UNKNOWN
+        gpus.append(Assessment(*key, state, remedy, tuple(reasons), last))
+    nodes = []
+    for cluster, node in sorted(by_node):
+        own = by_node[(cluster, node)]
+        members = [a for a in gpus if a.cluster == cluster and a.node == node]
+        reasons = sorted(own + [r for a in members for r in a.reasons], key=lambda r: (-_BADNESS[r.state], r.since_ns))
+        state, remedy = _fold(reasons)
+        # the worst of its GPUs (a silent GPU leaves its node unknown, not healthy)
+        state = max([state, *(a.state for a in members)], key=_BADNESS.__getitem__)
+        nodes.append(Assessment(cluster, node, None, state, remedy, tuple(reasons)))
+    return FleetHealth(tuple(gpus), tuple(nodes))
+
+
+def assessment_json(a: Assessment) -> dict[str, Any]:
+    return {
+        "cluster": a.cluster,
+        "node": a.node,
+        "gpu": a.gpu,
+        "state": a.state.value,
+        "remedy": a.remedy.value,
+        "last_seen_ns": a.last_seen_ns,
+        "reasons": [
+            {"detector": r.detector, "severity": r.severity, "state": r.state.value, "remedy": r.remedy.value,
+             "since_ns": r.since_ns, "summary": r.summary}
+            for r in a.reasons
+        ],
+    }  # fmt: skip

@@ -1,0 +1,76 @@
+"""Health from real alerts through a real Kafka: the alert manager (a child process) publishes each GPU's state,
+remedy and reasons on the compacted health topic as its alerts change, a kill -9 and restart contradicts nothing,
+and ``hermeneut health`` (CLI, with InfluxDB for the fleet's membership) says the same."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from pipeline.config import Settings, settings_env
+from pipeline.events import Severity
+from pipeline.face.cli import cli
+from pipeline.services.stages import wait_for
+from tests.integration.alerting_parts import fault, publish_findings, start_manager, tail, with_alerts
+from tests.integration.harness import consume_all
+
+pytestmark = pytest.mark.integration
+
+
+def latest(settings: Settings, at_least: int) -> dict[str, dict[str, Any]]:
+    """The health topic as a consumer that compacts it sees it: the last record per key."""
+    out: dict[str, dict[str, Any]] = {}
+    for m in consume_all(settings, settings.topics.health, at_least, timeout_s=30):
+        out[(m.key() or b"").decode()] = json.loads(m.value() or b"{}")
+    return out
+
+
+def test_health_follows_the_alerts_on_a_compacted_topic_and_survives_a_restart(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = with_alerts(settings)
+    c = settings.cluster
+    manager = start_manager(settings, tmp_path / "1")
+    try:
+        publish_findings(settings, [
+            fault(settings, True, "ecc-uncorrectable", "GPU-1", severity=Severity.CRITICAL),
+            fault(settings, True, "thermal-throttling", "GPU-2"),
+            fault(settings, True, "idle-capacity", "GPU-3", node="n2", severity=Severity.INFO),
+        ])  # fmt: skip
+        assert wait_for(lambda: manager.stats().get("health_records", 0) >= 3, 30), tail(manager)
+        h = latest(settings, 3)
+        one, two, three = h[f"{c}/n1/GPU-1"], h[f"{c}/n1/GPU-2"], h[f"{c}/n2/GPU-3"]
+        assert (one["state"], one["remedy"]) == ("unhealthy", "reset GPU")
+        assert [r["detector"] for r in one["reasons"]] == ["ecc-uncorrectable"]
+        assert (two["state"], two["remedy"]) == ("degraded", "hardware inspection")
+        assert (three["state"], three["remedy"], three["reasons"]) == ("healthy", "none", [])  # info: a property
+
+        for name, value in settings_env(settings).items():
+            monkeypatch.setenv(name, value)
+        result = CliRunner().invoke(cli, ["health", "--cluster", c, "--gpu", "GPU-2", "--format", "json"])
+        assert result.exit_code == 0, result.output
+        shown = json.loads(result.output)
+        assert [(g["gpu"], g["state"], g["remedy"]) for g in shown["gpus"]] == [
+            ("GPU-2", "degraded", "hardware inspection")
+        ]
+        result = CliRunner().invoke(cli, ["health", "--cluster", c])
+        assert result.exit_code == 0 and "node " + c + "/n1: unhealthy, remedy: reset GPU" in result.output, (
+            result.output
+        )
+
+        publish_findings(settings, [fault(settings, False, "ecc-uncorrectable", "GPU-1", severity=Severity.CRITICAL)])
+        assert wait_for(lambda: latest(settings, 4)[f"{c}/n1/GPU-1"]["state"] == "healthy", 30), tail(manager)
+
+        manager.proc.kill()
+        manager.proc.wait()
+        before = {k: (v["state"], v["remedy"]) for k, v in latest(settings, 4).items()}
+        manager = start_manager(settings, tmp_path / "2")
+        assert wait_for(lambda: manager.stats().get("health_records", 0) >= 1, 30), tail(manager)
+        after = {k: (v["state"], v["remedy"]) for k, v in latest(settings, 5).items()}
+        assert after == before  # republished from the restored alerts: the same, nothing stale
+    finally:
+        assert manager.stop(30) == 0, tail(manager)

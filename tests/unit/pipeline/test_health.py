@@ -1,0 +1,116 @@
+"""The health fold: states, remedies and reasons from the findings firing now and from when each GPU last reported."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pipeline.events import FAULTS, Severity
+from pipeline.health import RULES, Assessment, FiringFinding, FleetHealth, Health, Remedy, assess
+
+NOW = 1_800_000_000 * 10**9
+S = 10**9
+
+
+def firing(
+    detector: str, severity: str, node: str = "node-1", gpu: str | None = "GPU-a", **evidence: float
+) -> FiringFinding:
+    labels = {"detector": detector, "severity": severity, "cluster": "c", "node": node}
+    if gpu:
+        labels["gpu"] = gpu
+    return FiringFinding(labels, f"{detector} on {gpu or node}", NOW - 60 * S, evidence)
+
+
+def one(health: FleetHealth, gpu: str = "GPU-a") -> Assessment:
+    (a,) = [a for a in health.gpus if a.gpu == gpu]
+    return a
+
+
+def test_a_gpu_fallen_off_the_bus_is_unhealthy_and_its_node_is_rebooted() -> None:
+    h = assess([firing("fallen-off-bus", "critical")], [("c", "node-1", "GPU-a", NOW), ("c", "node-1", "GPU-b", NOW)])
+    a = one(h)
+    assert (a.state, a.remedy) == (Health.UNHEALTHY, Remedy.REBOOT_NODE)
+    assert [r.detector for r in a.reasons] == ["fallen-off-bus"]
+    assert one(h, "GPU-b").state is Health.HEALTHY
+    (node,) = h.nodes
+    assert (node.state, node.remedy, node.gpu) == (Health.UNHEALTHY, Remedy.REBOOT_NODE, None)
+    assert h.counts() == {"healthy": 1, "degraded": 0, "unhealthy": 1, "unknown": 0}
+
+
+def test_info_findings_describe_and_never_degrade() -> None:
+    h = assess(
+        [firing("idle-capacity", "info"), firing("pcie-link-narrow", "info"), firing("thermal-throttling", "info")]
+    )
+    a = one(h)
+    assert (a.state, a.remedy, a.reasons) == (Health.HEALTHY, Remedy.NONE, ())
+
+
+def test_the_worst_finding_decides_and_its_remedy_is_the_strongest_of_that_state() -> None:
+    h = assess([
+        firing("thermal-throttling", "warning"),
+        firing("ecc-uncorrectable", "critical"),
+        firing("memory-leak", "warning"),
+    ])  # fmt: skip
+    a = one(h)
+    assert (a.state, a.remedy) == (Health.UNHEALTHY, Remedy.RESET_GPU)
+    assert a.reasons[0].detector == "ecc-uncorrectable"  # worst first
+    assert {r.state for r in a.reasons[1:]} == {Health.DEGRADED}
+    degraded = one(assess([firing("memory-leak", "warning"), firing("straggler", "warning")]))
+    assert (degraded.state, degraded.remedy) == (Health.DEGRADED, Remedy.DRAIN)
+
+
+def test_an_application_xid_restarts_the_job_and_a_reboot_xid_reboots_the_node() -> None:
+    app = one(assess([firing("xid", "warning", xid=13.0)]))
+    assert (app.state, app.remedy) == (Health.DEGRADED, Remedy.RESTART_JOB)
+    reboot = one(assess([firing("xid", "critical", xid=154.0)]))
+    assert (reboot.state, reboot.remedy) == (Health.UNHEALTHY, Remedy.REBOOT_NODE)
+    firmware = one(assess([firing("xid", "critical", xid=119.0)]))
+    assert (firmware.state, firmware.remedy) == (Health.UNHEALTHY, Remedy.RESET_GPU)
+
+
+def test_a_silent_gpu_is_unknown_and_so_is_its_node_but_evidence_of_a_fault_wins() -> None:
+    fleet = [
+        ("c", "node-1", "GPU-a", NOW - 600 * S),
+        ("c", "node-1", "GPU-b", NOW - 5 * S),
+        ("c", "node-2", "GPU-c", None),
+    ]
+    h = assess([firing("nvlink-down", "critical", node="node-2", gpu="GPU-c")], fleet, NOW)
+    assert one(h, "GPU-a").state is Health.UNKNOWN
+    assert one(h, "GPU-b").state is Health.HEALTHY
+    assert one(h, "GPU-c").state is Health.UNHEALTHY
+    states = {n.node: n.state for n in h.nodes}
+    assert states == {"node-1": Health.UNKNOWN, "node-2": Health.UNHEALTHY}
+
+
+def test_a_node_level_finding_makes_its_node_ill_not_its_gpus() -> None:
+    h = assess([firing("xid", "critical", gpu=None, xid=79.0)], [("c", "node-1", "GPU-a", NOW)], NOW)
+    assert one(h).state is Health.HEALTHY
+    (node,) = h.nodes
+    assert (node.state, node.remedy) == (Health.UNHEALTHY, Remedy.REBOOT_NODE)
+
+
+def test_every_fault_class_has_a_rule_with_a_source() -> None:
+    assert set(FAULTS) <= set(RULES)
+    assert all(rule.source and rule.warning is not Health.HEALTHY for rule in RULES.values())
+
+
+_KINDS = st.sampled_from([*RULES, "idle-capacity", "memory-collapse", "pcie-link-narrow"])
+_FINDINGS = st.lists(
+    st.tuples(_KINDS, st.sampled_from([s.value for s in Severity]), st.sampled_from(["n1", "n2"]),
+              st.sampled_from(["G1", "G2", "G3", None])),
+    max_size=12,
+)  # fmt: skip
+
+
+@given(_FINDINGS)
+def test_properties_of_the_fold(found: list[tuple[str, str, str, str | None]]) -> None:
+    h = assess([firing(k, s, node=n, gpu=g) for k, s, n, g in found])
+    badness = {Health.HEALTHY: 0, Health.UNKNOWN: 1, Health.DEGRADED: 2, Health.UNHEALTHY: 3}
+    for a in h.gpus:
+        # healthy exactly when nothing at warning or critical with a rule fires on it
+        ill = [f for f in found if f[3] == a.gpu and f[2] == a.node and f[0] in RULES and f[1] != "info"]
+        assert (a.state is Health.HEALTHY) == (not ill)
+        assert (a.remedy is Remedy.NONE) or a.reasons
+    for n in h.nodes:
+        assert all(badness[n.state] >= badness[a.state] for a in h.gpus if a.node == n.node)
+    assert sum(h.counts().values()) == len(h.gpus)
