@@ -361,7 +361,11 @@ class AlertManager:
             said = (one.state.value, one.remedy.value, tuple(sorted({r.detector for r in one.reasons})))
             if self._health.get(key) != said:
                 self._health[key] = said
-                record = assessment_json(one) | {"gpu": None if gpu == "-" else gpu, "ts_ns": now_ns}
+                record = assessment_json(one) | {
+                    "gpu": None if gpu == "-" else gpu,
+                    "last_seen_ns": None,
+                    "ts_ns": now_ns,
+                }
                 self._health_dirty[f"{cluster}/{node}/{gpu}".encode()] = json.dumps(record).encode()
         self._touched.clear()
 
