@@ -15,6 +15,11 @@ behind that. A GPU that reported within the lookback but
 not for ``silent_after`` is ``unknown``: no telemetry is no evidence of health (a collector silent, the GPU gone,
 the node down; the fallen-off-bus finding tells the second when the node still reports).
 
+The circuit breaker: one finding kind on :data:`INCIDENT_SHARE` of a cluster's GPUs at once (a driver, a firmware,
+a cooling loop, a bad job image) is one fleet :class:`Incident` naming what the GPUs share, and none of them gets a
+per-GPU remedy: nobody drains a third of a fleet one GPU at a time (NVSentinel's circuit breaker against mass
+quarantine). It needs the fleet's membership (the CLI and the API have it; the alert manager's topic does not).
+
 Remedies, strongest last: none, restart job, reset GPU, reboot node, drain, hardware inspection, RMA. Each rule's
 source is beside it; the XID-derived ones read NVIDIA's Xid catalog resolution buckets (RESTART_APP, RESET_GPU,
 RESTART_BM, CONTACT_SUPPORT) as processors/detectors/hard_errors.py does.
@@ -22,6 +27,7 @@ RESTART_BM, CONTACT_SUPPORT) as processors/detectors/hard_errors.py does.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -100,6 +106,12 @@ RULES: Final[dict[str, Rule]] = {
     ),
     "baseline-anomaly": Rule(_D, _D, Remedy.NONE, "unlike its application's learned behaviour: look, no action"),
 }
+#: the circuit breaker (as NVSentinel's against mass quarantine): one finding kind on this share of a cluster's GPUs
+#: at once, and at least INCIDENT_MIN_GPUS of them, is a fleet incident (a driver, a firmware, a cooling loop, a
+#: bad job image): its GPUs keep their state, but get no per-GPU remedy (no drain, no reset of a third of a fleet)
+INCIDENT_SHARE: Final = 0.3
+INCIDENT_MIN_GPUS: Final = 4
+_SHARED_LABELS: Final = ("gpu_model", "application", "job")
 #: warning-severity XIDs are the application's (Xid catalog RESTART_APP): the job is restarted, the GPU is fine
 _APP_XID_REMEDY: Final = Remedy.RESTART_JOB
 #: XID 154 (recovery action changed: reboot required) and 79 are the node's
@@ -143,9 +155,23 @@ class FiringFinding:
 
 
 @dataclass(frozen=True, slots=True)
+class Incident:
+    """One finding kind on many GPUs of a cluster at once: a fleet incident, not N sick GPUs. ``shared``: the
+    labels every affected GPU has in common (model, application, job), the first place to look."""
+
+    cluster: str
+    detector: str
+    gpus: int
+    of_gpus: int
+    shared: tuple[tuple[str, str], ...]
+    since_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class FleetHealth:
     gpus: tuple[Assessment, ...]
     nodes: tuple[Assessment, ...]
+    incidents: tuple[Incident, ...] = ()
 
     def counts(self, of: str = "gpus") -> dict[str, int]:
         """How many GPUs (or nodes) are in each state (every state named, zeros included)."""
@@ -188,23 +214,28 @@ def assess(
 ) -> FleetHealth:
     """The health of every GPU in ``fleet`` ((cluster, node, gpu, last reported or None)) and of every GPU and
     node a firing finding names, and of their nodes."""
+    firing = list(firing)
     by_gpu: dict[tuple[str, str, str], list[Reason]] = {}
     by_node: dict[tuple[str, str], list[Reason]] = {}
-    for f in firing:
-        r = reason_of(f)
-        cluster, node, gpu = f.labels.get("cluster", ""), f.labels.get("node", ""), f.labels.get("gpu")
-        by_node.setdefault((cluster, node), [])
-        if gpu:
-            by_gpu.setdefault((cluster, node, gpu), [])
-            if r is not None:
-                by_gpu[(cluster, node, gpu)].append(r)
-        elif r is not None:
-            by_node[(cluster, node)].append(r)
     seen: dict[tuple[str, str, str], int | None] = {}
     for cluster, node, gpu, last in fleet:
         seen[(cluster, node, gpu)] = last
         by_gpu.setdefault((cluster, node, gpu), [])
         by_node.setdefault((cluster, node), [])
+    incidents = _incidents(firing, seen)
+    breaker = {(i.cluster, i.detector) for i in incidents}
+    for f in firing:
+        r = reason_of(f)
+        cluster, node, uuid = f.labels.get("cluster", ""), f.labels.get("node", ""), f.labels.get("gpu")
+        by_node.setdefault((cluster, node), [])
+        if r is not None and (cluster, r.detector) in breaker:
+            r = dataclasses.replace(r, remedy=Remedy.NONE)  # part of a fleet incident: no per-GPU action
+        if uuid:
+            by_gpu.setdefault((cluster, node, uuid), [])
+            if r is not None:
+                by_gpu[(cluster, node, uuid)].append(r)
+        elif r is not None:
+            by_node[(cluster, node)].append(r)
     gpus = []
     for key in sorted(by_gpu):
         reasons = sorted(by_gpu[key], key=lambda r: (-_BADNESS[r.state], r.since_ns))
@@ -222,7 +253,30 @@ def assess(
         # the worst of its GPUs (a silent GPU leaves its node unknown, not healthy)
         state = max([state, *(a.state for a in members)], key=_BADNESS.__getitem__)
         nodes.append(Assessment(cluster, node, None, state, remedy, tuple(reasons)))
-    return FleetHealth(tuple(gpus), tuple(nodes))
+    return FleetHealth(tuple(gpus), tuple(nodes), incidents)
+
+
+def _incidents(firing: list[FiringFinding], fleet: Mapping[tuple[str, str, str], int | None]) -> tuple[Incident, ...]:
+    """Fleet incidents: per cluster whose membership is known (``fleet``), each finding kind that changes a state
+    and fires on :data:`INCIDENT_SHARE` of its GPUs (at least :data:`INCIDENT_MIN_GPUS`)."""
+    size: dict[str, int] = {}
+    for cluster, _, _ in fleet:
+        size[cluster] = size.get(cluster, 0) + 1
+    hit: dict[tuple[str, str], dict[str, FiringFinding]] = {}
+    for f in firing:
+        cluster, gpu, detector = f.labels.get("cluster", ""), f.labels.get("gpu"), f.labels.get("detector", "")
+        if gpu and cluster in size and reason_of(f) is not None:
+            hit.setdefault((cluster, detector), {})[gpu] = f
+    out = []
+    for (cluster, detector), gpus in sorted(hit.items()):
+        if len(gpus) >= max(INCIDENT_MIN_GPUS, INCIDENT_SHARE * size[cluster]):
+            found = list(gpus.values())
+            shared = tuple(
+                (k, found[0].labels[k]) for k in _SHARED_LABELS
+                if k in found[0].labels and all(f.labels.get(k) == found[0].labels[k] for f in found)
+            )  # fmt: skip
+            out.append(Incident(cluster, detector, len(gpus), size[cluster], shared, min(f.since_ns for f in found)))
+    return tuple(out)
 
 
 def assessment_json(a: Assessment) -> dict[str, Any]:

@@ -45,8 +45,8 @@ def fleet_health(admin: AlertAdmin, store: Store, q: HealthQuery, now_ns: int) -
 
 
 def health_json(h: FleetHealth, q: HealthQuery) -> dict[str, Any]:
-    """The fleet summary (counts by state) and the GPUs and nodes asked for: one node (with all its GPUs), one GPU,
-    or every GPU and node that is not healthy."""
+    """The fleet summary (counts by state, fleet incidents) and the GPUs and nodes asked for: one node (with all its
+    GPUs), one GPU, or every GPU and node that is not healthy."""
     gpus, nodes = h.gpus, h.nodes
     if q.gpu:
         gpus = tuple(a for a in gpus if a.gpu == q.gpu)
@@ -62,6 +62,17 @@ def health_json(h: FleetHealth, q: HealthQuery) -> dict[str, Any]:
     return {
         "gpus_by_state": h.counts("gpus"),
         "nodes_by_state": h.counts("nodes"),
+        "incidents": [
+            {
+                "cluster": i.cluster,
+                "detector": i.detector,
+                "gpus": i.gpus,
+                "of_gpus": i.of_gpus,
+                "shared": dict(i.shared),
+                "since_ns": i.since_ns,
+            }
+            for i in h.incidents
+        ],
         "nodes": [assessment_json(n) for n in nodes],
         "gpus": [assessment_json(a) for a in gpus],
     }

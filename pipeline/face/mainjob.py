@@ -314,6 +314,8 @@ def print_health(settings: Settings) -> None:
     gpus, nodes = data["gpus_by_state"], data["nodes_by_state"]
     print(f"Health: {sum(gpus.values())} GPUs ({', '.join(f'{n} {k}' for k, n in gpus.items())}); "
           f"{sum(nodes.values())} nodes ({', '.join(f'{n} {k}' for k, n in nodes.items())})")  # fmt: skip
+    for i in data["incidents"]:
+        print(f"  fleet incident: {i['detector']} on {i['gpus']} of {i['of_gpus']} GPUs at once (no per-GPU remedy)")
     for a in data["gpus"]:
         why = ", ".join(sorted({r["detector"] for r in a["reasons"]})) or "no sample lately"
         print(f"  {a['node']}/{a['gpu'][:12]}  {a['state']:9} -> {a['remedy']:19} ({why})")

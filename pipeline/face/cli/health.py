@@ -59,6 +59,10 @@ def health_cmd(
 
     click.echo(f"GPUs: {sum(data['gpus_by_state'].values())} ({counts(data['gpus_by_state'])})")
     click.echo(f"nodes: {sum(data['nodes_by_state'].values())} ({counts(data['nodes_by_state'])})")
+    for i in data["incidents"]:
+        shared = ", ".join(f"{k}={v}" for k, v in i["shared"].items()) or "nothing but the cluster"
+        click.echo(f"fleet incident: {i['detector']} on {i['gpus']} of {i['of_gpus']} GPUs of {i['cluster']} at once "
+                   f"(shared: {shared}): look at what they share; no per-GPU remedy")  # fmt: skip
     for n in data["nodes"]:
         click.echo(f"node {n['cluster']}/{n['node']}: {n['state']}, remedy: {n['remedy']}")
     for a in data["gpus"]:

@@ -114,3 +114,19 @@ def test_properties_of_the_fold(found: list[tuple[str, str, str, str | None]]) -
     for n in h.nodes:
         assert all(badness[n.state] >= badness[a.state] for a in h.gpus if a.node == n.node)
     assert sum(h.counts().values()) == len(h.gpus)
+
+
+def test_one_kind_on_a_third_of_a_cluster_at_once_is_a_fleet_incident_without_per_gpu_remedies() -> None:
+    """The circuit breaker: 5 of 12 GPUs throttling at once (a cooling loop, a driver) is one incident naming what
+    they share; they stay degraded but nobody is told to inspect 5 GPUs one by one. 2 of 12 are two GPUs."""
+    fleet = [("c", f"node-{i // 4}", f"GPU-{i}", NOW) for i in range(12)]
+    hot = [firing("thermal-throttling", "warning", node=f"node-{i // 4}", gpu=f"GPU-{i}") for i in range(5)]
+    h = assess([*hot, firing("ecc-uncorrectable", "critical", node="node-2", gpu="GPU-11")], fleet, NOW)
+    (incident,) = h.incidents
+    assert (incident.detector, incident.gpus, incident.of_gpus) == ("thermal-throttling", 5, 12)
+    throttled = [a for a in h.gpus if any(r.detector == "thermal-throttling" for r in a.reasons)]
+    assert len(throttled) == 5 and {(a.state, a.remedy) for a in throttled} == {(Health.DEGRADED, Remedy.NONE)}
+    assert one(h, "GPU-11").remedy is Remedy.RESET_GPU  # a different kind on one GPU: its own remedy
+    few = assess(hot[:2], fleet, NOW)
+    assert few.incidents == () and one(few, "GPU-0").remedy is Remedy.INSPECT
+    assert assess(hot).incidents == ()  # without the fleet's membership there is no share to judge
