@@ -88,16 +88,23 @@ RULES: Final[dict[str, Rule]] = {
         Remedy.RESET_GPU,
         "Xid catalog: critical XIDs need RESET_GPU or more; a warning XID is the application's (below)",
     ),
-    "xid-storm": Rule(_D, _U, Remedy.RESTART_JOB, "a storm of application XIDs (13, 31, 43): Xid catalog RESTART_APP"),
+    "xid-storm": Rule(
+        _D,
+        _U,
+        Remedy.RESET_GPU,
+        "as one XID: a storm of the application's XIDs (13, 31, 43, ...) is RESTART_APP, the GPU is fine",
+    ),
     "nvlink-down": Rule(
         _D, _U, Remedy.RESET_GPU, "XID 74 / inactive links: Xid catalog RESET_GPU; traffic falls back to PCIe meanwhile"
     ),
     "pcie-link-degraded": Rule(
         _D, _U, Remedy.INSPECT, "a link trained below its maximum after running at it: reseat, check the riser"
     ),
-    "thermal-throttling": Rule(_D, _U, Remedy.INSPECT, "HW/SW thermal slowdown: cooling, airflow, fan"),
+    "thermal-throttling": Rule(
+        _D, _D, Remedy.INSPECT, "HW/SW thermal slowdown: it works, slower (as DCGM's thermal violations); cooling, fans"
+    ),
     "power-brake": Rule(
-        _D, _U, Remedy.INSPECT, "HW power brake (external signal from the PSU/BMC): NVSentinel #1666, found after 36 h"
+        _D, _D, Remedy.INSPECT, "HW power brake (external signal from the PSU/BMC): NVSentinel #1666, found after 36 h"
     ),
     "power-capping": Rule(_D, _D, Remedy.NONE, "a power cap below the default: a setting, the GPU is fine"),
     "memory-leak": Rule(_D, _D, Remedy.RESTART_JOB, "the job's memory grows until it fails: the job's to fix"),
@@ -116,6 +123,9 @@ _SHARED_LABELS: Final = ("gpu_model", "application", "job")
 _APP_XID_REMEDY: Final = Remedy.RESTART_JOB
 #: XID 154 (recovery action changed: reboot required) and 79 are the node's
 _REBOOT_XIDS: Final = frozenset({79, 154})
+#: the application's XIDs (Xid catalog RESTART_APP; processors/detectors/hard_errors.py marks them "app"): a storm
+#: of them degrades the job, not the GPU
+_APP_XIDS: Final = frozenset({8, 13, 31, 43, 45, 69, 109})
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,12 +199,13 @@ def reason_of(f: FiringFinding) -> Reason | None:
         return None
     state = rule.critical if severity == Severity.CRITICAL else rule.warning
     remedy = rule.remedy
-    if detector == "xid":
-        code = f.evidence.get("xid")
-        if code is not None and code == code and int(code) in _REBOOT_XIDS:  # noqa: PLR0124 (NaN: no code)
+    if detector in ("xid", "xid-storm"):
+        raw = f.evidence.get("xid")
+        code = int(raw) if raw is not None and raw == raw else None  # noqa: PLR0124 (NaN: no code)
+        if code in _REBOOT_XIDS:
             remedy = Remedy.REBOOT_NODE
-        elif severity == Severity.WARNING:
-            remedy = _APP_XID_REMEDY
+        elif code in _APP_XIDS or severity == Severity.WARNING:
+            state, remedy = Health.DEGRADED, _APP_XID_REMEDY
     return Reason(detector, severity, f.summary, f.since_ns, state, remedy)
 
 
