@@ -143,6 +143,21 @@ def test_fleet_view_shows_every_gpu_live_and_filters(page: Page, scene: Scene) -
     expect(tiles).to_have_count(4)
 
 
+def test_fleet_view_shows_health_as_the_api_says(page: Page, scene: Scene) -> None:
+    """Health counts above the tiles, the broken GPU and its node marked with the state the API gives them."""
+    url = f"{scene.url}/api/v1/health?cluster={scene.settings.cluster}"
+    assert wait_for(lambda: any(g["gpu"] == scene.broken_uuid for g in get_json(url)[1]["gpus"]), 90)
+    health = get_json(url)[1]
+    (broken,) = [g for g in health["gpus"] if g["gpu"] == scene.broken_uuid]
+    assert broken["state"] in ("degraded", "unhealthy") and broken["reasons"][0]["detector"] == "nvlink-down", broken
+    open_view(page, scene, "/fleet")
+    for state, n in health["gpus_by_state"].items():
+        expect(page.locator(f"[data-count=health-{state}] b")).to_have_text(str(n))
+    expect(page.locator(f'a.tile[data-gpu="{scene.broken_uuid}"]')).to_have_attribute("data-health", broken["state"])
+    (node,) = [n for n in health["nodes"] if n["node"] == broken["node"]]
+    expect(page.locator(f'div.node[data-node="{broken["node"]}"]')).to_have_attribute("data-health", node["state"])
+
+
 def test_gpu_view_draws_metrics_and_events_on_one_time_axis(page: Page, scene: Scene) -> None:
     open_view(page, scene, f"/gpu/{scene.broken_uuid}")
     expect(page.locator(".chart[data-field=utilization_gpu_percent] path.series")).to_have_count(1)

@@ -3,7 +3,7 @@
 import { lineChart, fmt } from "./charts.js";
 import { drawTopology } from "./topology.js";
 
-const state = { gpus: new Map(), version: 0, filters: { cluster: "", application: "", model: "", job: "" } };
+const state = { gpus: new Map(), version: 0, health: null, filters: { cluster: "", application: "", model: "", job: "" } };
 // for benchmarks and tests: when the page was usable, how late the last updates were drawn
 window.__hermeneut = { loadedAt: null, updates: 0, updateLatencyMs: [] };
 
@@ -75,6 +75,20 @@ function connectLive() {
   source.onerror = () => { badge.textContent = "reconnecting…"; badge.classList.remove("on"); };
 }
 
+// health (GET /api/v1/health: the alerts firing now folded per GPU and node), refreshed every 15 s; a fleet without
+// the alert manager's topics shows no health rather than failing
+const HEALTH_STATES = ["healthy", "degraded", "unhealthy", "unknown"];
+async function loadHealth() {
+  try {
+    state.health = await api("/api/v1/health");
+  } catch (err) {
+    state.health = null;
+  }
+  if (currentRoute().name === "fleet") renderFleetBody();
+}
+const gpuHealth = (uuid) => state.health?.gpus.find((a) => a.gpu === uuid);
+const nodeHealth = (cluster, node) => state.health?.nodes.find((a) => a.cluster === cluster && a.node === node);
+
 // ---------------------------------------------------------------- fleet
 function filtered() {
   const f = state.filters;
@@ -114,6 +128,11 @@ function renderFleetBody() {
       ["with findings", count((g) => Object.keys(g.findings).length > 0), "findings"],
       ["wasted capacity", count(wasted), "wasted"]].map(([label, n, id]) =>
       h("div", { class: "count", "data-count": id }, h("b", {}, n), h("span", {}, label))));
+  const health = state.health ? h("div", { class: "counts health" }, ...HEALTH_STATES.map((s) =>
+    h("div", { class: `count health-${s}`, "data-count": `health-${s}`, title: "GPUs by health (hermeneut health), all clusters" },
+      h("b", {}, state.health.gpus_by_state[s]), h("span", {}, s))),
+    ...state.health.incidents.map((i) => h("div", { class: "count incident", "data-incident": i.detector },
+      h("b", {}, `${i.gpus}/${i.of_gpus}`), h("span", {}, `fleet incident: ${i.detector}`)))) : null;
   const legend = h("div", { class: "legend" }, ...["normal", "unusual", "anomalous", "unscored", "idle"].map((v) =>
     h("span", {}, h("i", { style: `background: var(--${v})` }), v)), h("span", {}, "! open finding"));
   const byCluster = new Map();
@@ -125,16 +144,19 @@ function renderFleetBody() {
   }
   const clusters = [...byCluster.entries()].map(([cluster, nodes]) => h("section", { class: "cluster", "data-cluster": cluster },
     h("h3", {}, `${cluster} — ${nodes.size} nodes`),
-    h("div", { class: "nodes" }, ...[...nodes.entries()].map(([node, list]) => h("div", { class: "node", "data-node": node },
+    h("div", { class: "nodes" }, ...[...nodes.entries()].map(([node, list]) => h("div", {
+      class: `node health-${nodeHealth(cluster, node)?.state || "healthy"}`, "data-node": node,
+      "data-health": nodeHealth(cluster, node)?.state || "healthy", title: nodeHealth(cluster, node) ? `${nodeHealth(cluster, node).state}: ${nodeHealth(cluster, node).remedy}` : null },
       h("div", { class: "node-name" }, h("span", {}, node), h("a", { href: `#/topology/${esc(cluster)}/${esc(node)}` }, "topology")),
       h("div", { class: "tiles" }, ...list.map((g) => h("a", {
         class: `tile ${verdictOf(g)} ${Object.keys(g.findings).length ? "finding" : ""}`, href: `#/gpu/${esc(g.uuid)}`,
-        "data-gpu": g.uuid, "data-verdict": g.verdict,
+        "data-gpu": g.uuid, "data-verdict": g.verdict, "data-health": gpuHealth(g.uuid)?.state || null,
         title: `${g.node} GPU ${g.index} · ${g.model}\n${g.application || "no workload known"}${g.inferred ? " (inferred)" : ""}` +
           `${g.job_id ? " · job " + g.job_id : ""}\nutil ${fmt(g.values.utilization_gpu_percent)}% · power ${pct(g.relative.power_ratio_of_limit)} of limit` +
-          `${g.explanation ? "\n" + g.explanation : ""}`,
+          `${g.explanation ? "\n" + g.explanation : ""}` +
+          `${gpuHealth(g.uuid) ? "\nhealth: " + gpuHealth(g.uuid).state + ", remedy: " + gpuHealth(g.uuid).remedy : ""}`,
       }))))))));
-  body.replaceChildren(counts, legend, ...(clusters.length ? clusters : [h("p", { class: "empty" }, "No GPU has reported yet.")]));
+  body.replaceChildren(...[counts, health, legend].filter(Boolean), ...(clusters.length ? clusters : [h("p", { class: "empty" }, "No GPU has reported yet.")]));
 }
 
 // ---------------------------------------------------------------- GPU
@@ -329,6 +351,8 @@ async function main() {
   window.__hermeneut.loadedAt = performance.now();
   showFreshness();
   setInterval(showFreshness, 15000);
+  loadHealth();
+  setInterval(loadHealth, 15000);
   connectLive();
 }
 
