@@ -200,7 +200,7 @@ def reason_of(f: FiringFinding) -> Reason | None:
     state = rule.critical if severity == Severity.CRITICAL else rule.warning
     remedy = rule.remedy
     if detector in ("xid", "xid-storm"):
-        raw = f.evidence.get("xid")
+        raw = f.evidence.get("xid", f.evidence.get("last_xid"))  # a storm's evidence names its last XID
         code = int(raw) if raw is not None and raw == raw else None  # noqa: PLR0124 (NaN: no code)
         if code in _REBOOT_XIDS:
             remedy = Remedy.REBOOT_NODE

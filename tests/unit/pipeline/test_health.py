@@ -66,9 +66,9 @@ def test_an_application_xid_restarts_the_job_and_a_reboot_xid_reboots_the_node()
     assert (reboot.state, reboot.remedy) == (Health.UNHEALTHY, Remedy.REBOOT_NODE)
     firmware = one(assess([firing("xid", "critical", xid=119.0)]))
     assert (firmware.state, firmware.remedy) == (Health.UNHEALTHY, Remedy.RESET_GPU)
-    storm = one(assess([firing("xid-storm", "critical", xid=43.0)]))  # 13, 43, 45 in a storm: the application's
+    storm = one(assess([firing("xid-storm", "critical", last_xid=43.0)]))  # 13, 43, 45 in a storm: the application's
     assert (storm.state, storm.remedy) == (Health.DEGRADED, Remedy.RESTART_JOB)
-    gsp = one(assess([firing("xid-storm", "critical", xid=119.0)]))  # GSP timeouts over and over: the GPU's
+    gsp = one(assess([firing("xid-storm", "critical", last_xid=119.0)]))  # GSP timeouts over and over: the GPU's
     assert (gsp.state, gsp.remedy) == (Health.UNHEALTHY, Remedy.RESET_GPU)
 
 
