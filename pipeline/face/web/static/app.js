@@ -80,7 +80,8 @@ function connectLive() {
 const HEALTH_STATES = ["healthy", "degraded", "unhealthy", "unknown"];
 async function loadHealth() {
   try {
-    state.health = await api("/api/v1/health");
+    const cluster = state.filters.cluster;
+    state.health = await api(`/api/v1/health${cluster ? "?cluster=" + esc(cluster) : ""}`);
   } catch (err) {
     state.health = null;
   }
@@ -98,7 +99,11 @@ function filtered() {
 }
 
 function select(name, label, values) {
-  const s = h("select", { "data-filter": name, onchange: (e) => { state.filters[name] = e.target.value; renderFleetBody(); } },
+  const s = h("select", { "data-filter": name, onchange: (e) => {
+    state.filters[name] = e.target.value;
+    renderFleetBody();
+    if (name === "cluster") loadHealth();
+  } },
     h("option", { value: "" }, "all"), ...values.map((v) => h("option", { value: v, selected: state.filters[name] === v ? "" : null }, v)));
   return h("label", {}, label, s);
 }
@@ -129,7 +134,7 @@ function renderFleetBody() {
       ["wasted capacity", count(wasted), "wasted"]].map(([label, n, id]) =>
       h("div", { class: "count", "data-count": id }, h("b", {}, n), h("span", {}, label))));
   const health = state.health ? h("div", { class: "counts health" }, ...HEALTH_STATES.map((s) =>
-    h("div", { class: `count health-${s}`, "data-count": `health-${s}`, title: "GPUs by health (hermeneut health), all clusters" },
+    h("div", { class: `count health-${s}`, "data-count": `health-${s}`, title: "GPUs by health (hermeneut health) in the cluster chosen, else all" },
       h("b", {}, state.health.gpus_by_state[s]), h("span", {}, s))),
     ...state.health.incidents.map((i) => h("div", { class: "count incident", "data-incident": i.detector },
       h("b", {}, `${i.gpus}/${i.of_gpus}`), h("span", {}, `fleet incident: ${i.detector}`)))) : null;
