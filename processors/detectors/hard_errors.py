@@ -174,6 +174,7 @@ class HardErrors:
                 continue
             if e.kind is not EventKind.XID:
                 continue
+            self._end_if_quiet(slot, e.ts_ns, out)
             window = self._xids.setdefault(slot, deque())
             window.append((e.ts_ns, e.code))
             while window and window[0][0] < e.ts_ns - cfg.storm_window_s * S:
@@ -186,6 +187,19 @@ class HardErrors:
                 self.report.transition(slot, XID, True, e.ts_ns, out, {"xid": float(e.code)})
             else:
                 gpus.get(slot, STORM if gpus.is_open(slot, STORM) else XID).detail["xid"] = float(e.code)
+
+    def _end_if_quiet(self, slot: int, ts_ns: int, out: list[Finding]) -> None:
+        """An open XID or storm that had gone quiet before an XID at ``ts_ns`` ends where it went quiet, and the XID
+        starts an episode of its own: whatever the batching (a replay's or a backfill's batch may hold both, and the
+        quiet check after the batch would merge them), one XID a minute for five minutes is five episodes when the
+        quiet window is shorter, the count escalation reads (pipeline/escalation.py)."""
+        gpus = self.report.gpus
+        name = STORM if gpus.is_open(slot, STORM) else XID if gpus.is_open(slot, XID) else None
+        if name is None or not self.quiet(slot, name, gpus.get(slot, name), ts_ns):
+            return
+        xids = self._xids.get(slot)
+        last = xids[-1][0] if xids else gpus.get(slot, name).since_ns
+        self.report.transition(slot, name, False, last + int(self.settings.storm_window_s * S), out)
 
     def _ecc_xid(self, slot: int, e: GpuEvent) -> bool:
         """Whether an XID reports an uncorrectable memory error. 94 (contained ECC error) also shows up in storms

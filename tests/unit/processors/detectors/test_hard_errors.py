@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.config import DetectorSettings
 from pipeline.events import (
     EventKind,
     GpuEvent,
 )
+from processors.detectors.stage import Detectors
 from tests.unit.processors.detectors.driver import (
     T0,
     S,
@@ -37,6 +39,29 @@ def test_xid_storm_versus_a_single_xid() -> None:
     assert "XID 13" in single.summary and single.severity == "warning"
     # the single XID on GPU-6 became part of the storm: cleared when the storm started
     assert [f.ts_ns for f in found if f.detector == "xid" and f.gpu_uuid == "GPU-6" and not f.active] == [storm.ts_ns]
+
+
+@pytest.mark.parametrize("rounds_per_batch", [1, 600])
+def test_xids_apart_by_more_than_the_quiet_window_are_episodes_of_their_own_however_batched(
+    rounds_per_batch: int,
+) -> None:
+    """One GSP XID a minute for five minutes, quiet window 30 s: five episodes, each ended 30 s after its XID,
+    whether the detectors see a second at a time or the ten minutes at once (a replay, a backfill)."""
+
+    def events(t: int) -> list[GpuEvent]:
+        if t in (60, 120, 180, 240, 300):
+            return [GpuEvent("c1", "node-1", "GPU-0", 0, T0 + t * S, EventKind.XID, 119, "GSP RPC timeout")]
+        return []
+
+    det = Detectors(DetectorSettings(storm_window_s=30.0))
+    _det, found, _ = run(600, events=events, rounds_per_batch=rounds_per_batch, detectors=det)
+    xids = [f for f in found if f.detector == "xid"]
+    assert [f.ts_ns for f in xids if f.active and f.ts_ns == f.since_ns] == [
+        T0 + t * S for t in (60, 120, 180, 240, 300)
+    ]
+    ends = sorted(f.ts_ns for f in xids if not f.active)
+    assert ends[:4] == [T0 + t * S for t in (90, 150, 210, 270)]
+    assert len(ends) == 5 and ends[4] >= T0 + 330 * S  # the last ends with the batch that shows it quiet
 
 
 def test_uncorrectable_ecc_from_counters_events_and_remap() -> None:
