@@ -379,6 +379,32 @@ class DetectorSettings(_Section):
     job_boundary_s: float = Field(default=120.0, ge=0.0, le=3600.0)
 
 
+class HealthSettings(_Section):
+    """Escalation and correlation over each GPU's finding history (pipeline/escalation.py; docs/health.md has the
+    source of each default)."""
+
+    #: this many fatal episodes on one GPU within the window: RMA (NVSentinel: a fatal XID 5 times in 24 h)
+    fatal_count: int = Field(default=5, ge=2, le=1000)
+    fatal_window_s: float = Field(default=86_400.0, ge=60, le=30 * 86_400)
+    #: this many episodes of one hard fault on one GPU within the window: it survived the resets between them,
+    #: hardware inspection (gpud escalates to hardware inspection when a reboot did not help twice)
+    recur_count: int = Field(default=3, ge=2, le=1000)
+    recur_window_s: float = Field(default=7 * 86_400.0, ge=60, le=30 * 86_400)
+    #: this many remediations (episodes asking for a reset or more) on one node within the window: a lemon node
+    #: (NVSentinel's MultipleRemediations rule, 7 days)
+    lemon_count: int = Field(default=5, ge=2, le=1000)
+    lemon_window_s: float = Field(default=7 * 86_400.0, ge=60, le=30 * 86_400)
+    #: an application XID on one GPU in this many different jobs (and on no other GPU of them) within the window
+    #: is the GPU's; on this many GPUs of one job it is the application's (NVSentinel's XID 13/31 workflows)
+    correlate_count: int = Field(default=2, ge=2, le=1000)
+    correlate_window_s: float = Field(default=86_400.0, ge=60, le=30 * 86_400)
+
+    @property
+    def lookback_s(self) -> float:
+        """How far back the history must reach for every rule."""
+        return max(self.fatal_window_s, self.recur_window_s, self.lemon_window_s, self.correlate_window_s)
+
+
 class StorageSettings(_Section):
     """Retention of the InfluxDB buckets (raw, 1-minute rollups, job summaries) and when queries read rollups."""
 
@@ -460,6 +486,7 @@ class Settings(BaseSettings):
     context: ContextSettings = ContextSettings()
     collector: CollectorSettings = CollectorSettings()
     detectors: DetectorSettings = DetectorSettings()
+    health: HealthSettings = HealthSettings()
     storage: StorageSettings = StorageSettings()
     web: WebSettings = WebSettings()
     metrics: MetricsSettings = MetricsSettings()

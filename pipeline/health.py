@@ -54,7 +54,7 @@ class Remedy(StrEnum):
 
 
 #: how bad a state is (unknown sits between: not known healthy, not shown to be ill)
-_BADNESS: Final = {Health.HEALTHY: 0, Health.UNKNOWN: 1, Health.DEGRADED: 2, Health.UNHEALTHY: 3}
+BADNESS: Final = {Health.HEALTHY: 0, Health.UNKNOWN: 1, Health.DEGRADED: 2, Health.UNHEALTHY: 3}
 _STRENGTH: Final = {r: i for i, r in enumerate(Remedy)}
 _H, _D, _U = Health.HEALTHY, Health.DEGRADED, Health.UNHEALTHY
 
@@ -125,7 +125,7 @@ _APP_XID_REMEDY: Final = Remedy.RESTART_JOB
 _REBOOT_XIDS: Final = frozenset({79, 154})
 #: the application's XIDs (Xid catalog RESTART_APP; processors/detectors/hard_errors.py marks them "app"): a storm
 #: of them degrades the job, not the GPU
-_APP_XIDS: Final = frozenset({8, 13, 31, 43, 45, 69, 109})
+APP_XIDS: Final = frozenset({8, 13, 31, 43, 45, 69, 109})
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +138,18 @@ class Reason:
     since_ns: int
     state: Health
     remedy: Remedy
+
+
+GpuKey = tuple[str, str, str]
+NodeKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Escalations:
+    """The reasons a finding history adds (pipeline.escalation), per GPU (cluster, node, gpu) and per node."""
+
+    gpus: Mapping[GpuKey, list[Reason]] = field(default_factory=dict)
+    nodes: Mapping[NodeKey, list[Reason]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +216,7 @@ def reason_of(f: FiringFinding) -> Reason | None:
         code = int(raw) if raw is not None and raw == raw else None  # noqa: PLR0124 (NaN: no code)
         if code in _REBOOT_XIDS:
             remedy = Remedy.REBOOT_NODE
-        elif code in _APP_XIDS or severity == Severity.WARNING:
+        elif code in APP_XIDS or severity == Severity.WARNING:
             state, remedy = Health.DEGRADED, _APP_XID_REMEDY
     return Reason(detector, severity, f.summary, f.since_ns, state, remedy)
 
@@ -212,7 +224,7 @@ def reason_of(f: FiringFinding) -> Reason | None:
 def _fold(reasons: list[Reason]) -> tuple[Health, Remedy]:
     if not reasons:
         return Health.HEALTHY, Remedy.NONE
-    worst = max((r.state for r in reasons), key=_BADNESS.__getitem__)
+    worst = max((r.state for r in reasons), key=BADNESS.__getitem__)
     remedy = max((r.remedy for r in reasons if r.state is worst), key=_STRENGTH.__getitem__)
     return worst, remedy
 
@@ -222,9 +234,11 @@ def assess(
     fleet: Iterable[tuple[str, str, str, int | None]] = (),
     now_ns: int = 0,
     silent_after_ns: int = 120 * 10**9,
+    history: Escalations = Escalations(),
 ) -> FleetHealth:
     """The health of every GPU in ``fleet`` ((cluster, node, gpu, last reported or None)) and of every GPU and
-    node a firing finding names, and of their nodes."""
+    node a firing finding or the ``history`` names, and of their nodes. A reason from the history takes the state
+    its GPU (node) has from the findings firing now, at least degraded, so its remedy is the one shown."""
     firing = list(firing)
     by_gpu: dict[tuple[str, str, str], list[Reason]] = {}
     by_node: dict[tuple[str, str], list[Reason]] = {}
@@ -247,9 +261,14 @@ def assess(
                 by_gpu[(cluster, node, uuid)].append(r)
         elif r is not None:
             by_node[(cluster, node)].append(r)
+    for gkey in history.gpus:
+        by_gpu.setdefault(gkey, [])
+        by_node.setdefault(gkey[:2], [])
+    for nkey in history.nodes:
+        by_node.setdefault(nkey, [])
     gpus = []
     for key in sorted(by_gpu):
-        reasons = sorted(by_gpu[key], key=lambda r: (-_BADNESS[r.state], r.since_ns))
+        reasons = _by_badness(by_gpu[key] + _lifted(history.gpus.get(key, ()), _fold(by_gpu[key])[0]))
         state, remedy = _fold(reasons)
         last = seen.get(key)
         if state is Health.HEALTHY and key in seen and (last is None or now_ns - last > silent_after_ns):
@@ -257,14 +276,24 @@ def assess(
         gpus.append(Assessment(*key, state, remedy, tuple(reasons), last))
     nodes = []
     for cluster, node in sorted(by_node):
-        own = by_node[(cluster, node)]
         members = [a for a in gpus if a.cluster == cluster and a.node == node]
-        reasons = sorted(own + [r for a in members for r in a.reasons], key=lambda r: (-_BADNESS[r.state], r.since_ns))
+        found = by_node[(cluster, node)] + [r for a in members for r in a.reasons]
+        reasons = _by_badness(found + _lifted(history.nodes.get((cluster, node), ()), _fold(found)[0]))
         state, remedy = _fold(reasons)
         # the worst of its GPUs (a silent GPU leaves its node unknown, not healthy)
-        state = max([state, *(a.state for a in members)], key=_BADNESS.__getitem__)
+        state = max([state, *(a.state for a in members)], key=BADNESS.__getitem__)
         nodes.append(Assessment(cluster, node, None, state, remedy, tuple(reasons)))
     return FleetHealth(tuple(gpus), tuple(nodes), incidents)
+
+
+def _by_badness(reasons: list[Reason]) -> list[Reason]:
+    return sorted(reasons, key=lambda r: (-BADNESS[r.state], r.since_ns))
+
+
+def _lifted(reasons: Iterable[Reason], now: Health) -> list[Reason]:
+    """History's reasons at the state of now (at least degraded): they change the remedy, not the verdict."""
+    state = max(now, Health.DEGRADED, key=BADNESS.__getitem__)
+    return [dataclasses.replace(r, state=max(r.state, state, key=BADNESS.__getitem__)) for r in reasons]
 
 
 def _incidents(firing: list[FiringFinding], fleet: Mapping[tuple[str, str, str], int | None]) -> tuple[Incident, ...]:

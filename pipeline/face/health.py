@@ -1,18 +1,21 @@
 """The fleet's health as the CLI (``hermeneut health``) and the HTTP API (``GET /api/v1/health``) show it: the
 alerts firing now (the alert manager's state, through its compacted topic) folded over the GPUs that reported
-in the lookback (InfluxDB), by :func:`pipeline.health.assess`."""
+in the lookback (InfluxDB), by :func:`pipeline.health.assess`, with what the stored finding history escalates
+(:func:`pipeline.escalation.escalate`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.config import HealthSettings
 from pipeline.errors import InvalidQuery
+from pipeline.escalation import History
 from pipeline.health import FiringFinding, FleetHealth, assess, assessment_json
 from pipeline.vocab import NS_PER_S
 from sinks.alerting.admin import AlertAdmin
 from sinks.alerting.model import AlertStatus
-from sinks.query.fleet import last_reports
+from sinks.query.fleet import finding_episodes, last_reports
 from sinks.query.store import Store
 
 
@@ -34,14 +37,15 @@ class HealthQuery:
             raise InvalidQuery("silent-after must be > 0 and shorter than the lookback")
 
 
-def fleet_health(admin: AlertAdmin, store: Store, q: HealthQuery, now_ns: int) -> FleetHealth:
+def fleet_health(admin: AlertAdmin, store: Store, q: HealthQuery, now_ns: int, rules: HealthSettings) -> FleetHealth:
     firing = [
         FiringFinding(r.alert.labels, r.alert.summary, r.alert.starts_ns, r.alert.evidence)
         for r in admin.alerts(AlertStatus.FIRING)
         if q.cluster is None or r.alert.labels.get("cluster") == q.cluster
     ]
     fleet = last_reports(store, now_ns - int(q.lookback_s * NS_PER_S), now_ns + NS_PER_S, q.cluster)
-    return assess(firing, fleet, now_ns, int(q.silent_after_s * NS_PER_S))
+    past = finding_episodes(store, now_ns - int(rules.lookback_s * NS_PER_S), now_ns + NS_PER_S, q.cluster)
+    return assess(firing, fleet, now_ns, int(q.silent_after_s * NS_PER_S), History(rules, past).escalate(now_ns))
 
 
 def health_json(h: FleetHealth, q: HealthQuery) -> dict[str, Any]:

@@ -308,7 +308,7 @@ def print_health(settings: Settings) -> None:
     admin = AlertAdmin(settings).start()
     try:
         with Store.from_settings(settings) as store:
-            data = health_json(fleet_health(admin, store, q, time.time_ns()), q)
+            data = health_json(fleet_health(admin, store, q, time.time_ns(), settings.health), q)
     finally:
         admin.close()
     gpus, nodes = data["gpus_by_state"], data["nodes_by_state"]

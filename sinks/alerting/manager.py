@@ -37,7 +37,7 @@ import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -49,8 +49,9 @@ from pipeline.codec import decode_record, encode_record
 from pipeline.config import Settings
 from pipeline.deadletter import DeadLetter, bounded, dead_letter
 from pipeline.errors import DecodeError, RecordTooLarge, ServiceError
+from pipeline.escalation import Episode, History, episode_of
 from pipeline.events import Finding
-from pipeline.health import FiringFinding, assess, assessment_json
+from pipeline.health import Escalations, FiringFinding, assess, assessment_json
 from pipeline.metrics import (
     DURATION_BUCKETS,
     ConsumerLag,
@@ -65,6 +66,7 @@ from pipeline.mirror import TopicMirror
 from pipeline.publisher import Publisher, Record
 from pipeline.sizing import read_limits
 from pipeline.stats import Stall, write_stats
+from pipeline.vocab import NS_PER_S
 from sinks.alerting.delivery import Attempt, DeliveryPool
 from sinks.alerting.engine import AlertEngine
 from sinks.alerting.grouping import DAMPED, Notification, Suppressed
@@ -159,7 +161,10 @@ class AlertManager:
         stats_file: Path | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
         registry: CollectorRegistry | None = None,
+        past: Iterable[Episode] = (),
     ) -> None:
+        """``past``: the finding episodes of the lookback as stored (escalation reads them; the manager keeps
+        them up to date from the findings it consumes)."""
         self.settings = settings
         self.cfg = settings.alerts
         self.engine = AlertEngine(self.cfg, parse_inhibit_rules(self.cfg.inhibit_rules))
@@ -184,6 +189,10 @@ class AlertManager:
         self._health: dict[tuple[str, str, str], tuple[str, str, tuple[str, ...]]] = {}
         self._touched: set[tuple[str, str, str]] = set()
         self._health_dirty: dict[bytes, bytes] = {}
+        self.episodes = History(settings.health, past)
+        #: keys whose published health names a reason from the history: looked at again every minute (it expires)
+        self._escalated: set[tuple[str, str, str]] = set()
+        self._history_checked_ns = 0
         self._dead_letters = dead_letters(registry)
         self._delivery_seconds = Histogram("hermeneut_alerts_delivery_seconds", "Seconds per delivery attempt.",
                                            ["receiver"], buckets=DURATION_BUCKETS, registry=registry)  # fmt: skip
@@ -313,6 +322,8 @@ class AlertManager:
         if new is not None:
             self._dirty[new.key] = encode_record(new)
             self._touched.add(_health_key(new.labels))
+        if self.episodes.add(episode_of(finding)):
+            self._touched.add((finding.cluster, finding.node, finding.gpu_uuid or "-"))
 
     def step(self, now_ns: int) -> None:
         """Timers and every subscription's groups; queues state records, notifications and history records."""
@@ -347,8 +358,14 @@ class AlertManager:
         """The health of each GPU (or node) whose alerts changed, from its alerts firing now (the manager sees no
         samples: none is "unknown" here); a change is published on the health topic (compacted, keyed
         cluster/node/gpu) for remediation systems to act on."""
+        if now_ns - self._history_checked_ns >= 60 * NS_PER_S:
+            self._history_checked_ns = now_ns
+            self.episodes.forget(now_ns)
+            self._touched |= self._escalated
         if not self._touched:
             return
+        escalated = self.episodes.escalate(now_ns)
+        self._touched.update((cluster, node, "-") for cluster, node in escalated.nodes)
         firing: dict[tuple[str, str, str], list[FiringFinding]] = {}
         for a in self.engine.alerts.values():
             key = _health_key(a.labels)
@@ -356,8 +373,16 @@ class AlertManager:
                 firing.setdefault(key, []).append(FiringFinding(a.labels, a.summary, a.starts_ns, a.evidence))
         for key in sorted(self._touched):
             cluster, node, gpu = key
-            h = assess(firing.get(key, []), [(cluster, node, gpu, now_ns)] if gpu != "-" else [], now_ns)
+            if gpu == "-":
+                past = Escalations(nodes={(cluster, node): escalated.nodes.get((cluster, node), [])})
+            else:
+                past = Escalations(gpus={key: escalated.gpus.get(key, [])})
+            h = assess(firing.get(key, []), [(cluster, node, gpu, now_ns)] if gpu != "-" else [], now_ns, history=past)
             one = h.gpus[0] if gpu != "-" else next(n for n in h.nodes if n.node == node)
+            if any(past.gpus.values()) or any(past.nodes.values()):
+                self._escalated.add(key)
+            else:
+                self._escalated.discard(key)
             said = (one.state.value, one.remedy.value, tuple(sorted({r.detector for r in one.reasons})))
             if self._health.get(key) != said:
                 self._health[key] = said

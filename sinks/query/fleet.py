@@ -1,10 +1,12 @@
-"""Which GPUs the fleet has, and when each last reported: the membership the health view folds the firing findings
-over (a GPU with nothing firing is healthy only while it reports; pipeline.health)."""
+"""What the health view reads from InfluxDB: which GPUs the fleet has and when each last reported (the membership
+the firing findings are folded over: a GPU with nothing firing is healthy only while it reports; pipeline.health),
+and the finding episodes of the past (the history escalation and correlation read; pipeline.escalation)."""
 
 from __future__ import annotations
 
+from pipeline.escalation import Episode
 from sinks.query.flux import string, time_literal
-from sinks.query.model import GPU
+from sinks.query.model import FINDING, GPU
 from sinks.query.store import Store
 
 #: a field every stored GPU sample has (the verdict is written for each row, scored or not)
@@ -30,3 +32,30 @@ def last_reports(
         ns = int(t.timestamp()) * 10**9 + t.microsecond * 1000
         newest[key] = max(newest.get(key, 0), ns)
     return [(*key, ns) for key, ns in sorted(newest.items())]
+
+
+_EPISODE_FIELDS = ("active", "since_ns", "job_id", "ev_xid", "ev_last_xid")
+
+
+def finding_episodes(store: Store, start_ns: int, stop_ns: int, cluster: str | None = None) -> list[Episode]:
+    """The finding points stored in ``[start, stop)`` as episodes, oldest first, one per point: its start (which
+    identifies the episode), job, the XIDs its evidence named and whether it was active (a resolved finding's last
+    point is not). :class:`pipeline.escalation.History` merges the points of one episode."""
+    where = f" and r.cluster == {string(cluster)}" if cluster else ""
+    fields = " or ".join(f"r._field == {string(f)}" for f in _EPISODE_FIELDS)
+    flux = (
+        f"from(bucket: {string(store.buckets.raw)}) "
+        f"|> range(start: {time_literal(start_ns)}, stop: {time_literal(stop_ns)}) "
+        f"|> filter(fn: (r) => r._measurement == {string(FINDING)}{where} and ({fields})) "
+        '|> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value") '
+        '|> group() |> sort(columns: ["_time"])'
+    )
+    out = []
+    for r in store.flux_records(flux):
+        since, gpu, job = r.get("since_ns"), r.get("gpu", "-"), r.get("job_id")
+        if since is not None:
+            xids = frozenset(int(x) for x in (r.get("ev_xid"), r.get("ev_last_xid")) if x is not None and x == x)  # noqa: PLR0124
+            out.append(Episode(str(r.get("cluster", "")), str(r.get("node", "")), None if gpu == "-" else str(gpu),
+                               str(r.get("detector", "")), str(r.get("severity", "info")), int(since),
+                               str(job) if job else None, xids, bool(r.get("active"))))  # fmt: skip
+    return out

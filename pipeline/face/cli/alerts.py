@@ -8,17 +8,24 @@ from __future__ import annotations
 
 import getpass
 import json
+import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from pipeline.errors import InvalidInput
+from pipeline.config import Settings
+from pipeline.errors import InvalidInput, ServiceError
 from pipeline.face.cli.base import cli, errors, expose, fail, metrics_port_option, resolved, stop_event
-from pipeline.vocab import format_duration
+from pipeline.vocab import NS_PER_S, format_duration
+
+if TYPE_CHECKING:
+    from pipeline.escalation import Episode
+
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -41,6 +48,21 @@ def _user() -> str:
 @cli.group("alerts")
 def alerts_group() -> None:
     """Alert lifecycle, subscriptions, silences, acknowledgements and notification history."""
+
+
+def _stored_episodes(settings: Settings) -> list[Episode]:
+    """The finding episodes escalation reads (pipeline.escalation), as stored; none, said on stderr, when InfluxDB
+    does not answer: the health topic's escalations then start from the findings the manager sees from now on."""
+    from sinks.query.fleet import finding_episodes
+    from sinks.query.store import Store
+
+    now = time.time_ns()
+    try:
+        with Store.from_settings(settings) as store:
+            return finding_episodes(store, now - int(settings.health.lookback_s * NS_PER_S), now + NS_PER_S)
+    except ServiceError as exc:
+        log.warning("no finding history for escalation (%s): it starts from the findings seen from now on", exc)
+        return []
 
 
 @alerts_group.command("run")
@@ -71,7 +93,8 @@ def run_cmd(ctx: click.Context, stats_file: Path | None, metrics_port: int | Non
     stop = stop_event()
     exposed = expose(settings, "alerts", metrics_port)
     with errors():
-        manager = AlertManager(settings, senders, history, stats_file=stats_file, registry=exposed.registry)
+        past = _stored_episodes(settings)
+        manager = AlertManager(settings, senders, history, stats_file, registry=exposed.registry, past=past)
         manager.start()
     try:
         manager.run(stop)

@@ -47,7 +47,7 @@ def health_cmd(
         try:
             with Store.from_settings(settings) as store:
                 now = time.time_ns()
-                data = health_json(fleet_health(admin, store, q, now), q)
+                data = health_json(fleet_health(admin, store, q, now, settings.health), q)
         finally:
             admin.close()
     if fmt == "json":

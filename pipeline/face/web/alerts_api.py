@@ -236,7 +236,7 @@ def add_routes(app: web.Application, settings: Settings, admin: AlertAdmin | Non
 
         def look() -> dict[str, Any]:
             with Store.from_settings(settings) as store:
-                return health_json(fleet_health(adm, store, query, time.time_ns()), query)
+                return health_json(fleet_health(adm, store, query, time.time_ns(), settings.health), query)
 
         return web.json_response(await _run(look))
 

@@ -1,0 +1,148 @@
+"""Escalation and correlation on a scripted fleet, through the real pipeline: samples and XIDs into Kafka, the
+processor's detectors, the sink's findings in InfluxDB, the alert manager's firing alerts, and ``hermeneut health``
+folding them with the stored history (pipeline/escalation.py).
+
+Two nodes, 10 minutes of data time at 1 s (XID episodes close after 10 s without a new XID, so each scripted XID
+is an episode of its own):
+- n1/G0: a GSP XID (119, reset the GPU) five times: RMA;
+- n1/G1: XID 120 three times, each after the reset it asked for: hardware inspection;
+- n1/G2: XID 31 (the application's, by the catalogue) in job-a, then in job-b, on no other GPU of either: the GPU's;
+- n1/G4, n1/G5: XID 13 on both GPUs of job-c, still firing at the end: the application's, restart the job;
+- n2: six remediations spread over three GPUs, none reaching a GPU's rule: a lemon node (and n1 too: eight);
+- n1/G3, G6, G7 and n2/G11: nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from pipeline.codec import encode_record
+from pipeline.config import Settings, settings_env
+from pipeline.events import EventKind, GpuContext, GpuEvent, GpuSample, SampleBatch, Workload
+from pipeline.face.cli import cli
+from pipeline.publisher import Publisher
+from pipeline.services.stages import wait_for
+from tests.fakes.readings import H100, busy_h100
+from tests.integration.alerting_parts import start_manager, tail, with_alerts
+
+from .harness import consume_all, publish_batches, running_pipeline, wait_stored
+
+pytestmark = pytest.mark.integration
+
+S = 1_000_000_000
+SECONDS = 600
+NODES = {"n1": [f"G{i}" for i in range(8)], "n2": [f"G{i}" for i in range(8, 12)]}
+XIDS = {
+    "G0": [(t, 119) for t in (30, 90, 150, 210, 270)],
+    "G1": [(t, 120) for t in (60, 180, 300)],
+    "G2": [(100, 31), (400, 31)],
+    "G4": [(590, 13), (595, 13)],
+    "G5": [(590, 13), (595, 13)],
+    "G8": [(40, 119), (340, 119)],
+    "G9": [(120, 62), (420, 62)],
+    "G10": [(500, 120), (560, 120)],
+}
+#: (GPU, from second, job or None): job-a on G2+G3 until 300 s, then job-b on G2+G6; job-c on G4+G5 throughout
+JOBS = [("G2", 0, "job-a"), ("G3", 0, "job-a"), ("G4", 0, "job-c"), ("G5", 0, "job-c"),
+        ("G2", 300, "job-b"), ("G6", 300, "job-b"), ("G3", 300, None)]  # fmt: skip
+
+
+def escalated(settings: Settings, at_least: int) -> dict[str, tuple[str, str, set[str]]]:
+    """The health topic as a compacting consumer sees it: (state, remedy, reasons) of the last record per key."""
+    out = {}
+    for m in consume_all(settings, settings.topics.health, at_least, timeout_s=30):
+        r = json.loads(m.value() or b"{}")
+        out[(m.key() or b"").decode()] = (r["state"], r["remedy"], {x["detector"] for x in r["reasons"]})
+    return out
+
+
+def node_of(gpu: str) -> str:
+    return next(n for n, gpus in NODES.items() if gpu in gpus)
+
+
+def test_escalation_and_correlation_rules_on_a_scripted_fleet(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = with_alerts(settings).model_copy(
+        update={"detectors": settings.detectors.model_copy(update={"storm_window_s": 10.0})}
+    )
+    c, start = settings.cluster, time.time_ns() - (SECONDS + 5) * S
+    pub = Publisher(settings.kafka.client_config())
+    for gpu, at, job in JOBS:
+        wl = Workload("llm-pretraining", job, source="static", confidence=1.0, job_gpus=2) if job else None
+        ctx = GpuContext(c, node_of(gpu), gpu, start + at * S, wl)
+        pub.publish(settings.topics.context, ctx.kafka_key, encode_record(ctx))
+    assert pub.close(30) == 0
+
+    rng = np.random.default_rng(5)
+    batches, samples = [], 0
+    for t in range(SECONDS):
+        ts = start + t * S
+        for node, gpus in NODES.items():
+            rows = tuple(GpuSample(c, node, g, i, H100, ts, busy_h100(rng)) for i, g in enumerate(gpus))
+            events = tuple(
+                GpuEvent(c, node, g, gpus.index(g), ts, EventKind.XID, code, f"Xid {code}")
+                for g in gpus for at, code in XIDS.get(g, ()) if at == t
+            )  # fmt: skip
+            samples += len(rows)
+            batches.append(SampleBatch(c, node, rows, events))
+
+    manager = start_manager(settings, tmp_path / "alerts")
+    try:
+        with running_pipeline(settings, tmp_path) as (_processor, sink):
+            publish_batches(settings, batches)
+            wait_stored(sink, samples, timeout_s=240)
+            episodes = sum(len(x) for x in XIDS.values()) - 2  # G4's and G5's two XIDs are one episode each
+            assert wait_for(lambda: sink.stats().get("findings_written", 0) >= episodes, 60), sink.stats()
+        assert wait_for(lambda: manager.stats().get("alerts_firing", 0) >= 2, 30), (manager.stats(), tail(manager))
+
+        for name, value in settings_env(settings).items():
+            monkeypatch.setenv(name, value)
+        result = CliRunner().invoke(cli, ["health", "--cluster", c, "--format", "json"])
+        assert result.exit_code == 0, result.output
+        shown = json.loads(result.output)
+        # the health topic says the same (the manager keeps the history from the findings it consumes) ...
+        topic = escalated(settings, 8)
+        # ... and so does a manager killed and started again (it reads the stored history back from InfluxDB)
+        manager.proc.kill()
+        manager.proc.wait()
+        manager = start_manager(settings, tmp_path / "again")
+        assert wait_for(lambda: manager.stats().get("health_records", 0) >= 8, 30), tail(manager)
+        again = escalated(settings, len(topic) + 8)
+    finally:
+        assert manager.stop(30) == 0, tail(manager)
+    for key in (f"{c}/n1/G0", f"{c}/n1/G1", f"{c}/n1/G2", f"{c}/n1/G4", f"{c}/n1/G5", f"{c}/n2/-"):
+        shown_as = next(a for a in (*shown["gpus"], *shown["nodes"]) if key == f"{c}/{a['node']}/{a['gpu'] or '-'}")
+        assert topic[key][:2] == again[key][:2] == (shown_as["state"], shown_as["remedy"]), (key, topic, again)
+        assert topic[key][2] == again[key][2], key
+    # a node's record on the topic is the node itself (its GPUs have records of their own): n1 is a lemon
+    assert topic[f"{c}/n1/-"] == again[f"{c}/n1/-"] == ("degraded", "hardware inspection", {"lemon-node"})
+
+    gpus = {g["gpu"]: g for g in shown["gpus"]}
+    nodes = {n["node"]: n for n in shown["nodes"]}
+
+    def why(gpu: str) -> set[str]:
+        return {r["detector"] for r in gpus[gpu]["reasons"]}
+
+    assert (gpus["G0"]["state"], gpus["G0"]["remedy"]) == ("unhealthy", "RMA"), gpus["G0"]
+    assert "repeated-fatal" in why("G0")
+    assert (gpus["G1"]["state"], gpus["G1"]["remedy"]) == ("degraded", "hardware inspection"), gpus["G1"]
+    assert why("G1") == {"recurring-fault"}
+    assert (gpus["G2"]["state"], gpus["G2"]["remedy"]) == ("degraded", "hardware inspection"), gpus["G2"]
+    assert why("G2") == {"xid-follows-gpu"}
+    for gpu in ("G4", "G5"):
+        assert (gpus[gpu]["state"], gpus[gpu]["remedy"]) == ("degraded", "restart job"), gpus[gpu]
+        assert why(gpu) == {"xid", "xid-across-job"}
+        assert any("on 2 GPUs of job job-c" in r["summary"] for r in gpus[gpu]["reasons"])
+    assert not set(NODES["n2"]) & set(gpus), shown["gpus"]  # two episodes each: no rule of a GPU's own
+    assert (nodes["n2"]["state"], nodes["n2"]["remedy"]) == ("degraded", "hardware inspection"), nodes["n2"]
+    assert any(r["detector"] == "lemon-node" and "6 remediations" in r["summary"] for r in nodes["n2"]["reasons"])
+    assert (nodes["n1"]["state"], nodes["n1"]["remedy"]) == ("unhealthy", "RMA"), nodes["n1"]
+    assert any(r["detector"] == "lemon-node" for r in nodes["n1"]["reasons"])
+    assert shown["gpus_by_state"] == {"healthy": 7, "degraded": 4, "unhealthy": 1, "unknown": 0}, shown
