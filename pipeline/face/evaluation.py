@@ -35,6 +35,7 @@ from typing import Any, Final
 import numpy as np
 
 from pipeline.events import FAULTS, FaultRecord, Finding, Severity
+from pipeline.health import BADNESS, FiringFinding, Health, reason_of
 
 _S: Final = 1_000_000_000
 DAY_S: Final = 86_400.0
@@ -69,6 +70,18 @@ HARD: Final = ("xid-storm", "ecc-uncorrectable", "fallen-off-bus", "nvlink-down"
 DETECTED_BY: Final[Mapping[str, tuple[str, ...]]] = {"xid-storm": ("xid-storm", "xid")}
 
 
+#: the state each hard fault class must give its GPU (issue 12: a hard fault makes it unhealthy within 5 s). An
+#: application's XID storm (13/31/43/45, as the simulator injects) is the application's (Xid catalog RESTART_APP):
+#: its GPU is degraded, restart the job, and calling it unhealthy would be wrong; an NVLink down is at least
+#: degraded (unhealthy when critical)
+HEALTH_EXPECTED: Final[Mapping[str, Health]] = {
+    "ecc-uncorrectable": Health.UNHEALTHY,
+    "fallen-off-bus": Health.UNHEALTHY,
+    "nvlink-down": Health.DEGRADED,
+    "xid-storm": Health.DEGRADED,
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Thresholds:
     """The acceptance thresholds of the evaluation (issue: judgement that holds on real telemetry)."""
@@ -84,6 +97,10 @@ class Thresholds:
     straggler_recall_min: float = 0.9
     straggler_recall_from: float = 0.15
     classification_min: float = 0.9
+    #: a hard fault's GPU reaches its state (HEALTH_EXPECTED) within this long of the fault's start
+    health_delay_s: float = 5.0
+    #: healthy GPUs called unhealthy
+    false_unhealthy_per_gpu_day_max: float = 1e-3
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +115,19 @@ class Episode:
     gpu_uuid: str | None
     start_ns: int
     end_ns: int
+    #: the XID its first finding's evidence named (a storm: its last), which decides the health it gives
+    xid: float | None = None
 
     def overlaps(self, lo_ns: int, hi_ns: int) -> bool:
         return self.start_ns <= hi_ns and self.end_ns >= lo_ns
+
+    @property
+    def health(self) -> Health:
+        """The state this episode gives its GPU (pipeline.health): healthy when it changes none."""
+        evidence = {} if self.xid is None else {"xid": self.xid}
+        reason = reason_of(FiringFinding({"detector": self.detector, "severity": self.severity.value}, "",
+                                         self.start_ns, evidence))  # fmt: skip
+        return Health.HEALTHY if reason is None else reason.state
 
 
 _RANK: Final = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
@@ -115,7 +142,9 @@ def episodes(findings: Iterable[Finding], run_end_ns: int) -> list[Episode]:
     for (detector, cluster, node, gpu, since), fs in seen.items():
         cleared = [f.ts_ns for f in fs if not f.active]
         severity = max((f.severity for f in fs), key=_RANK.__getitem__)
-        out.append(Episode(detector, severity, cluster, node, gpu, since, min(cleared) if cleared else run_end_ns))
+        xid = fs[0].evidence.get("xid", fs[0].evidence.get("last_xid"))
+        end = min(cleared) if cleared else run_end_ns
+        out.append(Episode(detector, severity, cluster, node, gpu, since, end, xid))
     return sorted(out, key=lambda e: (e.start_ns, e.detector, e.gpu_uuid or ""))
 
 
@@ -225,6 +254,24 @@ class ClassScore:
 
 
 @dataclass(frozen=True, slots=True)
+class HealthScore:
+    """How soon the GPUs of one hard fault class reached the state the class must give them (by any finding)."""
+
+    fault: str
+    expected: Health
+    faults: int
+    #: seconds from each fault's start to its GPU's first reaching the state, for the faults where it did
+    delays_s: tuple[float, ...]
+
+    def in_time(self, limit_s: float) -> int:
+        return sum(1 for d in self.delays_s if d <= limit_s)
+
+    @property
+    def delay_median_s(self) -> float | None:
+        return float(np.median(self.delays_s)) if self.delays_s else None
+
+
+@dataclass(frozen=True, slots=True)
 class Classification:
     """Inferred application vs the true one, over the rows whose context was withheld."""
 
@@ -247,6 +294,9 @@ class Evaluation:
     false_alarm_examples: tuple[Episode, ...] = ()
     #: injections a quota plan never placed, per class
     unplaced: dict[str, int] = field(default_factory=dict)
+    health: tuple[HealthScore, ...] = ()
+    #: episodes that called a GPU unhealthy outside every fault and true event
+    false_unhealthy: int = 0
 
     def false_alarm_rate(
         self, kinds: Iterable[str] | None = None, severities: Iterable[Severity] = tuple(Severity)
@@ -335,17 +385,41 @@ def score(
         )  # fmt: skip
     false: dict[tuple[str, Severity], int] = {}
     examples: list[Episode] = []
+    false_unhealthy = 0
     for i, e in enumerate(eps):
         if i in matched or inside[i]:
             continue
         false[(e.detector, e.severity)] = false.get((e.detector, e.severity), 0) + 1
+        false_unhealthy += e.health is Health.UNHEALTHY
         if len(examples) < 20:
             examples.append(e)
     faults = [t for ts in faults_at.values() for t in ts]
     return Evaluation(
         tuple(classes), false, healthy_gpu_days(observed, faults), classification, tuple(examples),
-        dict(unplaced or {}),
+        dict(unplaced or {}), _health_scores(eps, truth, by_node, tol, run_end_ns), false_unhealthy,
     )  # fmt: skip
+
+
+def _health_scores(
+    eps: list[Episode], truth: list[Truth], by_node: Mapping[tuple[str, str], list[int]], tol: int, run_end_ns: int
+) -> tuple[HealthScore, ...]:
+    """Per hard fault class: from each visible fault's start, how long until an episode on its GPU (node) gave the
+    state the class must give (or a worse one), while the fault could be detected."""
+    out = []
+    for kind, expected in HEALTH_EXPECTED.items():
+        min_visible = int(MIN_VISIBLE_S.get(kind, 0.0) * _S)
+        shown = [t for t in truth if t.kind == kind and run_end_ns - t.record.start_ns >= min_visible]
+        delays = []
+        for t in shown:
+            starts = [
+                eps[i].start_ns for i in by_node.get((t.record.cluster, t.record.node), ())
+                if t.touches(eps[i]) and eps[i].overlaps(t.record.start_ns - tol, t.grace_end_ns)
+                and BADNESS[eps[i].health] >= BADNESS[expected]
+            ]  # fmt: skip
+            if starts:
+                delays.append(max(0.0, (min(starts) - t.record.start_ns) / _S))
+        out.append(HealthScore(kind, expected, len(shown), tuple(delays)))
+    return tuple(out)
 
 
 def _as_episode(t: Truth) -> Episode:
@@ -380,7 +454,13 @@ def combine(evs: Sequence[Evaluation]) -> Evaluation:
     cls = [e.classification for e in evs if e.classification is not None]
     classification = Classification(sum(c.rows for c in cls), sum(c.correct for c in cls)) if cls else None
     examples = tuple(x for e in evs for x in e.false_alarm_examples)[:20]
-    return Evaluation(tuple(classes), false, sum(e.healthy_gpu_days for e in evs), classification, examples, unplaced)
+    health = tuple(
+        HealthScore(h.fault, h.expected, sum(x.faults for x in hs), tuple(d for x in hs for d in x.delays_s))
+        for h in evs[0].health
+        for hs in [[x for e in evs for x in e.health if x.fault == h.fault]]
+    )
+    return Evaluation(tuple(classes), false, sum(e.healthy_gpu_days for e in evs), classification, examples, unplaced,
+                      health, sum(e.false_unhealthy for e in evs))  # fmt: skip
 
 
 def _in_band(t: Truth, lo: float, hi: float, last: bool) -> bool:
@@ -462,6 +542,17 @@ def failures(ev: Evaluation, thresholds: Thresholds, milder_above: Mapping[str, 
             if rate > thresholds.kind_false_alarms_per_gpu_day_max:
                 out.append(f"{kind}: {rate:.3f} false alarms per healthy GPU-day > "
                            f"{thresholds.kind_false_alarms_per_gpu_day_max:g}")  # fmt: skip
+    for h in ev.health:
+        late = h.faults - h.in_time(thresholds.health_delay_s)
+        if late:
+            out.append(f"{h.fault}: {late} of {h.faults} GPUs not {h.expected.value} (or worse) within "
+                       f"{thresholds.health_delay_s:g} s")  # fmt: skip
+    if (
+        ev.healthy_gpu_days > 0
+        and ev.false_unhealthy / ev.healthy_gpu_days > thresholds.false_unhealthy_per_gpu_day_max
+    ):
+        out.append(f"false unhealthy {ev.false_unhealthy / ev.healthy_gpu_days:.2g} per healthy GPU-day > "
+                   f"{thresholds.false_unhealthy_per_gpu_day_max:g}")  # fmt: skip
     acc = ev.classification.accuracy if ev.classification else None
     if acc is None:
         out.append("workload classification was not measured (no withheld context)")
@@ -487,6 +578,12 @@ def to_json(ev: Evaluation) -> dict[str, Any]:
         "false_alarms_per_gpu_day": ev.false_alarm_rate(),
         "classification_accuracy": ev.classification.accuracy if ev.classification else None,
         "unplaced": ev.unplaced,
+        "health": [
+            {"fault": h.fault, "expected": h.expected.value, "faults": h.faults, "reached": len(h.delays_s),
+             "delay_median_s": h.delay_median_s, "delays_s": list(h.delays_s)}
+            for h in ev.health
+        ],
+        "false_unhealthy": ev.false_unhealthy,
     }  # fmt: skip
 
 
@@ -529,6 +626,15 @@ def format_table(ev: Evaluation) -> str:
     lines.append(
         f"| **paging (critical + warning)** | | {paging} | {_num(ev.false_alarm_rate(severities=PAGING), '.4f')} |"
     )
+    if ev.health:
+        limit = Thresholds().health_delay_s
+        lines += ["", f"| hard fault class | state it must give | faults | reached | within {limit:g} s | "
+                      "delay median (s) |", "|---|---|---:|---:|---:|---:|"]  # fmt: skip
+        for h in ev.health:
+            lines.append(f"| {h.fault} | {h.expected.value} | {h.faults} | {len(h.delays_s)} | {h.in_time(limit)} | "
+                         f"{_num(h.delay_median_s, '.0f')} |")  # fmt: skip
+        rate = ev.false_unhealthy / days if days else None
+        lines += ["", f"Healthy GPUs called unhealthy: {ev.false_unhealthy} ({_num(rate, '.4f')} per healthy GPU-day)"]
     if ev.unplaced and any(ev.unplaced.values()):
         lines.append("")
         lines.append("Injections never placed: " + ", ".join(f"{k} {v}" for k, v in sorted(ev.unplaced.items()) if v))

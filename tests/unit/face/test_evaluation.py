@@ -197,3 +197,48 @@ def test_acceptance_verdict_combination_and_table() -> None:
     both = combine([good, bad])
     assert by(both, "power-capping").faults == 2 and both.false_alarm_total == 10
     assert both.healthy_gpu_days == pytest.approx(good.healthy_gpu_days + bad.healthy_gpu_days)
+
+
+def test_health_states_how_soon_a_hard_fault_makes_its_gpu_unhealthy_and_healthy_gpus_called_unhealthy() -> None:
+    crit = Severity.CRITICAL
+    faults = [fault("ecc-uncorrectable", "G1", 100, 400), fault("ecc-uncorrectable", "G2", 1000, 1300),
+              fault("fallen-off-bus", "G3", 2000, 2600), fault("xid-storm", "G0", 3000, 3300)]  # fmt: skip
+    storm = finding("xid-storm", "G0", 3002, severity=crit)
+    found = [
+        finding("ecc-uncorrectable", "G1", 101, severity=crit),  # unhealthy after 1 s
+        finding("ecc-uncorrectable", "G2", 1020, severity=crit),  # after 20 s: late
+        finding("xid", "G3", 2000, severity=crit),  # by another finding of the GPU: unhealthy at once
+        Finding(
+            storm.detector,
+            crit,
+            True,
+            "c",
+            "n1",
+            "G0",
+            "H100",
+            storm.ts_ns,
+            storm.since_ns,
+            "s",
+            evidence={"last_xid": 13.0},
+        ),  # the application's storm: degraded, as it must be
+        Finding(
+            "xid", crit, True, "c", "n1", "G1", "H100", T0 + 5000 * S, T0 + 5000 * S, "s", evidence={"xid": 119.0}
+        ),  # nothing injected there: a healthy GPU called unhealthy
+        finding("thermal-throttling", "G2", 7000),  # a false alarm, but degraded, not unhealthy
+    ]
+    ev = score(found, faults, OBSERVED, run_end_ns=END)
+    health = {h.fault: h for h in ev.health}
+    assert health["ecc-uncorrectable"].delays_s == (1.0, 20.0)
+    assert health["ecc-uncorrectable"].in_time(5.0) == 1
+    assert health["fallen-off-bus"].delays_s == (0.0,)
+    assert health["xid-storm"].delays_s == (2.0,) and health["xid-storm"].expected.value == "degraded"
+    assert ev.false_unhealthy == 1
+    missed = failures(ev, Thresholds())
+    assert "ecc-uncorrectable: 1 of 2 GPUs not unhealthy (or worse) within 5 s" in missed
+    assert any(m.startswith("false unhealthy ") for m in missed)
+    assert not any("GPUs not" in m for m in missed if m.startswith(("fallen-off-bus", "xid-storm")))
+    both = combine([ev, ev])
+    assert both.false_unhealthy == 2 and {h.fault: h.faults for h in both.health}["ecc-uncorrectable"] == 4
+    table = format_table(ev)
+    assert "| ecc-uncorrectable | unhealthy | 2 | 2 | 1 | 10 |" in table
+    assert "Healthy GPUs called unhealthy: 1" in table
