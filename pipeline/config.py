@@ -284,6 +284,13 @@ class AlertSettings(_Section):
     #: 10.0.0.0/8) allowed although they are loopback, link-local or a cloud metadata address, which are refused
     #: otherwise (sinks/alerting/targets.py): a self-service subscription must not make the manager an SSRF proxy
     allowed_targets: str = ""
+    #: finding kinds run store-only (shadow mode, sinks/alerting/shadow.py): stored, never alerted, notified or
+    #: counted in a GPU's health; the alerts they would have raised are counted (comma-separated, e.g. "power-brake")
+    shadow: str = Field(default="", pattern=r"^[a-z0-9, -]*$")
+
+    @property
+    def shadow_kinds(self) -> frozenset[str]:
+        return frozenset(_comma_list(self.shadow))
 
     @field_validator("allowed_targets")
     @classmethod

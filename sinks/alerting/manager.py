@@ -72,6 +72,7 @@ from sinks.alerting.engine import AlertEngine
 from sinks.alerting.grouping import DAMPED, Notification, Suppressed
 from sinks.alerting.history import HistoryWriter, NotificationRecord
 from sinks.alerting.inhibit import INHIBITED, SILENCED, parse_inhibit_rules
+from sinks.alerting.lifecycle import LifecycleConfig
 from sinks.alerting.model import (
     Ack,
     AlertState,
@@ -88,6 +89,7 @@ from sinks.alerting.model import (
     new_id,
 )
 from sinks.alerting.receivers import Sender
+from sinks.alerting.shadow import Shadow
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +126,10 @@ class ManagerStats:
     too_large: int = 0
     #: health changes published on the health topic (pipeline.health)
     health_records: int = 0
+    #: store-only kinds (alerts.shadow): their findings, the alerts they would have raised, and those firing now
+    shadow_findings: int = 0
+    shadow_alerts: int = 0
+    shadow_firing: int = 0
 
 
 #: the manager's stats as ``/metrics`` shows them (the stats file has the same numbers under the keys)
@@ -143,6 +149,10 @@ MANAGER_FIELDS: tuple[Field, ...] = (
     counter("state_records", "hermeneut_alerts_state_records_total", "State records written to Kafka."),
     counter("health_records", "hermeneut_alerts_health_records_total", "Health changes published on the health topic."),
     counter("commits", "hermeneut_alerts_commits_total", "Offset commits of consumed findings."),
+    counter(
+        "shadow_by_kind", "hermeneut_alerts_shadow_alerts_total", "Alerts shadow kinds would have raised.", "detector"
+    ),
+    gauge("shadow_firing", "hermeneut_alerts_shadow_firing", "Alerts of the shadow kinds that would be firing now."),
     gauge("outbox", "hermeneut_alerts_outbox", "Deliveries not finished yet."),
     counter("recovered_deliveries", "hermeneut_alerts_recovered_deliveries_total", "Deliveries resumed at start."),
     counter("history_written", "hermeneut_alerts_history_written_total", "Notification records written to InfluxDB."),
@@ -190,6 +200,7 @@ class AlertManager:
         self._touched: set[tuple[str, str, str]] = set()
         self._health_dirty: dict[bytes, bytes] = {}
         self.episodes = History(settings.health, past)
+        self.shadow = Shadow(self.cfg.shadow_kinds, LifecycleConfig.of(self.cfg))
         #: keys whose published health names a reason from the history: looked at again every minute (it expires)
         self._escalated: set[tuple[str, str, str]] = set()
         self._history_checked_ns = 0
@@ -318,6 +329,9 @@ class AlertManager:
         self.apply(finding)
 
     def apply(self, finding: Finding) -> None:
+        if self.shadow.holds(finding):  # store-only: counted, never alerted, notified or in a GPU's health
+            self.shadow.apply(finding, self.clock_ns())
+            return
         new = self.engine.apply(finding, self.clock_ns())
         if new is not None:
             self._dirty[new.key] = encode_record(new)
@@ -330,6 +344,7 @@ class AlertManager:
         if self._config is not None:
             self._refresh_config()
         result = self.engine.step(now_ns)
+        self.shadow.step(now_ns)
         for a in result.alerts:
             self._dirty[a.key] = encode_record(a)
         for a in result.forgotten:
@@ -347,6 +362,10 @@ class AlertManager:
         self._collect()
         self.stats.alerts_known = len(self.engine.alerts)
         self.stats.alerts_firing = self.engine.firing()
+        counts = self.shadow.counts
+        self.stats.shadow_findings = sum(counts.findings.values())
+        self.stats.shadow_alerts = sum(counts.alerts.values())
+        self.stats.shadow_firing = self.shadow.firing()
         self._by_state = dict(
             Counter(
                 (a.status.value, a.labels.get("detector", ""), a.labels.get("severity", ""))
@@ -569,10 +588,11 @@ class AlertManager:
 
     def values(self) -> dict[str, Any]:
         """The stats as ``/metrics`` reads them: the stats file's, and the alerts by status, detector, severity."""
-        return asdict(self.stats) | {"alerts": self._by_state}
+        return asdict(self.stats) | {"alerts": self._by_state, "shadow_by_kind": self.shadow.counts.alerts}
 
     def _write_stats(self) -> None:
         if self.history is not None:
             self.stats.history_written = self.history.written
             self.stats.history_dropped = self.history.dropped
-        write_stats(self.stats_file, asdict(self.stats) | self.stall.values())
+        shadow = {"shadow_by_kind": self.shadow.counts.alerts, "shadow_findings_by_kind": self.shadow.counts.findings}
+        write_stats(self.stats_file, asdict(self.stats) | self.stall.values() | shadow)

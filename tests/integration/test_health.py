@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from pipeline.config import Settings, settings_env
 from pipeline.events import Severity
 from pipeline.face.cli import cli
-from pipeline.services.stages import wait_for
+from pipeline.services.stages import start_stage, wait_for
 from tests.integration.alerting_parts import fault, publish_findings, start_manager, tail, with_alerts
 from tests.integration.harness import consume_all
 
@@ -74,3 +74,40 @@ def test_health_follows_the_alerts_on_a_compacted_topic_and_survives_a_restart(
         assert after == before  # republished from the restored alerts: the same, nothing stale
     finally:
         assert manager.stop(30) == 0, tail(manager)
+
+
+def test_a_kind_in_shadow_mode_is_stored_and_counted_but_never_alerted_nor_in_health(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = with_alerts(settings, shadow="thermal-throttling,power-brake")
+    c = settings.cluster
+    sink = start_stage("sink", settings, tmp_path)
+    manager = start_manager(settings, tmp_path / "alerts")
+    try:
+        assert wait_for(lambda: bool(sink.stats().get("assigned")), 90), sink.stats()
+        publish_findings(settings, [
+            fault(settings, True, "thermal-throttling", "GPU-1"),
+            fault(settings, True, "thermal-throttling", "GPU-3", node="n2"),
+            fault(settings, True, "ecc-uncorrectable", "GPU-2", severity=Severity.CRITICAL),
+        ])  # fmt: skip
+        assert wait_for(lambda: manager.stats().get("shadow_alerts", 0) >= 2, 30), tail(manager)
+        assert wait_for(lambda: manager.stats().get("health_records", 0) >= 1, 30), tail(manager)
+        stats = manager.stats()
+        assert (stats["shadow_findings"], stats["shadow_alerts"], stats["shadow_firing"]) == (2, 2, 2), stats
+        assert stats["shadow_by_kind"] == {"thermal-throttling": 2}, stats
+        assert stats["alerts_firing"] == 1, stats  # the ECC error only
+        assert set(latest(settings, 1)) == {f"{c}/n1/GPU-2"}  # the shadow kind changed no GPU's health
+
+        assert wait_for(lambda: sink.stats().get("findings_written", 0) >= 3, 30), sink.stats()
+        for name, value in settings_env(settings).items():
+            monkeypatch.setenv(name, value)
+        result = CliRunner().invoke(cli, ["alerts", "shadow", "--cluster", c, "--format", "json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output) == [
+            {"kind": "power-brake", "episodes": 0, "critical": 0, "warning": 0, "info": 0, "gpus": 0, "nodes": 0},
+            {"kind": "thermal-throttling", "episodes": 2, "critical": 0, "warning": 2, "info": 0, "gpus": 2,
+             "nodes": 2},
+        ]  # fmt: skip
+    finally:
+        assert manager.stop(30) == 0, tail(manager)
+        sink.stop()

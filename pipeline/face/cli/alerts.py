@@ -6,6 +6,7 @@ stderr and exit code 2.
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 import logging
@@ -20,7 +21,7 @@ import click
 from pipeline.config import Settings
 from pipeline.errors import InvalidInput, ServiceError
 from pipeline.face.cli.base import cli, errors, expose, fail, metrics_port_option, resolved, stop_event
-from pipeline.vocab import NS_PER_S, format_duration
+from pipeline.vocab import NS_PER_S, format_duration, parse_seconds
 
 if TYPE_CHECKING:
     from pipeline.escalation import Episode
@@ -335,6 +336,36 @@ def ack_cmd(ctx: click.Context, alert: str, by: str | None, comment: str) -> Non
         finally:
             admin.close()
     click.echo(f"acknowledged: {ack.dedup_key} by {ack.by}")
+
+
+@alerts_group.command("shadow")
+@click.option("--range", "range_", default="24h", show_default=True, help="How far back.")
+@click.option("--cluster", help="Only this cluster.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.pass_context
+def shadow_cmd(ctx: click.Context, range_: str, cluster: str | None, fmt: str) -> None:
+    """What the store-only kinds (alerts.shadow) would have raised over the range, from their stored findings: per
+    kind, the alerts (one per episode), their severity, and the GPUs and nodes they were on."""
+    from sinks.alerting.shadow import report
+    from sinks.query.fleet import finding_episodes
+    from sinks.query.store import Store
+
+    with _usage():
+        span_ns = int(parse_seconds(range_, "--range") * NS_PER_S)
+    settings = resolved(ctx, kafka=False)
+    kinds = settings.alerts.shadow_kinds
+    if not kinds:
+        fail("no kind runs in shadow mode: set alerts.shadow (HERMENEUT_ALERTS__SHADOW), e.g. power-brake", 2)
+    with errors(), Store.from_settings(settings) as store:
+        now = time.time_ns()
+        rows = report(finding_episodes(store, now - span_ns, now + NS_PER_S, cluster), kinds)
+    if fmt == "json":
+        click.echo(json.dumps([dataclasses.asdict(r) for r in rows], indent=1))
+        return
+    click.echo(f"shadow mode (store-only, never alerted) over {range_}: what it would have raised")
+    for r in rows:
+        click.echo(f"  {r.kind}: {r.episodes} alerts ({r.critical} critical, {r.warning} warning, {r.info} info) "
+                   f"on {r.gpus} GPUs of {r.nodes} nodes")  # fmt: skip
 
 
 @alerts_group.command("history")
