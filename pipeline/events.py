@@ -411,6 +411,8 @@ class NodeTopology:
     links: tuple[TopologyLink, ...] = ()
     nics: tuple[TopologyNic, ...] = ()
     nvswitches: int = 0
+    #: the NVIDIA driver the node runs ("": not known): a factor its GPUs share (pipeline.health's incidents)
+    driver_version: str = ""
 
     @property
     def kafka_key(self) -> bytes:
@@ -475,6 +477,8 @@ class Finding:
     evidence: dict[str, float] = field(default_factory=dict)
     workload: Workload | None = None
     gpu_index: int | None = None
+    #: the driver its node runs, from the node's topology ("": not known); an alert label
+    driver_version: str = ""
 
     @property
     def dedup_key(self) -> str:

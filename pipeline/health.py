@@ -118,7 +118,7 @@ RULES: Final[dict[str, Rule]] = {
 #: bad job image): its GPUs keep their state, but get no per-GPU remedy (no drain, no reset of a third of a fleet)
 INCIDENT_SHARE: Final = 0.3
 INCIDENT_MIN_GPUS: Final = 4
-_SHARED_LABELS: Final = ("gpu_model", "application", "job")
+_SHARED_LABELS: Final = ("driver_version", "gpu_model", "application", "job")
 #: warning-severity XIDs are the application's (Xid catalog RESTART_APP): the job is restarted, the GPU is fine
 _APP_XID_REMEDY: Final = Remedy.RESTART_JOB
 #: XID 154 (recovery action changed: reboot required) and 79 are the node's
@@ -179,7 +179,7 @@ class FiringFinding:
 @dataclass(frozen=True, slots=True)
 class Incident:
     """One finding kind on many GPUs of a cluster at once: a fleet incident, not N sick GPUs. ``shared``: the
-    labels every affected GPU has in common (model, application, job), the first place to look."""
+    labels every affected GPU has in common (driver version, model, application, job), the first place to look."""
 
     cluster: str
     detector: str

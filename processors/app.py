@@ -183,7 +183,8 @@ def interpreter_from(
             Enricher(context_of, baselines, timeline, slots),
             Scorer(baselines, tracker, Judgement.of(settings.baselines)),
             Detectors(settings.detectors, topology_of, slots),
-        ]
+        ],
+        topology_of,
     )
 
 

@@ -13,10 +13,13 @@ Stages work on whole batches with numpy; none may loop over samples in Python wh
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Protocol
 
-from pipeline.events import Finding, InterpretedBatch
+from pipeline.events import Finding, InterpretedBatch, NodeTopology
+
+TopologyOf = Callable[[str, str], NodeTopology | None]
 
 
 class Stage(Protocol):
@@ -28,17 +31,29 @@ class Stage(Protocol):
 
 
 class Interpreter:
-    """The stages in order; with none, batches pass through as normalized (verdict ``unscored``)."""
+    """The stages in order; with none, batches pass through as normalized (verdict ``unscored``). ``topology_of``
+    gives a node's topology: every finding carries the driver version its node runs (an alert label, a factor
+    fleet incidents name)."""
 
-    def __init__(self, stages: Sequence[Stage] = ()) -> None:
+    def __init__(self, stages: Sequence[Stage] = (), topology_of: TopologyOf | None = None) -> None:
         self.stages = list(stages)
+        self.topology_of = topology_of
 
     def apply(self, batch: InterpretedBatch, now_ns: int) -> tuple[InterpretedBatch, list[Finding]]:
         findings: list[Finding] = []
         for stage in self.stages:
             batch, found = stage.apply(batch, now_ns)
             findings.extend(found)
-        return batch, findings
+        return batch, self._node_facts(findings)
 
     def tick(self, now_ns: int) -> list[Finding]:
-        return [f for stage in self.stages for f in stage.tick(now_ns)]
+        return self._node_facts([f for stage in self.stages for f in stage.tick(now_ns)])
+
+    def _node_facts(self, findings: list[Finding]) -> list[Finding]:
+        if self.topology_of is None:
+            return findings
+        out = []
+        for f in findings:
+            topo = self.topology_of(f.cluster, f.node)
+            out.append(replace(f, driver_version=topo.driver_version) if topo and topo.driver_version else f)
+        return out

@@ -17,21 +17,19 @@ busy" only above 40% utilization).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
 
-from pipeline.events import METRIC_INDEX, NodeTopology, NvLinkSample, Severity
+from pipeline.events import METRIC_INDEX, NvLinkSample, Severity
 from processors.detectors.columns import S, col, fmt, gt, lt
 from processors.detectors.debounce import Level
 from processors.detectors.gpus import GpuView
 from processors.detectors.names import NVLINK, PCIE, PCIE_NARROW
 from processors.episodes import Description, Episode
+from processors.interpret import TopologyOf
 from processors.state import GpuSlots, column
-
-TopologyOf = Callable[[str, str], NodeTopology | None]
 
 NVLINK_LEVEL = Level(NVLINK, tau_s=5.0, on=0.6, off=0.15, clear_tau_s=60.0)
 PCIE_LEVEL = Level(PCIE, tau_s=15.0, on=0.6, off=0.15, clear_tau_s=120.0)

@@ -27,13 +27,14 @@ from processors.detectors.gpus import Latest, NodeClock
 from processors.detectors.hard_errors import HardErrors
 from processors.detectors.idle import Idle
 from processors.detectors.jobs import Jobs, computing
-from processors.detectors.links import Links, TopologyOf
+from processors.detectors.links import Links
 from processors.detectors.memory import Memory
 from processors.detectors.names import PCIE_NARROW
 from processors.detectors.power import Power
 from processors.detectors.stragglers import Stragglers, rank_groups
 from processors.detectors.thermal import Thermal
 from processors.features import PHASE_INDEX
+from processors.interpret import TopologyOf
 from processors.state import GpuSlots
 
 #: the level conditions, debounced together (one score column each, in this order)

@@ -53,6 +53,7 @@ LABELS: Final = (
     "tenant",
     "application",
     "verdict",
+    "driver_version",
 )
 _VOCABULARY: Final[dict[str, tuple[str, ...]]] = {
     "severity": tuple(s.value for s in Severity),
@@ -511,6 +512,8 @@ def finding_labels(f: Finding) -> dict[str, str]:
                 labels[name] = value
     if f.detector == "baseline-anomaly":
         labels["verdict"] = Verdict.ANOMALOUS.value
+    if f.driver_version:
+        labels["driver_version"] = f.driver_version
     return labels
 
 

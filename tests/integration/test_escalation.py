@@ -1,9 +1,9 @@
-"""Escalation and correlation on a scripted fleet, through the real pipeline: samples and XIDs into Kafka, the
-processor's detectors, the sink's findings in InfluxDB, the alert manager's firing alerts, and ``hermeneut health``
-folding them with the stored history (pipeline/escalation.py).
+"""Escalation, correlation and fleet incidents on scripted fleets, through the real pipeline: samples and XIDs
+into Kafka, the processor's detectors, the sink's findings in InfluxDB, the alert manager's firing alerts, and
+``hermeneut health`` folding them with the stored history (pipeline/escalation.py) and the fleet's membership.
 
-Two nodes, 10 minutes of data time at 1 s (XID episodes close after 10 s without a new XID, so each scripted XID
-is an episode of its own):
+The escalation fleet: two nodes, 10 minutes of data time at 1 s (XID episodes close after 10 s without a new XID,
+so each scripted XID is an episode of its own):
 - n1/G0: a GSP XID (119, reset the GPU) five times: RMA;
 - n1/G1: XID 120 three times, each after the reset it asked for: hardware inspection;
 - n1/G2: XID 31 (the application's, by the catalogue) in job-a, then in job-b, on no other GPU of either: the GPU's;
@@ -24,7 +24,16 @@ from click.testing import CliRunner
 
 from pipeline.codec import encode_record
 from pipeline.config import Settings, settings_env
-from pipeline.events import EventKind, GpuContext, GpuEvent, GpuSample, SampleBatch, Workload
+from pipeline.events import (
+    EventKind,
+    GpuContext,
+    GpuEvent,
+    GpuSample,
+    NodeTopology,
+    SampleBatch,
+    TopologyGpu,
+    Workload,
+)
 from pipeline.face.cli import cli
 from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
@@ -146,3 +155,61 @@ def test_escalation_and_correlation_rules_on_a_scripted_fleet(
     assert (nodes["n1"]["state"], nodes["n1"]["remedy"]) == ("unhealthy", "RMA"), nodes["n1"]
     assert any(r["detector"] == "lemon-node" for r in nodes["n1"]["reasons"])
     assert shown["gpus_by_state"] == {"healthy": 7, "degraded": 4, "unhealthy": 1, "unknown": 0}, shown
+
+
+OLD, NEW = "570.133.20", "580.65.06"
+
+
+def test_a_driver_change_that_breaks_a_third_of_a_cluster_is_one_incident_with_no_per_gpu_advice(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ten nodes of two H100s; four of them are upgraded to a new driver (their collectors publish the new
+    topology) and then every GPU of those four fails with a GSP timeout within three seconds: 8 of 20 GPUs."""
+    settings = with_alerts(settings)
+    c, start = settings.cluster, time.time_ns() - 305 * S
+    nodes = [f"n{i}" for i in range(10)]
+    upgraded = set(nodes[:4])
+    pub = Publisher(settings.kafka.client_config())
+    for driver, which in ((OLD, nodes), (NEW, sorted(upgraded))):  # the upgrade: the new topology replaces the old
+        for node in which:
+            gpus = tuple(TopologyGpu(f"{node}-G{i}", i, H100, f"0000:{i + 16:02x}:00.0") for i in range(2))
+            topo = NodeTopology(c, node, start, gpus, driver_version=driver)
+            pub.publish(settings.topics.topology, topo.kafka_key, encode_record(topo))
+    assert pub.close(30) == 0
+
+    rng = np.random.default_rng(9)
+    batches, samples = [], 0
+    for t in range(300):
+        ts = start + t * S
+        for node in nodes:
+            rows = tuple(GpuSample(c, node, f"{node}-G{i}", i, H100, ts, busy_h100(rng)) for i in range(2))
+            events = tuple(
+                GpuEvent(c, node, f"{node}-G{i}", i, ts, EventKind.XID, 119, "GSP RPC timeout")
+                for i in range(2) if node in upgraded and t == 200 + (i + int(node[1:])) % 3
+            )  # fmt: skip
+            samples += len(rows)
+            batches.append(SampleBatch(c, node, rows, events))
+
+    manager = start_manager(settings, tmp_path / "alerts")
+    try:
+        with running_pipeline(settings, tmp_path) as (_processor, sink):
+            publish_batches(settings, batches)
+            wait_stored(sink, samples, timeout_s=240)
+        assert wait_for(lambda: manager.stats().get("alerts_firing", 0) >= 8, 30), (manager.stats(), tail(manager))
+        for name, value in settings_env(settings).items():
+            monkeypatch.setenv(name, value)
+        result = CliRunner().invoke(cli, ["health", "--cluster", c, "--format", "json"])
+        assert result.exit_code == 0, result.output
+        shown = json.loads(result.output)
+        text = CliRunner().invoke(cli, ["health", "--cluster", c]).output
+    finally:
+        assert manager.stop(30) == 0, tail(manager)
+
+    [incident] = shown["incidents"]
+    assert (incident["detector"], incident["gpus"], incident["of_gpus"]) == ("xid", 8, 20), incident
+    assert incident["shared"]["driver_version"] == NEW, incident
+    assert f"fleet incident: xid on 8 of 20 GPUs of {c} at once (shared: driver_version={NEW}" in text, text
+    assert shown["gpus_by_state"] == {"healthy": 12, "degraded": 0, "unhealthy": 8, "unknown": 0}, shown
+    assert {g["node"] for g in shown["gpus"]} == upgraded
+    assert {g["remedy"] for g in shown["gpus"]} == {"none"}  # nobody resets 8 GPUs one by one
+    assert {n["remedy"] for n in shown["nodes"]} == {"none"}, shown["nodes"]
