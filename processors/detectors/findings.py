@@ -9,13 +9,14 @@ summary of a GPU's finding starts with the GPU's name and workload; a node's wit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
 
 from pipeline.events import Finding
 from processors.detectors.gpus import GpuView, Latest
-from processors.detectors.names import DETECTORS, EXPLAINS_SLOWNESS
+from processors.detectors.names import DETECTORS, EXPLAINS_SLOWNESS, HOLDS_JOB_BACK
 from processors.episodes import Description, Episode, Episodes
 from processors.state import GpuSlots
 
@@ -47,6 +48,9 @@ class Reporter:
         self.nodes = Episodes(slots, DETECTORS, per="node")
         self.wording: dict[str, Wording] = {}
         self.node_wording: dict[str, NodeWording] = {}
+        #: the other GPUs of a GPU's job (its straggler peer group): a GPU whose slowness a finding explains holds
+        #: them all back, and its finding says so (a job-level finding, not N unusual GPUs)
+        self.peers_of: Callable[[int], list[int]] = lambda _slot: []
 
     def transition(
         self, slot: int, name: str, start: bool, ts: int, out: list[Finding], detail: dict[str, float] | None = None
@@ -67,7 +71,14 @@ class Reporter:
         episode = self.gpus.get(slot, name)
         gpu = self.latest.view(self.slots, slot)
         said = _known(self.wording[name].describe(name, gpu, episode, ts))
-        said = said._replace(summary=f"{gpu.who()}: {said.summary}")
+        waiting = len(self.peers_of(slot)) if name in HOLDS_JOB_BACK else 0
+        if waiting:  # said first: the job's other GPUs are slow because of this one
+            others = "the other GPU of its job waits" if waiting == 1 else f"the {waiting} other GPUs of its job wait"
+            who = f"{gpu.who()}, which {others} on"
+            said = said._replace(evidence=said.evidence | {"job_gpus_waiting": float(waiting)})
+        else:
+            who = gpu.who()
+        said = said._replace(summary=f"{who}: {said.summary}")
         if active:
             episode.said = said
         else:
@@ -95,6 +106,15 @@ class Reporter:
         models = {self.slots.model(s) for s in slots.tolist()}
         where = (cluster, node_name, None, models.pop() if len(models) == 1 else "")
         out.append(self.nodes.send(node, name, active, ts, where, said))
+
+    def waited_on(self) -> list[tuple[int, Episode]]:
+        """(slot, the finding it waits on) for every GPU whose job another GPU holds back (HOLDS_JOB_BACK)."""
+        return [
+            (peer, episode)
+            for slot, name, episode in self.gpus.listed()
+            if name in HOLDS_JOB_BACK
+            for peer in self.peers_of(slot)
+        ]
 
     def explain(
         self, slots: np.ndarray, ts_ns: np.ndarray, explanation: tuple[str, ...], also: list[tuple[int, Episode]]

@@ -22,3 +22,6 @@ PHASE_SHIFT: Final = "phase-shift"
 DETECTORS: Final = (*FAULTS, XID, REMAP, IDLE, PCIE_NARROW, BRAKE, COLLAPSE, CLIFF, PHASE_SHIFT)
 #: a straggler whose GPU already has one of these findings is explained by it and not reported twice
 EXPLAINS_SLOWNESS: Final = (THERMAL, POWER, BRAKE, NVLINK, PCIE, LEAK, STORM, XID, ECC, LOST_BUS)
+#: a GPU with one of these holds its whole job back: its finding names the job's GPUs waiting on it, and their rows'
+#: explanations name it (a straggler's wording says the same in its own words; a leak or an XID does not slow a step)
+HOLDS_JOB_BACK: Final = (THERMAL, POWER, BRAKE, NVLINK, PCIE)

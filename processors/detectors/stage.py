@@ -100,6 +100,7 @@ class Detectors:
             Idle(),
             self.changes,
         )
+        report.peers_of = self.stragglers.peers_of
         for family in families:
             report.wording |= dict.fromkeys(family.names, family)
         report.node_wording |= dict.fromkeys(self.power.names, self.power)
@@ -118,8 +119,9 @@ class Detectors:
         self._post(out)
         if len(batch) and (self.report.gpus or self.report.nodes):
             explanation = self.report.explain(
-                self.slots.rows(batch), batch.ts_ns, batch.explanation, self.power.speaking_for()
-            )
+                self.slots.rows(batch), batch.ts_ns, batch.explanation,
+                self.power.speaking_for() + self.report.waited_on(),
+            )  # fmt: skip
             if explanation != batch.explanation:
                 batch = replace(batch, explanation=explanation)
         return batch, out

@@ -283,6 +283,12 @@ class Stragglers:
             peers.members.add(slot)
             self._touched.add(key)
 
+    def peers_of(self, slot: int) -> list[int]:
+        """The other GPUs of the slot's job as it runs now (its peer group's members), in slot order."""
+        key = self.windows.group[slot] if slot < len(self.windows.group) else None
+        peers = self._jobs.get(key) if key is not None else None
+        return sorted(peers.members - {slot}) if peers is not None else []
+
     def step(self, g: np.ndarray, ts: np.ndarray, m: np.ndarray, rel: np.ndarray) -> None:
         """One row per GPU ``g``: add it to the GPU's current window; a GPU entering a new window closes its
         previous one."""

@@ -19,12 +19,14 @@ from pipeline.codec import decode_interpreted, encode_record
 from pipeline.config import Settings
 from pipeline.events import (
     EventKind,
+    GpuContext,
     GpuEvent,
     GpuSample,
     NodeTopology,
     SampleBatch,
     TopologyGpu,
     TopologyLink,
+    Workload,
 )
 from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
@@ -152,3 +154,51 @@ def test_each_fault_is_detected_and_explained(settings: Settings, tmp_path: Path
     for gpu, phrase in (("GPU-0", "thermal throttling"), ("GPU-2", "NVLink down"), ("GPU-4", "memory leak")):
         assert any(uuid == gpu and phrase in text for uuid, text in explained), phrase
     assert all(uuid != "GPU-6" or "XID storm" in text or "XID" in text for uuid, text in explained)
+
+
+def test_a_gpu_whose_nvlink_is_down_is_one_finding_for_its_job_not_eight_unusual_gpus(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The NVLink case of ``make run`` on a scripted node: one job on all 8 H100s (a context source says so), GPU 4
+    loses its NVLinks. One finding, on GPU 4, says the job's 7 other GPUs wait on it; their rows name it."""
+    cluster, seconds = settings.cluster, 300
+    start = time.time_ns() - (seconds + 5) * S
+    pub = Publisher(settings.kafka.client_config())
+    for i in range(8):
+        ctx = GpuContext(cluster, "n1", f"GPU-{i}", start, Workload("llm-pretraining", "job-1", source="static",
+                                                                     confidence=1.0, job_gpus=8))  # fmt: skip
+        pub.publish(settings.topics.context, ctx.kafka_key, encode_record(ctx))
+    assert pub.close(30) == 0
+    rng = np.random.default_rng(4)
+    batches = []
+    for t in range(seconds):
+        ts = start + t * S
+        rows = []
+        for gpu in range(8):
+            m = busy_h100(rng)
+            if gpu == 4 and t >= 60:
+                m |= {"nvlink_links_active": 0.0, "nvlink_tx_bytes_per_second": 0.0,
+                      "nvlink_rx_bytes_per_second": 0.0, "pcie_tx_bytes_per_second": 24e9,
+                      "pcie_rx_bytes_per_second": 24e9}  # fmt: skip
+            rows.append(GpuSample(cluster, "n1", f"GPU-{gpu}", gpu, MODEL, ts, m))
+        batches.append(SampleBatch(cluster, "n1", tuple(rows)))
+
+    with running_pipeline(settings, tmp_path) as (_processor, sink):
+        publish_batches(settings, batches)
+        wait_stored(sink, 8 * seconds, timeout_s=240)
+        assert wait_for(lambda: sink.stats().get("findings_written", 0) >= 1, 60), sink.stats()
+
+    found = [f for f in stored_points(settings, "finding") if f["active"] == 1.0]
+    assert {f["detector"] for f in found} - {"idle-capacity"} == {"nvlink-down"}, found
+    assert {f["gpu"] for f in found if f["detector"] == "nvlink-down"} == {"GPU-4"}
+    first = min((f for f in found if f["detector"] == "nvlink-down"), key=lambda f: f["_time"])
+    assert "job job-1 (llm-pretraining), which the 7 other GPUs of its job wait on: NVLink down" in first["summary"]
+    assert first["ev_job_gpus_waiting"] == 7.0
+    messages = consume_all(settings, settings.topics.interpreted, 10**9, timeout_s=20)
+    explained = {
+        uuid
+        for b in (decode_interpreted(m.value() or b"") for m in messages)
+        for uuid, text in zip(b.gpu_uuid, b.explanation, strict=True)
+        if "GPU 4 (" in text and "NVLink down" in text
+    }
+    assert explained == {f"GPU-{i}" for i in range(8)}  # its own rows, and each peer's

@@ -52,13 +52,34 @@ def test_nvlink_down_names_the_peers_and_the_pcie_path() -> None:
         return m
 
     det = Detectors(DetectorSettings(), lambda cluster, node: topo if node == "node-1" else None)
-    _det, found, _ = run(400, shape, gpus=4, detectors=det)
+    _det, found, batches = run(400, shape, gpus=4, detectors=det)
     assert kinds(found) == {("nvlink-down", "GPU-1")}
     first = starts(found)[0]
     assert first.ts_ns <= T0 + 210 * S
     assert first.evidence["links_active"] == 0 and first.evidence["links_expected"] == 18
     assert first.evidence["pcie_bytes_per_second"] == 48e9
     assert "GPU 0 (NODE), GPU 2 (SYS), GPU 3 (SYS) now crosses PCIe" in first.summary
+    # one finding for the job, not four unusual GPUs: it names the job's GPUs waiting, and their rows name it
+    assert first.summary.startswith(
+        "GPU 1 (NVIDIA H100 80GB HBM3) on node-1, job job-7 (llm-pretraining), which the 3 "
+        "other GPUs of its job wait on: NVLink down"
+    )
+    assert first.evidence["job_gpus_waiting"] == 3
+    late = [(u, text) for b in batches for u, ts, text in zip(b.gpu_uuid, b.ts_ns, b.explanation, strict=True)
+            if ts >= first.ts_ns]  # fmt: skip
+    for peer in ("GPU-0", "GPU-2", "GPU-3"):
+        assert all("GPU 1 (" in text and "NVLink down" in text for u, text in late if u == peer), peer
+
+
+def test_a_gpu_alone_in_its_job_holds_nobody_back() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        return m | {"nvlink_links_active": 12.0} if gpu == 0 and t >= 100 else m
+
+    _det, found, batches = run(200, shape, gpus=2, job=lambda _t, g: replace(pretraining(_t, g), job_id=f"job-{g}"))
+    [first] = starts(found, "nvlink-down")
+    assert "wait on" not in first.summary and "job_gpus_waiting" not in first.evidence
+    assert not any("NVLink down" in text for b in batches for u, text in zip(b.gpu_uuid, b.explanation, strict=True)
+                   if u == "GPU-1")  # fmt: skip
 
 
 def test_nvlink_from_per_link_samples_when_totals_are_missing() -> None:
