@@ -73,6 +73,7 @@ class Publisher:
         }
         self.limits = limits
         self._producer = Producer(conf)
+        self._closed = False
         self.stats = PublisherStats()
         self.last_error: KafkaError | None = None
 
@@ -166,11 +167,19 @@ class Publisher:
 
     def flush(self, timeout_s: float = 30.0) -> int:
         """Wait for outstanding deliveries; returns how many are still in flight."""
+        if self._closed:
+            return 0
         remaining: int = self._producer.flush(timeout_s)
         return remaining
 
     def close(self, timeout_s: float = 60.0) -> int:
+        """Flush, then shut the client down (its connections and threads go now, not when it is collected, which
+        may be after the broker: it would log every refused reconnect); a client with messages still in flight is
+        left up, so nothing is dropped. Returns how many are still in flight; a second close does nothing."""
         remaining = self.flush(timeout_s)
         if remaining:
             log.error("%d messages still undelivered at close", remaining)
+        elif not self._closed:
+            self._producer.close()
+            self._closed = True
         return remaining

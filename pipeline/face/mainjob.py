@@ -116,6 +116,7 @@ def main_job(
     url = state.web["url"] if state.web else "(dashboard not running)"
     run_dir = Path(state.run_dir) / "pipeline" / time.strftime("%H%M%S")
     stages: list[Stage] = []
+    publishers: list[Publisher] = []
     interrupted = False
     ok = kept = False
     try:
@@ -137,7 +138,6 @@ def main_job(
         stop = threading.Event()
         source = SimulatorSource.of(fleet)
         reports: list[AgentReport] = []
-        publishers: list[Publisher] = []
 
         def simulate(duration_s: float, **kwargs: Any) -> None:
             publishers.append(Publisher(settings.kafka.client_config()))
@@ -197,6 +197,9 @@ def main_job(
         for stage in reversed(stages):
             if not kept:
                 stage.stop()
+        for p in publishers:
+            p.close(10)
+        publishers.clear()  # the producers go now, not after Kafka (each would log its refused reconnects)
         if interrupted or stop_services:
             services.down(settings, quiet=True)
     return ok
