@@ -163,7 +163,8 @@ class Publisher:
         return [i for i in range(len(records)) if i not in results or results[i] is not None]
 
     def poll(self, timeout_s: float = 0.0) -> None:
-        self._producer.poll(timeout_s)
+        if not self._closed:  # closed: nothing is in flight, no report can come
+            self._producer.poll(timeout_s)
 
     def flush(self, timeout_s: float = 30.0) -> int:
         """Wait for outstanding deliveries; returns how many are still in flight."""
