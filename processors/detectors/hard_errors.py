@@ -195,11 +195,9 @@ class HardErrors:
         quiet window is shorter, the count escalation reads (pipeline/escalation.py)."""
         gpus = self.report.gpus
         name = STORM if gpus.is_open(slot, STORM) else XID if gpus.is_open(slot, XID) else None
-        if name is None or not self.quiet(slot, name, gpus.get(slot, name), ts_ns):
-            return
-        xids = self._xids.get(slot)
-        last = xids[-1][0] if xids else gpus.get(slot, name).since_ns
-        self.report.transition(slot, name, False, last + int(self.settings.storm_window_s * S), out)
+        end = None if name is None else self.quiet_end(slot, name, gpus.get(slot, name))
+        if name is not None and end is not None and end <= ts_ns:
+            self.report.transition(slot, name, False, end, out)
 
     def _ecc_xid(self, slot: int, e: GpuEvent) -> bool:
         """Whether an XID reports an uncorrectable memory error. 94 (contained ECC error) also shows up in storms
@@ -272,20 +270,21 @@ class HardErrors:
             if last_ts[slot] - back >= _BACK_S * S:
                 self.report.transition(slot, LOST_BUS, False, back + _BACK_S * S, out)
 
-    def quiet(self, slot: int, name: str, episode: Episode, now_ns: int) -> bool:
-        """Whether an open XID, storm, ECC or remap finding has had no new evidence long enough to clear (a remap
-        waiting for a reset keeps a memory finding open: the GPU still needs that reset)."""
+    def quiet_end(self, slot: int, name: str, episode: Episode) -> int | None:
+        """When an open XID, storm, ECC or remap finding goes (went) quiet: its last evidence plus its quiet window,
+        the data time it ends whatever the batching; None: it does not end by quiet (another kind, or a remap
+        waiting for a reset, which keeps a memory finding open: the GPU still needs that reset)."""
         if name in (STORM, XID):
             xids = self._xids.get(slot)
             since, quiet_for = (xids[-1][0] if xids else episode.since_ns), self.settings.storm_window_s
         elif name in (ECC, REMAP):
             if self.latest.row[slot, METRIC_INDEX["row_remap_pending"]] == 1:
-                return False
+                return None
             evidence = self.evidence.ecc_ts if name == ECC else self.evidence.remap_ts
             since, quiet_for = int(evidence[slot]), _MEMORY_QUIET_S
         else:
-            return False
-        return now_ns - since >= quiet_for * S
+            return None
+        return max(episode.since_ns, since + int(quiet_for * S))
 
     def describe(self, name: str, gpu: GpuView, episode: Episode, ts_ns: int) -> Description:
         if name in (STORM, XID):

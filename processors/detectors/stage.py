@@ -211,7 +211,10 @@ class Detectors:
         repeat_ns = self.settings.repeat_s * S
         for slot, name, episode in self.report.gpus.listed():
             t = int(now[slot])
-            if self.hard_errors.quiet(slot, name, episode, t) or self.changes.quiet(slot, name, episode, t):
+            quiet = self.hard_errors.quiet_end(slot, name, episode)
+            if quiet is not None and quiet <= t:  # dated when it went quiet, not when this batch noticed
+                self.report.transition(slot, name, False, quiet, out)
+            elif self.changes.quiet(slot, name, episode, t):
                 self.report.transition(slot, name, False, t, out)
             elif t - episode.last_sent_ns >= repeat_ns:
                 self.report.send(slot, name, True, t, out)
