@@ -51,6 +51,8 @@ class Episode:
     xids: frozenset[int] = frozenset()
     #: whether it is still firing (its newest point is active)
     open: bool = False
+    #: the time of its newest point (its end once it is closed)
+    seen_ns: int = 0
 
     @property
     def reason(self) -> Reason | None:
@@ -79,7 +81,8 @@ def episode_of(f: Finding) -> Episode:
     """The episode a finding belongs to (its start identifies it), as it stands after this finding."""
     xids = frozenset(int(v) for k in ("xid", "last_xid") if (v := f.evidence.get(k)) is not None and v == v)  # noqa: PLR0124
     job = f.workload.job_id if f.workload else None
-    return Episode(f.cluster, f.node, f.gpu_uuid, f.detector, f.severity.value, f.since_ns, job, xids, f.active)
+    return Episode(f.cluster, f.node, f.gpu_uuid, f.detector, f.severity.value, f.since_ns, job, xids, f.active,
+                   f.ts_ns)  # fmt: skip
 
 
 class History:
@@ -105,9 +108,12 @@ class History:
         if old is not None:
             severity = max(old.severity, e.severity, key=lambda v: _RANK.get(v, 0))
             e = Episode(e.cluster, e.node, e.gpu, e.detector, severity, e.since_ns, old.job or e.job,
-                        old.xids | e.xids, e.open)  # fmt: skip
+                        old.xids | e.xids, e.open, max(old.seen_ns, e.seen_ns))  # fmt: skip
         self._episodes[key] = e
-        return old != e
+        return old is None or (old.severity, old.job, old.xids, old.open) != (e.severity, e.job, e.xids, e.open)
+
+    def episodes(self) -> list[Episode]:
+        return list(self._episodes.values())
 
     def forget(self, now_ns: int) -> None:
         start = now_ns - int(self.rules.lookback_s * NS_PER_S)

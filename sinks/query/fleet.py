@@ -4,6 +4,8 @@ and the finding episodes of the past (the history escalation and correlation rea
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pipeline.escalation import Episode
 from sinks.query.flux import string, time_literal
 from sinks.query.model import FINDING, GPU
@@ -28,9 +30,7 @@ def last_reports(
     newest: dict[tuple[str, str, str], int] = {}
     for r in store.flux_records(flux):
         key = (str(r.get("cluster", "")), str(r.get("node", "")), str(r.get("gpu", "")))
-        t = r["_time"]
-        ns = int(t.timestamp()) * 10**9 + t.microsecond * 1000
-        newest[key] = max(newest.get(key, 0), ns)
+        newest[key] = max(newest.get(key, 0), _ns(r["_time"]))
     return [(*key, ns) for key, ns in sorted(newest.items())]
 
 
@@ -57,5 +57,33 @@ def finding_episodes(store: Store, start_ns: int, stop_ns: int, cluster: str | N
             xids = frozenset(int(x) for x in (r.get("ev_xid"), r.get("ev_last_xid")) if x is not None and x == x)  # noqa: PLR0124
             out.append(Episode(str(r.get("cluster", "")), str(r.get("node", "")), None if gpu == "-" else str(gpu),
                                str(r.get("detector", "")), str(r.get("severity", "info")), int(since),
-                               str(job) if job else None, xids, bool(r.get("active"))))  # fmt: skip
+                               str(job) if job else None, xids, bool(r.get("active")), _ns(r["_time"])))  # fmt: skip
     return out
+
+
+def gpu_spans(
+    store: Store, start_ns: int, stop_ns: int, cluster: str | None = None
+) -> list[tuple[str, str, str, str, int, int]]:
+    """(cluster, node, GPU, GPU model, first sample, last sample) for every GPU that reported in ``[start, stop)``:
+    a ``first()`` and a ``last()`` per series (a GPU has one series per application it ran)."""
+    where = f" and r.cluster == {string(cluster)}" if cluster else ""
+    base = (
+        f"from(bucket: {string(store.buckets.raw)}) "
+        f"|> range(start: {time_literal(start_ns)}, stop: {time_literal(stop_ns)}) "
+        f'|> filter(fn: (r) => r._measurement == {string(GPU)} and r._field == "{_ALWAYS}"{where}) '
+    )
+    model: dict[tuple[str, str, str], str] = {}
+    first: dict[tuple[str, str, str], int] = {}
+    last: dict[tuple[str, str, str], int] = {}
+    for which in ("first()", "last()"):
+        for r in store.flux_records(base + f"|> {which}"):
+            key = (str(r.get("cluster", "")), str(r.get("node", "")), str(r.get("gpu", "")))
+            ns = _ns(r["_time"])
+            model.setdefault(key, str(r.get("gpu_model", "")))
+            first[key] = min(first.get(key, ns), ns)
+            last[key] = max(last.get(key, ns), ns)
+    return [(*key, model[key], first[key], last[key]) for key in sorted(model)]
+
+
+def _ns(t: datetime) -> int:
+    return int(t.timestamp()) * 10**9 + t.microsecond * 1000

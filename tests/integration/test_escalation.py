@@ -116,6 +116,10 @@ def test_escalation_and_correlation_rules_on_a_scripted_fleet(
         result = CliRunner().invoke(cli, ["health", "--cluster", c, "--format", "json"])
         assert result.exit_code == 0, result.output
         shown = json.loads(result.output)
+        result = CliRunner().invoke(cli, ["reliability", "--cluster", c, "--by", "node", "--format", "json"])
+        assert result.exit_code == 0, result.output
+        figures = {r["group"]: r for r in json.loads(result.output)["rows"]}
+        lemons = {x["node"] for x in json.loads(result.output)["lemon_nodes"]}
         # the health topic says the same (the manager keeps the history from the findings it consumes) ...
         topic = escalated(settings, 8)
         # ... and so does a manager killed and started again (it reads the stored history back from InfluxDB)
@@ -155,6 +159,15 @@ def test_escalation_and_correlation_rules_on_a_scripted_fleet(
     assert (nodes["n1"]["state"], nodes["n1"]["remedy"]) == ("unhealthy", "RMA"), nodes["n1"]
     assert any(r["detector"] == "lemon-node" for r in nodes["n1"]["reasons"])
     assert shown["gpus_by_state"] == {"healthy": 7, "degraded": 4, "unhealthy": 1, "unknown": 0}, shown
+    # reliability from the same history: incidents (GPUs made unhealthy: the fatal XIDs), the application's XIDs as
+    # degradations, every incident repaired (its finding cleared) 10 s after its XID at the median, lemon nodes
+    n1, n2 = figures[f"{c}/n1"], figures[f"{c}/n2"]
+    assert (n1["gpus"], n1["incidents"], n1["degradations"], n1["open_incidents"]) == (8, 8, 4, 0), n1
+    assert (n2["gpus"], n2["incidents"], n2["degradations"], n2["open_incidents"]) == (4, 6, 0, 0), n2
+    assert n1["repair_median_min"] == n2["repair_median_min"] == round(10 / 60, 3), (n1, n2)
+    assert n1["gpu_hours"] == pytest.approx(8 * (SECONDS - 1) / 3600, abs=0.01)
+    assert n1["mtbi_hours"] == pytest.approx(n1["gpu_hours"] / 8, abs=0.001)
+    assert lemons == {"n1", "n2"}
 
 
 OLD, NEW = "570.133.20", "580.65.06"

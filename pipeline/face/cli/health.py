@@ -72,3 +72,46 @@ def health_cmd(
             click.echo(f"    {r['severity']:8} {r['detector']}: {r['summary']}")
     if not (data["nodes"] or data["gpus"]):
         click.echo("every GPU and node is healthy")
+
+
+@cli.command("reliability")
+@click.option("--range", "range_", default="7d", show_default=True, help="How far back (within the raw retention).")
+@click.option("--by", type=click.Choice(["cluster", "gpu_model", "node"]), default="gpu_model", show_default=True)
+@click.option("--cluster", help="Only this cluster.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.pass_context
+def reliability_cmd(ctx: click.Context, range_: str, by: str, cluster: str | None, fmt: str) -> None:
+    """Reliability from the finding history: incidents (a GPU made unhealthy), mean GPU-hours between them, time
+    to repair, degradations, lemon nodes, and incidents per day."""
+    from pipeline.face.reliability import ReliabilityQuery, fleet_reliability
+    from pipeline.reliability import report_json
+    from sinks.query.store import Store
+
+    settings = resolved(ctx, kafka=False)
+    with errors():
+        q = ReliabilityQuery(parse_seconds(range_, "--range"), by, cluster)
+        q.validate(settings.storage.raw_retention_days)
+        with Store.from_settings(settings) as store:
+            data = report_json(fleet_reliability(store, q, time.time_ns(), settings.health))
+    if fmt == "json":
+        click.echo(json.dumps(data, indent=1))
+        return
+
+    def num(v: float | None) -> str:
+        return "-" if v is None else f"{v:g}"
+
+    click.echo(f"reliability over {range_} by {by}: incidents = GPUs made unhealthy; MTBI in GPU-hours per "
+               "incident; repair in minutes, finding start to clear")  # fmt: skip
+    click.echo(f"{by:28} {'GPUs':>5} {'GPU-h':>9} {'incid.':>6} {'MTBI h':>8} {'repair p50':>10} {'p90':>8} "
+               f"{'open':>5} {'degr.':>6}")  # fmt: skip
+    for r in data["rows"]:
+        click.echo(f"{r['group'][:28]:28} {r['gpus']:>5} {r['gpu_hours']:>9g} {r['incidents']:>6} "
+                   f"{num(r['mtbi_hours']):>8} {num(r['repair_median_min']):>10} {num(r['repair_p90_min']):>8} "
+                   f"{r['open_incidents']:>5} {r['degradations']:>6}")  # fmt: skip
+    for lemon in data["lemon_nodes"]:
+        click.echo(f"lemon node {lemon['cluster']}/{lemon['node']}: {lemon['why']}")
+    if data["days"]:
+        click.echo("per day (UTC): " + ", ".join(
+            f"{time.strftime('%Y-%m-%d', time.gmtime(d['day_ns'] / 1e9))} {d['incidents']} incidents, "
+            f"{d['degradations']} degradations" for d in data["days"]
+        ))  # fmt: skip

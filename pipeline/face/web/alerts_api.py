@@ -13,6 +13,7 @@
     DELETE /api/v1/alerts/silences/{id}
     GET    /api/v1/alerts/history?range=24h&subscription=&detector=&outcome=&status=&limit=
     GET    /api/v1/health[?cluster=&node=&gpu=&silent_after=2m]  GPUs and nodes by state, with remedies
+    GET    /api/v1/reliability[?range=7d&by=gpu_model|cluster|node&cluster=]  incidents, MTBI, repair, lemon nodes
 
 Malformed input is HTTP 400 with ``{"error": "<one line>"}``; an unknown id is 404; Kafka or InfluxDB
 unreachable is 503. Blocking work (Kafka, InfluxDB) runs in a thread, off the event loop. The admin (mirrors
@@ -32,6 +33,8 @@ from aiohttp import web
 from pipeline.config import Settings
 from pipeline.errors import AlertConfigError, ConfigError, InvalidInput, InvalidQuery, ServiceError
 from pipeline.face.health import HealthQuery, fleet_health, health_json
+from pipeline.face.reliability import ReliabilityQuery, fleet_reliability
+from pipeline.reliability import report_json
 from pipeline.vocab import parse_seconds
 from sinks.alerting.admin import (
     AlertAdmin,
@@ -240,7 +243,21 @@ def add_routes(app: web.Application, settings: Settings, admin: AlertAdmin | Non
 
         return web.json_response(await _run(look))
 
+    @_guard
+    async def reliability_(request: web.Request) -> web.Response:
+        q = request.query
+        query = ReliabilityQuery(parse_seconds(q.get("range", "7d"), "range", error=InvalidQuery),
+                                 q.get("by", "gpu_model"), q.get("cluster"))  # fmt: skip
+        query.validate(settings.storage.raw_retention_days)
+
+        def look() -> dict[str, Any]:
+            with Store.from_settings(settings) as store:
+                return report_json(fleet_reliability(store, query, time.time_ns(), settings.health))
+
+        return web.json_response(await _run(look))
+
     app.router.add_get("/api/v1/health", health)
+    app.router.add_get("/api/v1/reliability", reliability_)
     app.router.add_get("/api/v1/alerts", list_alerts)
     app.router.add_get("/api/v1/alerts/subscriptions", list_subscriptions)
     app.router.add_post("/api/v1/alerts/subscriptions", add_subscription)

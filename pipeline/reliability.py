@@ -1,0 +1,147 @@
+"""Reliability figures from the finding history: how often GPUs fail, how long they stay failed, which nodes are
+lemons, per cluster, GPU model or node, and per day.
+
+The figures an operator of a fleet reports (the Llama 3 paper's table of interruptions; what NVSentinel's and
+gpud's users ask their dashboards for):
+
+- **incidents**: episodes that made a GPU ``unhealthy`` (pipeline.health's rules: an uncorrectable ECC error, a
+  GPU off the bus, a critical XID, ...); ``degradations`` the episodes that made one ``degraded``;
+- **MTBI**, mean time between incidents: the GPU-hours observed (each GPU from its first to its last sample in
+  the range, gaps included) per incident;
+- **time to repair**: from an incident's start to its end (the finding cleared: the GPU reset, replaced, or back),
+  median and p90 over the incidents that ended; the ones still open are counted apart;
+- **lemon nodes**: pipeline.escalation's rule over the range;
+- **per day**: incidents and degradations by the day they started.
+
+Time to detect needs to know when a fault really began, which only ground truth says: the evaluation reports it
+(``hermeneut evaluate``, its health-state table), not this. Everything here is a pure function of the episodes and
+the GPUs' spans, so the CLI and the API say the same.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+from pipeline.config import HealthSettings
+from pipeline.escalation import Episode, History
+from pipeline.health import Health
+from pipeline.vocab import NS_PER_S
+
+GROUPINGS: Final = ("cluster", "gpu_model", "node")
+_DAY_NS: Final = 86_400 * NS_PER_S
+#: (cluster, node, GPU, GPU model, first sample, last sample), as sinks.query.fleet.gpu_spans gives them
+Span = tuple[str, str, str, str, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """The figures of one group (a cluster, a GPU model or a node)."""
+
+    group: str
+    gpus: int
+    gpu_hours: float
+    incidents: int
+    degradations: int
+    #: GPU-hours per incident; None without an incident
+    mtbi_hours: float | None
+    #: time to repair of the incidents that ended, in minutes
+    repair_median_min: float | None
+    repair_p90_min: float | None
+    open_incidents: int
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    by: str
+    start_ns: int
+    stop_ns: int
+    rows: tuple[Row, ...]
+    #: (cluster, node, the lemon-node reason's summary)
+    lemons: tuple[tuple[str, str, str], ...]
+    #: (day start, incidents, degradations), oldest first
+    days: tuple[tuple[int, int, int], ...]
+
+
+def _merged(points: Iterable[Episode], rules: HealthSettings) -> list[Episode]:
+    history = History(rules)
+    for p in points:
+        history.add(p)
+    return history.episodes()
+
+
+def reliability(
+    spans: Sequence[Span], points: Iterable[Episode], start_ns: int, stop_ns: int, by: str, rules: HealthSettings
+) -> Report:
+    """The figures per ``by`` (one of :data:`GROUPINGS`) over ``[start, stop)`` (module docstring): ``points`` are
+    the stored finding points (sinks.query.fleet.finding_episodes), merged here into episodes."""
+    if by not in GROUPINGS:
+        raise ValueError(f"group by one of {', '.join(GROUPINGS)}, not {by!r}")
+    model = {(c, n, g): m for c, n, g, m, _, _ in spans}
+
+    def group_of(cluster: str, node: str, gpu: str | None) -> str:
+        if by == "cluster":
+            return cluster
+        if by == "node":
+            return f"{cluster}/{node}"
+        return model.get((cluster, node, gpu or ""), "") or "unknown model"
+
+    hours: dict[str, float] = defaultdict(float)
+    gpus: dict[str, int] = defaultdict(int)
+    for c, n, g, _m, first, last in spans:
+        key = group_of(c, n, g)
+        gpus[key] += 1
+        hours[key] += max(0, min(last, stop_ns) - max(first, start_ns)) / 3600 / NS_PER_S
+    episodes = [e for e in _merged(points, rules) if e.gpu and start_ns <= e.since_ns < stop_ns]
+    incidents: dict[str, list[Episode]] = defaultdict(list)
+    degraded: dict[str, int] = defaultdict(int)
+    days: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for e in episodes:
+        r = e.reason
+        if r is None or r.state not in (Health.UNHEALTHY, Health.DEGRADED):
+            continue
+        key, day = group_of(e.cluster, e.node, e.gpu), e.since_ns - e.since_ns % _DAY_NS
+        if r.state is Health.UNHEALTHY:
+            incidents[key].append(e)
+            days[day][0] += 1
+        else:
+            degraded[key] += 1
+            days[day][1] += 1
+    rows = []
+    for key in sorted(set(gpus) | set(incidents) | set(degraded)):
+        mine = incidents.get(key, [])
+        repairs = np.array([(e.seen_ns - e.since_ns) / 60 / NS_PER_S for e in mine if not e.open])
+        rows.append(Row(
+            key, gpus.get(key, 0), round(hours.get(key, 0.0), 3), len(mine), degraded.get(key, 0),
+            round(hours[key] / len(mine), 3) if mine and hours.get(key) else None,
+            round(float(np.median(repairs)), 3) if len(repairs) else None,
+            round(float(np.quantile(repairs, 0.9)), 3) if len(repairs) else None,
+            sum(1 for e in mine if e.open),
+        ))  # fmt: skip
+    lemons = tuple(
+        (c, n, r.summary)
+        for (c, n), reasons in sorted(History(rules, episodes).escalate(stop_ns).nodes.items())
+        for r in reasons
+        if r.detector == "lemon-node"
+    )
+    return Report(by, start_ns, stop_ns, tuple(rows), lemons, tuple((d, v[0], v[1]) for d, v in sorted(days.items())))
+
+
+def report_json(r: Report) -> dict[str, Any]:
+    return {
+        "by": r.by,
+        "start_ns": r.start_ns,
+        "stop_ns": r.stop_ns,
+        "rows": [
+            {"group": x.group, "gpus": x.gpus, "gpu_hours": x.gpu_hours, "incidents": x.incidents,
+             "degradations": x.degradations, "mtbi_hours": x.mtbi_hours, "repair_median_min": x.repair_median_min,
+             "repair_p90_min": x.repair_p90_min, "open_incidents": x.open_incidents}
+            for x in r.rows
+        ],
+        "lemon_nodes": [{"cluster": c, "node": n, "why": why} for c, n, why in r.lemons],
+        "days": [{"day_ns": d, "incidents": i, "degradations": g} for d, i, g in r.days],
+    }  # fmt: skip

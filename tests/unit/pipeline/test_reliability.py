@@ -1,0 +1,57 @@
+"""Reliability figures from finding points: incidents and degradations by the state they gave, MTBI over the
+GPU-hours observed, time to repair of the incidents that ended, open ones apart, lemon nodes, per day."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.config import HealthSettings
+from pipeline.escalation import Episode
+from pipeline.reliability import reliability, report_json
+
+H = 3600 * 10**9
+DAY = 24 * H
+T0 = 1_800_000_000 * 10**9 - (1_800_000_000 * 10**9) % DAY  # a day's start
+STOP = T0 + 2 * DAY
+SPANS = [("c", "n1", f"G{i}", "NVIDIA H100 80GB HBM3", T0, STOP) for i in range(4)] + [
+    ("c", "n2", "G9", "NVIDIA A100-SXM4-80GB", T0 + DAY, STOP)
+]
+
+
+def point(gpu: str, start_h: float, seen_h: float, active: bool, code: int = 119, node: str = "n1") -> Episode:
+    severity = "warning" if code == 13 else "critical"
+    since = T0 + int(start_h * H)
+    return Episode("c", node, gpu, "xid", severity, since, None, frozenset({code}), active, T0 + int(seen_h * H))
+
+
+def test_figures_per_gpu_model_and_per_day() -> None:
+    points = [
+        point("G0", 1, 1, True), point("G0", 1, 1.5, False),  # repaired after 30 min
+        point("G1", 30, 30, True), point("G1", 30, 32, False),  # after 2 h, on day two
+        point("G2", 40, 40, True),  # still open
+        point("G3", 5, 5, True, code=13), point("G3", 5, 5.1, False, code=13),  # the application's: degraded
+        point("G9", 26, 26, True, node="n2"), point("G9", 26, 27, False, node="n2"),
+    ]  # fmt: skip
+    report = reliability(SPANS, points, T0, STOP, "gpu_model", HealthSettings())
+    rows = {r.group: r for r in report.rows}
+    h100, a100 = rows["NVIDIA H100 80GB HBM3"], rows["NVIDIA A100-SXM4-80GB"]
+    assert (h100.gpus, h100.gpu_hours, h100.incidents, h100.degradations, h100.open_incidents) == (4, 192, 3, 1, 1)
+    assert h100.mtbi_hours == 64.0
+    assert h100.repair_median_min == pytest.approx(75.0) and h100.repair_p90_min == pytest.approx(111.0)
+    assert (a100.gpus, a100.gpu_hours, a100.incidents, a100.mtbi_hours, a100.repair_median_min) == (1, 24, 1, 24.0, 60)
+    assert report.days == ((T0, 1, 1), (T0 + DAY, 3, 0))
+    assert report.lemons == ()
+    by_node = {r.group: r for r in reliability(SPANS, points, T0, STOP, "node", HealthSettings()).rows}
+    assert by_node["c/n1"].incidents == 3 and by_node["c/n2"].incidents == 1
+    assert report_json(report)["rows"][0]["group"] == "NVIDIA A100-SXM4-80GB"
+
+
+def test_a_node_with_five_remediations_is_a_lemon_and_a_gpu_without_incidents_has_no_mtbi() -> None:
+    points = [point(f"G{i % 3}", 2 + i, 2.5 + i, False) for i in range(5)]
+    report = reliability(SPANS, points, T0, STOP, "cluster", HealthSettings())
+    [(cluster, node, why)] = report.lemons
+    assert (cluster, node) == ("c", "n1") and "5 remediations" in why
+    quiet = reliability(SPANS, [], T0, STOP, "cluster", HealthSettings())
+    assert [(r.group, r.incidents, r.mtbi_hours, r.repair_median_min) for r in quiet.rows] == [("c", 0, None, None)]
+    with pytest.raises(ValueError, match="group by one of"):
+        reliability(SPANS, [], T0, STOP, "rack", HealthSettings())
