@@ -34,6 +34,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from pipeline.events import Severity
+from pipeline.vocab import NS_PER_S, format_duration
 
 
 class Health(StrEnum):
@@ -266,24 +267,42 @@ def assess(
         by_node.setdefault(gkey[:2], [])
     for nkey in history.nodes:
         by_node.setdefault(nkey, [])
+    node_last: dict[tuple[str, str], int] = {}
+    for (cluster, node, _gpu), last in seen.items():
+        node_last[(cluster, node)] = max(node_last.get((cluster, node), 0), last or 0)
     gpus = []
     for key in sorted(by_gpu):
         reasons = _by_badness(by_gpu[key] + _lifted(history.gpus.get(key, ()), _fold(by_gpu[key])[0]))
-        state, remedy = _fold(reasons)
         last = seen.get(key)
-        if state is Health.HEALTHY and key in seen and (last is None or now_ns - last > silent_after_ns):
-            state = Health.UNKNOWN
+        if not reasons and key in seen and (last is None or now_ns - last > silent_after_ns):
+            reasons = [_silence(now_ns, last, node_last[key[:2]], silent_after_ns)]
+        state, remedy = _fold(reasons)
         gpus.append(Assessment(*key, state, remedy, tuple(reasons), last))
     nodes = []
     for cluster, node in sorted(by_node):
         members = [a for a in gpus if a.cluster == cluster and a.node == node]
-        found = by_node[(cluster, node)] + [r for a in members for r in a.reasons]
+        # a node's silence is said once, not once per GPU
+        mine = by_node[(cluster, node)] + [r for a in members for r in a.reasons]
+        found = list({(r.detector, r.summary): r for r in mine}.values())
         reasons = _by_badness(found + _lifted(history.nodes.get((cluster, node), ()), _fold(found)[0]))
         state, remedy = _fold(reasons)
         # the worst of its GPUs (a silent GPU leaves its node unknown, not healthy)
         state = max([state, *(a.state for a in members)], key=BADNESS.__getitem__)
         nodes.append(Assessment(cluster, node, None, state, remedy, tuple(reasons)))
     return FleetHealth(tuple(gpus), tuple(nodes), incidents)
+
+
+def _silence(now_ns: int, last: int | None, node_last: int, silent_after_ns: int) -> Reason:
+    """Why a GPU with nothing firing is unknown: telemetry gaps are evidence of where to look. Its node still
+    reports (another GPU of it does): the GPU is gone from the bus, or its collector lost it (the fallen-off-bus
+    detector says the first once it is sure); none of the node's GPUs reports: the node, or its collector, is down."""
+    if now_ns - node_last <= silent_after_ns:
+        age = "ever" if last is None else f"{format_duration(max(0, now_ns - last) // NS_PER_S * NS_PER_S)}"
+        return Reason("gpu-silent", "warning", f"no sample for {age} while its node reports: gone from the bus, or "
+                      "its collector lost it", last or 0, Health.UNKNOWN, Remedy.NONE)  # fmt: skip
+    age = format_duration(max(0, now_ns - node_last) // NS_PER_S * NS_PER_S)
+    return Reason("node-silent", "warning", f"no sample from any GPU of its node for {age}: the node, or its "
+                  "collector, is down", node_last, Health.UNKNOWN, Remedy.NONE)  # fmt: skip
 
 
 def _by_badness(reasons: list[Reason]) -> list[Reason]:

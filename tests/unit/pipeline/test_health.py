@@ -86,6 +86,24 @@ def test_a_silent_gpu_is_unknown_and_so_is_its_node_but_evidence_of_a_fault_wins
     assert states == {"node-1": Health.UNKNOWN, "node-2": Health.UNHEALTHY}
 
 
+def test_a_silence_says_where_to_look_the_gpu_or_its_node() -> None:
+    fleet = [
+        ("c", "node-1", "GPU-a", NOW - 600 * S),  # silent while GPU-b of its node reports: the GPU
+        ("c", "node-1", "GPU-b", NOW - 5 * S),
+        ("c", "node-2", "GPU-c", NOW - 900 * S),  # every GPU of node-2 silent: the node or its collector
+        ("c", "node-2", "GPU-d", NOW - 300 * S),
+    ]
+    h = assess([], fleet, NOW)
+    [gpu] = one(h, "GPU-a").reasons
+    assert (gpu.detector, gpu.state, gpu.remedy) == ("gpu-silent", Health.UNKNOWN, Remedy.NONE)
+    assert gpu.summary.startswith("no sample for 10m while its node reports")
+    for uuid in ("GPU-c", "GPU-d"):
+        [node] = one(h, uuid).reasons
+        assert node.detector == "node-silent" and node.summary.startswith("no sample from any GPU of its node for 5m")
+    node_2 = next(n for n in h.nodes if n.node == "node-2")
+    assert node_2.state is Health.UNKNOWN and [r.detector for r in node_2.reasons] == ["node-silent"]  # said once
+
+
 def test_a_node_level_finding_makes_its_node_ill_not_its_gpus() -> None:
     h = assess([firing("xid", "critical", gpu=None, xid=79.0)], [("c", "node-1", "GPU-a", NOW)], NOW)
     assert one(h).state is Health.HEALTHY
