@@ -159,6 +159,40 @@ def test_fleet_view_shows_health_as_the_api_says(page: Page, scene: Scene) -> No
     expect(page.locator(f'div.node[data-node="{broken["node"]}"]')).to_have_attribute("data-health", node["state"])
 
 
+def test_node_page_shows_the_nodes_health_and_each_gpus_reasons(page: Page, scene: Scene) -> None:
+    """From the fleet view's node name to the node page: the node's state and remedy and its broken GPU's, with the
+    NVLink finding that names the job's GPUs waiting on it, as the API says."""
+    url = f"{scene.url}/api/v1/health?cluster={scene.settings.cluster}"
+    assert wait_for(lambda: any(g["gpu"] == scene.broken_uuid for g in get_json(url)[1]["gpus"]), 90)
+    (broken,) = [g for g in get_json(url)[1]["gpus"] if g["gpu"] == scene.broken_uuid]
+    node = get_json(f"{url}&node={broken['node']}")[1]["nodes"][0]
+    open_view(page, scene, "/fleet")
+    page.select_option("select[data-filter=cluster]", scene.settings.cluster)
+    page.click(f'div.node[data-node="{broken["node"]}"] .node-name a[href^="#/node/"]')
+    page.wait_for_function("document.body.dataset.view === 'node' && document.body.dataset.ready === '1'")
+    expect(page.locator("p.node-state")).to_have_attribute("data-health", node["state"])
+    expect(page.get_by_test_id("node-remedy")).to_have_text(node["remedy"])
+    row = page.locator(f'table.node-gpus tr[data-gpu="{scene.broken_uuid}"]')
+    expect(row).to_have_attribute("data-health", broken["state"])
+    expect(row.locator('li[data-detector="nvlink-down"]')).to_contain_text("other GPUs of its job wait on")
+    shot(page, "node")
+
+
+def test_reliability_view_shows_what_the_api_counts(page: Page, scene: Scene) -> None:
+    url = f"{scene.url}/api/v1/reliability?range=7d&by=node&cluster={scene.settings.cluster}"
+    assert wait_for(lambda: any(r["incidents"] or r["degradations"] for r in get_json(url)[1]["rows"]), 90)
+    rows = {r["group"]: r for r in get_json(url)[1]["rows"]}
+    open_view(page, scene, "/fleet")
+    page.select_option("select[data-filter=cluster]", scene.settings.cluster)
+    open_view(page, scene, "/reliability?by=node")
+    for group, r in rows.items():
+        cells = page.locator(f'table.reliability tr[data-group="{group}"] td.num')
+        expect(cells.nth(2)).to_have_text(str(r["incidents"]))
+        expect(cells.nth(7)).to_have_text(str(r["degradations"]))
+    expect(page.locator(".days .day")).not_to_have_count(0)
+    shot(page, "reliability")
+
+
 def test_gpu_view_draws_metrics_and_events_on_one_time_axis(page: Page, scene: Scene) -> None:
     open_view(page, scene, f"/gpu/{scene.broken_uuid}")
     expect(page.locator(".chart[data-field=utilization_gpu_percent] path.series")).to_have_count(1)

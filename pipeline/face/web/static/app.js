@@ -1,4 +1,5 @@
-// The hermeneut dashboard: fleet, GPU, job, topology, alerts and right-sizing views over the project's HTTP API.
+// The hermeneut dashboard: fleet, node, GPU, job, topology, alerts, right-sizing and reliability views over the
+// project's HTTP API.
 // Live state comes as server-sent events; history through the query layer. No secret is ever sent to this page.
 import { lineChart, fmt } from "./charts.js";
 import { drawTopology } from "./topology.js";
@@ -152,7 +153,8 @@ function renderFleetBody() {
     h("div", { class: "nodes" }, ...[...nodes.entries()].map(([node, list]) => h("div", {
       class: `node health-${nodeHealth(cluster, node)?.state || "healthy"}`, "data-node": node,
       "data-health": nodeHealth(cluster, node)?.state || "healthy", title: nodeHealth(cluster, node) ? `${nodeHealth(cluster, node).state}: ${nodeHealth(cluster, node).remedy}` : null },
-      h("div", { class: "node-name" }, h("span", {}, node), h("a", { href: `#/topology/${esc(cluster)}/${esc(node)}` }, "topology")),
+      h("div", { class: "node-name" }, h("a", { href: `#/node/${esc(cluster)}/${esc(node)}`, title: "the node's health" }, node),
+        h("a", { href: `#/topology/${esc(cluster)}/${esc(node)}` }, "topology")),
       h("div", { class: "tiles" }, ...list.map((g) => h("a", {
         class: `tile ${verdictOf(g)} ${Object.keys(g.findings).length ? "finding" : ""}`, href: `#/gpu/${esc(g.uuid)}`,
         "data-gpu": g.uuid, "data-verdict": g.verdict, "data-health": gpuHealth(g.uuid)?.state || null,
@@ -320,6 +322,54 @@ async function renderRightsizing() {
       : h("p", { class: "empty" }, "No job history in range."));
 }
 
+// ---------------------------------------------------------------- node (health)
+const reasonList = (reasons) => reasons.length ? h("ul", { class: "reasons" }, ...reasons.map((r) =>
+  h("li", { "data-detector": r.detector }, h("span", { class: `badge ${r.severity}` }, r.detector), ` ${r.summary}`))) : "–";
+
+async function renderNode(cluster, node) {
+  const data = await api(`/api/v1/health?cluster=${esc(cluster)}&node=${esc(node)}`);
+  const n = data.nodes[0];
+  const index = (uuid) => state.gpus.get(uuid)?.index ?? 1e9;
+  const gpus = [...data.gpus].sort((a, b) => index(a.gpu) - index(b.gpu) || a.gpu.localeCompare(b.gpu));
+  // the node's own reasons (a node-level finding, a lemon node, its silence); its GPUs' are in their rows
+  const theirs = new Set(gpus.flatMap((g) => g.reasons.map((r) => `${r.detector}|${r.summary}`)));
+  const own = n ? n.reasons.filter((r) => !theirs.has(`${r.detector}|${r.summary}`)) : [];
+  view().replaceChildren(
+    h("h2", {}, `Node ${cluster} / ${node} `, h("a", { href: `#/topology/${esc(cluster)}/${esc(node)}` }, "topology")),
+    n ? h("p", { class: `node-state health-${n.state}`, "data-health": n.state },
+      h("b", {}, n.state), ` · remedy: `, h("b", { "data-testid": "node-remedy" }, n.remedy)) : h("p", { class: "empty" }, "No health known for this node."),
+    ...(own.length ? [reasonList(own)] : []),
+    h("table", { class: "node-gpus" }, h("tr", {}, ...["GPU", "state", "remedy", "why"].map((c) => h("th", {}, c))),
+      ...gpus.map((g) => h("tr", { "data-gpu": g.gpu, "data-health": g.state },
+        h("td", { title: state.gpus.get(g.gpu)?.model || g.gpu }, h("a", { href: `#/gpu/${esc(g.gpu)}` },
+          state.gpus.has(g.gpu) ? `GPU ${index(g.gpu)}` : g.gpu)),
+        h("td", { class: `health-${g.state}` }, g.state), h("td", {}, g.remedy), h("td", {}, reasonList(g.reasons))))));
+}
+
+// ---------------------------------------------------------------- reliability
+async function renderReliability() {
+  const by = new URLSearchParams(currentRoute().query).get("by") || "gpu_model";
+  const cluster = state.filters.cluster ? `&cluster=${esc(state.filters.cluster)}` : "";
+  const data = await api(`/api/v1/reliability?range=7d&by=${esc(by)}${cluster}`);
+  const num = (v) => (v === null || v === undefined ? "–" : String(v));
+  const most = Math.max(1, ...data.days.map((d) => d.incidents + d.degradations));
+  const bars = h("div", { class: "days", title: "incidents (red) and degradations (amber) by the day they started" },
+    ...data.days.map((d) => h("div", { class: "day", "data-day": d.day_ns },
+      h("span", {}, new Date(d.day_ns / 1e6).toISOString().slice(5, 10)),
+      h("div", { class: "daybar degraded", style: `height: ${(100 * d.degradations) / most}px` }),
+      h("div", { class: "daybar unhealthy", style: `height: ${(100 * d.incidents) / most}px` }))));
+  view().replaceChildren(h("h2", {}, "Reliability, last 7 days"),
+    h("p", {}, "by ", ...["gpu_model", "cluster", "node"].flatMap((b) => [h("a", { href: `#/reliability?by=${b}`, class: b === by ? "active" : "" }, b), " "]),
+      " · incidents: GPUs made unhealthy; MTBI: GPU-hours per incident; repair: minutes from a finding's start to its clear"),
+    h("table", { class: "reliability" },
+      h("tr", {}, ...[by, "GPUs", "GPU-hours", "incidents", "MTBI (h)", "repair p50 (min)", "repair p90 (min)", "open", "degradations"].map((c) => h("th", {}, c))),
+      ...data.rows.map((r) => h("tr", { "data-group": r.group },
+        h("td", {}, r.group), ...[r.gpus, r.gpu_hours, r.incidents, r.mtbi_hours, r.repair_median_min, r.repair_p90_min,
+          r.open_incidents, r.degradations].map((v, i) => h("td", { class: "num", "data-col": i }, num(v)))))),
+    data.days.length ? bars : h("p", { class: "empty" }, "No incident or degradation in range."),
+    ...data.lemon_nodes.map((l) => h("p", { class: "warn", "data-lemon": l.node }, `lemon node ${l.cluster}/${l.node}: ${l.why}`)));
+}
+
 // ---------------------------------------------------------------- routing
 function currentRoute() {
   const [path, query] = location.hash.replace(/^#\/?/, "").split("?", 2);
@@ -331,7 +381,7 @@ async function route() {
   clearInterval(topoTimer);
   document.body.dataset.ready = "0"; // a view is ready once it has rendered, also after a hash change
   const { name, args } = currentRoute();
-  for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.view === (name === "gpu" ? "fleet" : name === "job" ? "jobs" : name));
+  for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.view === (name === "gpu" || name === "node" ? "fleet" : name === "job" ? "jobs" : name));
   try {
     if (name === "gpu") await renderGpu(args[0]);
     else if (name === "jobs") renderJobs();
@@ -339,6 +389,8 @@ async function route() {
     else if (name === "topology") await (args.length === 2 ? renderTopology(args[0], args[1]) : renderTopologyIndex());
     else if (name === "alerts") await renderAlerts();
     else if (name === "rightsizing") await renderRightsizing();
+    else if (name === "node") await renderNode(args[0], args[1]);
+    else if (name === "reliability") await renderReliability();
     else renderFleet();
   } catch (err) {
     view().replaceChildren(h("p", { class: "error" }, `Could not load this view: ${err.message}`));
