@@ -12,8 +12,9 @@ a state (they describe a job or a property: an idle GPU, a narrow link from the 
 the worst of its findings', its remedy the strongest of those that gave that state. A node's state is the worst of
 its GPUs' and of its own findings (a node-level finding has no GPU), its remedy the strongest of the findings
 behind that. A GPU that reported within the lookback but
-not for ``silent_after`` is ``unknown``: no telemetry is no evidence of health (a collector silent, the GPU gone,
-the node down; the fallen-off-bus finding tells the second when the node still reports).
+not for ``silent_after`` is ``unknown``: no telemetry is no evidence of health, and its reason says where to look
+(``gpu-silent``: its node reports, so the GPU is gone or its collector lost it; ``node-silent``: the node or its
+collector is down; the fallen-off-bus finding says the GPU is gone once it is sure).
 
 The circuit breaker: one finding kind on :data:`INCIDENT_SHARE` of a cluster's GPUs at once (a driver, a firmware,
 a cooling loop, a bad job image) is one fleet :class:`Incident` naming what the GPUs share, and none of them gets a
@@ -248,14 +249,15 @@ def assess(
         seen[(cluster, node, gpu)] = last
         by_gpu.setdefault((cluster, node, gpu), [])
         by_node.setdefault((cluster, node), [])
-    incidents = _incidents(firing, seen)
+    judged = [(f, reason_of(f)) for f in firing]
+    incidents = _incidents(judged, seen)
     breaker = {(i.cluster, i.detector) for i in incidents}
-    for f in firing:
-        r = reason_of(f)
+    for f, reason in judged:
         cluster, node, uuid = f.labels.get("cluster", ""), f.labels.get("node", ""), f.labels.get("gpu")
         by_node.setdefault((cluster, node), [])
-        if r is not None and (cluster, r.detector) in breaker:
-            r = dataclasses.replace(r, remedy=Remedy.NONE)  # part of a fleet incident: no per-GPU action
+        in_incident = reason is not None and (cluster, reason.detector) in breaker
+        # part of a fleet incident: no per-GPU action
+        r = dataclasses.replace(reason, remedy=Remedy.NONE) if reason is not None and in_incident else reason
         if uuid:
             by_gpu.setdefault((cluster, node, uuid), [])
             if r is not None:
@@ -297,9 +299,13 @@ def _silence(now_ns: int, last: int | None, node_last: int, silent_after_ns: int
     reports (another GPU of it does): the GPU is gone from the bus, or its collector lost it (the fallen-off-bus
     detector says the first once it is sure); none of the node's GPUs reports: the node, or its collector, is down."""
     if now_ns - node_last <= silent_after_ns:
-        age = "ever" if last is None else f"{format_duration(max(0, now_ns - last) // NS_PER_S * NS_PER_S)}"
-        return Reason("gpu-silent", "warning", f"no sample for {age} while its node reports: gone from the bus, or "
-                      "its collector lost it", last or 0, Health.UNKNOWN, Remedy.NONE)  # fmt: skip
+        age = (
+            "in the lookback"
+            if last is None
+            else f"for {format_duration(max(0, now_ns - last) // NS_PER_S * NS_PER_S)}"
+        )
+        return Reason("gpu-silent", "warning", f"no sample {age} while its node reports: gone from the bus, or its "
+                      "collector lost it", last or 0, Health.UNKNOWN, Remedy.NONE)  # fmt: skip
     age = format_duration(max(0, now_ns - node_last) // NS_PER_S * NS_PER_S)
     return Reason("node-silent", "warning", f"no sample from any GPU of its node for {age}: the node, or its "
                   "collector, is down", node_last, Health.UNKNOWN, Remedy.NONE)  # fmt: skip
@@ -315,16 +321,18 @@ def _lifted(reasons: Iterable[Reason], now: Health) -> list[Reason]:
     return [dataclasses.replace(r, state=max(r.state, state, key=BADNESS.__getitem__)) for r in reasons]
 
 
-def _incidents(firing: list[FiringFinding], fleet: Mapping[tuple[str, str, str], int | None]) -> tuple[Incident, ...]:
+def _incidents(
+    judged: list[tuple[FiringFinding, Reason | None]], fleet: Mapping[tuple[str, str, str], int | None]
+) -> tuple[Incident, ...]:
     """Fleet incidents: per cluster whose membership is known (``fleet``), each finding kind that changes a state
-    and fires on :data:`INCIDENT_SHARE` of its GPUs (at least :data:`INCIDENT_MIN_GPUS`)."""
+    (its reason is not None) and fires on :data:`INCIDENT_SHARE` of its GPUs (at least :data:`INCIDENT_MIN_GPUS`)."""
     size: dict[str, int] = {}
     for cluster, _, _ in fleet:
         size[cluster] = size.get(cluster, 0) + 1
     hit: dict[tuple[str, str], dict[str, FiringFinding]] = {}
-    for f in firing:
+    for f, reason in judged:
         cluster, gpu, detector = f.labels.get("cluster", ""), f.labels.get("gpu"), f.labels.get("detector", "")
-        if gpu and cluster in size and reason_of(f) is not None:
+        if gpu and cluster in size and reason is not None:
             hit.setdefault((cluster, detector), {})[gpu] = f
     out = []
     for (cluster, detector), gpus in sorted(hit.items()):

@@ -80,3 +80,9 @@ def health_json(h: FleetHealth, q: HealthQuery) -> dict[str, Any]:
         "nodes": [assessment_json(n) for n in nodes],
         "gpus": [assessment_json(a) for a in gpus],
     }
+
+
+def counted(by_state: dict[str, int], what: str) -> str:
+    """``128 GPUs (123 healthy, 3 degraded, 2 unhealthy, 0 unknown)``: a count by state, as the CLI and the main
+    job's report print it."""
+    return f"{sum(by_state.values())} {what} ({', '.join(f'{n} {state}' for state, n in by_state.items())})"

@@ -303,7 +303,7 @@ def report(
 def print_health(settings: Settings) -> None:
     """The health of this run's fleet now: GPUs and nodes by state, and each GPU that is not healthy with its
     remedy and the findings behind it (``hermeneut health``)."""
-    from pipeline.face.health import HealthQuery, fleet_health, health_json
+    from pipeline.face.health import HealthQuery, counted, fleet_health, health_json
     from sinks.alerting.admin import AlertAdmin
     from sinks.query import Store
 
@@ -315,8 +315,7 @@ def print_health(settings: Settings) -> None:
     finally:
         admin.close()
     gpus, nodes = data["gpus_by_state"], data["nodes_by_state"]
-    print(f"Health: {sum(gpus.values())} GPUs ({', '.join(f'{n} {k}' for k, n in gpus.items())}); "
-          f"{sum(nodes.values())} nodes ({', '.join(f'{n} {k}' for k, n in nodes.items())})")  # fmt: skip
+    print(f"Health: {counted(gpus, 'GPUs')}; {counted(nodes, 'nodes')}")
     for i in data["incidents"]:
         print(f"  fleet incident: {i['detector']} on {i['gpus']} of {i['of_gpus']} GPUs at once (no per-GPU remedy)")
     for a in data["gpus"]:

@@ -34,7 +34,7 @@ def health_cmd(
 ) -> None:
     """The health of the fleet (GPUs and nodes by state, and every one that is not healthy), of one node or of one
     GPU: healthy, degraded, unhealthy or unknown, the findings behind it and the remedy."""
-    from pipeline.face.health import HealthQuery, fleet_health, health_json
+    from pipeline.face.health import HealthQuery, counted, fleet_health, health_json
     from sinks.alerting.admin import AlertAdmin
     from sinks.query.store import Store
 
@@ -54,11 +54,8 @@ def health_cmd(
         click.echo(json.dumps(data, indent=1))
         return
 
-    def counts(by: dict[str, int]) -> str:
-        return ", ".join(f"{n} {state}" for state, n in by.items())
-
-    click.echo(f"GPUs: {sum(data['gpus_by_state'].values())} ({counts(data['gpus_by_state'])})")
-    click.echo(f"nodes: {sum(data['nodes_by_state'].values())} ({counts(data['nodes_by_state'])})")
+    click.echo(counted(data["gpus_by_state"], "GPUs"))
+    click.echo(counted(data["nodes_by_state"], "nodes"))
     for i in data["incidents"]:
         shared = ", ".join(f"{k}={v}" for k, v in i["shared"].items()) or "nothing but the cluster"
         click.echo(f"fleet incident: {i['detector']} on {i['gpus']} of {i['of_gpus']} GPUs of {i['cluster']} at once "
