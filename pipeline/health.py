@@ -114,6 +114,15 @@ RULES: Final[dict[str, Rule]] = {
         _D, _D, Remedy.DRAIN, "one GPU slows its whole job: move the job off it, then look (Llama 3: faulty GPUs, 30%)"
     ),
     "baseline-anomaly": Rule(_D, _D, Remedy.NONE, "unlike its application's learned behaviour: look, no action"),
+    "nvlink-crc-storm": Rule(
+        _D, _D, Remedy.INSPECT, "DCGM dcgm_gpu_hardware_limits.h: NVLink CRC errors matter at 100+/s (a marginal link)"
+    ),
+    "pcie-replay-storm": Rule(
+        _D, _D, Remedy.INSPECT, "DCGM dcgm_gpu_hardware_limits.h: 8 PCIe replays per minute is RM's maximum; reseat"
+    ),
+    "ecc-sbe-storm": Rule(
+        _D, _D, Remedy.INSPECT, "corrected ECC errors at 10+/s (DCGM's SBE limit; DCGM #313 called 17,700/s healthy)"
+    ),
 }
 #: the circuit breaker (as NVSentinel's against mass quarantine): one finding kind on this share of a cluster's GPUs
 #: at once, and at least INCIDENT_MIN_GPUS of them, is a fleet incident (a driver, a firmware, a cooling loop, a

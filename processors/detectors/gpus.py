@@ -25,6 +25,7 @@ COUNTERS: Final = (
     "nvlink_crc_errors_total",
     "nvlink_recovery_errors_total",
     "pcie_replay_total",
+    "ecc_corrected_total",
 )
 COUNTER: Final = {name: i for i, name in enumerate(COUNTERS)}
 _COUNTER_COLS: Final = [METRIC_INDEX[name] for name in COUNTERS]

@@ -19,7 +19,24 @@ BRAKE: Final = "power-brake"
 COLLAPSE: Final = "memory-collapse"
 CLIFF: Final = "utilization-cliff"
 PHASE_SHIFT: Final = "phase-shift"
-DETECTORS: Final = (*FAULTS, XID, REMAP, IDLE, PCIE_NARROW, BRAKE, COLLAPSE, CLIFF, PHASE_SHIFT)
+#: correctable error counters rising faster than DCGM's limits (processors.detectors.storms)
+NVLINK_CRC: Final = "nvlink-crc-storm"
+PCIE_REPLAY: Final = "pcie-replay-storm"
+SBE: Final = "ecc-sbe-storm"
+DETECTORS: Final = (
+    *FAULTS,
+    XID,
+    REMAP,
+    IDLE,
+    PCIE_NARROW,
+    BRAKE,
+    COLLAPSE,
+    CLIFF,
+    PHASE_SHIFT,
+    NVLINK_CRC,
+    PCIE_REPLAY,
+    SBE,
+)
 #: a straggler whose GPU already has one of these findings is explained by it and not reported twice
 EXPLAINS_SLOWNESS: Final = (THERMAL, POWER, BRAKE, NVLINK, PCIE, LEAK, STORM, XID, ECC, LOST_BUS)
 #: a GPU with one of these holds its whole job back: its finding names the job's GPUs waiting on it, and their rows'

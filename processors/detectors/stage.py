@@ -31,6 +31,7 @@ from processors.detectors.links import Links
 from processors.detectors.memory import Memory
 from processors.detectors.names import PCIE_NARROW
 from processors.detectors.power import Power
+from processors.detectors.storms import Storms
 from processors.detectors.stragglers import Stragglers, rank_groups
 from processors.detectors.thermal import Thermal
 from processors.features import PHASE_INDEX
@@ -89,6 +90,7 @@ class Detectors:
         self.stragglers = Stragglers(slots, settings, self.latest, report, self.power.waiting)
         self.hard_errors = HardErrors(slots, settings, self.latest, self.clock, report)
         self.changes = Changes(slots, self.jobs.at, report)
+        self.storms = Storms(slots, report)
         families = (
             Thermal(),
             Brake(),
@@ -99,6 +101,7 @@ class Detectors:
             self.hard_errors,
             Idle(),
             self.changes,
+            self.storms,
         )
         report.peers_of = self.stragglers.peers_of
         for family in families:
@@ -190,6 +193,7 @@ class Detectors:
             self.hard_errors.returns(g, t)
             self.latest.ts[g] = t
             self.hard_errors.counters(g, t, m[rows], deltas[rows], out)
+            self.storms.step(g, t, deltas[rows], dt_s[rows], out)
         np.maximum.at(self.clock.latest, self.slots.node_of[s], ts)
         self.stragglers.judge(out)
 

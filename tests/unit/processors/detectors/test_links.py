@@ -115,8 +115,9 @@ def test_pcie_link_trained_narrow_while_busy() -> None:
         return m
 
     _det, found, _ = run(400, shape)
-    assert kinds(found) == {("pcie-link-degraded", "GPU-4")}
-    first = starts(found)[0]
+    # 300 replays a minute as well: a storm of its own (DCGM's limit is 8 a minute)
+    assert kinds(found) == {("pcie-link-degraded", "GPU-4"), ("pcie-replay-storm", "GPU-4")}
+    first = starts(found, "pcie-link-degraded")[0]
     assert first.evidence["pcie_width"] == 8 and first.evidence["bandwidth_share"] == pytest.approx(0.25)
     assert "Gen4 x8 of Gen5 x16" in first.summary
 

@@ -1,0 +1,124 @@
+"""Error-rate storms: a GPU's correctable error counters rising faster than the rate NVIDIA's DCGM calls harmful.
+
+Corrected errors are the ones a GPU survives, so the state-based checks never see them: DCGM #313 reported a GPU
+leaking 17,700 correctable ECC errors a second as "Healthy". Each counter's rise is summed per GPU over windows
+of ``WINDOW_S`` (60 s of data time); a window whose mean rate reaches the limit starts the finding, and two windows
+in a row below it clear it (one quiet minute inside a storm is not its end). The limits are DCGM's
+(``dcgm_gpu_hardware_limits.h``, which its health watches read):
+
+- ``nvlink-crc-storm``: NVLink CRC errors at 100 per second or more ("RM has informed us that CRC errors only
+  matter at rates of 100+ per second", ``DCGM_LIMIT_MAX_LWLINK_CRC_ERROR``): a marginal link, retrained and resent
+  over and over; inspect the NVLink / NVSwitch path;
+- ``pcie-replay-storm``: PCIe replays at 8 per minute or more ("the maximum recommended by RM",
+  ``DCGM_LIMIT_MAX_PCIREPLAY_RATE``): a marginal slot, riser or cable; reseat it;
+- ``ecc-sbe-storm``: corrected (single-bit) ECC errors at 10 per second or more (``DCGM_LIMIT_MAX_SBE_RATE`` is 10,
+  which DCGM itself marks a placeholder, DCGM-445; read here per second): memory wearing out, the forerunner of
+  uncorrectable errors and row remaps (XID 92, "high single-bit ECC error rate"); plan the GPU's replacement.
+
+Per GPU, vectorized over the rows of a batch; every window is judged on data time, so a replay finds what a live
+stream finds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+from pipeline.events import Finding, Severity
+from processors.detectors.columns import fmt
+from processors.detectors.findings import Reporter
+from processors.detectors.gpus import COUNTER, GpuView
+from processors.detectors.names import NVLINK_CRC, PCIE_REPLAY, SBE
+from processors.episodes import Description, Episode
+from processors.state import GpuSlots, column
+
+WINDOW_S: Final = 60.0
+#: quiet windows in a row that clear a storm
+_CLEAR: Final = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Storm:
+    name: str
+    counter: str
+    #: per second
+    limit: float
+    what: str
+    action: str
+
+
+STORMS: Final = (
+    Storm(NVLINK_CRC, "nvlink_crc_errors_total", 100.0, "NVLink CRC errors",
+          "a marginal NVLink: inspect the link and its NVSwitch path (reseat the board or cable); drain if it grows"),
+    Storm(PCIE_REPLAY, "pcie_replay_total", 8 / 60, "PCIe replays",
+          "a marginal PCIe link: reseat the GPU, check the riser and the slot; it slows every transfer"),
+    Storm(SBE, "ecc_corrected_total", 10.0, "corrected (single-bit) ECC errors",
+          "memory wearing out: plan the GPU's replacement before uncorrectable errors come (XID 92)"),
+)  # fmt: skip
+_COLS: Final = [COUNTER[s.counter] for s in STORMS]
+_LIMITS: Final = np.array([s.limit for s in STORMS])
+
+
+@dataclass(eq=False)
+class _Windows:
+    """Per GPU: the window being summed (its rises per storm and seconds covered), the last window's rates, and how
+    many windows in a row each open storm has been below its limit."""
+
+    sums: np.ndarray = column(0.0, len(STORMS))
+    seconds: np.ndarray = column(0.0)
+    rate: np.ndarray = column(np.nan, len(STORMS))
+    quiet: np.ndarray = column(0, len(STORMS), dtype=np.int64)
+
+
+class Storms:
+    """The error-storm findings (module docstring)."""
+
+    names = tuple(s.name for s in STORMS)
+
+    def __init__(self, slots: GpuSlots, report: Reporter) -> None:
+        self.report = report
+        self.windows = slots.attach(_Windows())
+
+    def step(self, g: np.ndarray, ts: np.ndarray, deltas: np.ndarray, dt_s: np.ndarray, out: list[Finding]) -> None:
+        """One row per GPU ``g``: its counters' rises since its previous row (gpus.Latest.counter_deltas) over
+        ``dt_s`` seconds; a GPU whose window is full is judged."""
+        w = self.windows
+        w.sums[g] += deltas[:, _COLS]
+        w.seconds[g] += dt_s
+        full = w.seconds[g] >= WINDOW_S
+        if not full.any():
+            return
+        gf, tf = g[full], ts[full]
+        rate = w.sums[gf] / w.seconds[gf][:, None]
+        w.rate[gf] = rate
+        w.sums[gf], w.seconds[gf] = 0.0, 0.0
+        over = rate >= _LIMITS
+        gpus = self.report.gpus
+        for k, storm in enumerate(STORMS):
+            open_ = gpus.active(gf, storm.name)
+            w.quiet[gf[over[:, k]], k] = 0
+            w.quiet[gf[open_ & ~over[:, k]], k] += 1
+            for i in np.flatnonzero(open_ & over[:, k]).tolist():
+                detail = gpus.get(int(gf[i]), storm.name).detail
+                detail["peak_per_s"] = max(detail.get("peak_per_s", 0.0), float(rate[i, k]))
+            for i in np.flatnonzero(over[:, k] & ~open_).tolist():
+                self.report.transition(int(gf[i]), storm.name, True, int(tf[i]), out, {"peak_per_s": float(rate[i, k])})
+            for i in np.flatnonzero(open_ & (w.quiet[gf, k] >= _CLEAR)).tolist():
+                self.report.transition(int(gf[i]), storm.name, False, int(tf[i]), out)
+                w.quiet[gf[i], k] = 0
+
+    def describe(self, name: str, gpu: GpuView, episode: Episode, ts_ns: int) -> Description:
+        k = self.names.index(name)
+        storm = STORMS[k]
+        rate, peak = float(self.windows.rate[gpu.slot, k]), episode.detail.get("peak_per_s", float("nan"))
+        unit, scale = ("/min", 60.0) if storm.limit < 1 else ("/s", 1.0)
+        total = gpu.counters.get(storm.counter, float("nan"))
+        what = (
+            f"{storm.what} at {fmt(rate * scale, unit, 1)} over the last {WINDOW_S:.0f} s (peak "
+            f"{fmt(peak * scale, unit, 1)}; DCGM's limit {storm.limit * scale:g}{unit}), {fmt(total)} in total"
+        )
+        return Description(Severity.WARNING, what, storm.action, {
+            "rate_per_s": rate, "peak_per_s": peak, "limit_per_s": storm.limit, "window_s": WINDOW_S, "total": total,
+        })  # fmt: skip
