@@ -62,13 +62,28 @@ JOBS = [("G2", 0, "job-a"), ("G3", 0, "job-a"), ("G4", 0, "job-c"), ("G5", 0, "j
         ("G2", 300, "job-b"), ("G6", 300, "job-b"), ("G3", 300, None)]  # fmt: skip
 
 
-def escalated(settings: Settings, at_least: int) -> dict[str, tuple[str, str, set[str]]]:
-    """The health topic as a compacting consumer sees it: (state, remedy, reasons) of the last record per key."""
-    out = {}
-    for m in consume_all(settings, settings.topics.health, at_least, timeout_s=30):
-        r = json.loads(m.value() or b"{}")
-        out[(m.key() or b"").decode()] = (r["state"], r["remedy"], {x["detector"] for x in r["reasons"]})
-    return out
+def escalated(
+    settings: Settings, want: set[str], more_than: int = 0
+) -> tuple[dict[str, tuple[str, str, set[str]]], int]:
+    """The health topic as a compacting consumer sees it: (state, remedy, reasons) of the last record per key of
+    this test's cluster, and how many records of it there were, once every key in ``want`` is there and there are
+    more than ``more_than`` (the topic also carries what the shared InfluxDB's history says of other tests'
+    clusters)."""
+    out: dict[str, tuple[str, str, set[str]]] = {}
+    seen = [0]
+
+    def read() -> bool:
+        seen[0] = 0
+        for m in consume_all(settings, settings.topics.health, 10**6, timeout_s=3):
+            key = (m.key() or b"").decode()
+            if key.startswith(f"{settings.cluster}/"):
+                r = json.loads(m.value() or b"{}")
+                out[key] = (r["state"], r["remedy"], {x["detector"] for x in r["reasons"]})
+                seen[0] += 1
+        return want <= out.keys() and seen[0] > more_than
+
+    assert wait_for(read, 45), (want, sorted(out), seen[0], more_than)
+    return out, seen[0]
 
 
 def node_of(gpu: str) -> str:
@@ -121,13 +136,13 @@ def test_escalation_and_correlation_rules_on_a_scripted_fleet(
         figures = {r["group"]: r for r in json.loads(result.output)["rows"]}
         lemons = {x["node"] for x in json.loads(result.output)["lemon_nodes"]}
         # the health topic says the same (the manager keeps the history from the findings it consumes) ...
-        topic = escalated(settings, 8)
+        keys = {f"{c}/n1/G{i}" for i in (0, 1, 2, 4, 5)} | {f"{c}/n1/-", f"{c}/n2/-"}
+        topic, records = escalated(settings, keys)
         # ... and so does a manager killed and started again (it reads the stored history back from InfluxDB)
         manager.proc.kill()
         manager.proc.wait()
         manager = start_manager(settings, tmp_path / "again")
-        assert wait_for(lambda: manager.stats().get("health_records", 0) >= 8, 30), tail(manager)
-        again = escalated(settings, len(topic) + 8)
+        again, _ = escalated(settings, keys, records + len(keys) - 1)  # every key published again
     finally:
         assert manager.stop(30) == 0, tail(manager)
     for key in (f"{c}/n1/G0", f"{c}/n1/G1", f"{c}/n1/G2", f"{c}/n1/G4", f"{c}/n1/G5", f"{c}/n2/-"):

@@ -21,11 +21,20 @@ from tests.integration.harness import consume_all
 pytestmark = pytest.mark.integration
 
 
-def latest(settings: Settings, at_least: int) -> dict[str, dict[str, Any]]:
-    """The health topic as a consumer that compacts it sees it: the last record per key."""
+def latest(settings: Settings, *want: str) -> dict[str, dict[str, Any]]:
+    """The health topic as a consumer that compacts it sees it: the last record per key of this test's cluster, once
+    every key in ``want`` is there (the manager also publishes what the shared InfluxDB's history says of other
+    tests' clusters: escalation reads every cluster's)."""
     out: dict[str, dict[str, Any]] = {}
-    for m in consume_all(settings, settings.topics.health, at_least, timeout_s=30):
-        out[(m.key() or b"").decode()] = json.loads(m.value() or b"{}")
+
+    def read() -> bool:
+        for m in consume_all(settings, settings.topics.health, 10**6, timeout_s=3):
+            key = (m.key() or b"").decode()
+            if key.startswith(f"{settings.cluster}/"):
+                out[key] = json.loads(m.value() or b"{}")
+        return all(k in out for k in want)
+
+    assert wait_for(read, 45), (want, sorted(out))
     return out
 
 
@@ -42,7 +51,7 @@ def test_health_follows_the_alerts_on_a_compacted_topic_and_survives_a_restart(
             fault(settings, True, "idle-capacity", "GPU-3", node="n2", severity=Severity.INFO),
         ])  # fmt: skip
         assert wait_for(lambda: manager.stats().get("health_records", 0) >= 3, 30), tail(manager)
-        h = latest(settings, 3)
+        h = latest(settings, f"{c}/n1/GPU-1", f"{c}/n1/GPU-2", f"{c}/n2/GPU-3")
         one, two, three = h[f"{c}/n1/GPU-1"], h[f"{c}/n1/GPU-2"], h[f"{c}/n2/GPU-3"]
         assert (one["state"], one["remedy"]) == ("unhealthy", "reset GPU")
         assert [r["detector"] for r in one["reasons"]] == ["ecc-uncorrectable"]
@@ -63,14 +72,16 @@ def test_health_follows_the_alerts_on_a_compacted_topic_and_survives_a_restart(
         )
 
         publish_findings(settings, [fault(settings, False, "ecc-uncorrectable", "GPU-1", severity=Severity.CRITICAL)])
-        assert wait_for(lambda: latest(settings, 4)[f"{c}/n1/GPU-1"]["state"] == "healthy", 30), tail(manager)
+        assert wait_for(lambda: latest(settings, f"{c}/n1/GPU-1")[f"{c}/n1/GPU-1"]["state"] == "healthy", 30), tail(
+            manager
+        )
 
         manager.proc.kill()
         manager.proc.wait()
-        before = {k: (v["state"], v["remedy"]) for k, v in latest(settings, 4).items()}
+        before = {k: (v["state"], v["remedy"]) for k, v in latest(settings).items()}
         manager = start_manager(settings, tmp_path / "2")
         assert wait_for(lambda: manager.stats().get("health_records", 0) >= 1, 30), tail(manager)
-        after = {k: (v["state"], v["remedy"]) for k, v in latest(settings, 5).items()}
+        after = {k: (v["state"], v["remedy"]) for k, v in latest(settings, *before).items()}
         assert after == before  # republished from the restored alerts: the same, nothing stale
     finally:
         assert manager.stop(30) == 0, tail(manager)
@@ -96,7 +107,7 @@ def test_a_kind_in_shadow_mode_is_stored_and_counted_but_never_alerted_nor_in_he
         assert (stats["shadow_findings"], stats["shadow_alerts"], stats["shadow_firing"]) == (2, 2, 2), stats
         assert stats["shadow_by_kind"] == {"thermal-throttling": 2}, stats
         assert stats["alerts_firing"] == 1, stats  # the ECC error only
-        assert set(latest(settings, 1)) == {f"{c}/n1/GPU-2"}  # the shadow kind changed no GPU's health
+        assert set(latest(settings, f"{c}/n1/GPU-2")) == {f"{c}/n1/GPU-2"}  # the shadow kind changed no GPU's health
 
         assert wait_for(lambda: sink.stats().get("findings_written", 0) >= 3, 30), sink.stats()
         for name, value in settings_env(settings).items():
