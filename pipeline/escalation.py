@@ -106,7 +106,7 @@ class History:
         key = (e.cluster, e.node, e.gpu, e.detector, e.since_ns)
         old = self._episodes.get(key)
         if old is not None:
-            severity = max(old.severity, e.severity, key=lambda v: _RANK.get(v, 0))
+            severity = worse(old.severity, e.severity)
             e = Episode(e.cluster, e.node, e.gpu, e.detector, severity, e.since_ns, old.job or e.job,
                         old.xids | e.xids, e.open, max(old.seen_ns, e.seen_ns))  # fmt: skip
         self._episodes[key] = e
@@ -124,6 +124,11 @@ class History:
 
 
 _RANK = {"info": 0, "warning": 1, "critical": 2}
+
+
+def worse(a: str, b: str) -> str:
+    """The worse of two severities (as finding points store them; an unknown one counts as info)."""
+    return max(a, b, key=lambda v: _RANK.get(v, 0))
 
 
 def escalate(history: Iterable[Episode], now_ns: int, rules: HealthSettings) -> Escalations:

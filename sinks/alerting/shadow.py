@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from pipeline.escalation import Episode
+from pipeline.escalation import Episode, worse
 from pipeline.events import Finding
 from sinks.alerting.lifecycle import LifecycleConfig, apply_finding, forgettable, tick
 from sinks.alerting.model import AlertState, AlertStatus
@@ -85,11 +85,10 @@ def report(points: Iterable[Episode], kinds: frozenset[str]) -> list[ShadowRow]:
     """Per kind in ``kinds`` (each, even with nothing stored): its episodes (the points of one share its start) at
     their worst severity, and the GPUs and nodes they were on."""
     worst: dict[tuple[str, str, str | None, str, int], str] = {}
-    rank = {"info": 0, "warning": 1, "critical": 2}
     for e in points:
         if e.detector in kinds:
             key = (e.cluster, e.node, e.gpu, e.detector, e.since_ns)
-            worst[key] = max(worst.get(key, "info"), e.severity, key=lambda v: rank.get(v, 0))
+            worst[key] = worse(worst.get(key, "info"), e.severity)
     rows = []
     for kind in sorted(kinds):
         mine = {k: sev for k, sev in worst.items() if k[3] == kind}

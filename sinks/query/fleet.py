@@ -15,23 +15,33 @@ from sinks.query.store import Store
 _ALWAYS: str = "verdict"
 
 
-def last_reports(
-    store: Store, start_ns: int, stop_ns: int, cluster: str | None = None
-) -> list[tuple[str, str, str, int]]:
-    """(cluster, node, GPU, time of its last sample) for every GPU that reported in ``[start, stop)``: one
-    ``last()`` per series, which InfluxDB answers from the newest block of each (no scan of the range)."""
+def _per_gpu(
+    store: Store, start_ns: int, stop_ns: int, cluster: str | None, selector: str
+) -> dict[tuple[str, str, str], tuple[str, list[int]]]:
+    """Per GPU that reported in ``[start, stop)``: its model and the times ``selector`` (``first()``, ``last()``)
+    picks, one per series (a GPU has one series per application it ran), which InfluxDB answers from one block of
+    each (no scan of the range)."""
     where = f" and r.cluster == {string(cluster)}" if cluster else ""
     flux = (
         f"from(bucket: {string(store.buckets.raw)}) "
         f"|> range(start: {time_literal(start_ns)}, stop: {time_literal(stop_ns)}) "
         f'|> filter(fn: (r) => r._measurement == {string(GPU)} and r._field == "{_ALWAYS}"{where}) '
-        "|> last()"
+        f"|> {selector}"
     )
-    newest: dict[tuple[str, str, str], int] = {}
+    out: dict[tuple[str, str, str], tuple[str, list[int]]] = {}
     for r in store.flux_records(flux):
         key = (str(r.get("cluster", "")), str(r.get("node", "")), str(r.get("gpu", "")))
-        newest[key] = max(newest.get(key, 0), _ns(r["_time"]))
-    return [(*key, ns) for key, ns in sorted(newest.items())]
+        out.setdefault(key, (str(r.get("gpu_model", "")), []))[1].append(_ns(r["_time"]))
+    return out
+
+
+def last_reports(
+    store: Store, start_ns: int, stop_ns: int, cluster: str | None = None
+) -> list[tuple[str, str, str, int]]:
+    """(cluster, node, GPU, time of its last sample) for every GPU that reported in ``[start, stop)``."""
+    return [
+        (*key, max(times)) for key, (_m, times) in sorted(_per_gpu(store, start_ns, stop_ns, cluster, "last()").items())
+    ]
 
 
 _EPISODE_FIELDS = ("active", "since_ns", "job_id", "ev_xid", "ev_last_xid")
@@ -64,25 +74,12 @@ def finding_episodes(store: Store, start_ns: int, stop_ns: int, cluster: str | N
 def gpu_spans(
     store: Store, start_ns: int, stop_ns: int, cluster: str | None = None
 ) -> list[tuple[str, str, str, str, int, int]]:
-    """(cluster, node, GPU, GPU model, first sample, last sample) for every GPU that reported in ``[start, stop)``:
-    a ``first()`` and a ``last()`` per series (a GPU has one series per application it ran)."""
-    where = f" and r.cluster == {string(cluster)}" if cluster else ""
-    base = (
-        f"from(bucket: {string(store.buckets.raw)}) "
-        f"|> range(start: {time_literal(start_ns)}, stop: {time_literal(stop_ns)}) "
-        f'|> filter(fn: (r) => r._measurement == {string(GPU)} and r._field == "{_ALWAYS}"{where}) '
-    )
-    model: dict[tuple[str, str, str], str] = {}
-    first: dict[tuple[str, str, str], int] = {}
-    last: dict[tuple[str, str, str], int] = {}
-    for which in ("first()", "last()"):
-        for r in store.flux_records(base + f"|> {which}"):
-            key = (str(r.get("cluster", "")), str(r.get("node", "")), str(r.get("gpu", "")))
-            ns = _ns(r["_time"])
-            model.setdefault(key, str(r.get("gpu_model", "")))
-            first[key] = min(first.get(key, ns), ns)
-            last[key] = max(last.get(key, ns), ns)
-    return [(*key, model[key], first[key], last[key]) for key in sorted(model)]
+    """(cluster, node, GPU, GPU model, first sample, last sample) for every GPU that reported in ``[start, stop)``."""
+    first = _per_gpu(store, start_ns, stop_ns, cluster, "first()")
+    last = _per_gpu(store, start_ns, stop_ns, cluster, "last()")
+    return [
+        (*key, model, min(times), max(last.get(key, ("", times))[1])) for key, (model, times) in sorted(first.items())
+    ]
 
 
 def _ns(t: datetime) -> int:
