@@ -58,6 +58,19 @@ def wait_stored(sink: Stage, expected: int, timeout_s: float = 90) -> dict[str, 
     return stats
 
 
+def wait_settled(stage: Stage, stat: str, quiet_s: float = 3.0, timeout_s: float = 60) -> int:
+    """Wait until the stage's counter ``stat`` stopped moving for ``quiet_s`` (say, every finding stored); its value."""
+    seen = [-1]
+
+    def settled() -> bool:
+        now = int(stage.stats().get(stat, 0))
+        done, seen[0] = now == seen[0], now
+        return done
+
+    assert wait_for(settled, timeout_s, interval_s=quiet_s), stage.stats()
+    return seen[0]
+
+
 def stored_points(settings: Settings, measurement: str = "gpu") -> list[dict[str, Any]]:
     """Every point of this test's cluster, one dict per (GPU, time) with all its fields."""
     [rows] = flux_rows(

@@ -32,7 +32,7 @@ from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
 from tests.fakes.readings import GIB, H100, busy_h100
 
-from .harness import consume_all, publish_batches, running_pipeline, stored_points, wait_stored
+from .harness import consume_all, publish_batches, running_pipeline, stored_points, wait_settled, wait_stored
 
 pytestmark = pytest.mark.integration
 
@@ -120,14 +120,7 @@ def test_each_fault_is_detected_and_explained(settings: Settings, tmp_path: Path
         publish_batches(settings, batches)
         wait_stored(sink, samples, timeout_s=240)
         assert wait_for(lambda: sink.stats().get("findings_written", 0) >= len(EXPECTED), 60), sink.stats()
-        seen = [-1]
-
-        def settled() -> bool:  # no new finding stored for 3 s
-            now = sink.stats().get("findings_written", 0)
-            done, seen[0] = now == seen[0], now
-            return done
-
-        assert wait_for(settled, 60, interval_s=3.0)
+        wait_settled(sink, "findings_written")  # no new finding stored for 3 s
 
     findings = stored_points(settings, "finding")
     for detector, (gpu, phrase, action) in EXPECTED.items():

@@ -40,7 +40,7 @@ from pipeline.services.stages import wait_for
 from tests.fakes.readings import H100, busy_h100
 from tests.integration.alerting_parts import start_manager, tail, with_alerts
 
-from .harness import consume_all, publish_batches, running_pipeline, wait_stored
+from .harness import consume_all, publish_batches, running_pipeline, wait_settled, wait_stored
 
 pytestmark = pytest.mark.integration
 
@@ -124,6 +124,9 @@ def test_escalation_and_correlation_rules_on_a_scripted_fleet(
             wait_stored(sink, samples, timeout_s=240)
             episodes = sum(len(x) for x in XIDS.values()) - 2  # G4's and G5's two XIDs are one episode each
             assert wait_for(lambda: sink.stats().get("findings_written", 0) >= episodes, 60), sink.stats()
+            # every episode's points stored (the health view reads the history) and consumed by the manager
+            written = wait_settled(sink, "findings_written")
+        assert wait_for(lambda: manager.stats().get("findings", 0) >= written, 30), (manager.stats(), tail(manager))
         assert wait_for(lambda: manager.stats().get("alerts_firing", 0) >= 2, 30), (manager.stats(), tail(manager))
 
         for name, value in settings_env(settings).items():
@@ -223,6 +226,8 @@ def test_a_driver_change_that_breaks_a_third_of_a_cluster_is_one_incident_with_n
         with running_pipeline(settings, tmp_path) as (_processor, sink):
             publish_batches(settings, batches)
             wait_stored(sink, samples, timeout_s=240)
+            written = wait_settled(sink, "findings_written")
+        assert wait_for(lambda: manager.stats().get("findings", 0) >= written, 30), (manager.stats(), tail(manager))
         assert wait_for(lambda: manager.stats().get("alerts_firing", 0) >= 8, 30), (manager.stats(), tail(manager))
         for name, value in settings_env(settings).items():
             monkeypatch.setenv(name, value)
