@@ -56,6 +56,8 @@ METRIC_FIELDS: Final[tuple[FieldSpec, ...]] = (
     FieldSpec("temperature_memory_celsius", 0, 150),
     FieldSpec("temperature_slowdown_celsius", 1, 150, limit=True),
     FieldSpec("temperature_shutdown_celsius", 1, 150, limit=True),
+    #: the memory's (HBM's) max operating temperature: above it the driver slows the clocks (SW thermal slowdown)
+    FieldSpec("temperature_memory_max_celsius", 1, 150, limit=True),
     FieldSpec("power_watts", 0, 5_000),
     FieldSpec("power_limit_watts", 1, 5_000, limit=True),
     FieldSpec("energy_joules", 0, 1e15, help="total energy since the driver loaded"),
@@ -180,6 +182,11 @@ FAULTS: Final[tuple[str, ...]] = (
     "xid-storm",
     "ecc-uncorrectable",
     "fallen-off-bus",
+    "power-brake",
+    "nvlink-crc-storm",
+    "pcie-replay-storm",
+    "ecc-sbe-storm",
+    "hbm-thermal",
 )
 
 

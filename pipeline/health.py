@@ -105,6 +105,9 @@ RULES: Final[dict[str, Rule]] = {
     "thermal-throttling": Rule(
         _D, _D, Remedy.INSPECT, "HW/SW thermal slowdown: it works, slower (as DCGM's thermal violations); cooling, fans"
     ),
+    "hbm-thermal": Rule(
+        _D, _D, Remedy.INSPECT, "HBM above its max operating temperature (DCGM VerifyHBMTemperature, gpud): cooling"
+    ),
     "power-brake": Rule(
         _D, _D, Remedy.INSPECT, "HW power brake (external signal from the PSU/BMC): NVSentinel #1666, found after 36 h"
     ),

@@ -175,14 +175,18 @@ def interpreter_from(
     order: enrichment, scoring against the learned baselines, domain detectors. They share one per-GPU slot table
     (processors.state), so a batch's GPUs are looked up once."""
     slots = GpuSlots()
+    detectors = Detectors(settings.detectors, topology_of, slots)
     tracker = AnomalyTracker(
-        after_s=settings.baselines.anomaly_after_s, clear_s=settings.baselines.anomaly_clear_s, slots=slots
+        after_s=settings.baselines.anomaly_after_s,
+        clear_s=settings.baselines.anomaly_clear_s,
+        slots=slots,
+        explained=detectors.latest.explains,
     )
     return Interpreter(
         [
             Enricher(context_of, baselines, timeline, slots),
             Scorer(baselines, tracker, Judgement.of(settings.baselines)),
-            Detectors(settings.detectors, topology_of, slots),
+            detectors,
         ],
         topology_of,
     )

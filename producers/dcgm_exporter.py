@@ -68,6 +68,7 @@ METRICS: Final[dict[str, tuple[str, float]]] = {
     "DCGM_FI_DEV_MEMORY_TEMP": ("temperature_memory_celsius", 1.0),
     "DCGM_FI_DEV_SLOWDOWN_TEMP": ("temperature_slowdown_celsius", 1.0),
     "DCGM_FI_DEV_SHUTDOWN_TEMP": ("temperature_shutdown_celsius", 1.0),
+    "DCGM_FI_DEV_MEM_MAX_OP_TEMP": ("temperature_memory_max_celsius", 1.0),
     "DCGM_FI_DEV_POWER_USAGE": ("power_watts", 1.0),
     "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": ("power_limit_watts", 1.0),
     "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_watts", 1.0),

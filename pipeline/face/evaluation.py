@@ -16,7 +16,9 @@ fleet scale, pipeline/face/fleeteval.py). The rules are built so that the score 
 - **Matching is tight**: an episode of a fault's class detects it when it is active at any time between the
   fault's start minus ``tolerance_s`` and its end plus the class's grace (:data:`GRACE_S`); an episode still
   active from before (the same GPU's earlier fault) is credited with it. An XID storm is detected by its first XID's
-  ``xid`` finding too (:data:`DETECTED_BY`); the storm class's precision counts only ``xid-storm`` episodes.
+  ``xid`` finding too (:data:`DETECTED_BY`); the storm class's precision counts only ``xid-storm`` episodes. A
+  class's precision leaves out only its episodes inside a fault whose signature holds it (:data:`ALSO_SHOWS`: a
+  link retrained narrower replays packets too); they still count as that fault's extra alerts.
 - **Undetectable tails are excluded by rule and counted**: a fault that starts less than its class's
   :data:`MIN_VISIBLE_S` before the run ends cannot have shown its signature yet; it leaves the denominator and the
   report says how many did.
@@ -62,12 +64,22 @@ MIN_VISIBLE_S: Final[Mapping[str, float]] = {
     "xid-storm": 120.0,
     "ecc-uncorrectable": 5.0,
     "fallen-off-bus": 15.0,
+    "power-brake": 30.0,
+    # the memory heats with the thermal time constant, as the die does
+    "hbm-thermal": 120.0,
+    # a storm is judged on whole 60 s windows: the first one wholly inside the fault ends within 120 s
+    "nvlink-crc-storm": 120.0,
+    "pcie-replay-storm": 120.0,
+    "ecc-sbe-storm": 120.0,
 }
 #: classes whose detection delay is judged against the "hard events" bar
 HARD: Final = ("xid-storm", "ecc-uncorrectable", "fallen-off-bus", "nvlink-down")
 #: finding kinds that detect a class besides its own name: a storm's first XID is reported at once as an ``xid``
 #: finding naming it and its action (the storm finding follows when the XIDs repeat), so the user knows from then
 DETECTED_BY: Final[Mapping[str, tuple[str, ...]]] = {"xid-storm": ("xid-storm", "xid")}
+#: fault classes whose signature holds another class's: a link retrained narrower replays its packets too, so its
+#: replay-storm finding is one more alert of that fault (counted in its alerts per fault), not a false replay storm
+ALSO_SHOWS: Final[Mapping[str, tuple[str, ...]]] = {"pcie-link-degraded": ("pcie-replay-storm",)}
 
 
 #: the state each hard fault class must give its GPU (issue 12: a hard fault makes it unhealthy within 5 s). An
@@ -342,9 +354,12 @@ def score(
         if t.kind in FAULTS:
             faults_at.setdefault((t.record.cluster, t.record.node), []).append(t)
 
-    def in_fault(e: Episode) -> bool:
+    def in_fault(e: Episode, showing: bool = False) -> bool:
+        """``e`` falls inside a fault (``showing``: a fault of a class whose signature holds ``e``'s kind)."""
         return any(
-            t.touches(e) and e.overlaps(t.record.start_ns - tol, t.grace_end_ns)
+            t.touches(e)
+            and e.overlaps(t.record.start_ns - tol, t.grace_end_ns)
+            and (not showing or e.detector in ALSO_SHOWS.get(t.kind, ()))
             for t in faults_at.get((e.cluster, e.node), ())
         )
 
@@ -358,6 +373,8 @@ def score(
             # an XID or an idle stretch inside a fault belongs to the fault (an extra alert of it), not to this kind
             mine = [t for t in mine if not in_fault(_as_episode(t))]
             found = [i for i in found if not inside[i]]
+        else:
+            found = [i for i in found if not in_fault(eps[i], showing=True)]
         min_visible = int(MIN_VISIBLE_S.get(kind, 0.0) * _S)
         visible = [run_end_ns - t.record.start_ns >= min_visible for t in mine]
         delays, alerts, hit = [], [], []

@@ -27,7 +27,9 @@ Findings ``baseline-anomaly`` (:class:`AnomalyTracker`): active once a GPU has b
 ``anomaly_after_s`` (5 minutes), repeated every 60 s, cleared once it has not been anomalous for
 ``anomaly_clear_s``; only for workloads a context source named (against an inferred application's baseline, rows keep
 their verdict but raise no finding: in the evaluation most such findings on healthy GPUs came from a wrong guess of
-the application, not from the GPU).
+the application, not from the GPU), and not while a domain detector's finding already tells why the GPU is slow
+(``processors.detectors.names.EXPLAINS_SLOWNESS``: a power brake's clocks are anomalous too, and one alert for one
+fault is what an operator needs).
 """
 
 from __future__ import annotations
@@ -182,12 +184,21 @@ class AnomalyTracker:
     """Per GPU: how long it has been anomalous (or not), as arrays of the processor's slot table (its own when built
     alone), updated per batch with vector operations; emits ``baseline-anomaly`` findings (see module docstring):
     none for a streak that began with the GPU's job (a property of the job), nor for a later one of the same job led
-    by the same feature (:data:`STARTUP_S`), info while young, a warning once it has held for ``ESCALATE_S``."""
+    by the same feature (:data:`STARTUP_S`), nor while a detector's finding tells why the GPU is slow (``explained``),
+    info while young, a warning once it has held for ``ESCALATE_S``."""
 
     def __init__(
-        self, after_s: float = 30.0, repeat_s: float = 60.0, clear_s: float = 60.0, slots: GpuSlots | None = None
+        self,
+        after_s: float = 30.0,
+        repeat_s: float = 60.0,
+        clear_s: float = 60.0,
+        slots: GpuSlots | None = None,
+        explained: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
     ) -> None:
         self.after_ns, self.repeat_ns, self.clear_ns = (int(s * 1e9) for s in (after_s, repeat_s, clear_s))
+        #: per GPU slot and time: whether a detector's open finding already tells why the GPU is slow (a brake,
+        #: thermal throttling, a link down...); such a streak starts no finding of its own
+        self.explained = explained
         self.slots = slots if slots is not None else GpuSlots()
         self.streaks = self.slots.attach(_Streaks())
         self.episodes = Episodes(self.slots, (BASELINE_ANOMALY,))
@@ -247,6 +258,8 @@ class AnomalyTracker:
         same_lead = (last_lead[seen] & streaks.job_drivers[seen]) != 0
         active = self.episodes.active(seen, BASELINE_ANOMALY)
         start = ~active & (since != _NONE) & (latest - since >= self.after_ns) & ~streaks.from_start[seen] & ~same_lead
+        if self.explained is not None and start.any():
+            start &= ~self.explained(seen, latest)
         last_sent = self.episodes.last_sent(seen, BASELINE_ANOMALY)
         repeat = active & (since != _NONE) & (latest - last_sent >= self.repeat_ns)
         clear = active & (calm != _NONE) & (latest - calm >= self.clear_ns)

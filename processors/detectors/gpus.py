@@ -75,6 +75,11 @@ class Latest:
         """A finding that slows the GPU (or GPUs) down started (``holds``) or cleared at ``ts_ns``."""
         self.explained_until[slot] = _FOREVER if holds else ts_ns
 
+    def explains(self, slot: np.ndarray, ts_ns: np.ndarray) -> np.ndarray:
+        """Per GPU: whether a finding that slows it down was open at ``ts_ns`` (the GPU's slowness is told)."""
+        out: np.ndarray = self.explained_until[slot] >= ts_ns
+        return out
+
     def counter_deltas(self, s: np.ndarray, first: np.ndarray, m: np.ndarray) -> np.ndarray:
         """Per row (sorted by slot, then time; ``first``: a slot's first row), how much each error counter rose since
         the GPU's previous sample (0 on a reset or a gap); the newest value of each becomes the GPU's."""

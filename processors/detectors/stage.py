@@ -3,7 +3,7 @@
 A batch is sorted by (GPU slot, time) and walked in *levels*: level k holds the k-th row of every GPU in the batch, so
 each level is one vectorized update of all its GPUs (one level per sampling round; a live batch has one, a
 fast-forward batch a few dozen). Per level: job starts the telemetry shows, the row becomes the GPU's latest (a
-finding started on a row describes that row), then the debounced levels (thermal, power brake, links, idle), power,
+finding started on a row describes that row), then the debounced levels (thermal, HBM, power brake, links, idle), power,
 memory, straggler windows, the GPU's return after a silence, and its error counters. After the levels: the stragglers of
 the jobs seen, the batch's GPU events, and the time-based conclusions (silent GPUs, quiet errors, repeats). Last,
 the summary of every active finding is appended to the ``explanation`` of the GPU's rows.
@@ -33,13 +33,13 @@ from processors.detectors.names import PCIE_NARROW
 from processors.detectors.power import Power
 from processors.detectors.storms import Storms
 from processors.detectors.stragglers import Stragglers, rank_groups
-from processors.detectors.thermal import Thermal
+from processors.detectors.thermal import HbmThermal, Thermal
 from processors.features import PHASE_INDEX
 from processors.interpret import TopologyOf
 from processors.state import GpuSlots
 
 #: the level conditions, debounced together (one score column each, in this order)
-LEVELS = (thermal.LEVEL, brake.LEVEL, links.NVLINK_LEVEL, links.PCIE_LEVEL, idle.LEVEL)
+LEVELS = (thermal.LEVEL, thermal.HBM_LEVEL, brake.LEVEL, links.NVLINK_LEVEL, links.PCIE_LEVEL, idle.LEVEL)
 
 
 def level_conditions(
@@ -54,13 +54,15 @@ def level_conditions(
 
     Pure: a table of rows in, two bool matrices out.
     """
-    hot, hot_seen = thermal.condition(m, rel)
+    hot, hot_seen, hbm, hbm_seen = thermal.conditions(m, rel)
     braked, braked_seen = brake.condition(m, rel)
     nvlink, nvlink_seen, pcie, pcie_seen = links.conditions(m, expected_links, full_width_seen, nvlinks_trained)
     unused, unused_seen = idle.condition(m, allocated)
     n = m.shape[0]
-    cond = np.column_stack([hot, braked, nvlink, pcie, unused]).reshape(n, len(LEVELS))
-    seen = np.column_stack([hot_seen, braked_seen, nvlink_seen, pcie_seen, unused_seen]).reshape(n, len(LEVELS))
+    cond = np.column_stack([hot, hbm, braked, nvlink, pcie, unused]).reshape(n, len(LEVELS))
+    seen = np.column_stack([hot_seen, hbm_seen, braked_seen, nvlink_seen, pcie_seen, unused_seen]).reshape(
+        n, len(LEVELS)
+    )
     return cond, seen
 
 
@@ -93,6 +95,7 @@ class Detectors:
         self.storms = Storms(slots, report)
         families = (
             Thermal(),
+            HbmThermal(),
             Brake(),
             self.links,
             self.power,

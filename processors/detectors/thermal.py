@@ -1,9 +1,17 @@
-"""Thermal throttling: clocks held down by heat, told from an idle GPU's low clocks and from a power brake.
+"""Thermal throttling: clocks held down by heat, told from an idle GPU's low clocks and from a power brake; and the
+HBM's own slowdown, told from the die's.
 
-A level condition (debounced, processors.detectors.debounce): NVML's thermal slowdown reasons (HW or SW); HW slowdown
-with the GPU within 3 C of its slowdown temperature (HW slowdown alone can be a power brake); and, where a source sends
-no reasons mask, the GPU at its slowdown temperature with SM clocks under 90% of max. Critical within 3 C of the
-shutdown temperature.
+Two level conditions (debounced, processors.detectors.debounce):
+
+- ``thermal-throttling``: NVML's thermal slowdown reasons (HW or SW); HW slowdown with the GPU within 3 C of its
+  slowdown temperature (HW slowdown alone can be a power brake); and, where a source sends no reasons mask, the GPU
+  at its slowdown temperature with SM clocks under 90% of max. Critical within 3 C of the shutdown temperature.
+- ``hbm-thermal``: SW thermal slowdown (no HW thermal) with the memory within 3 C of its max operating temperature
+  (``NVML_TEMPERATURE_THRESHOLD_MEM_MAX``, DCGM's ``DCGM_FI_DEV_MEM_MAX_OP_TEMP``) and the die not near its slowdown
+  temperature; without a mask, the memory at or above that maximum (DCGM's ``VerifyHBMTemperature`` and gpud's
+  temperature component raise it on the memory temperature alone). NVML's SW thermal reason covers both the die's max
+  operating temperature and the memory's, so the die's reading would blame the wrong part: the memory stacks (their
+  cold plate, their thermal interface) overheat while the die is cool. Such rows are not ``thermal-throttling``.
 """
 
 from __future__ import annotations
@@ -17,23 +25,31 @@ from pipeline.vocab import HW_SLOWDOWN, HW_THERMAL, SW_THERMAL
 from processors.detectors.columns import REL, bits, col, fmt, lt
 from processors.detectors.debounce import Level
 from processors.detectors.gpus import GpuView
-from processors.detectors.names import THERMAL
+from processors.detectors.names import HBM, THERMAL
 from processors.episodes import Description, Episode
 
 LEVEL = Level(THERMAL, tau_s=10.0, on=0.6, off=0.15, clear_tau_s=90.0)
-#: HW slowdown this close to the slowdown temperature is heat (farther away it is a power brake)
+HBM_LEVEL = Level(HBM, tau_s=10.0, on=0.6, off=0.15, clear_tau_s=90.0)
+#: HW slowdown this close to the slowdown temperature is heat (farther away it is a power brake); SW slowdown with
+#: the memory this close to its max operating temperature is the memory's
 HOT_WITHIN_C = 3.0
 
 
-def condition(m: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: thermally throttled, and whether that can be told from the row (a mask or a temperature)."""
+def conditions(m: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: thermally throttled (the die), and whether that can be told from the row (a mask or a temperature);
+    the same for the HBM's slowdown (module docstring)."""
     mask = col(m, "throttle_reasons_mask")
     temp, slowdown = col(m, "temperature_gpu_celsius"), col(m, "temperature_slowdown_celsius")
+    mem, mem_max = col(m, "temperature_memory_celsius"), col(m, "temperature_memory_max_celsius")
     clock = rel[:, REL["sm_clock_ratio_of_max"]]
     hot = ~lt(temp, slowdown - HOT_WITHIN_C)
+    mem_known = ~np.isnan(mem) & ~np.isnan(mem_max)
+    hbm = bits(mask, SW_THERMAL) & ~bits(mask, HW_THERMAL | HW_SLOWDOWN) & ~hot & mem_known
+    hbm &= ~lt(mem, mem_max - HOT_WITHIN_C)
+    hbm |= np.isnan(mask) & mem_known & ~lt(mem, mem_max)
     thermal = bits(mask, HW_THERMAL | SW_THERMAL) | (bits(mask, HW_SLOWDOWN) & hot)
     thermal |= np.isnan(mask) & ~lt(temp, slowdown) & lt(clock, 0.9)
-    return thermal, ~np.isnan(mask) | ~np.isnan(temp)
+    return thermal & ~hbm, ~np.isnan(mask) | ~np.isnan(temp), hbm, ~np.isnan(mask) | mem_known
 
 
 class Thermal:
@@ -81,3 +97,32 @@ def _why(mask: int, reported: bool) -> str:
     if mask & SW_THERMAL:
         return "SW thermal slowdown"
     return "thermal slowdown on and off (not in the latest sample)"
+
+
+class HbmThermal:
+    """The HBM slowdown finding's wording (its rule is the level above)."""
+
+    names = (HBM,)
+
+    def describe(self, name: str, gpu: GpuView, episode: Episode, ts_ns: int) -> Description:
+        row, rel, nan = gpu.row, gpu.rel, math.nan
+        mem, mem_max = row.get("temperature_memory_celsius", nan), row.get("temperature_memory_max_celsius", nan)
+        temp, slowdown = row.get("temperature_gpu_celsius", nan), row.get("temperature_slowdown_celsius", nan)
+        clock = rel.get("sm_clock_ratio_of_max", nan)
+        what = (
+            f"HBM temperature slowdown: memory at {fmt(mem, ' C')} against its max operating {fmt(mem_max, ' C')} "
+            f"while the die is at {fmt(temp, ' C')} (slowdown {fmt(slowdown, ' C')}); SM clock at "
+            f"{fmt(clock * 100, '%')} of max, power {fmt(rel.get('power_ratio_of_limit', nan) * 100, '%')} of limit"
+        )
+        action = (
+            "the memory stacks overheat, not the die: check the cold plate and thermal interface over the HBM and the "
+            "airflow across the board; memory this hot wears out (corrected ECC errors, row remaps follow)"
+        )
+        evidence = {
+            "memory_temperature_c": mem,
+            "memory_max_c": mem_max,
+            "temperature_c": temp,
+            "sm_clock_ratio": clock,
+            "throttle_reasons_mask": row.get("throttle_reasons_mask", nan),
+        }
+        return Description(Severity.WARNING, what, action, evidence)

@@ -239,6 +239,10 @@ def limit_readings(n: Any) -> tuple[Reading, ...]:
             _pair(threshold, n.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, name="temperature_slowdown_celsius"),
         ),
         Reading(
+            "temp_memory_max",
+            _pair(threshold, n.NVML_TEMPERATURE_THRESHOLD_MEM_MAX, name="temperature_memory_max_celsius"),
+        ),
+        Reading(
             "power_default_limit",
             _pair(n.nvmlDeviceGetPowerManagementDefaultLimit, name="power_default_limit_watts", scale=1e-3),
         ),

@@ -34,6 +34,15 @@ names a fault whose signature is in the telemetry. Signatures (what the fleet re
   dies; the GPU is drained until a reset at the end of the fault.
 - fallen-off-bus: XID 79 and a GPU_LOST event, then the GPU's samples stop (the node's others keep reporting);
   its job dies; the GPU is back after the fault.
+- power-brake: the board's external power-brake signal holds its SM clock at 30-60 %, with NVML's HW slowdown and
+  HW power brake reasons (0x08 | 0x80), the GPU cool (NVSentinel #1666); a synchronous job's peers wait on it.
+- hbm-thermal: the thermal interface over an HBM GPU's memory stacks degrades: the memory heats (with power) towards
+  2-20 C over its max operating temperature, where the driver lowers clocks (SW thermal slowdown, 0x20) to hold it;
+  the die stays cool.
+- nvlink-crc-storm, pcie-replay-storm, ecc-sbe-storm: a marginal NVLink, PCIe link or HBM stack; the corrected error
+  counter (one link's CRC errors, the PCIe replay counter while busy, corrected ECC errors) rises at a rate drawn
+  from just above DCGM's limit (``processors.detectors.storms``) to a storm (DCGM #313's 17,700 ECC errors/s); the
+  GPU and its job run on.
 
 Healthy GPUs also accumulate the rare counter increments real ones do (corrected ECC on some "weak" GPUs, the
 odd PCIe replay or NVLink CRC error) and, when events are on, an occasional single application XID (13/31), whose
@@ -114,9 +123,49 @@ TRACE_CLASSES: Final[dict[str, TraceClass]] = {
 }  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class OtherClass:
+    """A class the StepFun trace does not tell apart: its rate from Meta's Llama 3 table where the table names its
+    component (``llama3``: the category and its count), else the trace's mean rate per class (no fleet publishes
+    one); its repair times are those of the trace class ``like``."""
+
+    fault: str
+    like: str
+    llama3: tuple[str, int] | None = None
+
+
+#: Llama 3 ("The Llama 3 Herd of Models", Meta 2024, section 3.3.4, Table 5): 419 unexpected interruptions of a
+#: 54-day pre-training run on 16,384 H100 GPUs (2,048 servers of 8), by root cause
+LLAMA3_SERVERS: Final = 2048
+LLAMA3_DAYS: Final = 54.0
+OTHER_CLASSES: Final[dict[str, OtherClass]] = {
+    c.fault: c
+    for c in (
+        # a brake asserted by a power supply or the rack's power feed: repaired as a power supply is
+        OtherClass("power-brake", "power-capping"),
+        # Llama 3's "Faulty GPU" (148) includes NVLink faults but does not split them out
+        OtherClass("nvlink-crc-storm", "nvlink-down"),
+        OtherClass("pcie-replay-storm", "pcie-link-degraded"),
+        # HBM that wears out corrects more and more errors before it fails: Llama 3's second cause (17.2 %)
+        OtherClass("ecc-sbe-storm", "ecc-uncorrectable", ("GPU HBM3 Memory", 72)),
+        OtherClass("hbm-thermal", "thermal-throttling", ("GPU Thermal Interface + Sensor", 6)),
+    )
+}
+
+
 def trace_rate_per_node_s(fault: str) -> float:
-    """Faults of a class per node and second in the trace."""
-    return TRACE_CLASSES[fault].count / (TRACE_SERVERS * TRACE_DAYS * _DAY_S)
+    """Faults of a class per node and second: the StepFun trace's, else Llama 3's, else the trace's mean."""
+    if fault in TRACE_CLASSES:
+        return TRACE_CLASSES[fault].count / (TRACE_SERVERS * TRACE_DAYS * _DAY_S)
+    llama3 = OTHER_CLASSES[fault].llama3
+    if llama3 is not None:
+        return llama3[1] / (LLAMA3_SERVERS * LLAMA3_DAYS * _DAY_S)
+    return sum(trace_rate_per_node_s(f) for f in TRACE_CLASSES) / len(TRACE_CLASSES)
+
+
+def repair_class(fault: str) -> TraceClass:
+    """The trace class whose repair times a fault class has."""
+    return TRACE_CLASSES[fault] if fault in TRACE_CLASSES else TRACE_CLASSES[OTHER_CLASSES[fault].like]
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +179,8 @@ class Magnitude:
     bands: tuple[float, ...]
     #: True when a larger value is a milder fault (a cap closer to the default, a slower leak, rarer XIDs)
     milder_above: bool = False
+    #: drawn log-uniformly (a range over orders of magnitude, each band as likely as its width in decades)
+    log: bool = False
 
 
 #: Graded strengths per class (classes without an entry are all-or-nothing: an ECC error, a GPU off the bus).
@@ -140,6 +191,9 @@ MAGNITUDES: Final[dict[str, Magnitude]] = {
     "thermal-throttling": Magnitude(
         "C above the slowdown threshold the cooling would settle", 2.0, 20.0, (2.0, 5.0, 10.0, 20.0)
     ),
+    "hbm-thermal": Magnitude(
+        "C above the memory's max operating temperature it would settle", 2.0, 20.0, (2.0, 5.0, 10.0, 20.0)
+    ),
     "power-capping": Magnitude(
         "enforced limit as a share of the default", 0.5, 0.85, (0.5, 0.65, 0.75, 0.85), milder_above=True
     ),
@@ -149,6 +203,14 @@ MAGNITUDES: Final[dict[str, Magnitude]] = {
         "minutes until the process runs out of memory", 5.0, 120.0, (5.0, 20.0, 60.0, 120.0), milder_above=True
     ),
     "xid-storm": Magnitude("seconds between XIDs", 3.0, 60.0, (3.0, 10.0, 30.0, 60.0), milder_above=True),
+    # from just above DCGM's limits (100/s, 8/min, 10/s) to what real storms reached (DCGM #313: 17,700 ECC/s)
+    "nvlink-crc-storm": Magnitude(
+        "NVLink CRC errors per second", 150.0, 20_000.0, (150.0, 1_000.0, 5_000.0, 20_000.0), log=True
+    ),
+    "pcie-replay-storm": Magnitude("PCIe replays per minute", 12.0, 600.0, (12.0, 30.0, 120.0, 600.0), log=True),
+    "ecc-sbe-storm": Magnitude(
+        "corrected ECC errors per second", 15.0, 20_000.0, (15.0, 100.0, 1_000.0, 20_000.0), log=True
+    ),
 }
 #: the ground-truth name of a single benign XID (an event the detectors should report, not a fault)
 BENIGN_XID: Final = "xid"
@@ -211,7 +273,9 @@ class FaultPlan:
     def magnitude(self, fault: str, rng: np.random.Generator) -> float | None:
         """A graded strength for a fault of this class (None: the plan is not graded, or the class has none)."""
         m = MAGNITUDES.get(fault)
-        return None if m is None or not self.graded else float(rng.uniform(m.low, m.high))
+        if m is None or not self.graded:
+            return None
+        return float(np.exp(rng.uniform(np.log(m.low), np.log(m.high)))) if m.log else float(rng.uniform(m.low, m.high))
 
     def rate_per_node_s(self, fault: str) -> float:
         if fault not in self.classes:
@@ -234,7 +298,7 @@ class FaultPlan:
 
     def draw_duration_s(self, fault: str, rng: np.random.Generator) -> float:
         """A repair time from the class's trace quantiles (log-linear between them), compressed and clipped."""
-        hours = np.interp(rng.random(), REPAIR_QUANTILES, np.log(TRACE_CLASSES[fault].repair_hours))
+        hours = np.interp(rng.random(), REPAIR_QUANTILES, np.log(repair_class(fault).repair_hours))
         return float(np.clip(math.exp(hours) * 3600 * self.duration_scale, self.min_duration_s, self.max_duration_s))
 
 
@@ -254,8 +318,9 @@ XID_TEXT: Final[dict[int, str]] = {
 }
 #: classes whose signature needs the job to keep running
 _HOLDS_JOB: Final = frozenset(
-    {"thermal-throttling", "nvlink-down", "pcie-link-degraded", "memory-leak", "straggler", "xid-storm"}
-)
+    {"thermal-throttling", "nvlink-down", "pcie-link-degraded", "memory-leak", "straggler", "xid-storm",
+     "power-brake", "pcie-replay-storm", "hbm-thermal"}
+)  # fmt: skip
 
 
 @dataclass
@@ -283,6 +348,12 @@ class Effects:
     stall_until: np.ndarray = field(init=False)
     lost: np.ndarray = field(init=False)
     restarted_at: np.ndarray = field(init=False)
+    brake: np.ndarray = field(init=False)
+    #: C the memory runs hotter at full power (a degraded thermal interface over the HBM)
+    hbm_add: np.ndarray = field(init=False)
+    #: storms: corrected errors per second (CRC per link)
+    sbe_rate: np.ndarray = field(init=False)
+    crc_rate: np.ndarray = field(init=False)
     # health counters (what NVML reports as totals)
     ecc_corrected: np.ndarray = field(init=False)
     ecc_uncorrected: np.ndarray = field(init=False)
@@ -319,6 +390,10 @@ class Effects:
         self.stall_until = np.full(n, -np.inf)
         self.lost = np.zeros(n, dtype=bool)
         self.restarted_at = np.full(n, -np.inf)
+        self.brake = np.zeros(n, dtype=bool)
+        self.hbm_add = np.zeros(n)
+        self.sbe_rate = np.zeros(n)
+        self.crc_rate = np.zeros((n, links))
         for name in ("ecc_corrected", "ecc_uncorrected", "remap_correctable", "remap_uncorrectable",
                      "remap_pending", "remap_failure", "retired_sbe", "retired_dbe", "retired_pending",
                      "pcie_replay"):  # fmt: skip
@@ -357,6 +432,8 @@ class GpuView:
     slowdown_c: np.ndarray
     pcie_bytes_per_s: np.ndarray
     nvlink_bytes_per_s: np.ndarray
+    #: the memory's max operating temperature (NaN: no HBM, no memory temperature)
+    memory_max_c: np.ndarray
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,9 +550,12 @@ class FaultInjector:
         e.leak_bytes += e.leak_rate * dt
         busy = now.sched.gpu_busy & ~e.lost
         e.pcie_replay += rng.poisson(e.replay_rate * dt * busy + self._replay_noise * dt / _DAY_S)
-        e.ecc_corrected[self._has_ecc] += rng.poisson(self._weak[self._has_ecc] * dt / 3600.0)
+        ecc = self._has_ecc
+        e.ecc_corrected[ecc] += rng.poisson((self._weak[ecc] / 3600.0 + e.sbe_rate[ecc]) * dt)
         if e.links:
-            e.nvl_crc += rng.poisson(dt / (3 * _DAY_S), e.nvl_crc.shape) * (e.link_up & e.link_exists)
+            crc = rng.poisson((1 / (3 * _DAY_S) + e.crc_rate) * dt) * (e.link_up & e.link_exists)
+            e.nvl_crc += crc
+            e.nvl_replay += rng.binomial(crc, 0.02)  # a CRC error is a replayed flit; a few need a second try
         storm = np.flatnonzero(e.xid_interval > 0)
         if len(storm):
             fire = storm[rng.random(len(storm)) < dt / e.xid_interval[storm]]
@@ -513,12 +593,17 @@ class FaultInjector:
         app, busy = sched.gpu_app, sched.gpu_busy
         where: dict[str, np.ndarray] = {
             "thermal-throttling": busy & self._steady_busy[app] & (now.busy_power >= 0.45),
+            "hbm-thermal": busy & self._steady_busy[app] & (now.busy_power >= 0.45) & ~np.isnan(v.memory_max_c),
             "nvlink-down": v.has_nvlink & sched.multi & (self._nvlink_level[app] > 0),
             "pcie-link-degraded": busy & self._busy_apps[app],
             "memory-leak": (sched.gpu_job >= 0) & (now.memory_frac < 0.7),
             "straggler": sched.multi & self._sync_apps[app],
             "xid-storm": busy,
             "ecc-uncorrectable": self._has_ecc,
+            "power-brake": busy & self._busy_apps[app],
+            "nvlink-crc-storm": v.has_nvlink,
+            "pcie-replay-storm": busy & self._busy_apps[app],
+            "ecc-sbe-storm": self._has_ecc,
         }
         out: np.ndarray = free & where[fault] if fault in where else free  # fallen-off-bus: any GPU
         return out
@@ -533,7 +618,7 @@ class FaultInjector:
     def _start(self, fault: str, now: Now, out: Round, inj: Injection | None) -> bool:
         """Start a fault (at the injection's target, else an eligible one); False when there is none."""
         v, rng = self.view, self.rng
-        node_level = TRACE_CLASSES[fault].scope == "node"
+        node_level = fault in TRACE_CLASSES and TRACE_CLASSES[fault].scope == "node"
         mask = self.eligible(fault, now)
         if inj is not None and inj.node is not None:
             target = inj.node if node_level else inj.node * v.gpus_per_node + (inj.gpu or 0)
@@ -611,6 +696,17 @@ class FaultInjector:
             e.remap_pending[g], e.retired_pending[g], e.remap_failure[g] = 0.0, 0.0, 0.0
         elif name == "fallen-off-bus":
             e.lost[g] = False
+        elif name == "hbm-thermal":
+            e.hbm_add[g] = 0.0
+        elif name == "power-brake":
+            e.brake[g], e.clock_factor[g] = False, 1.0
+            e.wait[fault.peers] = 0.0
+        elif name == "nvlink-crc-storm":
+            e.crc_rate[g] = 0.0
+        elif name == "pcie-replay-storm":
+            e.replay_rate[g] = 0.0
+        elif name == "ecc-sbe-storm":
+            e.sbe_rate[g] = 0.0
 
     # one starter per class: (target GPU or node, now, duration) -> what happened
     def _start_thermal_throttling(self, g: int, now: Now, _duration: float, magnitude: float | None) -> Started:
@@ -737,6 +833,42 @@ class FaultInjector:
         self.effects.lost[g] = True
         changed = self._kill(g, now)
         return Started("XID 79: GPU has fallen off the bus; its samples stop until it is back", [], events, changed)
+
+    def _start_hbm_thermal(self, g: int, now: Now, _duration: float, magnitude: float | None) -> Started:
+        v, e = self.view, self.effects
+        over = float(self.rng.uniform(6, 15)) if magnitude is None else magnitude
+        power = max(float(now.busy_power[g]), 0.2)
+        die = now.inlet_c[g] + v.thermal_rise_c[g] * max(0.8 * power, 0.3)
+        # heat enough that the memory would settle `over` C above its maximum at this power
+        e.hbm_add[g] = max(v.memory_max_c[g] + over - (0.7 * die + 21), 1.0) / min(power, 1.0)
+        top = float(v.memory_max_c[g])
+        return Started(f"HBM thermal interface degraded: memory would settle {over:.0f} C over its {top:.0f} C maximum")
+
+    def _start_power_brake(self, g: int, now: Now, _duration: float, _magnitude: float | None) -> Started:
+        e = self.effects
+        factor = float(self.rng.uniform(0.3, 0.6))
+        e.brake[g], e.clock_factor[g] = True, factor
+        peers = self._peers(g, now.sched) if now.sched.multi[g] and self._sync_apps[now.sched.gpu_app[g]] else []
+        e.wait[peers] = 1 - factor
+        e.wait_period[peers] = int(self.rng.integers(3, 8))
+        return Started(f"external power brake asserted: SM clock x{factor:.2f}, {len(peers)} peers wait", peers)
+
+    def _start_nvlink_crc_storm(self, g: int, _now: Now, _duration: float, magnitude: float | None) -> Started:
+        v, e, rng = self.view, self.effects, self.rng
+        rate = float(rng.uniform(500, 20_000)) if magnitude is None else magnitude
+        link = int(rng.integers(int(v.nvlink_count[g])))
+        e.crc_rate[g, link] = rate
+        return Started(f"marginal NVLink {link}: {rate:.0f} CRC errors/s, the link stays up")
+
+    def _start_pcie_replay_storm(self, g: int, _now: Now, _duration: float, magnitude: float | None) -> Started:
+        per_min = float(self.rng.uniform(30, 600)) if magnitude is None else magnitude
+        self.effects.replay_rate[g] = per_min / 60.0
+        return Started(f"marginal PCIe link: {per_min:.0f} replays/min while busy, the link keeps its width")
+
+    def _start_ecc_sbe_storm(self, g: int, _now: Now, _duration: float, magnitude: float | None) -> Started:
+        rate = float(self.rng.uniform(100, 20_000)) if magnitude is None else magnitude
+        self.effects.sbe_rate[g] = rate
+        return Started(f"HBM wearing out: {rate:.0f} corrected (single-bit) ECC errors/s")
 
     # --- helpers ------------------------------------------------------------------------------------------
     def _kill(self, g: int, now: Now) -> list[int]:

@@ -46,7 +46,7 @@ from pipeline.events import (
     NvLinkSample,
     SampleBatch,
 )
-from pipeline.vocab import CLOCK_REASONS, GPU_IDLE, HW_THERMAL, SW_POWER_CAP, SW_THERMAL
+from pipeline.vocab import CLOCK_REASONS, GPU_IDLE, HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, SW_POWER_CAP, SW_THERMAL
 from producers.simulator.faults import FaultInjector, FaultPlan, GpuView, Now
 from producers.simulator.hardware import MIXES, MODELS, NODE_KINDS, GpuModel, NodeKind, kind_fits, node_topology
 from producers.simulator.hardware import nic_names as kind_nic_names
@@ -79,12 +79,17 @@ _GIB = 2**30
 #: PCIe bandwidth per lane and direction, bytes/s, by generation (after encoding overhead)
 _LANE_BYTES = np.array([0.0, 0.25e9, 0.5e9, 0.985e9, 1.969e9, 3.938e9, 7.563e9, 15.125e9])
 _THERMAL_TAU_S = 45.0
+#: an HBM board's memory max operating temperature (NVML_TEMPERATURE_THRESHOLD_MEM_MAX); no capture here reports
+#: one (every board in tests/testdata says N/A), 95 C is what nvidia-smi's "Memory Max Operating Temp" shows for HBM
+#: boards in public reports and tools' fixtures: an assumption, used only by the simulator
+_HBM_MAX_C = 95.0
 _POWER_EWMA_S = 60.0
 _BIT_IDLE = float(GPU_IDLE)
 _BIT_APP_CLOCKS = float(next(r.bit for r in CLOCK_REASONS if r.name == "ApplicationsClocksSetting"))
 _BIT_POWER_CAP = float(SW_POWER_CAP)
 _BIT_SW_THERMAL = float(SW_THERMAL)
 _BIT_HW_THERMAL = float(HW_THERMAL)
+_BIT_BRAKE = float(HW_SLOWDOWN | HW_POWER_BRAKE)
 _HASHING = APP_INDEX["hashing"]
 _SERVING = APP_INDEX["llm-serving"]
 _BURSTY = np.array([a in PROFILES and PROFILES[a].dynamics in ("bursty", "interactive") for a in APP_INDEX])
@@ -199,7 +204,9 @@ class Fleet:
         self._z = noise_rng.standard_normal(n)
         self._on = np.zeros(n, dtype=bool)
         self._f_thermal = np.ones(n)
+        self._f_hbm = np.ones(n)
         self._temp = np.full(n, np.nan)
+        self._hbm_excess = np.zeros(n)
         self._energy = noise_rng.uniform(1e7, 5e8, n).round(3)  # energy since the driver loaded, days ago
         self._power_ewma = np.zeros(n)
         self._memory_frac = np.zeros(n)
@@ -236,6 +243,7 @@ class Fleet:
         )
         self._mclock_idle = np.where(col([m.hbm for m in models]), self._mclock_max, 405.0)
         self._slowdown = col([s.slowdown_celsius or 90.0 for s in spec])
+        self._mem_max = np.where(col([m.hbm for m in models]), _HBM_MAX_C, np.nan)
         self._shutdown = col([s.shutdown_celsius or 95.0 for s in spec])
         self._gen_max = col([s.pcie_gen_max or 3 for s in spec], dtype=np.float64)
         self._width_max = col([s.pcie_width_max or 16 for s in spec], dtype=np.float64)
@@ -299,6 +307,7 @@ class Fleet:
             self.cluster, self.nodes, self.uuids, self.gpus_per_node, self._has_nvlink, self._nvlinks.astype(int),
             [m.ecc for m in self.model], self._default_w, self._min_w, self._gen_max, self._width_max, self._usable,
             np.array([m.thermal_rise_c for m in self.model]), self._slowdown, lanes, self._nvlinks * self._link_bytes,
+            self._mem_max,
         )  # fmt: skip
 
     def _field_layouts(self) -> list[tuple[np.ndarray, np.ndarray, tuple[str, ...]]]:
@@ -319,7 +328,7 @@ class Fleet:
         for (fan, hbm, profiling, ecc, nvlink), members in groups.items():
             names = list(always)
             names += ["fan_speed_percent"] if fan else []
-            names += ["temperature_memory_celsius"] if hbm else []
+            names += ["temperature_memory_celsius", "temperature_memory_max_celsius"] if hbm else []
             names += ["sm_active_percent", "tensor_active_percent", "dram_active_percent"] if profiling else []
             names += ["ecc_corrected_total", "ecc_uncorrected_total"] if ecc else []
             if ecc == "remap":
@@ -508,14 +517,15 @@ class Fleet:
         # power, limits, clocks
         demand = np.maximum(self._idle_w, lv[:, L_POWER] * self._default_w * self._efficiency)
         demand *= e.clock_factor**2  # a GPU held at a lower clock also runs at a lower voltage
-        demand = np.maximum(demand * self._f_thermal**1.5, self._idle_w)
+        heat = self._f_thermal * self._f_hbm  # the clocks the thermal controllers (die, memory) allow
+        demand = np.maximum(demand * heat**1.5, self._idle_w)
         limit = np.minimum(self._operator_limit, e.cap_watts)
         capped = demand > limit
         # at the limit the controller swings around it: NVML's readings overshoot by a few percent now and then
         power = np.where(capped, limit * np.clip(1 + 0.03 * white[:, 1], 0.94, 1.1), demand)
         cap_factor = np.where(capped, (limit / demand) ** 0.45, 1.0)
         clock_frac = np.where(active, lv[:, L_CLOCK], 0.0)
-        clock = np.maximum(self._clock_max * clock_frac * self._boost * cap_factor * self._f_thermal * e.clock_factor,
+        clock = np.maximum(self._clock_max * clock_frac * self._boost * cap_factor * heat * e.clock_factor,
                            self._idle_clock)  # fmt: skip
         clock = np.minimum(clock, self._clock_max)
         # temperature: first-order lag towards inlet + R * power; the slowdown controller holds the threshold
@@ -531,7 +541,16 @@ class Fleet:
             self._f_thermal = np.clip(
                 np.where(over > 0, self._f_thermal - 0.03 * over * dt, self._f_thermal + 0.01 * dt), 0.3, 1.0
             )
-        throttled = self._f_thermal < 0.999
+        # the memory: ~0.7 of the die's rise; a degraded interface over the stacks (a fault) adds heat with power;
+        # above its max operating temperature the driver slows the clocks (SW thermal slowdown) to hold it there
+        mem_add = e.hbm_add * np.clip(power / np.maximum(self._default_w, 1.0), 0.2, 1.0)
+        if dt > 0:
+            self._hbm_excess += (mem_add - self._hbm_excess) * (1 - math.exp(-dt / _THERMAL_TAU_S))
+            over_mem = np.nan_to_num(0.7 * self._temp + 21 + self._hbm_excess - (self._mem_max - 1), nan=-1.0)
+            self._f_hbm = np.clip(
+                np.where(over_mem > 0, self._f_hbm - 0.03 * over_mem * dt, self._f_hbm + 0.01 * dt), 0.3, 1.0
+            )
+        throttled = (self._f_thermal < 0.999) | (self._f_hbm < 0.999)
         self._energy += power * dt
         alpha = 1 - math.exp(-dt / _POWER_EWMA_S) if dt > 0 else 1.0
         self._power_ewma += (power / self._default_w - self._power_ewma) * alpha
@@ -563,6 +582,7 @@ class Fleet:
         mask += np.where(throttled, _BIT_SW_THERMAL, 0.0)
         mask += np.where(self._temp >= self._slowdown, _BIT_HW_THERMAL, 0.0)
         mask += np.where((app == _HASHING) & active, _BIT_APP_CLOCKS, 0.0)
+        mask += np.where(e.brake, _BIT_BRAKE, 0.0)
         fan = np.where(self._fan == "curve", np.where(temp < 45, 0.0, np.clip(30 + (temp - 45) * 2.0, 30, 100)), 0.0)
         self._ib = lv[:, L_IB] * sched.multi_node
         return {
@@ -578,7 +598,8 @@ class Fleet:
             "memory_clock_mhz": np.where(has_job | active, self._mclock_busy, self._mclock_idle),
             "memory_clock_max_mhz": self._mclock_max,
             "temperature_gpu_celsius": np.round(temp),
-            "temperature_memory_celsius": np.round(0.7 * temp + 21),
+            "temperature_memory_celsius": np.round(0.7 * temp + 21 + self._hbm_excess),
+            "temperature_memory_max_celsius": self._mem_max,
             "temperature_slowdown_celsius": self._slowdown,
             "temperature_shutdown_celsius": self._shutdown,
             "power_watts": np.round(power, 2),

@@ -76,6 +76,19 @@ def test_an_inferred_application_raises_no_finding() -> None:
     assert [f.active for f in tracker.update(batch, codes, ["x"] * 120, batch.score)] == [True]  # named: found
 
 
+def test_an_anomaly_a_detector_already_explains_raises_no_finding() -> None:
+    """While a domain detector's finding tells why the GPU is slow (a power brake holds its clocks), the baseline
+    says nothing more; once that finding has cleared and the GPU is still anomalous, it does."""
+    until = [60 * 10**9]
+    tracker = settled()
+    tracker.explained = lambda _slots, ts: ts <= until[0]
+    batch, codes = _verdict_batch([float(t) for t in range(61)], [3] * 61)
+    assert tracker.update(batch, codes, ["x"] * 61, batch.score) == []
+    batch, codes = _verdict_batch([61.0], [3])
+    (finding,) = tracker.update(batch, codes, ["x"], batch.score)
+    assert finding.active and finding.since_ns == 0
+
+
 def test_a_calm_sample_restarts_the_streak() -> None:
     tracker = settled()
     batch, codes = _verdict_batch([float(t) for t in range(25)], [3] * 25)

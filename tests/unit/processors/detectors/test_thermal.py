@@ -1,7 +1,8 @@
-"""Thermal throttling: starts, repeats, clears and explains the GPU's rows."""
+"""Thermal throttling: starts, repeats, clears and explains the GPU's rows; the HBM's own slowdown is told apart."""
 
 from __future__ import annotations
 
+import pynvml
 import pytest
 
 from tests.unit.processors.detectors.driver import (
@@ -12,6 +13,8 @@ from tests.unit.processors.detectors.driver import (
     run,
     starts,
 )
+
+SW_THERMAL = pynvml.nvmlClocksThrottleReasonSwThermalSlowdown
 
 
 def test_thermal_throttling_starts_repeats_clears_and_explains() -> None:
@@ -53,3 +56,35 @@ def test_a_gpu_held_at_its_threshold_is_one_finding_at_any_sampling_interval(int
     _det, found, _batches = run(1800, shape, interval=interval)
     assert kinds(found) == {("thermal-throttling", "GPU-3")}
     assert len(starts(found)) == 1
+
+
+def test_the_memory_held_at_its_maximum_is_the_hbms_slowdown_not_the_dies() -> None:
+    """SW thermal slowdown with the die at 62 C and the memory at its 95 C maximum: NVML's one reason covers both
+    parts, and the finding names the memory (the die's wording would send someone to the wrong part)."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        m = m | {"temperature_memory_max_celsius": 95.0}
+        if gpu == 5 and 300 <= t < 900:
+            return m | {"temperature_gpu_celsius": 62.0, "temperature_memory_celsius": 94.0, "sm_clock_mhz": 1500.0,
+                        "throttle_reasons_mask": float(SW_THERMAL), "utilization_gpu_percent": 97.0}  # fmt: skip
+        if gpu == 2 and 300 <= t < 900:  # the die at its slowdown with SW thermal: the die's, whatever the memory
+            return m | {"temperature_gpu_celsius": 88.0, "temperature_memory_celsius": 94.0, "sm_clock_mhz": 1500.0,
+                        "throttle_reasons_mask": float(SW_THERMAL), "utilization_gpu_percent": 97.0}  # fmt: skip
+        return m
+
+    _det, found, _batches = run(1200, shape)
+    assert kinds(found) == {("hbm-thermal", "GPU-5"), ("thermal-throttling", "GPU-2")}
+    (hbm,) = [f for f in starts(found) if f.detector == "hbm-thermal"]
+    assert "memory at 94 C against its max operating 95 C while the die is at 62 C" in hbm.summary
+    assert "HBM" in hbm.action and hbm.evidence["memory_max_c"] == 95.0
+
+
+def test_without_a_reasons_mask_the_memory_over_its_maximum_is_enough() -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        m = {k: v for k, v in m.items() if k != "throttle_reasons_mask"} | {"temperature_memory_max_celsius": 95.0}
+        if gpu == 1 and 300 <= t < 900:
+            return m | {"temperature_memory_celsius": 96.0}
+        return m | {"temperature_memory_celsius": 93.0}  # near, not over: nothing
+
+    _det, found, _batches = run(1200, shape)
+    assert kinds(found) == {("hbm-thermal", "GPU-1")}

@@ -14,7 +14,7 @@ import pytest
 
 from pipeline.codec import encode_samples
 from pipeline.config import ValidationSettings
-from pipeline.events import InterpretedBatch, Verdict, Workload
+from pipeline.events import METRIC_INDEX, InterpretedBatch, Verdict, Workload
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet
 from producers.simulator.faults import FaultPlan
@@ -60,7 +60,7 @@ def _expected(messages: list[tuple[int, InterpretedBatch]]) -> Points:
     rows: dict[tuple[str, int], list[tuple[np.ndarray, float, Verdict]]] = defaultdict(list)
     for _, b in messages:
         values = rollup_values(b)
-        mask = b.metrics[:, 16]
+        mask = b.metrics[:, METRIC_INDEX["throttle_reasons_mask"]]
         for i in range(len(b)):
             wl = b.workload[i]
             tags = series_tags(b.cluster[i], b.node[i], b.gpu_uuid[i], b.gpu_index[i], b.gpu_model[i],
