@@ -334,6 +334,11 @@ class CollectorSettings(_Section):
     source: str = "nvml"
     #: the node name samples carry; unset: this host's name
     node: str | None = Field(default=None, min_length=1, max_length=253)
+    #: where the node sits, as the operator names it (a Kubernetes node label such as topology.kubernetes.io/zone or
+    #: a rack label, Slurm's topology.conf): its rack and the leaf switch its NICs hang off. Findings carry them, and
+    #: one finding on several nodes of one rack or switch at once is that place's incident (docs/health.md)
+    rack: str = Field(default="", max_length=253)
+    switch: str = Field(default="", max_length=253)
     dcgm_exporter_url: str = "http://127.0.0.1:9400/metrics"
     scrape_timeout_s: float = Field(default=5.0, gt=0, le=300)
     #: where sysfs is (InfiniBand ports, PCI paths, NUMA); a folder for tests and containers

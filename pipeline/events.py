@@ -187,6 +187,7 @@ FAULTS: Final[tuple[str, ...]] = (
     "pcie-replay-storm",
     "ecc-sbe-storm",
     "hbm-thermal",
+    "row-remap",
 )
 
 
@@ -420,6 +421,10 @@ class NodeTopology:
     nvswitches: int = 0
     #: the NVIDIA driver the node runs ("": not known): a factor its GPUs share (pipeline.health's incidents)
     driver_version: str = ""
+    #: where the node sits, as its operator names it ("": not known): its rack (power, cooling) and the leaf switch
+    #: its NICs hang off; factors its GPUs share with the rack's or the switch's other nodes
+    rack: str = ""
+    switch: str = ""
 
     @property
     def kafka_key(self) -> bytes:
@@ -484,8 +489,10 @@ class Finding:
     evidence: dict[str, float] = field(default_factory=dict)
     workload: Workload | None = None
     gpu_index: int | None = None
-    #: the driver its node runs, from the node's topology ("": not known); an alert label
+    #: the driver its node runs, its rack and its leaf switch, from the node's topology ("": not known); alert labels
     driver_version: str = ""
+    rack: str = ""
+    switch: str = ""
 
     @property
     def dedup_key(self) -> str:

@@ -132,7 +132,13 @@ RULES: Final[dict[str, Rule]] = {
 #: bad job image): its GPUs keep their state, but get no per-GPU remedy (no drain, no reset of a third of a fleet)
 INCIDENT_SHARE: Final = 0.3
 INCIDENT_MIN_GPUS: Final = 4
-_SHARED_LABELS: Final = ("driver_version", "gpu_model", "application", "job")
+#: the same for a place: one finding kind on GPUs of this many nodes of one rack, or behind one leaf switch, at once
+#: is that place's incident (a rack's power or cooling, a switch), whatever share of the cluster that is. Independent
+#: faults run at ~2e-3 per node-day (the StepFun trace): three at once in one rack is not chance
+INCIDENT_MIN_NODES: Final = 3
+#: where a node sits, as its topology names it (pipeline.events.NodeTopology)
+PLACES: Final = ("rack", "switch")
+_SHARED_LABELS: Final = ("driver_version", *PLACES, "gpu_model", "application", "job")
 #: warning-severity XIDs are the application's (Xid catalog RESTART_APP): the job is restarted, the GPU is fine
 _APP_XID_REMEDY: Final = Remedy.RESTART_JOB
 #: XID 154 (recovery action changed: reboot required) and 79 are the node's
@@ -192,8 +198,9 @@ class FiringFinding:
 
 @dataclass(frozen=True, slots=True)
 class Incident:
-    """One finding kind on many GPUs of a cluster at once: a fleet incident, not N sick GPUs. ``shared``: the
-    labels every affected GPU has in common (driver version, model, application, job), the first place to look."""
+    """One finding kind on many GPUs of a cluster (or of one rack's or switch's nodes) at once: a fleet incident, not N
+    sick GPUs. ``of_gpus``: the cluster's GPUs (a place's: its affected nodes' GPUs). ``shared``: the labels every
+    affected GPU has in common (driver version, rack, switch, model, application, job), the first place to look."""
 
     cluster: str
     detector: str
@@ -262,12 +269,11 @@ def assess(
         by_gpu.setdefault((cluster, node, gpu), [])
         by_node.setdefault((cluster, node), [])
     judged = [(f, reason_of(f)) for f in firing]
-    incidents = _incidents(judged, seen)
-    breaker = {(i.cluster, i.detector) for i in incidents}
+    incidents, breaker = _incidents(judged, seen)
     for f, reason in judged:
         cluster, node, uuid = f.labels.get("cluster", ""), f.labels.get("node", ""), f.labels.get("gpu")
         by_node.setdefault((cluster, node), [])
-        in_incident = reason is not None and (cluster, reason.detector) in breaker
+        in_incident = reason is not None and (cluster, node, uuid, reason.detector) in breaker
         # part of a fleet incident: no per-GPU action
         r = dataclasses.replace(reason, remedy=Remedy.NONE) if reason is not None and in_incident else reason
         if uuid:
@@ -335,27 +341,55 @@ def _lifted(reasons: Iterable[Reason], now: Health) -> list[Reason]:
 
 def _incidents(
     judged: list[tuple[FiringFinding, Reason | None]], fleet: Mapping[tuple[str, str, str], int | None]
-) -> tuple[Incident, ...]:
-    """Fleet incidents: per cluster whose membership is known (``fleet``), each finding kind that changes a state
-    (its reason is not None) and fires on :data:`INCIDENT_SHARE` of its GPUs (at least :data:`INCIDENT_MIN_GPUS`)."""
+) -> tuple[tuple[Incident, ...], set[tuple[str, str, str | None, str]]]:
+    """Fleet incidents, and the (cluster, node, GPU, finding kind) they cover (the circuit breaker's). Per cluster
+    whose membership is known (``fleet``): each finding kind that changes a state (its reason is not None) and fires
+    on :data:`INCIDENT_SHARE` of its GPUs (at least :data:`INCIDENT_MIN_GPUS`); else on GPUs of at least
+    :data:`INCIDENT_MIN_NODES` nodes of one place (:data:`PLACES`), out of those nodes' GPUs."""
     size: dict[str, int] = {}
-    for cluster, _, _ in fleet:
+    per_node: dict[tuple[str, str], int] = {}
+    for cluster, node, _ in fleet:
         size[cluster] = size.get(cluster, 0) + 1
+        per_node[(cluster, node)] = per_node.get((cluster, node), 0) + 1
     hit: dict[tuple[str, str], dict[str, FiringFinding]] = {}
     for f, reason in judged:
         cluster, gpu, detector = f.labels.get("cluster", ""), f.labels.get("gpu"), f.labels.get("detector", "")
-        if gpu and cluster in size and reason is not None:
+        if gpu and reason is not None:
             hit.setdefault((cluster, detector), {})[gpu] = f
-    out = []
+    out, covered = [], set()
     for (cluster, detector), gpus in sorted(hit.items()):
-        if len(gpus) >= max(INCIDENT_MIN_GPUS, INCIDENT_SHARE * size[cluster]):
-            found = list(gpus.values())
-            shared = tuple(
-                (k, found[0].labels[k]) for k in _SHARED_LABELS
-                if k in found[0].labels and all(f.labels.get(k) == found[0].labels[k] for f in found)
-            )  # fmt: skip
-            out.append(Incident(cluster, detector, len(gpus), size[cluster], shared, min(f.since_ns for f in found)))
-    return tuple(out)
+        whole = cluster in size and len(gpus) >= max(INCIDENT_MIN_GPUS, INCIDENT_SHARE * size[cluster])
+        for found in [list(gpus.values())] if whole else _same_place(gpus.values()):
+            nodes = {f.labels.get("node", "") for f in found}
+            of = size[cluster] if whole else sum(per_node.get((cluster, n), 0) for n in nodes) or len(found)
+            out.append(Incident(cluster, detector, len(found), of, _shared(found), min(f.since_ns for f in found)))
+            covered |= {(cluster, f.labels.get("node", ""), f.labels.get("gpu"), detector) for f in found}
+    return tuple(out), covered
+
+
+def _same_place(found: Iterable[FiringFinding]) -> list[list[FiringFinding]]:
+    """The firing findings (of one kind) grouped by each place they name; the groups that span enough nodes, each
+    finding in one group at most (the rack's before the switch's)."""
+    out: list[list[FiringFinding]] = []
+    left = list(found)
+    for place in PLACES:
+        groups: dict[str, list[FiringFinding]] = {}
+        for f in left:
+            if f.labels.get(place):
+                groups.setdefault(f.labels[place], []).append(f)
+        for _value, group in sorted(groups.items()):
+            if len({f.labels.get("node") for f in group}) >= INCIDENT_MIN_NODES:
+                out.append(group)
+                left = [f for f in left if f not in group]
+    return out
+
+
+def _shared(found: list[FiringFinding]) -> tuple[tuple[str, str], ...]:
+    """The labels every finding has in common (driver version, rack, switch, model, application, job)."""
+    first = found[0].labels
+    return tuple(
+        (k, first[k]) for k in _SHARED_LABELS if k in first and all(f.labels.get(k) == first[k] for f in found)
+    )
 
 
 def assessment_json(a: Assessment) -> dict[str, Any]:

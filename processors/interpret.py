@@ -32,8 +32,8 @@ class Stage(Protocol):
 
 class Interpreter:
     """The stages in order; with none, batches pass through as normalized (verdict ``unscored``). ``topology_of``
-    gives a node's topology: every finding carries the driver version its node runs (an alert label, a factor
-    fleet incidents name)."""
+    gives a node's topology: every finding carries the driver version its node runs, its rack and its switch (alert
+    labels, factors fleet incidents name)."""
 
     def __init__(self, stages: Sequence[Stage] = (), topology_of: TopologyOf | None = None) -> None:
         self.stages = list(stages)
@@ -52,8 +52,11 @@ class Interpreter:
     def _node_facts(self, findings: list[Finding]) -> list[Finding]:
         if self.topology_of is None:
             return findings
-        out = []
-        for f in findings:
-            topo = self.topology_of(f.cluster, f.node)
-            out.append(replace(f, driver_version=topo.driver_version) if topo and topo.driver_version else f)
-        return out
+        return [_with_node_facts(f, self.topology_of(f.cluster, f.node)) for f in findings]
+
+
+def _with_node_facts(f: Finding, topo: NodeTopology | None) -> Finding:
+    """The finding with what its node's topology says of the node: its driver, rack and switch."""
+    if topo is None or not (topo.driver_version or topo.rack or topo.switch):
+        return f
+    return replace(f, driver_version=topo.driver_version, rack=topo.rack, switch=topo.switch)

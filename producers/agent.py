@@ -153,8 +153,12 @@ class NodeAgent:
         stats_file: Path | None = None,
         clock: Callable[[], int] = time.time_ns,
         registry: CollectorRegistry | None = None,
+        rack: str = "",
+        switch: str = "",
     ) -> None:
         self.source, self.publisher, self.topics = source, publisher, topics
+        #: where this node sits (the operator's config), put on every topology the source leaves without one
+        self.rack, self.switch = rack, switch
         self.interval_s = interval_s
         self.topology_interval_s = topology_interval_s
         self.shutdown_grace_s = shutdown_grace_s
@@ -203,7 +207,8 @@ class NodeAgent:
 
     def _publish_topologies(self, ts_ns: int, stop: threading.Event) -> None:
         """Each node's topology, where it is new or changed since the agent last published it."""
-        for topology in self.source.topologies(ts_ns):
+        for found in self.source.topologies(ts_ns):
+            topology = dataclasses.replace(found, rack=found.rack or self.rack, switch=found.switch or self.switch)
             key = topology.kafka_key
             if _same_topology(self._topologies.get(key), topology):
                 continue

@@ -67,13 +67,14 @@ MIN_VISIBLE_S: Final[Mapping[str, float]] = {
     "power-brake": 30.0,
     # the memory heats with the thermal time constant, as the die does
     "hbm-thermal": 120.0,
+    "row-remap": 5.0,
     # a storm is judged on whole 60 s windows: the first one wholly inside the fault ends within 120 s
     "nvlink-crc-storm": 120.0,
     "pcie-replay-storm": 120.0,
     "ecc-sbe-storm": 120.0,
 }
 #: classes whose detection delay is judged against the "hard events" bar
-HARD: Final = ("xid-storm", "ecc-uncorrectable", "fallen-off-bus", "nvlink-down")
+HARD: Final = ("xid-storm", "ecc-uncorrectable", "fallen-off-bus", "nvlink-down", "row-remap")
 #: finding kinds that detect a class besides its own name: a storm's first XID is reported at once as an ``xid``
 #: finding naming it and its action (the storm finding follows when the XIDs repeat), so the user knows from then
 DETECTED_BY: Final[Mapping[str, tuple[str, ...]]] = {"xid-storm": ("xid-storm", "xid")}
@@ -85,12 +86,13 @@ ALSO_SHOWS: Final[Mapping[str, tuple[str, ...]]] = {"pcie-link-degraded": ("pcie
 #: the state each hard fault class must give its GPU (issue 12: a hard fault makes it unhealthy within 5 s). An
 #: application's XID storm (13/31/43/45, as the simulator injects) is the application's (Xid catalog RESTART_APP):
 #: its GPU is degraded, restart the job, and calling it unhealthy would be wrong; an NVLink down is at least
-#: degraded (unhealthy when critical)
+#: degraded (unhealthy when critical); a row remap waiting for its reset leaves a GPU that works: degraded, reset it
 HEALTH_EXPECTED: Final[Mapping[str, Health]] = {
     "ecc-uncorrectable": Health.UNHEALTHY,
     "fallen-off-bus": Health.UNHEALTHY,
     "nvlink-down": Health.DEGRADED,
     "xid-storm": Health.DEGRADED,
+    "row-remap": Health.DEGRADED,
 }
 
 

@@ -8,9 +8,8 @@ from typing import Final
 from pipeline.events import FAULTS
 
 (THERMAL, POWER, NVLINK, PCIE, LEAK, STRAGGLER, STORM, ECC, LOST_BUS, BRAKE, NVLINK_CRC, PCIE_REPLAY, SBE,
- HBM) = FAULTS  # fmt: skip
+ HBM, REMAP) = FAULTS  # fmt: skip
 XID: Final = "xid"
-REMAP: Final = "row-remap"
 IDLE: Final = "idle-capacity"
 #: a PCIe link narrow from the GPU's first sample: a property of its slot or VM (processors.detectors.links)
 PCIE_NARROW: Final = "pcie-link-narrow"
@@ -21,7 +20,6 @@ PHASE_SHIFT: Final = "phase-shift"
 DETECTORS: Final = (
     *FAULTS,
     XID,
-    REMAP,
     IDLE,
     PCIE_NARROW,
     COLLAPSE,

@@ -6,12 +6,15 @@ Two level conditions (debounced, processors.detectors.debounce):
 - ``thermal-throttling``: NVML's thermal slowdown reasons (HW or SW); HW slowdown with the GPU within 3 C of its
   slowdown temperature (HW slowdown alone can be a power brake); and, where a source sends no reasons mask, the GPU
   at its slowdown temperature with SM clocks under 90% of max. Critical within 3 C of the shutdown temperature.
-- ``hbm-thermal``: SW thermal slowdown (no HW thermal) with the memory within 3 C of its max operating temperature
-  (``NVML_TEMPERATURE_THRESHOLD_MEM_MAX``, DCGM's ``DCGM_FI_DEV_MEM_MAX_OP_TEMP``) and the die not near its slowdown
-  temperature; without a mask, the memory at or above that maximum (DCGM's ``VerifyHBMTemperature`` and gpud's
-  temperature component raise it on the memory temperature alone). NVML's SW thermal reason covers both the die's max
-  operating temperature and the memory's, so the die's reading would blame the wrong part: the memory stacks (their
-  cold plate, their thermal interface) overheat while the die is cool. Such rows are not ``thermal-throttling``.
+- ``hbm-thermal``: SW thermal slowdown (no HW bit) where the memory is the part nearer its limit: closer to its max
+  operating temperature (``NVML_TEMPERATURE_THRESHOLD_MEM_MAX``, DCGM's ``DCGM_FI_DEV_MEM_MAX_OP_TEMP``) than the die
+  is to its slowdown temperature, and within 10 C of it; without a mask, the memory at or above that maximum (DCGM's
+  ``VerifyHBMTemperature`` and gpud's temperature component raise it on the memory temperature alone). NVML's SW
+  thermal reason covers both the die's max operating temperature and the memory's, so the die's reading would blame
+  the wrong part: the memory stacks (their cold plate, their thermal interface) overheat while the die is cool. The
+  controller that holds the memory there lowers the clocks in steps, so a sample may find the memory a few degrees
+  under its maximum while the slowdown holds: which part is nearer its limit says whose slowdown it is, not one
+  threshold. Such rows are not ``thermal-throttling``.
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ from processors.episodes import Description, Episode
 
 LEVEL = Level(THERMAL, tau_s=10.0, on=0.6, off=0.15, clear_tau_s=90.0)
 HBM_LEVEL = Level(HBM, tau_s=10.0, on=0.6, off=0.15, clear_tau_s=90.0)
-#: HW slowdown this close to the slowdown temperature is heat (farther away it is a power brake); SW slowdown with
-#: the memory this close to its max operating temperature is the memory's
+#: HW slowdown this close to the slowdown temperature is heat (farther away it is a power brake)
 HOT_WITHIN_C = 3.0
+#: SW slowdown is the memory's only with the memory this close to its max operating temperature
+HBM_WITHIN_C = 10.0
 
 
 def conditions(m: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -44,8 +48,9 @@ def conditions(m: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     clock = rel[:, REL["sm_clock_ratio_of_max"]]
     hot = ~lt(temp, slowdown - HOT_WITHIN_C)
     mem_known = ~np.isnan(mem) & ~np.isnan(mem_max)
+    mem_margin, die_margin = mem_max - mem, np.where(np.isnan(temp) | np.isnan(slowdown), np.inf, slowdown - temp)
     hbm = bits(mask, SW_THERMAL) & ~bits(mask, HW_THERMAL | HW_SLOWDOWN) & ~hot & mem_known
-    hbm &= ~lt(mem, mem_max - HOT_WITHIN_C)
+    hbm &= lt(mem_margin, die_margin) & lt(mem_margin, HBM_WITHIN_C)
     hbm |= np.isnan(mask) & mem_known & ~lt(mem, mem_max)
     thermal = bits(mask, HW_THERMAL | SW_THERMAL) | (bits(mask, HW_SLOWDOWN) & hot)
     thermal |= np.isnan(mask) & ~lt(temp, slowdown) & lt(clock, 0.9)

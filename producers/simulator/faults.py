@@ -36,6 +36,10 @@ names a fault whose signature is in the telemetry. Signatures (what the fleet re
   its job dies; the GPU is back after the fault.
 - power-brake: the board's external power-brake signal holds its SM clock at 30-60 %, with NVML's HW slowdown and
   HW power brake reasons (0x08 | 0x80), the GPU cool (NVSentinel #1666); a synchronous job's peers wait on it.
+- row-remap: correctable errors in one row of a GPU's memory: Ampere+ marks the row for remapping
+  (``row_remap_correctable_total`` +1, ``row_remap_pending``, XID 63 and NVML's row-remap event), Volta retires the
+  page (``retired_pages_sbe_total`` +1, ``retired_pages_pending``, XID 63); the job runs on, the remap waits for the
+  GPU's reset at the end of the fault. (A remap that fails comes with an uncorrectable error: ecc-uncorrectable.)
 - hbm-thermal: the thermal interface over an HBM GPU's memory stacks degrades: the memory heats (with power) towards
   2-20 C over its max operating temperature, where the driver lowers clocks (SW thermal slowdown, 0x20) to hold it;
   the die stays cool.
@@ -149,6 +153,8 @@ OTHER_CLASSES: Final[dict[str, OtherClass]] = {
         # HBM that wears out corrects more and more errors before it fails: Llama 3's second cause (17.2 %)
         OtherClass("ecc-sbe-storm", "ecc-uncorrectable", ("GPU HBM3 Memory", 72)),
         OtherClass("hbm-thermal", "thermal-throttling", ("GPU Thermal Interface + Sensor", 6)),
+        # a pending remap waits for a reset, as a DBE's does
+        OtherClass("row-remap", "ecc-uncorrectable"),
     )
 }
 
@@ -604,6 +610,7 @@ class FaultInjector:
             "nvlink-crc-storm": v.has_nvlink,
             "pcie-replay-storm": busy & self._busy_apps[app],
             "ecc-sbe-storm": self._has_ecc,
+            "row-remap": self._has_ecc,
         }
         out: np.ndarray = free & where[fault] if fault in where else free  # fallen-off-bus: any GPU
         return out
@@ -691,7 +698,7 @@ class FaultInjector:
             e.wait[fault.peers] = 0.0
         elif name == "xid-storm":
             e.xid_interval[g] = 0.0
-        elif name == "ecc-uncorrectable":
+        elif name in ("ecc-uncorrectable", "row-remap"):
             # the GPU reset applied the remap (or retired the page)
             e.remap_pending[g], e.retired_pending[g], e.remap_failure[g] = 0.0, 0.0, 0.0
         elif name == "fallen-off-bus":
@@ -823,6 +830,22 @@ class FaultInjector:
             what = "page retirement pending until reset"
         changed = self._kill(g, now)
         return Started(f"{errors} uncorrectable ECC errors (DBE), {what}; job killed", [], events, changed)
+
+    def _start_row_remap(self, g: int, now: Now, _duration: float, _magnitude: float | None) -> Started:
+        v, e = self.view, self.effects
+        node, ts = int(self._node_of[g]), now.ts_ns
+        if v.ecc[g] == "remap":
+            e.remap_correctable[g] += 1
+            e.remap_pending[g] = 1
+            events = [(node, self._event(g, ts, EventKind.XID, 63)),
+                      (node, self._event(g, ts, EventKind.ROW_REMAP, 1, "row remap pending"))]  # fmt: skip
+            what = "a row remapped for correctable errors, pending until reset"
+        else:
+            e.retired_sbe[g] += 1
+            e.retired_pending[g] = 1
+            events = [(node, self._event(g, ts, EventKind.XID, 63, "ECC page retirement recording event"))]
+            what = "a page retired for repeated single-bit errors, pending until reset"
+        return Started(what, events=events)
 
     def _start_fallen_off_bus(self, g: int, now: Now, _duration: float, _magnitude: float | None) -> Started:
         node = int(self._node_of[g])

@@ -79,6 +79,9 @@ _GIB = 2**30
 #: PCIe bandwidth per lane and direction, bytes/s, by generation (after encoding overhead)
 _LANE_BYTES = np.array([0.0, 0.25e9, 0.5e9, 0.985e9, 1.969e9, 3.938e9, 7.563e9, 15.125e9])
 _THERMAL_TAU_S = 45.0
+#: where the simulated nodes sit: racks of 4 nodes (8-GPU servers at ~10 kW each, a 40 kW rack), 8 nodes per leaf
+NODES_PER_RACK = 4
+NODES_PER_SWITCH = 8
 #: an HBM board's memory max operating temperature (NVML_TEMPERATURE_THRESHOLD_MEM_MAX); no capture here reports
 #: one (every board in tests/testdata says N/A), 95 C is what nvidia-smi's "Memory Max Operating Temp" shows for HBM
 #: boards in public reports and tools' fixtures: an assumption, used only by the simulator
@@ -386,7 +389,11 @@ class Fleet:
     def topologies(self, ts_ns: int) -> list[NodeTopology]:
         gpn = self.gpus_per_node
         return [
-            node_topology(kind, self.cluster, node, self.uuids[i * gpn : (i + 1) * gpn], ts_ns)
+            replace(
+                node_topology(kind, self.cluster, node, self.uuids[i * gpn : (i + 1) * gpn], ts_ns),
+                rack=f"rack-{i // NODES_PER_RACK:03d}",
+                switch=f"leaf-{i // NODES_PER_SWITCH:03d}",
+            )
             for i, (kind, node) in enumerate(zip(self.kinds, self.nodes, strict=True))
         ]
 

@@ -54,6 +54,8 @@ LABELS: Final = (
     "application",
     "verdict",
     "driver_version",
+    "rack",
+    "switch",
 )
 _VOCABULARY: Final[dict[str, tuple[str, ...]]] = {
     "severity": tuple(s.value for s in Severity),
@@ -512,8 +514,9 @@ def finding_labels(f: Finding) -> dict[str, str]:
                 labels[name] = value
     if f.detector == "baseline-anomaly":
         labels["verdict"] = Verdict.ANOMALOUS.value
-    if f.driver_version:
-        labels["driver_version"] = f.driver_version
+    for name, value in (("driver_version", f.driver_version), ("rack", f.rack), ("switch", f.switch)):
+        if value:
+            labels[name] = value
     return labels
 
 

@@ -75,6 +75,8 @@ def collect_cmd(
         shutdown_grace_s=c.shutdown_grace_s,
         stats_file=stats_file,
         registry=exposed.registry,
+        rack=c.rack,
+        switch=c.switch,
     )
     try:
         report = agent.run(stop_event(), duration)

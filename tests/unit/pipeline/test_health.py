@@ -152,3 +152,25 @@ def test_one_kind_on_a_third_of_a_cluster_at_once_is_a_fleet_incident_without_pe
     few = assess(hot[:2], fleet, NOW)
     assert few.incidents == () and one(few, "GPU-0").remedy is Remedy.INSPECT
     assert assess(hot).incidents == ()  # without the fleet's membership there is no share to judge
+
+
+def test_one_kind_on_three_nodes_of_one_rack_is_the_racks_incident() -> None:
+    """A rack's cooling: thermal throttling on GPUs of 3 of its nodes at once, 12% of a 100-node cluster, is one
+    incident naming the rack (and no per-GPU remedy for them); the same on 2 nodes of a rack, or on 3 nodes of 3
+    racks, is per-GPU (independent faults are rare: three at once in one rack is not chance)."""
+    fleet = [("c", f"node-{n}", f"GPU-{n}-{g}", NOW) for n in range(100) for g in range(4)]
+
+    def hot(node: int, gpu: int, rack: str) -> FiringFinding:
+        f = firing("thermal-throttling", "warning", node=f"node-{node}", gpu=f"GPU-{node}-{gpu}")
+        return FiringFinding(f.labels | {"rack": rack, "switch": f"leaf-{node}"}, f.summary, f.since_ns, f.evidence)
+
+    rack = [hot(n, g, "r7") for n in (40, 41, 42) for g in range(2)]
+    h = assess([*rack, hot(90, 0, "r9")], fleet, NOW)
+    (incident,) = h.incidents
+    assert (incident.detector, incident.gpus, incident.of_gpus) == ("thermal-throttling", 6, 12)
+    assert ("rack", "r7") in incident.shared and not any(k == "switch" for k, _ in incident.shared)
+    assert {one(h, f"GPU-{n}-0").remedy for n in (40, 41, 42)} == {Remedy.NONE}
+    assert one(h, "GPU-90-0").remedy is Remedy.INSPECT  # another rack: its own
+    assert assess(rack[:4], fleet, NOW).incidents == ()  # 2 nodes of the rack
+    spread = [hot(n, 0, f"r{n}") for n in (40, 50, 60)]
+    assert assess(spread, fleet, NOW).incidents == ()

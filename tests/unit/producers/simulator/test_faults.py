@@ -229,6 +229,25 @@ def test_ecc_uncorrectable(run: Run) -> None:
     assert (run.series(uuid, "utilization_gpu_percent", START_S + 5, START_S + DURATION_S) == 0).all()
 
 
+def test_row_remap_pending_until_the_reset_while_the_job_runs_on(run: Run) -> None:
+    r = run.record("row-remap")
+    uuid = r.gpu_uuid
+    assert uuid is not None
+    assert {(e.kind, e.code, e.ts_ns) for e in run.events[uuid]} <= {
+        (EventKind.XID, 63, r.start_ns),
+        (EventKind.ROW_REMAP, 1, r.start_ns),
+    }
+    assert (EventKind.XID, 63) in {(e.kind, e.code) for e in run.events[uuid]}
+    m = next(s.metrics for s in run.samples[uuid] if s.ts_ns == r.start_ns)
+    assert m.get("row_remap_pending", 0) + m.get("retired_pages_pending", 0) == 1
+    assert m.get("ecc_uncorrected_total", 0) == 0  # correctable: no DBE
+    after = next(s.metrics for s in run.samples[uuid] if s.ts_ns == r.end_ns)
+    assert after.get("row_remap_pending", 0) == 0 and after.get("retired_pages_pending", 0) == 0  # reset
+    before = run.series(uuid, "utilization_gpu_percent", START_S - 30, START_S)
+    during = run.series(uuid, "utilization_gpu_percent", START_S + 5, START_S + 35)
+    assert (during > 0).mean() >= (before > 0).mean()  # the job was not killed
+
+
 def test_fallen_off_the_bus(run: Run) -> None:
     r = run.record("fallen-off-bus")
     uuid = r.gpu_uuid
