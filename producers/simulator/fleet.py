@@ -269,10 +269,14 @@ class Fleet:
         position = (np.arange(n) % gpn) / max(gpn - 1, 1) * 4.0  # GPUs further down the airflow run warmer
         self._inlet = ambient + position + rng.normal(0, 1.0, n)
         self._boost = np.clip(rng.normal(1.0, 0.01, n), 0.97, 1.0)
-        # operators cap some nodes' GPUs for good (a state, set before the fleet's first round)
-        capped = np.repeat(rng.random(len(self.kinds)) < 0.08, gpn)
+        # operators cap a pool of nodes for good (a state, set before the fleet's first round): one limit for every
+        # node of a kind, as a power budget is set per pool, so the GPUs of a job (one kind) share it. Per-GPU
+        # limits drawn at random made a job's lowest-capped GPU its straggler by construction (seed 10243's day one)
+        pools = sorted({k.name for k in self.kinds})
+        share = {name: float(rng.uniform(0.7, 0.85)) if rng.random() < 0.08 else 1.0 for name in pools}
+        frac = np.repeat([share[k.name] for k in self.kinds], gpn)
         self._base_limit = np.where(
-            capped, np.maximum(np.round(self._default_w * rng.uniform(0.7, 0.85, n)), self._min_w), self._default_w
+            frac < 1.0, np.maximum(np.round(self._default_w * frac), self._min_w), self._default_w
         )
         self._operator_limit = self._base_limit.copy()
         self._node_of = np.arange(n) // gpn
