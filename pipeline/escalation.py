@@ -89,8 +89,10 @@ class History:
     """The episodes of the lookback, for whoever sees the findings go by (the alert manager): seeded from the
     store at start, kept up to date finding by finding, forgotten when older than every rule's window."""
 
-    def __init__(self, rules: HealthSettings, past: Iterable[Episode] = ()) -> None:
+    def __init__(self, rules: HealthSettings, past: Iterable[Episode] = (), keep: frozenset[str] = frozenset()) -> None:
         self.rules = rules
+        #: finding kinds kept though they change no state (a reliability report's idle capacity)
+        self.keep = keep
         self._episodes: dict[tuple[str, str, str | None, str, int], Episode] = {}
         for e in past:
             self.add(e)
@@ -101,7 +103,7 @@ class History:
     def add(self, e: Episode) -> bool:
         """Record an episode (or its newer state); whether anything a rule reads changed. An episode that changes
         no state (info) is not kept: no rule reads it."""
-        if e.reason is None:
+        if e.reason is None and e.detector not in self.keep:
             return False
         key = (e.cluster, e.node, e.gpu, e.detector, e.since_ns)
         old = self._episodes.get(key)

@@ -11,7 +11,11 @@ gpud's users ask their dashboards for):
 - **time to repair**: from an incident's start to its end (the finding cleared: the GPU reset, replaced, or back),
   median and p90 over the incidents that ended; the ones still open are counted apart;
 - **lemon nodes**: pipeline.escalation's rule over the range;
-- **per day**: incidents and degradations by the day they started.
+- **per day**: incidents and degradations by the day they started;
+- **effective time per job** (Llama 3 reports "more than 90% effective training time"): the share of a job's time
+  (its first to its last 10 minutes in the job summaries) when its GPUs were all healthy and busy, i.e. no GPU of it
+  had a finding that made it degraded or unhealthy, nor an ``idle-capacity`` one (held, not used); the time lost,
+  and the finding kinds that cost it, worst first.
 
 Time to detect needs to know when a fault really began, which only ground truth says: the evaluation reports it
 (``hermeneut evaluate``, its health-state table), not this. Everything here is a pure function of the episodes and
@@ -36,6 +40,30 @@ GROUPINGS: Final = ("cluster", "gpu_model", "node")
 _DAY_NS: Final = 86_400 * NS_PER_S
 #: (cluster, node, GPU, GPU model, first sample, last sample), as sinks.query.fleet.gpu_spans gives them
 Span = tuple[str, str, str, str, int, int]
+#: (cluster, job, application, start of its first 10 minutes, end of its last, GPU-hours), as
+#: sinks.query.jobs.job_spans gives them
+JobSpan = tuple[str, str, str, int, int, float]
+#: a GPU of a job that holds it without using it: not busy, so not effective time
+_IDLE: Final = "idle-capacity"
+
+
+@dataclass(frozen=True, slots=True)
+class JobTime:
+    """One job's effective time over the range (module docstring)."""
+
+    cluster: str
+    job: str
+    application: str
+    hours: float
+    gpu_hours: float
+    #: hours when a GPU of the job was degraded, unhealthy or idle
+    lost_hours: float
+    #: (finding kind, hours it covered), most first
+    causes: tuple[tuple[str, float], ...]
+
+    @property
+    def effective(self) -> float:
+        return 1.0 - self.lost_hours / self.hours if self.hours > 0 else 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,20 +93,31 @@ class Report:
     lemons: tuple[tuple[str, str, str], ...]
     #: (day start, incidents, degradations), oldest first
     days: tuple[tuple[int, int, int], ...]
+    #: per job, least effective first
+    jobs: tuple[JobTime, ...] = ()
+    #: what the report could not say, and why
+    notes: tuple[str, ...] = ()
 
 
 def _merged(points: Iterable[Episode], rules: HealthSettings) -> list[Episode]:
-    history = History(rules)
+    history = History(rules, keep=frozenset({_IDLE}))
     for p in points:
         history.add(p)
     return history.episodes()
 
 
 def reliability(
-    spans: Sequence[Span], points: Iterable[Episode], start_ns: int, stop_ns: int, by: str, rules: HealthSettings
+    spans: Sequence[Span],
+    points: Iterable[Episode],
+    start_ns: int,
+    stop_ns: int,
+    by: str,
+    rules: HealthSettings,
+    jobs: Sequence[JobSpan] = (),
 ) -> Report:
     """The figures per ``by`` (one of :data:`GROUPINGS`) over ``[start, stop)`` (module docstring): ``points`` are
-    the stored finding points (sinks.query.fleet.finding_episodes), merged here into episodes."""
+    the stored finding points (sinks.query.fleet.finding_episodes), merged here into episodes; ``jobs`` the jobs to
+    give an effective time."""
     if by not in GROUPINGS:
         raise ValueError(f"group by one of {', '.join(GROUPINGS)}, not {by!r}")
     model = {(c, n, g): m for c, n, g, m, _, _ in spans}
@@ -96,7 +135,8 @@ def reliability(
         key = group_of(c, n, g)
         gpus[key] += 1
         hours[key] += max(0, min(last, stop_ns) - max(first, start_ns)) / 3600 / NS_PER_S
-    episodes = [e for e in _merged(points, rules) if e.gpu and start_ns <= e.since_ns < stop_ns]
+    merged = _merged(points, rules)
+    episodes = [e for e in merged if e.gpu and start_ns <= e.since_ns < stop_ns]
     incidents: dict[str, list[Episode]] = defaultdict(list)
     degraded: dict[str, int] = defaultdict(int)
     days: dict[int, list[int]] = defaultdict(lambda: [0, 0])
@@ -128,7 +168,40 @@ def reliability(
         for r in reasons
         if r.detector == "lemon-node"
     )
-    return Report(by, start_ns, stop_ns, tuple(rows), lemons, tuple((d, v[0], v[1]) for d, v in sorted(days.items())))
+    return Report(by, start_ns, stop_ns, tuple(rows), lemons, tuple((d, v[0], v[1]) for d, v in sorted(days.items())),
+                  job_times(jobs, merged, start_ns, stop_ns))  # fmt: skip
+
+
+def job_times(jobs: Sequence[JobSpan], episodes: Iterable[Episode], start_ns: int, stop_ns: int) -> tuple[JobTime, ...]:
+    """Each job's effective time within ``[start, stop)`` (module docstring), least effective first; ``episodes``
+    merged (an open one lasts to ``stop``)."""
+    costly: dict[tuple[str, str], list[tuple[int, int, str]]] = defaultdict(list)
+    for e in episodes:
+        r = e.reason
+        if e.job and (e.detector == _IDLE or (r is not None and r.state in (Health.UNHEALTHY, Health.DEGRADED))):
+            costly[(e.cluster, e.job)].append((e.since_ns, stop_ns if e.open else e.seen_ns, e.detector))
+    out = []
+    for cluster, job, app, first, last, gpu_hours in jobs:
+        lo, hi = max(first, start_ns), min(last, stop_ns)
+        if hi <= lo:
+            continue
+        spans = [(max(a, lo), min(b, hi), kind) for a, b, kind in costly.get((cluster, job), []) if b > lo and a < hi]
+        by_kind = {k: _hours([(a, b) for a, b, x in spans if x == k]) for k in {kind for _, _, kind in spans}}
+        causes = sorted(by_kind.items(), key=lambda c: (-c[1], c[0]))
+        out.append(JobTime(cluster, job, app, round((hi - lo) / 3600 / NS_PER_S, 3), round(gpu_hours, 3),
+                           _hours([(a, b) for a, b, _ in spans]), tuple(causes)))  # fmt: skip
+    return tuple(sorted(out, key=lambda j: (j.effective, -j.gpu_hours, j.job)))
+
+
+def _hours(intervals: list[tuple[int, int]]) -> float:
+    """Hours the union of ``[a, b)`` intervals covers."""
+    total, end = 0, None
+    for a, b in sorted(intervals):
+        if end is None or a > end:
+            total, end = total + b - a, b
+        elif b > end:
+            total, end = total + b - end, b
+    return round(total / 3600 / NS_PER_S, 3)
 
 
 def report_json(r: Report) -> dict[str, Any]:
@@ -144,4 +217,11 @@ def report_json(r: Report) -> dict[str, Any]:
         ],
         "lemon_nodes": [{"cluster": c, "node": n, "why": why} for c, n, why in r.lemons],
         "days": [{"day_ns": d, "incidents": i, "degradations": g} for d, i, g in r.days],
+        "notes": list(r.notes),
+        "jobs": [
+            {"cluster": j.cluster, "job": j.job, "application": j.application, "hours": j.hours,
+             "gpu_hours": j.gpu_hours, "lost_hours": j.lost_hours, "effective": round(j.effective, 4),
+             "causes": [{"detector": k, "hours": h} for k, h in j.causes]}
+            for j in r.jobs
+        ],
     }  # fmt: skip

@@ -1,8 +1,10 @@
 """Reliability figures as the CLI (``hermeneut reliability``) and the HTTP API (``GET /api/v1/reliability``) show
-them: the stored finding history and the GPUs' spans (InfluxDB) folded by :func:`pipeline.reliability.reliability`."""
+them: the stored finding history, the GPUs' spans and the jobs' (InfluxDB) folded by
+:func:`pipeline.reliability.reliability`."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from pipeline.config import HealthSettings
@@ -10,6 +12,7 @@ from pipeline.errors import InvalidQuery
 from pipeline.reliability import GROUPINGS, Report, reliability
 from pipeline.vocab import NS_PER_S
 from sinks.query.fleet import finding_episodes, gpu_spans
+from sinks.query.jobs import job_spans
 from sinks.query.store import Store
 
 
@@ -33,4 +36,10 @@ def fleet_reliability(store: Store, q: ReliabilityQuery, now_ns: int, rules: Hea
     start, stop = now_ns - int(q.range_s * NS_PER_S), now_ns + NS_PER_S
     # the episodes that began up to the lemon window before the range count for the lemon rule at its end
     points = finding_episodes(store, start - int(rules.lemon_window_s * NS_PER_S), stop, q.cluster)
-    return reliability(gpu_spans(store, start, stop, q.cluster), points, start, stop, q.by, rules)
+    notes: tuple[str, ...] = ()
+    try:
+        jobs = job_spans(store, start, stop, q.cluster)
+    except InvalidQuery as exc:  # no job summaries bucket: the rest of the report stands
+        jobs, notes = [], (f"no effective time per job: {exc} (hermeneut storage setup creates the jobs bucket)",)
+    report = reliability(gpu_spans(store, start, stop, q.cluster), points, start, stop, q.by, rules, jobs)
+    return dataclasses.replace(report, notes=notes)

@@ -8,13 +8,14 @@ Two level conditions (debounced, processors.detectors.debounce):
   at its slowdown temperature with SM clocks under 90% of max. Critical within 3 C of the shutdown temperature.
 - ``hbm-thermal``: SW thermal slowdown (no HW bit) where the memory is the part nearer its limit: closer to its max
   operating temperature (``NVML_TEMPERATURE_THRESHOLD_MEM_MAX``, DCGM's ``DCGM_FI_DEV_MEM_MAX_OP_TEMP``) than the die
-  is to its slowdown temperature, and within 10 C of it; without a mask, the memory at or above that maximum (DCGM's
+  is to its slowdown temperature; without a mask, the memory at or above that maximum (DCGM's
   ``VerifyHBMTemperature`` and gpud's temperature component raise it on the memory temperature alone). NVML's SW
   thermal reason covers both the die's max operating temperature and the memory's, so the die's reading would blame
   the wrong part: the memory stacks (their cold plate, their thermal interface) overheat while the die is cool. The
-  controller that holds the memory there lowers the clocks in steps, so a sample may find the memory a few degrees
-  under its maximum while the slowdown holds: which part is nearer its limit says whose slowdown it is, not one
-  threshold. Such rows are not ``thermal-throttling``.
+  controller that holds the memory there lowers the clocks in steps, so a sample may find the memory well under its
+  maximum while the slowdown holds (the clocks and with them the heat are down): which part is nearer its limit says
+  whose slowdown it is, not one threshold (a board that reports a memory temperature is a data-center one, whose
+  die's max operating temperature sits a few degrees under its slowdown). Such rows are not ``thermal-throttling``.
 """
 
 from __future__ import annotations
@@ -35,8 +36,6 @@ LEVEL = Level(THERMAL, tau_s=10.0, on=0.6, off=0.15, clear_tau_s=90.0)
 HBM_LEVEL = Level(HBM, tau_s=10.0, on=0.6, off=0.15, clear_tau_s=90.0)
 #: HW slowdown this close to the slowdown temperature is heat (farther away it is a power brake)
 HOT_WITHIN_C = 3.0
-#: SW slowdown is the memory's only with the memory this close to its max operating temperature
-HBM_WITHIN_C = 10.0
 
 
 def conditions(m: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -50,7 +49,7 @@ def conditions(m: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     mem_known = ~np.isnan(mem) & ~np.isnan(mem_max)
     mem_margin, die_margin = mem_max - mem, np.where(np.isnan(temp) | np.isnan(slowdown), np.inf, slowdown - temp)
     hbm = bits(mask, SW_THERMAL) & ~bits(mask, HW_THERMAL | HW_SLOWDOWN) & ~hot & mem_known
-    hbm &= lt(mem_margin, die_margin) & lt(mem_margin, HBM_WITHIN_C)
+    hbm &= lt(mem_margin, die_margin)
     hbm |= np.isnan(mask) & mem_known & ~lt(mem, mem_max)
     thermal = bits(mask, HW_THERMAL | SW_THERMAL) | (bits(mask, HW_SLOWDOWN) & hot)
     thermal |= np.isnan(mask) & ~lt(temp, slowdown) & lt(clock, 0.9)

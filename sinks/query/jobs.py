@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from pipeline.reliability import JobSpan
+from sinks.query.flux import string, time_literal
 from sinks.query.model import JOB, JOB_FIELDS, Aggregate, Expr, JobsQuery, TagIn, TimeRange
 from sinks.query.output import Table, iso
 from sinks.query.store import Store, now_ns
@@ -71,3 +73,25 @@ def job_summaries(store: Store, q: JobsQuery, now: int | None = None) -> JobSumm
                               (v[0] or 0.0) / 3600, stats))  # fmt: skip
     out.sort(key=lambda s: (-s.gpu_hours, s.job))
     return JobSummaries(tr, tuple(out), backend)
+
+
+def job_spans(store: Store, start_ns: int, stop_ns: int, cluster: str | None = None) -> list[JobSpan]:
+    """(cluster, job, application, start of its first 10 minutes, end of its last, GPU-hours) for every job with a
+    summary in ``[start, stop)`` (pipeline.reliability's effective time per job)."""
+    where = f" and r.cluster == {string(cluster)}" if cluster else ""
+    flux = (
+        f"from(bucket: {string(store.buckets.jobs)}) "
+        f"|> range(start: {time_literal(start_ns // _TEN_MINUTES_NS * _TEN_MINUTES_NS)}, "
+        f"stop: {time_literal(stop_ns)}) "
+        f'|> filter(fn: (r) => r._measurement == {string(JOB)} and r._field == "gpu_seconds"{where}) '
+        '|> group(columns: ["cluster", "job_id", "application"]) '
+        "|> map(fn: (r) => ({r with t: int(v: r._time)})) "
+        "|> reduce(identity: {lo: 0, hi: 0, s: 0.0}, fn: (r, accumulator) => ({"
+        "lo: if accumulator.lo == 0 or r.t < accumulator.lo then r.t else accumulator.lo, "
+        "hi: if r.t > accumulator.hi then r.t else accumulator.hi, s: accumulator.s + float(v: r._value)}))"
+    )
+    return sorted(
+        (str(r.get("cluster", "")), str(r.get("job_id", "")), str(r.get("application", "")), int(r["lo"]),
+         int(r["hi"]) + _TEN_MINUTES_NS, float(r["s"]) / 3600)
+        for r in store.flux_records(flux)
+    )  # fmt: skip

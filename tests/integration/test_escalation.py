@@ -37,6 +37,7 @@ from pipeline.events import (
 from pipeline.face.cli import cli
 from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
+from sinks.retention import backfill, setup
 from tests.fakes.readings import H100, busy_h100
 from tests.integration.alerting_parts import start_manager, tail, with_alerts
 
@@ -128,6 +129,10 @@ def test_escalation_and_correlation_rules_on_a_scripted_fleet(
             written = wait_settled(sink, "findings_written")
         assert wait_for(lambda: manager.stats().get("findings", 0) >= written, 30), (manager.stats(), tail(manager))
         assert wait_for(lambda: manager.stats().get("alerts_firing", 0) >= 2, 30), (manager.stats(), tail(manager))
+        # the job summaries of the run now (InfluxDB's task writes them every 10 minutes, in the bucket storage
+        # setup makes)
+        setup(settings, tasks=False)
+        assert backfill(settings, [(start, start + SECONDS * S)]).jobs_spans
 
         for name, value in settings_env(settings).items():
             monkeypatch.setenv(name, value)
@@ -138,6 +143,7 @@ def test_escalation_and_correlation_rules_on_a_scripted_fleet(
         assert result.exit_code == 0, result.output
         figures = {r["group"]: r for r in json.loads(result.output)["rows"]}
         lemons = {x["node"] for x in json.loads(result.output)["lemon_nodes"]}
+        jobs = {j["job"]: j for j in json.loads(result.output)["jobs"]}
         # the health topic says the same (the manager keeps the history from the findings it consumes) ...
         keys = {f"{c}/n1/G{i}" for i in (0, 1, 2, 4, 5)} | {f"{c}/n1/-", f"{c}/n2/-"}
         topic, records = escalated(settings, keys)
@@ -186,6 +192,17 @@ def test_escalation_and_correlation_rules_on_a_scripted_fleet(
     assert n1["gpu_hours"] == pytest.approx(8 * (SECONDS - 1) / 3600, abs=0.01)
     assert n1["mtbi_hours"] == pytest.approx(n1["gpu_hours"] / 8, abs=0.001)
     assert lemons == {"n1", "n2"}
+    # effective time per job: job-a and job-b each lost their XID 31's 10 s; job-c's XID 13 on both its GPUs fires
+    # from 590 s to the end; GPU-hours from the job summaries (2 GPUs x 300 s, 2 x 600 s; job-b's G6, whose only
+    # context names job-b from 300 s on, carries it from its first sample: 900 GPU-seconds)
+    assert set(jobs) == {"job-a", "job-b", "job-c"}, jobs
+    for job, gpu_hours in (("job-a", 600 / 3600), ("job-b", 900 / 3600), ("job-c", 1200 / 3600)):
+        assert jobs[job]["gpu_hours"] == pytest.approx(gpu_hours, abs=0.005), jobs[job]
+    for job in ("job-a", "job-b"):
+        assert [c["detector"] for c in jobs[job]["causes"]] == ["xid"], jobs[job]
+        assert jobs[job]["lost_hours"] == pytest.approx(10 / 3600, abs=0.001), jobs[job]
+    assert [c["detector"] for c in jobs["job-c"]["causes"]] == ["xid"], jobs["job-c"]
+    assert jobs["job-c"]["lost_hours"] > jobs["job-a"]["lost_hours"] and jobs["job-c"]["effective"] < 1, jobs
 
 
 OLD, NEW = "570.133.20", "580.65.06"

@@ -71,6 +71,10 @@ def health_cmd(
         click.echo("every GPU and node is healthy")
 
 
+#: jobs listed in the table output (all are in --format json)
+_JOBS_SHOWN = 20
+
+
 @cli.command("reliability")
 @click.option("--range", "range_", default="7d", show_default=True, help="How far back (within the raw retention).")
 @click.option("--by", type=click.Choice(["cluster", "gpu_model", "node"]), default="gpu_model", show_default=True)
@@ -79,7 +83,7 @@ def health_cmd(
 @click.pass_context
 def reliability_cmd(ctx: click.Context, range_: str, by: str, cluster: str | None, fmt: str) -> None:
     """Reliability from the finding history: incidents (a GPU made unhealthy), mean GPU-hours between them, time
-    to repair, degradations, lemon nodes, and incidents per day."""
+    to repair, degradations, lemon nodes, incidents per day, and each job's effective time."""
     from pipeline.face.reliability import ReliabilityQuery, fleet_reliability
     from pipeline.reliability import report_json
     from sinks.query.store import Store
@@ -112,3 +116,11 @@ def reliability_cmd(ctx: click.Context, range_: str, by: str, cluster: str | Non
             f"{time.strftime('%Y-%m-%d', time.gmtime(d['day_ns'] / 1e9))} {d['incidents']} incidents, "
             f"{d['degradations']} degradations" for d in data["days"]
         ))  # fmt: skip
+    for note in data["notes"]:
+        click.echo(f"note: {note}")
+    if data["jobs"]:
+        click.echo("effective time per job (its GPUs all healthy and busy), least effective first:")
+    for j in data["jobs"][:_JOBS_SHOWN]:
+        causes = ", ".join(f"{c['detector']} {c['hours']:g} h" for c in j["causes"]) or "nothing"
+        click.echo(f"  {j['cluster']}/{j['job']} ({j['application']}): {j['effective']:.1%} of {j['hours']:g} h "
+                   f"({j['gpu_hours']:g} GPU-h); lost {j['lost_hours']:g} h to {causes}")  # fmt: skip

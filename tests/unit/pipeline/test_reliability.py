@@ -55,3 +55,32 @@ def test_a_node_with_five_remediations_is_a_lemon_and_a_gpu_without_incidents_ha
     assert [(r.group, r.incidents, r.mtbi_hours, r.repair_median_min) for r in quiet.rows] == [("c", 0, None, None)]
     with pytest.raises(ValueError, match="group by one of"):
         reliability(SPANS, [], T0, STOP, "rack", HealthSettings())
+
+
+def test_a_jobs_effective_time_is_its_time_with_every_gpu_healthy_and_busy() -> None:
+    """Job j1 runs 10 h on 4 GPUs: an ECC error costs one GPU 1 h (h 2-3), a thermal warning another 2 h that
+    overlap it by half an hour (h 2.5-4.5), an idle GPU 1 h (h 8-9): lost 3.5 h, 65% effective. An info finding
+    (no state) and another job's fault cost j1 nothing; j2 lost nothing."""
+
+    def ep(gpu: str, detector: str, severity: str, start_h: float, end_h: float, job: str = "j1") -> Episode:
+        return Episode("c", "n1", gpu, detector, severity, T0 + int(start_h * H), job, frozenset(), False,
+                       T0 + int(end_h * H))  # fmt: skip
+
+    points = [
+        ep("G0", "ecc-uncorrectable", "critical", 2, 3),
+        ep("G1", "thermal-throttling", "warning", 2.5, 4.5),
+        ep("G2", "idle-capacity", "info", 8, 9),
+        ep("G3", "phase-shift", "info", 5, 6),
+        ep("G3", "fallen-off-bus", "critical", 11, 12, job="j2"),
+    ]
+    jobs = [("c", "j1", "llm-pretraining", T0, T0 + 10 * H, 40.0), ("c", "j2", "bert", T0 + 20 * H, T0 + 22 * H, 2.0)]
+    report = reliability(SPANS, points, T0, STOP, "cluster", HealthSettings(), jobs)
+    j1, j2 = report.jobs
+    assert (j1.job, j1.hours, j1.gpu_hours, j1.lost_hours) == ("j1", 10.0, 40.0, 3.5)
+    assert j1.effective == pytest.approx(0.65)
+    assert j1.causes == (("thermal-throttling", 2.0), ("ecc-uncorrectable", 1.0), ("idle-capacity", 1.0))
+    assert (j2.job, j2.lost_hours, j2.effective) == ("j2", 0.0, 1.0)
+    # a range that cuts a job counts its part inside only
+    cut = reliability(SPANS, points, T0 + 5 * H, STOP, "cluster", HealthSettings(), jobs).jobs[0]
+    assert (cut.hours, cut.lost_hours) == (5.0, 1.0)
+    assert report_json(report)["jobs"][0]["effective"] == pytest.approx(0.65)

@@ -367,7 +367,17 @@ async function renderReliability() {
         h("td", {}, r.group), ...[r.gpus, r.gpu_hours, r.incidents, r.mtbi_hours, r.repair_median_min, r.repair_p90_min,
           r.open_incidents, r.degradations].map((v, i) => h("td", { class: "num", "data-col": i }, num(v)))))),
     data.days.length ? bars : h("p", { class: "empty" }, "No incident or degradation in range."),
-    ...data.lemon_nodes.map((l) => h("p", { class: "warn", "data-lemon": l.node }, `lemon node ${l.cluster}/${l.node}: ${l.why}`)));
+    ...data.lemon_nodes.map((l) => h("p", { class: "warn", "data-lemon": l.node }, `lemon node ${l.cluster}/${l.node}: ${l.why}`)),
+    h("h3", {}, "Effective time per job: its GPUs all healthy and busy"),
+    data.jobs.length ? h("table", { class: "jobs-effective" },
+      h("tr", {}, ...["job", "application", "hours", "GPU-hours", "effective", "lost (h)", "lost to"].map((c) => h("th", {}, c))),
+      ...data.jobs.map((j) => h("tr", { "data-job": j.job },
+        h("td", {}, `${j.cluster}/${j.job}`), h("td", {}, j.application), h("td", { class: "num" }, num(j.hours)),
+        h("td", { class: "num" }, num(j.gpu_hours)), h("td", { class: "num", "data-col": "effective" }, `${(100 * j.effective).toFixed(1)}%`),
+        h("td", { class: "num" }, num(j.lost_hours)),
+        h("td", {}, j.causes.map((c) => `${c.detector} ${c.hours} h`).join(", ") || "–")))) :
+      h("p", { class: "empty" }, "No job summary in range."),
+    ...data.notes.map((n) => h("p", { class: "warn", "data-note": "reliability" }, n)));
 }
 
 // ---------------------------------------------------------------- routing
