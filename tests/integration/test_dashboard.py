@@ -32,6 +32,7 @@ from producers.agent import NodeAgent
 from producers.simulator import Fleet
 from producers.simulator.faults import FaultPlan, Injection
 from producers.simulator.source import SimulatorSource
+from sinks.retention import backfill, setup
 from tests.webserver import get, get_json
 
 from .alerting_parts import start_manager
@@ -190,6 +191,17 @@ def test_reliability_view_shows_what_the_api_counts(page: Page, scene: Scene) ->
         expect(cells.nth(2)).to_have_text(str(r["incidents"]))
         expect(cells.nth(7)).to_have_text(str(r["degradations"]))
     expect(page.locator(".days .day")).not_to_have_count(0)
+    # effective time per job, from the job summaries of the history (the bucket storage setup makes, filled now)
+    setup(scene.settings, tasks=False)
+    backfill(scene.settings, [(time.time_ns() - (HISTORY_S + 600) * 10**9, time.time_ns())])
+    jobs = {j["job"]: j for j in get_json(url)[1]["jobs"]}
+    broken = jobs[scene.job]
+    assert broken["effective"] < 1 and "nvlink-down" in {c["detector"] for c in broken["causes"]}, broken
+    page.reload()
+    page.wait_for_function("document.body.dataset.ready === '1'", timeout=60_000)
+    expect(page.locator("table.jobs-effective tr[data-job]")).to_have_count(len(jobs))
+    cell = page.locator(f'table.jobs-effective tr[data-job="{scene.job}"] td[data-col=effective]')
+    expect(cell).to_have_text(f"{100 * broken['effective']:.1f}%")
     shot(page, "reliability")
 
 

@@ -376,7 +376,7 @@ async function renderReliability() {
         h("td", { class: "num" }, num(j.gpu_hours)), h("td", { class: "num", "data-col": "effective" }, `${(100 * j.effective).toFixed(1)}%`),
         h("td", { class: "num" }, num(j.lost_hours)),
         h("td", {}, j.causes.map((c) => `${c.detector} ${c.hours} h`).join(", ") || "–")))) :
-      h("p", { class: "empty" }, "No job summary in range."),
+      data.notes.length ? null : h("p", { class: "empty" }, "No job summary in range."),
     ...data.notes.map((n) => h("p", { class: "warn", "data-note": "reliability" }, n)));
 }
 
