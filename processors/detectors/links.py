@@ -8,10 +8,10 @@ its PCIe link at a lower generation to save power (gen 1 at idle is normal): gen
 utilization. A narrower width is a fault once the link has been seen at its full width: a link narrow from the
 GPU's first sample on is how its slot, riser or VM is built (a T4 in a cloud VM at x8 of x16), a property, reported
 once as ``pcie-link-narrow`` (info) with the bandwidth it leaves, never as a fault. NVLinks not all up in the
-first two minutes after a GPU's first sample are still training after a boot, not down (judged once they were all
-seen up, or after those two minutes). The NVLink finding names the
-peers whose traffic now crosses PCIe, and over which path. Every claim a wording makes is one the row shows ("while
-busy" only above 40% utilization).
+first two minutes after a GPU's first sample, or after its return from a silence (a reboot, a reset), are still
+training after a boot, not down (judged once they were all seen up, or after those two minutes). The NVLink
+finding names the peers whose traffic now crosses PCIe, and over which path. Every claim a wording makes is one
+the row shows ("while busy" only above 40% utilization).
 """
 
 from __future__ import annotations
@@ -51,13 +51,14 @@ def links_from_samples(m: np.ndarray, links: list[tuple[NvLinkSample, ...] | Non
                 m[i, most] = len(per_link)
 
 
-def seen_so_far(s: np.ndarray, flags: np.ndarray, before: np.ndarray) -> np.ndarray:
+def seen_so_far(s: np.ndarray, flags: np.ndarray, before: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
     """Per row (sorted by slot, then time; ``before``: per row, whether its GPU had shown the flag before the
-    batch), whether its GPU has shown the flag up to and including this row."""
+    batch), whether its GPU has shown the flag up to and including this row; ``starts``: rows from which on the GPU
+    starts over (a return after a silence; default: each GPU's first row of the batch)."""
     n = len(s)
     if not n:
         return np.zeros(0, dtype=bool)
-    first = np.r_[True, s[1:] != s[:-1]]
+    first = np.r_[True, s[1:] != s[:-1]] if starts is None else starts
     start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
     counts = np.cumsum(flags)
     within = counts - counts[start] + flags[start]
@@ -151,19 +152,22 @@ class Links:
         self.expected.seen[s] = True
         return seen, opens, closes
 
-    def trained(self, s: np.ndarray, ts: np.ndarray, m: np.ndarray) -> np.ndarray:
+    def trained(self, s: np.ndarray, ts: np.ndarray, m: np.ndarray, back: np.ndarray | None = None) -> np.ndarray:
         """Per row (sorted by slot, then time): whether its GPU's NVLinks may be judged: all of them were seen up
-        once, or ``TRAINING_S`` have passed since the GPU's first sample. After a boot the links train for a while
-        (NVSentinel #1701: every maintenance reboot of a GB200 NVL72 fleet read as NVLink down)."""
+        since its boot, or ``TRAINING_S`` have passed since its boot: its first sample, or its return after a silence
+        (``back``: the rows that return; a reboot, a reset). After a boot the links train for a while (NVSentinel
+        #1701: every maintenance reboot of a GB200 NVL72 fleet read as NVLink down)."""
         if not len(s):
             return np.zeros(0, dtype=bool)
-        first = np.r_[True, s[1:] != s[:-1]]
-        start = np.maximum.accumulate(np.where(first, np.arange(len(s)), 0))
+        back = np.zeros(len(s), dtype=bool) if back is None else back
+        boot = np.r_[True, s[1:] != s[:-1]] | back
+        start = np.maximum.accumulate(np.where(boot, np.arange(len(s)), 0))
+        rebooted = back[start]  # the row's stretch began with a return after a silence
         known = self.expected.first_ts[s]
-        since = np.where(known >= 0, known, ts[start])
+        since = np.where((known >= 0) & ~rebooted, known, ts[start])
         up = ~lt(col(m, "nvlink_links_active"), expected_nvlinks(m, self.expected.links[s]))
         up &= ~np.isnan(col(m, "nvlink_links_active"))
-        ever = seen_so_far(s, up, self.expected.links_up[s])
+        ever = seen_so_far(s, up, self.expected.links_up[s] & ~rebooted, boot)
         last = np.r_[s[1:] != s[:-1], True]
         self.expected.first_ts[s[last]] = since[last]
         self.expected.links_up[s[last]] = ever[last]

@@ -1,7 +1,8 @@
 """Acceptance scenarios from a real fleet's issues (NVIDIA NVSentinel): what an operator of GB200/H100 nodes saw a
 health monitor get wrong, replayed through the detectors.
 
-- #1701: NVLinks are briefly down after every node boot while they train; a maintenance reboot is not "NVLink down".
+- #1701: NVLinks are briefly down after every node boot while they train; a maintenance reboot is not "NVLink down"
+  (the first boot, and a return after a silence).
 - #1447: the SW power-cap reason flaps healthy <-> unhealthy at every sample on a busy GPU (boost clocks meeting
   the power limit, normal): no finding at all, and a real cap whose reason flaps is one finding, not hundreds.
 - #1666: a continuously asserted hardware power brake (bit 0x80) on two GPUs of a node is found and said.
@@ -47,6 +48,25 @@ def test_nvlinks_training_after_a_boot_are_not_down_and_one_that_never_trains_is
     (down,) = starts(found)
     assert T0 + 120 * S <= down.ts_ns <= T0 + 130 * S
     assert down.evidence["links_active"] == 17 and down.evidence["links_expected"] == 18
+
+
+def test_a_maintenance_reboot_of_a_node_seen_for_hours_is_a_boot_too() -> None:
+    """The node ran for 10 minutes with every link up, went silent for 5 minutes (a maintenance reboot), and
+    trains its links again over 40 s when it is back: a boot, not NVLink down (the GPU's first sample is long past,
+    so only its return after the silence tells). GPU 1 comes back with a link that never trains: found."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float] | None:
+        if 600 <= t < 900:
+            return None  # rebooting: no samples
+        up = 18.0 if t < 600 else min(18.0, float((t - 900) * 18 // 40))
+        if gpu == 1 and t >= 900:
+            up = min(up, 17.0)
+        return m | {"nvlink_links_active": up}
+
+    _det, found, _ = run(1200, shape, gpus=4, detectors=_nvswitch_node(4))
+    assert {(f.detector, f.gpu_uuid) for f in found if f.detector == "nvlink-down"} == {("nvlink-down", "GPU-1")}
+    (down,) = [f for f in starts(found) if f.detector == "nvlink-down"]
+    assert T0 + 1020 * S <= down.ts_ns <= T0 + 1035 * S  # the boot's two minutes after the return
 
 
 def test_a_power_cap_reason_flapping_at_every_sample_is_no_finding_and_a_real_cap_is_one() -> None:
