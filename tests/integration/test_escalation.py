@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -208,6 +209,57 @@ def test_escalation_and_correlation_rules_on_a_scripted_fleet(
 OLD, NEW = "570.133.20", "580.65.06"
 
 
+def _failing_fleet(
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    topologies: list[NodeTopology],
+    failing: set[str],
+    firing: int,
+) -> tuple[dict[str, Any], str]:
+    """Two H100s per node of ``topologies`` (published in order: a later one of a node replaces the earlier), 300 s
+    of samples; every GPU of the ``failing`` nodes fails with a GSP timeout within three seconds. ``hermeneut
+    health`` once the manager fires ``firing`` alerts: its JSON and its text."""
+    c, start = settings.cluster, topologies[0].ts_ns
+    pub = Publisher(settings.kafka.client_config())
+    for topo in topologies:
+        pub.publish(settings.topics.topology, topo.kafka_key, encode_record(topo))
+    assert pub.close(30) == 0
+    nodes = sorted({t.node for t in topologies}, key=lambda n: int(n[1:]))
+    rng = np.random.default_rng(9)
+    batches, samples = [], 0
+    for t in range(300):
+        ts = start + t * S
+        for node in nodes:
+            rows = tuple(GpuSample(c, node, f"{node}-G{i}", i, H100, ts, busy_h100(rng)) for i in range(2))
+            events = tuple(
+                GpuEvent(c, node, f"{node}-G{i}", i, ts, EventKind.XID, 119, "GSP RPC timeout")
+                for i in range(2) if node in failing and t == 200 + (i + int(node[1:])) % 3
+            )  # fmt: skip
+            samples += len(rows)
+            batches.append(SampleBatch(c, node, rows, events))
+    manager = start_manager(settings, tmp_path / "alerts")
+    try:
+        with running_pipeline(settings, tmp_path) as (_processor, sink):
+            publish_batches(settings, batches)
+            wait_stored(sink, samples, timeout_s=240)
+            written = wait_settled(sink, "findings_written")
+        assert wait_for(lambda: manager.stats().get("findings", 0) >= written, 30), (manager.stats(), tail(manager))
+        assert wait_for(lambda: manager.stats().get("alerts_firing", 0) >= firing, 30), (manager.stats(), tail(manager))
+        for name, value in settings_env(settings).items():
+            monkeypatch.setenv(name, value)
+        result = CliRunner().invoke(cli, ["health", "--cluster", c, "--format", "json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output), CliRunner().invoke(cli, ["health", "--cluster", c]).output
+    finally:
+        assert manager.stop(30) == 0, tail(manager)
+
+
+def _node(c: str, node: str, ts_ns: int, **facts: str) -> NodeTopology:
+    gpus = tuple(TopologyGpu(f"{node}-G{i}", i, H100, f"0000:{i + 16:02x}:00.0") for i in range(2))
+    return NodeTopology(c, node, ts_ns, gpus, **facts)
+
+
 def test_a_driver_change_that_breaks_a_third_of_a_cluster_is_one_incident_with_no_per_gpu_advice(
     settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -217,43 +269,9 @@ def test_a_driver_change_that_breaks_a_third_of_a_cluster_is_one_incident_with_n
     c, start = settings.cluster, time.time_ns() - 305 * S
     nodes = [f"n{i}" for i in range(10)]
     upgraded = set(nodes[:4])
-    pub = Publisher(settings.kafka.client_config())
-    for driver, which in ((OLD, nodes), (NEW, sorted(upgraded))):  # the upgrade: the new topology replaces the old
-        for node in which:
-            gpus = tuple(TopologyGpu(f"{node}-G{i}", i, H100, f"0000:{i + 16:02x}:00.0") for i in range(2))
-            topo = NodeTopology(c, node, start, gpus, driver_version=driver)
-            pub.publish(settings.topics.topology, topo.kafka_key, encode_record(topo))
-    assert pub.close(30) == 0
-
-    rng = np.random.default_rng(9)
-    batches, samples = [], 0
-    for t in range(300):
-        ts = start + t * S
-        for node in nodes:
-            rows = tuple(GpuSample(c, node, f"{node}-G{i}", i, H100, ts, busy_h100(rng)) for i in range(2))
-            events = tuple(
-                GpuEvent(c, node, f"{node}-G{i}", i, ts, EventKind.XID, 119, "GSP RPC timeout")
-                for i in range(2) if node in upgraded and t == 200 + (i + int(node[1:])) % 3
-            )  # fmt: skip
-            samples += len(rows)
-            batches.append(SampleBatch(c, node, rows, events))
-
-    manager = start_manager(settings, tmp_path / "alerts")
-    try:
-        with running_pipeline(settings, tmp_path) as (_processor, sink):
-            publish_batches(settings, batches)
-            wait_stored(sink, samples, timeout_s=240)
-            written = wait_settled(sink, "findings_written")
-        assert wait_for(lambda: manager.stats().get("findings", 0) >= written, 30), (manager.stats(), tail(manager))
-        assert wait_for(lambda: manager.stats().get("alerts_firing", 0) >= 8, 30), (manager.stats(), tail(manager))
-        for name, value in settings_env(settings).items():
-            monkeypatch.setenv(name, value)
-        result = CliRunner().invoke(cli, ["health", "--cluster", c, "--format", "json"])
-        assert result.exit_code == 0, result.output
-        shown = json.loads(result.output)
-        text = CliRunner().invoke(cli, ["health", "--cluster", c]).output
-    finally:
-        assert manager.stop(30) == 0, tail(manager)
+    topologies = [_node(c, n, start, driver_version=OLD) for n in nodes]
+    topologies += [_node(c, n, start, driver_version=NEW) for n in sorted(upgraded)]  # the upgrade replaces the old
+    shown, text = _failing_fleet(settings, tmp_path, monkeypatch, topologies, upgraded, 8)
 
     [incident] = shown["incidents"]
     assert (incident["detector"], incident["gpus"], incident["of_gpus"]) == ("xid", 8, 20), incident
@@ -263,3 +281,24 @@ def test_a_driver_change_that_breaks_a_third_of_a_cluster_is_one_incident_with_n
     assert {g["node"] for g in shown["gpus"]} == upgraded
     assert {g["remedy"] for g in shown["gpus"]} == {"none"}  # nobody resets 8 GPUs one by one
     assert {n["remedy"] for n in shown["nodes"]} == {"none"}, shown["nodes"]
+
+
+def test_three_nodes_of_one_rack_failing_at_once_are_the_racks_incident(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sixteen nodes of two H100s in four racks of four (the collectors' config names rack and switch): three nodes
+    of rack r1 fail at once, and one node of rack r2: 8 of 32 GPUs (25%, under the cluster's 30%). The rack's
+    incident, no per-GPU remedy in r1, the usual one for r2's node."""
+    settings = with_alerts(settings)
+    c, start = settings.cluster, time.time_ns() - 305 * S
+    nodes = [f"n{i}" for i in range(16)]
+    topologies = [_node(c, n, start, rack=f"r{i // 4}", switch=f"leaf-{i // 4}") for i, n in enumerate(nodes)]
+    shown, text = _failing_fleet(settings, tmp_path, monkeypatch, topologies, {"n4", "n5", "n6", "n9"}, 8)
+
+    [incident] = shown["incidents"]
+    assert (incident["detector"], incident["gpus"], incident["of_gpus"]) == ("xid", 6, 6), incident
+    assert (incident["shared"]["rack"], incident["shared"]["switch"]) == ("r1", "leaf-1"), incident
+    assert "shared: rack=r1, switch=leaf-1" in text, text
+    remedies = {g["node"]: g["remedy"] for g in shown["gpus"]}
+    assert {remedies[n] for n in ("n4", "n5", "n6")} == {"none"}, shown["gpus"]
+    assert remedies["n9"] == "reset GPU", shown["gpus"]
