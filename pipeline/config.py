@@ -20,7 +20,7 @@ import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -391,6 +391,10 @@ class DetectorSettings(_Section):
     job_boundary_s: float = Field(default=120.0, ge=0.0, le=3600.0)
 
 
+#: the escalation and correlation rules (pipeline/escalation.py), by the name their reasons carry
+ESCALATION_RULES: Final = ("repeated-fatal", "recurring-fault", "lemon-node", "xid-follows-gpu", "xid-across-job")
+
+
 class HealthSettings(_Section):
     """Escalation and correlation over each GPU's finding history (pipeline/escalation.py; docs/health.md has the
     source of each default)."""
@@ -410,6 +414,21 @@ class HealthSettings(_Section):
     #: is the GPU's; on this many GPUs of one job it is the application's (NVSentinel's XID 13/31 workflows)
     correlate_count: int = Field(default=2, ge=2, le=1000)
     correlate_window_s: float = Field(default=86_400.0, ge=60, le=30 * 86_400)
+    #: rules run in shadow mode, comma-separated (a new or changed rule, NVSentinel's dry run): their reasons are
+    #: worked out and reported as what they would have done, but change no state, no remedy, nothing on the topic
+    shadow: str = Field(default="", pattern=r"^[a-z0-9, -]*$")
+
+    @field_validator("shadow")
+    @classmethod
+    def _known_rules(cls, value: str) -> str:
+        unknown = sorted(set(_comma_list(value)) - set(ESCALATION_RULES))
+        if unknown:
+            raise ValueError(f"unknown escalation rule {unknown[0]!r} (known: {', '.join(ESCALATION_RULES)})")
+        return value
+
+    @property
+    def shadow_rules(self) -> frozenset[str]:
+        return frozenset(_comma_list(self.shadow))
 
     @property
     def lookback_s(self) -> float:

@@ -22,6 +22,10 @@ episode, not 40. Every rule is a pure function of the episodes and ``now``; the 
 node's) reasons in :func:`pipeline.health.assess`, which lifts their state to the one the GPU has now (at least
 degraded) so their remedy is the one shown. They hold for their window: a GPU returned for repair comes back with
 a new UUID, a repaired node stays a lemon until its window passes (NVSentinel asks an operator to clear it).
+
+A rule named in ``health.shadow`` runs in shadow mode: its reasons are worked out and reported apart
+(:attr:`pipeline.health.Escalations.shadow`: ``hermeneut health`` lists what it would have done), and change no
+state, no remedy, nothing on the health topic: how a new or changed rule is tried on a live fleet.
 """
 
 from __future__ import annotations
@@ -150,7 +154,21 @@ def escalate(history: Iterable[Episode], now_ns: int, rules: HealthSettings) -> 
     for node, mine in by_node.items():
         _lemon(node, mine, now_ns, rules, out)
     _application_xids(episodes, now_ns, rules, out)
-    return out
+    return _shadowed(out, rules.shadow_rules)
+
+
+def _shadowed(out: Escalations, shadow: frozenset[str]) -> Escalations:
+    """The reasons of rules in shadow mode moved apart: reported as what they would have done, applied to nothing."""
+    if not shadow:
+        return out
+    apart: dict[tuple[str, str, str | None], list[Reason]] = defaultdict(list)
+    for (c, n, g), reasons in out.gpus.items():
+        apart[(c, n, g)] += [r for r in reasons if r.detector in shadow]
+    for (c, n), reasons in out.nodes.items():
+        apart[(c, n, None)] += [r for r in reasons if r.detector in shadow]
+    gpus = {k: kept for k, v in out.gpus.items() if (kept := [r for r in v if r.detector not in shadow])}
+    nodes = {k: kept for k, v in out.nodes.items() if (kept := [r for r in v if r.detector not in shadow])}
+    return Escalations(gpus, nodes, {k: v for k, v in apart.items() if v})
 
 
 def _fatal(key: GpuKey, mine: list[Episode], now_ns: int, rules: HealthSettings, out: Escalations) -> None:

@@ -166,10 +166,12 @@ NodeKey = tuple[str, str]
 
 @dataclass(frozen=True, slots=True)
 class Escalations:
-    """The reasons a finding history adds (pipeline.escalation), per GPU (cluster, node, gpu) and per node."""
+    """The reasons a finding history adds (pipeline.escalation), per GPU (cluster, node, gpu) and per node; those of
+    rules in shadow mode apart, per GPU (cluster, node, gpu) or node (cluster, node, None): they change nothing."""
 
     gpus: Mapping[GpuKey, list[Reason]] = field(default_factory=dict)
     nodes: Mapping[NodeKey, list[Reason]] = field(default_factory=dict)
+    shadow: Mapping[tuple[str, str, str | None], list[Reason]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +217,8 @@ class FleetHealth:
     gpus: tuple[Assessment, ...]
     nodes: tuple[Assessment, ...]
     incidents: tuple[Incident, ...] = ()
+    #: what rules in shadow mode would have added: ((cluster, node, GPU or None), reason)
+    shadow: tuple[tuple[tuple[str, str, str | None], Reason], ...] = ()
 
     def counts(self, of: str = "gpus") -> dict[str, int]:
         """How many GPUs (or nodes) are in each state (every state named, zeros included)."""
@@ -309,7 +313,8 @@ def assess(
         # the worst of its GPUs (a silent GPU leaves its node unknown, not healthy)
         state = max([state, *(a.state for a in members)], key=BADNESS.__getitem__)
         nodes.append(Assessment(cluster, node, None, state, remedy, tuple(reasons)))
-    return FleetHealth(tuple(gpus), tuple(nodes), incidents)
+    shadow = tuple((key, r) for key in sorted(history.shadow, key=str) for r in history.shadow[key])
+    return FleetHealth(tuple(gpus), tuple(nodes), incidents, shadow)
 
 
 def _silence(now_ns: int, last: int | None, node_last: int, silent_after_ns: int) -> Reason:

@@ -79,7 +79,14 @@ def health_json(h: FleetHealth, q: HealthQuery) -> dict[str, Any]:
         ],
         "nodes": [assessment_json(n) for n in nodes],
         "gpus": [assessment_json(a) for a in gpus],
-    }
+        # what rules in shadow mode (health.shadow) would have added; they changed nothing above
+        "shadow": [
+            {"cluster": c, "node": n, "gpu": g, "rule": r.detector, "state": r.state.value, "remedy": r.remedy.value,
+             "summary": r.summary}
+            for (c, n, g), r in h.shadow
+            if (not q.gpu or g == q.gpu) and (not q.node or n == q.node)
+        ],
+    }  # fmt: skip
 
 
 def counted(by_state: dict[str, int], what: str) -> str:

@@ -130,6 +130,8 @@ class ManagerStats:
     shadow_findings: int = 0
     shadow_alerts: int = 0
     shadow_firing: int = 0
+    #: reasons escalation rules in shadow mode (health.shadow) would give now, published nowhere
+    shadow_escalations: int = 0
 
 
 #: the manager's stats as ``/metrics`` shows them (the stats file has the same numbers under the keys)
@@ -153,6 +155,7 @@ MANAGER_FIELDS: tuple[Field, ...] = (
         "shadow_by_kind", "hermeneut_alerts_shadow_alerts_total", "Alerts shadow kinds would have raised.", "detector"
     ),
     gauge("shadow_firing", "hermeneut_alerts_shadow_firing", "Alerts of the shadow kinds that would be firing now."),
+    gauge("shadow_escalations", "hermeneut_alerts_shadow_escalations", "Reasons shadow escalation rules would give."),
     gauge("outbox", "hermeneut_alerts_outbox", "Deliveries not finished yet."),
     counter("recovered_deliveries", "hermeneut_alerts_recovered_deliveries_total", "Deliveries resumed at start."),
     counter("history_written", "hermeneut_alerts_history_written_total", "Notification records written to InfluxDB."),
@@ -384,6 +387,7 @@ class AlertManager:
         if not self._touched:
             return
         escalated = self.episodes.escalate(now_ns)
+        self.stats.shadow_escalations = sum(len(r) for r in escalated.shadow.values())
         self._touched.update((cluster, node, "-") for cluster, node in escalated.nodes)
         firing: dict[tuple[str, str, str], list[FiringFinding]] = {}
         for a in self.engine.alerts.values():

@@ -140,6 +140,13 @@ def test_escalation_and_correlation_rules_on_a_scripted_fleet(
         result = CliRunner().invoke(cli, ["health", "--cluster", c, "--format", "json"])
         assert result.exit_code == 0, result.output
         shown = json.loads(result.output)
+        # the lemon-node rule in shadow mode: worked out and listed, but n2 (a lemon and nothing else) stays healthy
+        monkeypatch.setenv("HERMENEUT_HEALTH__SHADOW", "lemon-node")
+        result = CliRunner().invoke(cli, ["health", "--cluster", c, "--format", "json"])
+        assert result.exit_code == 0, result.output
+        shadowed = json.loads(result.output)
+        shadow_text = CliRunner().invoke(cli, ["health", "--cluster", c]).output
+        monkeypatch.setenv("HERMENEUT_HEALTH__SHADOW", "")
         result = CliRunner().invoke(cli, ["reliability", "--cluster", c, "--by", "node", "--format", "json"])
         assert result.exit_code == 0, result.output
         figures = {r["group"]: r for r in json.loads(result.output)["rows"]}
@@ -184,6 +191,15 @@ def test_escalation_and_correlation_rules_on_a_scripted_fleet(
     assert (nodes["n1"]["state"], nodes["n1"]["remedy"]) == ("unhealthy", "RMA"), nodes["n1"]
     assert any(r["detector"] == "lemon-node" for r in nodes["n1"]["reasons"])
     assert shown["gpus_by_state"] == {"healthy": 7, "degraded": 4, "unhealthy": 1, "unknown": 0}, shown
+    assert shown["shadow"] == []
+    # in shadow mode the lemon rule changes nothing: n2 is healthy, n1 keeps its GPUs' worst; both are listed
+    assert {n["node"] for n in shadowed["nodes"]} == {"n1"}, shadowed["nodes"]
+    assert not any(r["detector"] == "lemon-node" for r in shadowed["nodes"][0]["reasons"])
+    assert {(s["node"], s["rule"], s["state"], s["remedy"]) for s in shadowed["shadow"]} == {
+        ("n1", "lemon-node", "degraded", "hardware inspection"),
+        ("n2", "lemon-node", "degraded", "hardware inspection"),
+    }, shadowed["shadow"]
+    assert "shadow rule lemon-node would make node n2 degraded, remedy hardware inspection" in shadow_text
     # reliability from the same history: incidents (GPUs made unhealthy: the fatal XIDs), the application's XIDs as
     # degradations, every incident repaired (its finding cleared) 10 s after its XID at the median, lemon nodes
     n1, n2 = figures[f"{c}/n1"], figures[f"{c}/n2"]

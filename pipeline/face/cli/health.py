@@ -69,6 +69,9 @@ def health_cmd(
             click.echo(f"    {r['severity']:8} {r['detector']}: {r['summary']}")
     if not (data["nodes"] or data["gpus"]):
         click.echo("every GPU and node is healthy")
+    for s in data["shadow"]:
+        where = f"{s['node']} {s['gpu']}" if s["gpu"] else f"node {s['node']}"
+        click.echo(f"shadow rule {s['rule']} would make {where} {s['state']}, remedy {s['remedy']}: {s['summary']}")
 
 
 #: jobs listed in the table output (all are in --format json)
