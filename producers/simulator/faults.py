@@ -1,7 +1,8 @@
 """The fault injector: seeded faults with physically plausible signatures, and their exact ground truth.
 
 Rates and durations come from the StepFun InfiniteHBD fault trace (584 faults on 400 servers over 349 days, see
-``TRACE_CLASSES`` for how its descriptions map onto :data:`pipeline.events.FAULTS`). A fault class occurs per node
+``TRACE_CLASSES`` for how its descriptions map onto :data:`pipeline.events.FAULTS`); the classes it does not tell
+apart take Llama 3's rates where its failure table names them (``OTHER_CLASSES``). A fault class occurs per node
 as a Poisson process at the trace's rate times ``FaultPlan.rate_scale`` (the real rates are ~1e-3 per node-day,
 so an evaluation of a small fleet over two hours needs a scale of ~1e4); ``mix="balanced"`` gives every class the
 same rate (the trace's mean) so that rare classes (NVLink: 3 faults in the trace) are seen as often as the others.
@@ -169,7 +170,7 @@ def trace_rate_per_node_s(fault: str) -> float:
     return sum(trace_rate_per_node_s(f) for f in TRACE_CLASSES) / len(TRACE_CLASSES)
 
 
-def repair_class(fault: str) -> TraceClass:
+def _repair_class(fault: str) -> TraceClass:
     """The trace class whose repair times a fault class has."""
     return TRACE_CLASSES[fault] if fault in TRACE_CLASSES else TRACE_CLASSES[OTHER_CLASSES[fault].like]
 
@@ -304,7 +305,7 @@ class FaultPlan:
 
     def draw_duration_s(self, fault: str, rng: np.random.Generator) -> float:
         """A repair time from the class's trace quantiles (log-linear between them), compressed and clipped."""
-        hours = np.interp(rng.random(), REPAIR_QUANTILES, np.log(repair_class(fault).repair_hours))
+        hours = np.interp(rng.random(), REPAIR_QUANTILES, np.log(_repair_class(fault).repair_hours))
         return float(np.clip(math.exp(hours) * 3600 * self.duration_scale, self.min_duration_s, self.max_duration_s))
 
 
@@ -752,8 +753,7 @@ class FaultInjector:
         # the job's traffic to this GPU now crosses PCIe: every GPU of the job waits for the slower path
         wanted = self._nvlink_level[now.sched.gpu_app[g]] * v.nvlink_bytes_per_s[g]
         wait = float(np.clip(1 - 0.85 * v.pcie_bytes_per_s[g] / max(wanted, 1.0), 0.1, 0.6))
-        e.wait[[g, *peers]] = wait
-        e.wait_period[[g, *peers]] = int(rng.integers(3, 8))
+        self._wait([g, *peers], wait)
         return Started(f"{down} of {count} NVLinks inactive: peer traffic falls back to PCIe, job waits ~{wait:.0%}",
                        peers)  # fmt: skip
 
@@ -790,8 +790,7 @@ class FaultInjector:
             e.duty[g] = factor
             what = f"host-side straggler: compute duty cycle x{factor:.2f}"
         wait = 1 - factor
-        e.wait[peers] = wait
-        e.wait_period[peers] = int(rng.integers(3, 8))
+        self._wait(peers, wait)
         return Started(f"{what}; {len(peers)} peers wait ~{wait:.0%} of each step", peers)
 
     def _start_xid_storm(self, g: int, now: Now, _duration: float, magnitude: float | None) -> Started:
@@ -872,8 +871,7 @@ class FaultInjector:
         factor = float(self.rng.uniform(0.3, 0.6))
         e.brake[g], e.clock_factor[g] = True, factor
         peers = self._peers(g, now.sched) if now.sched.multi[g] and self._sync_apps[now.sched.gpu_app[g]] else []
-        e.wait[peers] = 1 - factor
-        e.wait_period[peers] = int(self.rng.integers(3, 8))
+        self._wait(peers, 1 - factor)
         return Started(f"external power brake asserted: SM clock x{factor:.2f}, {len(peers)} peers wait", peers)
 
     def _start_nvlink_crc_storm(self, g: int, _now: Now, _duration: float, magnitude: float | None) -> Started:
@@ -894,6 +892,11 @@ class FaultInjector:
         return Started(f"HBM wearing out: {rate:.0f} corrected (single-bit) ECC errors/s")
 
     # --- helpers ------------------------------------------------------------------------------------------
+    def _wait(self, gpus: list[int], share: float) -> None:
+        """A synchronous job's GPUs wait ``share`` of each step for a slow one, deeper every few seconds."""
+        self.effects.wait[gpus] = share
+        self.effects.wait_period[gpus] = int(self.rng.integers(3, 8))
+
     def _kill(self, g: int, now: Now) -> list[int]:
         now.sched.unavailable[g] = True
         job = now.sched.job_of(g)
