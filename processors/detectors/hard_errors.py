@@ -209,7 +209,7 @@ class HardErrors:
             return True
         return self.report.gpus.is_open(slot, ECC) or abs(e.ts_ns - int(self.evidence.ecc_ts[slot])) <= 120 * S
 
-    def lost_after_ns(self, slots: np.ndarray) -> np.ndarray:
+    def _lost_after_ns(self, slots: np.ndarray) -> np.ndarray:
         """How long each GPU must be silent to be lost: ``lost_after_s``, or three of its own sampling intervals
         when it is sampled less often (imported history every minute is not a GPU off the bus every minute)."""
         interval: np.ndarray = self.latest.row[slots, _INTERVAL]
@@ -219,7 +219,7 @@ class HardErrors:
     def returns(self, g: np.ndarray, ts: np.ndarray) -> None:
         """One row per GPU ``g`` (before it becomes the GPU's latest): a row after a silence starts its return."""
         last = self.latest.ts[g]
-        gap = (last >= 0) & (ts - last >= self.lost_after_ns(g))
+        gap = (last >= 0) & (ts - last >= self._lost_after_ns(g))
         self.evidence.back_since[g[gap]] = ts[gap]
 
     def counters(self, g: np.ndarray, ts: np.ndarray, m: np.ndarray, deltas: np.ndarray, out: list[Finding]) -> None:
@@ -260,7 +260,7 @@ class HardErrors:
         used = len(self.slots)
         last_ts = self.latest.ts[:used]
         node_now = self.nodes.latest[self.slots.node_of[:used]]
-        lost_after = self.lost_after_ns(np.arange(used))
+        lost_after = self._lost_after_ns(np.arange(used))
         silent = (last_ts >= 0) & (node_now - last_ts >= lost_after)
         lost = self.report.gpus.active(np.arange(used), LOST_BUS)
         for slot in np.flatnonzero(silent & ~lost).tolist():

@@ -8,7 +8,7 @@ its PCIe link at a lower generation to save power (gen 1 at idle is normal): gen
 utilization. A narrower width is a fault once the link has been seen at its full width: a link narrow from the
 GPU's first sample on is how its slot, riser or VM is built (a T4 in a cloud VM at x8 of x16), a property, reported
 once as ``pcie-link-narrow`` (info) with the bandwidth it leaves, never as a fault. NVLinks not all up in the
-first two minutes after a GPU's first sample, or after its return from a silence (a reboot, a reset), are still
+first two minutes after a GPU's first sample, or after its return from 5 minutes of silence (a reboot), are still
 training after a boot, not down (judged once they were all seen up, or after those two minutes). The NVLink
 finding names the peers whose traffic now crosses PCIe, and over which path. Every claim a wording makes is one
 the row shows ("while busy" only above 40% utilization).
@@ -38,6 +38,9 @@ _PCIE_BUSY_UTIL: Final = 40.0
 _ASK_AGAIN_NS: Final = 60 * S
 #: seconds after a GPU's first sample during which NVLinks not yet all up are still training, not down
 TRAINING_S: Final = 120.0
+#: a GPU back after a silence this long may have been rebooted (a server's power-on self-test alone takes minutes):
+#: its links train again; a shorter silence (a collector restarted, a network blip) is no boot
+REBOOT_S: Final = 300.0
 
 
 def links_from_samples(m: np.ndarray, links: list[tuple[NvLinkSample, ...] | None]) -> None:
@@ -154,8 +157,8 @@ class Links:
 
     def trained(self, s: np.ndarray, ts: np.ndarray, m: np.ndarray, back: np.ndarray | None = None) -> np.ndarray:
         """Per row (sorted by slot, then time): whether its GPU's NVLinks may be judged: all of them were seen up
-        since its boot, or ``TRAINING_S`` have passed since its boot: its first sample, or its return after a silence
-        (``back``: the rows that return; a reboot, a reset). After a boot the links train for a while (NVSentinel
+        since its boot, or ``TRAINING_S`` have passed since its boot: its first sample, or its return after
+        ``REBOOT_S`` of silence (``back``: the rows that return). After a boot the links train for a while (NVSentinel
         #1701: every maintenance reboot of a GB200 NVL72 fleet read as NVLink down)."""
         if not len(s):
             return np.zeros(0, dtype=bool)

@@ -175,7 +175,7 @@ class Detectors:
         serving = np.array([(w := b.workload[i]) is not None and w.application in SERVING for i in order.tolist()])
         phase = np.array([PHASE_INDEX.get(b.phase[i] or "", -1) for i in order.tolist()], dtype=np.int64)
         full_width, narrow_opens, narrow_closes = self.links.widths(s, m)
-        back = (prev_ts >= 0) & (ts - prev_ts >= self.hard_errors.lost_after_ns(s))
+        back = (prev_ts >= 0) & (ts - prev_ts >= links.REBOOT_S * S)
         trained = self.links.trained(s, ts, m, back)
         cond, seen = level_conditions(m, rel, allocated, self.links.expected.links[s], full_width, trained)
         deltas = self.latest.counter_deltas(s, first, m)
