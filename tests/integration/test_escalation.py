@@ -130,10 +130,6 @@ def test_escalation_and_correlation_rules_on_a_scripted_fleet(
             written = wait_settled(sink, "findings_written")
         assert wait_for(lambda: manager.stats().get("findings", 0) >= written, 30), (manager.stats(), tail(manager))
         assert wait_for(lambda: manager.stats().get("alerts_firing", 0) >= 2, 30), (manager.stats(), tail(manager))
-        # the job summaries of the run now (InfluxDB's task writes them every 10 minutes, in the bucket storage
-        # setup makes)
-        setup(settings, tasks=False)
-        assert backfill(settings, [(start, start + SECONDS * S)]).jobs_spans
 
         for name, value in settings_env(settings).items():
             monkeypatch.setenv(name, value)
@@ -147,6 +143,10 @@ def test_escalation_and_correlation_rules_on_a_scripted_fleet(
         shadowed = json.loads(result.output)
         shadow_text = CliRunner().invoke(cli, ["health", "--cluster", c]).output
         monkeypatch.setenv("HERMENEUT_HEALTH__SHADOW", "")
+        # the job summaries of the run now (InfluxDB's task writes them every 10 minutes, in the bucket storage
+        # setup makes)
+        setup(settings, tasks=False)
+        assert backfill(settings, [(start, start + SECONDS * S)]).jobs_spans
         result = CliRunner().invoke(cli, ["reliability", "--cluster", c, "--by", "node", "--format", "json"])
         assert result.exit_code == 0, result.output
         figures = {r["group"]: r for r in json.loads(result.output)["rows"]}
@@ -163,7 +163,9 @@ def test_escalation_and_correlation_rules_on_a_scripted_fleet(
     finally:
         assert manager.stop(30) == 0, tail(manager)
     for key in (f"{c}/n1/G0", f"{c}/n1/G1", f"{c}/n1/G2", f"{c}/n1/G4", f"{c}/n1/G5", f"{c}/n2/-"):
-        shown_as = next(a for a in (*shown["gpus"], *shown["nodes"]) if key == f"{c}/{a['node']}/{a['gpu'] or '-'}")
+        listed = (a for a in (*shown["gpus"], *shown["nodes"]) if key == f"{c}/{a['node']}/{a['gpu'] or '-'}")
+        shown_as = next(listed, None)
+        assert shown_as is not None, (key, shown)
         assert topic[key][:2] == again[key][:2] == (shown_as["state"], shown_as["remedy"]), (key, topic, again)
         assert topic[key][2] == again[key][2], key
     # a node's record on the topic is the node itself (its GPUs have records of their own): n1 is a lemon
