@@ -339,6 +339,9 @@ class CollectorSettings(_Section):
     #: one finding on several nodes of one rack or switch at once is that place's incident (docs/health.md)
     rack: str = Field(default="", max_length=253)
     switch: str = Field(default="", max_length=253)
+    #: where the node's maintenance state comes from ("": nowhere): "slurm" (scontrol show node) or "kubernetes"
+    #: (the Node object: cordoned). Checked with the topology; a node held out of service on purpose is not a fault
+    maintenance: Literal["", "slurm", "kubernetes"] = ""
     dcgm_exporter_url: str = "http://127.0.0.1:9400/metrics"
     scrape_timeout_s: float = Field(default=5.0, gt=0, le=300)
     #: where sysfs is (InfiniBand ports, PCI paths, NUMA); a folder for tests and containers

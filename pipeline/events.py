@@ -425,6 +425,9 @@ class NodeTopology:
     #: its NICs hang off; factors its GPUs share with the rack's or the switch's other nodes
     rack: str = ""
     switch: str = ""
+    #: why the node's scheduler holds it out of service on purpose ("": in service): a Slurm drain, maintenance
+    #: reservation or reboot, a Kubernetes cordon (producers.context.nodestate). A maintenance window is not a fault
+    maintenance: str = ""
 
     @property
     def kafka_key(self) -> bytes:
@@ -493,6 +496,9 @@ class Finding:
     driver_version: str = ""
     rack: str = ""
     switch: str = ""
+    #: why its node is out of service on purpose, from the node's topology ("": in service): stored and shown, never
+    #: paged (sinks.alerting), and its GPUs' health is ``maintenance`` (pipeline.health)
+    maintenance: str = ""
 
     @property
     def dedup_key(self) -> str:

@@ -16,6 +16,11 @@ not for ``silent_after`` is ``unknown``: no telemetry is no evidence of health, 
 (``gpu-silent``: its node reports, so the GPU is gone or its collector lost it; ``node-silent``: the node or its
 collector is down; the fallen-off-bus finding says the GPU is gone once it is sure).
 
+Maintenance windows: a node its scheduler holds out of service on purpose (``maintenance``: a Slurm drain, a
+maintenance reservation or reboot, a Kubernetes cordon; producers.context.nodestate, carried by the node's topology
+and its findings) is ``maintenance``, remedy none, whatever fires on it: its silence is expected, its findings are
+listed as reasons (kept, never paged: sinks.alerting mutes them) and left out of fleet incidents.
+
 The circuit breaker: one finding kind on :data:`INCIDENT_SHARE` of a cluster's GPUs at once (a driver, a firmware,
 a cooling loop, a bad job image) is one fleet :class:`Incident` naming what the GPUs share, and none of them gets a
 per-GPU remedy: nobody drains a third of a fleet one GPU at a time (NVSentinel's circuit breaker against mass
@@ -43,6 +48,8 @@ class Health(StrEnum):
     DEGRADED = "degraded"
     UNHEALTHY = "unhealthy"
     UNKNOWN = "unknown"
+    #: held out of service on purpose by its scheduler (a drain, a maintenance reservation, a cordon)
+    MAINTENANCE = "maintenance"
 
 
 class Remedy(StrEnum):
@@ -55,8 +62,8 @@ class Remedy(StrEnum):
     RMA = "RMA"
 
 
-#: how bad a state is (unknown sits between: not known healthy, not shown to be ill)
-BADNESS: Final = {Health.HEALTHY: 0, Health.UNKNOWN: 1, Health.DEGRADED: 2, Health.UNHEALTHY: 3}
+#: how bad a state is (unknown sits between: not known healthy, not shown to be ill; maintenance is nobody's alarm)
+BADNESS: Final = {Health.HEALTHY: 0, Health.MAINTENANCE: 1, Health.UNKNOWN: 2, Health.DEGRADED: 3, Health.UNHEALTHY: 4}
 _STRENGTH: Final = {r: i for i, r in enumerate(Remedy)}
 _H, _D, _U = Health.HEALTHY, Health.DEGRADED, Health.UNHEALTHY
 
@@ -260,11 +267,18 @@ def assess(
     now_ns: int = 0,
     silent_after_ns: int = 120 * 10**9,
     history: Escalations = Escalations(),
+    maintenance: Mapping[tuple[str, str], str] = {},
 ) -> FleetHealth:
     """The health of every GPU in ``fleet`` ((cluster, node, gpu, last reported or None)) and of every GPU and
     node a firing finding or the ``history`` names, and of their nodes. A reason from the history takes the state
-    its GPU (node) has from the findings firing now, at least degraded, so its remedy is the one shown."""
+    its GPU (node) has from the findings firing now, at least degraded, so its remedy is the one shown. Nodes in
+    ``maintenance`` ((cluster, node) -> why, from their topologies) or whose findings say so are ``maintenance``."""
     firing = list(firing)
+    out_of_service = dict(maintenance) | {
+        (f.labels.get("cluster", ""), f.labels.get("node", "")): f.labels["maintenance"]
+        for f in firing
+        if f.labels.get("maintenance")
+    }
     by_gpu: dict[tuple[str, str, str], list[Reason]] = {}
     by_node: dict[tuple[str, str], list[Reason]] = {}
     seen: dict[tuple[str, str, str], int | None] = {}
@@ -273,7 +287,8 @@ def assess(
         by_gpu.setdefault((cluster, node, gpu), [])
         by_node.setdefault((cluster, node), [])
     judged = [(f, reason_of(f)) for f in firing]
-    incidents, breaker = _incidents(judged, seen)
+    # a maintenance window's findings are the work on the node, not a fleet's incident
+    incidents, breaker = _incidents([(f, r) for f, r in judged if not f.labels.get("maintenance")], seen)
     for f, reason in judged:
         cluster, node, uuid = f.labels.get("cluster", ""), f.labels.get("node", ""), f.labels.get("gpu")
         by_node.setdefault((cluster, node), [])
@@ -297,10 +312,12 @@ def assess(
     gpus = []
     for key in sorted(by_gpu):
         reasons = _by_badness(by_gpu[key] + _lifted(history.gpus.get(key, ()), _fold(by_gpu[key])[0]))
-        last = seen.get(key)
-        if not reasons and key in seen and (last is None or now_ns - last > silent_after_ns):
+        last, why = seen.get(key), out_of_service.get(key[:2])
+        if why:
+            reasons = [_maintenance(why), *reasons]
+        elif not reasons and key in seen and (last is None or now_ns - last > silent_after_ns):
             reasons = [_silence(now_ns, last, node_last[key[:2]], silent_after_ns)]
-        state, remedy = _fold(reasons)
+        state, remedy = (Health.MAINTENANCE, Remedy.NONE) if why else _fold(reasons)
         gpus.append(Assessment(*key, state, remedy, tuple(reasons), last))
     nodes = []
     for cluster, node in sorted(by_node):
@@ -312,9 +329,18 @@ def assess(
         state, remedy = _fold(reasons)
         # the worst of its GPUs (a silent GPU leaves its node unknown, not healthy)
         state = max([state, *(a.state for a in members)], key=BADNESS.__getitem__)
+        if why := out_of_service.get((cluster, node)):
+            state, remedy = Health.MAINTENANCE, Remedy.NONE
+            if not members:
+                reasons = [_maintenance(why), *reasons]
         nodes.append(Assessment(cluster, node, None, state, remedy, tuple(reasons)))
     shadow = tuple((key, r) for key in sorted(history.shadow, key=str) for r in history.shadow[key])
     return FleetHealth(tuple(gpus), tuple(nodes), incidents, shadow)
+
+
+def _maintenance(why: str) -> Reason:
+    return Reason("maintenance", "info", f"held out of service on purpose ({why}): its findings are kept, not paged",
+                  0, Health.MAINTENANCE, Remedy.NONE)  # fmt: skip
 
 
 def _silence(now_ns: int, last: int | None, node_last: int, silent_after_ns: int) -> Reason:

@@ -56,7 +56,9 @@ class Interpreter:
 
 
 def _with_node_facts(f: Finding, topo: NodeTopology | None) -> Finding:
-    """The finding with what its node's topology says of the node: its driver, rack and switch."""
-    if topo is None or not (topo.driver_version or topo.rack or topo.switch):
+    """The finding with what its node's topology says of the node: its driver, rack and switch, and whether its
+    scheduler holds it out of service (a finding in a maintenance window is kept, never paged)."""
+    if topo is None or not (topo.driver_version or topo.rack or topo.switch or topo.maintenance):
         return f
-    return replace(f, driver_version=topo.driver_version, rack=topo.rack, switch=topo.switch)
+    return replace(f, driver_version=topo.driver_version, rack=topo.rack, switch=topo.switch,
+                   maintenance=topo.maintenance)  # fmt: skip

@@ -54,6 +54,7 @@ from pipeline.metrics import DURATION_BUCKETS, PUBLISHER_FIELDS, Field, StatsVie
 from pipeline.publisher import Headers, Publisher
 from pipeline.sizing import Cut, Limits, fit
 from pipeline.stats import write_stats
+from producers.context.nodestate import NodeState
 from producers.source import INTERVAL_FIELD, Record, Source
 
 log = logging.getLogger(__name__)
@@ -155,10 +156,14 @@ class NodeAgent:
         registry: CollectorRegistry | None = None,
         rack: str = "",
         switch: str = "",
+        node_state: NodeState | None = None,
     ) -> None:
         self.source, self.publisher, self.topics = source, publisher, topics
         #: where this node sits (the operator's config), put on every topology the source leaves without one
         self.rack, self.switch = rack, switch
+        #: whether the node's scheduler holds it out of service (checked with the topology), and its last answer
+        self.node_state, self._maintenance = node_state, ""
+        self._node_state_failing = False
         self.interval_s = interval_s
         self.topology_interval_s = topology_interval_s
         self.shutdown_grace_s = shutdown_grace_s
@@ -205,10 +210,33 @@ class NodeAgent:
             self._source_failing = False
         return records
 
+    def _maintenance_now(self) -> str:
+        """Why the node's scheduler holds it out of service now ("": in service); its last answer while it cannot
+        tell (said once when that starts and once when it ends)."""
+        if self.node_state is None:
+            return ""
+        try:
+            now = self.node_state.maintenance()
+        except SourceUnavailable as exc:
+            if not self._node_state_failing:
+                log.warning("%s node state unknown (%s); keeping the last answer", self.node_state.name, exc)
+            self._node_state_failing = True
+            return self._maintenance
+        if self._node_state_failing:
+            log.info("%s node state read again", self.node_state.name)
+        if now and now != self._maintenance:
+            log.info("node out of service: %s", now)
+        elif self._maintenance and not now:
+            log.info("node back in service")
+        self._node_state_failing, self._maintenance = False, now
+        return now
+
     def _publish_topologies(self, ts_ns: int, stop: threading.Event) -> None:
         """Each node's topology, where it is new or changed since the agent last published it."""
+        maintenance = self._maintenance_now()
         for found in self.source.topologies(ts_ns):
-            topology = dataclasses.replace(found, rack=found.rack or self.rack, switch=found.switch or self.switch)
+            topology = dataclasses.replace(found, rack=found.rack or self.rack, switch=found.switch or self.switch,
+                                           maintenance=found.maintenance or maintenance)  # fmt: skip
             key = topology.kafka_key
             if _same_topology(self._topologies.get(key), topology):
                 continue

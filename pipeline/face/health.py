@@ -1,16 +1,18 @@
 """The fleet's health as the CLI (``hermeneut health``) and the HTTP API (``GET /api/v1/health``) show it: the
 alerts firing now (the alert manager's state, through its compacted topic) folded over the GPUs that reported
 in the lookback (InfluxDB), by :func:`pipeline.health.assess`, with what the stored finding history escalates
-(:func:`pipeline.escalation.escalate`)."""
+(:func:`pipeline.escalation.escalate`) and which nodes their topologies say are in a maintenance window."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from pipeline.config import HealthSettings
 from pipeline.errors import InvalidQuery
 from pipeline.escalation import History
+from pipeline.events import NodeTopology
 from pipeline.health import FiringFinding, FleetHealth, assess, assessment_json
 from pipeline.vocab import NS_PER_S
 from sinks.alerting.admin import AlertAdmin
@@ -37,7 +39,15 @@ class HealthQuery:
             raise InvalidQuery("silent-after must be > 0 and shorter than the lookback")
 
 
-def fleet_health(admin: AlertAdmin, store: Store, q: HealthQuery, now_ns: int, rules: HealthSettings) -> FleetHealth:
+def fleet_health(
+    admin: AlertAdmin,
+    store: Store,
+    q: HealthQuery,
+    now_ns: int,
+    rules: HealthSettings,
+    topologies: Iterable[NodeTopology] = (),
+) -> FleetHealth:
+    """The fleet's health now; ``topologies`` (the topology topic) say which nodes are in a maintenance window."""
     firing = [
         FiringFinding(r.alert.labels, r.alert.summary, r.alert.starts_ns, r.alert.evidence)
         for r in admin.alerts(AlertStatus.FIRING)
@@ -45,7 +55,9 @@ def fleet_health(admin: AlertAdmin, store: Store, q: HealthQuery, now_ns: int, r
     ]
     fleet = last_reports(store, now_ns - int(q.lookback_s * NS_PER_S), now_ns + NS_PER_S, q.cluster)
     past = finding_episodes(store, now_ns - int(rules.lookback_s * NS_PER_S), now_ns + NS_PER_S, q.cluster)
-    return assess(firing, fleet, now_ns, int(q.silent_after_s * NS_PER_S), History(rules, past).escalate(now_ns))
+    maintenance = {(t.cluster, t.node): t.maintenance for t in topologies if t.maintenance}
+    return assess(firing, fleet, now_ns, int(q.silent_after_s * NS_PER_S), History(rules, past).escalate(now_ns),
+                  maintenance)  # fmt: skip
 
 
 def health_json(h: FleetHealth, q: HealthQuery) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pipeline.config import AlertSettings
 from pipeline.events import Finding
 from sinks.alerting.grouping import Notification, Suppressed, evaluate_group, group_of, timers
-from sinks.alerting.inhibit import INHIBITED, SILENCED, Inhibitor, InhibitRule, silenced_by
+from sinks.alerting.inhibit import INHIBITED, MAINTENANCE, SILENCED, Inhibitor, InhibitRule, silenced_by
 from sinks.alerting.lifecycle import LifecycleConfig, apply_finding, forgettable, tick
 from sinks.alerting.model import Ack, AlertState, AlertStatus, GroupState, Silence, Subscription, matches_all
 
@@ -165,6 +165,8 @@ class AlertEngine:
         inhibitors: list[Inhibitor] = []  # built on first use: most steps evaluate no firing alert at all
 
         def why(a: AlertState) -> str | None:
+            if a.labels.get("maintenance"):
+                return MAINTENANCE
             if silenced_by(a, silences, now_ns) is not None:
                 return SILENCED
             if not inhibitors:

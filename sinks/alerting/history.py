@@ -3,7 +3,7 @@
 Measurement ``notification``:
   tags   ``cluster``, ``receiver_kind`` (webhook/slack/email/kafka, ``-`` for suppressed ones), ``subscription``
          (id), ``detector``, ``status`` (firing/resolved), ``outcome`` (delivered / retrying / failed /
-         suppressed-silence / suppressed-inhibited / damped). All bounded.
+         suppressed-silence / suppressed-inhibited / suppressed-maintenance / damped). All bounded.
   fields ``dedup_key``, ``fingerprint``, ``attempt``, ``http_status``, ``error``, ``latency_ms``, ``group_key``,
          ``summary``, ``receiver`` (who was told, without secrets or URL paths), ``owner``, ``delivery_id``,
          ``reason`` (firing/resolved/repeat/flap-summary).
@@ -31,7 +31,9 @@ from sinks.influxdb.write import InfluxWriter
 log = logging.getLogger(__name__)
 
 MEASUREMENT: Final = "notification"
-OUTCOMES: Final = ("delivered", "retrying", "failed", "suppressed-silence", "suppressed-inhibited", "damped")
+OUTCOMES: Final = (
+    "delivered", "retrying", "failed", "suppressed-silence", "suppressed-inhibited", "suppressed-maintenance", "damped"
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

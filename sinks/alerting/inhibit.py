@@ -4,7 +4,9 @@ An inhibition rule reads ``SOURCE -> TARGET on LABEL,LABEL`` (matchers in braces
 alert matching SOURCE mutes every other firing alert matching TARGET that has the same values of the listed
 labels. The defaults (settings ``alerts.inhibit_rules``): a silent node mutes its other alerts; a GPU that
 fell off the bus mutes that GPU's other alerts (its thermal, NVLink, straggler... alerts are consequences).
-A silenced source still inhibits, as in Alertmanager.
+A silenced source still inhibits, as in Alertmanager. An alert whose node its scheduler holds out of service (the
+``maintenance`` label: a drain, a maintenance reservation, a cordon) is muted as in a silence the scheduler set: a
+maintenance window is not a fault, and nobody has to remember to silence it by hand.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from sinks.alerting.model import (
 
 SILENCED = "silence"
 INHIBITED = "inhibited"
+MAINTENANCE = "maintenance"
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,7 +71,7 @@ from sinks.alerting.delivery import Attempt, DeliveryPool
 from sinks.alerting.engine import AlertEngine
 from sinks.alerting.grouping import DAMPED, Notification, Suppressed
 from sinks.alerting.history import HistoryWriter, NotificationRecord
-from sinks.alerting.inhibit import INHIBITED, SILENCED, parse_inhibit_rules
+from sinks.alerting.inhibit import INHIBITED, MAINTENANCE, SILENCED, parse_inhibit_rules
 from sinks.alerting.lifecycle import LifecycleConfig
 from sinks.alerting.model import (
     Ack,
@@ -94,7 +94,12 @@ from sinks.alerting.shadow import Shadow
 log = logging.getLogger(__name__)
 
 STAGE = "alerting"
-_OUTCOME = {SILENCED: "suppressed-silence", INHIBITED: "suppressed-inhibited", DAMPED: "damped"}
+_OUTCOME = {
+    SILENCED: "suppressed-silence",
+    INHIBITED: "suppressed-inhibited",
+    MAINTENANCE: "suppressed-maintenance",
+    DAMPED: "damped",
+}
 
 
 def _health_key(labels: dict[str, str]) -> tuple[str, str, str]:

@@ -56,6 +56,7 @@ LABELS: Final = (
     "driver_version",
     "rack",
     "switch",
+    "maintenance",
 )
 _VOCABULARY: Final[dict[str, tuple[str, ...]]] = {
     "severity": tuple(s.value for s in Severity),
@@ -514,7 +515,8 @@ def finding_labels(f: Finding) -> dict[str, str]:
                 labels[name] = value
     if f.detector == "baseline-anomaly":
         labels["verdict"] = Verdict.ANOMALOUS.value
-    for name, value in (("driver_version", f.driver_version), ("rack", f.rack), ("switch", f.switch)):
+    for name, value in (("driver_version", f.driver_version), ("rack", f.rack), ("switch", f.switch),
+                        ("maintenance", f.maintenance)):  # fmt: skip
         if value:
             labels[name] = value
     return labels

@@ -29,7 +29,8 @@ Schema (the README has the cardinality budget):
   10 minutes.
 ``finding`` - every detector finding (from the alerts topic): tags ``cluster``, ``node``, ``gpu``, ``detector``,
   ``severity``, ``application`` (when known); fields ``active`` (1/0), ``summary``, ``action``, ``since_ns``,
-  ``job_id``, and the evidence as ``ev_<name>``.
+  ``job_id``, ``maintenance`` (why its node was out of service on purpose, when it was), and the evidence as
+  ``ev_<name>``.
 
 ``baseline`` - the learned bands, written by ``hermeneut baselines train``: tags ``application``, ``gpu_model``
   (``*`` for priors), ``phase``, ``feature`` (the stored field it describes); fields ``p01`` ``p05`` ``p50``
@@ -421,6 +422,8 @@ def finding_line(f: Finding) -> str:
         fields.append(f"action={string_field(f.action)}")
     if wl and wl.job_id:
         fields.append(f"job_id={string_field(wl.job_id)}")
+    if f.maintenance:
+        fields.append(f"maintenance={string_field(f.maintenance)}")
     fields += [f"ev_{k}={float(v)!r}" for k, v in sorted(f.evidence.items()) if v == v]  # noqa: PLR0124
     return (
         f"{FINDING_MEASUREMENT},{app}cluster={tag(f.cluster)},detector={tag(f.detector)},"

@@ -189,6 +189,15 @@ JOB_PODS = {
 }
 
 
+#: node gpu01 as ``kubectl cordon gpu01`` leaves it (``spec.unschedulable`` and the taint the node controller adds)
+NODE: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Node",
+    "metadata": {"name": "gpu01", "labels": {"kubernetes.io/hostname": "gpu01"}},
+    "spec": {"unschedulable": True, "taints": [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]},
+}
+
+
 class ApiHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urlparse(self.path)
@@ -203,6 +212,8 @@ class ApiHandler(BaseHTTPRequestHandler):
         ]:
             self.server.job_queries += 1  # type: ignore[attr-defined]
             self._send(200, JOB_PODS)
+        elif url.path == "/api/v1/nodes/gpu01":
+            self._send(200, NODE)
         else:
             self._send(404, {"kind": "Status", "code": 404})
 

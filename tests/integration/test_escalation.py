@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +39,10 @@ from pipeline.events import (
 from pipeline.face.cli import cli
 from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
+from sinks.alerting.admin import AlertAdmin, make_receiver, make_subscription
 from sinks.retention import backfill, setup
 from tests.fakes.readings import H100, busy_h100
-from tests.integration.alerting_parts import start_manager, tail, with_alerts
+from tests.integration.alerting_parts import HttpReceiver, history, start_manager, tail, with_alerts
 
 from .harness import consume_all, publish_batches, running_pipeline, wait_settled, wait_stored
 
@@ -192,7 +194,8 @@ def test_escalation_and_correlation_rules_on_a_scripted_fleet(
     assert any(r["detector"] == "lemon-node" and "6 remediations" in r["summary"] for r in nodes["n2"]["reasons"])
     assert (nodes["n1"]["state"], nodes["n1"]["remedy"]) == ("unhealthy", "RMA"), nodes["n1"]
     assert any(r["detector"] == "lemon-node" for r in nodes["n1"]["reasons"])
-    assert shown["gpus_by_state"] == {"healthy": 7, "degraded": 4, "unhealthy": 1, "unknown": 0}, shown
+    states = {"healthy": 7, "degraded": 4, "unhealthy": 1, "unknown": 0, "maintenance": 0}
+    assert shown["gpus_by_state"] == states, shown
     assert shown["shadow"] == []
     # in shadow mode the lemon rule changes nothing: n2 is healthy, n1 keeps its GPUs' worst; both are listed
     assert {n["node"] for n in shadowed["nodes"]} == {"n1"}, shadowed["nodes"]
@@ -234,10 +237,12 @@ def _failing_fleet(
     topologies: list[NodeTopology],
     failing: set[str],
     firing: int,
+    settle: Callable[[], None] = lambda: None,
 ) -> tuple[dict[str, Any], str]:
     """Two H100s per node of ``topologies`` (published in order: a later one of a node replaces the earlier), 300 s
     of samples; every GPU of the ``failing`` nodes fails with a GSP timeout within three seconds. ``hermeneut
-    health`` once the manager fires ``firing`` alerts: its JSON and its text."""
+    health`` once the manager fires ``firing`` alerts: its JSON and its text (``settle`` runs before the manager
+    stops)."""
     c, start = settings.cluster, topologies[0].ts_ns
     pub = Publisher(settings.kafka.client_config())
     for topo in topologies:
@@ -268,7 +273,9 @@ def _failing_fleet(
             monkeypatch.setenv(name, value)
         result = CliRunner().invoke(cli, ["health", "--cluster", c, "--format", "json"])
         assert result.exit_code == 0, result.output
-        return json.loads(result.output), CliRunner().invoke(cli, ["health", "--cluster", c]).output
+        text = CliRunner().invoke(cli, ["health", "--cluster", c]).output
+        settle()
+        return json.loads(result.output), text
     finally:
         assert manager.stop(30) == 0, tail(manager)
 
@@ -295,7 +302,8 @@ def test_a_driver_change_that_breaks_a_third_of_a_cluster_is_one_incident_with_n
     assert (incident["detector"], incident["gpus"], incident["of_gpus"]) == ("xid", 8, 20), incident
     assert incident["shared"]["driver_version"] == NEW, incident
     assert f"fleet incident: xid on 8 of 20 GPUs of {c} at once (shared: driver_version={NEW}" in text, text
-    assert shown["gpus_by_state"] == {"healthy": 12, "degraded": 0, "unhealthy": 8, "unknown": 0}, shown
+    states = {"healthy": 12, "degraded": 0, "unhealthy": 8, "unknown": 0, "maintenance": 0}
+    assert shown["gpus_by_state"] == states, shown
     assert {g["node"] for g in shown["gpus"]} == upgraded
     assert {g["remedy"] for g in shown["gpus"]} == {"none"}  # nobody resets 8 GPUs one by one
     assert {n["remedy"] for n in shown["nodes"]} == {"none"}, shown["nodes"]
@@ -320,3 +328,46 @@ def test_three_nodes_of_one_rack_failing_at_once_are_the_racks_incident(
     remedies = {g["node"]: g["remedy"] for g in shown["gpus"]}
     assert {remedies[n] for n in ("n4", "n5", "n6")} == {"none"}, shown["gpus"]
     assert remedies["n9"] == "reset GPU", shown["gpus"]
+
+
+def test_a_drained_node_is_in_maintenance_its_faults_page_nobody_and_make_no_incident(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six nodes of two H100s; the Slurm drain of m1 (its collector's topology says so) is for a firmware update, and
+    its GPUs throw GSP timeouts while it is worked on; m0's GPUs throw the same, in service. A webhook subscription
+    takes every alert of these nodes: m0's page, m1's are held as maintenance; m1 is ``maintenance`` in ``hermeneut
+    health``, m0 unhealthy; 2 of 12 GPUs failing in service is no fleet incident (4 of 12 would be, maintenance
+    counted)."""
+    settings = with_alerts(settings)
+    c, start = settings.cluster, time.time_ns() - 305 * S
+    drain = "slurm IDLE+DRAIN: firmware update [root@2026-11-25T09:00:00]"
+    topologies = [_node(c, f"m{i}", start, maintenance=drain if i == 1 else "") for i in range(6)]
+    receiver = HttpReceiver().start()
+    admin = AlertAdmin(settings).start()
+    sub = make_subscription("ops", "alice", ['node=~"m[0-5]"'], [make_receiver("webhook", receiver.url("/hook"))])
+    admin.add(sub)
+    told: list[str] = []
+
+    def paged() -> bool:
+        told[:] = sorted({a["labels"]["node"] for r in receiver.on("/hook") for a in r.json()["alerts"]})
+        return bool(told)
+
+    try:
+        shown, text = _failing_fleet(settings, tmp_path, monkeypatch, topologies, {"m0", "m1"}, 4,
+                                     settle=lambda: wait_for(paged, 30))  # fmt: skip
+    finally:
+        admin.remove_subscription(sub.id)
+        admin.close()
+        receiver.stop()
+
+    states = {g["gpu"]: (g["state"], g["remedy"]) for g in shown["gpus"]}
+    assert states == {"m0-G0": ("unhealthy", "reset GPU"), "m0-G1": ("unhealthy", "reset GPU"),
+                      "m1-G0": ("maintenance", "none"), "m1-G1": ("maintenance", "none")}, shown["gpus"]  # fmt: skip
+    m1 = next(g for g in shown["gpus"] if g["gpu"] == "m1-G0")
+    assert [r["detector"] for r in m1["reasons"]] == ["maintenance", "xid"] and drain in m1["reasons"][0]["summary"]
+    assert shown["gpus_by_state"]["maintenance"] == 2 and shown["nodes_by_state"]["maintenance"] == 1, shown
+    assert shown["incidents"] == [], shown["incidents"]
+    assert "node " + c + "/m1: maintenance, remedy: none" in text, text
+    assert told == ["m0"], told  # the drained node paged nobody
+    held = {(r.outcome, r.dedup_key.split("/")[2]) for r in history(settings, subscription=sub.id)}
+    assert ("suppressed-maintenance", "m1") in held and ("suppressed-maintenance", "m0") not in held, held

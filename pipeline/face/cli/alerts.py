@@ -372,7 +372,10 @@ def shadow_cmd(ctx: click.Context, range_: str, cluster: str | None, fmt: str) -
 @click.option("--range", "range_", default="24h", show_default=True, help="How far back.")
 @click.option("--subscription", help="Only this subscription id.")
 @click.option("--detector", help="Only this detector.")
-@click.option("--outcome", help="delivered, retrying, failed, suppressed-silence, suppressed-inhibited, damped.")
+@click.option(
+    "--outcome",
+    help="delivered, retrying, failed, suppressed-silence, suppressed-inhibited, suppressed-maintenance, damped.",
+)
 @click.option("--status", help="firing or resolved.")
 @click.option("--limit", default=1000, show_default=True, type=int)
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)

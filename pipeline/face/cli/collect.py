@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,6 +21,10 @@ from pipeline.face.cli.base import (
     stop_event,
 )
 from producers.source import Source
+
+if TYPE_CHECKING:
+    from pipeline.config import Settings
+    from producers.context.nodestate import NodeState
 
 
 @cli.command("collect")
@@ -66,6 +72,8 @@ def collect_cmd(
         limits=cluster_limits(settings, t.raw, t.context, t.topology, t.ground_truth, t.dead_letter, fallback=True),
     )
     exposed = expose(settings, "collect", metrics_port)
+    with errors():
+        node_state = _node_state(settings, node or c.node or socket.gethostname().split(".", 1)[0])
     agent = NodeAgent(
         chosen,
         publisher,
@@ -77,6 +85,7 @@ def collect_cmd(
         registry=exposed.registry,
         rack=c.rack,
         switch=c.switch,
+        node_state=node_state,
     )
     try:
         report = agent.run(stop_event(), duration)
@@ -95,3 +104,17 @@ def collect_cmd(
             f"{report.unqueued_samples} samples never queued",
             1,
         )
+
+
+def _node_state(settings: Settings, node: str) -> NodeState | None:
+    """The reader of the node's maintenance state that ``collector.maintenance`` names (None: none)."""
+    from producers.context import nodestate
+    from producers.context.kubernetes import ApiServer
+
+    c = settings.context
+    if settings.collector.maintenance == "slurm":
+        return nodestate.SlurmNodeState(node, c.command_timeout_s)
+    if settings.collector.maintenance == "kubernetes":
+        api = ApiServer.in_cluster(c.kubernetes_api, c.kubernetes_token_file, c.kubernetes_ca_file, c.command_timeout_s)
+        return nodestate.KubernetesNodeState(node, api)
+    return None

@@ -34,6 +34,7 @@ from pipeline.config import Settings
 from pipeline.errors import AlertConfigError, ConfigError, InvalidInput, InvalidQuery, ServiceError
 from pipeline.face.health import HealthQuery, fleet_health, health_json
 from pipeline.face.reliability import ReliabilityQuery, fleet_reliability
+from pipeline.face.web.dashboard import TOPOLOGY
 from pipeline.reliability import report_json
 from pipeline.vocab import parse_seconds
 from sinks.alerting.admin import (
@@ -236,10 +237,12 @@ def add_routes(app: web.Application, settings: Settings, admin: AlertAdmin | Non
                             parse_seconds(q.get("silent_after", "2m"), "silent_after", error=InvalidQuery))  # fmt: skip
         query.validate()
         adm = await request.app[ADMIN].get()
+        topologies = (await request.app[TOPOLOGY].get()).snapshot().values() if TOPOLOGY in request.app else ()
 
         def look() -> dict[str, Any]:
             with Store.from_settings(settings) as store:
-                return health_json(fleet_health(adm, store, query, time.time_ns(), settings.health), query)
+                found = fleet_health(adm, store, query, time.time_ns(), settings.health, topologies)
+                return health_json(found, query)
 
         return web.json_response(await _run(look))
 

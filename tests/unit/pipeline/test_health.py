@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -21,6 +23,11 @@ def firing(
     return FiringFinding(labels, f"{detector} on {gpu or node}", NOW - 60 * S, evidence)
 
 
+def during(f: FiringFinding, maintenance: str) -> FiringFinding:
+    """The finding as the processor stamps it when its node's topology says it is in a maintenance window."""
+    return dataclasses.replace(f, labels={**f.labels, "maintenance": maintenance})
+
+
 def one(health: FleetHealth, gpu: str = "GPU-a") -> Assessment:
     (a,) = [a for a in health.gpus if a.gpu == gpu]
     return a
@@ -34,7 +41,7 @@ def test_a_gpu_fallen_off_the_bus_is_unhealthy_and_its_node_is_rebooted() -> Non
     assert one(h, "GPU-b").state is Health.HEALTHY
     (node,) = h.nodes
     assert (node.state, node.remedy, node.gpu) == (Health.UNHEALTHY, Remedy.REBOOT_NODE, None)
-    assert h.counts() == {"healthy": 1, "degraded": 0, "unhealthy": 1, "unknown": 0}
+    assert h.counts() == {"healthy": 1, "degraded": 0, "unhealthy": 1, "unknown": 0, "maintenance": 0}
 
 
 def test_info_findings_describe_and_never_degrade() -> None:
@@ -174,3 +181,27 @@ def test_one_kind_on_three_nodes_of_one_rack_is_the_racks_incident() -> None:
     assert assess(rack[:4], fleet, NOW).incidents == ()  # 2 nodes of the rack
     spread = [hot(n, 0, f"r{n}") for n in (40, 50, 60)]
     assert assess(spread, fleet, NOW).incidents == ()
+
+
+def test_a_node_in_a_maintenance_window_is_maintenance_whatever_fires_and_however_silent() -> None:
+    drained = "slurm IDLE+DRAIN: swap PSU 2"
+    fleet = [("c", "node-1", "GPU-a", NOW), ("c", "node-1", "GPU-b", NOW - 600 * S), ("c", "node-2", "GPU-c", NOW)]
+    in_window = during(firing("nvlink-down", "critical"), drained)
+    h = assess([in_window], fleet, NOW, maintenance={("c", "node-1"): drained})
+    a, b = one(h), one(h, "GPU-b")
+    assert (a.state, a.remedy) == (b.state, b.remedy) == (Health.MAINTENANCE, Remedy.NONE)
+    # the finding is still a reason (kept, not paged); the silence of a node being worked on is no reason at all
+    assert [r.detector for r in a.reasons] == ["maintenance", "nvlink-down"] and drained in a.reasons[0].summary
+    assert [r.detector for r in b.reasons] == ["maintenance"]
+    node1, node2 = h.nodes
+    assert (node1.state, node1.remedy) == (Health.MAINTENANCE, Remedy.NONE) and node2.state is Health.HEALTHY
+    # the topology need not be known: the finding's own label says so too
+    assert one(assess([in_window], fleet, NOW)).state is Health.MAINTENANCE
+    assert h.counts() == {"healthy": 1, "degraded": 0, "unhealthy": 0, "unknown": 0, "maintenance": 2}
+
+
+def test_findings_of_a_maintenance_window_are_no_fleet_incident() -> None:
+    fleet = [("c", f"node-{n}", f"GPU-{n}", NOW) for n in range(10)]
+    work = [during(firing("xid", "critical", f"node-{n}", f"GPU-{n}"), "kubernetes cordoned") for n in range(4)]
+    assert assess(work, fleet, NOW).incidents == ()
+    assert len(assess([firing("xid", "critical", f"node-{n}", f"GPU-{n}") for n in range(4)], fleet, NOW).incidents)

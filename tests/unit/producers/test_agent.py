@@ -154,3 +154,29 @@ def test_every_sample_says_how_long_it_stands_for() -> None:
     (message,) = publisher.on(TOPICS.raw)
     samples = decode_samples(message[2])[0].samples
     assert [s.metrics["sample_interval_seconds"] for s in samples] == [0.001, 0.001, 57.0]
+
+
+class _Scheduler:
+    """The node's scheduler state, one answer per topology check (None: it cannot tell now)."""
+
+    name = "slurm"
+
+    def __init__(self, answers: list[str | None]) -> None:
+        self.answers = answers
+
+    def maintenance(self) -> str:
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if answer is None:
+            raise SourceUnavailable("scontrol show node: timed out")
+        return answer
+
+
+def test_the_topology_says_when_the_scheduler_holds_the_node_out_of_service_and_keeps_it_while_unsure() -> None:
+    drained = "slurm IDLE+DRAIN: swap PSU 2"
+    source = ScriptedSource([[batch()]], [topo(2)])
+    publisher = RecordingPublisher()
+    scheduler = _Scheduler(["", drained, None, drained, ""])
+    run(source, publisher, 6, topology_interval_s=0, node_state=scheduler)
+    published = [decode_record(NodeTopology, m[2]).maintenance for m in publisher.on(TOPICS.topology)]
+    # a new topology when the node goes out of service and when it comes back; none while the scheduler is unsure
+    assert published == ["", drained, ""]

@@ -78,7 +78,7 @@ function connectLive() {
 
 // health (GET /api/v1/health: the alerts firing now folded per GPU and node), refreshed every 15 s; a fleet without
 // the alert manager's topics shows no health rather than failing
-const HEALTH_STATES = ["healthy", "degraded", "unhealthy", "unknown"];
+const HEALTH_STATES = ["healthy", "degraded", "unhealthy", "unknown", "maintenance"];
 async function loadHealth() {
   try {
     const cluster = state.filters.cluster;

@@ -3,6 +3,8 @@ inhibition, flap damping), exactly as the manager runs it."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from pipeline.config import DEFAULT_INHIBIT_RULES, AlertSettings
 from pipeline.events import Finding, Severity
 from sinks.alerting.admin import make_receiver, make_silence, make_subscription
@@ -114,6 +116,21 @@ def test_silenced_alert_sends_nothing_and_still_resolves() -> None:
     c.at(1000)
     told = [n.alerts[0].labels["gpu"] for n in c.sent[s.id]]
     assert "GPU-1" not in told  # no resolved notice for what nobody was told
+
+
+def test_a_node_in_a_maintenance_window_pages_nobody_and_its_alerts_are_kept() -> None:
+    s = sub([])
+    c = Clocked(settings(), [s])
+
+    def drained(t: float, active: bool = True) -> Finding:
+        return dataclasses.replace(finding(active, t, gpu="GPU-1"), maintenance="slurm IDLE+DRAIN: swap PSU 2")
+
+    for t in (100, 160, 220):
+        c.at(t, drained(t), finding(True, t, gpu="GPU-2", node="n2"))
+    assert [n.alerts[0].labels["gpu"] for n in c.sent[s.id]] == ["GPU-2"]
+    assert c.held == [(s.id, "thermal-throttling/c1/n1/GPU-1", "maintenance")]
+    kept = c.engine.alerts["thermal-throttling/c1/n1/GPU-1"]
+    assert kept.status is AlertStatus.FIRING and kept.labels["maintenance"] == "slurm IDLE+DRAIN: swap PSU 2"
 
 
 def test_when_a_silence_ends_a_still_firing_alert_is_told() -> None:
