@@ -34,12 +34,12 @@ RESTART_BM, CONTACT_SUPPORT) as processors/detectors/hard_errors.py does.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
-from pipeline.events import Severity
+from pipeline.events import NodeTopology, Severity
 from pipeline.vocab import NS_PER_S, format_duration
 
 
@@ -267,14 +267,15 @@ def assess(
     now_ns: int = 0,
     silent_after_ns: int = 120 * 10**9,
     history: Escalations = Escalations(),
-    maintenance: Mapping[tuple[str, str], str] = {},
+    topologies: Iterable[NodeTopology] = (),
 ) -> FleetHealth:
     """The health of every GPU in ``fleet`` ((cluster, node, gpu, last reported or None)) and of every GPU and
     node a firing finding or the ``history`` names, and of their nodes. A reason from the history takes the state
-    its GPU (node) has from the findings firing now, at least degraded, so its remedy is the one shown. Nodes in
-    ``maintenance`` ((cluster, node) -> why, from their topologies) or whose findings say so are ``maintenance``."""
-    firing = list(firing)
-    out_of_service = dict(maintenance) | {
+    its GPU (node) has from the findings firing now, at least degraded, so its remedy is the one shown. The nodes'
+    ``topologies`` say which are in a maintenance window (as their findings do) and where each sits (a place
+    incident counts its rack's or switch's GPUs)."""
+    firing, topologies = list(firing), list(topologies)
+    out_of_service = {(t.cluster, t.node): t.maintenance for t in topologies if t.maintenance} | {
         (f.labels.get("cluster", ""), f.labels.get("node", "")): f.labels["maintenance"]
         for f in firing
         if f.labels.get("maintenance")
@@ -288,7 +289,7 @@ def assess(
         by_node.setdefault((cluster, node), [])
     judged = [(f, reason_of(f)) for f in firing]
     # a maintenance window's findings are the work on the node, not a fleet's incident
-    incidents, breaker = _incidents([(f, r) for f, r in judged if not f.labels.get("maintenance")], seen)
+    incidents, breaker = _incidents([(f, r) for f, r in judged if not f.labels.get("maintenance")], seen, topologies)
     for f, reason in judged:
         cluster, node, uuid = f.labels.get("cluster", ""), f.labels.get("node", ""), f.labels.get("gpu")
         by_node.setdefault((cluster, node), [])
@@ -371,12 +372,15 @@ def _lifted(reasons: Iterable[Reason], now: Health) -> list[Reason]:
 
 
 def _incidents(
-    judged: list[tuple[FiringFinding, Reason | None]], fleet: Mapping[tuple[str, str, str], int | None]
+    judged: list[tuple[FiringFinding, Reason | None]],
+    fleet: Mapping[tuple[str, str, str], int | None],
+    topologies: Sequence[NodeTopology] = (),
 ) -> tuple[tuple[Incident, ...], set[tuple[str, str, str | None, str]]]:
     """Fleet incidents, and the (cluster, node, GPU, finding kind) they cover (the circuit breaker's). Per cluster
     whose membership is known (``fleet``): each finding kind that changes a state (its reason is not None) and fires
     on :data:`INCIDENT_SHARE` of its GPUs (at least :data:`INCIDENT_MIN_GPUS`); else on GPUs of at least
-    :data:`INCIDENT_MIN_NODES` nodes of one place (:data:`PLACES`), out of those nodes' GPUs."""
+    :data:`INCIDENT_MIN_NODES` nodes of one place (:data:`PLACES`), out of the place's GPUs (its nodes' by their
+    ``topologies``; the affected nodes' where no topology names the place)."""
     size: dict[str, int] = {}
     per_node: dict[tuple[str, str], int] = {}
     for cluster, node, _ in fleet:
@@ -390,27 +394,35 @@ def _incidents(
     out, covered = [], set()
     for (cluster, detector), gpus in sorted(hit.items()):
         whole = cluster in size and len(gpus) >= max(INCIDENT_MIN_GPUS, INCIDENT_SHARE * size[cluster])
-        for found in [list(gpus.values())] if whole else _same_place(gpus.values()):
-            nodes = {f.labels.get("node", "") for f in found}
+        for found, place in [(list(gpus.values()), None)] if whole else _same_place(gpus.values()):
+            nodes = {f.labels.get("node", "") for f in found} | _nodes_at(cluster, place, topologies)
             of = size[cluster] if whole else sum(per_node.get((cluster, n), 0) for n in nodes) or len(found)
             out.append(Incident(cluster, detector, len(found), of, _shared(found), min(f.since_ns for f in found)))
             covered |= {(cluster, f.labels.get("node", ""), f.labels.get("gpu"), detector) for f in found}
     return tuple(out), covered
 
 
-def _same_place(found: Iterable[FiringFinding]) -> list[list[FiringFinding]]:
+def _nodes_at(cluster: str, place: tuple[str, str] | None, topologies: Sequence[NodeTopology]) -> set[str]:
+    """The nodes of ``cluster`` whose topology puts them at ``place`` ((rack or switch, its name))."""
+    if place is None:
+        return set()
+    kind, name = place
+    return {t.node for t in topologies if t.cluster == cluster and getattr(t, kind) == name}
+
+
+def _same_place(found: Iterable[FiringFinding]) -> list[tuple[list[FiringFinding], tuple[str, str]]]:
     """The firing findings (of one kind) grouped by each place they name; the groups that span enough nodes, each
-    finding in one group at most (the rack's before the switch's)."""
-    out: list[list[FiringFinding]] = []
+    finding in one group at most (the rack's before the switch's), with their place."""
+    out: list[tuple[list[FiringFinding], tuple[str, str]]] = []
     left = list(found)
     for place in PLACES:
         groups: dict[str, list[FiringFinding]] = {}
         for f in left:
             if f.labels.get(place):
                 groups.setdefault(f.labels[place], []).append(f)
-        for _value, group in sorted(groups.items()):
+        for value, group in sorted(groups.items()):
             if len({f.labels.get("node") for f in group}) >= INCIDENT_MIN_NODES:
-                out.append(group)
+                out.append((group, (place, value)))
                 left = [f for f in left if f not in group]
     return out
 

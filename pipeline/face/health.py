@@ -1,7 +1,7 @@
 """The fleet's health as the CLI (``hermeneut health``) and the HTTP API (``GET /api/v1/health``) show it: the
 alerts firing now (the alert manager's state, through its compacted topic) folded over the GPUs that reported
 in the lookback (InfluxDB), by :func:`pipeline.health.assess`, with what the stored finding history escalates
-(:func:`pipeline.escalation.escalate`) and which nodes their topologies say are in a maintenance window."""
+(:func:`pipeline.escalation.escalate`) and what the nodes' topologies say (maintenance windows, racks and switches)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def fleet_health(
     rules: HealthSettings,
     topologies: Iterable[NodeTopology] = (),
 ) -> FleetHealth:
-    """The fleet's health now; ``topologies`` (the topology topic) say which nodes are in a maintenance window."""
+    """The fleet's health now; ``topologies`` (the topology topic) say which nodes are in a maintenance window and
+    where each sits."""
     firing = [
         FiringFinding(r.alert.labels, r.alert.summary, r.alert.starts_ns, r.alert.evidence)
         for r in admin.alerts(AlertStatus.FIRING)
@@ -55,9 +56,8 @@ def fleet_health(
     ]
     fleet = last_reports(store, now_ns - int(q.lookback_s * NS_PER_S), now_ns + NS_PER_S, q.cluster)
     past = finding_episodes(store, now_ns - int(rules.lookback_s * NS_PER_S), now_ns + NS_PER_S, q.cluster)
-    maintenance = {(t.cluster, t.node): t.maintenance for t in topologies if t.maintenance}
     return assess(firing, fleet, now_ns, int(q.silent_after_s * NS_PER_S), History(rules, past).escalate(now_ns),
-                  maintenance)  # fmt: skip
+                  topologies)  # fmt: skip
 
 
 def health_json(h: FleetHealth, q: HealthQuery) -> dict[str, Any]:

@@ -314,7 +314,7 @@ def test_three_nodes_of_one_rack_failing_at_once_are_the_racks_incident(
 ) -> None:
     """Sixteen nodes of two H100s in four racks of four (the collectors' config names rack and switch): three nodes
     of rack r1 fail at once, and one node of rack r2: 8 of 32 GPUs (25%, under the cluster's 30%). The rack's
-    incident, no per-GPU remedy in r1, the usual one for r2's node."""
+    incident (6 of its 8 GPUs), no per-GPU remedy in r1, the usual one for r2's node."""
     settings = with_alerts(settings)
     c, start = settings.cluster, time.time_ns() - 305 * S
     nodes = [f"n{i}" for i in range(16)]
@@ -322,7 +322,8 @@ def test_three_nodes_of_one_rack_failing_at_once_are_the_racks_incident(
     shown, text = _failing_fleet(settings, tmp_path, monkeypatch, topologies, {"n4", "n5", "n6", "n9"}, 8)
 
     [incident] = shown["incidents"]
-    assert (incident["detector"], incident["gpus"], incident["of_gpus"]) == ("xid", 6, 6), incident
+    # of the rack's 8 GPUs: its 4 nodes, by their topologies
+    assert (incident["detector"], incident["gpus"], incident["of_gpus"]) == ("xid", 6, 8), incident
     assert (incident["shared"]["rack"], incident["shared"]["switch"]) == ("r1", "leaf-1"), incident
     assert "shared: rack=r1, switch=leaf-1" in text, text
     remedies = {g["node"]: g["remedy"] for g in shown["gpus"]}

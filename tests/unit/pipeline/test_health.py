@@ -7,7 +7,7 @@ import dataclasses
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.events import FAULTS, Severity
+from pipeline.events import FAULTS, NodeTopology, Severity
 from pipeline.health import RULES, Assessment, FiringFinding, FleetHealth, Health, Remedy, assess
 
 NOW = 1_800_000_000 * 10**9
@@ -181,13 +181,17 @@ def test_one_kind_on_three_nodes_of_one_rack_is_the_racks_incident() -> None:
     assert assess(rack[:4], fleet, NOW).incidents == ()  # 2 nodes of the rack
     spread = [hot(n, 0, f"r{n}") for n in (40, 50, 60)]
     assert assess(spread, fleet, NOW).incidents == ()
+    # where the topologies say which nodes the rack holds (40-43), its incident counts all its GPUs
+    racks = [NodeTopology("c", f"node-{n}", NOW, (), rack="r7" if 40 <= n < 44 else "r0") for n in range(100)]
+    (incident,) = assess([*rack, hot(90, 0, "r9")], fleet, NOW, topologies=racks).incidents
+    assert (incident.gpus, incident.of_gpus) == (6, 16)
 
 
 def test_a_node_in_a_maintenance_window_is_maintenance_whatever_fires_and_however_silent() -> None:
     drained = "slurm IDLE+DRAIN: swap PSU 2"
     fleet = [("c", "node-1", "GPU-a", NOW), ("c", "node-1", "GPU-b", NOW - 600 * S), ("c", "node-2", "GPU-c", NOW)]
     in_window = during(firing("nvlink-down", "critical"), drained)
-    h = assess([in_window], fleet, NOW, maintenance={("c", "node-1"): drained})
+    h = assess([in_window], fleet, NOW, topologies=[NodeTopology("c", "node-1", NOW, (), maintenance=drained)])
     a, b = one(h), one(h, "GPU-b")
     assert (a.state, a.remedy) == (b.state, b.remedy) == (Health.MAINTENANCE, Remedy.NONE)
     # the finding is still a reason (kept, not paged); the silence of a node being worked on is no reason at all
