@@ -7,7 +7,10 @@ of tests/testdata; no GPU on the benchmark machine):
   event drain of ``EventWatcher`` (one NVML call per round);
 - *bare NVML calls*: the baseline, measured in the same run: the exact list of NVML calls one collector round
   made (recorded by the fake), replayed without any mapping;
-- *encode*: ``encode_samples`` of the round's SampleBatch (what the agent adds before publishing).
+- *encode*: ``encode_samples`` of the round's SampleBatch (what the agent adds before publishing);
+- *AER*: ``AerReader.read`` of every GPU (its three AER files and its upstream port's, the kernel's sample output
+  of tests/testdata/linux-pci-aer-stats, in a sysfs-like tree under a temporary folder: a regular file system, so
+  the kernel's formatting of real sysfs attributes is not in it).
 
 CPU time is the process's (``time.process_time``), over many rounds after two warm-up rounds (so unsupported
 readings are already cached, as in steady state). Real NVML calls go into the driver and cost more than the
@@ -23,6 +26,9 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,12 +40,15 @@ import pynvml
 from pipeline.codec import encode_samples
 from pipeline.events import SampleBatch
 from producers.nvml import NvmlCollector
+from producers.nvml.aer import AerReader
 from producers.nvml.capture import CapturedGpu, CapturedLink, parse_capture
 from producers.nvml.events import EventWatcher
 from producers.nvml.replay import ReplayNvml
 
 T0 = 1_763_790_000_123_456_789
-CAPTURES = Path(__file__).resolve().parent.parent / "tests" / "testdata" / "nvidia-smi-xml"
+TESTDATA = Path(__file__).resolve().parent.parent / "tests" / "testdata"
+CAPTURES = TESTDATA / "nvidia-smi-xml"
+AER_FILES = TESTDATA / "linux-pci-aer-stats"
 MIX = (
     "rtx-3080-v13.xml",
     "a10g.xml",
@@ -83,6 +92,7 @@ class Row:
     bare_calls_us: float
     ratio: float
     encode_us: float
+    aer_us: float
 
 
 def _cpu_per_sample(fn: Callable[[], Any], rounds: int, samples_per_round: int) -> float:
@@ -116,25 +126,46 @@ def measure(config: str, gpus: list[CapturedGpu], rounds: int) -> Row:
     def round_() -> None:
         collector.collect(next(ts))
 
+    with tempfile.TemporaryDirectory() as sysfs:
+        aer = AerReader(_aer_tree(Path(sysfs), [d.pci_bus_id for d in collector.devices]))
+        aer_us = _cpu_per_sample(lambda: [aer.read(d.pci_bus_id) for d in collector.devices], rounds, n)
     batch = SampleBatch("bench", "node-1", tuple(samples))
     collector_us = _cpu_per_sample(round_, rounds, n)
     events_us = _cpu_per_sample(lambda: watcher.drain(T0), rounds, n)
     bare_us = _cpu_per_sample(replay, rounds, n)
     encode_us = _cpu_per_sample(lambda: encode_samples(batch), rounds, n)
-    return Row(config, n, rounds, len(calls) / n, collector_us, events_us, bare_us, collector_us / bare_us, encode_us)
+    return Row(
+        config, n, rounds, len(calls) / n, collector_us, events_us, bare_us, collector_us / bare_us, encode_us, aer_us
+    )
+
+
+def _aer_tree(root: Path, buses: Sequence[str]) -> Path:
+    """Each GPU behind a port of its own (``/sys/devices/pci.../<port>/<gpu>``, linked from bus/pci/devices), both
+    with the kernel's sample AER files."""
+    links = root / "bus" / "pci" / "devices"
+    links.mkdir(parents=True)
+    for i, bus in enumerate(dict.fromkeys(buses)):  # two captures may share a bus id
+        port = root / "devices" / f"pci0000:{i:02x}" / f"0000:{i:02x}:01.0"
+        gpu = port / bus
+        gpu.mkdir(parents=True)
+        for folder in (port, gpu):
+            for name in ("aer_dev_correctable", "aer_dev_nonfatal", "aer_dev_fatal"):
+                shutil.copy(AER_FILES / name, folder / name)
+        (links / bus).symlink_to(os.path.relpath(gpu, links))
+    return root
 
 
 def table(rows: Sequence[Row]) -> str:
     head = (
         f"{'configuration':34} {'NVML calls/GPU':>14} {'collector µs':>12} {'events µs':>9} "
-        f"{'bare calls µs':>13} {'ratio':>6} {'encode µs':>9} {'µs total':>8}"
+        f"{'bare calls µs':>13} {'ratio':>6} {'encode µs':>9} {'AER µs':>6} {'µs total':>8}"
     )
     lines = [head, "-" * len(head)]
     for r in rows:
-        total = r.collector_us + r.events_us + r.encode_us
+        total = r.collector_us + r.events_us + r.encode_us + r.aer_us
         lines.append(
             f"{r.config:34} {r.nvml_calls_per_gpu:14.0f} {r.collector_us:12.1f} {r.events_us:9.2f} "
-            f"{r.bare_calls_us:13.1f} {r.ratio:6.2f} {r.encode_us:9.1f} {total:8.1f}"
+            f"{r.bare_calls_us:13.1f} {r.ratio:6.2f} {r.encode_us:9.1f} {r.aer_us:6.1f} {total:8.1f}"
         )
     lines.append("(CPU µs per GPU-sample; ratio = collector / bare NVML calls of the same round, same run)")
     return "\n".join(lines)

@@ -102,6 +102,11 @@ METRIC_FIELDS: Final[tuple[FieldSpec, ...]] = (
     FieldSpec(
         "pcie_replay_total", 0, 2**63 - 1, True, help="PCIe replay counter (link-level retransmissions)", state=True
     ),
+    #: PCIe AER (Advanced Error Reporting) counts of the GPU's link from Linux sysfs, the GPU's own plus its upstream
+    #: port's (the link partner often sees the errors): correctable (TOTAL_ERR_COR) and uncorrectable (TOTAL_ERR_FATAL
+    #: + TOTAL_ERR_NONFATAL)
+    FieldSpec("pcie_aer_correctable_total", 0, 2**63 - 1, True, help="AER ERR_COR, GPU + upstream port", state=True),
+    FieldSpec("pcie_aer_uncorrectable_total", 0, 2**63 - 1, True, help="AER ERR_(NON)FATAL, GPU + port", state=True),
     FieldSpec("nvlink_links_active", 0, 64, True, state=True),
     FieldSpec("nvlink_links_max", 0, 64, True, limit=True, help="NVLink links the GPU supports"),
     FieldSpec("nvlink_crc_errors_total", 0, 2**63 - 1, True, help="flit + data CRC errors over all links", state=True),

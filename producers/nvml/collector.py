@@ -4,7 +4,8 @@ Emits, per GPU and round, the METRIC_FIELDS the device supports (utilization, me
 graphics / memory clocks and their maxima, GPU and memory temperature with slowdown/shutdown thresholds, power
 draw / enforced limit / default limit, energy, fan, P-state, the clock-event reasons mask, ECC totals, retired
 pages, row remapping, PCIe generation/width (current and max), PCIe TX/RX throughput and replay counter, NVLink
-state, per-link throughput and error counters), the running processes with their GPU memory, and a
+state, per-link throughput and error counters; with an :class:`~producers.nvml.aer.AerReader`, the PCIe AER counters
+of each GPU's link from sysfs), the running processes with their GPU memory, and a
 ``GPU_LOST`` :class:`GpuEvent` the first time NVML answers ``GPU_IS_LOST`` for a device.
 
 NVML is injected (the real ``pynvml`` module in production, a fake in tests): no global state, and never
@@ -39,6 +40,7 @@ from typing import Any, Final
 
 from pipeline import catalogue
 from pipeline.events import EventKind, GpuEvent, GpuProcess, GpuSample, NvLinkSample
+from producers.nvml.aer import AerReader
 from producers.rates import CounterRates
 
 log = logging.getLogger(__name__)
@@ -283,8 +285,10 @@ class NvmlCollector:
         *,
         pcie_throughput_fallback: bool = True,
         processes: bool = True,
+        aer: AerReader | None = None,
     ) -> None:
         self._nvml = nvml
+        self._aer = aer
         self.cluster, self.node = cluster, node
         self._pcie_fallback = pcie_throughput_fallback
         self._processes = processes
@@ -352,6 +356,8 @@ class NvmlCollector:
         log.info("NVML: %d GPUs, %d MIG devices", len(self._devices) - migs, migs)
 
     def close(self) -> None:
+        if self._aer is not None:
+            self._aer.close()
         try:
             self._nvml.nvmlShutdown()
         except self._nvml.NVMLError as exc:
@@ -573,6 +579,8 @@ class NvmlCollector:
             if device.active is active:
                 break
         links = self._links(device, link_rates, metrics) if device.links else None
+        if self._aer is not None and not device.is_mig:  # a MIG instance shares its GPU's link
+            metrics.update(self._aer.read(device.pci_bus_id))
         processes = self._read_processes(device) if self._processes else None
         if processes is not None:
             metrics["process_count"] = len(processes)

@@ -17,6 +17,7 @@ from pipeline.config import Settings
 from pipeline.events import METRIC_NAMES, EventKind, GpuEvent, NodeTopology, SampleBatch
 from pipeline.registry import with_options
 from producers.infiniband import InfinibandReader
+from producers.nvml.aer import AerReader
 from producers.nvml.collector import NvmlCollector
 from producers.nvml.events import EventWatcher
 from producers.nvml.topology import TopologyReader
@@ -33,7 +34,7 @@ class NvmlConfig:
     cluster: str = "local"
     #: the node name samples carry; empty: this host's name
     node: str = ""
-    #: where sysfs is (InfiniBand ports, PCI paths, NUMA); a folder for tests and containers
+    #: where sysfs is (InfiniBand ports, PCI paths and AER counters, NUMA); a folder for tests and containers
     sysfs_root: Path = Path("/sys")
     pcie_throughput_fallback: bool = True
     infiniband: bool = True
@@ -84,7 +85,9 @@ class NvmlSource:
         infiniband: bool = True,
     ) -> None:
         self.cluster, self.node = cluster, node
-        self.collector = NvmlCollector(nvml, cluster, node, pcie_throughput_fallback=pcie_throughput_fallback)
+        self.collector = NvmlCollector(
+            nvml, cluster, node, pcie_throughput_fallback=pcie_throughput_fallback, aer=AerReader(sysfs_root)
+        )
         self.events = EventWatcher(nvml, cluster, node)
         self.ib = InfinibandReader(sysfs_root) if infiniband else None
         self._topology = TopologyReader(nvml, sysfs_root, self.ib)
