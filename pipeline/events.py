@@ -193,6 +193,7 @@ FAULTS: Final[tuple[str, ...]] = (
     "ecc-sbe-storm",
     "hbm-thermal",
     "row-remap",
+    "pcie-aer-storm",
 )
 
 

@@ -133,6 +133,9 @@ RULES: Final[dict[str, Rule]] = {
     "ecc-sbe-storm": Rule(
         _D, _D, Remedy.INSPECT, "corrected ECC errors at 10+/s (DCGM's SBE limit; DCGM #313 called 17,700/s healthy)"
     ),
+    "pcie-aer-storm": Rule(
+        _D, _D, Remedy.INSPECT, "AER errors on the GPU's PCIe link: 8/min (DCGM's replay limit) or any uncorrectable"
+    ),
 }
 #: the circuit breaker (as NVSentinel's against mass quarantine): one finding kind on this share of a cluster's GPUs
 #: at once, and at least INCIDENT_MIN_GPUS of them, is a fleet incident (a driver, a firmware, a cooling loop, a

@@ -72,6 +72,7 @@ MIN_VISIBLE_S: Final[Mapping[str, float]] = {
     "nvlink-crc-storm": 120.0,
     "pcie-replay-storm": 120.0,
     "ecc-sbe-storm": 120.0,
+    "pcie-aer-storm": 120.0,
 }
 #: classes whose detection delay is judged against the "hard events" bar
 HARD: Final = ("xid-storm", "ecc-uncorrectable", "fallen-off-bus", "nvlink-down", "row-remap")

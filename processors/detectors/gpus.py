@@ -26,6 +26,8 @@ COUNTERS: Final = (
     "nvlink_recovery_errors_total",
     "pcie_replay_total",
     "ecc_corrected_total",
+    "pcie_aer_correctable_total",
+    "pcie_aer_uncorrectable_total",
 )
 COUNTER: Final = {name: i for i, name in enumerate(COUNTERS)}
 _COUNTER_COLS: Final = [METRIC_INDEX[name] for name in COUNTERS]

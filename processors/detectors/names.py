@@ -8,7 +8,7 @@ from typing import Final
 from pipeline.events import FAULTS
 
 (THERMAL, POWER, NVLINK, PCIE, LEAK, STRAGGLER, STORM, ECC, LOST_BUS, BRAKE, NVLINK_CRC, PCIE_REPLAY, SBE,
- HBM, REMAP) = FAULTS  # fmt: skip
+ HBM, REMAP, PCIE_AER) = FAULTS  # fmt: skip
 XID: Final = "xid"
 IDLE: Final = "idle-capacity"
 #: a PCIe link narrow from the GPU's first sample: a property of its slot or VM (processors.detectors.links)

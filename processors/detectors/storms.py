@@ -13,7 +13,16 @@ in a row below it clear it (one quiet minute inside a storm is not its end). The
   ``DCGM_LIMIT_MAX_PCIREPLAY_RATE``): a marginal slot, riser or cable; reseat it;
 - ``ecc-sbe-storm``: corrected (single-bit) ECC errors at 10 per second or more (``DCGM_LIMIT_MAX_SBE_RATE`` is 10,
   which DCGM itself marks a placeholder, DCGM-445; read here per second): memory wearing out, the forerunner of
-  uncorrectable errors and row remaps (XID 92, "high single-bit ECC error rate"); plan the GPU's replacement.
+  uncorrectable errors and row remaps (XID 92, "high single-bit ECC error rate"); plan the GPU's replacement;
+- ``pcie-aer-storm``: PCIe AER correctable errors of the GPU's link (its own and its upstream port's,
+  producers/nvml/aer.py) at 8 per minute or more. DCGM has no AER limit; the correctable errors AER counts (Receiver
+  Error, Bad TLP, Bad DLLP, REPLAY_NUM Rollover, Replay Timer Timeout) are the link-layer events that cause replays
+  or are replays, so DCGM's replay limit (``DCGM_LIMIT_MAX_PCIREPLAY_RATE``) is the one taken. It sees what the GPU's
+  own replay counter may not: errors counted at the link partner (the kernel's AER ABI document). Any rise of the
+  *uncorrectable* (nonfatal + fatal) AER count in a window is a storm whatever the rate: an uncorrectable error is a
+  lost or corrupted transaction (PCIe Base Specification, 6.2.2), and no rate of them is harmless; it is evidence of
+  its own in the finding. Degraded, not unhealthy: a nonfatal error leaves the link up, and a fatal one that takes
+  the GPU off the bus is ``fallen-off-bus``'s (unhealthy) to tell.
 
 Per GPU, vectorized over the rows of a batch; every window is judged on data time, so a replay finds what a live
 stream finds.
@@ -30,7 +39,7 @@ from pipeline.events import Finding, Severity
 from processors.detectors.columns import fmt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import COUNTER, GpuView
-from processors.detectors.names import NVLINK_CRC, PCIE_REPLAY, SBE
+from processors.detectors.names import NVLINK_CRC, PCIE_AER, PCIE_REPLAY, SBE
 from processors.episodes import Description, Episode
 from processors.state import GpuSlots, column
 
@@ -47,6 +56,8 @@ class Storm:
     limit: float
     what: str
     action: str
+    #: a counter any rise of which is a storm of its own whatever the rate (the same link's uncorrectable errors)
+    severe: str | None = None
 
 
 STORMS: Final = (
@@ -56,9 +67,14 @@ STORMS: Final = (
           "a marginal PCIe link: reseat the GPU, check the riser and the slot; it slows every transfer"),
     Storm(SBE, "ecc_corrected_total", 10.0, "corrected (single-bit) ECC errors",
           "memory wearing out: plan the GPU's replacement before uncorrectable errors come (XID 92)"),
+    Storm(PCIE_AER, "pcie_aer_correctable_total", 8 / 60, "PCIe AER correctable errors (GPU and upstream port)",
+          "a marginal PCIe link, seen at either end: reseat the GPU, check the riser, cable and slot; the GPU's own "
+          "replay counter may show nothing", severe="pcie_aer_uncorrectable_total"),
 )  # fmt: skip
 _COLS: Final = [COUNTER[s.counter] for s in STORMS]
 _LIMITS: Final = np.array([s.limit for s in STORMS])
+#: (storm, counter column) of the storms with a severe counter
+_SEVERE: Final = [(k, COUNTER[s.severe]) for k, s in enumerate(STORMS) if s.severe is not None]
 
 
 @dataclass(eq=False)
@@ -67,6 +83,9 @@ class _Windows:
     many windows in a row each open storm has been below its limit."""
 
     sums: np.ndarray = column(0.0, len(STORMS))
+    #: the rises of each storm's severe counter in the window being summed, and in the last one
+    severe: np.ndarray = column(0.0, len(STORMS))
+    severe_last: np.ndarray = column(0.0, len(STORMS))
     seconds: np.ndarray = column(0.0)
     rate: np.ndarray = column(np.nan, len(STORMS))
     quiet: np.ndarray = column(0, len(STORMS), dtype=np.int64)
@@ -86,15 +105,18 @@ class Storms:
         ``dt_s`` seconds; a GPU whose window is full is judged."""
         w = self.windows
         w.sums[g] += deltas[:, _COLS]
+        for k, col in _SEVERE:
+            w.severe[g, k] += deltas[:, col]
         w.seconds[g] += dt_s
         full = w.seconds[g] >= WINDOW_S
         if not full.any():
             return
         gf, tf = g[full], ts[full]
         rate = w.sums[gf] / w.seconds[gf][:, None]
-        w.rate[gf] = rate
-        w.sums[gf], w.seconds[gf] = 0.0, 0.0
-        over = rate >= _LIMITS
+        severe = w.severe[gf]
+        w.rate[gf], w.severe_last[gf] = rate, severe
+        w.sums[gf], w.severe[gf], w.seconds[gf] = 0.0, 0.0, 0.0
+        over = (rate >= _LIMITS) | (severe > 0)
         gpus = self.report.gpus
         for k, storm in enumerate(STORMS):
             open_ = gpus.active(gf, storm.name)
@@ -103,8 +125,10 @@ class Storms:
             for i in np.flatnonzero(open_ & over[:, k]).tolist():
                 detail = gpus.get(int(gf[i]), storm.name).detail
                 detail["peak_per_s"] = max(detail.get("peak_per_s", 0.0), float(rate[i, k]))
+                detail["severe"] = detail.get("severe", 0.0) + float(severe[i, k])
             for i in np.flatnonzero(over[:, k] & ~open_).tolist():
-                self.report.transition(int(gf[i]), storm.name, True, int(tf[i]), out, {"peak_per_s": float(rate[i, k])})
+                start = {"peak_per_s": float(rate[i, k]), "severe": float(severe[i, k])}
+                self.report.transition(int(gf[i]), storm.name, True, int(tf[i]), out, start)
             for i in np.flatnonzero(open_ & (w.quiet[gf, k] >= _CLEAR)).tolist():
                 self.report.transition(int(gf[i]), storm.name, False, int(tf[i]), out)
                 w.quiet[gf[i], k] = 0
@@ -119,6 +143,18 @@ class Storms:
             f"{storm.what} at {fmt(rate * scale, unit, 1)} over the last {WINDOW_S:.0f} s (peak "
             f"{fmt(peak * scale, unit, 1)}; DCGM's limit {storm.limit * scale:g}{unit}), {fmt(total)} in total"
         )
-        return Description(Severity.WARNING, what, storm.action, {
+        evidence = {
             "rate_per_s": rate, "peak_per_s": peak, "limit_per_s": storm.limit, "window_s": WINDOW_S, "total": total,
-        })  # fmt: skip
+        }  # fmt: skip
+        if storm.severe is not None:
+            severe = episode.detail.get("severe", 0.0)
+            severe_total = gpu.counters.get(storm.severe, float("nan"))
+            last = float(self.windows.severe_last[gpu.slot, k])
+            evidence |= {
+                "uncorrectable": severe,
+                "uncorrectable_last_window": last,
+                "uncorrectable_total": severe_total,
+            }
+            if severe > 0:
+                what += f"; {fmt(severe)} uncorrectable (nonfatal or fatal) since it began, {fmt(severe_total)} in all"
+        return Description(Severity.WARNING, what, storm.action, evidence)

@@ -48,6 +48,11 @@ names a fault whose signature is in the telemetry. Signatures (what the fleet re
   counter (one link's CRC errors, the PCIe replay counter while busy, corrected ECC errors) rises at a rate drawn
   from just above DCGM's limit (``processors.detectors.storms``) to a storm (DCGM #313's 17,700 ECC errors/s); the
   GPU and its job run on.
+- pcie-aer-storm: a marginal PCIe link whose errors the port above the GPU sees: ``pcie_aer_correctable_total`` rises
+  at a rate drawn from just above DCGM's replay limit (8/min) to 600/min, whatever the load (receiver errors are the
+  physical layer's), while the GPU's own replay counter does not move: the case the AER counters exist for (the
+  kernel's AER ABI document: an endpoint's errors may be counted at its link partner only). Uncorrectable AER errors
+  are not injected.
 
 Healthy GPUs also accumulate the rare counter increments real ones do (corrected ECC on some "weak" GPUs, the
 odd PCIe replay or NVLink CRC error) and, when events are on, an occasional single application XID (13/31), whose
@@ -151,6 +156,8 @@ OTHER_CLASSES: Final[dict[str, OtherClass]] = {
         # Llama 3's "Faulty GPU" (148) includes NVLink faults but does not split them out
         OtherClass("nvlink-crc-storm", "nvlink-down"),
         OtherClass("pcie-replay-storm", "pcie-link-degraded"),
+        # no fleet publishes AER storms apart: the trace's mean rate, repaired as a PCIe link is
+        OtherClass("pcie-aer-storm", "pcie-link-degraded"),
         # HBM that wears out corrects more and more errors before it fails: Llama 3's second cause (17.2 %)
         OtherClass("ecc-sbe-storm", "ecc-uncorrectable", ("GPU HBM3 Memory", 72)),
         OtherClass("hbm-thermal", "thermal-throttling", ("GPU Thermal Interface + Sensor", 6)),
@@ -215,6 +222,10 @@ MAGNITUDES: Final[dict[str, Magnitude]] = {
         "NVLink CRC errors per second", 150.0, 20_000.0, (150.0, 1_000.0, 5_000.0, 20_000.0), log=True
     ),
     "pcie-replay-storm": Magnitude("PCIe replays per minute", 12.0, 600.0, (12.0, 30.0, 120.0, 600.0), log=True),
+    # DCGM's replay limit (8/min) stands for AER too (processors.detectors.storms)
+    "pcie-aer-storm": Magnitude(
+        "PCIe AER correctable errors per minute", 12.0, 600.0, (12.0, 30.0, 120.0, 600.0), log=True
+    ),
     "ecc-sbe-storm": Magnitude(
         "corrected ECC errors per second", 15.0, 20_000.0, (15.0, 100.0, 1_000.0, 20_000.0), log=True
     ),
@@ -361,6 +372,8 @@ class Effects:
     #: storms: corrected errors per second (CRC per link)
     sbe_rate: np.ndarray = field(init=False)
     crc_rate: np.ndarray = field(init=False)
+    #: AER correctable errors per second counted at the GPU's upstream port
+    aer_rate: np.ndarray = field(init=False)
     # health counters (what NVML reports as totals)
     ecc_corrected: np.ndarray = field(init=False)
     ecc_uncorrected: np.ndarray = field(init=False)
@@ -372,6 +385,8 @@ class Effects:
     retired_dbe: np.ndarray = field(init=False)
     retired_pending: np.ndarray = field(init=False)
     pcie_replay: np.ndarray = field(init=False)
+    aer_correctable: np.ndarray = field(init=False)
+    aer_uncorrectable: np.ndarray = field(init=False)
     nvl_crc: np.ndarray = field(init=False)
     nvl_replay: np.ndarray = field(init=False)
     nvl_recovery: np.ndarray = field(init=False)
@@ -400,10 +415,11 @@ class Effects:
         self.brake = np.zeros(n, dtype=bool)
         self.hbm_add = np.zeros(n)
         self.sbe_rate = np.zeros(n)
+        self.aer_rate = np.zeros(n)
         self.crc_rate = np.zeros((n, links))
         for name in ("ecc_corrected", "ecc_uncorrected", "remap_correctable", "remap_uncorrectable",
                      "remap_pending", "remap_failure", "retired_sbe", "retired_dbe", "retired_pending",
-                     "pcie_replay"):  # fmt: skip
+                     "pcie_replay", "aer_correctable", "aer_uncorrectable"):  # fmt: skip
             setattr(self, name, np.zeros(n))
         self.nvl_crc = np.zeros((n, links))
         self.nvl_replay = np.zeros((n, links))
@@ -512,7 +528,7 @@ class FaultInjector:
         e.remap_correctable[:] = np.where(remap, rng.poisson(0.05, n), 0)
         e.retired_sbe[:] = np.where(np.array([k == "retire" for k in view.ecc], dtype=bool), rng.poisson(0.3, n), 0)
         self._weak = (rng.random(n) < 0.03) & self._has_ecc  # weak cells: a corrected error every hour or so
-        self._replay_noise = rng.random(n) < 0.05  # marginal links: a PCIe replay a day
+        self._replay_noise = rng.random(n) < 0.05  # marginal links: a PCIe replay and an AER correctable error a day
 
     # --- per round --------------------------------------------------------------------------------------
     def advance(self, now: Now) -> Round:
@@ -557,6 +573,7 @@ class FaultInjector:
         e.leak_bytes += e.leak_rate * dt
         busy = now.sched.gpu_busy & ~e.lost
         e.pcie_replay += rng.poisson(e.replay_rate * dt * busy + self._replay_noise * dt / _DAY_S)
+        e.aer_correctable += rng.poisson((e.aer_rate + self._replay_noise / _DAY_S) * dt)
         ecc = self._has_ecc
         e.ecc_corrected[ecc] += rng.poisson((self._weak[ecc] / 3600.0 + e.sbe_rate[ecc]) * dt)
         if e.links:
@@ -613,7 +630,7 @@ class FaultInjector:
             "ecc-sbe-storm": self._has_ecc,
             "row-remap": self._has_ecc,
         }
-        out: np.ndarray = free & where[fault] if fault in where else free  # fallen-off-bus: any GPU
+        out: np.ndarray = free & where[fault] if fault in where else free  # fallen-off-bus, pcie-aer-storm: any GPU
         return out
 
     def _job_clean(self, sched: Scheduler) -> np.ndarray:
@@ -715,6 +732,8 @@ class FaultInjector:
             e.replay_rate[g] = 0.0
         elif name == "ecc-sbe-storm":
             e.sbe_rate[g] = 0.0
+        elif name == "pcie-aer-storm":
+            e.aer_rate[g] = 0.0
 
     # one starter per class: (target GPU or node, now, duration) -> what happened
     def _start_thermal_throttling(self, g: int, now: Now, _duration: float, magnitude: float | None) -> Started:
@@ -890,6 +909,11 @@ class FaultInjector:
         rate = float(self.rng.uniform(100, 20_000)) if magnitude is None else magnitude
         self.effects.sbe_rate[g] = rate
         return Started(f"HBM wearing out: {rate:.0f} corrected (single-bit) ECC errors/s")
+
+    def _start_pcie_aer_storm(self, g: int, _now: Now, _duration: float, magnitude: float | None) -> Started:
+        per_min = float(self.rng.uniform(30, 600)) if magnitude is None else magnitude
+        self.effects.aer_rate[g] = per_min / 60.0
+        return Started(f"marginal PCIe link: {per_min:.0f} AER correctable errors/min at its upstream port, no replays")
 
     # --- helpers ------------------------------------------------------------------------------------------
     def _wait(self, gpus: list[int], share: float) -> None:

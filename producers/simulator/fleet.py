@@ -326,7 +326,8 @@ class Fleet:
             "temperature_slowdown_celsius", "temperature_shutdown_celsius", "power_watts", "power_limit_watts",
             "power_default_limit_watts", "energy_joules", "performance_state", "throttle_reasons_mask",
             "pcie_link_gen", "pcie_link_gen_max", "pcie_link_width", "pcie_link_width_max",
-            "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second", "pcie_replay_total", "process_count",
+            "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second", "pcie_replay_total", "pcie_aer_correctable_total",
+            "pcie_aer_uncorrectable_total", "process_count",
         ]  # fmt: skip
         groups: dict[tuple[object, ...], list[int]] = {}
         for g, m in enumerate(self.model):
@@ -627,6 +628,8 @@ class Fleet:
             "pcie_tx_bytes_per_second": np.round(tx),
             "pcie_rx_bytes_per_second": np.round(rx),
             "pcie_replay_total": e.pcie_replay,
+            "pcie_aer_correctable_total": e.aer_correctable,
+            "pcie_aer_uncorrectable_total": e.aer_uncorrectable,
             "nvlink_tx_bytes_per_second": np.round(nvl),
             "nvlink_rx_bytes_per_second": np.round(nvl * (1 + 0.01 * white[:, 1])).clip(0),
             "nvlink_links_active": links_active,

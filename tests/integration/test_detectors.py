@@ -43,7 +43,8 @@ LOST_AT = 400
 
 
 def reading(t: int, gpu: int, rng: np.random.Generator) -> dict[str, float] | None:
-    m = busy_h100(rng)
+    # every GPU's PCIe AER counters (its own and its upstream port's) stand still, but GPU 4's below
+    m = busy_h100(rng) | {"pcie_aer_correctable_total": 40.0, "pcie_aer_uncorrectable_total": 0.0}
     if gpu == 0 and t >= 60:  # thermal throttling
         m |= {"temperature_gpu_celsius": 89.0, "sm_clock_mhz": 1230.0, "power_watts": 480.0,
               "throttle_reasons_mask": float(pynvml.nvmlClocksThrottleReasonHwThermalSlowdown)}  # fmt: skip
@@ -58,6 +59,8 @@ def reading(t: int, gpu: int, rng: np.random.Generator) -> dict[str, float] | No
         m |= {"pcie_link_width": 8.0, "pcie_replay_total": 10.0 + 3 * (t - 60)}
     if gpu == 4:  # memory leak: +2% of memory per minute
         m["memory_used_bytes"] = float(round(80 * GIB * min(0.99, 0.2 + t / 60 * 0.02 + rng.normal(0, 0.005))))
+    if gpu == 4 and t >= 60:  # and a marginal PCIe link whose port counts 30 AER errors a minute, one nonfatal
+        m |= {"pcie_aer_correctable_total": 40.0 + (t - 60) // 2, "pcie_aer_uncorrectable_total": float(t >= 600)}
     if gpu == 5 and t >= 100:  # uncorrectable ECC
         m |= {"ecc_uncorrected_total": 1.0, "row_remap_uncorrectable_total": 1.0, "row_remap_pending": 1.0}
     if gpu == 7 and t >= LOST_AT:  # fallen off the bus: no more samples
@@ -87,6 +90,7 @@ EXPECTED = {
     "ecc-uncorrectable": ("GPU-5", "uncorrectable ECC error", "drain the GPU"),
     "xid-storm": ("GPU-6", "XID storm: 5 XIDs", "reset"),
     "fallen-off-bus": ("GPU-7", "fallen off the bus: XID 79", "reboot"),
+    "pcie-aer-storm": ("GPU-4", "PCIe AER correctable errors (GPU and upstream port) at ", "reseat"),
 }
 
 
@@ -135,6 +139,10 @@ def test_each_fault_is_detected_and_explained(settings: Settings, tmp_path: Path
     # GPU 3's narrow link also replays 3 times a second: a replay storm (DCGM's limit is 8 a minute)
     assert fault_classes == {*EXPECTED, "pcie-replay-storm"}
     assert {f["gpu"] for f in findings if f["detector"] == "pcie-replay-storm"} == {"GPU-3"}
+    # the AER counters came through Kafka, the processor and the sink: the storm's evidence holds the counts
+    aer = [f for f in findings if f["detector"] == "pcie-aer-storm"]
+    assert max(f["ev_total"] for f in aer) >= 40 + 30 * 9 and max(f["ev_uncorrectable_total"] for f in aer) == 1
+    assert max(f["ev_peak_per_s"] for f in aer) * 60 == pytest.approx(30, abs=1)  # a window may straddle its start
     nvlink = min((f for f in findings if f["detector"] == "nvlink-down"), key=lambda f: f["_time"])
     assert "traffic to GPU 0 (NODE)" in nvlink["summary"] and "GPU 4 (SYS)" in nvlink["summary"]
 

@@ -1,6 +1,6 @@
 """Error-rate storms against DCGM's limits: NVLink CRC errors at 100/s, PCIe replays at 8/min, corrected ECC errors
-at 10/s (DCGM #313's GPU leaked 17,700/s): found above the limit, not below it, cleared after two quiet minutes,
-the same however the data is batched."""
+at 10/s (DCGM #313's GPU leaked 17,700/s), PCIe AER correctable errors at the replay limit and any uncorrectable one:
+found above the limit, not below it, cleared after two quiet minutes, the same however the data is batched."""
 
 from __future__ import annotations
 
@@ -45,4 +45,47 @@ def test_a_storm_degrades_its_gpu_and_asks_for_an_inspection() -> None:
     sbe = starts(found, "ecc-sbe-storm")[0]
     labels = {"detector": sbe.detector, "severity": sbe.severity.value}
     reason = reason_of(FiringFinding(labels, sbe.summary, sbe.since_ns, sbe.evidence))
+    assert reason is not None and (reason.state, reason.remedy) == (Health.DEGRADED, Remedy.INSPECT)
+
+
+def aer(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+    """GPU 1: AER correctable errors at the link partner, 12 a minute from t=100 to 400 (the GPU's own replay counter
+    stays put); GPU 2: 6 a minute, below the limit; GPU 3: a quiet link with one nonfatal error at t=250; GPU 4: no
+    AER counters at all (absent, not zero)."""
+    m = m | {"pcie_aer_correctable_total": 40.0, "pcie_aer_uncorrectable_total": 0.0, "pcie_replay_total": 3.0}
+    if gpu == 1:
+        return m | {"pcie_aer_correctable_total": 40.0 + (min(max(t, 100), 400) - 100) // 5}
+    if gpu == 2:
+        return m | {"pcie_aer_correctable_total": 40.0 + t // 10}
+    if gpu == 3:
+        return m | {"pcie_aer_uncorrectable_total": float(t >= 250)}
+    if gpu == 4:
+        return {k: v for k, v in m.items() if not k.startswith("pcie_aer")}
+    return m
+
+
+@pytest.mark.parametrize("rounds_per_batch", [1, 97])
+def test_an_aer_storm_at_dcgms_replay_limit_and_any_uncorrectable_error(rounds_per_batch: int) -> None:
+    _det, found, _ = run(700, aer, gpus=5, rounds_per_batch=rounds_per_batch)
+    assert kinds(found) == {("pcie-aer-storm", "GPU-1"), ("pcie-aer-storm", "GPU-3")}
+    link = starts(found, "pcie-aer-storm")[0]
+    assert link.gpu_uuid == "GPU-1" and T0 + 100 * S < link.ts_ns <= T0 + 221 * S
+    assert "PCIe AER correctable errors (GPU and upstream port) at 12.0/min" in link.summary
+    assert "DCGM's limit 8/min" in link.summary and "uncorrectable" not in link.summary
+    assert "replay counter may show nothing" in link.action and link.evidence["uncorrectable"] == 0
+    severe = starts(found, "pcie-aer-storm")[1]
+    # one nonfatal error: found at the end of its window, whatever the correctable rate (0 here)
+    assert severe.gpu_uuid == "GPU-3" and T0 + 250 * S <= severe.ts_ns <= T0 + 311 * S
+    assert severe.evidence["rate_per_s"] == 0 and severe.evidence["uncorrectable"] == 1
+    assert severe.evidence["uncorrectable_total"] == 1
+    assert "1 uncorrectable (nonfatal or fatal) since it began, 1 in all" in severe.summary
+    cleared = {f.gpu_uuid: f.ts_ns for f in found if not f.active}
+    assert T0 + 400 * S < cleared["GPU-1"] <= T0 + 541 * S and T0 + 250 * S < cleared["GPU-3"] <= T0 + 431 * S
+
+
+def test_an_aer_storm_degrades_its_gpu_and_asks_for_an_inspection() -> None:
+    _det, found, _ = run(300, aer, gpus=2)
+    storm = starts(found, "pcie-aer-storm")[0]
+    labels = {"detector": storm.detector, "severity": storm.severity.value}
+    reason = reason_of(FiringFinding(labels, storm.summary, storm.since_ns, storm.evidence))
     assert reason is not None and (reason.state, reason.remedy) == (Health.DEGRADED, Remedy.INSPECT)

@@ -300,7 +300,7 @@ def test_power_brake_holds_the_clock_of_a_cool_gpu(run: Run) -> None:
 @pytest.mark.parametrize(
     ("fault", "counter", "limit_per_s"),
     [("nvlink-crc-storm", "nvlink_crc_errors_total", 100.0), ("pcie-replay-storm", "pcie_replay_total", 8 / 60),
-     ("ecc-sbe-storm", "ecc_corrected_total", 10.0)],
+     ("ecc-sbe-storm", "ecc_corrected_total", 10.0), ("pcie-aer-storm", "pcie_aer_correctable_total", 8 / 60)],
 )  # fmt: skip
 def test_error_storms_rise_above_dcgms_limit_only_while_they_last(
     run: Run, fault: str, counter: str, limit_per_s: float
@@ -318,6 +318,17 @@ def test_error_storms_rise_above_dcgms_limit_only_while_they_last(
     assert (width == run.series(uuid, "pcie_link_width_max", START_S, START_S + DURATION_S)).all()
     links = run.series(uuid, "nvlink_links_active", START_S, START_S + DURATION_S)
     assert (links == run.series(uuid, "nvlink_links_max", START_S, START_S + DURATION_S)).all()
+
+
+def test_an_aer_storm_is_seen_at_the_link_partner_only(run: Run) -> None:
+    """The errors are counted at the port above the GPU: its own replay counter does not move, and no uncorrectable
+    error is injected."""
+    r = run.record("pcie-aer-storm")
+    uuid = r.gpu_uuid
+    assert uuid is not None
+    replay = run.series(uuid, "pcie_replay_total", START_S, START_S + DURATION_S)
+    assert replay[-1] - replay[0] <= 1  # a marginal link's one replay a day at most
+    assert (run.series(uuid, "pcie_aer_uncorrectable_total", 0, ROUNDS) == 0).all()
 
 
 def test_no_signature_outside_the_faults(run: Run) -> None:
@@ -434,6 +445,7 @@ def test_classes_the_trace_does_not_separate() -> None:
     assert trace_rate_per_node_s("hbm-thermal") * 86_400 == pytest.approx(6 / (2048 * 54))
     mean = np.mean([trace_rate_per_node_s(f) for f in TRACE_CLASSES])
     assert trace_rate_per_node_s("power-brake") == pytest.approx(mean)
+    assert trace_rate_per_node_s("pcie-aer-storm") == pytest.approx(mean)
     plan, rng = FaultPlan(), np.random.default_rng(0)
     median = {
         f: np.median([plan.draw_duration_s(f, rng) for _ in range(400)]) for f in ("xid-storm", "nvlink-crc-storm")
@@ -447,4 +459,5 @@ def test_durations_keep_the_trace_order() -> None:
     median = {f: np.median([plan.draw_duration_s(f, rng) for _ in range(400)]) for f in FAULTS}
     assert all(plan.min_duration_s <= v <= plan.max_duration_s for v in median.values())
     assert median["xid-storm"] < median["pcie-link-degraded"]
+    assert median["pcie-aer-storm"] == pytest.approx(median["pcie-link-degraded"], rel=0.3)  # repaired as a PCIe link
     assert median["ecc-uncorrectable"] < median["fallen-off-bus"] <= median["power-capping"]

@@ -162,6 +162,7 @@ def test_healthy_gpus_show_no_fault_signature(healthy: tuple[Fleet, dict]) -> No
             assert m.get("row_remap_pending", 0) == 0
             assert m.get("nvlink_links_active", 0) == m.get("nvlink_links_max", 0)
             assert m["pcie_replay_total"] <= 2
+            assert m["pcie_aer_correctable_total"] <= 2 and m["pcie_aer_uncorrectable_total"] == 0
         # an operator's cap is a state; only a miner's job start changes the limit (to a lower state)
         assert len(limits) <= 3
 
