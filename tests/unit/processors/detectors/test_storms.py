@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.health import FiringFinding, Health, Remedy, reason_of
-from tests.unit.processors.detectors.driver import T0, S, kinds, run, starts
+from tests.unit.processors.detectors.driver import T0, S, Shape, kinds, run, starts
 
 
 def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
@@ -38,14 +38,6 @@ def test_storms_above_dcgms_limits_and_not_below(rounds_per_batch: int) -> None:
     assert "PCIe replays at 12.0/min" in replay.summary and "reseat" in replay.action
     cleared = [f for f in found if not f.active]
     assert len(cleared) == 3 and all(T0 + 400 * S < f.ts_ns <= T0 + 541 * S for f in cleared)  # two quiet minutes
-
-
-def test_a_storm_degrades_its_gpu_and_asks_for_an_inspection() -> None:
-    _det, found, _ = run(300, shape, gpus=5)
-    sbe = starts(found, "ecc-sbe-storm")[0]
-    labels = {"detector": sbe.detector, "severity": sbe.severity.value}
-    reason = reason_of(FiringFinding(labels, sbe.summary, sbe.since_ns, sbe.evidence))
-    assert reason is not None and (reason.state, reason.remedy) == (Health.DEGRADED, Remedy.INSPECT)
 
 
 def aer(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
@@ -83,9 +75,10 @@ def test_an_aer_storm_at_dcgms_replay_limit_and_any_uncorrectable_error(rounds_p
     assert T0 + 400 * S < cleared["GPU-1"] <= T0 + 541 * S and T0 + 250 * S < cleared["GPU-3"] <= T0 + 431 * S
 
 
-def test_an_aer_storm_degrades_its_gpu_and_asks_for_an_inspection() -> None:
-    _det, found, _ = run(300, aer, gpus=2)
-    storm = starts(found, "pcie-aer-storm")[0]
+@pytest.mark.parametrize(("kind", "readings", "gpus"), [("ecc-sbe-storm", shape, 5), ("pcie-aer-storm", aer, 2)])
+def test_a_storm_degrades_its_gpu_and_asks_for_an_inspection(kind: str, readings: Shape, gpus: int) -> None:
+    _det, found, _ = run(300, readings, gpus=gpus)
+    storm = starts(found, kind)[0]
     labels = {"detector": storm.detector, "severity": storm.severity.value}
     reason = reason_of(FiringFinding(labels, storm.summary, storm.since_ns, storm.evidence))
     assert reason is not None and (reason.state, reason.remedy) == (Health.DEGRADED, Remedy.INSPECT)
