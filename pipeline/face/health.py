@@ -9,11 +9,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.config import HealthSettings
-from pipeline.errors import InvalidQuery
+from pipeline.codec import decode_record
+from pipeline.config import HealthSettings, Settings
+from pipeline.errors import InvalidQuery, ServiceError
 from pipeline.escalation import History
 from pipeline.events import NodeTopology
 from pipeline.health import FiringFinding, FleetHealth, assess, assessment_json
+from pipeline.mirror import TopicMirror
 from pipeline.vocab import NS_PER_S
 from sinks.alerting.admin import AlertAdmin
 from sinks.alerting.model import AlertStatus
@@ -37,6 +39,19 @@ class HealthQuery:
             raise InvalidQuery("ask for one node or one GPU, not both")
         if not 0 < self.silent_after_s < self.lookback_s:
             raise InvalidQuery("silent-after must be > 0 and shorter than the lookback")
+
+
+def node_topologies(settings: Settings) -> list[NodeTopology]:
+    """Every node's topology now, from the compacted topology topic (what the CLI and the main job fold with)."""
+    mirror = TopicMirror(settings.kafka.client_config(), settings.topics.topology,
+                         lambda v: decode_record(NodeTopology, v)).start()  # fmt: skip
+    try:
+        if not mirror.wait_ready(settings.kafka.request_timeout_s):
+            raise ServiceError(f"could not read {settings.topics.topology} within "
+                               f"{settings.kafka.request_timeout_s:.0f}s")  # fmt: skip
+        return list(mirror.snapshot().values())
+    finally:
+        mirror.stop()
 
 
 def fleet_health(

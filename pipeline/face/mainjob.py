@@ -303,15 +303,16 @@ def report(
 def print_health(settings: Settings) -> None:
     """The health of this run's fleet now: GPUs and nodes by state, and each GPU that is not healthy with its
     remedy and the findings behind it (``hermeneut health``)."""
-    from pipeline.face.health import HealthQuery, counted, fleet_health, health_json
+    from pipeline.face.health import HealthQuery, counted, fleet_health, health_json, node_topologies
     from sinks.alerting.admin import AlertAdmin
     from sinks.query import Store
 
     q = HealthQuery(cluster=settings.cluster)
+    topologies = node_topologies(settings)
     admin = AlertAdmin(settings).start()
     try:
         with Store.from_settings(settings) as store:
-            data = health_json(fleet_health(admin, store, q, time.time_ns(), settings.health), q)
+            data = health_json(fleet_health(admin, store, q, time.time_ns(), settings.health, topologies), q)
     finally:
         admin.close()
     gpus, nodes = data["gpus_by_state"], data["nodes_by_state"]

@@ -34,11 +34,7 @@ def health_cmd(
 ) -> None:
     """The health of the fleet (GPUs and nodes by state, and every one that is not healthy), of one node or of one
     GPU: healthy, degraded, unhealthy, unknown or maintenance, the findings behind it and the remedy."""
-    from pipeline.codec import decode_record
-    from pipeline.errors import ServiceError
-    from pipeline.events import NodeTopology
-    from pipeline.face.health import HealthQuery, counted, fleet_health, health_json
-    from pipeline.mirror import TopicMirror
+    from pipeline.face.health import HealthQuery, counted, fleet_health, health_json, node_topologies
     from sinks.alerting.admin import AlertAdmin
     from sinks.query.store import Store
 
@@ -47,19 +43,13 @@ def health_cmd(
         q = HealthQuery(cluster, node, gpu, parse_seconds(lookback, "--lookback"),
                         parse_seconds(silent_after, "--silent-after"))  # fmt: skip
         q.validate()
+        topologies = node_topologies(settings)
         admin = AlertAdmin(settings).start()
-        topology = TopicMirror(settings.kafka.client_config(), settings.topics.topology,
-                               lambda v: decode_record(NodeTopology, v)).start()  # fmt: skip
         try:
-            if not topology.wait_ready(settings.kafka.request_timeout_s):
-                raise ServiceError(f"could not read {settings.topics.topology} within "
-                                   f"{settings.kafka.request_timeout_s:.0f}s")  # fmt: skip
             with Store.from_settings(settings) as store:
                 now = time.time_ns()
-                found = fleet_health(admin, store, q, now, settings.health, topology.snapshot().values())
-                data = health_json(found, q)
+                data = health_json(fleet_health(admin, store, q, now, settings.health, topologies), q)
         finally:
-            topology.stop()
             admin.close()
     if fmt == "json":
         click.echo(json.dumps(data, indent=1))
