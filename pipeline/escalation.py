@@ -23,6 +23,10 @@ node's) reasons in :func:`pipeline.health.assess`, which lifts their state to th
 degraded) so their remedy is the one shown. They hold for their window: a GPU returned for repair comes back with
 a new UUID, a repaired node stays a lemon until its window passes (NVSentinel asks an operator to clear it).
 
+An episode that began in a maintenance window (its node held out of service on purpose: pipeline.health) is read
+by no rule: the XIDs of a firmware update, the resets and reboots of the work on a node are not faults (nor a
+reliability figure's incidents: pipeline.reliability reads the same history).
+
 A rule named in ``health.shadow`` runs in shadow mode: its reasons are worked out and reported apart
 (:attr:`pipeline.health.Escalations.shadow`: ``hermeneut health`` lists what it would have done), and change no
 state, no remedy, nothing on the health topic: how a new or changed rule is tried on a live fleet.
@@ -57,6 +61,8 @@ class Episode:
     open: bool = False
     #: the time of its newest point (its end once it is closed)
     seen_ns: int = 0
+    #: whether its node was in a maintenance window (pipeline.events.Finding.maintenance)
+    maintenance: bool = False
 
     @property
     def reason(self) -> Reason | None:
@@ -86,7 +92,7 @@ def episode_of(f: Finding) -> Episode:
     xids = frozenset(int(v) for k in ("xid", "last_xid") if (v := f.evidence.get(k)) is not None and v == v)  # noqa: PLR0124
     job = f.workload.job_id if f.workload else None
     return Episode(f.cluster, f.node, f.gpu_uuid, f.detector, f.severity.value, f.since_ns, job, xids, f.active,
-                   f.ts_ns)  # fmt: skip
+                   f.ts_ns, bool(f.maintenance))  # fmt: skip
 
 
 class History:
@@ -106,27 +112,30 @@ class History:
 
     def add(self, e: Episode) -> bool:
         """Record an episode (or its newer state); whether anything a rule reads changed. An episode that changes
-        no state (info) is not kept: no rule reads it."""
-        if e.reason is None and e.detector not in self.keep:
-            return False
+        no state (info) is not kept: no rule reads it. One that began in a maintenance window is kept apart (so its
+        later points, after the window, are known as its) and read by no rule."""
         key = (e.cluster, e.node, e.gpu, e.detector, e.since_ns)
         old = self._episodes.get(key)
+        if old is None and e.reason is None and e.detector not in self.keep:
+            return False
         if old is not None:
             severity = worse(old.severity, e.severity)
             e = Episode(e.cluster, e.node, e.gpu, e.detector, severity, e.since_ns, old.job or e.job,
-                        old.xids | e.xids, e.open, max(old.seen_ns, e.seen_ns))  # fmt: skip
+                        old.xids | e.xids, e.open, max(old.seen_ns, e.seen_ns), old.maintenance)  # fmt: skip
         self._episodes[key] = e
-        return old is None or (old.severity, old.job, old.xids, old.open) != (e.severity, e.job, e.xids, e.open)
+        changed = old is None or (old.severity, old.job, old.xids, old.open) != (e.severity, e.job, e.xids, e.open)
+        return changed and not e.maintenance
 
     def episodes(self) -> list[Episode]:
-        return list(self._episodes.values())
+        """The episodes the rules read (none of a maintenance window)."""
+        return [e for e in self._episodes.values() if not e.maintenance]
 
     def forget(self, now_ns: int) -> None:
         start = now_ns - int(self.rules.lookback_s * NS_PER_S)
         self._episodes = {k: e for k, e in self._episodes.items() if e.since_ns >= start}
 
     def escalate(self, now_ns: int) -> Escalations:
-        return escalate(self._episodes.values(), now_ns, self.rules)
+        return escalate(self.episodes(), now_ns, self.rules)
 
 
 _RANK = {"info": 0, "warning": 1, "critical": 2}

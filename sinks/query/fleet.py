@@ -44,7 +44,7 @@ def last_reports(
     ]
 
 
-_EPISODE_FIELDS = ("active", "since_ns", "job_id", "ev_xid", "ev_last_xid")
+_EPISODE_FIELDS = ("active", "since_ns", "job_id", "ev_xid", "ev_last_xid", "maintenance")
 
 
 def finding_episodes(store: Store, start_ns: int, stop_ns: int, cluster: str | None = None) -> list[Episode]:
@@ -67,7 +67,8 @@ def finding_episodes(store: Store, start_ns: int, stop_ns: int, cluster: str | N
             xids = frozenset(int(x) for x in (r.get("ev_xid"), r.get("ev_last_xid")) if x is not None and x == x)  # noqa: PLR0124
             out.append(Episode(str(r.get("cluster", "")), str(r.get("node", "")), None if gpu == "-" else str(gpu),
                                str(r.get("detector", "")), str(r.get("severity", "info")), int(since),
-                               str(job) if job else None, xids, bool(r.get("active")), _ns(r["_time"])))  # fmt: skip
+                               str(job) if job else None, xids, bool(r.get("active")), _ns(r["_time"]),
+                               bool(r.get("maintenance"))))  # fmt: skip
     return out
 
 

@@ -3,8 +3,10 @@ and not outside, and what the fold shows once its reasons join the state of now.
 
 from __future__ import annotations
 
+import dataclasses
+
 from pipeline.config import HealthSettings
-from pipeline.escalation import Episode, escalate
+from pipeline.escalation import Episode, History, escalate
 from pipeline.health import FiringFinding, Health, Remedy, assess
 
 H = 3600 * 10**9
@@ -62,6 +64,20 @@ def test_five_remediations_on_one_node_make_it_a_lemon() -> None:
     # the same five spread over two nodes: no lemon
     other = [*spread, xid("G10", 119, 90, node="n2")]
     assert not escalate(other, NOW, RULES).nodes
+
+
+def test_the_xids_of_a_maintenance_window_count_for_no_rule_even_after_it_ends() -> None:
+    """A firmware update: five GSP timeouts while the node is drained; the last one still firing when the drain
+    ends (its later points carry no maintenance) is the same episode, and still not counted."""
+    in_window = [dataclasses.replace(xid("G0", 119, h, open_=True), maintenance=True) for h in (1, 2, 3, 4, 5)]
+    history = History(RULES, in_window)
+    assert len(history) == 5 and history.episodes() == []
+    after = dataclasses.replace(in_window[0], maintenance=False, open=False, seen_ns=NOW)
+    assert history.add(after) is False and history.episodes() == []
+    assert not history.escalate(NOW).gpus
+    # the same five in service ask for an RMA
+    assert "repeated-fatal" in reasons(History(RULES, [xid("G0", 119, h) for h in range(1, 6)]).escalate(NOW).gpus,
+                                       "G0")  # fmt: skip
 
 
 def test_an_application_xid_that_follows_one_gpu_across_jobs_is_the_gpus() -> None:
