@@ -40,6 +40,8 @@ from pipeline.face.cli import cli
 from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
 from sinks.alerting.admin import AlertAdmin, make_receiver, make_subscription
+from sinks.query.fleet import finding_episodes
+from sinks.query.store import Store
 from sinks.retention import backfill, setup
 from tests.fakes.readings import H100, busy_h100
 from tests.integration.alerting_parts import HttpReceiver, history, start_manager, tail, with_alerts
@@ -372,3 +374,7 @@ def test_a_drained_node_is_in_maintenance_its_faults_page_nobody_and_make_no_inc
     assert told == ["m0"], told  # the drained node paged nobody
     held = {(r.outcome, r.dedup_key.split("/")[2]) for r in history(settings, subscription=sub.id)}
     assert ("suppressed-maintenance", "m1") in held and ("suppressed-maintenance", "m0") not in held, held
+    # the stored findings say which began in the window: escalation and reliability leave those out
+    with Store.from_settings(settings) as store:
+        stored = finding_episodes(store, start, time.time_ns() + S, c)
+    assert {(e.node, e.maintenance) for e in stored if e.detector == "xid"} == {("m0", False), ("m1", True)}, stored
