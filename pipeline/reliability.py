@@ -10,6 +10,9 @@ gpud's users ask their dashboards for):
   the range, gaps included) per incident;
 - **time to repair**: from an incident's start to its end (the finding cleared: the GPU reset, replaced, or back),
   median and p90 over the incidents that ended; the ones still open are counted apart;
+- **time to tell**: from an incident's start to the first notification of it a receiver accepted (the notification
+  history: the alert's ``for`` wait, grouping, delivery), median over the incidents someone was told of, and how
+  many those were (an incident nobody subscribed to, or muted, is told to no one);
 - **lemon nodes**: pipeline.escalation's rule over the range;
 - **per day**: incidents and degradations by the day they started;
 - **effective time per job** (Llama 3 reports "more than 90% effective training time"): the share of a job's time
@@ -17,15 +20,17 @@ gpud's users ask their dashboards for):
   had a finding that made it degraded or unhealthy, nor an ``idle-capacity`` one (held, not used); the time lost,
   and the finding kinds that cost it, worst first.
 
-Time to detect needs to know when a fault really began, which only ground truth says: the evaluation reports it
-(``hermeneut evaluate``, its health-state table), not this. Everything here is a pure function of the episodes and
+Time to *detect* needs to know when a fault really began, which only ground truth says (a detector dates a
+finding's start at its detection): the evaluation reports it (``hermeneut evaluate``, its delays and health-state
+table); what the history does say is the time to tell. Everything here is a pure function of the episodes and
 the GPUs' spans, so the CLI and the API say the same.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -81,6 +86,9 @@ class Row:
     repair_median_min: float | None
     repair_p90_min: float | None
     open_incidents: int
+    #: time to tell (seconds, median) over the ``told`` incidents someone was told of
+    tell_median_s: float | None = None
+    told: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,10 +122,12 @@ def reliability(
     by: str,
     rules: HealthSettings,
     jobs: Sequence[JobSpan] = (),
+    told: Mapping[str, Sequence[int]] = {},
 ) -> Report:
     """The figures per ``by`` (one of :data:`GROUPINGS`) over ``[start, stop)`` (module docstring): ``points`` are
     the stored finding points (sinks.query.fleet.finding_episodes), merged here into episodes; ``jobs`` the jobs to
-    give an effective time."""
+    give an effective time; ``told`` when someone was told of each alert (dedup key -> times, oldest first:
+    sinks.query.fleet.first_told)."""
     if by not in GROUPINGS:
         raise ValueError(f"group by one of {', '.join(GROUPINGS)}, not {by!r}")
     model = {(c, n, g): m for c, n, g, m, _, _ in spans}
@@ -151,16 +161,19 @@ def reliability(
         else:
             degraded[key] += 1
             days[day][1] += 1
+    tell = time_to_tell(merged, told)
     rows = []
     for key in sorted(set(gpus) | set(incidents) | set(degraded)):
         mine = incidents.get(key, [])
         repairs = np.array([(e.seen_ns - e.since_ns) / 60 / NS_PER_S for e in mine if not e.open])
+        tells = [t for e in mine if (t := tell.get(_identity(e))) is not None]
         rows.append(Row(
             key, gpus.get(key, 0), round(hours.get(key, 0.0), 3), len(mine), degraded.get(key, 0),
             round(hours[key] / len(mine), 3) if mine and hours.get(key) else None,
             round(float(np.median(repairs)), 3) if len(repairs) else None,
             round(float(np.quantile(repairs, 0.9)), 3) if len(repairs) else None,
             sum(1 for e in mine if e.open),
+            round(float(np.median(tells)), 3) if tells else None, len(tells),
         ))  # fmt: skip
     lemons = tuple(
         (c, n, r.summary)
@@ -170,6 +183,33 @@ def reliability(
     )
     return Report(by, start_ns, stop_ns, tuple(rows), lemons, tuple((d, v[0], v[1]) for d, v in sorted(days.items())),
                   job_times(jobs, merged, start_ns, stop_ns))  # fmt: skip
+
+
+def _identity(e: Episode) -> tuple[str, str, str | None, str, int]:
+    return e.cluster, e.node, e.gpu, e.detector, e.since_ns
+
+
+def time_to_tell(
+    episodes: Sequence[Episode], told: Mapping[str, Sequence[int]]
+) -> dict[tuple[str, str, str | None, str, int], float]:
+    """Per episode (cluster, node, GPU, kind, start): seconds from its start to the first time someone was told of
+    its alert (its dedup key, ``pipeline.events.Finding.dedup_key``) before the next episode of that alert began;
+    episodes nobody was told of are left out."""
+    by_key: dict[str, list[Episode]] = defaultdict(list)
+    for e in episodes:
+        by_key[f"{e.detector}/{e.cluster}/{e.node}/{e.gpu or '-'}"].append(e)
+    out: dict[tuple[str, str, str | None, str, int], float] = {}
+    for key, mine in by_key.items():
+        times = told.get(key)
+        if not times:
+            continue
+        mine.sort(key=lambda e: e.since_ns)
+        ends = [e.since_ns for e in mine[1:]] + [None]
+        for e, end in zip(mine, ends, strict=True):
+            i = bisect.bisect_left(times, e.since_ns)
+            if i < len(times) and (end is None or times[i] < end):
+                out[_identity(e)] = (times[i] - e.since_ns) / NS_PER_S
+    return out
 
 
 def job_times(jobs: Sequence[JobSpan], episodes: Iterable[Episode], start_ns: int, stop_ns: int) -> tuple[JobTime, ...]:
@@ -212,7 +252,8 @@ def report_json(r: Report) -> dict[str, Any]:
         "rows": [
             {"group": x.group, "gpus": x.gpus, "gpu_hours": x.gpu_hours, "incidents": x.incidents,
              "degradations": x.degradations, "mtbi_hours": x.mtbi_hours, "repair_median_min": x.repair_median_min,
-             "repair_p90_min": x.repair_p90_min, "open_incidents": x.open_incidents}
+             "repair_p90_min": x.repair_p90_min, "open_incidents": x.open_incidents, "tell_median_s": x.tell_median_s,
+             "told": x.told}
             for x in r.rows
         ],
         "lemon_nodes": [{"cluster": c, "node": n, "why": why} for c, n, why in r.lemons],

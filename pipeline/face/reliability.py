@@ -1,5 +1,5 @@
 """Reliability figures as the CLI (``hermeneut reliability``) and the HTTP API (``GET /api/v1/reliability``) show
-them: the stored finding history, the GPUs' spans and the jobs' (InfluxDB) folded by
+them: the stored finding history, the notification history, the GPUs' spans and the jobs' (InfluxDB) folded by
 :func:`pipeline.reliability.reliability`."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pipeline.config import HealthSettings
 from pipeline.errors import InvalidQuery
 from pipeline.reliability import GROUPINGS, Report, reliability
 from pipeline.vocab import NS_PER_S
-from sinks.query.fleet import finding_episodes, gpu_spans
+from sinks.query.fleet import finding_episodes, first_told, gpu_spans
 from sinks.query.jobs import job_spans
 from sinks.query.store import Store
 
@@ -41,5 +41,6 @@ def fleet_reliability(store: Store, q: ReliabilityQuery, now_ns: int, rules: Hea
         jobs = job_spans(store, start, stop, q.cluster)
     except InvalidQuery as exc:  # no job summaries bucket: the rest of the report stands
         jobs, notes = [], (f"no effective time per job: {exc} (hermeneut storage setup creates the jobs bucket)",)
-    report = reliability(gpu_spans(store, start, stop, q.cluster), points, start, stop, q.by, rules, jobs)
+    told = first_told(store, start, stop, q.cluster)
+    report = reliability(gpu_spans(store, start, stop, q.cluster), points, start, stop, q.by, rules, jobs, told)
     return dataclasses.replace(report, notes=notes)

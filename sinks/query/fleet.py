@@ -1,12 +1,14 @@
 """What the health view reads from InfluxDB: which GPUs the fleet has and when each last reported (the membership
 the firing findings are folded over: a GPU with nothing firing is healthy only while it reports; pipeline.health),
-and the finding episodes of the past (the history escalation and correlation read; pipeline.escalation)."""
+the finding episodes of the past (the history escalation and correlation read; pipeline.escalation), and when
+someone was told of each alert (the reliability figures' time to tell; pipeline.reliability)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 from pipeline.escalation import Episode
+from sinks.alerting.history import MEASUREMENT as NOTIFICATION
 from sinks.query.flux import string, time_literal
 from sinks.query.model import FINDING, GPU
 from sinks.query.store import Store
@@ -81,6 +83,23 @@ def gpu_spans(
     return [
         (*key, model, min(times), max(last.get(key, ("", times))[1])) for key, (model, times) in sorted(first.items())
     ]
+
+
+def first_told(store: Store, start_ns: int, stop_ns: int, cluster: str | None = None) -> dict[str, list[int]]:
+    """When someone was told an alert fired (a ``firing`` notification a receiver accepted, from the notification
+    history) in ``[start, stop)``: dedup key -> the times, oldest first (pipeline.reliability's time to tell)."""
+    where = f" and r.cluster == {string(cluster)}" if cluster else ""
+    flux = (
+        f"from(bucket: {string(store.buckets.raw)}) "
+        f"|> range(start: {time_literal(start_ns)}, stop: {time_literal(stop_ns)}) "
+        f'|> filter(fn: (r) => r._measurement == {string(NOTIFICATION)} and r._field == "dedup_key" '
+        f'and r.status == "firing" and r.outcome == "delivered"{where}) '
+        '|> keep(columns: ["_time", "_value"]) |> group() |> sort(columns: ["_time"])'
+    )
+    out: dict[str, list[int]] = {}
+    for r in store.flux_records(flux):
+        out.setdefault(str(r["_value"]), []).append(_ns(r["_time"]))
+    return out
 
 
 def _ns(t: datetime) -> int:

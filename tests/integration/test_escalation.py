@@ -378,3 +378,15 @@ def test_a_drained_node_is_in_maintenance_its_faults_page_nobody_and_make_no_inc
     with Store.from_settings(settings) as store:
         stored = finding_episodes(store, start, time.time_ns() + S, c)
     assert {(e.node, e.maintenance) for e in stored if e.detector == "xid"} == {("m0", False), ("m1", True)}, stored
+    # reliability: m0's two incidents, each told to the webhook after its start; m1's none (the window's work)
+    figures: dict[str, Any] = {}
+
+    def reported() -> bool:
+        result = CliRunner().invoke(cli, ["reliability", "--cluster", c, "--by", "node", "--format", "json"])
+        assert result.exit_code == 0, result.output
+        figures.update({r["group"]: r for r in json.loads(result.output)["rows"]})
+        return figures.get(f"{c}/m0", {}).get("told") == 2
+
+    assert wait_for(reported, 30), figures
+    assert figures[f"{c}/m0"]["incidents"] == 2 and figures[f"{c}/m0"]["tell_median_s"] >= 0, figures
+    assert (figures[f"{c}/m1"]["incidents"], figures[f"{c}/m1"]["told"]) == (0, 0), figures

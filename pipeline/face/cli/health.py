@@ -106,13 +106,15 @@ def reliability_cmd(ctx: click.Context, range_: str, by: str, cluster: str | Non
         return "-" if v is None else f"{v:g}"
 
     click.echo(f"reliability over {range_} by {by}: incidents = GPUs made unhealthy; MTBI in GPU-hours per "
-               "incident; repair in minutes, finding start to clear")  # fmt: skip
+               "incident; repair in minutes, finding start to clear; tell in seconds, finding start to the first "
+               "notification a receiver took (told: of how many incidents)")  # fmt: skip
     click.echo(f"{by:28} {'GPUs':>5} {'GPU-h':>9} {'incid.':>6} {'MTBI h':>8} {'repair p50':>10} {'p90':>8} "
-               f"{'open':>5} {'degr.':>6}")  # fmt: skip
+               f"{'open':>5} {'degr.':>6} {'tell p50':>8} {'told':>5}")  # fmt: skip
     for r in data["rows"]:
         click.echo(f"{r['group'][:28]:28} {r['gpus']:>5} {r['gpu_hours']:>9g} {r['incidents']:>6} "
                    f"{num(r['mtbi_hours']):>8} {num(r['repair_median_min']):>10} {num(r['repair_p90_min']):>8} "
-                   f"{r['open_incidents']:>5} {r['degradations']:>6}")  # fmt: skip
+                   f"{r['open_incidents']:>5} {r['degradations']:>6} {num(r['tell_median_s']):>8} "
+                   f"{r['told']:>5}")  # fmt: skip
     for lemon in data["lemon_nodes"]:
         click.echo(f"lemon node {lemon['cluster']}/{lemon['node']}: {lemon['why']}")
     if data["days"]:

@@ -46,6 +46,24 @@ def test_figures_per_gpu_model_and_per_day() -> None:
     assert report_json(report)["rows"][0]["group"] == "NVIDIA A100-SXM4-80GB"
 
 
+def test_time_to_tell_is_from_an_incidents_start_to_the_first_notification_of_it_someone_got() -> None:
+    """G0's two incidents (hours 1 and 10): told 90 s and 30 s after they began; G1's nobody was told of (no
+    subscription, or muted); a notification of G0's first incident is not its second's."""
+    points = [
+        point("G0", 1, 1, True), point("G0", 1, 2, False),
+        point("G0", 10, 10, True), point("G0", 10, 11, False),
+        point("G1", 5, 5, True), point("G1", 5, 6, False),
+    ]  # fmt: skip
+    told = {"xid/c/n1/G0": [T0 + H + 90 * 10**9, T0 + H + 600 * 10**9, T0 + 10 * H + 30 * 10**9]}
+    [row] = reliability(SPANS, points, T0, STOP, "cluster", HealthSettings(), told=told).rows
+    assert (row.incidents, row.told, row.tell_median_s) == (3, 2, 60.0)
+    late = {"xid/c/n1/G0": [T0 + 10 * H + 30 * 10**9]}  # only the second incident was told of
+    [row] = reliability(SPANS, points, T0, STOP, "cluster", HealthSettings(), told=late).rows
+    assert (row.told, row.tell_median_s) == (1, 30.0)
+    [row] = reliability(SPANS, points, T0, STOP, "cluster", HealthSettings()).rows
+    assert (row.told, row.tell_median_s) == (0, None)
+
+
 def test_a_node_with_five_remediations_is_a_lemon_and_a_gpu_without_incidents_has_no_mtbi() -> None:
     points = [point(f"G{i % 3}", 2 + i, 2.5 + i, False) for i in range(5)]
     report = reliability(SPANS, points, T0, STOP, "cluster", HealthSettings())

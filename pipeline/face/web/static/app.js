@@ -360,12 +360,13 @@ async function renderReliability() {
       h("div", { class: "daybar unhealthy", style: `height: ${(100 * d.incidents) / most}px` }))));
   view().replaceChildren(h("h2", {}, "Reliability, last 7 days"),
     h("p", {}, "by ", ...["gpu_model", "cluster", "node"].flatMap((b) => [h("a", { href: `#/reliability?by=${b}`, class: b === by ? "active" : "" }, b), " "]),
-      " · incidents: GPUs made unhealthy; MTBI: GPU-hours per incident; repair: minutes from a finding's start to its clear"),
+      " · incidents: GPUs made unhealthy; MTBI: GPU-hours per incident; repair: minutes from a finding's start to its clear;" +
+      " tell: seconds from its start to the first notification a receiver took, over the incidents told"),
     h("table", { class: "reliability" },
-      h("tr", {}, ...[by, "GPUs", "GPU-hours", "incidents", "MTBI (h)", "repair p50 (min)", "repair p90 (min)", "open", "degradations"].map((c) => h("th", {}, c))),
+      h("tr", {}, ...[by, "GPUs", "GPU-hours", "incidents", "MTBI (h)", "repair p50 (min)", "repair p90 (min)", "open", "degradations", "tell p50 (s)", "told"].map((c) => h("th", {}, c))),
       ...data.rows.map((r) => h("tr", { "data-group": r.group },
         h("td", {}, r.group), ...[r.gpus, r.gpu_hours, r.incidents, r.mtbi_hours, r.repair_median_min, r.repair_p90_min,
-          r.open_incidents, r.degradations].map((v, i) => h("td", { class: "num", "data-col": i }, num(v)))))),
+          r.open_incidents, r.degradations, r.tell_median_s, r.told].map((v, i) => h("td", { class: "num", "data-col": i }, num(v)))))),
     data.days.length ? bars : h("p", { class: "empty" }, "No incident or degradation in range."),
     ...data.lemon_nodes.map((l) => h("p", { class: "warn", "data-lemon": l.node }, `lemon node ${l.cluster}/${l.node}: ${l.why}`)),
     h("h3", {}, "Effective time per job: its GPUs all healthy and busy"),
