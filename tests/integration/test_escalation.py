@@ -137,9 +137,18 @@ def test_escalation_and_correlation_rules_on_a_scripted_fleet(
 
         for name, value in settings_env(settings).items():
             monkeypatch.setenv(name, value)
-        result = CliRunner().invoke(cli, ["health", "--cluster", c, "--format", "json"])
-        assert result.exit_code == 0, result.output
-        shown = json.loads(result.output)
+        shown: dict[str, Any] = {}
+
+        def health_now() -> bool:
+            result = CliRunner().invoke(cli, ["health", "--cluster", c, "--format", "json"])
+            assert result.exit_code == 0, result.output
+            shown.update(json.loads(result.output))
+            return any(g["gpu"] == "G2" for g in shown["gpus"])
+
+        # G2's reason comes from the stored history alone (its XIDs ended long ago); the fresh-clone CI of 246a6ef
+        # read the history without it right after the counts settled. Asked again for up to 30 s; the checks below
+        # say what is still missing
+        wait_for(health_now, 30)
         # the lemon-node rule in shadow mode: worked out and listed, but n2 (a lemon and nothing else) stays healthy
         monkeypatch.setenv("HERMENEUT_HEALTH__SHADOW", "lemon-node")
         result = CliRunner().invoke(cli, ["health", "--cluster", c, "--format", "json"])
