@@ -108,6 +108,7 @@ class History:
             self.add(e)
 
     def __len__(self) -> int:
+        """Every episode kept, those of maintenance windows too (which :meth:`episodes` leaves out)."""
         return len(self._episodes)
 
     def add(self, e: Episode) -> bool:

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Histogram
 from tqdm import tqdm
@@ -54,8 +54,10 @@ from pipeline.metrics import DURATION_BUCKETS, PUBLISHER_FIELDS, Field, StatsVie
 from pipeline.publisher import Headers, Publisher
 from pipeline.sizing import Cut, Limits, fit
 from pipeline.stats import write_stats
-from producers.context.nodestate import NodeState
 from producers.source import INTERVAL_FIELD, Record, Source
+
+if TYPE_CHECKING:  # the readers (and the Slurm and Kubernetes modules) load where one is configured: cli/collect.py
+    from producers.context.nodestate import NodeState
 
 log = logging.getLogger(__name__)
 
