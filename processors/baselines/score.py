@@ -17,11 +17,15 @@ A verdict is only as strong as the evidence behind it (:class:`Judgement`, from 
 - when most GPUs of a job (``job_share`` of its GPUs, within two minutes) are anomalous together, the job runs
   unlike its baseline, not a GPU: their rows are ``unusual`` and say so (peer comparison, as ByteDance's Minder
   does: the normal state of a metric depends on the task);
-- a serving application (``pipeline.events.SERVING``) whose row is only *busier* than its baseline (every driver a
-  load feature above its band: utilization, SM/tensor/DRAM activity, power, temperature, link traffic) serves more
-  requests than the history it learned from: ``unusual`` and says so. A server's load follows its traffic; in the
-  offline fleet evaluation these were most baseline-anomaly findings on healthy GPUs (LLM servers learned at a
-  quiet hour). Less memory, slower clocks, or a busier training job stay anomalous.
+- a serving application (``pipeline.events.SERVING``) whose row differs from its baseline only as a deployment does
+  (every driver a load feature above its band: utilization, SM/tensor/DRAM activity, power, temperature, link
+  traffic; or memory used below its band) serves more requests, or a smaller model or cache, than the history it
+  learned from: ``unusual`` and says which. A server's load follows its traffic, and its memory what it was started
+  with (a model's size, vLLM's ``gpu-memory-utilization``); in the offline fleet evaluation these were most
+  baseline-anomaly findings on healthy GPUs (LLM servers learned at a quiet hour; on seed 21211 all 68, servers
+  started with 57-67 % of an H200's memory judged against 5 GPUs' history at 73 % or more). Slower clocks, less
+  load, more memory (a leak), or a busier training job stay anomalous; memory lost while a job runs is
+  ``memory-collapse`` (processors.detectors.changes).
 
 Findings ``baseline-anomaly`` (:class:`AnomalyTracker`): active once a GPU has been anomalous for
 ``anomaly_after_s`` (5 minutes), repeated every 60 s, cleared once it has not been anomalous for
@@ -142,18 +146,23 @@ LOAD_FEATURES: Final = frozenset(
 
 
 def serving_demand(batch: InterpretedBatch, verdict: np.ndarray, explanation: list[str]) -> None:
-    """Downgrade (in place) the anomalous rows of serving applications that are only busier than their baseline,
-    and say why (see the module docstring)."""
+    """Downgrade (in place) the anomalous rows of serving applications that differ from their baseline only as a
+    deployment does (busier, or holding less memory), and say which (see the module docstring)."""
     for r in np.flatnonzero(verdict == _ANOMALOUS).tolist():
         wl, drivers = batch.workload[r], batch.drivers[r]
         if wl is None or wl.application not in SERVING or not drivers:
             continue
-        if all(d.feature in LOAD_FEATURES and d.observed > d.high for d in drivers):
-            verdict[r] = _UNUSUAL
-            explanation[r] = (
-                explanation[r].replace(": anomalous for", ": unusual for", 1)
-                + "; only busier than its history: more requests, not a fault"
-            )
+        busier = [d.feature in LOAD_FEATURES and d.observed > d.high for d in drivers]
+        smaller = [d.feature == "memory_used_ratio" and d.observed < d.low for d in drivers]
+        if not all(b or s for b, s in zip(busier, smaller, strict=True)):
+            continue
+        why = [w for w, seen in (("busier", any(busier)), ("holding less memory", any(smaller))) if seen]
+        what = [w for w, seen in (("more requests", any(busier)), ("a smaller model or cache", any(smaller))) if seen]
+        verdict[r] = _UNUSUAL
+        explanation[r] = (
+            explanation[r].replace(": anomalous for", ": unusual for", 1)
+            + f"; only {' and '.join(why)} than its history: {' and '.join(what)}, not a fault"
+        )
 
 
 @dataclass(eq=False)

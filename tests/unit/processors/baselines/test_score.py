@@ -162,18 +162,28 @@ def test_scoring_reads_the_features_the_enrichment_computed(history: Labelled) -
     assert np.array_equal(carried.relative, batch.relative, equal_nan=True)  # only the carried matrix said so
 
 
-def test_a_server_only_busier_than_its_history_is_unusual_and_anything_else_stays_anomalous() -> None:
+def test_a_server_only_busier_or_smaller_than_its_history_is_unusual_and_anything_else_stays_anomalous() -> None:
     busier = (Driver("dram_active_percent", 72.0, 20.0, 5.0, 30.0), Driver("power_ratio_of_limit", 0.8, 0.4, 0.2, 0.6))
-    less_memory = (
-        Driver("sm_active_percent", 53.0, 15.0, 5.0, 20.0),
-        Driver("memory_used_ratio", 0.6, 0.9, 0.87, 0.93),
+    smaller_and_busier = (
+        Driver("memory_used_ratio", 0.6, 0.9, 0.73, 0.93),
+        Driver("temperature_ratio_of_slowdown", 0.52, 0.35, 0.3, 0.42),
     )
+    smaller = (Driver("memory_used_ratio", 0.6, 0.9, 0.73, 0.93),)
+    quieter_and_smaller = (
+        Driver("sm_active_percent", 2.0, 40.0, 20.0, 60.0),
+        Driver("memory_used_ratio", 0.01, 0.9, 0.73, 0.93),
+    )
+    more_memory = (Driver("memory_used_ratio", 0.99, 0.8, 0.7, 0.9),)
     slower = (Driver("sm_clock_ratio_of_max", 0.5, 0.95, 0.9, 1.0),)
     cases = [
         ("llm-serving", busier),
-        ("llm-serving", less_memory),
+        ("llm-serving", smaller_and_busier),
+        ("stable-diffusion-inference", smaller),
+        ("llm-serving", quieter_and_smaller),
+        ("llm-serving", more_memory),
         ("llm-serving", slower),
         ("resnet-training", busier),
+        ("resnet-training", smaller),
     ]
     n = len(cases)
     batch, _ = _verdict_batch([0.0] * n, [3] * n)
@@ -183,6 +193,11 @@ def test_a_server_only_busier_than_its_history_is_unusual_and_anything_else_stay
     verdict = np.full(n, 3)
     explanation = ["DRAM active 72%: anomalous for LLM serving on H100 80GB HBM3 in compute (p95 30%)"] * n
     serving_demand(batch, verdict, explanation)
-    assert verdict.tolist() == [2, 3, 3, 3]
+    assert verdict.tolist() == [2, 2, 2, 3, 3, 3, 3, 3]
     assert explanation[0].startswith("DRAM active 72%: unusual for LLM serving")
-    assert explanation[0].endswith("more requests, not a fault") and explanation[1] == explanation[3]
+    assert explanation[0].endswith("only busier than its history: more requests, not a fault")
+    assert explanation[1].endswith(
+        "only busier and holding less memory than its history: more requests and a smaller model or cache, not a fault"
+    )
+    assert explanation[2].endswith("only holding less memory than its history: a smaller model or cache, not a fault")
+    assert explanation[3:] == [explanation[3]] * (n - 3) and "anomalous for" in explanation[3]
