@@ -22,10 +22,10 @@ A verdict is only as strong as the evidence behind it (:class:`Judgement`, from 
   traffic; or memory used below its band) serves more requests, or a smaller model or cache, than the history it
   learned from: ``unusual`` and says which. A server's load follows its traffic, and its memory what it was started
   with (a model's size, vLLM's ``gpu-memory-utilization``); in the offline fleet evaluation these were most
-  baseline-anomaly findings on healthy GPUs (LLM servers learned at a quiet hour; on seed 21211 all 68, servers
-  started with 57-67 % of an H200's memory judged against 5 GPUs' history at 73 % or more). Slower clocks, less
-  load, more memory (a leak), or a busier training job stay anomalous; memory lost while a job runs is
-  ``memory-collapse`` (processors.detectors.changes).
+  baseline-anomaly findings on healthy GPUs (LLM servers learned at a quiet hour; on seed 21211, the 14 of its 68
+  looked at: servers started with 57-67 % of an H200's memory, judged against 5 GPUs' history at 73 % or more).
+  Slower clocks, less load, more memory (a leak), or a busier training job stay anomalous; memory lost while a job
+  runs is ``memory-collapse`` (processors.detectors.changes).
 
 Findings ``baseline-anomaly`` (:class:`AnomalyTracker`): active once a GPU has been anomalous for
 ``anomaly_after_s`` (5 minutes), repeated every 60 s, cleared once it has not been anomalous for
