@@ -39,16 +39,21 @@ def _docs(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-def workloads() -> Iterator[dict[str, Any]]:
-    """The manifests with a pod template (Deployments, the DaemonSet, the Job)."""
-    return (doc for doc in manifests() if doc.get("spec", {}).get("template"))
+def pod_templates() -> Iterator[tuple[str, dict[str, Any]]]:
+    """(name, pod template) of the manifests that run pods: the Deployments, the DaemonSet, the Job, and the
+    CronJob (its template is in its job template)."""
+    for doc in manifests():
+        spec = doc.get("spec", {})
+        template = spec.get("template") or spec.get("jobTemplate", {}).get("spec", {}).get("template")
+        if template:
+            yield doc["metadata"]["name"], template
 
 
 def containers() -> Iterator[tuple[str, dict[str, Any]]]:
-    for doc in workloads():
-        spec = doc["spec"]["template"]["spec"]
+    for name, template in pod_templates():
+        spec = template["spec"]
         for c in [*spec.get("initContainers", []), *spec["containers"]]:
-            yield f"{doc['metadata']['name']}/{c['name']}", c
+            yield f"{name}/{c['name']}", c
 
 
 def section(title: str) -> str:
@@ -131,8 +136,8 @@ def test_metrics_ports_are_the_stages_defaults_and_the_podmonitor_scrapes_them()
     (monitor,) = (d for d in manifests() if d["kind"] == "PodMonitor")
     assert {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]} == {f"metrics-{s}" for s in METRICS_STAGES}
     selector = monitor["spec"]["selector"]["matchLabels"]
-    for doc in workloads():
-        assert selector.items() <= doc["spec"]["template"]["metadata"]["labels"].items(), doc["metadata"]["name"]
+    for name, template in pod_templates():
+        assert selector.items() <= template["metadata"]["labels"].items(), name
 
 
 def test_the_node_daemonset_follows_the_device_plugin_conventions() -> None:
