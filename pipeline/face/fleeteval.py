@@ -47,7 +47,7 @@ from pipeline.events import (
     node_key,
 )
 from pipeline.face.evaljob import withheld
-from pipeline.face.evaluation import Evaluation, classify_score, combine, score
+from pipeline.face.evaluation import PAGING, Evaluation, classify_score, combine, score
 from processors.app import interpreter_from
 from processors.baselines.fit import LabelledRows, fit_version
 from processors.baselines.store import BaselineSet
@@ -309,6 +309,18 @@ def _fit(learned: Learned, clusters: frozenset[str], settings: Settings, ts: int
     fitted = fit_version(parts, 1, ts, cfg.min_samples, cfg.classifier_window, cfg.classifier_min_confidence)
     manifest = BaselineManifest(1, ts, T0, ts, tuple(r.baseline_id for r in fitted.records), classifier=True)
     return BaselineSet(manifest, fitted.records, fitted.classifier)
+
+
+def seed_line(o: Outcome) -> str:
+    """One line per seed for the report: what ran, and its own paging false alarms after learning (the tables
+    score the seeds together, so a miss is traced to its seed here)."""
+    after = o.after
+    paging = sum(n for (_, sev), n in after.false_alarms.items() if sev in PAGING)
+    return (
+        f"seed {o.plan.seed}: {o.samples:,} samples ({o.dead_lettered} dead-lettered), {o.baselines} baselines "
+        f"learned, {len(o.withheld_nodes)} nodes without context, {o.seconds:.0f} s; after learning {paging} paging "
+        f"false alarm(s) in {after.healthy_gpu_days:.1f} healthy GPU-days"
+    )
 
 
 def combined(outcomes: list[Outcome]) -> tuple[Evaluation, Evaluation]:

@@ -105,7 +105,7 @@ def _offline(
     as_json: bool,
 ) -> None:
     from pipeline.face.evaluation import Thresholds, failures, format_table, to_json
-    from pipeline.face.fleeteval import FleetPlan, combined
+    from pipeline.face.fleeteval import FleetPlan, combined, seed_line
 
     hours = gpu_days * 24.0 / (nodes * gpus)
     plans = [FleetPlan(s, nodes, gpus, hours, interval, learn_hours, per_class, withhold) for s in seeds]
@@ -137,10 +137,7 @@ def _offline(
         }, indent=2))  # fmt: skip
     else:
         for o in outcomes:
-            click.echo(
-                f"seed {o.plan.seed}: {o.samples:,} samples ({o.dead_lettered} dead-lettered), {o.baselines} baselines "
-                f"learned, {len(o.withheld_nodes)} nodes without context, {o.seconds:.0f} s"
-            )
+            click.echo(seed_line(o))
         click.echo("\n## Day one (healthy, no learned baselines)\n")
         click.echo(format_table(day_one))
         click.echo("\n## After learning (faults injected)\n")
