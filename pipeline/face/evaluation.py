@@ -327,6 +327,11 @@ class Evaluation:
     def false_alarm_total(self) -> int:
         return sum(self.false_alarms.values())
 
+    @property
+    def paging_false_alarms(self) -> int:
+        """False alarms of the severities that page (critical, warning)."""
+        return sum(n for (_, sev), n in self.false_alarms.items() if sev in PAGING)
+
     def by_class(self, fault: str) -> ClassScore | None:
         return next((c for c in self.classes if c.fault == fault), None)
 
@@ -642,9 +647,9 @@ def format_table(ev: Evaluation) -> str:
     ]
     for (kind, sev), n in sorted(ev.false_alarms.items(), key=lambda kv: (-kv[1], kv[0][0])):
         lines.append(f"| {kind} | {sev.value} | {n} | {_num(n / days if days else None, '.4f')} |")
-    paging = sum(n for (_, sev), n in ev.false_alarms.items() if sev in PAGING)
     lines.append(
-        f"| **paging (critical + warning)** | | {paging} | {_num(ev.false_alarm_rate(severities=PAGING), '.4f')} |"
+        f"| **paging (critical + warning)** | | {ev.paging_false_alarms} | "
+        f"{_num(ev.false_alarm_rate(severities=PAGING), '.4f')} |"
     )
     if ev.health:
         limit = Thresholds().health_delay_s

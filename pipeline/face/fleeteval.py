@@ -47,7 +47,7 @@ from pipeline.events import (
     node_key,
 )
 from pipeline.face.evaljob import withheld
-from pipeline.face.evaluation import PAGING, Evaluation, classify_score, combine, score
+from pipeline.face.evaluation import Evaluation, classify_score, combine, score
 from processors.app import interpreter_from
 from processors.baselines.fit import LabelledRows, fit_version
 from processors.baselines.store import BaselineSet
@@ -314,12 +314,10 @@ def _fit(learned: Learned, clusters: frozenset[str], settings: Settings, ts: int
 def seed_line(o: Outcome) -> str:
     """One line per seed for the report: what ran, and its own paging false alarms after learning (the tables
     score the seeds together, so a miss is traced to its seed here)."""
-    after = o.after
-    paging = sum(n for (_, sev), n in after.false_alarms.items() if sev in PAGING)
     return (
         f"seed {o.plan.seed}: {o.samples:,} samples ({o.dead_lettered} dead-lettered), {o.baselines} baselines "
-        f"learned, {len(o.withheld_nodes)} nodes without context, {o.seconds:.0f} s; after learning {paging} paging "
-        f"false alarm(s) in {after.healthy_gpu_days:.1f} healthy GPU-days"
+        f"learned, {len(o.withheld_nodes)} nodes without context, {o.seconds:.0f} s; after learning "
+        f"{o.after.paging_false_alarms} paging false alarm(s) in {o.after.healthy_gpu_days:.1f} healthy GPU-days"
     )
 
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.events import FAULTS
-from pipeline.face.evaluation import PAGING
+from pipeline.events import FAULTS, Severity
 from pipeline.face.fleeteval import FleetPlan, Outcome, run, seed_line
 
 PLAN = FleetPlan(3, nodes=4, gpus=2, hours=3.0, interval_s=10.0, learn_hours=0.5, per_class=1)
@@ -49,7 +48,8 @@ def test_hard_events_are_found_at_once(outcome: Outcome) -> None:
 
 
 def test_the_seed_line_names_its_own_paging_false_alarms(outcome: Outcome) -> None:
-    paging = sum(n for (_, sev), n in outcome.after.false_alarms.items() if sev in PAGING)
+    pages = (Severity.CRITICAL, Severity.WARNING)
+    paging = sum(n for (_, sev), n in outcome.after.false_alarms.items() if sev in pages)
     line = seed_line(outcome)
     assert line.startswith(f"seed 3: {outcome.samples:,} samples (0 dead-lettered)")
     assert f"after learning {paging} paging false alarm(s) in {outcome.after.healthy_gpu_days:.1f}" in line
