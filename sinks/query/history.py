@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -284,8 +285,10 @@ def _history_of(
     empty = [""] * n
     strings = {name: list(table.get(name, empty)) for name in _HISTORY_STRINGS}
     _fill_forward(strings, table["cluster"], table["gpu"], ts, {} if carry is None else carry)
-    phase = [p or None for p in strings["phase"]]
-    source = [s or None for s in strings["app_source"]]
+    # one string object per distinct value (a CSV answer makes one per row): a GPU's id, cluster, phase and source
+    # repeat on every row, and a week of training history holds millions of rows
+    phase = [sys.intern(p) if p else None for p in strings["phase"]]
+    source = [sys.intern(s) if s else None for s in strings["app_source"]]
     apps, models = table["application"], table.get("gpu_model", [""] * n)
     keys = np.array([f"{a}\x00{m}" for a, m in zip(apps, models, strict=True)], dtype=object)
     out = {}
@@ -296,8 +299,8 @@ def _history_of(
         out[(app, model)] = History(
             app,
             model,
-            tuple(table["cluster"][i] for i in pick),
-            tuple(table["gpu"][i] for i in pick),
+            tuple(sys.intern(table["cluster"][i]) for i in pick),
+            tuple(sys.intern(table["gpu"][i]) for i in pick),
             ts[rows],
             metrics[rows],
             relative[rows],
@@ -342,17 +345,38 @@ def carry_flux(bucket: str, start_ns: int, cluster: str | None) -> str:
 
 
 def _concat(parts: list[History]) -> History:
-    first = parts[0]
+    """One History from the chunks of one key, emptying ``parts`` as it goes: each chunk is let go once copied, so
+    the rows are held about once, not twice."""
+    app, model, n = parts[0].application, parts[0].gpu_model, sum(len(p) for p in parts)
+    ts, metrics, relative = (
+        np.empty(n, np.int64),
+        np.empty((n, parts[0].metrics.shape[1])),
+        np.empty((n, parts[0].relative.shape[1])),
+    )
+    cluster: list[str] = []
+    gpu: list[str] = []
+    phase: list[str | None] = []
+    source: list[str | None] = []
+    at = 0
+    while parts:
+        p = parts.pop(0)
+        rows = slice(at, at + len(p))
+        ts[rows], metrics[rows], relative[rows] = p.ts_ns, p.metrics, p.relative
+        cluster += p.cluster
+        gpu += p.gpu
+        phase += p.phase
+        source += p.source
+        at += len(p)
     return History(
-        first.application,
-        first.gpu_model,
-        tuple(c for p in parts for c in p.cluster),
-        tuple(g for p in parts for g in p.gpu),
-        np.concatenate([p.ts_ns for p in parts]),
-        np.vstack([p.metrics for p in parts]),
-        np.vstack([p.relative for p in parts]),
-        tuple(x for p in parts for x in p.phase),
-        tuple(x for p in parts for x in p.source),
+        app,
+        model,
+        tuple(cluster),
+        tuple(gpu),
+        ts,
+        metrics,
+        relative,
+        tuple(phase),
+        tuple(source),
     )
 
 
@@ -389,7 +413,7 @@ def training_history(
                 bar.update()
     finally:
         store.close()
-    return {key: _concat(p) for key, p in sorted(parts.items())}
+    return {key: _concat(parts.pop(key)) for key in sorted(parts)}
 
 
 @dataclass(frozen=True, slots=True)

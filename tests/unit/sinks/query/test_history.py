@@ -8,7 +8,7 @@ import pytest
 
 from pipeline.errors import InvalidQuery
 from pipeline.events import METRIC_INDEX, RELATIVE_FIELDS
-from sinks.query.history import Limits, _csv_tables, _history_of, history_flux
+from sinks.query.history import History, Limits, _concat, _csv_tables, _history_of, history_flux
 
 START, STOP = 1_800_000_000_000_000_000, 1_800_000_060_123_000_000
 
@@ -63,3 +63,33 @@ def test_csv_answers_become_columns_per_application_and_model() -> None:
     assert _history_of(tables[1])[("llm-serving", "H100")].source == (None,)
     carried = {("dc1", "GPU-3"): {"app_source": "slurm"}}  # what the GPU had before the range
     assert _history_of(tables[1], carried)[("llm-serving", "H100")].source == ("slurm",)
+
+
+def test_the_chunks_of_one_key_are_joined_in_order_and_let_go() -> None:
+    rng = np.random.default_rng(7)
+
+    def chunk(n: int, gpu: str, phase: str | None) -> History:
+        return History("llm-serving", "H100", ("dc1",) * n, (gpu,) * n, rng.integers(0, 10**9, n),
+                       rng.random((n, 53)), rng.random((n, 6)), (phase,) * n, ("slurm",) * n)  # fmt: skip
+
+    parts = [chunk(3, "GPU-1", "compute"), chunk(1, "GPU-2", None), chunk(2, "GPU-1", "idle")]
+    want = [np.concatenate([p.ts_ns for p in parts]), np.vstack([p.metrics for p in parts]),
+            np.vstack([p.relative for p in parts])]  # fmt: skip
+    joined = _concat(parts)
+    assert parts == []  # each chunk let go once copied
+    assert joined.gpu == ("GPU-1",) * 3 + ("GPU-2",) + ("GPU-1",) * 2
+    assert joined.phase == ("compute",) * 3 + (None,) + ("idle",) * 2 and len(joined.source) == 6
+    for got, expected in zip((joined.ts_ns, joined.metrics, joined.relative), want, strict=True):
+        assert np.array_equal(got, expected)
+
+
+def test_a_rows_strings_are_shared_not_one_per_row() -> None:
+    header = ["", "result", "table", "_time", "application", "cluster", "gpu", "gpu_model", "phase", "app_source"]
+    row = ["", "_result", "0", "2027-01-15T08:00:00Z", "llm-serving", "dc1", "GPU-1", "H100", "compute", "slurm"]
+    # as the CSV reader makes them: a new string object per cell
+    rows = iter([header, *[["".join(cell) for cell in row] for _ in range(3)]])
+    (table,) = _csv_tables(rows)
+    assert len({id(g) for g in table["gpu"]}) == 3  # the answer's own cells are distinct objects
+    h = _history_of(table)[("llm-serving", "H100")]
+    for column in (h.gpu, h.cluster, h.phase, h.source):
+        assert len({id(x) for x in column}) == 1, column
