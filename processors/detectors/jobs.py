@@ -61,9 +61,10 @@ class Jobs:
         self._codes: dict[str, int] = {}
         self._wl_codes: dict[tuple[str | None, str] | None, tuple[int, int]] = {}
 
-    def context(self, s: np.ndarray, ts: np.ndarray, wls: list[Workload | None]) -> np.ndarray:
+    def context(self, s: np.ndarray, ts: np.ndarray, wls: list[Workload | None]) -> tuple[np.ndarray, np.ndarray]:
         """Boundaries from the workloads of rows sorted by (slot, time). Returns, per row, whether it is its GPU's
-        last of the batch."""
+        last of the batch, and whether its job or application differs from the GPU's row before it (or, for its
+        first row, from the GPU's last of an earlier batch)."""
         codes = np.array([self._codes_of(wl) for wl in wls], dtype=np.int64).reshape(len(s), 2)
         first = np.r_[True, s[1:] != s[:-1]]
         prev = np.where(first[:, None], self.at.code[s], np.vstack([codes[:1], codes[:-1]]))
@@ -73,7 +74,7 @@ class Jobs:
         np.maximum.at(self.at.app_ts, s[app], ts[app])
         last: np.ndarray = np.r_[s[1:] != s[:-1], True]
         self.at.code[s[last]] = codes[last]
-        return last
+        return last, app
 
     def process_starts(self, b: InterpretedBatch, order: np.ndarray, s: np.ndarray) -> np.ndarray:
         """Per row (``order`` sorts the batch by slot, then time; ``s`` the slots so sorted), whether the GPU's

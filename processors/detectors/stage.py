@@ -3,20 +3,23 @@
 A batch is sorted by (GPU slot, time) and walked in *levels*: level k holds the k-th row of every GPU in the batch, so
 each level is one vectorized update of all its GPUs (one level per sampling round; a live batch has one, a
 fast-forward batch a few dozen). Per level: job starts the telemetry shows, the row becomes the GPU's latest (a
-finding started on a row describes that row), then the debounced levels (thermal, HBM, power brake, links, idle), power,
-memory, straggler windows, the GPU's return after a silence, and its error counters. After the levels: the stragglers of
-the jobs seen, the batch's GPU events, and the time-based conclusions (silent GPUs, quiet errors, repeats). Last,
-the summary of every active finding is appended to the ``explanation`` of the GPU's rows.
+finding started on a row describes that row and its job), then the debounced levels (thermal, HBM, power brake,
+links, idle), power, memory, straggler windows, the GPU's return after a silence, and its error counters. After the
+levels: the stragglers of the jobs seen, the batch's GPU events (each told with its GPU's job at its own time), and
+the time-based conclusions (silent GPUs, quiet errors, repeats). Last, the summary of every active finding is appended
+to the ``explanation`` of the GPU's rows.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import replace
+from typing import Final
 
 import numpy as np
 
 from pipeline.config import DetectorSettings
-from pipeline.events import METRIC_INDEX, SERVING, Finding, InterpretedBatch
+from pipeline.events import METRIC_INDEX, SERVING, Finding, GpuEvent, InterpretedBatch, Workload
 from processors.detectors import brake, idle, links, thermal
 from processors.detectors.brake import Brake
 from processors.detectors.changes import Changes
@@ -37,6 +40,13 @@ from processors.detectors.thermal import HbmThermal, Thermal
 from processors.features import PHASE_INDEX
 from processors.interpret import TopologyOf
 from processors.state import GpuSlots
+
+#: a GPU as its events name it: (cluster, node, UUID)
+GpuId = tuple[str, str, str]
+#: a GPU's slot, and from which times which workload held within a batch, oldest first
+Shifts = tuple[int, list[int], list[Workload | None]]
+#: the time from which the workload before a batch's rows held
+_BEFORE: Final = -(2**63)
 
 #: the level conditions, debounced together (one score column each, in this order)
 LEVELS = (thermal.LEVEL, thermal.HBM_LEVEL, brake.LEVEL, links.NVLINK_LEVEL, links.PCIE_LEVEL, idle.LEVEL)
@@ -118,10 +128,12 @@ class Detectors:
         if len(batch):
             slots = self.slots.rows(batch)
             order = np.lexsort((batch.ts_ns, slots))
-            self._context(batch, order, slots[order], out)
-            self._samples(batch, order, slots[order], out)
+            workloads, shifts = self._context(batch, order, slots[order], out)
+            self._samples(batch, order, slots[order], workloads, out)
+        else:
+            shifts = {}
         if batch.gpu_events:
-            self.hard_errors.events(batch.gpu_events, out)
+            self._events(batch.gpu_events, shifts, out)
         self._post(out)
         if len(batch) and (self.report.gpus or self.report.nodes):
             explanation = self.report.explain(
@@ -139,11 +151,16 @@ class Detectors:
             self._post(out)
         return out
 
-    def _context(self, b: InterpretedBatch, order: np.ndarray, s: np.ndarray, out: list[Finding]) -> None:
-        """The latest workload per GPU, job boundaries (and peer groups), and the NVLinks the topology expects."""
+    def _context(
+        self, b: InterpretedBatch, order: np.ndarray, s: np.ndarray, out: list[Finding]
+    ) -> tuple[np.ndarray, dict[GpuId, Shifts]]:
+        """The latest workload per GPU, job boundaries (and peer groups), and the NVLinks the topology expects.
+        Returns the rows' workloads (in ``order``) and, per GPU whose job changed within the batch, its workloads
+        over the batch's time (:meth:`_events`)."""
         ts = b.ts_ns[order]
         wls = [b.workload[i] for i in order.tolist()]
-        last = self.jobs.context(s, ts, wls)
+        last, changed = self.jobs.context(s, ts, wls)
+        shifts = self._shifts(b, order, s, ts, wls, changed)
         rows = np.flatnonzero(last).tolist()
         named = [wls[i] is not None and wls[i].job_id is not None and wls[i].source != "inferred" for i in rows]
         if all(named):
@@ -158,8 +175,50 @@ class Detectors:
             self.latest.workload[slot] = wls[i]
             self.stragglers.regroup(slot, int(ts[i]), group, out)
         self.links.refresh(s, int(ts[-1]))
+        return np.fromiter(wls, dtype=object, count=len(wls)), shifts
 
-    def _samples(self, b: InterpretedBatch, order: np.ndarray, s: np.ndarray, out: list[Finding]) -> None:
+    def _shifts(
+        self,
+        b: InterpretedBatch,
+        order: np.ndarray,
+        s: np.ndarray,
+        ts: np.ndarray,
+        wls: list[Workload | None],
+        changed: np.ndarray,
+    ) -> dict[GpuId, Shifts]:
+        """Per GPU whose job or application changed within the batch (rows sorted by slot and time): its slot, and
+        from which times which workload held (the first from before the batch's rows). Read before the GPU's latest
+        workload moves on."""
+        out: dict[GpuId, Shifts] = {}
+        for i in np.flatnonzero(changed).tolist():
+            slot, row = int(s[i]), int(order[i])
+            gpu = (b.cluster[row], b.node[row], b.gpu_uuid[row])
+            if gpu not in out:
+                before = self.latest.workload[slot] if i == 0 or s[i - 1] != s[i] else wls[i - 1]
+                out[gpu] = (slot, [_BEFORE], [before])
+            out[gpu][1].append(int(ts[i]))
+            out[gpu][2].append(wls[i])
+        return out
+
+    def _events(self, events: tuple[GpuEvent, ...], shifts: dict[GpuId, Shifts], out: list[Finding]) -> None:
+        """The batch's GPU events. An event on a GPU whose job changed within the batch (a processor catching up, a
+        replay, a backfill: minutes of rows at once) is told with the workload of its own time, not the batch's
+        last: an application XID in job A, then in job B, is two jobs (pipeline/escalation.py's xid-follows-gpu)."""
+        if not shifts:
+            self.hard_errors.events(events, out)
+            return
+        for e in sorted(events, key=lambda ev: ev.ts_ns):
+            shift = shifts.get((e.cluster, e.node, e.gpu_uuid))
+            if shift is not None:
+                slot, since, wls = shift
+                self.latest.workload[slot] = wls[bisect_right(since, e.ts_ns) - 1]
+            self.hard_errors.events((e,), out)
+        for slot, _since, wls in shifts.values():
+            self.latest.workload[slot] = wls[-1]
+
+    def _samples(
+        self, b: InterpretedBatch, order: np.ndarray, s: np.ndarray, workloads: np.ndarray, out: list[Finding]
+    ) -> None:
         ts = b.ts_ns[order]
         m, rel = b.metrics[order], b.relative[order]
         n = len(s)
@@ -185,6 +244,7 @@ class Detectors:
             g, t = s[rows], ts[rows]
             started = job_start[rows]
             self.jobs.started(g[started], t[started])
+            self.latest.workload[g] = workloads[rows]
             self.latest.row[g] = m[rows]
             self.latest.rel[g] = rel[rows]
             for i in rows[narrow_opens[rows] | narrow_closes[rows]].tolist():

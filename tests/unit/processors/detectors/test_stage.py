@@ -1,17 +1,24 @@
 """The detectors stage on hand-built batches: a healthy busy node and healthy behaviour that looks alarming
-(checkpoint dips, idle PCIe downshift, idle GPUs) raise nothing; a finding describes the row it started on;
-fast-forward batches find what live ones find; a disabled stage passes batches through."""
+(checkpoint dips, idle PCIe downshift, idle GPUs) raise nothing; a finding describes the row it started on and
+names the job of its own time; fast-forward batches find what live ones find; a disabled stage passes batches
+through."""
 
 from __future__ import annotations
 
+import pytest
+
 from pipeline.config import DetectorSettings
 from pipeline.events import (
+    EventKind,
+    GpuEvent,
     Workload,
 )
 from processors.detectors.stage import Detectors
 from tests.fakes.readings import GIB
 from tests.unit.processors.detectors.driver import (
     HW_THERMAL,
+    T0,
+    S,
     pretraining,
     run,
     starts,
@@ -68,6 +75,39 @@ def test_a_finding_describes_the_row_it_started_on() -> None:
     first = next(f for f in starts(found) if f.detector == "nvlink-down")
     assert "0 of 18 links active" in first.summary, first.summary
     assert first.evidence["links_active"] == 0
+
+
+@pytest.mark.parametrize("rounds_per_batch", [1, 600])
+def test_a_finding_names_the_job_of_its_own_time_however_batched(rounds_per_batch: int) -> None:
+    """The node changes jobs at 300 s; GPU-3 runs hot from 100 s to 200 s, GPU-2 has XID 31 (the application's,
+    by the catalogue) at 100 s and at 400 s. Each finding names the job it happened in, whether the detectors see a
+    second at a time or the ten minutes at once (a processor catching up on a backlog): the XIDs are two jobs, the
+    xid-follows-gpu escalation's evidence (pipeline/escalation.py; the fresh-clone CI of e8a158c told both XIDs
+    with the job after the change)."""
+
+    def job(t: int, _gpu: int) -> Workload:
+        return Workload("llm-pretraining", "job-a" if t < 300 else "job-b", "simulator", 1.0, job_gpus=8)
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu == 3 and 100 <= t < 200:
+            m |= {"temperature_gpu_celsius": 89.0, "throttle_reasons_mask": float(HW_THERMAL), "sm_clock_mhz": 1200.0}
+        return m
+
+    def events(t: int) -> list[GpuEvent]:
+        return [GpuEvent("c1", "node-1", "GPU-2", 2, T0 + t * S, EventKind.XID, 31, "")] if t in (100, 400) else []
+
+    det = Detectors(DetectorSettings(storm_window_s=10.0))
+    _d, found, _ = run(600, shape, job, events=events, rounds_per_batch=rounds_per_batch, detectors=det)
+    told = sorted(
+        ((f.since_ns - T0) // S, f.detector, f.gpu_uuid, f.workload.job_id if f.workload else None)
+        for f in starts(found)
+        if f.detector in ("thermal-throttling", "xid")
+    )
+    assert [(d, g, j) for _t, d, g, j in told] == [
+        ("xid", "GPU-2", "job-a"),
+        ("thermal-throttling", "GPU-3", "job-a"),
+        ("xid", "GPU-2", "job-b"),
+    ], told
 
 
 def test_fast_forward_batches_find_the_same_as_live_ones() -> None:
