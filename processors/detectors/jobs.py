@@ -61,20 +61,26 @@ class Jobs:
         self._codes: dict[str, int] = {}
         self._wl_codes: dict[tuple[str | None, str] | None, tuple[int, int]] = {}
 
-    def context(self, s: np.ndarray, ts: np.ndarray, wls: list[Workload | None]) -> tuple[np.ndarray, np.ndarray]:
-        """Boundaries from the workloads of rows sorted by (slot, time). Returns, per row, whether it is its GPU's
-        last of the batch, and whether its job or application differs from the GPU's row before it (or, for its
-        first row, from the GPU's last of an earlier batch)."""
+    def context(self, s: np.ndarray, wls: list[Workload | None]) -> tuple[np.ndarray, np.ndarray]:
+        """The workloads of rows sorted by (slot, time). Returns, per row, whether it is its GPU's last of the batch,
+        and whether its job, and its job or application, differ from the GPU's row before it (or, for its first row,
+        from the GPU's last of an earlier batch): the boundaries :meth:`boundaries` applies level by level."""
         codes = np.array([self._codes_of(wl) for wl in wls], dtype=np.int64).reshape(len(s), 2)
         first = np.r_[True, s[1:] != s[:-1]]
         prev = np.where(first[:, None], self.at.code[s], np.vstack([codes[:1], codes[:-1]]))
         changed = (prev >= 0) & (prev != codes)
-        np.maximum.at(self.at.job_ts, s[changed[:, 0]], ts[changed[:, 0]])
-        app = changed[:, 1] | changed[:, 0]
-        np.maximum.at(self.at.app_ts, s[app], ts[app])
+        changed[:, 1] |= changed[:, 0]
         last: np.ndarray = np.r_[s[1:] != s[:-1], True]
         self.at.code[s[last]] = codes[last]
-        return last, app
+        return last, changed
+
+    def boundaries(self, g: np.ndarray, ts: np.ndarray, changed: np.ndarray) -> None:
+        """The job (column 0) and job-or-application (column 1) boundaries of one level's rows (:meth:`context`):
+        applied as the rows are reached, so a batch of many rounds (a replay, a processor catching up) does not
+        judge its earlier rows against a job that starts later in it."""
+        if changed.any():
+            np.maximum.at(self.at.job_ts, g[changed[:, 0]], ts[changed[:, 0]])
+            np.maximum.at(self.at.app_ts, g[changed[:, 1]], ts[changed[:, 1]])
 
     def process_starts(self, b: InterpretedBatch, order: np.ndarray, s: np.ndarray) -> np.ndarray:
         """Per row (``order`` sorts the batch by slot, then time; ``s`` the slots so sorted), whether the GPU's

@@ -2,12 +2,12 @@
 
 A batch is sorted by (GPU slot, time) and walked in *levels*: level k holds the k-th row of every GPU in the batch, so
 each level is one vectorized update of all its GPUs (one level per sampling round; a live batch has one, a
-fast-forward batch a few dozen). Per level: job starts the telemetry shows, the row becomes the GPU's latest (a
-finding started on a row describes that row and its job), then the debounced levels (thermal, HBM, power brake,
-links, idle), power, memory, straggler windows, the GPU's return after a silence, and its error counters. After the
-levels: the stragglers of the jobs seen, the batch's GPU events (each told with its GPU's job at its own time), and
-the time-based conclusions (silent GPUs, quiet errors, repeats). Last, the summary of every active finding is appended
-to the ``explanation`` of the GPU's rows.
+fast-forward batch a few dozen). Per level: job boundaries (a new job in the workload context, or one the telemetry
+shows starting), the row becomes the GPU's latest (a finding started on a row describes that row and its job), then
+the debounced levels (thermal, HBM, power brake, links, idle), power, memory, straggler windows, the GPU's return
+after a silence, and its error counters. After the levels: the stragglers of the jobs seen, the batch's GPU events
+(each told with its GPU's job at its own time), and the time-based conclusions (silent GPUs, quiet errors,
+repeats). Last, the summary of every active finding is appended to the ``explanation`` of the GPU's rows.
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ class Detectors:
         if len(batch):
             slots = self.slots.rows(batch)
             order = np.lexsort((batch.ts_ns, slots))
-            workloads, shifts = self._context(batch, order, slots[order], out)
-            self._samples(batch, order, slots[order], workloads, out)
+            workloads, changed, shifts = self._context(batch, order, slots[order], out)
+            self._samples(batch, order, slots[order], workloads, changed, out)
         else:
             shifts = {}
         if batch.gpu_events:
@@ -153,14 +153,14 @@ class Detectors:
 
     def _context(
         self, b: InterpretedBatch, order: np.ndarray, s: np.ndarray, out: list[Finding]
-    ) -> tuple[np.ndarray, dict[GpuId, Shifts]]:
+    ) -> tuple[np.ndarray, np.ndarray, dict[GpuId, Shifts]]:
         """The latest workload per GPU, job boundaries (and peer groups), and the NVLinks the topology expects.
-        Returns the rows' workloads (in ``order``) and, per GPU whose job changed within the batch, its workloads
-        over the batch's time (:meth:`_events`)."""
+        Returns the rows' workloads and job boundaries (in ``order``: Jobs.context) and, per GPU whose job changed
+        within the batch, its workloads over the batch's time (:meth:`_events`)."""
         ts = b.ts_ns[order]
         wls = [b.workload[i] for i in order.tolist()]
-        last, changed = self.jobs.context(s, ts, wls)
-        shifts = self._shifts(b, order, s, ts, wls, changed)
+        last, changed = self.jobs.context(s, wls)
+        shifts = self._shifts(b, order, s, ts, wls, changed[:, 1])
         rows = np.flatnonzero(last).tolist()
         named = [wls[i] is not None and wls[i].job_id is not None and wls[i].source != "inferred" for i in rows]
         if all(named):
@@ -175,7 +175,7 @@ class Detectors:
             self.latest.workload[slot] = wls[i]
             self.stragglers.regroup(slot, int(ts[i]), group, out)
         self.links.refresh(s, int(ts[-1]))
-        return np.fromiter(wls, dtype=object, count=len(wls)), shifts
+        return np.fromiter(wls, dtype=object, count=len(wls)), changed, shifts
 
     def _shifts(
         self,
@@ -217,7 +217,13 @@ class Detectors:
             self.latest.workload[slot] = wls[-1]
 
     def _samples(
-        self, b: InterpretedBatch, order: np.ndarray, s: np.ndarray, workloads: np.ndarray, out: list[Finding]
+        self,
+        b: InterpretedBatch,
+        order: np.ndarray,
+        s: np.ndarray,
+        workloads: np.ndarray,
+        changed: np.ndarray,
+        out: list[Finding],
     ) -> None:
         ts = b.ts_ns[order]
         m, rel = b.metrics[order], b.relative[order]
@@ -243,6 +249,7 @@ class Detectors:
             rows = np.flatnonzero(rank == k)
             g, t = s[rows], ts[rows]
             started = job_start[rows]
+            self.jobs.boundaries(g, t, changed[rows])
             self.jobs.started(g[started], t[started])
             self.latest.workload[g] = workloads[rows]
             self.latest.row[g] = m[rows]

@@ -17,6 +17,7 @@ from processors.detectors.stage import Detectors
 from tests.fakes.readings import GIB
 from tests.unit.processors.detectors.driver import (
     HW_THERMAL,
+    SW_POWER_CAP,
     T0,
     S,
     pretraining,
@@ -108,6 +109,29 @@ def test_a_finding_names_the_job_of_its_own_time_however_batched(rounds_per_batc
         ("thermal-throttling", "GPU-3", "job-a"),
         ("xid", "GPU-2", "job-b"),
     ], told
+
+
+def test_fast_forward_batches_judge_each_row_against_the_job_of_its_time() -> None:
+    """A power limit lowered mid-job (at 300 s) on GPU-2, confirmed as a fault 2 minutes later, and the node's next
+    job from 600 s: a batch holding all 15 minutes finds what one round at a time finds. (Before, the boundary of the
+    job starting at 600 s was applied to every row of the batch at once: the earlier drop read as the new job's own
+    setting, and no finding came.)"""
+
+    def job(t: int, _gpu: int) -> Workload:
+        return Workload("llm-pretraining", "job-a" if t < 600 else "job-b", "simulator", 1.0, job_gpus=8)
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu == 2 and t >= 300:
+            m |= {"power_limit_watts": 420.0, "power_watts": 415.0, "sm_clock_mhz": 1400.0,
+                  "throttle_reasons_mask": float(SW_POWER_CAP)}  # fmt: skip
+        return m
+
+    _d, live, _ = run(900, shape, job)
+    _d, replayed, _ = run(900, shape, job, rounds_per_batch=900)
+    key = [(f.detector, f.gpu_uuid, f.since_ns, f.workload.job_id if f.workload else None) for f in starts(live)]
+    assert key == [(f.detector, f.gpu_uuid, f.since_ns, f.workload.job_id if f.workload else None)
+                   for f in starts(replayed)]  # fmt: skip
+    assert [(d, g, j) for d, g, _t, j in key] == [("power-capping", "GPU-2", "job-a")], key
 
 
 def test_fast_forward_batches_find_the_same_as_live_ones() -> None:
