@@ -11,9 +11,10 @@ Where the limits are (Kafka's defaults in brackets):
   (:meth:`Limits.producer_max`), so the topic's limit is the one that binds.
 
 What the broker counts is a record batch: 61 bytes of header and, per record, its varint framing, key, value
-and headers (:func:`record_size`). Every record is budgeted as if it travelled alone, with a margin for lz4's
-framing of incompressible bytes, so a record under :meth:`Limits.value_budget` is accepted whatever the producer
-batches it with (producers batch below the smallest limit; a record above ``batch.size`` travels alone).
+and headers (:func:`record_size`). Every record is budgeted as if it travelled alone, with a margin for the
+framing lz4 or zstd adds to incompressible bytes, so a record under :meth:`Limits.value_budget` is accepted whatever
+the producer batches it with (producers batch below the smallest limit; a record above ``batch.size`` travels
+alone).
 
 :func:`fit` is the one split: it cuts lists of items (a node's samples, events and NIC readings; an interpreted
 batch's rows and extras) into parts whose encoding fits, always converging: an item that alone does not fit
@@ -39,7 +40,7 @@ BATCH_HEADER: Final = 61
 #: a record's framing besides key, value and headers: length, attributes, timestamp and offset deltas, key and
 #: value lengths, header count (varints, taken at their largest)
 _RECORD_FRAMING: Final = 1 + 5 + 10 + 5 + 5 + 5 + 5
-#: lz4 grows incompressible bytes by at most 1/255 plus its frame: keep that, and some, free
+#: lz4 and zstd grow incompressible bytes by at most 1/255 (1/256) plus their frame: keep that, and some, free
 _MARGIN_SHARE: Final = 200
 _MARGIN_MIN: Final = 1024
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 
 import pytest
 
-from bench import codec, collector, context, detectors, metrics, simulator
+from bench import codec, collector, context, detectors, kafka_clients, metrics, simulator
 from producers.simulator import Fleet
 
 
@@ -43,3 +44,14 @@ def test_codec_granularity_compares_the_same_samples() -> None:
     per_gpu, node = codec.measure_granularity_cpu(rounds, 1)
     assert (per_gpu.samples_per_message, node.samples_per_message) == (1, 8)
     assert per_gpu.bytes_per_sample > node.bytes_per_sample > 0
+
+
+def test_kafka_clients_benchmark_builds_its_corpus_and_marks_what_the_code_sends_with() -> None:
+    """The messages the Kafka client benchmark sends (it runs by hand on a fresh broker), and its "chosen" rows are
+    the settings pipeline.publisher and processors.app use now (the docs quote those rows)."""
+    raw, interpreted, samples = kafka_clients.messages(2, time.time_ns() - 10 * 10**9)  # recent: validated
+    assert (len(raw), samples) == (250, 2000)
+    assert 2 <= len(interpreted) <= 2 * kafka_clients.PARTITIONS
+    assert all(value for _key, value, _part in raw + interpreted)
+    marked = [(c.topic, c.name) for c in kafka_clients.CASES if kafka_clients.chosen(c)]
+    assert marked == [("raw", "zstd"), ("interpreted", "zstd, batch 1 MiB")]
