@@ -35,6 +35,7 @@ from typing import Any, Final
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient, NewTopic
 from tqdm import tqdm
 
 from bench.cpu import cpu_seconds, load_average
@@ -56,6 +57,8 @@ from producers.simulator import Fleet
 #: partitions of each topic (the raw topic's default); the interpreted messages of a round are one per partition
 PARTITIONS: Final = 6
 Message = tuple[bytes, bytes, int]
+#: how long reading a topic back may take before the case fails (a lost message must not hang the benchmark)
+READ_S: Final = 300.0
 
 
 @dataclass(frozen=True)
@@ -167,9 +170,9 @@ async def consume_aiokafka(k: kafka.KafkaProcess, topic: str, count: int, extra:
         auto_offset_reset="earliest", **(conf | extra),
     )  # fmt: skip
     await consumer.start()
-    seen = 0
+    seen, deadline = 0, time.monotonic() + READ_S
     try:
-        while seen < count:
+        while seen < count and time.monotonic() < deadline:
             got = await consumer.getmany(timeout_ms=1000, max_records=500)
             seen += sum(len(v) for v in got.values())
     finally:
@@ -184,9 +187,9 @@ def consume_confluent(k: kafka.KafkaProcess, topic: str, count: int, extra: dict
         "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50, **extra,
     })  # fmt: skip
     consumer.subscribe([topic])
-    seen = 0
+    seen, deadline = 0, time.monotonic() + READ_S
     try:
-        while seen < count:
+        while seen < count and time.monotonic() < deadline:
             seen += sum(1 for m in consumer.consume(num_messages=1000, timeout=0.05) if m.error() is None)
     finally:
         consumer.close()
@@ -195,7 +198,7 @@ def consume_confluent(k: kafka.KafkaProcess, topic: str, count: int, extra: dict
 
 def run_case(k: kafka.KafkaProcess, case: Case, topic: str, msgs: list[Message], samples: int) -> dict[str, float]:
     """Produce ``msgs`` into a new topic, then read them back: CPU-us per sample of each party, bytes per sample."""
-    kafka_topics(k, topic)
+    create_topic(k, topic)
     meter = Meter(k.pid)
     if case.topic == "raw":
         produce_confluent(k, topic, msgs, case.producer)
@@ -222,12 +225,17 @@ def run_case(k: kafka.KafkaProcess, case: Case, topic: str, msgs: list[Message],
     }
 
 
-def kafka_topics(k: kafka.KafkaProcess, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
+def create_topic(k: kafka.KafkaProcess, topic: str) -> None:
+    """A new topic, once the broker holds a log for every partition (a producer started earlier is refused as
+    "not leader" and retries, which costs CPU)."""
     admin = AdminClient({"bootstrap.servers": k.bootstrap_servers})
     for future in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
         future.result(30)
+    deadline = time.monotonic() + 30
+    while len(list((k.run_dir / "data").glob(f"{topic}-*"))) < PARTITIONS:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{topic}: the broker holds no log for some partitions after 30 s")
+        time.sleep(0.05)
 
 
 def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
