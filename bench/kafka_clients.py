@@ -14,8 +14,8 @@ The messages are real ones: a simulated 1,000-GPU fleet (125 nodes x 8 GPUs, wit
 node messages, and the same rounds interpreted by the processor's own code (process_raw and the interpretation
 stages, with the fleet's workload context), one interpreted message per partition per round as a live processor
 sends them. A fresh local Kafka; each (case, repeat) produces into a topic of its own, flushes, then reads it all
-back from the start (after one uncounted warm-up run per topic). CPU is read per phase: the producing or consuming
-client is this process (``time.process_time`` covers librdkafka's and the event loop's threads), the broker from
+back from the start (after one uncounted warm-up run per topic). CPU is read per phase (bench.cpu.CpuMeter): the
+producing or consuming client is this process (all its threads: librdkafka's, the event loop's), the broker from
 /proc. Each figure is the median of the repeats.
 """
 
@@ -24,11 +24,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -38,7 +39,7 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from tqdm import tqdm
 
-from bench.cpu import cpu_seconds, load_average
+from bench.cpu import CpuMeter, per_sample_us
 from pipeline.codec import encode_interpreted, encode_samples
 from pipeline.config import Settings
 from pipeline.events import GpuContext, node_key
@@ -124,21 +125,6 @@ def _log_bytes(k: kafka.KafkaProcess, topic: str) -> int:
     return sum(p.stat().st_size for p in (k.run_dir / "data").glob(f"{topic}-*/*.log"))
 
 
-class Meter:
-    """CPU of this process and of the broker over one phase."""
-
-    def __init__(self, broker_pid: int) -> None:
-        self.broker_pid = broker_pid
-        self.client0, self.broker0, self.wall0 = time.process_time(), cpu_seconds(broker_pid), time.monotonic()
-
-    def read(self) -> tuple[float, float, float]:
-        return (
-            time.process_time() - self.client0,
-            cpu_seconds(self.broker_pid) - self.broker0,
-            time.monotonic() - self.wall0,
-        )
-
-
 def produce_confluent(k: kafka.KafkaProcess, topic: str, msgs: list[Message], extra: dict[str, Any]) -> None:
     pub = Publisher({"bootstrap.servers": k.bootstrap_servers}, extra=extra)
     for key, value, _part in msgs:  # partitioned by key (the node), as collectors send them
@@ -199,29 +185,31 @@ def consume_confluent(k: kafka.KafkaProcess, topic: str, count: int, extra: dict
 def run_case(k: kafka.KafkaProcess, case: Case, topic: str, msgs: list[Message], samples: int) -> dict[str, float]:
     """Produce ``msgs`` into a new topic, then read them back: CPU-us per sample of each party, bytes per sample."""
     create_topic(k, topic)
-    meter = Meter(k.pid)
+    pids = {"client": (os.getpid(),), "broker": (k.pid,)}
+    produced = CpuMeter(pids).start()
     if case.topic == "raw":
         produce_confluent(k, topic, msgs, case.producer)
     else:
         asyncio.run(produce_aiokafka(k, topic, msgs, case.producer))
-    producer_s, broker_in_s, produce_wall = meter.read()
-    meter = Meter(k.pid)
+    produced.stop()
+    consumed = CpuMeter(pids).start()
     if case.topic == "raw":
         seen = asyncio.run(consume_aiokafka(k, topic, len(msgs), case.consumer))
     else:
         seen = consume_confluent(k, topic, len(msgs), case.consumer)
-    consumer_s, broker_out_s, consume_wall = meter.read()
+    consumed.stop()
     if seen != len(msgs):
         raise RuntimeError(f"{topic}: read {seen} of {len(msgs)} messages")
-    per = 1e6 / samples
+    out, back = per_sample_us(produced.spent, samples), per_sample_us(consumed.spent, samples)
     return {
-        "producer_us": producer_s * per,
-        "broker_us": (broker_in_s + broker_out_s) * per,
-        "consumer_us": consumer_s * per,
-        "sum_us": (producer_s + broker_in_s + broker_out_s + consumer_s) * per,
+        "producer_us": out["client"],
+        "broker_us": out["broker"] + back["broker"],
+        "consumer_us": back["client"],
+        "sum_us": sum(out.values()) + sum(back.values()),
         "log_bytes_per_sample": _log_bytes(k, topic) / samples,
-        "produce_s": produce_wall,
-        "consume_s": consume_wall,
+        "produce_s": produced.wall_s,
+        "consume_s": consumed.wall_s,
+        "load": consumed.load[0],
     }
 
 
@@ -243,32 +231,24 @@ def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
 
 
 def measure(
-    k: kafka.KafkaProcess, corpus: dict[str, tuple[list[Message], int]], repeats: int, cases: Iterator[Case]
+    k: kafka.KafkaProcess, corpus: dict[str, tuple[list[Message], int]], repeats: int, cases: Sequence[Case]
 ) -> list[dict[str, Any]]:
     """Every case ``repeats`` times, interleaved (case 1, 2, ..., then again), so load drifts touch all alike; after
     one uncounted run of each topic's first case (the broker's JIT warming up)."""
-    cases = list(cases)
     for topic, (msgs, samples) in corpus.items():
         warm = next(c for c in cases if c.topic == topic)
         run_case(k, warm, f"bench-{topic}-warm-up", msgs, samples)
-    runs: dict[str, list[dict[str, float]]] = {c.name + c.topic: [] for c in cases}
-    loads: list[float] = []
+    runs: list[list[dict[str, float]]] = [[] for _ in cases]
     bar = tqdm(total=repeats * len(cases), desc="cases", unit=" runs")
     for r in range(repeats):
         for i, case in enumerate(cases):
-            msgs, samples = corpus[case.topic]
-            runs[case.name + case.topic].append(run_case(k, case, f"bench-{case.topic}-{i}-{r}", msgs, samples))
-            loads.append(load_average()[0])
+            runs[i].append(run_case(k, case, f"bench-{case.topic}-{i}-{r}", *corpus[case.topic]))
             bar.update(1)
     bar.close()
+    load = max(run["load"] for mine in runs for run in mine)
     return [
-        {
-            "topic": c.topic,
-            "case": c.name + (" (chosen)" if chosen(c) else ""),
-            **median_of(runs[c.name + c.topic]),
-            "load": max(loads),
-        }
-        for c in cases
+        {"topic": c.topic, "case": c.name + (" (chosen)" if chosen(c) else ""), **median_of(mine), "load": load}
+        for c, mine in zip(cases, runs, strict=True)
     ]
 
 
@@ -295,8 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="hermeneut-bench-clients-") as tmp:
         k = kafka.start(base.services.cache_dir, base.kafka.version, Path(tmp) / "kafka", heap_mb=1024)
         try:
-            rows = measure(k, {"raw": (raw, samples), "interpreted": (interpreted, samples)}, args.repeats,
-                           iter(CASES))  # fmt: skip
+            rows = measure(k, {"raw": (raw, samples), "interpreted": (interpreted, samples)}, args.repeats, CASES)
         finally:
             k.stop()
     report(rows)
