@@ -17,7 +17,11 @@ readings are already cached, as in steady state). Real NVML calls go into the dr
 fake's, so on a GPU node the bare-call time is larger and our share smaller than the ratio here says: the ratio
 is an upper bound of our overhead.
 
-Run: ``python -m bench.collector [--rounds N] [--json PATH]``.
+``--real`` measures this node's GPUs through the real ``pynvml`` instead (on a GPU node): the same columns, the
+bare calls recorded from one round of a second collector reading through a recording proxy, AER from the real
+``/sys`` (its rows are cumulative CPU of the process, so the driver's work inside each call is counted).
+
+Run: ``python -m bench.collector [--rounds N] [--real] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +42,7 @@ from typing import Any
 import pynvml
 
 from pipeline.codec import encode_samples
+from pipeline.config import CollectorSettings
 from pipeline.events import SampleBatch
 from producers.nvml import NvmlCollector
 from producers.nvml.aer import AerReader
@@ -102,41 +107,76 @@ def _cpu_per_sample(fn: Callable[[], Any], rounds: int, samples_per_round: int) 
     return (time.process_time() - start) / (rounds * samples_per_round) * 1e6
 
 
-def measure(config: str, gpus: list[CapturedGpu], rounds: int) -> Row:
-    fake = ReplayNvml(gpus)
-    collector = NvmlCollector(fake, "bench", "node-1")
+class Recording:
+    """An NVML module whose ``nvml*`` calls are appended to :attr:`record` while it is a list (a real ``pynvml``
+    recorded as the replay's fake records itself)."""
+
+    def __init__(self, nvml: Any) -> None:
+        self._nvml = nvml
+        self.record: list[tuple[str, tuple[Any, ...]]] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._nvml, name)
+        if not name.startswith("nvml") or not callable(attr):
+            return attr
+
+        def call(*args: Any) -> Any:
+            if self.record is not None:
+                self.record.append((name, args))
+            return attr(*args)
+
+        return call
+
+
+def _round_calls(nvml: Any, ts: Iterator[int], costly_every: int) -> list[tuple[str, tuple[Any, ...]]]:
+    """The NVML calls of ``costly_every`` steady-state rounds (after two warm-up rounds) of a collector reading
+    ``nvml``."""
+    recording = Recording(nvml) if not isinstance(nvml, ReplayNvml) else nvml
+    collector = NvmlCollector(recording, "bench", "node-1", costly_every=costly_every)
     collector.open()
-    watcher = EventWatcher(fake, "bench", "node-1")
-    watcher.open(collector.devices)
-    ts = iter(range(T0, T0 + (rounds + 10) * 10**9, 10**9))
     for _ in range(2):
         collector.collect(next(ts))
-    fake.record = []
-    samples, _ = collector.collect(next(ts))
-    calls = fake.record
-    fake.record = None
+    recording.record = []
+    for _ in range(costly_every):
+        collector.collect(next(ts))
+    calls, recording.record = recording.record, None
+    return calls
+
+
+def measure(config: str, nvml: Any, rounds: int, sysfs: Path | None = None, costly_every: int = 1) -> Row:
+    """``nvml``: a :class:`ReplayNvml` (AER from a temporary sysfs-like tree) or the real ``pynvml`` (AER from
+    ``sysfs``); ``costly_every``: the collector's (1: every reading every round)."""
+    ts = iter(range(T0, T0 + (rounds + costly_every + 20) * 10**9, 10**9))
+    calls = _round_calls(nvml, ts, costly_every)
+    collector = NvmlCollector(nvml, "bench", "node-1", costly_every=costly_every)
+    collector.open()
+    watcher = EventWatcher(nvml, "bench", "node-1")
+    watcher.open(collector.devices)
+    for _ in range(2):
+        samples, _ = collector.collect(next(ts))
     n = len(samples)
-    assert n == len(gpus)
 
     def replay() -> None:
         for name, args in calls:
             with contextlib.suppress(pynvml.NVMLError):
-                getattr(fake, name)(*args)
+                getattr(nvml, name)(*args)
 
     def round_() -> None:
         collector.collect(next(ts))
 
-    with tempfile.TemporaryDirectory() as sysfs:
-        aer = AerReader(_aer_tree(Path(sysfs), [d.pci_bus_id for d in collector.devices]))
-        aer_us = _cpu_per_sample(lambda: [aer.read(d.pci_bus_id) for d in collector.devices], rounds, n)
+    buses = [d.pci_bus_id for d in collector.devices]
+    with tempfile.TemporaryDirectory() as folder:
+        aer = AerReader(sysfs or _aer_tree(Path(folder), buses))
+        aer_us = _cpu_per_sample(lambda: [aer.read(bus) for bus in buses], rounds, n)
+        aer.close()
     batch = SampleBatch("bench", "node-1", tuple(samples))
     collector_us = _cpu_per_sample(round_, rounds, n)
     events_us = _cpu_per_sample(lambda: watcher.drain(T0), rounds, n)
-    bare_us = _cpu_per_sample(replay, rounds, n)
+    bare_us = _cpu_per_sample(replay, max(rounds // costly_every, 1), n * costly_every)
     encode_us = _cpu_per_sample(lambda: encode_samples(batch), rounds, n)
-    return Row(
-        config, n, rounds, len(calls) / n, collector_us, events_us, bare_us, collector_us / bare_us, encode_us, aer_us
-    )
+    calls_per_gpu = len(calls) / n / costly_every
+    ratio = collector_us / bare_us
+    return Row(config, n, rounds, calls_per_gpu, collector_us, events_us, bare_us, ratio, encode_us, aer_us)
 
 
 def _aer_tree(root: Path, buses: Sequence[str]) -> Path:
@@ -153,6 +193,17 @@ def _aer_tree(root: Path, buses: Sequence[str]) -> Path:
                 shutil.copy(AER_FILES / name, folder / name)
         (links / bus).symlink_to(os.path.relpath(gpu, links))
     return root
+
+
+def _real_config() -> str:
+    """What the real NVML sees: ``1 x NVIDIA H100 80GB HBM3 (driver 580.159.04)``."""
+    pynvml.nvmlInit()
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        names = sorted({pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)})
+        return f"{count} x {'/'.join(names)} (driver {pynvml.nvmlSystemGetDriverVersion()})"
+    finally:
+        pynvml.nvmlShutdown()
 
 
 def table(rows: Sequence[Row]) -> str:
@@ -174,12 +225,20 @@ def table(rows: Sequence[Row]) -> str:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.collector", description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2000)
+    parser.add_argument("--real", action="store_true", help="this node's GPUs through the real pynvml")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
     args = parser.parse_args(argv)
-    rows = [
-        measure("8 captured GPUs (mix, no NVLink)", mixed_node(), args.rounds),
-        measure("8 GPUs x 18 NVLinks (HGX-like)", nvlink_node(), max(args.rounds // 4, 50)),
-    ]
+    if args.real:
+        every = max(1, round(CollectorSettings().costly_read_interval_s))  # at 1 Hz
+        rows = [
+            measure(f"{_real_config()}, all every round", pynvml, args.rounds, Path("/sys")),
+            measure(f"costly readings every {every} rounds", pynvml, args.rounds, Path("/sys"), every),
+        ]
+    else:
+        rows = [
+            measure("8 captured GPUs (mix, no NVLink)", ReplayNvml(mixed_node()), args.rounds),
+            measure("8 GPUs x 18 NVLinks (HGX-like)", ReplayNvml(nvlink_node()), max(args.rounds // 4, 50)),
+        ]
     print(table(rows))
     if args.json:
         args.json.write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))

@@ -348,6 +348,12 @@ class CollectorSettings(_Section):
     sysfs_root: Path = Path("/sys")
     #: NVML's sampled PCIe throughput (2 x 20 ms per GPU) where the PCIe byte counters are not supported
     pcie_throughput_fallback: bool = True
+    #: an NVML reading that costs more CPU than this per read (measured in the second round) is read every
+    #: ``costly_read_interval_s`` (rounded to rounds; never more often than every round). A real H100's total
+    #: energy counter costs 3.9 ms of CPU per read (tests/testdata/nvml-h100-lent). An interval of 0 reads every
+    #: reading every round
+    costly_read_us: float = Field(default=100.0, ge=0, le=1e6)
+    costly_read_interval_s: float = Field(default=30.0, ge=0, le=3600)
     topology_interval_s: float = Field(default=60.0, ge=1, le=86_400)
     #: the producer's buffer while Kafka is away; when full, the agent stops sampling until there is room
     buffer_mib: int = Field(default=256, ge=1, le=16_384)

@@ -84,15 +84,25 @@ class Latest:
 
     def counter_deltas(self, s: np.ndarray, first: np.ndarray, m: np.ndarray) -> np.ndarray:
         """Per row (sorted by slot, then time; ``first``: a slot's first row), how much each error counter rose since
-        the GPU's previous sample (0 on a reset or a gap); the newest value of each becomes the GPU's."""
+        its last known value (an earlier row of the batch, else the GPU's kept one): a counter absent from some rows
+        (a costly NVML reading read every n-th round) rises by what it gained over the gap, however the rows are
+        batched. 0 on a reset (the counter fell) or where it is unknown; the newest value of each becomes the GPU's."""
         values = m[:, _COUNTER_COLS]
-        prev = np.where(first[:, None], self.counters[s], np.vstack([np.full((1, len(COUNTERS)), np.nan), values[:-1]]))
+        n = len(values)
+        rows = np.arange(n)
+        start = np.maximum.accumulate(np.where(first, rows, 0))  # each row's slot's first row
+        known_at = np.maximum.accumulate(np.where(np.isnan(values), -1, rows[:, None]), axis=0)
+        before = np.vstack([np.full((1, len(COUNTERS)), -1), known_at[:-1]])  # the last known row before each row
+        in_batch = before >= start[:, None]
+        earlier = np.take_along_axis(values, np.maximum(before, 0), axis=0)
+        prev = np.where(in_batch, earlier, self.counters[s])
         with np.errstate(invalid="ignore"):
             delta = np.where(np.isnan(prev) | np.isnan(values), 0.0, np.maximum(values - prev, 0.0))
         last = np.r_[s[1:] != s[:-1], True]
-        known = ~np.isnan(values[last])
-        current = self.counters[s[last]]
-        self.counters[s[last]] = np.where(known, values[last], current)
+        newest = known_at[last]  # per GPU and counter: its last known row in the batch
+        kept = newest >= start[last][:, None]
+        latest = np.take_along_axis(values, np.maximum(newest, 0), axis=0)
+        self.counters[s[last]] = np.where(kept, latest, self.counters[s[last]])
         return np.asarray(delta)
 
     def view(self, slots: GpuSlots, slot: int) -> GpuView:

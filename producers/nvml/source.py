@@ -38,6 +38,9 @@ class NvmlConfig:
     sysfs_root: Path = Path("/sys")
     pcie_throughput_fallback: bool = True
     infiniband: bool = True
+    #: a reading that costs more CPU than this per read (measured once) is read every ``costly_every`` rounds
+    costly_read_us: float = 100.0
+    costly_every: int = 1
 
 
 class NvmlSource:
@@ -50,7 +53,15 @@ class NvmlSource:
     @classmethod
     def configure(cls, settings: Settings, **options: Any) -> NvmlConfig:
         c = settings.collector
-        config = NvmlConfig(settings.cluster, c.node or "", c.sysfs_root, c.pcie_throughput_fallback)
+        every = max(1, round(c.costly_read_interval_s / settings.sample_interval_s))
+        config = NvmlConfig(
+            settings.cluster,
+            c.node or "",
+            c.sysfs_root,
+            c.pcie_throughput_fallback,
+            costly_read_us=c.costly_read_us,
+            costly_every=every,
+        )
         return with_options(config, options, "the nvml source")
 
     @classmethod
@@ -72,6 +83,8 @@ class NvmlSource:
             sysfs_root=config.sysfs_root,
             pcie_throughput_fallback=config.pcie_throughput_fallback,
             infiniband=config.infiniband,
+            costly_read_us=config.costly_read_us,
+            costly_every=config.costly_every,
         )
 
     def __init__(
@@ -83,10 +96,18 @@ class NvmlSource:
         sysfs_root: Path = Path("/sys"),
         pcie_throughput_fallback: bool = True,
         infiniband: bool = True,
+        costly_read_us: float = 100.0,
+        costly_every: int = 1,
     ) -> None:
         self.cluster, self.node = cluster, node
         self.collector = NvmlCollector(
-            nvml, cluster, node, pcie_throughput_fallback=pcie_throughput_fallback, aer=AerReader(sysfs_root)
+            nvml,
+            cluster,
+            node,
+            pcie_throughput_fallback=pcie_throughput_fallback,
+            aer=AerReader(sysfs_root),
+            costly_read_us=costly_read_us,
+            costly_every=costly_every,
         )
         self.events = EventWatcher(nvml, cluster, node)
         self.ib = InfinibandReader(sysfs_root) if infiniband else None
@@ -122,6 +143,7 @@ class NvmlSource:
             "unsupported_readings": c.unsupported,
             "lost_gpus": c.lost_gpus,
             "empty_samples": c.empty_samples,
+            "costly_readings": c.costly_readings,
             "nvml_events": e.events,
             "events_coalesced": e.coalesced,
             "events_unknown_device": e.unknown_device,

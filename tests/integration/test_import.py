@@ -154,9 +154,10 @@ def test_nvidia_smi_xml_captures(settings: Settings) -> None:
     folder = TESTDATA / "nvidia-smi-xml"
     outcome = imported(settings, "nvidia-smi-xml", {"paths": (folder,), "node": "lab"}, (folder,))
     accounted(outcome)
-    # 14 captures, 16 GPUs: the hand-trimmed one without a timestamp is dead-lettered, and so is the second GPU of
-    # dual_2080-v13.xml, whose uuid its anonymiser made the same as the first's (one point per GPU and time)
-    assert outcome.report.rows_read == 17 and outcome.stored == 15
+    # 16 captures, 18 GPUs: the hand-trimmed one without a timestamp is dead-lettered, and so is the second GPU of
+    # dual_2080-v13.xml, whose uuid its anonymiser made the same as the first's (one point per GPU and time); the
+    # lent H100's two captures share a masked uuid at two times: two points
+    assert outcome.report.rows_read == 19 and outcome.stored == 17
     assert dict(outcome.dead) == {"malformed": 1, "duplicate": 1}
 
 

@@ -101,3 +101,19 @@ def test_every_mig_profile_nvidia_documents_is_there() -> None:
             gb = float(p.name.split(".")[1].split("gb")[0])
             assert abs(p.memory_bytes / 2**30 - gb) <= 0.06 * gb, (model, p)  # the name rounds the fraction
             assert p.compute_share == p.slices / (4 if model == "NVIDIA A30" else 7)
+
+
+def test_a_real_h100_lists_the_mig_profiles_of_the_catalogue() -> None:
+    """``nvidia-smi mig -lgip`` on the lent H100 (tests/testdata/nvml-h100-lent): the same profiles in the same order;
+    each one's memory the catalogue's fraction of the whole GPU instance's, and as many instances fit as its compute
+    slices and memory eighths allow (1g.10gb+me: one, it holds the one media-engine set)."""
+    text = (TESTDATA / "nvml-h100-lent" / "nvidia-smi.txt").read_text()
+    rows = re.findall(r"^\|\s+0\s+MIG (\S+)\s+\d+\s+(\d+)/(\d+)\s+([\d.]+)\s", text, re.MULTILINE)
+    spec = lookup("NVIDIA H100 80GB HBM3")
+    assert spec is not None and [name for name, *_ in rows] == [p.name for p in spec.mig_profiles]
+    whole = float(rows[-1][3])
+    for (name, _free, total, gib), profile in zip(rows, spec.mig_profiles, strict=True):
+        share = profile.memory_bytes / spec.memory_bytes
+        assert abs(float(gib) / whole - share) <= 0.005, (name, gib, share)
+        fit = min(profile.of // profile.slices, round(1 / share))  # compute slices and memory eighths
+        assert int(total) == (1 if name.endswith("+me") else fit), name

@@ -178,10 +178,12 @@ def test_commands_that_say_nothing(cmdline: str) -> None:
 
 
 def test_real_desktop_processes_infer_nothing() -> None:
-    """Every process in the real nvidia-smi captures (Xorg, compositors, browsers' GPU processes, editors)."""
+    """Every process in the real desktop nvidia-smi captures (Xorg, compositors, browsers' GPU processes, editors;
+    not the lent H100's, whose one process is a PyTorch job: below)."""
     names = [
         p.name
         for path in sorted(XML.glob("*.xml"))
+        if "-lent-" not in path.name
         for procs in parse_nvidia_smi_processes(path.read_text()).values()
         for p in procs
     ]
@@ -249,3 +251,11 @@ def test_capped() -> None:
     found = Inference("hashing", 0.9, "xmrig")
     assert capped(found, 0.6).confidence == 0.6
     assert capped(found, 0.95) == found
+
+
+def test_a_bare_python_in_a_torch_environment_names_the_framework_not_an_application() -> None:
+    """The lent H100's load capture: a bf16 matmul loop run as ``/opt/torch/.venv/bin/python3``."""
+    procs = parse_nvidia_smi_processes((XML / "h100-80gb-hbm3-lent-load.xml").read_text())
+    [proc] = [p for found in procs.values() for p in found]
+    found = infer(Evidence(argv=(proc.name,)))
+    assert found is not None and (found.application, found.framework, found.confidence) == ("unknown", "pytorch", 0.0)

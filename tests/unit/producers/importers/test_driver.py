@@ -97,7 +97,7 @@ def test_an_interrupted_import_resumes_where_it_stopped(tmp_path: Path) -> None:
     # together the two runs sent exactly what one uninterrupted run sends, and the report adds up across them
     assert [m[2] for m in first.sent + second.sent] == [m[2] for m in whole.sent]
     assert (report.rows_read, report.samples, report.rejected) == (fresh.rows_read, fresh.samples, fresh.rejected)
-    assert report.runs == ["run-1", "run-2"] and report.rows_read == 17
+    assert report.runs == ["run-1", "run-2"] and report.rows_read == 19
     restarted = Checkpoint.load(path, key, restart=True)
     assert restarted.blocks_done == 0 and restarted.report.rows_read == 0
     assert Checkpoint.load(path, "another-import").blocks_done == 0  # other files, options or cluster: not this one

@@ -84,7 +84,7 @@ def test_a_cut_line_is_a_dead_letter_with_its_line_number() -> None:
 
 def test_nvidia_smi_xml_captures_through_the_nvml_collector() -> None:
     found = blocks("nvidia-smi-xml", paths=(TESTDATA / "nvidia-smi-xml",), node="lab")
-    assert sum(len(b.rows) for b in found) == 16  # 14 captures, two of them dual-GPU
+    assert sum(len(b.rows) for b in found) == 18  # 16 captures, two of them dual-GPU
     (bad,) = [r for b in found for r in b.rejected]
     assert bad.origin == "gtx-1070-ti.xml" and "no <timestamp>" in bad.detail  # hand-trimmed: when is unknown
     a10g = next(b for b in found if b.label == "a10g.xml").rows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -60,7 +61,7 @@ def test_every_capture_loads_and_each_gpu_is_one_sample_with_its_identity(name: 
         ):
             text = (gpu.findtext(path) or "N/A").strip()
             if text == "N/A" or gpu.find(path) is None:
-                if not name.startswith("rtx-4000-sff-ada"):  # the Ada board's is derived (test below)
+                if not name.startswith(("rtx-4000-sff-ada", "h100-80gb-hbm3-lent")):  # derived from T.Limit (below)
                     assert field not in sample.metrics, (name, field)
             else:
                 assert sample.metrics[field] == float(text.split()[0].rstrip("x")) * scale, (name, field)
@@ -77,7 +78,7 @@ def test_the_collector_output_passes_the_processors_validation() -> None:
     raw = [RawMessage(b.kafka_key, encode_samples(b), f"raw/0/{i}") for i, b in enumerate(batches)]
     outcome = process_raw(raw, time.time_ns(), ValidationSettings())
     assert outcome.dead == [], [(d.reason, dict(d.headers)) for d in outcome.dead]
-    assert outcome.samples_ok == sum(len(b.samples) for b in batches) == 17
+    assert outcome.samples_ok == sum(len(b.samples) for b in batches) == 19
 
 
 def test_user_lowered_power_cap_is_the_limit_and_the_default_is_kept_apart() -> None:
@@ -324,3 +325,81 @@ def test_every_reading_maps_to_a_schema_field() -> None:
     assert samples[0].metrics["energy_joules"] == pytest.approx(123.456)
     assert samples[0].metrics["temperature_memory_celsius"] == 71
     assert len({r.key for r in readings(pynvml)}) == len(readings(pynvml))
+
+
+LENT = CAPTURES.parent / "nvml-h100-lent"
+
+
+def lent_readings() -> list[dict[str, object]]:
+    """The lent H100's samples as the real NVML gave them through NvmlSource (1 Hz: 15 s idle, 45 s bf16 matmul,
+    15 s idle; tests/testdata/nvml-h100-lent/README.md)."""
+    return [json.loads(line)["samples"][0] for line in (LENT / "readings.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize(("capture", "round_"), [("idle", 0), ("load", 37)])
+def test_the_lent_h100s_capture_replays_as_its_real_nvml_read_it(capture: str, round_: int) -> None:
+    """The nvidia-smi capture and the real NVML readings of the same H100 (the load capture was taken just before
+    round 37 was read): every limit and every reading both have agree, derived T.Limit thresholds included."""
+    real = lent_readings()[round_]
+    _, collector = collector_for(f"h100-80gb-hbm3-lent-{capture}.xml")
+    collector.collect(T0)
+    replayed = collector.collect(T0 + 10**9)[0][0]
+    live = {"power_watts", "temperature_gpu_celsius", "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second"}
+    metrics: dict[str, float] = real["metrics"]  # type: ignore[assignment]
+    same = {k: v for k, v in replayed.metrics.items() if k in metrics and k not in live}
+    # nvidia-smi prints memory in MiB, NVML counts bytes
+    assert same == {k: pytest.approx(metrics[k], abs=MIB if k.startswith("memory_") else 0) for k in same}
+    assert len(same) >= 30
+    assert replayed.metrics["power_watts"] == pytest.approx(metrics["power_watts"], rel=0.05)
+    # what the capture does not print: the energy counter, the memory's own temperature limit, PCIe byte counters
+    assert set(metrics) - set(replayed.metrics) <= {"energy_joules", "temperature_memory_max_celsius"} | live
+    assert replayed.gpu_model == real["gpu_model"] == "NVIDIA H100 80GB HBM3"
+    assert [(p.pid, p.used_memory_bytes) for p in replayed.processes or ()] == [
+        (p["pid"], p["used_memory_bytes"])  # type: ignore[index]
+        for p in real["processes"]  # type: ignore[attr-defined]
+    ]
+
+
+class CpuClock:
+    """A thread CPU clock that moves only when a costly NVML call runs."""
+
+    def __init__(self) -> None:
+        self.ns = 0
+
+    def __call__(self) -> int:
+        return self.ns
+
+
+@pytest.mark.parametrize("every", [1, 30])
+def test_a_costly_reading_is_read_every_nth_round_and_absent_between(every: int) -> None:
+    """The lent H100's total energy counter cost 3.9 ms of CPU per read (nvml-call-costs.txt): read every 30th
+    round it is 1/30 of that; every other reading is still read every round."""
+    gpus = load_capture("h100-80gb-hbm3-lent-idle.xml")
+    gpus[0].values |= {"energy_mj": 3_108_452}
+    fake, clock = ReplayNvml(gpus), CpuClock()
+    energy = fake.nvmlDeviceGetTotalEnergyConsumption
+
+    def costly(handle: object) -> int:
+        clock.ns += 3_944_700
+        return energy(handle)  # type: ignore[arg-type]
+
+    fake.nvmlDeviceGetTotalEnergyConsumption = costly  # type: ignore[method-assign]
+    collector = NvmlCollector(fake, "dc1", "n1", costly_read_us=100.0, costly_every=every, clock=clock)
+    collector.open()
+    rounds = [collector.collect(T0 + r * 10**9)[0][0].metrics for r in range(65)]
+    with_energy = [r for r, m in enumerate(rounds) if "energy_joules" in m]
+    assert with_energy == (list(range(65)) if every == 1 else [0, 1, 31, 61])
+    assert all(m["energy_joules"] == 3108.452 for m in rounds if "energy_joules" in m)
+    assert all("power_watts" in m and "pcie_replay_total" in m for m in rounds)
+    assert collector.stats.costly_readings == (every > 1)
+
+
+def test_costly_readings_follow_the_interval_setting() -> None:
+    from pipeline.config import Settings
+    from producers.nvml.source import NvmlSource
+
+    def every(**collector: float) -> int:
+        settings = Settings(sample_interval_s=2.0, collector=collector)  # type: ignore[arg-type]
+        return NvmlSource.configure(settings).costly_every
+
+    assert every() == 15 and every(costly_read_interval_s=0) == 1 and every(costly_read_interval_s=61) == 30
