@@ -355,7 +355,7 @@ def test_the_lent_h100s_capture_replays_as_its_real_nvml_read_it(capture: str, r
     assert set(metrics) - set(replayed.metrics) <= {"energy_joules", "temperature_memory_max_celsius"} | live
     assert replayed.gpu_model == real["gpu_model"] == "NVIDIA H100 80GB HBM3"
     assert [(p.pid, p.used_memory_bytes) for p in replayed.processes or ()] == [
-        (p["pid"], p["used_memory_bytes"])  # type: ignore[index]
+        (p["pid"], p["used_memory_bytes"])
         for p in real["processes"]  # type: ignore[attr-defined]
     ]
 
@@ -399,7 +399,7 @@ def test_costly_readings_follow_the_interval_setting() -> None:
     from producers.nvml.source import NvmlSource
 
     def every(**collector: float) -> int:
-        settings = Settings(sample_interval_s=2.0, collector=collector)  # type: ignore[arg-type]
+        settings = Settings(sample_interval_s=2.0, collector=collector)
         return NvmlSource.configure(settings).costly_every
 
     assert every() == 15 and every(costly_read_interval_s=0) == 1 and every(costly_read_interval_s=61) == 30
