@@ -80,11 +80,21 @@ class GpuSpec:
 
 
 def _mig(
-    memory_bytes: int, profiles: tuple[tuple[str, int, int], ...], of: int = 7, parts: int = 8
+    memory_bytes: int,
+    profiles: tuple[tuple[str, int, int], ...],
+    of: int = 7,
+    parts: int = 8,
+    measured_mib: dict[int, int] | None = None,
 ) -> tuple[MigProfile, ...]:
     """A board's MIG profiles from NVIDIA's table: (name, compute slices of ``of``, memory in ``parts`` of the
-    board's)."""
-    return tuple(MigProfile(name, slices, memory_bytes * share // parts, of) for name, slices, share in profiles)
+    board's). ``measured_mib``: the memory a real board reports for an instance of so many ``parts`` (every profile
+    with the same memory share has the same memory: 1g.20gb and 2g.20gb, 3g.40gb and 4g.40gb on a real H100), used
+    instead of the nominal fraction, which is up to 10 % more than a real instance holds."""
+    measured = measured_mib or {}
+    return tuple(
+        MigProfile(name, slices, measured[share] * _MIB if share in measured else memory_bytes * share // parts, of)
+        for name, slices, share in profiles
+    )
 
 
 def _seven(gb: tuple[int, int, int, int, int]) -> tuple[tuple[str, int, int], ...]:
@@ -102,8 +112,11 @@ def _seven(gb: tuple[int, int, int, int, int]) -> tuple[tuple[str, int, int], ..
 # board, with its fraction of the SMs and of the memory
 _A100_40_MIG = _mig(40 * _GIB, _seven((5, 10, 20, 20, 40)))
 _A100_80_MIG = _mig(80 * _GIB, _seven((10, 20, 40, 40, 80)))
-_H100_MIG = _mig(80 * _GIB, _seven((10, 20, 40, 40, 80)))
-_H200_MIG = _mig(141 * _GIB, _seven((18, 35, 71, 71, 141)))
+# memory as real boards report it: the lent H100's `nvidia-smi mig -lgip` (tests/testdata/nvml-h100-lent: 9.75,
+# 19.62, 39.50, 79.25 GiB) and the MIG instances of a real H100 and H200 (tests/testdata/nvidia-smi-q-mig); the
+# H200's whole-GPU instance was not seen and keeps the nominal fraction
+_H100_MIG = _mig(80 * _GIB, _seven((10, 20, 40, 40, 80)), measured_mib={1: 9984, 2: 20096, 4: 40448, 8: 81152})
+_H200_MIG = _mig(141 * _GIB, _seven((18, 35, 71, 71, 141)), measured_mib={1: 16384, 2: 33280, 4: 71424})
 _B200_MIG = _mig(180 * _GIB, _seven((23, 45, 90, 90, 180)))
 _A30_MIG = _mig(
     24 * _GIB, (("1g.6gb", 1, 1), ("1g.6gb+me", 1, 1), ("2g.12gb", 2, 2), ("2g.12gb+me", 2, 2), ("4g.24gb", 4, 4)),
@@ -112,7 +125,9 @@ _A30_MIG = _mig(
 
 SPECS: Final[tuple[GpuSpec, ...]] = (
     # --- data-centre GPUs (datasheets) ---
-    GpuSpec("NVIDIA H100 80GB HBM3", "Hopper", 80 * _GIB, 700, 200, 700, 1980, 2619, 90, 92, 5, 16, 18, 25.0,
+    # the H100's thermal thresholds as NVML reported them on a real one (tests/testdata/nvml-h100-lent, driver
+    # 580.159.04: slowdown 89 C, shutdown 95 C; its T.Limit, 87 C, is the same on another H100 in nvidia-smi-csv)
+    GpuSpec("NVIDIA H100 80GB HBM3", "Hopper", 80 * _GIB, 700, 200, 700, 1980, 2619, 89, 95, 5, 16, 18, 25.0,
             _H100_MIG, True),
     GpuSpec("NVIDIA H200", "Hopper", 141 * _GIB, 700, 200, 700, 1980, 3201, 90, 92, 5, 16, 18, 25.0, _H200_MIG, True),
     GpuSpec("NVIDIA B200", "Blackwell", 180 * _GIB, 1000, None, 1000, None, None, None, None, 5, 16, 18, 50.0,
@@ -178,3 +193,20 @@ def lookup(product_name: str) -> GpuSpec | None:
     name = re.sub(r"\s+MIG\s+\S+$", "", product_name.strip())
     key = _key(_ALIASES.get(name.lower(), name))
     return _BY_KEY.get(key)
+
+
+_MIG_MODEL: Final = re.compile(r"\sMIG\s+(?:(\d+)c\.)?(\S+)$")
+
+
+def mig_profile(model: str) -> tuple[MigProfile, int | None] | None:
+    """The GPU-instance profile of a MIG device's model (``NVIDIA H100 80GB HBM3 MIG 3g.40gb``) and, for a compute
+    instance that shares its GPU instance with others (``NVIDIA H200 MIG 1c.3g.71gb``: 1 of the 3g instance's 3
+    compute slices, as a real H200 lists it), its compute slices; None where the board or profile is unknown."""
+    found = _MIG_MODEL.search(model)
+    spec = lookup(model)
+    if found is None or spec is None:
+        return None
+    profile = next((p for p in spec.mig_profiles if p.name == found[2]), None)
+    if profile is None:
+        return None
+    return profile, (None if found[1] is None else int(found[1]))

@@ -270,10 +270,9 @@ def _fill_from_catalogue(gpu: _Gpu) -> None:
     if spec is None:
         return
     if gpu.parent_uuid is not None:
-        profile = gpu.model.rsplit(" MIG ", 1)[-1]
-        memory = next((p.memory_bytes for p in spec.mig_profiles if p.name == profile), None)
-        if memory is not None:
-            gpu.metrics.setdefault("memory_total_bytes", float(memory))
+        found = catalogue.mig_profile(gpu.model)
+        if found is not None:
+            gpu.metrics.setdefault("memory_total_bytes", float(found[0].memory_bytes))
         return
     for name, value in spec.limit_metrics().items():
         gpu.metrics.setdefault(name, value)

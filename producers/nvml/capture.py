@@ -2,9 +2,11 @@
 
 One ``<gpu>`` element becomes a :class:`CapturedGpu`: ``values`` maps each reading to the value NVML returns for it
 (mW, mJ, bytes, MHz, KB/s), None where the capture prints ``N/A`` (or has no such element: energy, NVLink and PCIe
-byte counters), so a replay answers NOT_SUPPORTED exactly where the real board does. ``<mig_devices>`` become
-:class:`CapturedMig` instances. What no capture can say (NVLink peers, counters that move between rounds) is
-described by the caller with :class:`CapturedLink` or by editing ``values``.
+byte counters), so a replay answers NOT_SUPPORTED exactly where the real board does. MIG devices come from the
+text of ``nvidia-smi -L`` and ``nvidia-smi -q`` (:func:`parse_mig_text`: each MIG device's profile, uuid, GPU and
+compute instance, memory and processes), the form real MIG captures are published in. What no capture can say
+(NVLink peers, counters that move between rounds) is described by the caller with :class:`CapturedLink` or by
+editing ``values``.
 
 Used by :mod:`producers.nvml.replay` (an NVML that replays captures: the collector's tests, its benchmark, and the
 import of capture directories).
@@ -64,7 +66,7 @@ class CapturedLink:
 
 @dataclass
 class CapturedMig:
-    """A MIG device (GPU instance + compute instance); no capture has one, tests describe them."""
+    """A MIG device (GPU instance + compute instance): from :func:`parse_mig_text`, or described by a test."""
 
     uuid: str
     name: str
@@ -268,3 +270,52 @@ def parse_capture(path: Path) -> list[CapturedGpu]:
     """Every GPU of one capture file."""
     root = ET.parse(path).getroot()
     return [gpu_from_xml(g, path.name) for g in root.findall("gpu")]
+
+
+# --- MIG devices from nvidia-smi's text output -------------------------------------------------------------
+
+_LIST_GPU = re.compile(r"^GPU (\d+): (.+) \(UUID: (\S+)\)$")
+_LIST_MIG = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (\S+)\)$")
+_QUERY_GPU = re.compile(r"^GPU [0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f]+$", re.MULTILINE)
+_MIG_DEVICE = re.compile(
+    r"^    MIG Device\n\s+Index\s+: (\d+)\n\s+GPU Instance ID\s+: (\d+)\n\s+Compute Instance ID\s+: (\d+)\n"
+    r"(?:.*\n)*?\s+Shared FB Memory Usage\n\s+Total\s+: (\d+) MiB\n(?:\s+Reserved\s+: \d+ MiB\n)?"
+    r"\s+Used\s+: (\d+) MiB",
+    re.MULTILINE,
+)
+_MIG_PROCESS = re.compile(
+    r"GPU instance ID\s+: (\d+)\n\s+Compute instance ID\s+: (\d+)\n\s+Process ID\s+: (\d+)\n"
+    r"\s+Type\s+: (\S+)\n\s+Name\s+: (.*)\n\s+Used GPU Memory\s+: (\d+) MiB"
+)
+
+
+def parse_mig_text(listing: str, query: str) -> dict[str, list[CapturedMig]]:
+    """The MIG devices of each GPU (by its uuid) from ``nvidia-smi -L`` (``listing``: profile names and uuids, in
+    device order) and ``nvidia-smi -q`` (``query``, text: each device's GPU and compute instance, its instance's
+    memory total and use, and the processes of each instance). NVML names a MIG device ``<GPU name> MIG
+    <profile>``; two compute instances of one GPU instance (``1c.3g.71gb``, ``2c.3g.71gb``) share its memory."""
+    gpus: list[tuple[str, str, list[tuple[str, str]]]] = []
+    for line in listing.splitlines():
+        if found := _LIST_GPU.match(line):
+            gpus.append((found[2], found[3], []))
+        elif (found := _LIST_MIG.match(line)) and gpus:
+            gpus[-1][2].append((found[1], found[3]))
+    blocks = _QUERY_GPU.split(query)[1:]
+    if len(blocks) != len(gpus):
+        raise ValueError(f"nvidia-smi -L lists {len(gpus)} GPUs, nvidia-smi -q has {len(blocks)}")
+    out: dict[str, list[CapturedMig]] = {}
+    for (name, uuid, listed), block in zip(gpus, blocks, strict=True):
+        processes = [
+            (int(gi), int(ci), CapturedProcess(int(pid), pname.strip(), kind, int(used) * _MIB))
+            for gi, ci, pid, kind, pname, used in _MIG_PROCESS.findall(block)
+        ]
+        migs = []
+        for index, gi, ci, total, used in _MIG_DEVICE.findall(block):
+            profile, mig_uuid = listed[int(index)]
+            mine = [p for g, c, p in processes if (g, c) == (int(gi), int(ci))]
+            memory = (int(total) * _MIB, int(used) * _MIB)
+            migs.append(CapturedMig(mig_uuid, f"{name} MIG {profile}", int(gi), int(ci), *memory, mine))
+        if len(migs) != len(listed):
+            raise ValueError(f"{uuid}: nvidia-smi -L lists {len(listed)} MIG devices, nvidia-smi -q has {len(migs)}")
+        out[uuid] = migs
+    return out

@@ -41,7 +41,6 @@ NVML is injected (the real ``pynvml`` module in production, a fake in tests): no
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -286,7 +285,6 @@ _NVLINK_COUNTERS: Final = (
     ("replay", "NVML_NVLINK_ERROR_DL_REPLAY"),
     ("recovery", "NVML_NVLINK_ERROR_DL_RECOVERY"),
 )
-_MIG_PROFILE: Final = re.compile(r"\bMIG\s+(\S+)$")
 
 
 class NvmlCollector:
@@ -749,12 +747,7 @@ class NvmlCollector:
 
 
 def _mig_limits(parent_model: str, mig_model: str) -> dict[str, float]:
-    """A MIG device's memory from the catalogue's profile, for when NVML does not report it."""
-    spec = catalogue.lookup(parent_model)
-    match = _MIG_PROFILE.search(mig_model)
-    if spec is None or match is None:
-        return {}
-    for profile in spec.mig_profiles:
-        if profile.name == match.group(1):
-            return {"memory_total_bytes": float(profile.memory_bytes)}
-    return {}
+    """A MIG device's memory from the catalogue's profile (a compute instance's: its GPU instance's, which it
+    shares), for when NVML does not report it."""
+    found = catalogue.mig_profile(f"{parent_model} MIG {mig_model.rsplit(' MIG ', 1)[-1]}")
+    return {} if found is None else {"memory_total_bytes": float(found[0].memory_bytes)}

@@ -15,7 +15,7 @@ from pipeline.config import ValidationSettings
 from pipeline.events import METRIC_INDEX, EventKind, SampleBatch
 from processors.normalize import RawMessage, process_raw
 from producers.nvml import NvmlCollector
-from producers.nvml.capture import CapturedGpu, CapturedLink, CapturedMig, CapturedProcess
+from producers.nvml.capture import CapturedGpu, CapturedLink, CapturedMig, CapturedProcess, parse_mig_text
 from producers.nvml.collector import readings, sysfs_bus_id
 from producers.nvml.replay import ReplayNvml
 from tests.fakes.nvml import CAPTURES, capture_names, load_capture
@@ -403,3 +403,70 @@ def test_costly_readings_follow_the_interval_setting() -> None:
         return NvmlSource.configure(settings).costly_every
 
     assert every() == 15 and every(costly_read_interval_s=0) == 1 and every(costly_read_interval_s=61) == 30
+
+
+MIG_CAPTURES = CAPTURES.parent / "nvidia-smi-q-mig"
+
+
+def real_mig_board(board: str, state: str) -> tuple[CapturedGpu, list[CapturedMig]]:
+    """The MIG devices of a real MIG-enabled board (nvidia_gpu_exporter's captures, tests/testdata/nvidia-smi-q-mig)
+    and the board they were read on: the lent H100's capture for the H100 (same model; no XML of the MIG board
+    was published), with what MIG turns off (utilization) unsupported; for the H200 a board answering nothing but
+    its MIG mode."""
+    listing = (MIG_CAPTURES / f"{board}-list.txt").read_text()
+    [(uuid, migs)] = parse_mig_text(listing, (MIG_CAPTURES / f"{board}-{state}-q.txt").read_text()).items()
+    if board == "nvidia-h100-mig":
+        base = load_capture("h100-80gb-hbm3-lent-idle.xml")[0]
+        values = base.values | {"mig.current": 1, "util.gpu": None, "util.memory": None}
+        gpu = CapturedGpu(base.name, uuid, base.pci_bus_id, values, migs=migs)
+    else:
+        gpu = CapturedGpu("NVIDIA H200", uuid, "00000000:00:09.0", {"mig.current": 1}, migs=migs)
+    return gpu, migs
+
+
+def test_a_real_mig_h100_replays_as_one_sample_per_mig_device() -> None:
+    """A real H100 with four MIG instances (3g.40gb, 2g.20gb, 2 x 1g.10gb) under gpu-burn and two memhogs on the
+    3g instance: each instance a sample with its uuid, profile, memory and processes; the board keeps its own."""
+    gpu, _ = real_mig_board("nvidia-h100-mig", "load")
+    collector = NvmlCollector(ReplayNvml([gpu]), "dc1", "n1")
+    collector.open()
+    samples, _ = collector.collect(T0)
+    board, *migs = samples
+    assert board.gpu_uuid == "GPU-00000000-0000-0000-0000-000000000000"
+    assert "utilization_gpu_percent" not in board.metrics and board.metrics["power_default_limit_watts"] == 700
+    assert [(m.gpu_uuid[:12], m.gpu_model, m.gpu_index) for m in migs] == [
+        ("MIG-00000000", "NVIDIA H100 80GB HBM3 MIG 3g.40gb", 0),
+        ("MIG-00000001", "NVIDIA H100 80GB HBM3 MIG 2g.20gb", 0),
+        ("MIG-00000002", "NVIDIA H100 80GB HBM3 MIG 1g.10gb", 0),
+        ("MIG-00000003", "NVIDIA H100 80GB HBM3 MIG 1g.10gb", 0),
+    ]
+    assert [m.metrics["memory_total_bytes"] / MIB for m in migs] == [40448, 20096, 9984, 9984]
+    assert [m.metrics["memory_used_bytes"] / MIB for m in migs] == [11091, 17, 9, 9]
+    burn = migs[0]
+    assert burn.processes is not None
+    assert [(p.pid, p.name, (p.used_memory_bytes or 0) // MIB) for p in burn.processes] == [
+        (21180, "/root/tools/memhog", 2296), (21181, "/root/tools/memhog", 1272), (21198, "./gpu_burn", 7484),
+    ]  # fmt: skip
+    assert all(m.processes == () for m in migs[1:]) and burn.metrics["process_count"] == 3
+    assert {d.gpu_instance_id for d in collector.devices if d.is_mig} == {2, 3, 9, 10}
+
+
+def test_two_compute_instances_of_one_gpu_instance_share_its_memory() -> None:
+    """A real H200 whose 3g.71gb GPU instance is split into two compute instances (1c and 2c): two samples that
+    report the instance's memory (shared), the processes on the one they run on; their memory is also known
+    where NVML would not say it (the catalogue's 3g.71gb)."""
+    gpu, migs = real_mig_board("nvidia-h200-mig", "load")
+    collector = NvmlCollector(ReplayNvml([gpu]), "dc1", "n1")
+    collector.open()
+    samples, _ = collector.collect(T0)
+    one_c, two_c = (s for s in samples if s.gpu_model.endswith("c.3g.71gb"))
+    assert one_c.gpu_model == "NVIDIA H200 MIG 1c.3g.71gb" and two_c.gpu_model == "NVIDIA H200 MIG 2c.3g.71gb"
+    assert one_c.metrics["memory_used_bytes"] == two_c.metrics["memory_used_bytes"] == 16925 * MIB
+    assert one_c.processes == () and two_c.processes is not None and len(two_c.processes) == 3
+    for mig in migs:
+        mig.memory_total = None  # NVML not saying: the catalogue's profile, a compute instance's its GPU instance's
+    collector = NvmlCollector(ReplayNvml([gpu]), "dc1", "n1")
+    collector.open()
+    totals = {s.gpu_model: s.metrics.get("memory_total_bytes") for s in collector.collect(T0)[0]}
+    assert totals["NVIDIA H200 MIG 1c.3g.71gb"] == totals["NVIDIA H200 MIG 2c.3g.71gb"] == 71424 * MIB
+    assert totals["NVIDIA H200 MIG 1g.18gb"] == 16384 * MIB
