@@ -57,7 +57,7 @@ class Reporter:
     ) -> None:
         """``name`` starts (or restarts) on a GPU, or clears there if it is open; ``detail`` is for its wording."""
         if name in EXPLAINS_SLOWNESS:
-            self.latest.explained(slot, start, ts)
+            self.latest.explained(slot, start, ts, name)
         if start:
             self.gpus.open(slot, name, ts, detail)
             self.send(slot, name, True, ts, out)

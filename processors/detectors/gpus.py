@@ -14,6 +14,7 @@ from typing import Final
 import numpy as np
 
 from pipeline.events import METRIC_INDEX, METRIC_NAMES, RELATIVE_FIELDS, Workload
+from processors.detectors.names import EXPLAINS_SLOWNESS
 from processors.state import GpuSlots, column
 
 #: error counters whose rises the detectors judge (the newest value of each is kept per GPU)
@@ -32,6 +33,8 @@ COUNTERS: Final = (
 COUNTER: Final = {name: i for i, name in enumerate(COUNTERS)}
 _COUNTER_COLS: Final = [METRIC_INDEX[name] for name in COUNTERS]
 _FOREVER: Final = int(np.iinfo(np.int64).max)
+#: one bit per finding that explains a slow GPU (Latest.explained_by)
+_CAUSE_BIT: Final = {name: 1 << i for i, name in enumerate(EXPLAINS_SLOWNESS)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,10 +75,20 @@ class Latest:
     workload: np.ndarray = column(None)
     #: until when a finding that slows the GPU down (thermal, a power cap, its links...) held: it explains a straggler
     explained_until: np.ndarray = column(-1, dtype=np.int64)
+    #: which of those findings are open on the GPU now (a bit each): one clearing while another still holds (an XID
+    #: gone quiet under its node's power cap) leaves the GPU explained
+    explained_by: np.ndarray = column(0, dtype=np.int64)
 
-    def explained(self, slot: int | np.ndarray, holds: bool, ts_ns: int) -> None:
-        """A finding that slows the GPU (or GPUs) down started (``holds``) or cleared at ``ts_ns``."""
-        self.explained_until[slot] = _FOREVER if holds else ts_ns
+    def explained(self, slot: int | np.ndarray, holds: bool, ts_ns: int, cause: str) -> None:
+        """A finding ``cause`` (one of EXPLAINS_SLOWNESS; a node's power cap is its GPUs' POWER) that slows the GPU
+        (or GPUs) down started (``holds``) or cleared at ``ts_ns``: explained until the last open one clears."""
+        slots = np.atleast_1d(np.asarray(slot, dtype=np.int64))
+        bit = _CAUSE_BIT[cause]
+        held = self.explained_by[slots]
+        now = held | bit if holds else held & ~bit
+        self.explained_by[slots] = now
+        ended = (held != 0) & (now == 0)
+        self.explained_until[slots] = np.where(now != 0, _FOREVER, np.where(ended, ts_ns, self.explained_until[slots]))
 
     def explains(self, slot: np.ndarray, ts_ns: np.ndarray) -> np.ndarray:
         """Per GPU: whether a finding that slows it down was open at ``ts_ns`` (the GPU's slowness is told)."""

@@ -108,7 +108,7 @@ class Power:
                     self.report.transition(int(mine[0]), POWER, True, t, out)
                     continue
             lim.by_node[mine] = True
-            self.latest.explained(mine, True, t)
+            self.latest.explained(mine, True, t, POWER)
             if not shared:
                 self.report.node_starts(node, POWER, t, out)
 
@@ -116,7 +116,7 @@ class Power:
         used = len(self.slots)
         node = int(self.slots.node_of[slot])
         self.limits.by_node[slot] = False
-        self.latest.explained(slot, False, ts)
+        self.latest.explained(slot, False, ts, POWER)
         if not self.limits.by_node[:used][self.slots.node_of[:used] == node].any():
             self.report.node_clears(node, POWER, ts, out)
 

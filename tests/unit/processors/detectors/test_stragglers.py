@@ -14,6 +14,7 @@ from processors.detectors.stragglers import PeerState, StragglerParams, pair_sco
 from tests.fakes.readings import GIB
 from tests.unit.processors.detectors.driver import (
     HW_THERMAL,
+    SW_POWER_CAP,
     T0,
     S,
     kinds,
@@ -224,3 +225,24 @@ def test_a_gpu_slowed_by_its_memory_leak_is_not_also_a_straggler() -> None:
 
     _det, found, _ = run(1500, shape)
     assert kinds(found) == {("memory-leak", "GPU-5")}
+
+
+def test_a_gpu_under_its_nodes_power_cap_stays_explained_when_its_own_xid_clears() -> None:
+    """The fleet evaluation's false stragglers (seed 33343): a single XID 31 on GPU 0 a minute before its node's
+    power supply fails (GPUs 0 and 1 lowered to 52 %, one node-level finding). The XID going quiet 5 minutes later
+    must not end the explanation the still-open power cap gives GPU 0: it stays slow for the cap, not a straggler."""
+
+    def events(t: int) -> list[GpuEvent]:
+        return [GpuEvent("c1", "node-1", "GPU-0", 0, T0 + t * S, EventKind.XID, 31, "")] if t == 340 else []
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if t >= 400 and gpu < 2:
+            return m | {"power_limit_watts": 364.0, "power_watts": 360.0, "sm_clock_mhz": 1150.0,
+                        "utilization_gpu_percent": 97.0, "throttle_reasons_mask": float(SW_POWER_CAP)}  # fmt: skip
+        if t >= 400:  # their peers wait on them at every step
+            return m | {"utilization_gpu_percent": 35.0 if t % 10 < 3 else 97.0}
+        return m
+
+    _det, found, _ = run(1800, shape, events=events)
+    assert kinds(found) == {("xid", "GPU-0"), ("power-capping", None)}
+    assert [(f.detector, f.ts_ns) for f in found if not f.active] == [("xid", T0 + 640 * S)]
