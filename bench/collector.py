@@ -12,7 +12,7 @@ of tests/testdata; no GPU on the benchmark machine):
   of tests/testdata/linux-pci-aer-stats, in a sysfs-like tree under a temporary folder: a regular file system, so
   the kernel's formatting of real sysfs attributes is not in it).
 
-CPU time is the process's (``time.process_time``), over many rounds after two warm-up rounds (so unsupported
+CPU time is the process's (``time.process_time``), over many rounds after four warm-up rounds (so unsupported
 readings are already cached, as in steady state). Real NVML calls go into the driver and cost more than the
 fake's, so on a GPU node the bare-call time is larger and our share smaller than the ratio here says: the ratio
 is an upper bound of our overhead.
@@ -129,12 +129,12 @@ class Recording:
 
 
 def _round_calls(nvml: Any, ts: Iterator[int], costly_every: int) -> list[tuple[str, tuple[Any, ...]]]:
-    """The NVML calls of ``costly_every`` steady-state rounds (after two warm-up rounds) of a collector reading
-    ``nvml``."""
+    """The NVML calls of ``costly_every`` steady-state rounds (after four warm-up rounds: the collector times its
+    readings in rounds 2-4) of a collector reading ``nvml``."""
     recording = Recording(nvml) if not isinstance(nvml, ReplayNvml) else nvml
     collector = NvmlCollector(recording, "bench", "node-1", costly_every=costly_every)
     collector.open()
-    for _ in range(2):
+    for _ in range(4):
         collector.collect(next(ts))
     recording.record = []
     for _ in range(costly_every):
@@ -152,7 +152,7 @@ def measure(config: str, nvml: Any, rounds: int, sysfs: Path | None = None, cost
     collector.open()
     watcher = EventWatcher(nvml, "bench", "node-1")
     watcher.open(collector.devices)
-    for _ in range(2):
+    for _ in range(4):
         samples, _ = collector.collect(next(ts))
     n = len(samples)
 

@@ -348,7 +348,7 @@ class CollectorSettings(_Section):
     sysfs_root: Path = Path("/sys")
     #: NVML's sampled PCIe throughput (2 x 20 ms per GPU) where the PCIe byte counters are not supported
     pcie_throughput_fallback: bool = True
-    #: an NVML reading that costs more CPU than this per read (measured in the second round) is read every
+    #: an NVML reading that costs more CPU than this per read (its cheapest read in rounds 2-4) is read every
     #: ``costly_read_interval_s`` (rounded to rounds; never more often than every round). A real H100's total
     #: energy counter costs 3.9 ms of CPU per read (tests/testdata/nvml-h100-lent). An interval of 0 reads every
     #: reading every round

@@ -22,14 +22,15 @@ NVML is injected (the real ``pynvml`` module in production, a fake in tests): no
   second round on; the first round has none. Where the PCIe byte counters are not supported, NVML's sampled
   throughput (``nvmlDeviceGetPcieThroughput``, a 20 ms window per call, so 40 ms of wall time per GPU) is used
   unless disabled.
-- *Costly readings less often.* In the second round (the first in steady state) the CPU time of each reading is
-  measured (``time.thread_time_ns``: this thread's, so a busy machine does not inflate it); one that costs more
-  than ``costly_read_us`` is read every ``costly_every`` rounds, and its field is absent in the rounds between
-  (absent, never stale). On a real H100 (driver 580.159.04, in a virtual machine) the total energy counter cost
-  3.9 ms of CPU per read, 85 % of the collector's cost, and the PCIe replay counter 0.17 ms (tests/testdata/
-  nvml-h100-lent); the judged counters' rises are taken against their last known value
-  (processors/detectors/gpus.py), so a replay storm is still seen. The batched field values (PCIe and NVLink byte
-  counters, whose rates the detectors judge per row) are read every round.
+- *Costly readings less often.* In rounds 2-4 (the first in steady state) the CPU time of each reading is
+  measured (``time.thread_time_ns``: this thread's, so a busy machine does not inflate it); one whose cheapest of
+  the three reads costs more than ``costly_read_us`` (so one slow read does not count) is read every
+  ``costly_every`` rounds from then on, and its field is absent in the rounds between (absent, never stale). On a
+  real H100 (driver 580.159.04, in a virtual machine) the total energy counter cost 3.9 ms of CPU per read, 85 %
+  of the collector's cost, and the PCIe replay counter 0.17 ms (tests/testdata/nvml-h100-lent); the judged
+  counters' rises are taken against their last known value (processors/detectors/gpus.py), so a replay storm is
+  still seen. The batched field values (PCIe and NVLink byte counters, whose rates the detectors judge per row)
+  are read every round.
 - *Limits once.* Maxima, thresholds, default power limit and max PCIe link are read when the collector opens;
   the enforced power limit is read every round (operators and power capping change it). On Ada and later boards
   that report thermal thresholds only relative to T.Limit, the absolute slowdown/shutdown temperatures are
@@ -92,7 +93,8 @@ class Device:
     lost: bool = False
     #: rounds read so far
     rounds: int = 0
-    #: readings that cost more than ``costly_read_us`` when measured (key -> CPU µs per read): read less often
+    #: each reading's cheapest read in the timed rounds (CPU µs), and those over ``costly_read_us``: read less often
+    costs: dict[str, float] = field(default_factory=dict)
     costly: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -279,6 +281,8 @@ _VGPU_BLIND: Final = frozenset(
         "memory_clock_max",
     }
 )
+#: the rounds in which each reading's CPU time is measured (the first is the second round: steady state)
+_TIMED_ROUNDS: Final = (2, 3, 4)
 _NVLINK_COUNTERS: Final = (
     ("crc_flit", "NVML_NVLINK_ERROR_DL_CRC_FLIT"),
     ("crc_data", "NVML_NVLINK_ERROR_DL_CRC_DATA"),
@@ -494,12 +498,12 @@ class NvmlCollector:
             self._failed(device, reading.key, exc, reading.key)
 
     def _timed_read(self, device: Device, reading: Reading, out: dict[str, float]) -> None:
-        """:meth:`_read`, and the reading marked costly if it took more than ``costly_read_us`` of CPU."""
+        """:meth:`_read`, keeping the cheapest CPU time the reading took in the timed rounds."""
         start = self._clock()
         self._read(device, reading, out)
         spent_us = (self._clock() - start) / 1e3
-        if spent_us > self._costly_us and reading.key not in device.unsupported:
-            device.costly[reading.key] = spent_us
+        if reading.key not in device.unsupported:
+            device.costs[reading.key] = min(spent_us, device.costs.get(reading.key, spent_us))
 
     def _read_limits(self, device: Device) -> dict[str, float]:
         limits: dict[str, float] = {}
@@ -597,8 +601,8 @@ class NvmlCollector:
         # field values first: whether the PCIe byte counters work decides whether the sampled fallback runs
         link_rates = self._field_values(device, ts_ns, metrics)
         device.rounds += 1
-        timing = device.rounds == 2 and self._costly_every > 1
-        skip = set(device.costly) if (device.rounds - 2) % self._costly_every else set()
+        timing = self._costly_every > 1 and device.rounds in _TIMED_ROUNDS
+        skip = set(device.costly) if (device.rounds - _TIMED_ROUNDS[-1]) % self._costly_every else set()
         done: set[str] = set()
         while True:
             if device.active is None:  # first round, or a reading just turned out unsupported: its fallback runs
@@ -613,7 +617,9 @@ class NvmlCollector:
                         self._read(device, reading, metrics)
             if device.active is active:
                 break
-        if timing and device.costly:
+        if timing and device.rounds == _TIMED_ROUNDS[-1]:
+            device.costly = {key: us for key, us in device.costs.items() if us > self._costly_us}
+        if timing and device.rounds == _TIMED_ROUNDS[-1] and device.costly:
             self.stats.costly_readings += len(device.costly)
             costs = ", ".join(f"{key} {us:,.0f} µs" for key, us in device.costly.items())
             log.info(

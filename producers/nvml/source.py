@@ -38,7 +38,8 @@ class NvmlConfig:
     sysfs_root: Path = Path("/sys")
     pcie_throughput_fallback: bool = True
     infiniband: bool = True
-    #: a reading that costs more CPU than this per read (measured once) is read every ``costly_every`` rounds
+    #: a reading that costs more CPU than this per read (its cheapest in rounds 2-4) is read every
+    #: ``costly_every`` rounds
     costly_read_us: float = 100.0
     costly_every: int = 1
 
