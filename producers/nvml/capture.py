@@ -2,9 +2,10 @@
 
 One ``<gpu>`` element becomes a :class:`CapturedGpu`: ``values`` maps each reading to the value NVML returns for it
 (mW, mJ, bytes, MHz, KB/s), None where the capture prints ``N/A`` (or has no such element: energy, NVLink and PCIe
-byte counters), so a replay answers NOT_SUPPORTED exactly where the real board does. MIG devices come from the
-text of ``nvidia-smi -L`` and ``nvidia-smi -q`` (:func:`parse_mig_text`: each MIG device's profile, uuid, GPU and
-compute instance, memory and processes), the form real MIG captures are published in. What no capture can say
+byte counters), so a replay answers NOT_SUPPORTED exactly where the real board does. MIG devices come from a
+capture's ``<mig_devices>`` (GPU and compute instance, memory, the processes of each; no profile or uuid there), or
+better from the text of ``nvidia-smi -L`` and ``nvidia-smi -q`` (:func:`parse_mig_text`: with each device's profile
+and uuid), the form the real MIG captures we have were published in. What no capture can say
 (NVLink peers, counters that move between rounds) is described by the caller with :class:`CapturedLink` or by
 editing ``values``.
 
@@ -22,6 +23,7 @@ from typing import Any
 
 import pynvml
 
+from pipeline import catalogue
 from pipeline.vocab import CLOCK_REASONS
 
 _MIB = 2**20
@@ -181,14 +183,47 @@ def _milli(el: ET.Element | None, *paths: str) -> int | None:
     return None if value is None else round(value * 1000)
 
 
-def _processes(gpu: ET.Element) -> list[CapturedProcess]:
-    out = []
+def _processes(gpu: ET.Element) -> dict[tuple[int, int] | None, list[CapturedProcess]]:
+    """The processes by the (GPU instance, compute instance) they run on (None: the GPU itself, MIG off)."""
+    out: dict[tuple[int, int] | None, list[CapturedProcess]] = {}
     for p in gpu.findall("processes/process_info"):
         pid = _int(p, "pid")
         assert pid is not None
         name = (p.findtext("process_name") or "").strip()
-        out.append(CapturedProcess(pid, name, (p.findtext("type") or "C").strip(), _mib(p, "used_memory")))
+        gi, ci = _int(p, "gpu_instance_id"), _int(p, "compute_instance_id")
+        where = None if gi is None or ci is None else (gi, ci)
+        proc = CapturedProcess(pid, name, (p.findtext("type") or "C").strip(), _mib(p, "used_memory"))
+        out.setdefault(where, []).append(proc)
     return out
+
+
+def _xml_migs(
+    gpu: ET.Element, name: str, uuid: str, processes: dict[tuple[int, int] | None, list[CapturedProcess]]
+) -> list[CapturedMig]:
+    """``<mig_devices>``: each device's GPU and compute instance and memory, and its processes. The XML names no
+    profile and no MIG uuid: the uuid is made from the parent's and the instance ids (as for dcgm-exporter's MIG
+    devices), the profile is the catalogue's one whose memory is within 8 % of the device's if only one is (a
+    profile that fits two, 1g.20gb or 2g.20gb, is named by its memory alone: ``20gb``)."""
+    out = []
+    for d in gpu.findall("mig_devices/mig_device"):
+        gi, ci = _int(d, "gpu_instance_id"), _int(d, "compute_instance_id")
+        total, used = _mib(d, "fb_memory_usage/total"), _mib(d, "fb_memory_usage/used")
+        if gi is None or ci is None:
+            continue
+        mig_uuid, model = f"MIG-{uuid.removeprefix('GPU-')}/{gi}/{ci}", f"{name} MIG {_profile_by_memory(name, total)}"
+        out.append(CapturedMig(mig_uuid, model, gi, ci, total, used or 0, processes.get((gi, ci), [])))
+    return out
+
+
+def _profile_by_memory(board: str, memory: int | None) -> str:
+    spec = catalogue.lookup(board)
+    if memory is None:
+        return "unknown"
+    fits = {
+        p.name for p in (spec.mig_profiles if spec else ()) if not p.name.endswith("+me")
+        and abs(p.memory_bytes - memory) <= 0.08 * p.memory_bytes
+    }  # fmt: skip
+    return fits.pop() if len(fits) == 1 else f"{round(memory / 2**30)}gb"
 
 
 def gpu_from_xml(gpu: ET.Element, source: str = "") -> CapturedGpu:
@@ -263,7 +298,9 @@ def gpu_from_xml(gpu: ET.Element, source: str = "") -> CapturedGpu:
     name = _text(gpu, "product_name") or "Unknown"
     uuid = _text(gpu, "uuid") or ""
     bus_id = _text(pci, "pci_bus_id") or gpu.get("id") or ""
-    return CapturedGpu(name, uuid, bus_id, values, _processes(gpu), source=source)
+    processes = _processes(gpu)
+    migs = _xml_migs(gpu, name, uuid, processes)
+    return CapturedGpu(name, uuid, bus_id, values, processes.get(None, []), migs=migs, source=source)
 
 
 def parse_capture(path: Path) -> list[CapturedGpu]:

@@ -15,7 +15,14 @@ from pipeline.config import ValidationSettings
 from pipeline.events import METRIC_INDEX, EventKind, SampleBatch
 from processors.normalize import RawMessage, process_raw
 from producers.nvml import NvmlCollector
-from producers.nvml.capture import CapturedGpu, CapturedLink, CapturedMig, CapturedProcess, parse_mig_text
+from producers.nvml.capture import (
+    CapturedGpu,
+    CapturedLink,
+    CapturedMig,
+    CapturedProcess,
+    gpu_from_xml,
+    parse_mig_text,
+)
 from producers.nvml.collector import readings, sysfs_bus_id
 from producers.nvml.replay import ReplayNvml
 from tests.fakes.nvml import CAPTURES, capture_names, load_capture
@@ -479,3 +486,49 @@ def test_two_compute_instances_of_one_gpu_instance_share_its_memory() -> None:
     totals = {s.gpu_model: s.metrics.get("memory_total_bytes") for s in collector.collect(T0)[0]}
     assert totals["NVIDIA H200 MIG 1c.3g.71gb"] == totals["NVIDIA H200 MIG 2c.3g.71gb"] == 71424 * MIB
     assert totals["NVIDIA H200 MIG 1g.18gb"] == 16384 * MIB
+
+
+def test_an_xml_captures_mig_devices_replay_as_its_instances() -> None:
+    """``<mig_devices>`` of ``nvidia-smi -q -x``, written here with the real H100 MIG capture's values (its ``-q``
+    text: no licensed XML capture with MIG devices was found) in the elements nvidia-smi's XML uses, on the lent
+    H100's board capture: four instances, each a sample with its memory and processes. The XML names no profile
+    and no uuid: a uuid from the parent's and the instance ids; a profile where the memory fits only one."""
+    root = ET.parse(CAPTURES / "h100-80gb-hbm3-lent-load.xml").getroot()
+    gpu = root.find("gpu")
+    assert gpu is not None
+    _, migs = real_mig_board("nvidia-h100-mig", "load")
+    devices, processes = gpu.find("mig_devices"), gpu.find("processes")
+    assert devices is not None and processes is not None
+    devices.text, processes.text = None, None
+    for p in list(processes):
+        processes.remove(p)
+    for i, mig in enumerate(migs):
+        d = ET.SubElement(devices, "mig_device")
+        for tag, value in (("index", i), ("gpu_instance_id", mig.gi_id), ("compute_instance_id", mig.ci_id)):
+            ET.SubElement(d, tag).text = str(value)
+        memory = ET.SubElement(d, "fb_memory_usage")
+        ET.SubElement(memory, "total").text = f"{(mig.memory_total or 0) // MIB} MiB"
+        ET.SubElement(memory, "used").text = f"{mig.memory_used // MIB} MiB"
+        for proc in mig.processes:
+            info = ET.SubElement(processes, "process_info")
+            for tag, text in (("gpu_instance_id", mig.gi_id), ("compute_instance_id", mig.ci_id), ("pid", proc.pid),
+                              ("type", proc.kind), ("process_name", proc.name),
+                              ("used_memory", f"{(proc.used_memory_bytes or 0) // MIB} MiB")):  # fmt: skip
+                ET.SubElement(info, tag).text = str(text)
+    mig_mode = gpu.find("mig_mode/current_mig")
+    assert mig_mode is not None
+    mig_mode.text = "Enabled"
+    board = gpu_from_xml(gpu, "derived")
+    assert board.processes == []  # every process runs on an instance
+    collector = NvmlCollector(ReplayNvml([board]), "dc1", "n1")
+    collector.open()
+    samples, _ = collector.collect(T0)
+    found = [(s.gpu_uuid, s.gpu_model, s.metrics["memory_total_bytes"] // MIB, s.metrics["memory_used_bytes"] // MIB,
+              len(s.processes or ())) for s in samples[1:]]  # fmt: skip
+    parent = "00000000-0000-0000-0000-000000000000"
+    assert found == [
+        (f"MIG-{parent}/2/0", "NVIDIA H100 80GB HBM3 MIG 40gb", 40448, 11091, 3),  # 3g.40gb or 4g.40gb
+        (f"MIG-{parent}/3/0", "NVIDIA H100 80GB HBM3 MIG 20gb", 20096, 17, 0),  # 1g.20gb or 2g.20gb
+        (f"MIG-{parent}/9/0", "NVIDIA H100 80GB HBM3 MIG 1g.10gb", 9984, 9, 0),
+        (f"MIG-{parent}/10/0", "NVIDIA H100 80GB HBM3 MIG 1g.10gb", 9984, 9, 0),
+    ]
