@@ -78,14 +78,21 @@ function connectLive() {
 
 // health (GET /api/v1/health: the alerts firing now folded per GPU and node), refreshed every 15 s; a fleet without
 // the alert manager's topics shows no health rather than failing
+// Only the answer to the latest request is drawn: the page's first (every cluster) can come back after the one for
+// the cluster chosen a moment later, and would show the wrong counts until the next refresh.
 const HEALTH_STATES = ["healthy", "degraded", "unhealthy", "unknown", "maintenance"];
+let healthAsked = 0;
 async function loadHealth() {
+  const asked = ++healthAsked;
+  const cluster = state.filters.cluster;
+  let health = null;
   try {
-    const cluster = state.filters.cluster;
-    state.health = await api(`/api/v1/health${cluster ? "?cluster=" + esc(cluster) : ""}`);
+    health = await api(`/api/v1/health${cluster ? "?cluster=" + esc(cluster) : ""}`);
   } catch (err) {
-    state.health = null;
+    health = null;
   }
+  if (asked !== healthAsked) return;
+  state.health = health;
   if (currentRoute().name === "fleet") renderFleetBody();
 }
 const gpuHealth = (uuid) => state.health?.gpus.find((a) => a.gpu === uuid);
