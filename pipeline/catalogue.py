@@ -89,7 +89,7 @@ def _mig(
     """A board's MIG profiles from NVIDIA's table: (name, compute slices of ``of``, memory in ``parts`` of the
     board's). ``measured_mib``: the memory a real board reports for an instance of so many ``parts`` (every profile
     with the same memory share has the same memory: 1g.20gb and 2g.20gb, 3g.40gb and 4g.40gb on a real H100), used
-    instead of the nominal fraction, which is up to 10 % more than a real instance holds."""
+    instead of the nominal fraction, which is up to 11 % more than a real instance holds."""
     measured = measured_mib or {}
     return tuple(
         MigProfile(name, slices, measured[share] * _MIB if share in measured else memory_bytes * share // parts, of)

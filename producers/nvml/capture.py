@@ -68,7 +68,8 @@ class CapturedLink:
 
 @dataclass
 class CapturedMig:
-    """A MIG device (GPU instance + compute instance): from :func:`parse_mig_text`, or described by a test."""
+    """A MIG device (GPU instance + compute instance): from :func:`parse_mig_text`, a capture's ``<mig_devices>``,
+    or described by a test."""
 
     uuid: str
     name: str

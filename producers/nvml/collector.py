@@ -497,6 +497,17 @@ class NvmlCollector:
         except self._nvml.NVMLError as exc:
             self._failed(device, reading.key, exc, reading.key)
 
+    def _said_costly(self, device: Device) -> None:
+        """Counts and logs once what the timed rounds found costly on ``device``."""
+        if not device.costly:
+            return
+        self.stats.costly_readings += len(device.costly)
+        costs = ", ".join(f"{key} {us:,.0f} µs" for key, us in device.costly.items())
+        log.info(
+            "GPU %d (%s): %s of CPU per read (over %.0f µs): read every %d rounds",
+            device.index, device.uuid, costs, self._costly_us, self._costly_every,
+        )  # fmt: skip
+
     def _timed_read(self, device: Device, reading: Reading, out: dict[str, float]) -> None:
         """:meth:`_read`, keeping the cheapest CPU time the reading took in the timed rounds."""
         start = self._clock()
@@ -619,13 +630,7 @@ class NvmlCollector:
                 break
         if timing and device.rounds == _TIMED_ROUNDS[-1]:
             device.costly = {key: us for key, us in device.costs.items() if us > self._costly_us}
-        if timing and device.rounds == _TIMED_ROUNDS[-1] and device.costly:
-            self.stats.costly_readings += len(device.costly)
-            costs = ", ".join(f"{key} {us:,.0f} µs" for key, us in device.costly.items())
-            log.info(
-                "GPU %d (%s): %s of CPU per read (over %.0f µs): read every %d rounds",
-                device.index, device.uuid, costs, self._costly_us, self._costly_every,
-            )  # fmt: skip
+            self._said_costly(device)
         links = self._links(device, link_rates, metrics) if device.links else None
         if self._aer is not None and not device.is_mig:  # a MIG instance shares its GPU's link
             metrics.update(self._aer.read(device.pci_bus_id))

@@ -89,7 +89,7 @@ async function loadHealth() {
   try {
     health = await api(`/api/v1/health${cluster ? "?cluster=" + esc(cluster) : ""}`);
   } catch (err) {
-    health = null;
+    // no health to draw
   }
   if (asked !== healthAsked) return;
   state.health = health;
