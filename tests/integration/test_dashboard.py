@@ -42,6 +42,8 @@ from .harness import running_pipeline
 pytestmark = pytest.mark.integration
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
+# A view has rendered. Null-safe: while a navigation (a form post, a link) replaces the document, it has no body yet.
+READY = "document.body?.dataset.ready === '1'"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 HISTORY_S = 240
 BROKEN = (0, 3)  # node 0 (an HGX H100 board), GPU 3: in a 4-GPU fine-tuning job on that seed
@@ -122,7 +124,7 @@ def shot(page: Page, name: str) -> None:
 
 def open_view(page: Page, scene: Scene, hash_: str) -> None:
     page.goto(f"{scene.url}/#{hash_}")
-    page.wait_for_function("document.body.dataset.ready === '1'", timeout=60_000)
+    page.wait_for_function(READY, timeout=60_000)
 
 
 def test_fleet_view_shows_every_gpu_live_and_filters(page: Page, scene: Scene) -> None:
@@ -170,7 +172,7 @@ def test_node_page_shows_the_nodes_health_and_each_gpus_reasons(page: Page, scen
     open_view(page, scene, "/fleet")
     page.select_option("select[data-filter=cluster]", scene.settings.cluster)
     page.click(f'div.node[data-node="{broken["node"]}"] .node-name a[href^="#/node/"]')
-    page.wait_for_function("document.body.dataset.view === 'node' && document.body.dataset.ready === '1'")
+    page.wait_for_function(f"document.body?.dataset.view === 'node' && {READY}")
     expect(page.locator("p.node-state")).to_have_attribute("data-health", node["state"])
     expect(page.get_by_test_id("node-remedy")).to_have_text(node["remedy"])
     row = page.locator(f'table.node-gpus tr[data-gpu="{scene.broken_uuid}"]')
@@ -298,7 +300,8 @@ def test_beyond_loopback_the_dashboard_needs_the_token_and_keeps_secrets(
         expect(page.locator("#failed")).to_be_visible()
         page.fill("input[name=token]", "dash-token")
         page.click("button[type=submit]")
-        page.wait_for_function("document.body.dataset.ready === '1'", timeout=60_000)
+        expect(page).not_to_have_url(re.compile("/login"))
+        page.wait_for_function(READY, timeout=60_000)
         expect(page.locator("a.tile")).to_have_count(32)
         cookies = {c["name"]: c for c in context.cookies()}
         session = cookies["hermeneut_session"]
