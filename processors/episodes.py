@@ -3,7 +3,9 @@
 A rule says when its condition starts and when it clears; what happens in between is the same for every rule, so it
 is kept here once, for the domain detectors (per GPU, and per node for a fault shared by a node's GPUs) and for the
 baselines' anomaly tracker. An open episode knows since when it holds, when it was last sent (a finding is sent when
-it starts, again every ``repeat_s`` while it holds, and once when it clears) and how it was last described. Rows are
+it starts, again every ``repeat_s`` while it holds, and once when it clears), how it was last described and the workload
+it was last told with: its clear carries that workload, as a resolved Alertmanager alert keeps the labels it fired
+with (a clear dated where an episode went quiet may be sent after another job took the GPU). Rows are
 the slots of a :class:`processors.state.GpuSlots` (or its node ids), so whether an episode is open and when it was
 last sent are arrays a rule reads for a whole batch at once; episodes are listed in the order they opened.
 """
@@ -41,6 +43,8 @@ class Episode:
     said: Description = field(default_factory=lambda: Description(Severity.WARNING, "", "", {}))
     #: what the rule noted for its wording (an XID number, a slope, ...)
     detail: dict[str, float] = field(default_factory=dict)
+    #: the workload its last start or repeat was told with (its clear is told with it too)
+    workload: Workload | None = None
 
 
 @dataclass(eq=False)
@@ -108,9 +112,14 @@ class Episodes:
         gpu_index: int | None = None,
     ) -> Finding:
         """The finding of ``detector`` 's open episode at ``row`` as of ``ts_ns`` (a start or a repeat when
-        ``active``, else its clear), reading as ``said``; the episode counts as sent then."""
+        ``active``, with ``workload``; else its clear, with the workload it was last told with), reading as
+        ``said``; the episode counts as sent then."""
         col = self._col[detector]
         episode = self._open[(row, col)]
+        if active:
+            episode.workload = workload
+        else:
+            workload = episode.workload
         episode.last_sent_ns = ts_ns
         self._rows.last_sent[row, col] = ts_ns
         cluster, node, uuid, model = where

@@ -9,6 +9,7 @@ from pipeline.config import DetectorSettings
 from pipeline.events import (
     EventKind,
     GpuEvent,
+    Workload,
 )
 from processors.detectors.stage import Detectors
 from tests.unit.processors.detectors.driver import (
@@ -61,6 +62,30 @@ def test_xids_apart_by_more_than_the_quiet_window_are_episodes_of_their_own_howe
     ]
     ends = sorted(f.ts_ns for f in xids if not f.active)
     assert ends == [T0 + t * S for t in (90, 150, 210, 270, 330)]  # when each went quiet, not when a batch noticed
+
+
+@pytest.mark.parametrize("rounds_per_batch", [1, 600])
+def test_an_xids_clear_names_the_job_it_was_about_when_another_job_took_the_gpu(rounds_per_batch: int) -> None:
+    """An application XID kills job A; job B takes the GPU 10 s later, before the XID goes quiet (30 s). The clear
+    is about A's episode and says so, as a resolved alert keeps the labels it fired with, whether the detectors
+    see a second at a time or the whole replay in one batch (its clear is sent after B's rows)."""
+
+    def job(t: int, _gpu: int) -> Workload:
+        name = "job-a" if t < 70 else "job-b"
+        return Workload("llm-pretraining", job_id=name, source="slurm", confidence=1.0, job_gpus=8)
+
+    def events(t: int) -> list[GpuEvent]:
+        if t == 60:
+            return [GpuEvent("c1", "node-1", "GPU-0", 0, T0 + t * S, EventKind.XID, 43, "GPU stopped processing")]
+        return []
+
+    det = Detectors(DetectorSettings(storm_window_s=30.0))
+    _det, found, _ = run(600, job=job, events=events, rounds_per_batch=rounds_per_batch, detectors=det)
+    xids = [f for f in found if f.detector == "xid"]
+    assert (xids[0].active, xids[0].ts_ns) == (True, T0 + 60 * S)
+    (clear,) = [f for f in xids if not f.active]
+    assert clear.ts_ns == T0 + 90 * S
+    assert {f.workload.job_id for f in xids if f.workload is not None} == {"job-a"}
 
 
 def test_uncorrectable_ecc_from_counters_events_and_remap() -> None:
