@@ -24,8 +24,11 @@ A worker becomes a straggler by one of three routes:
   straggler even when several workers share it and the MAD is wide (PAI job 4: half the workers at 2-4x).
 
 It stays a straggler until neither route has held for ``clear`` consecutive windows (hysteresis), so a
-fluctuating straggler is one episode, not many. Jobs with fewer than ``min_workers`` reporting workers are not
-judged: with two workers there is no telling which one is the slow one.
+fluctuating straggler is one episode, not many. Hysteresis keeps an episode; it never starts one: a finding starts
+only in a window where a route holds (``PeerVerdict.holds``), so a GPU whose slowness had a known cause (a power
+cap, thermal throttling) is not named a straggler on the tail of that history once the cause has gone. Jobs with
+fewer than ``min_workers`` reporting workers are not judged: with two workers there is no telling which one is the
+slow one.
 """
 
 from __future__ import annotations
@@ -95,7 +98,8 @@ class PeerState:
 
 @dataclass(frozen=True, slots=True)
 class PeerVerdict:
-    """The outcome of one window: per worker, whether it is a straggler now and the numbers behind it."""
+    """The outcome of one window: per worker, whether it is a straggler now (``active``: a route holds in this
+    window, ``holds``, or did within the last ``clear`` windows) and the numbers behind it."""
 
     active: np.ndarray
     rel: np.ndarray
@@ -103,6 +107,7 @@ class PeerVerdict:
     median_rel: np.ndarray
     median_z: np.ndarray
     peer_median: float
+    holds: np.ndarray
     judged: bool = field(default=True)
 
 
@@ -130,7 +135,8 @@ def peer_step(state: PeerState, step_times: np.ndarray, params: StragglerParams)
     pair = n == 2 and params.pair_rel > 0
     if n < params.min_workers and not pair:
         nan = np.full(workers, np.nan)
-        return state, PeerVerdict(state.active.copy(), nan, nan, nan, nan, float("nan"), judged=False)
+        none = np.zeros(workers, dtype=bool)
+        return state, PeerVerdict(state.active.copy(), nan, nan, nan, nan, float("nan"), none, judged=False)
     rel, z, med = pair_scores(step_times, params) if pair else window_scores(step_times, params.mad_floor)
     rel_hist = np.roll(state.rel, -1, axis=1)
     z_hist = np.roll(state.z, -1, axis=1)
@@ -152,7 +158,7 @@ def peer_step(state: PeerState, step_times: np.ndarray, params: StragglerParams)
     quiet = np.where(holds, 0, state.quiet + 1)
     active = holds | (state.active & (quiet < params.clear))
     new = PeerState(rel_hist, z_hist, acute_run, cusum, quiet, active, windows)
-    return new, PeerVerdict(active.copy(), rel, z, median_rel, median_z, med)
+    return new, PeerVerdict(active.copy(), rel, z, median_rel, median_z, med, holds)
 
 
 def scan(step_times: np.ndarray, params: StragglerParams) -> np.ndarray:
@@ -372,7 +378,7 @@ class Stragglers:
                 "peers": float(np.count_nonzero(~np.isnan(step))),
                 "window_s": self.settings.straggler_window_s,
             }
-            if now and not was and not explained:
+            if now and verdict.holds[i] and not was and not explained:
                 self.report.transition(slot, STRAGGLER, True, ts, out, detail)
             elif was and (not now or explained):
                 self.report.transition(slot, STRAGGLER, False, ts, out, detail)

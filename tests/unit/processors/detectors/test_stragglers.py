@@ -246,3 +246,42 @@ def test_a_gpu_under_its_nodes_power_cap_stays_explained_when_its_own_xid_clears
     _det, found, _ = run(1800, shape, events=events)
     assert kinds(found) == {("xid", "GPU-0"), ("power-capping", None)}
     assert [(f.detector, f.ts_ns) for f in found if not f.active] == [("xid", T0 + 640 * S)]
+
+
+def test_gpus_whose_power_cap_ended_are_not_stragglers_on_the_way_back() -> None:
+    """The fleet evaluation's false stragglers (seed 37717): a node's power supply fails and two GPUs of the job run
+    slow under the lowered limit for 20 minutes, explained by the power cap; when the limit is back their clocks
+    take two minutes to climb back (12 % slow), then they run at their peers' pace. Their straggler history, half of
+    it from under the cap, still held them as the explanation's look-back ran out (hysteresis keeps an episode
+    from flapping): no finding may start on that tail, only in a window with evidence of its own."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu < 2 and 400 <= t < 1600:
+            return m | {"power_limit_watts": 505.0, "power_watts": 501.0, "sm_clock_mhz": 1500.0,
+                        "utilization_gpu_percent": 97.0, "throttle_reasons_mask": float(SW_POWER_CAP)}  # fmt: skip
+        if gpu < 2 and 1600 <= t < 1720:
+            return m | {"sm_clock_mhz": 1630.0}
+        if 400 <= t < 1600:  # their peers wait on them at every step
+            return m | {"utilization_gpu_percent": 35.0 if t % 10 < 3 else 97.0}
+        return m
+
+    _det, found, _ = run(2400, shape)
+    assert kinds(found) == {("power-capping", None)}
+    assert not starts(found, "straggler")
+
+
+def test_hysteresis_keeps_a_straggler_but_is_not_evidence_of_one() -> None:
+    """``active`` stays for ``clear`` windows after the last window a route held; ``holds`` says whether one did
+    in this window (what a new finding needs)."""
+    params = StragglerParams()
+    state = PeerState.empty(6, params)
+    slow = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.5])
+    for _ in range(4):
+        state, verdict = peer_step(state, slow, params)
+    assert verdict.active[5] and verdict.holds[5]
+    tail = []
+    for _ in range(params.persist + params.clear):
+        state, verdict = peer_step(state, np.ones(6), params)
+        tail.append((bool(verdict.active[5]), bool(verdict.holds[5])))
+    assert (True, False) in tail and tail[-1] == (False, False)
+    assert all(active for active, holds in tail if holds)
