@@ -378,7 +378,7 @@ class Stragglers:
                 "peers": float(np.count_nonzero(~np.isnan(step))),
                 "window_s": self.settings.straggler_window_s,
             }
-            if now and verdict.holds[i] and not was and not explained:
+            if verdict.holds[i] and not was and not explained:  # holds: a route, not the hysteresis (active)
                 self.report.transition(slot, STRAGGLER, True, ts, out, detail)
             elif was and (not now or explained):
                 self.report.transition(slot, STRAGGLER, False, ts, out, detail)

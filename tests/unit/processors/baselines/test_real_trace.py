@@ -74,7 +74,12 @@ def _simulator_baselines() -> BaselineSet:
         for model in np.unique(h.model)
         if (sel := (h.application == app) & (h.model == model)).sum() >= 50
     ]
-    records = fit_version(parts, 1, 0, 100, 30, 0.6).records
+    return _fitted(parts, 0)
+
+
+def _fitted(parts: list[LabelledRows], trained_ns: int) -> BaselineSet:
+    """The baselines of one version fitted on ``parts``, which must hold the run's own (application, model)."""
+    records = fit_version(parts, 1, trained_ns, 100, 30, 0.6).records
     assert f"llm-pretraining/{H100}/compute" in {r.baseline_id for r in records}
     return BaselineSet(BaselineManifest(1, 0, 0, 0, tuple(r.baseline_id for r in records)), list(records))
 
@@ -104,9 +109,7 @@ def test_a_real_healthy_training_run_is_normal_against_what_was_learned_from_its
     f = features_of(first)
     gpu = np.unique(np.array(first.gpu_uuid), return_inverse=True)[1]
     part = LabelledRows("llm-pretraining", H100, f, infer_phase(f), gpu, first.ts_ns, frozenset({"real"}))
-    records = fit_version([part], 1, split, 100, 30, 0.6).records
-    assert f"llm-pretraining/{H100}/compute" in {r.baseline_id for r in records}
-    learned = BaselineSet(BaselineManifest(1, 0, 0, 0, tuple(r.baseline_id for r in records)), list(records))
+    learned = _fitted([part], split)
 
     scored, _ = score_batch(second, learned)
     verdicts = np.array(scored.verdict)
