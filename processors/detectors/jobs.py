@@ -3,7 +3,10 @@ starts a new memory history): from the context (a new job id, or a new applicati
 (new compute processes on the GPU), so the rules work without a context source too.
 
 A *job* boundary is a change of job id (a context source said so); an *application* boundary also counts a change of
-the (possibly inferred) application, which can flicker, so only the power-cap rule reads it.
+the application a context source named, so only the power-cap rule reads it. An application the classifier inferred
+is no boundary: it flickers, and a fault flips it (a power supply failing under a job changes the very features it
+is inferred from; on seed 38833 of the offline evaluation a node without context took its own lowered limits for a
+new job's setting that way, and the power capping went unfound).
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ class Jobs:
     def __init__(self, slots: GpuSlots) -> None:
         self.at = slots.attach(Boundaries())
         self._codes: dict[str, int] = {}
-        self._wl_codes: dict[tuple[str | None, str] | None, tuple[int, int]] = {}
+        self._wl_codes: dict[tuple[str | None, str, bool] | None, tuple[int, int]] = {}
 
     def context(self, s: np.ndarray, wls: list[Workload | None]) -> tuple[np.ndarray, np.ndarray]:
         """The workloads of rows sorted by (slot, time). Returns, per row, whether it is its GPU's last of the batch,
@@ -114,10 +117,10 @@ class Jobs:
         return code
 
     def _codes_of(self, wl: Workload | None) -> tuple[int, int]:
-        key = None if wl is None else (wl.job_id, wl.application)  # hashing two strings beats the whole record
+        key = None if wl is None else (wl.job_id, wl.application, wl.source == "inferred")  # beats the whole record
         codes = self._wl_codes.get(key)
         if codes is None:
             job = "" if wl is None else wl.job_id or ""
-            app = "" if wl is None else wl.application
+            app = "" if wl is None or wl.source == "inferred" else wl.application
             codes = self._wl_codes[key] = (self._code(f"job:{job}"), self._code(f"app:{app}"))
         return codes

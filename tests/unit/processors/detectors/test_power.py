@@ -192,3 +192,23 @@ def test_two_gpus_lowered_seconds_apart_are_one_node_finding_and_one_alone_is_pe
     assert [(f.gpu_uuid, f.ts_ns) for f in starts(found)] == [(None, T0 + 320 * S), ("GPU-6", T0 + 1320 * S)]
     assert "on 2 of 8 GPUs at once (GPU 1, 4)" in starts(found)[0].summary
     assert [(f.gpu_uuid, f.ts_ns) for f in found if not f.active] == [(None, T0 + 900 * S)]
+
+
+def test_a_node_without_context_whose_inferred_application_flips_as_its_supply_fails_is_still_capped() -> None:
+    """Seed 38833's missed power capping: no context source, and the classifier's guess of the application changes
+    as the lowered limits change the very features it guesses from. An inferred application is no job boundary
+    (only processes and a context source are): the node's finding is raised as with a steady guess."""
+
+    def guess(t: int, gpu: int) -> Workload:
+        return Workload("llm-finetuning" if t < 400 else "bert-training", source="inferred", confidence=0.7)
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if t >= 400:
+            m |= {"power_limit_watts": 400.0, "power_watts": 398.0, "throttle_reasons_mask": float(SW_POWER_CAP)}
+        return m
+
+    def processes(t: int, gpu: int) -> tuple[GpuProcess, ...]:
+        return (GpuProcess(7000 + gpu, "python", None),)
+
+    _det, found, _ = run(800, shape, job=guess, gpus=4, processes=processes)
+    assert [(f.detector, f.gpu_uuid, f.ts_ns) for f in starts(found)] == [("power-capping", None, T0 + 520 * S)]
