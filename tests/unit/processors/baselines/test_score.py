@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from pipeline.events import Driver, InterpretedBatch, Verdict, Workload
-from processors.baselines.score import AnomalyTracker, score_batch, serving_demand
+from processors.baselines.score import AnomalyTracker, deeper_rest, score_batch, serving_demand
 from processors.features import FEATURE_INDEX, features, infer_phase
 from tests.unit.processors.baselines.helpers import H100, concat, first_row, fit_on, set_of, with_app
 from tests.unit.processors.history import Labelled
@@ -201,3 +201,26 @@ def test_a_server_only_busier_or_smaller_than_its_history_is_unusual_and_anythin
     )
     assert explanation[2].endswith("only holding less memory than its history: a smaller model or cache, not a fault")
     assert explanation[3:] == [explanation[3]] * (n - 3) and "anomalous for" in explanation[3]
+
+
+def test_an_idle_gpu_resting_deeper_than_its_history_is_unusual_and_a_hot_idle_one_stays_anomalous() -> None:
+    """Seed 38833's warning: an idle H100 at 17 % SM clock against an idle band whose 5th percentile was 54 %."""
+    deeper = (
+        Driver("sm_clock_ratio_of_max", 0.17, 0.6, 0.54, 0.9),
+        Driver("power_ratio_of_limit", 0.09, 0.12, 0.1, 0.2),
+    )
+    hot = (Driver("temperature_ratio_of_slowdown", 0.7, 0.4, 0.35, 0.5),)
+    deeper_and_hot = deeper + hot
+    cases = [("idle", deeper), ("idle", hot), ("idle", deeper_and_hot), ("compute", deeper)]
+    n = len(cases)
+    batch, _ = _verdict_batch([0.0] * n, [3] * n)
+    batch = dataclasses.replace(batch, phase=tuple(p for p, _ in cases), drivers=tuple(d for _, d in cases))
+    verdict = np.full(n, 3)
+    explanation = ["SM clock 17% of max: anomalous for LLM serving on H100 80GB HBM3 in idle (p5 54%)"] * n
+    deeper_rest(batch, verdict, explanation)
+    assert verdict.tolist() == [2, 3, 3, 3]
+    assert explanation[0].startswith("SM clock 17% of max: unusual for LLM serving")
+    assert explanation[0].endswith(
+        "only resting deeper than its history (every difference below the idle band), not a fault"
+    )
+    assert explanation[1:] == [explanation[1]] * (n - 1) and "anomalous for" in explanation[1]
