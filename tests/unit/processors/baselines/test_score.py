@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 
 from pipeline.events import Driver, InterpretedBatch, Verdict, Workload
 from processors.baselines.score import AnomalyTracker, deeper_rest, score_batch, serving_demand
@@ -224,3 +225,28 @@ def test_an_idle_gpu_resting_deeper_than_its_history_is_unusual_and_a_hot_idle_o
         "only resting deeper than its history (every difference below the idle band), not a fault"
     )
     assert explanation[1:] == [explanation[1]] * (n - 1) and "anomalous for" in explanation[1]
+
+
+@pytest.mark.parametrize("later", ["memory_used_ratio", "sm_clock_ratio_of_max"])
+def test_a_baseline_anomaly_led_by_memory_alone_never_warns(later: str) -> None:
+    """Seeds 30011, 32233 and 37717's paging false alarms: single-GPU fine-tuning jobs holding another share of
+    memory than a band learned from a few GPUs. Memory used alone is the job's configuration: information however
+    long it holds; once another feature leads too, the finding warns after half an hour as any other."""
+    tracker = settled(after_s=300.0)
+    memory = (Driver("memory_used_ratio", 0.69, 0.9, 0.81, 0.95),)
+    clock = (Driver("sm_clock_ratio_of_max", 0.5, 0.95, 0.9, 1.0),)
+    found = []
+    for t in range(0, 2500, 10):
+        batch, codes = _verdict_batch([float(t)], [3])
+        led = memory if t < 1000 else (memory if later == "memory_used_ratio" else clock)
+        batch = dataclasses.replace(batch, drivers=(led,))
+        found += tracker.update(batch, codes, ["memory 69%: anomalous for LLM fine-tuning"], batch.score)
+    long_held = {f.severity for f in found if f.ts_ns - f.since_ns >= 1800 * 10**9}
+    if later == "memory_used_ratio":
+        assert long_held == {"info"} and {f.severity for f in found} == {"info"}
+        assert all(
+            f.summary.endswith("(growth is judged by the memory-leak rule, a loss by memory-collapse)") for f in found
+        )
+    else:
+        assert long_held == {"warning"}
+        assert not any("memory alone" in f.summary for f in found if f.ts_ns >= 1000 * 10**9)
