@@ -38,6 +38,7 @@ test: $(STAMP) tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/hermeneut services install
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)

@@ -44,6 +44,22 @@ def services_up(ctx: click.Context, web: bool) -> None:
         click.echo(f"{name:9} {line}")
 
 
+@services_group.command("install")
+@click.pass_context
+def services_install(ctx: click.Context) -> None:
+    """Install Kafka's jars and build influxd into the cache, once per version, without starting them (``make
+    test`` runs this first: a cold influxd build outlasts any one test's time limit)."""
+    from pipeline.services import influxdb, kafka
+
+    settings = settings_of(ctx)
+    cache = settings.services.cache_dir
+    with errors():
+        libs = kafka.install(cache, settings.kafka.version)
+        binary = influxdb.install(cache, settings.influxdb.version)
+    click.echo(f"kafka     {settings.kafka.version}: {libs}")
+    click.echo(f"influxdb  {settings.influxdb.version}: {binary}")
+
+
 @services_group.command("status")
 @click.pass_context
 def services_status(ctx: click.Context) -> None:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
+from pipeline.config import load_settings
 from pipeline.face.cli import cli
 
 COMMANDS = [
     [],
     ["services"],
     ["services", "up"],
+    ["services", "install"],
     ["services", "status"],
     ["services", "down"],
     ["topics"],
@@ -79,3 +83,23 @@ def test_sink_without_token_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("HERMENEUT_INFLUXDB__URL", "http://127.0.0.1:9")
     result = CliRunner().invoke(cli, ["sink"])
     assert result.exit_code == 2 and "influxdb.token" in result.output
+
+
+def test_services_install_takes_what_the_cache_holds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``make test`` installs the services before pytest (a cold influxd build outlasts a test's time limit); with
+    both in the cache it builds nothing and says where they are."""
+    monkeypatch.setenv("HERMENEUT_SERVICES__CACHE_DIR", str(tmp_path))
+    settings = load_settings()
+    assert settings.services.cache_dir == tmp_path
+    kafka_home = tmp_path / "kafka" / settings.kafka.version
+    influx_home = tmp_path / "influxdb" / settings.influxdb.version
+    for home in (kafka_home, influx_home):
+        home.mkdir(parents=True)
+    (kafka_home / ".complete").touch()
+    (influx_home / "influxd").touch()
+    result = CliRunner().invoke(cli, ["services", "install"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        f"kafka     {settings.kafka.version}: {kafka_home / 'libs'}",
+        f"influxdb  {settings.influxdb.version}: {influx_home / 'influxd'}",
+    ]
