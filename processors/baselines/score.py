@@ -98,6 +98,12 @@ class Judgement:
         return np.isin(clusters, r.clusters) if r.clusters else np.ones(len(clusters), dtype=bool)
 
 
+def _unusual(row: int, verdict: np.ndarray, explanation: list[str], why: str) -> None:
+    """Downgrade an anomalous row (in place) to unusual, its explanation saying so and ``why``."""
+    verdict[row] = _UNUSUAL
+    explanation[row] = explanation[row].replace(": anomalous for", ": unusual for", 1) + why
+
+
 class JobConsensus:
     """Per job, when each of its GPUs was last anomalous: when most of a job's GPUs are at once, the job is what
     differs from its baseline, not one GPU (see the module docstring)."""
@@ -129,8 +135,7 @@ class JobConsensus:
                 continue
             note = f"; so are {len(seen)} of {size} GPUs of job {key[1]}: the job differs from its baseline, not a GPU"
             for r in mine:
-                verdict[r] = _UNUSUAL
-                explanation[r] = explanation[r].replace(": anomalous for", ": unusual for", 1) + note
+                _unusual(r, verdict, explanation, note)
 
 
 #: features that rise with a server's request load (processors.features.FEATURES)
@@ -164,10 +169,8 @@ def serving_demand(batch: InterpretedBatch, verdict: np.ndarray, explanation: li
             continue
         why = [w for w, seen in (("busier", any(busier)), ("holding less memory", any(smaller))) if seen]
         what = [w for w, seen in (("more requests", any(busier)), ("a smaller model or cache", any(smaller))) if seen]
-        verdict[r] = _UNUSUAL
-        explanation[r] = (
-            explanation[r].replace(": anomalous for", ": unusual for", 1)
-            + f"; only {' and '.join(why)} than its history: {' and '.join(what)}, not a fault"
+        _unusual(
+            r, verdict, explanation, f"; only {' and '.join(why)} than its history: {' and '.join(what)}, not a fault"
         )
 
 
@@ -178,10 +181,11 @@ def deeper_rest(batch: InterpretedBatch, verdict: np.ndarray, explanation: list[
         drivers = batch.drivers[r]
         if batch.phase[r] != "idle" or not drivers or not all(d.observed < d.low for d in drivers):
             continue
-        verdict[r] = _UNUSUAL
-        explanation[r] = (
-            explanation[r].replace(": anomalous for", ": unusual for", 1)
-            + "; only resting deeper than its history (every difference below the idle band), not a fault"
+        _unusual(
+            r,
+            verdict,
+            explanation,
+            "; only resting deeper than its history (every difference below the idle band), not a fault",
         )
 
 

@@ -5,8 +5,9 @@ starts a new memory history): from the context (a new job id, or a new applicati
 A *job* boundary is a change of job id (a context source said so); an *application* boundary also counts a change of
 the application a context source named, so only the power-cap rule reads it. An application the classifier inferred
 is no boundary: it flickers, and a fault flips it (a power supply failing under a job changes the very features it
-is inferred from; on seed 38833 of the offline evaluation a node without context took its own lowered limits for a
-new job's setting that way, and the power capping went unfound).
+is inferred from, and a node without context took its own lowered limits for a new job's setting that way: see
+``test_power.py``; read as the cause of seed 38833's missed power capping, not confirmed on that seed, and power caps
+were still missed on later seeds).
 """
 
 from __future__ import annotations
