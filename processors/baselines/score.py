@@ -66,9 +66,16 @@ _VERDICTS: Final = (Verdict.UNSCORED, Verdict.NORMAL, Verdict.UNUSUAL, Verdict.A
 _UNSCORED, _NORMAL, _UNUSUAL, _ANOMALOUS = range(4)
 _NONE: Final = np.int64(-1)  # "no such time" in the tracker's timestamp arrays
 _NEVER: Final = np.iinfo(np.int64).max
-#: a bit per feature, for the features that led a job's anomaly (_Streaks.job_drivers)
-_LEAD_BIT: Final = {name: 1 << i for i, name in enumerate(FEATURE_NAMES)}
-_MEMORY_BIT: Final = _LEAD_BIT["memory_used_ratio"]
+#: a bit per difference from a baseline, a feature above or below its band (_Streaks.job_drivers, _Streaks.led)
+_DIFF_BIT: Final = {
+    (name, above): 1 << (2 * i + above) for i, name in enumerate(FEATURE_NAMES) for above in (False, True)
+}
+_MEMORY_BITS: Final = _DIFF_BIT["memory_used_ratio", False] | _DIFF_BIT["memory_used_ratio", True]
+
+
+def _diff_bit(d: Driver) -> int:
+    """The bit of one driver's difference: its feature, above or below what was expected."""
+    return _DIFF_BIT.get((d.feature, d.observed > d.expected), 0)
 
 
 #: the finding of a GPU anomalous against its baseline
@@ -193,7 +200,8 @@ def deeper_rest(batch: InterpretedBatch, verdict: np.ndarray, explanation: list[
 class _Streaks:
     """Per GPU: the start of its current anomalous streak, and of its current streak of rows that are not; the job it
     runs (a code of its cluster and job id) and since when it was scored with it; whether the current anomalous
-    streak began as the job did, and the features that led such streaks of this job (a bit per feature)."""
+    streak began as the job did, and every difference such streaks of this job showed (a bit per feature and
+    direction: :data:`_DIFF_BIT`)."""
 
     anomalous_since: np.ndarray = column(_NONE)
     calm_since: np.ndarray = column(_NONE)
@@ -201,15 +209,18 @@ class _Streaks:
     job_since: np.ndarray = column(_NONE)
     from_start: np.ndarray = column(False)
     job_drivers: np.ndarray = column(np.int64(0))
-    #: the features that led the anomalous rows of the GPU's open baseline-anomaly finding (a bit per feature)
+    #: the differences that led the anomalous rows of the GPU's open baseline-anomaly finding (:data:`_DIFF_BIT`)
     led: np.ndarray = column(np.int64(0))
 
 
 #: an anomalous streak that begins this soon after the GPU's job began is how the job runs (its model size, batch,
 #: data), a property of the job, not a change of the GPU: it raises no finding; nor does a later streak of the same
-#: job led by a feature that led it then (a job configured unlike the learned history hovers at the band's edge:
-#: in the offline evaluation its streak broke on a calm row and came back as a "new" anomaly that warned after 30
-#: minutes). A later streak led by another feature (the clocks of a job that began with less memory) is a change.
+#: job led by a difference its start showed, the same feature on the same side of its band (a job configured unlike
+#: the learned history hovers at the band's edge: in the offline evaluation its streak broke on a calm row and came
+#: back as a "new" anomaly that warned after 30 minutes; on seed 45557 a fine-tuning job began with more memory and a
+#: cooler die than its band, and a later streak led by the cooler die, after a checkpoint, warned). A later streak led
+#: by another difference (the clocks of a job that began with less memory, a die hotter than a job that began cooler)
+#: is a change.
 STARTUP_S: Final = 600.0
 #: an open baseline-anomaly finding is information; it warns once it has held this long
 ESCALATE_S: Final = 1800.0
@@ -222,14 +233,14 @@ MEMORY_ALONE: Final = (
 
 class AnomalyTracker:
     """Per GPU: how long it has been anomalous (or not), as arrays of the processor's slot table (its own when built
-    alone), updated per batch with vector operations; emits ``baseline-anomaly`` findings (see module docstring):
-    none for a streak that began with the GPU's job (a property of the job), nor for a later one of the same job led
-    by the same feature (:data:`STARTUP_S`), nor while a detector's finding tells why the GPU is slow (``explained``),
-    info while young, a warning once it has held for ``ESCALATE_S``, unless memory used led every anomalous row of it:
-    how much memory a job holds is its configuration (another model, batch or cache than the history held), growth is
-    the memory-leak rule's and a loss the memory-collapse event's, so memory alone stays information. In the offline
-    evaluation these were most paging false alarms left (single-GPU fine-tuning jobs at 46-91 % of memory against
-    bands learned from 6-7 GPUs in 3 hours, seeds 30011, 32233 and 37717)."""
+    alone), updated per batch with vector operations; emits ``baseline-anomaly`` findings (see module docstring): none
+    for a streak that began with the GPU's job (a property of the job), nor for a later one of the same job led by a
+    difference its start showed (:data:`STARTUP_S`), nor while a detector's finding tells why the GPU is slow
+    (``explained``), info while young, a warning once it has held for ``ESCALATE_S``, unless memory used led every
+    anomalous row of it: how much memory a job holds is its configuration (another model, batch or cache than the
+    history held), growth is the memory-leak rule's and a loss the memory-collapse event's, so memory alone stays
+    information. In the offline evaluation these were most paging false alarms left (single-GPU fine-tuning jobs at
+    46-91 % of memory against bands learned from 6-7 GPUs in 3 hours, seeds 30011, 32233 and 37717)."""
 
     def __init__(
         self,
@@ -289,14 +300,18 @@ class AnomalyTracker:
         with_job = began & (job_since != _NONE) & (since - job_since < int(STARTUP_S * 1e9))
         streaks.from_start[seen] = np.where(began, with_job, streaks.from_start[seen] & (since != _NONE))
         streaks.anomalous_since[seen], streaks.calm_since[seen] = since, calm
-        # the feature leading each anomalous row (a bit; 0: none named); a job-start streak's are the job's
-        lead = np.zeros(len(rows), dtype=np.int64)
+        # the difference leading each anomalous row and all it shows (bits; 0: none named); a job-start streak's
+        # differences are the job's
+        lead, diffs = np.zeros(len(rows), dtype=np.int64), np.zeros(len(rows), dtype=np.int64)
         for i in np.flatnonzero(bad).tolist():
             drivers = batch.drivers[int(rows[i])]
-            lead[i] = _LEAD_BIT.get(drivers[0].feature, 0) if drivers else 0
-        size_mask = np.zeros(size, dtype=np.int64)
+            lead[i] = _diff_bit(drivers[0]) if drivers else 0
+            for d in drivers:
+                diffs[i] |= _diff_bit(d)
+        size_mask, size_diffs = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
         np.bitwise_or.at(size_mask, slot, lead)
-        streaks.job_drivers[seen] |= np.where(streaks.from_start[seen], size_mask[seen], 0)
+        np.bitwise_or.at(size_diffs, slot, diffs)
+        streaks.job_drivers[seen] |= np.where(streaks.from_start[seen], size_diffs[seen], 0)
         last_lead = np.zeros(size, dtype=np.int64)
         last_lead[slot[bad]] = lead[bad]  # rows are in time order per GPU: the latest anomalous row's lead
         same_lead = (last_lead[seen] & streaks.job_drivers[seen]) != 0
@@ -323,7 +338,8 @@ class AnomalyTracker:
             is_active = bool(start[j] or repeat[j])
             where = (batch.cluster[row], batch.node[row], batch.gpu_uuid[row], batch.gpu_model[row])
             held = now - self.episodes.get(s, BASELINE_ANOMALY).since_ns
-            memory_alone = int(streaks.led[s]) == _MEMORY_BIT
+            led = int(streaks.led[s])
+            memory_alone = led != 0 and led & ~_MEMORY_BITS == 0
             severity = Severity.WARNING if held >= int(ESCALATE_S * 1e9) and not memory_alone else Severity.INFO
             said = _said(batch, row, is_active, explanation, scores, severity, MEMORY_ALONE if memory_alone else "")
             findings.append(

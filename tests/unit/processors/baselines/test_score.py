@@ -140,6 +140,36 @@ def test_a_job_that_began_unlike_its_baseline_is_not_found_again_for_the_same_fe
     assert found.active and found.since_ns == 4010 * 10**9
 
 
+def test_a_later_streak_led_by_any_difference_the_job_began_with_is_the_job_and_the_other_side_is_a_change() -> None:
+    """Seed 45557 of the offline evaluation: an LLM fine-tuning job on an L40S began with more memory and a cooler die
+    than its band (memory led those rows); after a checkpoint the die was cooler still and led a streak, which warned
+    after 30 minutes. Every difference the job's start showed (feature and side of the band) is the job's; the same
+    die *hotter* than its band is a change."""
+    memory = Driver("memory_used_ratio", 0.864, 0.71, 0.624, 0.805)
+    cooler = Driver("temperature_ratio_of_slowdown", 0.364, 0.53, 0.477, 0.58)
+    hotter = Driver("temperature_ratio_of_slowdown", 0.66, 0.53, 0.477, 0.58)
+
+    def rows(drivers: tuple[Driver, ...], ts_s: list[float]) -> tuple[InterpretedBatch, np.ndarray]:
+        batch, codes = _verdict_batch(ts_s, [3] * len(ts_s))
+        return dataclasses.replace(batch, drivers=(drivers,) * len(ts_s)), codes
+
+    tracker = AnomalyTracker()
+    batch, codes = rows((memory, cooler), [float(t) for t in range(0, 600, 10)])
+    assert tracker.update(batch, codes, ["x"] * len(codes), batch.score) == []  # began with the job
+    found = []
+    for start in (600, 2400, 4200):  # checkpoints break the streak; each comes back led by the cooler die
+        batch, codes = _verdict_batch([float(start)], [1])
+        found += tracker.update(batch, codes, ["x"], batch.score)
+        batch, codes = rows((cooler, memory), [float(t) for t in range(start + 10, start + 1800, 10)])
+        found += tracker.update(batch, codes, ["x"] * len(codes), batch.score)
+    assert found == []
+    batch, codes = _verdict_batch([6000.0], [1])
+    assert tracker.update(batch, codes, ["x"], batch.score) == []
+    batch, codes = rows((hotter, memory), [float(t) for t in range(6010, 6100, 10)])
+    (hot,) = tracker.update(batch, codes, ["x"] * len(codes), batch.score)
+    assert hot.active and hot.since_ns == 6010 * 10**9
+
+
 def test_a_baseline_anomaly_informs_and_warns_once_it_has_held_half_an_hour() -> None:
     tracker = settled(after_s=300.0)
     found = []
