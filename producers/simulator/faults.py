@@ -18,8 +18,9 @@ names a fault whose signature is in the telemetry. Signatures (what the fleet re
 - thermal-throttling: the GPU's cooling degrades (thermal resistance x2-6, inlet warmer); temperature climbs with
   the thermal time constant to the slowdown threshold, where the GPU's controller lowers clocks (and so power) to
   hold it, with NVML's SW thermal (0x20) and, at the threshold, HW thermal slowdown (0x40) reasons; util stays.
-- power-capping (node-level, as after a power-supply failure): every GPU's enforced power limit drops to 50-70 %
-  of its default; busy GPUs run at the new limit with the SW power cap reason (0x4) and lower clocks.
+- power-capping (node-level, as after a power-supply failure): the node's GPUs are capped at 50-70 % of the
+  highest power limit in force there (the default, or what the operator set: a capped pool, miners' own limits);
+  busy GPUs run at the new limit with the SW power cap reason (0x4) and lower clocks.
 - nvlink-down: some or all of the GPU's links go inactive, NVLink traffic stops, the same traffic moves to PCIe
   (up to what the link carries), CRC/replay/recovery counters jump; the job's GPUs wait on the slower path.
 - pcie-link-degraded: the link retrains at a lower width (x8/x4) or generation while busy; the replay counter
@@ -209,7 +210,11 @@ MAGNITUDES: Final[dict[str, Magnitude]] = {
         "C above the memory's max operating temperature it would settle", 2.0, 20.0, (2.0, 5.0, 10.0, 20.0)
     ),
     "power-capping": Magnitude(
-        "enforced limit as a share of the default", 0.5, 0.85, (0.5, 0.65, 0.75, 0.85), milder_above=True
+        "enforced limit as a share of the node's highest limit in force",
+        0.5,
+        0.85,
+        (0.5, 0.65, 0.75, 0.85),
+        milder_above=True,
     ),
     "nvlink-down": Magnitude("share of the GPU's NVLinks down", 0.05, 1.0, (0.05, 0.25, 0.75, 1.0)),
     "pcie-link-degraded": Magnitude("share of the link's bandwidth lost", 0.5, 0.875, (0.5, 0.75, 0.875, 0.875)),
@@ -471,6 +476,8 @@ class Now:
     busy_power: np.ndarray
     memory_frac: np.ndarray
     inlet_c: np.ndarray
+    #: each GPU's power limit in force, as its operator set it (W)
+    limit_w: np.ndarray
 
 
 @dataclass
@@ -747,13 +754,19 @@ class FaultInjector:
         e.thermal_k[g], e.inlet_add[g] = k, add
         return Started(f"cooling degraded (fan/airflow): thermal resistance x{k:.1f}, inlet +{add:.0f} C")
 
-    def _start_power_capping(self, node: int, _now: Now, _duration: float, magnitude: float | None) -> Started:
+    def _start_power_capping(self, node: int, now: Now, _duration: float, magnitude: float | None) -> Started:
         v, e = self.view, self.effects
         frac = float(self.rng.uniform(0.5, 0.7)) if magnitude is None else magnitude
         gpus = slice(node * v.gpus_per_node, (node + 1) * v.gpus_per_node)
-        e.cap_watts[gpus] = np.maximum(np.round(v.default_watts[gpus] * frac), v.min_watts[gpus])
+        # one cap for the node, a share of the highest limit in force there (a pool capped by its operator, miners'
+        # own limits): a share of the default could sit above every limit in force and change nothing at all
+        in_force = float(now.limit_w[gpus].max())
+        e.cap_watts[gpus] = np.maximum(np.round(in_force * frac), v.min_watts[gpus])
         watts = float(e.cap_watts[node * v.gpus_per_node])
-        return Started(f"power supply failure: GPU power limit lowered to {watts:.0f} W ({frac:.0%} of default)")
+        return Started(
+            f"power supply failure: GPU power limit lowered to {watts:.0f} W ({frac:.0%} of the {in_force:.0f} W in "
+            f"force; default {v.default_watts[node * v.gpus_per_node]:.0f} W)"
+        )
 
     def _start_nvlink_down(self, g: int, now: Now, _duration: float, magnitude: float | None) -> Started:
         v, e, rng = self.view, self.effects, self.rng

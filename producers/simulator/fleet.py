@@ -414,7 +414,9 @@ class Fleet:
         changed = sched.fill(now_s) if first else []
         changed += sched.advance(now_s)
         inlet = self._inlet + self._injector.effects.inlet_add
-        faults = self._injector.advance(Now(now_s, ts_ns, dt, sched, self._power_ewma, self._memory_frac, inlet))
+        faults = self._injector.advance(
+            Now(now_s, ts_ns, dt, sched, self._power_ewma, self._memory_frac, inlet, self._operator_limit)
+        )
         changed += faults.changed
         if changed:
             self._on_job_change(np.unique(changed))

@@ -109,10 +109,12 @@ def test_power_capping_lowers_every_limit_of_the_node(run: Run) -> None:
     node = run.fleet.nodes.index(r.node)
     during = (START_S, START_S + DURATION_S)
     capped_busy = 0
-    for uuid in run.fleet.uuids[node * GPN : (node + 1) * GPN]:
+    uuids = run.fleet.uuids[node * GPN : (node + 1) * GPN]
+    in_force = max(run.series(uuid, "power_limit_watts", 0, START_S).max() for uuid in uuids)
+    for uuid in uuids:
         default = run.series(uuid, "power_default_limit_watts", *during)
         limit = run.series(uuid, "power_limit_watts", *during)
-        assert (limit <= 0.7 * default + 1).all() and (limit >= 0.5 * default - 1).all()
+        assert (limit <= 0.7 * in_force + 1).all() and (limit >= 0.5 * in_force - 1).all()
         assert run.series(uuid, "power_limit_watts", START_S + DURATION_S, ROUNDS)[0] > limit[0]  # restored
         power = run.series(uuid, "power_watts", *during)
         assert (power <= 1.1 * limit).all()
@@ -123,6 +125,30 @@ def test_power_capping_lowers_every_limit_of_the_node(run: Run) -> None:
             before = np.median(run.series(uuid, "sm_clock_mhz", 0, START_S))
             assert np.median(run.series(uuid, "sm_clock_mhz", *during)) < 0.95 * before
     assert capped_busy >= 1
+
+
+def test_power_capping_lowers_a_node_whose_operator_limits_are_under_the_default_by_its_magnitude() -> None:
+    """A pool its operator capped at 74 % of the default (seed 41113 of the offline evaluation: 296 of 400 W) and a
+    supply failure of magnitude 0.72: as a share of the default (288 W) it lowered the limits by 2.7 %, under any
+    detector's threshold, and at 0.84 on a miners' node (209 of 250 W, limits 165-198 W, seed 45557) not at all;
+    ground truth with no signature. The cap is a share of the node's highest limit in force."""
+    plan = FaultPlan(rate_scale=0, injections=(Injection("power-capping", START_S, DURATION_S),))
+    fleet = Fleet(8, GPN, seed=5, faults=plan)
+    fleet._base_limit = fleet._operator_limit = np.round(fleet._default_w * 0.74)  # the pool's own limit, for good
+    before: dict[str, list[float]] = defaultdict(list)
+    during: dict[str, list[float]] = defaultdict(list)
+    records: list[FaultRecord] = []
+    for r in range(START_S + 120):
+        sim = fleet.round(T0 + r * 10**9)
+        records += sim.ground_truth
+        for batch in sim.batches:
+            for s in batch.samples:
+                (before if r < START_S else during)[s.gpu_uuid].append(s.metrics["power_limit_watts"])
+    (record,) = records
+    node = fleet.nodes.index(record.node)
+    for uuid in fleet.uuids[node * GPN : (node + 1) * GPN]:
+        assert max(during[uuid][1:]) <= 0.7 * max(before[uuid]) + 1  # the default draw: 50-70 %
+    assert "of the" in record.detail and "W in force" in record.detail
 
 
 def test_nvlink_down_moves_traffic_to_pcie(run: Run) -> None:
