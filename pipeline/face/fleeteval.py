@@ -24,9 +24,12 @@ One run, per seed:
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 
 import numpy as np
@@ -319,6 +322,16 @@ def seed_line(o: Outcome) -> str:
         f"learned, {len(o.withheld_nodes)} nodes without context, {o.seconds:.0f} s; after learning "
         f"{o.after.paging_false_alarms} paging false alarm(s) in {o.after.healthy_gpu_days:.1f} healthy GPU-days"
     )
+
+
+def write_findings(o: Outcome, path: Path) -> int:
+    """Every finding of a run and its ground truth as JSON lines (``{"truth": ...}`` / ``{"finding": ...}``, in that
+    order), so that each miss and false alarm the report counts can be read one by one; returns the lines written."""
+    with path.open("w") as out:
+        for kind, items in (("truth", o.truth), ("finding", o.findings)):
+            for item in items:
+                out.write(json.dumps({kind: dataclasses.asdict(item)}, default=str) + "\n")
+    return len(o.truth) + len(o.findings)
 
 
 def combined(outcomes: list[Outcome]) -> tuple[Evaluation, Evaluation]:

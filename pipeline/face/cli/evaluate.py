@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 @click.option("--interval", default=10.0, show_default=True, type=click.FloatRange(1, 60),
               help="Offline: seconds between samples.")  # fmt: skip
 @click.option("--jobs", default=1, show_default=True, type=click.IntRange(1, 8), help="Offline: seeds run at once.")
+@click.option("--findings", type=click.Path(file_okay=False, writable=True, path_type=Path), default=None,
+              help="Offline: write every finding and the ground truth of each seed to DIR/seed-N.jsonl.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def evaluate_cmd(
@@ -65,6 +67,7 @@ def evaluate_cmd(
     gpu_days: float,
     interval: float,
     jobs: int,
+    findings: Path | None,
     as_json: bool,
 ) -> None:
     """Score the detectors on a simulated fleet with ground truth (see ``hermeneut evaluate --help``)."""
@@ -75,7 +78,7 @@ def evaluate_cmd(
             raise click.BadParameter(f"{seeds!r} is not a list of integers", param_hint="--seeds") from None
         _offline(
             nodes or 64, gpus, seed_list, gpu_days, interval, 3.0 if learn_hours is None else learn_hours,
-            max(1, round(faults_per_class)), withhold, jobs, as_json,
+            max(1, round(faults_per_class)), withhold, jobs, as_json, findings,
         )  # fmt: skip
     else:
         _through_kafka(
@@ -84,10 +87,12 @@ def evaluate_cmd(
         )  # fmt: skip
 
 
-def _run_one(plan: FleetPlan, progress: bool) -> Outcome:
-    from pipeline.face.fleeteval import run
+def _run_one(plan: FleetPlan, progress: bool, findings: Path | None = None) -> Outcome:
+    from pipeline.face.fleeteval import run, write_findings
 
     outcome = run(plan, progress=progress)
+    if findings is not None:
+        write_findings(outcome, findings / f"seed-{plan.seed}.jsonl")
     outcome.findings, outcome.truth = [], []  # not needed by the report, and large to send between processes
     return outcome
 
@@ -103,11 +108,14 @@ def _offline(
     withhold: float,
     jobs: int,
     as_json: bool,
+    findings: Path | None = None,
 ) -> None:
     from pipeline.face.evaluation import Thresholds, failures, format_table, to_json
     from pipeline.face.fleeteval import FleetPlan, combined, seed_line
 
     hours = gpu_days * 24.0 / (nodes * gpus)
+    if findings is not None:
+        findings.mkdir(parents=True, exist_ok=True)
     plans = [FleetPlan(s, nodes, gpus, hours, interval, learn_hours, per_class, withhold) for s in seeds]
     click.echo(
         f"offline evaluation (the interpretation code in this process, no Kafka or InfluxDB): {len(seeds)} seed(s), "
@@ -117,10 +125,10 @@ def _offline(
     )
     started = time.monotonic()
     if jobs == 1:
-        outcomes = [_run_one(p, progress=True) for p in plans]
+        outcomes = [_run_one(p, True, findings) for p in plans]
     else:
         with ProcessPoolExecutor(jobs) as pool:
-            futures = [pool.submit(_run_one, p, False) for p in plans]
+            futures = [pool.submit(_run_one, p, False, findings) for p in plans]
             outcomes = [f.result() for f in tqdm(futures, desc="seeds", unit=" seed")]
     day_one, after = combined(outcomes)
     missed = failures(after, Thresholds())

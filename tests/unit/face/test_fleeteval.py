@@ -6,10 +6,13 @@ live processor finds at once."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from pipeline.events import FAULTS, Severity
-from pipeline.face.fleeteval import FleetPlan, Outcome, run, seed_line
+from pipeline.face.fleeteval import FleetPlan, Outcome, run, seed_line, write_findings
 
 PLAN = FleetPlan(3, nodes=4, gpus=2, hours=3.0, interval_s=10.0, learn_hours=0.5, per_class=1)
 #: hard events: found at the sample that shows them, whatever the fleet
@@ -53,3 +56,16 @@ def test_the_seed_line_names_its_own_paging_false_alarms(outcome: Outcome) -> No
     line = seed_line(outcome)
     assert line.startswith(f"seed 3: {outcome.samples:,} samples (0 dead-lettered)")
     assert f"after learning {paging} paging false alarm(s) in {outcome.after.healthy_gpu_days:.1f}" in line
+
+
+def test_every_finding_and_fault_of_a_run_can_be_read_back_one_by_one(outcome: Outcome, tmp_path: Path) -> None:
+    """``--findings DIR``: what the report counts, line by line, so a miss or a false alarm can be traced."""
+    path = tmp_path / "seed-3.jsonl"
+    assert write_findings(outcome, path) == len(outcome.truth) + len(outcome.findings) > 0
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    truth = [line["truth"] for line in lines if "truth" in line]
+    found = [line["finding"] for line in lines if "finding" in line]
+    assert [(t["fault"], t["start_ns"]) for t in truth] == [(t.fault, t.start_ns) for t in outcome.truth]
+    assert [(f["detector"], f["ts_ns"], f["severity"]) for f in found] == [
+        (f.detector, f.ts_ns, str(f.severity)) for f in outcome.findings
+    ]
