@@ -15,7 +15,8 @@ Two level conditions (debounced, processors.detectors.debounce):
   controller that holds the memory there lowers the clocks in steps, so a sample may find the memory well under its
   maximum while the slowdown holds (the clocks and with them the heat are down): which part is nearer its limit says
   whose slowdown it is, not one threshold (a board that reports a memory temperature is a data-center one, whose
-  die's max operating temperature sits a few degrees under its slowdown). Such rows are not ``thermal-throttling``.
+  die's max operating temperature sits a few degrees under its slowdown). Such rows are not ``thermal-throttling``,
+  unless the die's finding is open (processors.detectors.stage: then they are its slowdown going on).
 """
 
 from __future__ import annotations

@@ -89,3 +89,29 @@ def test_without_a_reasons_mask_the_memory_over_its_maximum_is_enough() -> None:
 
     _det, found, _batches = run(1200, shape)
     assert kinds(found) == {("hbm-thermal", "GPU-1")}
+
+
+def test_the_end_of_the_dies_slowdown_is_not_the_memorys() -> None:
+    """Seed 43331 of the offline evaluation: as a die's thermal fault ended, its controller kept the SW thermal reason
+    a little longer while the die cooled fast, under the point where the memory (at 0.7 of the die's temperature plus
+    21 C) is the part nearer its limit; an HBM finding started 30 s after the fault, on a memory 40 C under its max.
+    While the die's finding is open such rows are the die's slowdown going on. An HBM slowdown on its own is still
+    found (GPU 5)."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        m = m | {"temperature_memory_max_celsius": 95.0}
+        if gpu == 2 and 300 <= t < 600:  # the die at its slowdown
+            return m | {"temperature_gpu_celsius": 88.0, "temperature_memory_celsius": 83.0, "sm_clock_mhz": 1300.0,
+                        "throttle_reasons_mask": float(HW_THERMAL | SW_THERMAL),
+                        "utilization_gpu_percent": 97.0}  # fmt: skip
+        if gpu == 2 and 600 <= t < 700:  # cooled, the reason still set while the clocks come back
+            return m | {"temperature_gpu_celsius": 40.0, "temperature_memory_celsius": 49.0, "sm_clock_mhz": 1500.0,
+                        "throttle_reasons_mask": float(SW_THERMAL), "utilization_gpu_percent": 97.0}  # fmt: skip
+        if gpu == 5 and 300 <= t < 900:
+            return m | {"temperature_gpu_celsius": 62.0, "temperature_memory_celsius": 94.0, "sm_clock_mhz": 1500.0,
+                        "throttle_reasons_mask": float(SW_THERMAL), "utilization_gpu_percent": 97.0}  # fmt: skip
+        return m
+
+    _det, found, _batches = run(1200, shape)
+    assert kinds(found) == {("thermal-throttling", "GPU-2"), ("hbm-thermal", "GPU-5")}
+    assert len(starts(found)) == 2
