@@ -134,7 +134,8 @@ def test_power_capping_lowers_a_node_whose_operator_limits_are_under_the_default
     ground truth with no signature. The cap is a share of the node's highest limit in force."""
     plan = FaultPlan(rate_scale=0, injections=(Injection("power-capping", START_S, DURATION_S),))
     fleet = Fleet(8, GPN, seed=5, faults=plan)
-    fleet._base_limit = fleet._operator_limit = np.round(fleet._default_w * 0.74)  # the pool's own limit, for good
+    fleet._base_limit = np.round(fleet._default_w * 0.74)  # the pool's own limit, for good
+    fleet._operator_limit = fleet._base_limit.copy()  # not the same array: a job's own limit must not move the pool's
     before: dict[str, list[float]] = defaultdict(list)
     during: dict[str, list[float]] = defaultdict(list)
     records: list[FaultRecord] = []
