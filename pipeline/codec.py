@@ -329,9 +329,10 @@ def _f64(values: np.ndarray) -> bytes:
 
 def encode_interpreted(batch: InterpretedBatch) -> bytes:
     """Column-wise: identity lists, and the numeric columns as little-endian float64/int64 buffers."""
-    # a GPU's rows (and a job's GPUs) share their workload: walk each distinct one once (the generic walk was
-    # 3-5% of the processor's time in py-spy)
-    wire: dict[Workload, Any] = {}
+    # a GPU's rows (and a job's GPUs) share their workload: each distinct one travels once in "wls" and a row
+    # names it by position (walking and decoding one map per row was a third of the sink's time in py-spy)
+    table: dict[Workload, int] = {}
+    refs = [None if w is None else table.setdefault(w, len(table)) for w in batch.workload]
     out: bytes = msgpack.packb(
         {
             "v": batch.schema_version,
@@ -345,9 +346,8 @@ def encode_interpreted(batch: InterpretedBatch) -> bytes:
             "m": _f64(batch.metrics),
             "rel_fields": RELATIVE_FIELDS,
             "rel": _f64(batch.relative),
-            "wl": [
-                None if w is None else wire[w] if w in wire else wire.setdefault(w, _to_wire(w)) for w in batch.workload
-            ],
+            "wls": [_to_wire(w) for w in table],
+            "wl": refs,
             "score": _f64(batch.score),
             "verdict": [v.value for v in batch.verdict],
             "baseline": batch.baseline,
@@ -418,6 +418,21 @@ def _per_row(column: Any, what: str, decode: Any) -> tuple[Any, ...]:
         raise DecodeError("malformed", f"interpreted batch: {what}: {exc.detail}") from exc
 
 
+def _workloads(table: Any, refs: Any) -> tuple[Workload | None, ...]:
+    """The workload column: each distinct workload decoded once, a row naming one by its position in the table
+    (a row holding the map itself, as messages written before the table did, is decoded as it stands)."""
+    distinct = _per_row(table, "wls", lambda w: _record(Workload, w, "workload"))
+
+    def one(ref: Any) -> Workload:
+        if type(ref) is int and 0 <= ref < len(distinct):
+            return cast(Workload, distinct[ref])
+        if type(ref) is dict:
+            return _record(Workload, ref, "workload")
+        raise InvalidEvent("wrong_type", f"a workload must be a position in 'wls', got {ref!r}"[:200])
+
+    return _per_row(refs, "wl", one)
+
+
 def _extra_event(row: Any) -> GpuEvent:
     if type(row) is not list or len(row) != 8 or not (type(row[0]) is str and type(row[1]) is str):
         raise InvalidEvent("wrong_type", "an event must be [cluster, node, uuid, index, ts_ns, kind, code, detail]")
@@ -456,7 +471,7 @@ def decode_interpreted(payload: bytes) -> InterpretedBatch:
             relative=_columns(
                 _buffer(obj.get("rel"), "<f8", "rel"), _strs(rel_fields, "rel_fields"), RELATIVE_FIELDS, n
             ),
-            workload=_per_row(obj.get("wl"), "wl", lambda w: _record(Workload, w, "workload")),
+            workload=_workloads(obj.get("wls", []), obj.get("wl")),
             score=_buffer(obj.get("score"), "<f8", "score"),
             verdict=tuple(_VERDICTS[v] for v in _strs(obj.get("verdict"), "verdict")),
             baseline=_strs(obj.get("baseline"), "baseline", optional=True),

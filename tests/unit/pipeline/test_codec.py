@@ -78,6 +78,25 @@ def test_interpreted_columns_are_matched_by_name() -> None:
     assert event.sample.metrics == {"power_watts": 7.0}
 
 
+def test_a_shared_workload_travels_once_and_a_message_with_one_map_per_row_still_decodes() -> None:
+    job = Workload("llm-training", "job-7", "ana", "slurm", 1.0, job_gpus=2)
+    events = [
+        InterpretedEvent(_sample(power_watts=1.0), workload=job),
+        InterpretedEvent(_sample(power_watts=2.0)),
+        InterpretedEvent(_sample(power_watts=3.0), workload=job),
+    ]
+    raw = msgpack.unpackb(encode_interpreted(InterpretedBatch.from_events(events)))
+    assert [w["job_id"] for w in raw["wls"]] == ["job-7"] and raw["wl"] == [0, None, 0]
+    assert decode_interpreted(msgpack.packb(raw)).events() == events
+    # written before the table: the workload's map in every row
+    raw["wl"] = [raw["wls"][0], None, raw["wls"][0]]
+    del raw["wls"]
+    assert decode_interpreted(msgpack.packb(raw)).events() == events
+    raw["wl"] = [0, None, 0]  # positions into a table that is not there
+    with pytest.raises(DecodeError, match="position in 'wls'"):
+        decode_interpreted(msgpack.packb(raw))
+
+
 @pytest.mark.parametrize(
     ("payload", "reason"),
     [
