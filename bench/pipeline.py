@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -447,7 +448,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         k.stop()
         i.stop()
+        for data in ("kafka", "influxdb"):  # hundreds of MB per run; the stages' logs and profiles are kept
+            shutil.rmtree(run_dir / data, ignore_errors=True)
     report(results)
+    print(f"stage logs and profiles: {run_dir}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

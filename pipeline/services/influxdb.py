@@ -26,6 +26,11 @@ from pipeline.services.procs import free_port, pid_alive, run_logged, start_daem
 log = logging.getLogger(__name__)
 
 MODULE = "github.com/influxdata/influxdb/v2"
+#: Go's garbage collector target: a collection when the heap has grown 400% over what survived the last one
+#: (Go's default is 100). Measured on a raw write of the sink's own lines, influxd spent 15-25% less CPU per point
+#: (68-74 -> 51-62 µs) for a resident set of 0.5-1 GB instead of 0.3; 800 saved nothing more (docs/performance.md;
+#: https://go.dev/doc/gc-guide)
+GOGC = "400"
 _RUSTC_WRAPPER = """#!/bin/sh
 # Cap lints so libflux's deny(warnings) does not turn new rustc lints into errors.
 rustc="$1"; shift
@@ -210,7 +215,8 @@ def start(
         "--reporting-disabled",
         "--log-level=warn",
     ]
-    pid = start_daemon(cmd, run_dir / "influxd.log")
+    # an operator's own GOGC wins
+    pid = start_daemon(cmd, run_dir / "influxd.log", env={"GOGC": GOGC, **os.environ})
     proc = InfluxProcess(version, port, pid, run_dir, org, bucket, token)
     try:
         wait_until(lambda: healthy(proc.url), timeout_s, f"InfluxDB {version}", proc.alive)
