@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final, TypeVar, cast
@@ -405,7 +406,7 @@ def _driver(row: Any) -> Driver:
         or not _NUMBER_TYPES.issuperset(map(type, row[1:]))
     ):
         raise InvalidEvent("wrong_type", "a driver must be [feature, observed, expected, low, high]")
-    return Driver(row[0], *(float(v) for v in row[1:]))
+    return Driver(row[0], float(row[1]), float(row[2]), float(row[3]), float(row[4]))
 
 
 def _per_row(column: Any, what: str, decode: Any) -> tuple[Any, ...]:
@@ -477,7 +478,7 @@ def decode_interpreted(payload: bytes) -> InterpretedBatch:
             baseline=_strs(obj.get("baseline"), "baseline", optional=True),
             explanation=_strs(obj.get("expl"), "expl"),
             phase=_strs(obj.get("phase"), "phase", optional=True),
-            drivers=_per_row(obj.get("drivers"), "drivers", lambda ds: tuple(_driver(d) for d in _list(ds))),
+            drivers=_per_row(obj.get("drivers"), "drivers", lambda ds: tuple(map(_driver, _list(ds)))),
             links=_per_row(obj.get("links"), "links", _decode_links),
             processes=_per_row(obj.get("procs"), "procs", _decode_processes),
             gpu_events=_per_row(obj.get("events"), "events", _extra_event),
@@ -504,16 +505,15 @@ def _list(value: Any) -> list[Any]:
 # --- low-rate records: dataclasses as maps, checked against their type hints --------------------------------
 
 R = TypeVar("R")
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
+#: a decoder per type hint: ``(value, where) -> decoded``, raising InvalidEvent with ``where`` in its detail
+Decoder = Callable[[Any, str], Any]
+_DECODERS: dict[Any, Decoder] = {}
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
 
 
 def _to_wire(value: Any) -> Any:
+    if type(value) in _SCALARS:
+        return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _to_wire(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, Enum):
@@ -525,48 +525,115 @@ def _to_wire(value: Any) -> Any:
     return value
 
 
-def _from_wire(hint: Any, value: Any, where: str) -> Any:
+def _decoder(hint: Any) -> Decoder:
+    """The decoder of ``hint``, built once: walking the type hints for every value was most of what decoding a
+    workload cost (the sink decodes one per distinct workload of every interpreted message)."""
+    decode = _DECODERS.get(hint)
+    if decode is None:
+        decode = _DECODERS[hint] = _build(hint)
+    return decode
+
+
+def _build(hint: Any) -> Decoder:
     origin = typing.get_origin(hint)
     if origin in (types.UnionType, typing.Union):
-        args = typing.get_args(hint)
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _from_wire(inner, value, where)
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        decode_inner = _decoder(inner)
+        if type(None) not in typing.get_args(hint):
+            return decode_inner
+        return lambda value, where: None if value is None else decode_inner(value, where)
     if origin is tuple:
+        return _tuple_of(_decoder(typing.get_args(hint)[0]))
+    if origin is dict:
+        return _dict_of(*map(_decoder, typing.get_args(hint)))
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return _enum(hint)
+    if dataclasses.is_dataclass(hint):
+        return _dataclass(cast(type, hint))
+    if hint is float:
+        return _float
+    if hint is Any:
+        return lambda value, where: value
+    return _exactly(hint)
+
+
+def _tuple_of(item: Decoder) -> Decoder:
+    def decode(value: Any, where: str) -> tuple[Any, ...]:
         if type(value) is not list:
             raise InvalidEvent("wrong_type", f"{where} must be a list")
-        item = typing.get_args(hint)[0]
-        return tuple(_from_wire(item, v, f"{where}[{i}]") for i, v in enumerate(value))
-    if origin is dict:
-        key_t, val_t = typing.get_args(hint)
+        return tuple(item(v, f"{where}[{i}]") for i, v in enumerate(value))
+
+    return decode
+
+
+def _dict_of(key: Decoder, val: Decoder) -> Decoder:
+    def decode(value: Any, where: str) -> dict[Any, Any]:
         if type(value) is not dict:
             raise InvalidEvent("wrong_type", f"{where} must be a map")
-        return {_from_wire(key_t, k, where): _from_wire(val_t, v, f"{where}.{k}") for k, v in value.items()}
-    if isinstance(hint, type) and issubclass(hint, Enum):
+        return {key(k, where): val(v, f"{where}.{k}") for k, v in value.items()}
+
+    return decode
+
+
+def _enum(cls: type[Enum]) -> Decoder:
+    def decode(value: Any, where: str) -> Enum:
         try:
-            return hint(value)
+            return cls(value)
         except ValueError as exc:
-            raise InvalidEvent("unknown_field", f"{where}: {value!r} is not a known {hint.__name__}") from exc
-    if dataclasses.is_dataclass(hint):
-        return _record(cast(type, hint), value, where)
-    if hint is float and type(value) in (int, float):
-        return float(value)
-    if hint is Any or type(value) is hint:
+            raise InvalidEvent("unknown_field", f"{where}: {value!r} is not a known {cls.__name__}") from exc
+
+    return decode
+
+
+def _float(value: Any, where: str) -> float:
+    if type(value) is float:
         return value
-    raise InvalidEvent("wrong_type", f"{where} must be {getattr(hint, '__name__', hint)}, got {type(value).__name__}")
+    if type(value) is int:
+        return float(value)
+    raise InvalidEvent("wrong_type", f"{where} must be float, got {type(value).__name__}")
+
+
+def _exactly(hint: Any) -> Decoder:
+    name = getattr(hint, "__name__", hint)
+
+    def decode(value: Any, where: str) -> Any:
+        if type(value) is hint:
+            return value
+        raise InvalidEvent("wrong_type", f"{where} must be {name}, got {type(value).__name__}")
+
+    return decode
+
+
+def _dataclass(cls: type) -> Decoder:
+    """A map of the dataclass's fields: unknown keys ignored (a newer sender may add fields), missing required ones
+    and values of the wrong type refused."""
+    hints = typing.get_type_hints(cls)
+    plan = [
+        (f.name, f".{f.name}", f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        for f in dataclasses.fields(cls)
+    ]
+    # the fields' decoders are resolved on first use, so a dataclass may hold its own type; two threads racing
+    # there each append a whole list, and the first is used
+    resolved: list[list[tuple[str, str, bool, Decoder]]] = []
+
+    def decode(value: Any, where: str) -> Any:
+        if not resolved:
+            resolved.append([(name, suffix, required, _decoder(hints[name])) for name, suffix, required in plan])
+        if type(value) is not dict:
+            raise InvalidEvent("wrong_type", f"{where} must be a map")
+        kwargs = {}
+        for name, suffix, required, field_decoder in resolved[0]:
+            if name in value:
+                kwargs[name] = field_decoder(value[name], where + suffix)
+            elif required:
+                raise InvalidEvent("wrong_type", f"{where}{suffix} is missing")
+        return cls(**kwargs)
+
+    return decode
 
 
 def _record(cls: type[R], value: Any, where: str) -> R:
-    if type(value) is not dict:
-        raise InvalidEvent("wrong_type", f"{where} must be a map")
-    kwargs = {}
-    for f in dataclasses.fields(cast(Any, cls)):
-        if f.name in value:
-            kwargs[f.name] = _from_wire(_hints(cls)[f.name], value[f.name], f"{where}.{f.name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise InvalidEvent("wrong_type", f"{where}.{f.name} is missing")
-    return cls(**kwargs)
+    return cast(R, _decoder(cls)(value, where))
 
 
 def encode_record(record: Any) -> bytes:

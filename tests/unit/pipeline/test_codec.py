@@ -255,6 +255,55 @@ def test_records_are_checked_against_their_type(edit: Any, reason: str) -> None:
     assert exc.value.reason == reason
 
 
+@pytest.mark.parametrize(
+    ("record", "path", "value", "detail"),
+    [
+        ("Finding", ("severity",), "apocalyptic", "Finding.severity: 'apocalyptic' is not a known Severity"),
+        ("Finding", ("workload", "confidence"), True, "Finding.workload.confidence must be float, got bool"),
+        ("Finding", ("workload", "job_gpus"), 1.5, "Finding.workload.job_gpus must be int, got float"),
+        ("Finding", ("evidence", "power_watts"), "hot", "Finding.evidence.power_watts must be float, got str"),
+        ("Finding", ("node",), None, "Finding.node is missing"),
+        ("NodeTopology", ("gpus", 0, "index"), "0", "NodeTopology.gpus[0].index must be int, got str"),
+        ("NodeTopology", ("links",), {}, "NodeTopology.links must be a list"),
+    ],
+)
+def test_a_refused_record_says_which_field_and_why(
+    record: str, path: tuple[str | int, ...], value: Any, detail: str
+) -> None:
+    """The dead letter's detail names the field by its path in the record (each type's decoder is built once)."""
+    records = {
+        "Finding": Finding(
+            "x",
+            Severity.INFO,
+            False,
+            "c",
+            "n",
+            None,
+            "m",
+            1,
+            1,
+            "s",
+            evidence={"power_watts": 1.0},
+            workload=Workload("idle", job_gpus=2),
+        ),
+        "NodeTopology": NodeTopology(
+            "c", "n1", 1, (TopologyGpu("GPU-1", 0, "H100", "0000:07:00.0", 0, "0-31", 18),), ()
+        ),
+    }
+    raw = msgpack.unpackb(encode_record(records[record]))
+    *inner, last = path
+    target = raw["d"]
+    for key in inner:
+        target = target[key]
+    if value is None:
+        del target[last]
+    else:
+        target[last] = value
+    with pytest.raises(DecodeError) as exc:
+        decode_record(type(records[record]), msgpack.packb(raw))
+    assert exc.value.detail == detail
+
+
 def test_unknown_record_keys_are_ignored() -> None:
     ctx = GpuContext("c", "n", "GPU-1", 5, None)
     raw = msgpack.unpackb(encode_record(ctx))
