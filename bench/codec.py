@@ -14,6 +14,12 @@ B. Granularity. One message per GPU sample vs one per node round (8 samples): en
    node), then consume with a fresh group and decode every message with ``decode_samples``; plus the bytes the
    broker stored per sample.
 
+C. Interpreted batches, the processor -> sink hop: the same fleet with its workload context, interpreted with
+   learned baselines, a batch per round and raw partition (live, each GPU has one row in a message, as here; a
+   drained backlog packs several rounds into one). ``encode_interpreted`` and ``decode_interpreted`` per row, next
+   to bare ``msgpack.packb`` / ``unpackb`` of the same maps (what the codec adds over MessagePack itself: the
+   column buffers, the checks, the objects).
+
 Run: ``python -m bench.codec [--quick] [--json PATH]``.
 """
 
@@ -39,7 +45,7 @@ import orjson
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from pipeline.codec import decode_samples, encode_samples
+from pipeline.codec import decode_interpreted, decode_samples, encode_interpreted, encode_samples
 from pipeline.config import Settings
 from pipeline.events import GpuSample, SampleBatch
 from pipeline.publisher import Publisher
@@ -56,15 +62,16 @@ PARTITIONS = 6
 
 @dataclass(frozen=True)
 class Plan:
-    rounds: int  # fleet rounds for part A (1,000 samples each)
+    rounds: int  # fleet rounds for parts A and C (1,000 samples each)
     repeats: int  # best-of-N repeats for CPU timings
     kafka_samples: int  # samples per Kafka pass and granularity
     kafka_passes: int  # measured passes (after one warm-up pass)
     warmup_samples: int
+    learn_rounds: int  # history rounds the baselines of part C learn from
 
 
-FULL = Plan(rounds=5, repeats=15, kafka_samples=200_000, kafka_passes=3, warmup_samples=20_000)
-QUICK = Plan(rounds=2, repeats=5, kafka_samples=40_000, kafka_passes=1, warmup_samples=8_000)
+FULL = Plan(rounds=5, repeats=15, kafka_samples=200_000, kafka_passes=3, warmup_samples=20_000, learn_rounds=300)
+QUICK = Plan(rounds=2, repeats=5, kafka_samples=40_000, kafka_passes=1, warmup_samples=8_000, learn_rounds=60)
 
 
 def progress(msg: str) -> None:
@@ -421,6 +428,53 @@ def measure_kafka(plan: Plan) -> KafkaResult:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# --- C. interpreted batches -------------------------------------------------------------------------------------
+
+
+@dataclass
+class InterpretedResult:
+    rows: int
+    messages: int
+    workloads_per_row: float  # distinct workloads per message, over its rows: what the sink decodes per row
+    encode_us: float
+    packb_us: float
+    decode_us: float
+    unpackb_us: float
+
+
+def measure_interpreted(plan: Plan) -> InterpretedResult:
+    from bench.pipeline import interpreted_batches  # the pipeline benchmark's processor path, context and baselines
+    from bench.scoring import fitted
+
+    learned = fitted(Fleet(32, GPUS_PER_NODE, seed=5), plan.learn_rounds)
+    fleet = Fleet(NODES, GPUS_PER_NODE, seed=SEED)
+    batches = interpreted_batches(fleet, plan.rounds, time.time_ns() - 3600 * 10**9, learned, PARTITIONS)
+    rows = sum(len(b.gpu_uuid) for b in batches)
+    payloads = [encode_interpreted(b) for b in batches]
+    maps = [msgpack.unpackb(p) for p in payloads]
+    workloads = sum(len(set(b.workload) - {None}) for b in batches)
+    return InterpretedResult(
+        rows=rows,
+        messages=len(batches),
+        workloads_per_row=workloads / rows,
+        encode_us=per_sample_us(encode_interpreted, batches, rows, plan.repeats),
+        packb_us=per_sample_us(partial(msgpack.packb, use_bin_type=True), maps, rows, plan.repeats),
+        decode_us=per_sample_us(decode_interpreted, payloads, rows, plan.repeats),
+        unpackb_us=per_sample_us(msgpack.unpackb, payloads, rows, plan.repeats),
+    )
+
+
+def interpreted_table(r: InterpretedResult) -> str:
+    rows = [
+        [name, f"{ours:.2f}", f"{bare_name} {bare:.2f}", f"x{ours / bare:.1f}"]
+        for name, ours, bare_name, bare in (
+            ("encode_interpreted", r.encode_us, "packb", r.packb_us),
+            ("decode_interpreted", r.decode_us, "unpackb", r.unpackb_us),
+        )
+    ]
+    return table(["", "µs per row", "bare msgpack, same maps", "ratio"], rows)
+
+
 # --- report -------------------------------------------------------------------------------------------------------
 
 
@@ -539,6 +593,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     progress("granularity: encode/decode CPU per-GPU vs node batch")
     cpu = measure_granularity_cpu(rounds, plan.repeats)
     kafka_result = measure_kafka(plan)
+    progress(f"interpreted batches: learning baselines ({plan.learn_rounds} rounds), interpreting {plan.rounds} rounds")
+    interpreted = measure_interpreted(plan)
 
     n = plan.rounds * NODES * GPUS_PER_NODE
     print()
@@ -553,6 +609,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("   produce = encode + produce + flush (idempotent, acks=all, lz4, linger.ms=20);")
     print(f"   consume = fetch + decode_samples; {os.cpu_count()} CPUs shared by the broker and this process")
     print(granularity_table(cpu, kafka_result))
+    print()
+    print(f"C. Interpreted batches (processor -> sink): {interpreted.rows:,} rows in {interpreted.messages} messages,")
+    print(f"   one per partition per round; {interpreted.workloads_per_row:.2f} distinct workloads per row;")
+    print(f"   µs per row, best of {plan.repeats} per 1,000-row chunk")
+    print(interpreted_table(interpreted))
     print()
     print(choice_line(codecs, facts, kafka_result))
 
@@ -571,6 +632,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     for p in kafka_result.passes
                 ],
             },
+            "interpreted": asdict(interpreted),
             "choice": choice_line(codecs, facts, kafka_result),
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")

@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"3/5 import: {rows} rows into Kafka, every message delivered")
         results["import"] = import_run(settings, path, mapping)
         print(f"4/5 pipeline drain: a backlog of {args.backlog} samples through the processor and sink")
-        results["drain"] = saturation(bench_settings(base, k, i, "sat"), run_dir / "sat", args.backlog)
+        results["drain"] = saturation(bench_settings(base, k, i, "sat"), run_dir / "sat", args.backlog, k, i, 1, None)
         print("5/5 the processor's wait for its context mirror, per batch")
         results["context_wait"] = context_wait(settings)
     finally:

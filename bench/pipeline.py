@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -46,7 +47,7 @@ from bench.scoring import fitted
 from pipeline.baselines import BaselineManifest, BaselineRecord, ClassifierRecord
 from pipeline.codec import encode_record, encode_samples
 from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, TopicSettings, load_settings
-from pipeline.events import METRIC_FIELDS, RELATIVE_OF, GpuContext, node_key
+from pipeline.events import METRIC_FIELDS, RELATIVE_OF, GpuContext, InterpretedBatch, node_key
 from pipeline.face.training import publish as publish_baselines
 from pipeline.publisher import Publisher
 from pipeline.services import influxdb, kafka
@@ -120,26 +121,36 @@ def kafka_ceiling(base: Settings, k: kafka.KafkaProcess, s: Settings, records: i
 Learned = tuple[BaselineManifest, list[BaselineRecord], ClassifierRecord | None]
 
 
-def interpreted_lines(fleet: Fleet, rounds: int, start_ns: int, learned: Learned | None) -> list[str]:
-    """The exact line protocol the sink writes for ``rounds`` of ``fleet``: interpreted with the fleet's workload
-    context and the ``learned`` baselines, what changes rarely on change."""
+def interpreted_batches(
+    fleet: Fleet, rounds: int, start_ns: int, learned: Learned | None, partitions: int = 1
+) -> list[InterpretedBatch]:
+    """What the processor sends the sink for ``rounds`` of ``fleet``, interpreted with the fleet's workload context
+    and the ``learned`` baselines: a batch per round and raw partition (``partitions``: node messages spread over
+    them by a hash of their key, as the producer's partitioner does)."""
     baselines = BaselineSet(*learned) if learned else None
     contexts: dict[bytes, GpuContext] = {}
     topologies = {t.kafka_key: t for t in fleet.topologies(start_ns)}
     interpreter = interpreter_from(
         Settings(), contexts.get, lambda c, n: topologies.get(node_key(c, n)), lambda: baselines
     )
-    lines: list[str] = []
-    tracker = InfoTracker()
+    batches: list[InterpretedBatch] = []
     for r in range(rounds):
-        ts = start_ns + r * 1_000_000_000
-        sim = fleet.round(ts)
+        sim = fleet.round(start_ns + r * 1_000_000_000)
         contexts |= {c.kafka_key: c for c in sim.contexts}
-        msgs = [RawMessage(b.kafka_key, encode_samples(b), "bench") for b in sim.batches]
+        msgs = [
+            RawMessage(b.kafka_key, encode_samples(b), "bench", zlib.crc32(b.kafka_key) % partitions)
+            for b in sim.batches
+        ]
         now = time.time_ns()
         out = process_raw(msgs, now, Settings().validation)
-        lines += batch_lines((interpreter.apply(b, now)[0] for _, b in out.forward), tracker)
-    return lines
+        batches += [interpreter.apply(b, now)[0] for _, b in out.forward]
+    return batches
+
+
+def interpreted_lines(fleet: Fleet, rounds: int, start_ns: int, learned: Learned | None) -> list[str]:
+    """The exact line protocol the sink writes for ``rounds`` of ``fleet`` (see :func:`interpreted_batches`), what
+    changes rarely on change."""
+    return batch_lines(interpreted_batches(fleet, rounds, start_ns, learned), InfoTracker())
 
 
 _SPECS: Final = {f.name: f for f in METRIC_FIELDS}

@@ -46,6 +46,15 @@ def test_codec_granularity_compares_the_same_samples() -> None:
     assert per_gpu.bytes_per_sample > node.bytes_per_sample > 0
 
 
+def test_codec_interpreted_part_measures_what_the_processor_sends_the_sink() -> None:
+    plan = codec.Plan(rounds=1, repeats=1, kafka_samples=0, kafka_passes=0, warmup_samples=0, learn_rounds=30)
+    r = codec.measure_interpreted(plan)
+    assert r.rows == codec.NODES * codec.GPUS_PER_NODE  # every sample of the round, interpreted
+    assert r.messages >= 6  # one per partition of the raw topic
+    assert 0 < r.workloads_per_row < 1  # the fleet's jobs span GPUs: a workload is shared by rows
+    assert "decode_interpreted" in codec.interpreted_table(r)
+
+
 def test_kafka_clients_benchmark_builds_its_corpus_and_marks_what_the_code_sends_with() -> None:
     """The messages the Kafka client benchmark sends (it runs by hand on a fresh broker), and its "chosen" rows are
     the settings pipeline.publisher and processors.app use now (the docs quote those rows)."""
