@@ -448,7 +448,7 @@ def measure_interpreted(plan: Plan) -> InterpretedResult:
 
     learned = fitted(Fleet(32, GPUS_PER_NODE, seed=5), plan.learn_rounds)
     fleet = Fleet(NODES, GPUS_PER_NODE, seed=SEED)
-    batches = interpreted_batches(fleet, plan.rounds, time.time_ns() - 3600 * 10**9, learned, PARTITIONS)
+    batches = list(interpreted_batches(fleet, plan.rounds, time.time_ns() - 3600 * 10**9, learned, PARTITIONS))
     rows = sum(len(b.gpu_uuid) for b in batches)
     payloads = [encode_interpreted(b) for b in batches]
     maps = [msgpack.unpackb(p) for p in payloads]

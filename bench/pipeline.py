@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -123,7 +123,7 @@ Learned = tuple[BaselineManifest, list[BaselineRecord], ClassifierRecord | None]
 
 def interpreted_batches(
     fleet: Fleet, rounds: int, start_ns: int, learned: Learned | None, partitions: int = 1
-) -> list[InterpretedBatch]:
+) -> Iterator[InterpretedBatch]:
     """What the processor sends the sink for ``rounds`` of ``fleet``, interpreted with the fleet's workload context
     and the ``learned`` baselines: a batch per round and raw partition (``partitions``: node messages spread over
     them by a hash of their key, as the producer's partitioner does)."""
@@ -133,7 +133,6 @@ def interpreted_batches(
     interpreter = interpreter_from(
         Settings(), contexts.get, lambda c, n: topologies.get(node_key(c, n)), lambda: baselines
     )
-    batches: list[InterpretedBatch] = []
     for r in range(rounds):
         sim = fleet.round(start_ns + r * 1_000_000_000)
         contexts |= {c.kafka_key: c for c in sim.contexts}
@@ -143,8 +142,7 @@ def interpreted_batches(
         ]
         now = time.time_ns()
         out = process_raw(msgs, now, Settings().validation)
-        batches += [interpreter.apply(b, now)[0] for _, b in out.forward]
-    return batches
+        yield from (interpreter.apply(b, now)[0] for _, b in out.forward)
 
 
 def interpreted_lines(fleet: Fleet, rounds: int, start_ns: int, learned: Learned | None) -> list[str]:
