@@ -1,17 +1,18 @@
 """Micro-benchmark behind two wire choices: the codec (MessagePack) and the message granularity (one node round).
 
 A. Codec. Simulated samples (``Fleet(125, 8, seed=1)``: 1,000 GPUs per round, several rounds), encoded one
-   message per node round, as the producers do. For MessagePack (``pipeline.codec``), orjson and stdlib json with
-   the same dict structure it measures encode and decode cost (µs per GPU sample, best of N per 1,000-sample chunk
+   message per node round, as the producers do. For MessagePack (``pipeline.codec``; the column-wise form the
+   producers send, and the row-wise form others may), orjson and stdlib json with the column-wise structure it
+   measures encode and decode cost (µs per GPU sample, best of N per 1,000-sample chunk
    with ``time.perf_counter``), bytes per sample, and LZ4-frame size per sample (per message, and per round of
    messages compressed together, which is closer to what a Kafka lz4 record batch sees). MessagePack decode is
-   shown both as a bare ``unpackb`` (like for like with ``orjson.loads``) and as ``decode_samples``, which adds
+   shown both as a bare ``unpackb`` (like for like with ``orjson.loads``) and as ``decode_raw``, which adds
    the project's envelope and sample validation. It also checks what matters beyond speed: NaN and int64.
 
 B. Granularity. One message per GPU sample vs one per node round (8 samples): encode/decode CPU per sample, and
    real Kafka throughput on a local broker (``pipeline.services.kafka``) with 6-partition topics: encode +
    produce + flush through ``pipeline.publisher.Publisher`` (idempotent, acks=all, lz4, linger.ms=20, keyed by
-   node), then consume with a fresh group and decode every message with ``decode_samples``; plus the bytes the
+   node), then consume with a fresh group and decode every message with ``decode_raw``; plus the bytes the
    broker stored per sample.
 
 C. Interpreted batches, the processor -> sink hop: the same fleet with its workload context, interpreted with
@@ -45,11 +46,20 @@ import orjson
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from pipeline.codec import decode_interpreted, decode_samples, encode_interpreted, encode_samples
-from pipeline.config import Settings
+from pipeline.codec import (
+    decode_interpreted,
+    decode_raw,
+    decode_samples,
+    encode_interpreted,
+    encode_samples,
+    sample_columns,
+    sample_rows,
+)
+from pipeline.config import Settings, ValidationSettings
 from pipeline.events import GpuSample, SampleBatch
 from pipeline.publisher import Publisher
 from pipeline.services import kafka
+from processors.normalize import RawMessage, process_raw
 from producers.simulator.fleet import Fleet
 
 NODES, GPUS_PER_NODE, SEED = 125, 8, 1
@@ -133,25 +143,18 @@ def sample_count(batches: Sequence[SampleBatch]) -> int:
 # --- A. codec ---------------------------------------------------------------------------------------------------
 
 
-def envelope(batch: SampleBatch) -> dict[str, Any]:
-    """The dict structure ``pipeline.codec.encode_samples`` packs (checked in :func:`check_same_structure`)."""
-    return {
-        "v": batch.schema_version,
-        "cluster": batch.cluster,
-        "node": batch.node,
-        "samples": [
-            {"uuid": s.gpu_uuid, "index": s.gpu_index, "model": s.gpu_model, "ts_ns": s.ts_ns, "m": s.metrics}
-            for s in batch.samples
-        ],
-    }
-
-
 def encode_orjson(batch: SampleBatch) -> bytes:
-    return orjson.dumps(envelope(batch))
+    return orjson.dumps(sample_columns(batch))
 
 
 def encode_json(batch: SampleBatch) -> bytes:
-    return json.dumps(envelope(batch), separators=(",", ":")).encode()
+    return json.dumps(sample_columns(batch), separators=(",", ":")).encode()
+
+
+def encode_rows(batch: SampleBatch) -> bytes:
+    """The row-wise form of the raw schema (what producers other than hermeneut's may send)."""
+    out: bytes = msgpack.packb(sample_rows(batch), use_bin_type=True)
+    return out
 
 
 def unpack_only(payload: bytes) -> Any:
@@ -163,13 +166,15 @@ class Codec:
     name: str
     encode: Callable[[SampleBatch], bytes]
     parse: Callable[[bytes], Any]
+    shape: Callable[[SampleBatch], dict[str, Any]]  # the map it encodes
     validate: Callable[[bytes], Any] | None = None  # parse + the project's validation, where it exists
 
 
 CODECS = (
-    Codec("msgpack", encode_samples, unpack_only, decode_samples),
-    Codec("orjson", encode_orjson, orjson.loads),
-    Codec("json", encode_json, json.loads),
+    Codec("msgpack", encode_samples, unpack_only, sample_columns, decode_raw),
+    Codec("msgpack rows", encode_rows, unpack_only, sample_rows, decode_raw),
+    Codec("orjson", encode_orjson, orjson.loads, sample_columns),
+    Codec("json", encode_json, json.loads, sample_columns),
 )
 
 
@@ -185,15 +190,14 @@ class CodecResult:
 
 
 def check_same_structure(rounds: list[list[SampleBatch]]) -> None:
-    """Every codec round-trips the same structure; decode_samples gives back the very samples."""
+    """Every codec round-trips its structure; decode_samples gives back the very samples from both forms."""
     batch = rounds[0][0]
-    expected = envelope(batch)
     for codec in CODECS:
-        if codec.parse(codec.encode(batch)) != expected:
+        if codec.parse(codec.encode(batch)) != codec.shape(batch):
             raise AssertionError(f"{codec.name} does not round-trip the envelope")
-    decoded, rejected = decode_samples(encode_samples(batch))
-    if rejected or decoded != batch:
-        raise AssertionError(f"decode_samples changed the batch: {rejected}")
+        decoded, rejected = (None, []) if codec.validate is None else decode_samples(codec.encode(batch))
+        if codec.validate is not None and (rejected or decoded != batch):
+            raise AssertionError(f"decode_samples changed the batch ({codec.name}): {rejected}")
 
 
 def measure_codec(
@@ -218,13 +222,14 @@ def wire_facts() -> dict[str, Any]:
     """What each encoding does with a NaN reading and with int64 values (timestamps, 64-bit masks)."""
     nan_metrics = {"power_watts": float("nan")}
     sample = GpuSample("sim", "node-0000", "GPU-0", 0, "NVIDIA H100 80GB HBM3", T0_NS, nan_metrics)
-    _, rejected = decode_samples(encode_samples(SampleBatch("sim", "node-0000", (sample,))))
+    batch = SampleBatch("sim", "node-0000", (sample,))
+    out = process_raw([RawMessage(batch.kafka_key, encode_samples(batch), "facts")], T0_NS, ValidationSettings())
     int64_max = 2**63 - 1
     return {
         "orjson_nan": orjson.dumps(nan_metrics).decode(),
         "json_nan": json.dumps(nan_metrics),
         "msgpack_nan_roundtrips": math.isnan(msgpack.unpackb(msgpack.packb(float("nan")))),
-        "msgpack_nan_decode_samples": [r.reason for r in rejected],
+        "msgpack_nan_dead_letter": [d.reason for d in out.dead],
         "orjson_loads_of_NaN_json": _orjson_error(json.dumps(nan_metrics).encode()),  # RFC 8259 has no NaN
         "msgpack_int64_max_exact": msgpack.unpackb(msgpack.packb(int64_max)) == int64_max,
         "ts_ns": T0_NS,
@@ -264,7 +269,7 @@ def measure_granularity_cpu(rounds: list[list[SampleBatch]], repeats: int) -> li
                 granularity=name,
                 samples_per_message=n // len(batches),
                 encode_us=per_sample_us(encode_samples, batches, n, repeats),
-                decode_us=per_sample_us(decode_samples, payloads, n, repeats),
+                decode_us=per_sample_us(decode_raw, payloads, n, repeats),
                 bytes_per_sample=sum(map(len, payloads)) / n,
             )
         )
@@ -355,10 +360,10 @@ def consume(conf: Conf, topic: str, expected_samples: int, timeout_s: float = 12
             for msg in messages:
                 if msg.error() is not None:
                     raise RuntimeError(f"{topic}: {msg.error()}")
-                batch, rejected = decode_samples(msg.value() or b"")
+                raw, rejected = decode_raw(msg.value() or b"")
                 if rejected:
                     raise RuntimeError(f"{topic}: rejected {rejected[0]}")
-                samples += len(batch.samples)
+                samples += len(raw.uuid)
         assert start is not None
         return time.perf_counter() - start
     finally:
@@ -502,7 +507,7 @@ def codec_table(results: Sequence[CodecResult]) -> str:
         ]
         for r in results
     ]
-    headers = ["codec", "encode µs", "parse µs", "decode_samples µs", "B/sample", "lz4/msg B", "lz4/round B"]
+    headers = ["codec", "encode µs", "parse µs", "decode_raw µs", "B/sample", "lz4/msg B", "lz4/round B"]
     return table(headers, rows)
 
 
@@ -540,8 +545,8 @@ def facts_lines(facts: dict[str, Any]) -> list[str]:
     return [
         f"   NaN reading: orjson -> {facts['orjson_nan']} (the NaN is gone); json -> {facts['json_nan']}",
         f"                (not JSON: orjson.loads says {facts['orjson_loads_of_NaN_json']});",
-        f"                msgpack keeps NaN: {facts['msgpack_nan_roundtrips']}, decode_samples rejects the sample as "
-        f"{facts['msgpack_nan_decode_samples']}",
+        f"                msgpack keeps NaN: {facts['msgpack_nan_roundtrips']}, the processor dead-letters it as "
+        f"{facts['msgpack_nan_dead_letter']}",
         f"   int64:       msgpack 2**63-1 exact: {facts['msgpack_int64_max_exact']}; ts_ns {facts['ts_ns']} > 2**53: "
         f"{facts['ts_ns_above_2_pow_53']},",
         f"                a JSON reader that parses numbers as float64 gets it off by {err_ns} ns",
@@ -607,7 +612,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"B. Granularity: msgpack, {kafka_result.broker}; CPU columns on {n:,} samples,")
     print(f"   Kafka columns best of {plan.kafka_passes} pass(es) of {kafka_result.samples:,} samples after a warm-up;")
     print("   produce = encode + produce + flush (idempotent, acks=all, lz4, linger.ms=20);")
-    print(f"   consume = fetch + decode_samples; {os.cpu_count()} CPUs shared by the broker and this process")
+    print(f"   consume = fetch + decode_raw; {os.cpu_count()} CPUs shared by the broker and this process")
     print(granularity_table(cpu, kafka_result))
     print()
     print(f"C. Interpreted batches (processor -> sink): {interpreted.rows:,} rows in {interpreted.messages} messages,")

@@ -643,8 +643,7 @@ class InterpretedBatch:
     ) -> InterpretedBatch:
         """Samples as a batch still to interpret (unscored, no workload known) with their ``relative`` values;
         ``ts_ns`` and ``metrics`` where the caller has them already."""
-        n = len(samples)
-        return cls(
+        return cls.unscored(
             cluster=tuple(s.cluster for s in samples),
             node=tuple(s.node for s in samples),
             gpu_uuid=tuple(s.gpu_uuid for s in samples),
@@ -653,13 +652,47 @@ class InterpretedBatch:
             ts_ns=np.array([s.ts_ns for s in samples], dtype=np.int64) if ts_ns is None else ts_ns,
             metrics=metric_matrix(samples) if metrics is None else metrics,
             relative=relative,
+            links=tuple(s.links for s in samples),
+            processes=tuple(s.processes for s in samples),
+            gpu_events=gpu_events,
+            nics=nics,
+        )
+
+    @classmethod
+    def unscored(
+        cls,
+        *,
+        cluster: tuple[str, ...],
+        node: tuple[str, ...],
+        gpu_uuid: tuple[str, ...],
+        gpu_index: tuple[int, ...],
+        gpu_model: tuple[str, ...],
+        ts_ns: np.ndarray,
+        metrics: np.ndarray,
+        relative: np.ndarray,
+        links: tuple[tuple[NvLinkSample, ...] | None, ...],
+        processes: tuple[tuple[GpuProcess, ...] | None, ...],
+        gpu_events: tuple[GpuEvent, ...] = (),
+        nics: tuple[NicSample, ...] = (),
+    ) -> InterpretedBatch:
+        """Columns of validated samples as a batch still to interpret: unscored, no workload known."""
+        n = len(gpu_uuid)
+        return cls(
+            cluster=cluster,
+            node=node,
+            gpu_uuid=gpu_uuid,
+            gpu_index=gpu_index,
+            gpu_model=gpu_model,
+            ts_ns=ts_ns,
+            metrics=metrics,
+            relative=relative,
             workload=(None,) * n,
             score=np.full(n, np.nan),
             verdict=(Verdict.UNSCORED,) * n,
             baseline=(None,) * n,
             explanation=("",) * n,
-            links=tuple(s.links for s in samples),
-            processes=tuple(s.processes for s in samples),
+            links=links,
+            processes=processes,
             gpu_events=gpu_events,
             nics=nics,
         )

@@ -1,12 +1,13 @@
 """Validate and normalize raw sample messages: pure functions over numpy batches, no I/O.
 
 ``process_raw`` takes a batch of consumed Kafka messages and returns the normalized batches to interpret and
-forward (one per source partition) and the dead letters to publish. Per message it decodes (a broken envelope
-dead-letters the whole message); over all samples of the batch at once it converts unit aliases, rounds byte
-counts that carry a fraction (a unit conversion or an anonymised trace: the meaning is clear, so the value is
-converted, not rejected), checks plausibility (NaN, negative, out of range, not a whole number, inconsistent
-fields, future or ancient timestamps) and computes values relative to each GPU's own limits. GPU events and NIC
-readings are checked one by one (a few per node).
+forward (one per source partition) and the dead letters to publish. Per message it decodes into columns
+(``pipeline.codec.decode_raw``; a broken envelope dead-letters the whole message). The values of all samples of
+the batch become one matrix, one conversion per distinct list of field names rather than a map per sample, and
+over all of them at once it converts unit aliases, rounds byte counts that carry a fraction (a unit conversion or
+an anonymised trace: the meaning is clear, so the value is converted, not rejected), checks plausibility (NaN,
+negative, out of range, not a whole number, inconsistent fields, future or ancient timestamps) and computes values
+relative to each GPU's own limits. GPU events and NIC readings are checked one by one (a few per node).
 
 A message published by ``hermeneut import`` (header ``hermeneut-import``: the import run) is *backfill*: its
 timestamps may be as old as ``validation.backfill_max_age_s`` (the raw bucket's retention unless set) instead of
@@ -18,12 +19,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import partial
-from typing import Final, TypeVar
+from functools import lru_cache, partial
+from itertools import repeat
+from typing import Any, Final, TypeVar
 
 import numpy as np
 
-from pipeline.codec import Rejected, decode_samples
+from pipeline.codec import RawSamples, Rejected, decode_raw
 from pipeline.config import ValidationSettings
 from pipeline.deadletter import IMPORT, DeadLetter, dead_letter
 from pipeline.errors import DecodeError
@@ -33,19 +35,23 @@ from pipeline.events import (
     METRIC_INDEX,
     METRIC_INTEGER,
     METRIC_LOW,
+    METRIC_NAMES,
     NIC_FIELDS,
     UNIT_ALIASES,
     GpuEvent,
-    GpuSample,
+    GpuProcess,
     InterpretedBatch,
     NicSample,
-    metric_matrix,
+    NvLinkSample,
     relative_values,
 )
 from pipeline.vocab import format_duration
 
 STAGE = "processor"
 _Item = TypeVar("_Item", GpuEvent, NicSample)
+_Value = TypeVar("_Value")
+#: value lists that follow one list of field names (None: not sent), and the take's row of each
+_Group = tuple[list[list[Any]], list[int]]
 
 
 #: the header that marks a raw message as backfill, naming the import run that published it
@@ -158,31 +164,6 @@ def nic_problem(
     return None
 
 
-def canonical_units(sample: GpuSample) -> GpuSample:
-    """Rename alias fields (e.g. ``memory_used_mib``) to their canonical unit. A sample that carries a field both
-    ways never gets here: decoding refuses it (``duplicate_field``)."""
-    if UNIT_ALIASES.keys().isdisjoint(sample.metrics):
-        return sample
-    metrics = {}
-    for name, value in sample.metrics.items():
-        if name in UNIT_ALIASES:
-            canonical, factor = UNIT_ALIASES[name]
-            metrics[canonical] = value * factor
-        else:
-            metrics[name] = value
-    return GpuSample(
-        sample.cluster,
-        sample.node,
-        sample.gpu_uuid,
-        sample.gpu_index,
-        sample.gpu_model,
-        sample.ts_ns,
-        metrics,
-        sample.links,
-        sample.processes,
-    )
-
-
 def _col(m: np.ndarray, name: str) -> np.ndarray:
     return m[:, METRIC_INDEX[name]]
 
@@ -280,76 +261,156 @@ def _number(value: float) -> str:
     return str(int(value)) if value.is_integer() and abs(value) < 2**63 else repr(value)
 
 
-def _nan_reason(sample: GpuSample) -> tuple[str, str]:
-    name = min(k for k, v in sample.metrics.items() if v != v)  # noqa: PLR0124 (NaN test)
-    return "nan", f"{name} is NaN"
+@dataclass
+class _Rows:
+    """Every sample of a take that decoded, column-wise, in the order of its messages: filled message by message,
+    then cut into one batch per source partition. ``groups`` gathers the value lists by the field names they
+    follow, so the matrix is built with one conversion per distinct field list, not per sample."""
+
+    owner: list[int] = field(default_factory=list)  # index of the sample's message in the take
+    position: list[int] = field(default_factory=list)  # its place in that message
+    cluster: list[str] = field(default_factory=list)
+    node: list[str] = field(default_factory=list)
+    uuid: list[str] = field(default_factory=list)
+    index: list[int] = field(default_factory=list)
+    model: list[str] = field(default_factory=list)
+    ts_ns: list[int] = field(default_factory=list)
+    links: list[tuple[NvLinkSample, ...] | None] = field(default_factory=list)
+    processes: list[tuple[GpuProcess, ...] | None] = field(default_factory=list)
+    groups: dict[tuple[str, ...], _Group] = field(default_factory=dict)
+
+    def add(self, message: int, raw: RawSamples) -> None:
+        base, count = len(self.uuid), len(raw.uuid)
+        self.owner.extend([message] * count)
+        self.position.extend(raw.position)
+        self.cluster.extend([raw.cluster] * count)
+        self.node.extend([raw.node] * count)
+        self.uuid.extend(raw.uuid)
+        self.index.extend(raw.index)
+        self.model.extend(raw.model)
+        self.ts_ns.extend(raw.ts_ns)
+        self.links.extend(raw.links)
+        self.processes.extend(raw.processes)
+        for names, rows in raw.groups:
+            values, ids = self.groups.setdefault(names, ([], []))
+            # a group's rows ascend: all of them is every sample, in order
+            values.extend(raw.values if len(rows) == count else [raw.values[r] for r in rows])
+            ids.extend(map(base.__add__, rows))
+
+    def batch(
+        self, rows: list[int], ts_ns: np.ndarray, m: np.ndarray, events: list[GpuEvent], nics: list[NicSample]
+    ) -> InterpretedBatch:
+        """The rows ``rows`` (and a partition's node-level extras) as a batch to interpret, with values relative
+        to each GPU's own limits."""
+        metrics = m[rows]
+        return InterpretedBatch.unscored(
+            cluster=_pick(self.cluster, rows),
+            node=_pick(self.node, rows),
+            gpu_uuid=_pick(self.uuid, rows),
+            gpu_index=_pick(self.index, rows),
+            gpu_model=_pick(self.model, rows),
+            ts_ns=ts_ns[rows],
+            metrics=metrics,
+            relative=relative_values(metrics),
+            links=_pick(self.links, rows),
+            processes=_pick(self.processes, rows),
+            gpu_events=tuple(events),
+            nics=tuple(nics),
+        )
+
+
+def _pick(column: list[_Value], rows: list[int]) -> tuple[_Value, ...]:
+    """``column`` at ``rows`` (ascending, each once) as a tuple."""
+    return tuple(column) if len(rows) == len(column) else tuple(map(column.__getitem__, rows))
+
+
+@lru_cache(maxsize=1024)
+def _layout(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray | None]:
+    """The METRIC_NAMES column of each sent name, and the factor to its canonical unit (None: all 1)."""
+    canonical = [UNIT_ALIASES.get(name, (name, 1.0)) for name in names]
+    columns = np.array([METRIC_INDEX[name] for name, _ in canonical], dtype=np.intp)
+    factor = np.array([f for _, f in canonical], dtype=np.float64)
+    return columns, factor if (factor != 1.0).any() else None
+
+
+def metric_matrix_of(groups: dict[tuple[str, ...], _Group], n: int) -> tuple[np.ndarray, dict[int, str]]:
+    """A take's samples as a float64 matrix (rows: samples, columns: METRIC_NAMES, NaN: not sent) in canonical
+    units, from value lists grouped by their field names (None: not sent); and, for each row that sent a NaN, the
+    first such field by name."""
+    m = np.full((n, len(METRIC_NAMES)), np.nan)
+    nan_field: dict[int, str] = {}
+    for names, (values, ids) in groups.items():
+        columns, factor = _layout(names)
+        block = np.array(values, dtype=np.float64).reshape(len(values), len(names))
+        if factor is not None:
+            block *= factor
+        m[np.asarray(ids, dtype=np.intp)[:, None], columns] = block
+        empty = np.isnan(block).sum(axis=1)
+        if not empty.any():
+            continue
+        # a sent NaN is a NaN cell more than the row has fields not sent
+        unsent = np.fromiter(map(list.count, values, repeat(None)), dtype=np.int64, count=len(values))
+        for k in np.flatnonzero(empty != unsent).tolist():
+            sent_nan = (name for name, v in zip(names, values[k], strict=True) if v is not None and v != v)  # noqa: PLR0124
+            nan_field[ids[k]] = min(UNIT_ALIASES.get(name, (name,))[0] for name in sent_nan)
+    return m, nan_field
 
 
 def process_raw(messages: list[RawMessage], now_ns: int, limits: ValidationSettings) -> Outcome:
     """Decode, validate and normalize a batch of raw messages (see module docstring)."""
     out = Outcome()
-    owners: list[int] = []  # message index of every decoded sample, ascending
-    positions: list[int] = []
-    samples: list[GpuSample] = []
+    rows = _Rows()
     extras: dict[int, tuple[list[GpuEvent], list[NicSample]]] = {}  # per source partition, in order
     for i, msg in enumerate(messages):
         try:
-            batch, rejected = decode_samples(msg.value)
+            raw, rejected = decode_raw(msg.value)
         except DecodeError as exc:
             out.dead.append(
                 dead_letter(msg.key, msg.value, exc.reason, exc.detail, STAGE, msg.source, import_run=msg.import_run)
             )
             continue
         out.dead.extend(_rejects(msg, rejected))
-        backfill = msg.import_run is not None
-        bad_positions = {r.position for r in rejected if r.part == "sample"}
-        sample_count = len(batch.samples) + len(bad_positions)
-        kept = [p for p in range(sample_count) if p not in bad_positions]
-        owners.extend([i] * len(batch.samples))
-        positions.extend(kept)
-        samples.extend(canonical_units(s) for s in batch.samples)
-        if batch.events or batch.nics:
+        rows.add(i, raw)
+        if raw.events or raw.nics:
+            backfill = msg.import_run is not None
             events, nics = extras.setdefault(msg.partition, ([], []))
             origins = out.origins.setdefault(msg.partition, Origins())
             event_check = partial(event_problem, now_ns=now_ns, limits=limits, backfill=backfill)
-            for position, event in _checked(msg, batch.events, "event", event_check, out, rejected):
+            for position, event in _checked(msg, raw.events, "event", event_check, out, rejected):
                 events.append(event)
                 origins.events.append((i, position))
             nic_check = partial(nic_problem, now_ns=now_ns, limits=limits, backfill=backfill)
-            for position, nic in _checked(msg, batch.nics, "nic", nic_check, out, rejected):
+            for position, nic in _checked(msg, raw.nics, "nic", nic_check, out, rejected):
                 nics.append(nic)
                 origins.nics.append((i, position))
-    if not samples:
-        for part, (events, nics) in sorted(extras.items()):
-            if events or nics:
-                out.forward.append((part, _batch([], np.empty(0, np.int64), metric_matrix([]), events, nics)))
-        return out
-    m = round_byte_counts(metric_matrix(samples))
-    ts = np.fromiter((s.ts_ns for s in samples), dtype=np.int64, count=len(samples))
-    backfilled = np.fromiter((messages[o].import_run is not None for o in owners), dtype=bool, count=len(owners))
-    # a present field that is NaN shows up as fewer non-NaN cells than the sample has fields
-    sent = np.fromiter((len(s.metrics) for s in samples), dtype=np.int64, count=len(samples))
-    nan_rows = (~np.isnan(m)).sum(axis=1) != sent
+    n = len(rows.uuid)
+    m, nan_field = metric_matrix_of(rows.groups, n)
+    m = round_byte_counts(m)
+    ts = np.array(rows.ts_ns, dtype=np.int64)
+    owners = np.array(rows.owner, dtype=np.intp)
+    backfilled = np.array([msg.import_run is not None for msg in messages], dtype=bool)[owners]
     good, problems = validate(m, ts, now_ns, limits, backfilled)
-    problems = [(int(r), *_nan_reason(samples[r])) for r in np.flatnonzero(nan_rows)] + [
-        p for p in problems if not nan_rows[p[0]]
+    problems = [(r, "nan", f"{nan_field[r]} is NaN") for r in sorted(nan_field)] + [
+        p for p in problems if p[0] not in nan_field
     ]
-    good &= ~nan_rows
+    good[list(nan_field)] = False
     for row, reason, detail in problems:
-        msg = messages[owners[row]]
+        msg = messages[rows.owner[row]]
         out.dead.append(
             dead_letter(
-                msg.key, msg.value, reason, detail, STAGE, msg.source, samples[row].gpu_uuid, positions[row],
+                msg.key, msg.value, reason, detail, STAGE, msg.source, rows.uuid[row], rows.position[row],
                 import_run=msg.import_run,
             )
         )  # fmt: skip
-    partition = np.fromiter((messages[o].partition for o in owners), dtype=np.int64, count=len(owners))
+    partition = np.array([msg.partition for msg in messages], dtype=np.int64)[owners]
     for part in sorted(set(partition[good].tolist()) | set(extras)):
-        rows = np.flatnonzero(good & (partition == part))  # ascending: the order the samples arrived in
+        picked = np.flatnonzero(good & (partition == part)).tolist()  # ascending: the order the samples arrived in
         events, nics = extras.get(part, ([], []))
-        if len(rows) or events or nics:
-            out.forward.append((part, _batch([samples[r] for r in rows.tolist()], ts[rows], m[rows], events, nics)))
-            out.origins.setdefault(part, Origins()).rows = [(owners[r], positions[r]) for r in rows.tolist()]
+        if picked or events or nics:
+            out.forward.append((part, rows.batch(picked, ts, m, events, nics)))
+            out.origins.setdefault(part, Origins()).rows = list(
+                zip(_pick(rows.owner, picked), _pick(rows.position, picked), strict=True)
+            )
     out.samples_ok = int(np.count_nonzero(good))
     return out
 
@@ -362,16 +423,6 @@ def _decoded_position(rejected: list[Rejected], part: str, position: int) -> int
         if bad <= position:
             position += 1
     return position
-
-
-def _batch(
-    samples: list[GpuSample], ts_ns: np.ndarray, m: np.ndarray, events: list[GpuEvent], nics: list[NicSample]
-) -> InterpretedBatch:
-    """Validated samples (and their node-level extras) as a batch to interpret, with values relative to each GPU's
-    own limits."""
-    return InterpretedBatch.from_samples(
-        samples, relative_values(m), ts_ns=ts_ns, metrics=m, gpu_events=tuple(events), nics=tuple(nics)
-    )
 
 
 def _checked(

@@ -44,7 +44,7 @@ def test_bad_events_are_dead_lettered_and_good_ones_stored(settings: Settings, t
 
     encoded_good = encode_samples(template)
     wrong_type = msgpack.unpackb(one(s0)[1])
-    wrong_type["samples"][0]["m"]["power_watts"] = "310 W"
+    wrong_type["m"][0][wrong_type["fields"].index("power_watts")] = "310 W"
     future_version = msgpack.unpackb(encoded_good)
     future_version["v"] = 99
     bad: list[tuple[tuple[bytes | None, bytes], str]] = [

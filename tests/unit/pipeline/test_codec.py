@@ -14,6 +14,8 @@ from pipeline.codec import (
     encode_interpreted,
     encode_record,
     encode_samples,
+    sample_columns,
+    sample_rows,
 )
 from pipeline.errors import DecodeError
 from pipeline.events import (
@@ -136,11 +138,92 @@ def test_truncated_message_is_malformed() -> None:
 )
 def test_one_bad_sample_does_not_cost_the_others(mutate, reason: str) -> None:  # type: ignore[no-untyped-def]
     batch = SampleBatch("c", "n1", (_sample(power_watts=1.0), _sample(power_watts=2.0)))
-    raw = msgpack.unpackb(encode_samples(batch))
+    raw = sample_rows(batch)
     mutate(raw["samples"][1])
     decoded, rejected = decode_samples(msgpack.packb(raw))
     assert [s.metrics["power_watts"] for s in decoded.samples] == [1.0]
     assert [(r.reason, r.position) for r in rejected] == [(reason, 1)]
+
+
+def _columns(*samples: GpuSample) -> dict[str, Any]:
+    return sample_columns(SampleBatch("c", "n1", samples))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason"),
+    [
+        (lambda c: c["m"][1].__setitem__(0, "310"), "wrong_type"),
+        (lambda c: c["m"][1].__setitem__(0, True), "wrong_type"),
+        (lambda c: c["m"].__setitem__(1, [1.0, 2.0]), "wrong_type"),
+        (lambda c: c["m"].__setitem__(1, {"power_watts": 2.0}), "wrong_type"),
+        (lambda c: c["ts_ns"].__setitem__(1, 1.5), "wrong_type"),
+        (lambda c: c["ts_ns"].__setitem__(1, 2**63 + 1), "out_of_range"),
+        (lambda c: c["uuid"].__setitem__(1, None), "wrong_type"),
+        (lambda c: c["uuid"].__setitem__(1, ""), "wrong_type"),
+        (lambda c: c["index"].__setitem__(1, -1), "wrong_type"),
+        (lambda c: c["model"].__setitem__(1, 7), "wrong_type"),
+        (lambda c: c.update(links=[None, [[0, "yes", None, None, None, None, None, None]], None]), "wrong_type"),
+    ],
+)
+def test_one_bad_column_value_costs_only_its_sample(mutate, reason: str) -> None:  # type: ignore[no-untyped-def]
+    raw = _columns(_sample(power_watts=1.0), _sample(power_watts=2.0), _sample(power_watts=3.0))
+    mutate(raw)
+    decoded, rejected = decode_samples(msgpack.packb(raw))
+    assert [s.metrics["power_watts"] for s in decoded.samples] == [1.0, 3.0]
+    assert [(r.reason, r.position) for r in rejected] == [(reason, 1)]
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        (["power_watts", "made_up_field"], "unknown_field"),
+        (["power_watts", "power_watts"], "duplicate_field"),
+        (["power_watts", "power_milliwatts"], "duplicate_field"),
+    ],
+)
+def test_bad_field_names_cost_every_sample_of_the_message_not_its_extras(fields: list[str], reason: str) -> None:
+    batch = _extras_batch()
+    raw = sample_columns(SampleBatch("c", "n1", (batch.samples[0], batch.samples[0]), batch.events, batch.nics))
+    raw["fields"], raw["m"] = fields, [[1.0, 2.0], [1.0, 2.0]]
+    decoded, rejected = decode_samples(msgpack.packb(raw))
+    assert decoded.samples == () and (decoded.events, decoded.nics) == (batch.events, batch.nics)
+    assert [(r.reason, r.position, r.gpu_uuid) for r in rejected] == [(reason, 0, "GPU-1"), (reason, 1, "GPU-1")]
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda c: c["model"].pop(),
+        lambda c: c.update(m={"power_watts": [1.0, 2.0]}),
+        lambda c: c.update(procs=[None]),
+        lambda c: c.update(fields="power_watts"),
+        lambda c: c.update(samples=[]),
+    ],
+    ids=["short-column", "m-map", "short-procs", "fields-string", "both-forms"],
+)
+def test_columns_that_do_not_line_up_break_the_envelope(mutate: Any) -> None:
+    raw = _columns(_sample(power_watts=1.0), _sample(power_watts=2.0))
+    mutate(raw)
+    with pytest.raises(DecodeError) as info:
+        decode_samples(msgpack.packb(raw))
+    assert info.value.reason in {"malformed", "wrong_type"}
+
+
+def test_nil_in_a_column_is_a_field_not_sent_and_nan_stays_a_value() -> None:
+    raw = _columns(_sample(power_watts=1.0, sm_clock_mhz=900.0), _sample(power_watts=2.0))
+    assert raw["fields"] == ["power_watts", "sm_clock_mhz"] and raw["m"] == [[1.0, 900.0], [2.0, None]]
+    raw["m"][0][1] = math.nan
+    decoded, rejected = decode_samples(msgpack.packb(raw))
+    assert rejected == [] and decoded.samples[1].metrics == {"power_watts": 2.0}
+    assert math.isnan(decoded.samples[0].metrics["sm_clock_mhz"])
+
+
+def test_both_forms_decode_to_the_same_samples() -> None:
+    batch = _extras_batch()
+    two = SampleBatch("c", "n1", (batch.samples[0], _sample(memory_used_mib=1024.0)), batch.events, batch.nics)
+    rows, columns = (decode_samples(msgpack.packb(body)) for body in (sample_rows(two), sample_columns(two)))
+    assert rows == columns == (two, [])
+    assert len(encode_samples(two)) < len(msgpack.packb(sample_rows(two)))
 
 
 def test_unit_aliases_are_accepted_names() -> None:
@@ -190,18 +273,20 @@ def test_extras_pass_through_the_interpreted_encoding() -> None:
 
 
 @pytest.mark.parametrize(
-    ("change", "part", "reason"),
+    ("form", "change", "part", "reason"),
     [
-        (lambda d: d["events"][0].__setitem__(3, "meltdown"), "event", "unknown_field"),
-        (lambda d: d["events"][0].__setitem__(4, -1), "event", "wrong_type"),
-        (lambda d: d["nics"][0][3].__setitem__("rx_bytes_per_second", "fast"), "nic", "wrong_type"),
-        (lambda d: d["nics"][0][3].__setitem__("carrier_pigeons", 1), "nic", "unknown_field"),
-        (lambda d: d["samples"][0]["links"][0].__setitem__(2, -5.0), "sample", "out_of_range"),
-        (lambda d: d["samples"][0]["procs"][0].__setitem__(0, "4242"), "sample", "wrong_type"),
+        (sample_rows, lambda d: d["events"][0].__setitem__(3, "meltdown"), "event", "unknown_field"),
+        (sample_columns, lambda d: d["events"][0].__setitem__(4, -1), "event", "wrong_type"),
+        (sample_rows, lambda d: d["nics"][0][3].__setitem__("rx_bytes_per_second", "fast"), "nic", "wrong_type"),
+        (sample_columns, lambda d: d["nics"][0][3].__setitem__("carrier_pigeons", 1), "nic", "unknown_field"),
+        (sample_rows, lambda d: d["samples"][0]["links"][0].__setitem__(2, -5.0), "sample", "out_of_range"),
+        (sample_rows, lambda d: d["samples"][0]["procs"][0].__setitem__(0, "4242"), "sample", "wrong_type"),
+        (sample_columns, lambda d: d["links"][0][0].__setitem__(2, -5.0), "sample", "out_of_range"),
+        (sample_columns, lambda d: d["procs"][0][0].__setitem__(0, "4242"), "sample", "wrong_type"),
     ],
 )
-def test_a_bad_extra_is_rejected_alone(change: Any, part: str, reason: str) -> None:
-    raw = msgpack.unpackb(encode_samples(_extras_batch()))
+def test_a_bad_extra_is_rejected_alone(form: Any, change: Any, part: str, reason: str) -> None:
+    raw = form(_extras_batch())
     change(raw)
     decoded, rejected = decode_samples(msgpack.packb(raw))
     assert [(r.part, r.reason) for r in rejected] == [(part, reason)]

@@ -20,7 +20,8 @@ from pipeline.codec import (
     decode_samples,
     encode_interpreted,
     encode_record,
-    encode_samples,
+    sample_columns,
+    sample_rows,
 )
 from pipeline.errors import DecodeError
 from pipeline.events import (
@@ -46,7 +47,16 @@ from tests.fuzzing import SEEDS, VALUES, count, mutations
 def _node_messages() -> list[Any]:
     fleet = Fleet(3, 2, seed=5, extras=True, faults=FaultPlan(rate_scale=300.0))
     now = time.time_ns()
-    return [msgpack.unpackb(encode_samples(b)) for r in range(3) for b in fleet.tick(now + r * 10**9)]
+    batches = [b for r in range(3) for b in fleet.tick(now + r * 10**9)]
+    # both forms of the raw schema: column-wise (hermeneut's producers) and row-wise (anyone else's)
+    return [form(b) for b in batches for form in (sample_columns, sample_rows)]
+
+
+def sent(body: dict[Any, Any], part: str) -> int:
+    """How many items of ``part`` a decodable node message holds: samples in either form, events, NIC readings."""
+    if part == "sample":
+        return len(body.get("uuid") or []) if "uuid" in body else len(body.get("samples") or [])
+    return len(body.get({"event": "events", "nic": "nics"}[part]) or [])
 
 
 NODES = _node_messages()
@@ -97,9 +107,8 @@ def _check_samples(payload: bytes) -> None:
         return
     body = msgpack.unpackb(payload, strict_map_key=False)
     for part, decoded in (("sample", batch.samples), ("event", batch.events), ("nic", batch.nics)):
-        key = {"sample": "samples", "event": "events", "nic": "nics"}[part]
         bad = [r.position for r in rejected if r.part == part]
-        assert len(bad) == len(set(bad)) and len(decoded) + len(bad) == len(body.get(key) or [])
+        assert len(bad) == len(set(bad)) and len(decoded) + len(bad) == sent(body, part)
     assert all(0 <= s.ts_ns < 2**63 for s in batch.samples)
 
 

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import math
 import time
 
 import msgpack
 import numpy as np
 import pytest
 
-from pipeline.codec import encode_samples
+from pipeline.codec import encode_samples, sample_columns, sample_rows
 from pipeline.config import ValidationSettings
 from pipeline.deadletter import headers_dict
 from pipeline.events import METRIC_NAMES, EventKind, GpuEvent, GpuSample, NicSample, SampleBatch, relative_values
@@ -161,7 +162,7 @@ def _raw(body: dict[str, object], offset: int) -> RawMessage:
 def test_issue_14_inputs_cost_only_their_item_in_the_middle_of_a_burst(edit: object, reason: str, part: str) -> None:
     """300 messages of two GPUs with one bad item in the middle: 1 dead letter, every other sample forwarded
     (these used to raise OverflowError / TypeError and lose the whole take, or let the alias win silently)."""
-    good = msgpack.unpackb(encode_samples(SampleBatch("c", "n", (_s(uuid="GPU-a"), _s(uuid="GPU-b")))))
+    good = sample_rows(SampleBatch("c", "n", (_s(uuid="GPU-a"), _s(uuid="GPU-b"))))
     bad = msgpack.unpackb(msgpack.packb(good))
     edit(bad)  # type: ignore[operator]
     messages = [_raw(bad if i == 150 else good, i) for i in range(300)]
@@ -173,8 +174,32 @@ def test_issue_14_inputs_cost_only_their_item_in_the_middle_of_a_burst(edit: obj
     assert out.samples_ok == sum(len(b) for _, b in out.forward) == 600 - (part == "sample")
 
 
+def test_a_column_wise_message_with_one_bad_sample_costs_only_it_in_a_burst() -> None:
+    """The column-wise form keeps the promise of the row-wise one: a bad value costs its sample, with its
+    position, and NaN (sent) is told apart from nil (not sent)."""
+    good = sample_columns(SampleBatch("c", "n", (_s(uuid="GPU-a"), _s(uuid="GPU-b"), _s(uuid="GPU-c"))))
+    bad = msgpack.unpackb(msgpack.packb(good))
+    bad["ts_ns"][1] = 2**63 + 1
+    nan = msgpack.unpackb(msgpack.packb(good))
+    nan["m"][2][nan["fields"].index("power_watts")] = math.nan
+    nan["m"][0][nan["fields"].index("memory_used_bytes")] = None
+    messages = [_raw(bad if i == 150 else nan if i == 151 else good, i) for i in range(300)]
+    out = process_raw(messages, NOW, LIMITS)
+    letters = [headers_dict(d.headers) for d in out.dead]
+    assert [(h["hermeneut-reason"], h["hermeneut-source"], h["hermeneut-position"]) for h in letters] == [
+        ("out_of_range", "raw/0/150", "1"),
+        ("nan", "raw/0/151", "2"),
+    ]
+    assert letters[1]["hermeneut-detail"] == "power_watts is NaN"
+    assert out.samples_ok == sum(len(b) for _, b in out.forward) == 898
+    ((_, batch),) = out.forward
+    row = out.origins[0].rows.index((151, 0))
+    assert np.isnan(batch.metrics[row, METRIC_NAMES.index("memory_used_bytes")])
+    assert batch.metrics[row, METRIC_NAMES.index("power_watts")] == 350.0
+
+
 def test_the_canonical_value_is_never_replaced_by_an_alias() -> None:
-    body = msgpack.unpackb(encode_samples(SampleBatch("c", "n", (_s(power_watts=310.0),))))
+    body = sample_rows(SampleBatch("c", "n", (_s(power_watts=310.0),)))
     body["samples"][0]["m"]["power_milliwatts"] = 650_000.0
     out = process_raw([_raw(body, 0)], NOW, LIMITS)
     assert out.forward == [] and out.dead[0].reason == "duplicate_field"

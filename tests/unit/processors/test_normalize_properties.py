@@ -17,10 +17,9 @@ from pipeline.config import ValidationSettings
 from pipeline.deadletter import headers_dict
 from processors.normalize import RawMessage, process_raw
 from tests.fuzzing import SEEDS, count, mutations
-from tests.unit.pipeline.test_codec_properties import NODES, _inputs
+from tests.unit.pipeline.test_codec_properties import NODES, _inputs, sent
 
 NOW = time.time_ns()
-_LISTS = {"sample": "samples", "event": "events", "nic": "nics"}
 
 
 @pytest.mark.fuzz
@@ -59,6 +58,6 @@ def _check(payloads: list[bytes], partitions: list[int]) -> None:
             assert not any(k[0] == i and k[1] != "message" for k in seen)
             continue
         body = msgpack.unpackb(payload, strict_map_key=False)
-        for part, key in _LISTS.items():
-            sent = len(body.get(key) or [])
-            assert {k[2] for k in seen if k[0] == i and k[1] == part} == set(range(sent)), (part, i)
+        for part in ("sample", "event", "nic"):
+            items = sent(body, part)
+            assert {k[2] for k in seen if k[0] == i and k[1] == part} == set(range(items)), (part, i)

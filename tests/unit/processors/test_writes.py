@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.codec import decode_interpreted, decode_record, encode_samples
+from pipeline.codec import decode_interpreted, decode_record, encode_samples, sample_rows
 from pipeline.config import TopicSettings, ValidationSettings
 from pipeline.deadletter import headers_dict
 from pipeline.events import (
@@ -88,7 +88,7 @@ def test_a_smaller_cluster_limit_gives_smaller_parts() -> None:
 def test_a_row_that_cannot_fit_alone_is_dead_lettered_with_its_source() -> None:
     procs = [[i, "p" * 2000, 1, "compute"] for i in range(40)]  # one GPU with 80 kB of process names
     good = GpuSample("c", "n", "GPU-ok", 0, "H100", time.time_ns(), {"power_watts": 100.0})
-    body = msgpack.unpackb(encode_samples(SampleBatch("c", "n", (good, good))))
+    body = sample_rows(SampleBatch("c", "n", (good, good)))
     body["samples"][1]["uuid"], body["samples"][1]["procs"] = "GPU-big", procs
     msg = RawMessage(b"c/n", msgpack.packb(body), "raw/2/77", 2)
     writer = _writer(limit=40_000)
