@@ -1,13 +1,14 @@
 """Micro-benchmark behind two wire choices: the codec (MessagePack) and the message granularity (one node round).
 
 A. Codec. Simulated samples (``Fleet(125, 8, seed=1)``: 1,000 GPUs per round, several rounds), encoded one
-   message per node round, as the producers do. For MessagePack (``pipeline.codec``; the column-wise form the
-   producers send, and the row-wise form others may), orjson and stdlib json with the column-wise structure it
-   measures encode and decode cost (µs per GPU sample, best of N per 1,000-sample chunk
-   with ``time.perf_counter``), bytes per sample, and LZ4-frame size per sample (per message, and per round of
-   messages compressed together, which is closer to what a Kafka lz4 record batch sees). MessagePack decode is
-   shown both as a bare ``unpackb`` (like for like with ``orjson.loads``) and as ``decode_raw``, which adds
-   the project's envelope and sample validation. It also checks what matters beyond speed: NaN and int64.
+   message per node round, as the producers do. For MessagePack (``pipeline.codec``: the column-wise form the
+   producers send, its readings a float64 buffer, and the row-wise form others may), orjson and stdlib json
+   (with the row-wise structure: JSON has no binary buffers) it measures encode and decode cost (µs per GPU
+   sample, best of N per 1,000-sample chunk with ``time.perf_counter``), bytes per sample, and LZ4-frame size per
+   sample (per message, and per round of messages compressed together, which is closer to what a Kafka lz4
+   record batch sees). MessagePack decode is shown both as a bare ``unpackb`` (like for like with
+   ``orjson.loads``) and as ``decode_raw``, which adds the project's envelope and sample validation. It also
+   checks what matters beyond speed: NaN and int64.
 
 B. Granularity. One message per GPU sample vs one per node round (8 samples): encode/decode CPU per sample, and
    real Kafka throughput on a local broker (``pipeline.services.kafka``) with 6-partition topics: encode +
@@ -144,11 +145,11 @@ def sample_count(batches: Sequence[SampleBatch]) -> int:
 
 
 def encode_orjson(batch: SampleBatch) -> bytes:
-    return orjson.dumps(sample_columns(batch))
+    return orjson.dumps(sample_rows(batch))
 
 
 def encode_json(batch: SampleBatch) -> bytes:
-    return json.dumps(sample_columns(batch), separators=(",", ":")).encode()
+    return json.dumps(sample_rows(batch), separators=(",", ":")).encode()
 
 
 def encode_rows(batch: SampleBatch) -> bytes:
@@ -173,8 +174,8 @@ class Codec:
 CODECS = (
     Codec("msgpack", encode_samples, unpack_only, sample_columns, decode_raw),
     Codec("msgpack rows", encode_rows, unpack_only, sample_rows, decode_raw),
-    Codec("orjson", encode_orjson, orjson.loads, sample_columns),
-    Codec("json", encode_json, json.loads, sample_columns),
+    Codec("orjson", encode_orjson, orjson.loads, sample_rows),
+    Codec("json", encode_json, json.loads, sample_rows),
 )
 
 

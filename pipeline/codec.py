@@ -141,6 +141,7 @@ def sample_columns(batch: SampleBatch) -> dict[str, Any]:
     """The map a node message packs, its samples column-wise (module docstring)."""
     samples = batch.samples
     fields = list(dict.fromkeys(chain.from_iterable(s.metrics for s in samples)))
+    rows = [list(map(s.metrics.get, fields)) for s in samples]  # None where a sample lacks a field: NaN below
     body: dict[str, Any] = {
         "v": batch.schema_version,
         "cluster": batch.cluster,
@@ -150,8 +151,10 @@ def sample_columns(batch: SampleBatch) -> dict[str, Any]:
         "model": [s.gpu_model for s in samples],
         "ts_ns": [s.ts_ns for s in samples],
         "fields": fields,
-        "m": [list(map(s.metrics.get, fields)) for s in samples],
+        "m": np.array(rows, dtype="<f8").tobytes(),
     }
+    if any(len(s.metrics) != len(fields) for s in samples):
+        body["unsent"] = np.array([[v is None for v in row] for row in rows], dtype=np.uint8).tobytes()
     if any(s.links is not None for s in samples):
         body["links"] = [None if s.links is None else [_link_row(link) for link in s.links] for s in samples]
     if any(s.processes is not None for s in samples):
@@ -333,12 +336,22 @@ def _optional_list(obj: dict[str, Any], key: str) -> list[Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class ValueGroup:
+    """The readings of those samples of a message that send the same field names: ``values`` has a row per sample
+    (``rows``: their index in :class:`RawSamples`' lists, ascending) and a column per name, as sent (unit aliases
+    included); NaN where not sent or sent as NaN. ``unsent`` is True where not sent (None: all were sent)."""
+
+    names: tuple[str, ...]
+    rows: Sequence[int]
+    values: np.ndarray
+    unsent: np.ndarray | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RawSamples:
     """What one raw message holds that decoded, column-wise: every per-sample list has one entry per good sample,
-    in the message's order, ``position`` its place in the message. ``values`` are each sample's readings in the
-    order of its group's field names (None: not sent); ``groups`` says which samples send which names (one group
-    for a column-wise message, one per distinct field list for a row-wise one). Names are as sent (unit aliases
-    included)."""
+    in the message's order, ``position`` its place in the message. ``groups`` hold the readings: one group for a
+    column-wise message, one per distinct list of field names for a row-wise one."""
 
     cluster: str
     node: str
@@ -346,8 +359,7 @@ class RawSamples:
     index: list[int]
     model: list[str]
     ts_ns: list[int]
-    values: list[list[Any]]
-    groups: list[tuple[tuple[str, ...], Sequence[int]]]
+    groups: list[ValueGroup]
     links: list[tuple[NvLinkSample, ...] | None]
     processes: list[tuple[GpuProcess, ...] | None]
     position: list[int]
@@ -356,19 +368,21 @@ class RawSamples:
 
     def samples(self) -> tuple[GpuSample, ...]:
         """The samples as objects (the metrics map holds what was sent, under the names it was sent as)."""
-        fields: list[tuple[str, ...]] = [()] * len(self.uuid)
-        for names, rows in self.groups:
-            for row in rows:
-                fields[row] = names
-        columns = (self.uuid, self.index, self.model, self.ts_ns, fields, self.values, self.links, self.processes)
+        metrics: list[dict[str, float]] = [{}] * len(self.uuid)
+        for group in self.groups:
+            names, values = group.names, group.values.tolist()
+            unsent = [None] * len(values) if group.unsent is None else group.unsent.tolist()
+            for row, sent, gone in zip(group.rows, values, unsent, strict=True):
+                metrics[row] = dict(zip(names, sent, strict=True)) if gone is None else _sent(names, sent, gone)
+        columns = (self.uuid, self.index, self.model, self.ts_ns, metrics, self.links, self.processes)
         return tuple(
-            GpuSample(self.cluster, self.node, uuid, index, model, ts_ns, _sent(names, values), links, processes)
-            for uuid, index, model, ts_ns, names, values, links, processes in zip(*columns, strict=True)
+            GpuSample(self.cluster, self.node, uuid, index, model, ts_ns, sent, links, processes)
+            for uuid, index, model, ts_ns, sent, links, processes in zip(*columns, strict=True)
         )
 
 
-def _sent(names: tuple[str, ...], values: list[Any]) -> dict[str, float]:
-    return {name: value for name, value in zip(names, values, strict=True) if value is not None}
+def _sent(names: tuple[str, ...], values: list[float], unsent: list[bool]) -> dict[str, float]:
+    return {name: value for name, value, gone in zip(names, values, unsent, strict=True) if not gone}
 
 
 def decode_raw(payload: bytes) -> tuple[RawSamples, list[Rejected]]:
@@ -428,25 +442,27 @@ def _row_samples(
     groups: dict[tuple[str, ...], list[int]] = {}
     for i, s in enumerate(good):
         groups.setdefault(tuple(s.metrics), []).append(i)
+    values = [
+        ValueGroup(names, rows, np.array([list(good[i].metrics.values()) for i in rows], dtype=np.float64))
+        for names, rows in groups.items()
+    ]
     columns = RawSamples(
         cluster, node, [s.gpu_uuid for s in good], [s.gpu_index for s in good], [s.gpu_model for s in good],
-        [s.ts_ns for s in good], [list(s.metrics.values()) for s in good], list(groups.items()),
-        [s.links for s in good], [s.processes for s in good], position, *node_level,
+        [s.ts_ns for s in good], values, [s.links for s in good], [s.processes for s in good], position, *node_level,
     )  # fmt: skip
     return columns, rejected
 
 
 _INT: Final = frozenset({int})
-_LIST: Final = frozenset({list})
-_VALUE: Final = frozenset({float, int, type(None)})
-_COLUMNS: Final = ("index", "model", "ts_ns", "m")
+_COLUMNS: Final = ("index", "model", "ts_ns")
 
 
 def _column_samples(
     obj: dict[str, Any], cluster: str, node: str, node_level: _NodeLevel
 ) -> tuple[RawSamples, list[Rejected]]:
-    """The column-wise form: checked column by column with set operations; only a message with a broken value
-    goes sample by sample, through the row-wise checks, to reject just the samples that carry one."""
+    """The column-wise form: checked column by column with set operations; only a message with a broken identity
+    goes sample by sample, through the row-wise checks, to reject just the samples that carry one. The readings
+    are a float64 buffer, so they cannot be of a wrong type: NaN and ranges are the processor's checks."""
     uuid = obj["uuid"]
     if type(uuid) is not list:
         raise DecodeError("wrong_type", "'uuid' must be a list (one per sample)")
@@ -461,12 +477,17 @@ def _column_samples(
     fields = obj.get("fields")
     if type(fields) is not list or not _STR.issuperset(map(type, fields)):
         raise DecodeError("wrong_type", "'fields' must be a list of metric names")
-    index, model, ts_ns, values = obj["index"], obj["model"], obj["ts_ns"], obj["m"]
     names = tuple(fields)
-    width = len(names)
+    cells = n * len(names)
+    buffer, gaps = obj.get("m"), obj.get("unsent")
+    if type(buffer) is not bytes or len(buffer) != 8 * cells:
+        raise DecodeError("malformed", f"'m' must be a buffer of {n} x {len(names)} float64 values")
+    if gaps is not None and (type(gaps) is not bytes or len(gaps) != cells):
+        raise DecodeError("malformed", f"'unsent' must be a buffer of {n} x {len(names)} bytes (or absent)")
+    index, model, ts_ns = obj["index"], obj["model"], obj["ts_ns"]
     problem = _field_problem(names)
     if problem is not None:
-        nothing = RawSamples(cluster, node, [], [], [], [], [], [], [], [], [], *node_level)
+        nothing = RawSamples(cluster, node, [], [], [], [], [], [], [], [], *node_level)
         return nothing, [_rejected(problem, at, uuid[at]) for at in range(n)]
     clean = n == 0 or (
         _STR.issuperset(map(type, uuid))
@@ -474,9 +495,6 @@ def _column_samples(
         and _INT.issuperset(map(type, index))
         and _STR.issuperset(map(type, model))
         and _INT.issuperset(map(type, ts_ns))
-        and _LIST.issuperset(map(type, values))
-        and {width}.issuperset(map(len, values))
-        and _VALUE.issuperset(map(type, chain.from_iterable(values)))
         and min(index) >= 0
         and max(index) <= _INDEX_MAX
         and min(ts_ns) >= 0
@@ -487,12 +505,8 @@ def _column_samples(
     bad: dict[int, InvalidEvent] = {}
     for at in range(n) if not clean else ():
         try:
-            row = values[at]
-            if type(row) is not list or len(row) != width:
-                raise InvalidEvent("wrong_type", f"a sample's 'm' must be a list of {width} values, one per field")
-            sample = {"uuid": uuid[at], "index": index[at], "model": model[at], "ts_ns": ts_ns[at],
-                      "m": _sent(names, row)}  # fmt: skip
-            _decode_sample(sample, cluster, node)
+            _decode_sample({"uuid": uuid[at], "index": index[at], "model": model[at], "ts_ns": ts_ns[at], "m": {}},
+                           cluster, node)  # fmt: skip
         except InvalidEvent as exc:
             bad[at] = exc
     for column, decode, into in ((raw_links, _decode_links, links), (raw_procs, _decode_processes, procs)):
@@ -502,12 +516,17 @@ def _column_samples(
                     into[at] = decode(raw)
                 except InvalidEvent as exc:
                     bad[at] = exc
-    keep = [at for at in range(n) if at not in bad] if bad else list(range(n))
-    kept: tuple[list[Any], ...] = (uuid, index, model, ts_ns, values, links, procs)
+    values = np.frombuffer(buffer, dtype="<f8").reshape(n, len(names))
+    unsent = None if gaps is None else np.frombuffer(gaps, dtype=np.uint8).reshape(n, len(names)) != 0
+    keep = list(range(n))
+    kept: tuple[list[Any], ...] = (uuid, index, model, ts_ns, links, procs)
     if bad:
+        keep = [at for at in range(n) if at not in bad]
         kept = tuple([column[at] for at in keep] for column in kept)
-    u, i, mo, ts, vs, ls, ps = kept
-    columns = RawSamples(cluster, node, u, i, mo, ts, vs, [(names, range(len(keep)))], ls, ps, keep, *node_level)
+        values, unsent = values[keep], None if unsent is None else unsent[keep]
+    u, i, mo, ts, ls, ps = kept
+    group = ValueGroup(names, range(len(keep)), values, unsent)
+    columns = RawSamples(cluster, node, u, i, mo, ts, [group], ls, ps, keep, *node_level)
     return columns, [_rejected(bad[at], at, uuid[at]) for at in sorted(bad)]
 
 

@@ -20,8 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache, partial
-from itertools import repeat
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar
 
 import numpy as np
 
@@ -50,8 +49,8 @@ from pipeline.vocab import format_duration
 STAGE = "processor"
 _Item = TypeVar("_Item", GpuEvent, NicSample)
 _Value = TypeVar("_Value")
-#: value lists that follow one list of field names (None: not sent), and the take's row of each
-_Group = tuple[list[list[Any]], list[int]]
+#: the value blocks of a take's messages that follow one list of field names, their ``unsent`` masks, the rows
+_Group = tuple[list[np.ndarray], list[np.ndarray | None], list[int]]
 
 
 #: the header that marks a raw message as backfill, naming the import run that published it
@@ -265,7 +264,7 @@ def _number(value: float) -> str:
 class _Rows:
     """Every sample of a take that decoded, column-wise, in the order of its messages: filled message by message,
     then cut into one batch per source partition. ``groups`` gathers the value lists by the field names they
-    follow, so the matrix is built with one conversion per distinct field list, not per sample."""
+    follow, so the matrix is built with one conversion per distinct field list, not per sample or message."""
 
     owner: list[int] = field(default_factory=list)  # index of the sample's message in the take
     position: list[int] = field(default_factory=list)  # its place in that message
@@ -291,11 +290,11 @@ class _Rows:
         self.ts_ns.extend(raw.ts_ns)
         self.links.extend(raw.links)
         self.processes.extend(raw.processes)
-        for names, rows in raw.groups:
-            values, ids = self.groups.setdefault(names, ([], []))
-            # a group's rows ascend: all of them is every sample, in order
-            values.extend(raw.values if len(rows) == count else [raw.values[r] for r in rows])
-            ids.extend(map(base.__add__, rows))
+        for group in raw.groups:
+            blocks, unsent, ids = self.groups.setdefault(group.names, ([], [], []))
+            blocks.append(group.values)
+            unsent.append(group.unsent)
+            ids.extend(map(base.__add__, group.rows))
 
     def batch(
         self, rows: list[int], ts_ns: np.ndarray, m: np.ndarray, events: list[GpuEvent], nics: list[NicSample]
@@ -335,24 +334,24 @@ def _layout(names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray | None]:
 
 def metric_matrix_of(groups: dict[tuple[str, ...], _Group], n: int) -> tuple[np.ndarray, dict[int, str]]:
     """A take's samples as a float64 matrix (rows: samples, columns: METRIC_NAMES, NaN: not sent) in canonical
-    units, from value lists grouped by their field names (None: not sent); and, for each row that sent a NaN, the
-    first such field by name."""
+    units, from the messages' value blocks gathered by their field names (one conversion per distinct list of
+    names); and, for each row that sent a NaN, the first such field by name."""
     m = np.full((n, len(METRIC_NAMES)), np.nan)
     nan_field: dict[int, str] = {}
-    for names, (values, ids) in groups.items():
+    for names, (blocks, unsent, ids) in groups.items():
         columns, factor = _layout(names)
-        block = np.array(values, dtype=np.float64).reshape(len(values), len(names))
+        block = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
         if factor is not None:
-            block *= factor
+            block = block * factor
         m[np.asarray(ids, dtype=np.intp)[:, None], columns] = block
-        empty = np.isnan(block).sum(axis=1)
-        if not empty.any():
+        nan = np.isnan(block)
+        if not nan.any():
             continue
-        # a sent NaN is a NaN cell more than the row has fields not sent
-        unsent = np.fromiter(map(list.count, values, repeat(None)), dtype=np.int64, count=len(values))
-        for k in np.flatnonzero(empty != unsent).tolist():
-            sent_nan = (name for name, v in zip(names, values[k], strict=True) if v is not None and v != v)  # noqa: PLR0124
-            nan_field[ids[k]] = min(UNIT_ALIASES.get(name, (name,))[0] for name in sent_nan)
+        if any(u is not None for u in unsent):  # a NaN where a field was not sent is no reading, not a NaN one
+            gaps = [np.zeros(b.shape, dtype=bool) if u is None else u for b, u in zip(blocks, unsent, strict=True)]
+            nan &= ~np.concatenate(gaps)
+        for k in np.flatnonzero(nan.any(axis=1)).tolist():
+            nan_field[ids[k]] = min(UNIT_ALIASES.get(names[j], (names[j],))[0] for j in np.flatnonzero(nan[k]))
     return m, nan_field
 
 

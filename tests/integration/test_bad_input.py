@@ -10,7 +10,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from pipeline.codec import encode_samples
+from pipeline.codec import encode_samples, sample_rows
 from pipeline.config import Settings
 from pipeline.deadletter import headers_dict
 from pipeline.events import GpuSample, SampleBatch
@@ -43,8 +43,8 @@ def test_bad_events_are_dead_lettered_and_good_ones_stored(settings: Settings, t
         return batch.kafka_key, encode_samples(batch)
 
     encoded_good = encode_samples(template)
-    wrong_type = msgpack.unpackb(one(s0)[1])
-    wrong_type["m"][0][wrong_type["fields"].index("power_watts")] = "310 W"
+    wrong_type = sample_rows(SampleBatch(s0.cluster, "bad-node", (s0,)))  # another producer's row-wise form
+    wrong_type["samples"][0]["m"]["power_watts"] = "310 W"
     future_version = msgpack.unpackb(encoded_good)
     future_version["v"] = 99
     bad: list[tuple[tuple[bytes | None, bytes], str]] = [

@@ -176,13 +176,16 @@ def test_issue_14_inputs_cost_only_their_item_in_the_middle_of_a_burst(edit: obj
 
 def test_a_column_wise_message_with_one_bad_sample_costs_only_it_in_a_burst() -> None:
     """The column-wise form keeps the promise of the row-wise one: a bad value costs its sample, with its
-    position, and NaN (sent) is told apart from nil (not sent)."""
+    position, and a NaN sent is told apart from a field not sent."""
+    samples = (_s(uuid="GPU-a", memory_used_bytes=math.nan), _s(uuid="GPU-b"), _s(uuid="GPU-c", power_watts=math.nan))
     good = sample_columns(SampleBatch("c", "n", (_s(uuid="GPU-a"), _s(uuid="GPU-b"), _s(uuid="GPU-c"))))
     bad = msgpack.unpackb(msgpack.packb(good))
     bad["ts_ns"][1] = 2**63 + 1
-    nan = msgpack.unpackb(msgpack.packb(good))
-    nan["m"][2][nan["fields"].index("power_watts")] = math.nan
-    nan["m"][0][nan["fields"].index("memory_used_bytes")] = None
+    nan = sample_columns(SampleBatch("c", "n", samples))
+    # GPU-a's memory_used_bytes not sent: NaN in the buffer, marked in 'unsent'
+    unsent = np.zeros((3, len(nan["fields"])), dtype=np.uint8)
+    unsent[0, nan["fields"].index("memory_used_bytes")] = 1
+    nan["unsent"] = unsent.tobytes()
     messages = [_raw(bad if i == 150 else nan if i == 151 else good, i) for i in range(300)]
     out = process_raw(messages, NOW, LIMITS)
     letters = [headers_dict(d.headers) for d in out.dead]
