@@ -101,7 +101,7 @@ def _proc_row(p: GpuProcess) -> list[Any]:
 
 
 def _sample_dict(s: GpuSample) -> dict[str, Any]:
-    out = {"uuid": s.gpu_uuid, "index": s.gpu_index, "model": s.gpu_model, "ts_ns": s.ts_ns, "m": s.metrics}
+    out = {"uuid": s.gpu_uuid, "index": s.gpu_index, "model": s.gpu_model, "ts_ns": s.ts_ns, "m": dict(s.metrics)}
     if s.links is not None:
         out["links"] = [_link_row(link) for link in s.links]
     if s.processes is not None:
