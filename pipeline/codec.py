@@ -6,11 +6,13 @@ as JSON ``null``), carries binary buffers, and is ~12% smaller than JSON after l
 (encode ties, parsing is ~1.5x slower); that cost is small next to what the schema buys.
 
 Raw samples come in two forms, both schema version 1. hermeneut's own producers write them *column-wise*: one
-list per identity field (``uuid``, ``index``, ``model``, ``ts_ns``), the message's metric names once in ``fields``
-and, in ``m``, one list of values per sample in that order (nil: not sent). Anyone else may write them
-*row-wise*, a map per sample under ``samples`` (easy to write, absent fields simply missing). The columns spare
-the processor a map, a key string per value and an object per sample: it builds its matrix straight from the
-value lists (:func:`decode_raw`, ``processors.normalize``), and the message is a third of the size. Interpreted
+list per identity field (``uuid``, ``index``, ``model``, ``ts_ns``), the message's metric names once in ``fields``,
+the readings in ``m`` as one little-endian float64 buffer (a row per sample, a column per name) and, only when
+some sample lacks some field, ``unsent``: a byte per cell, non-zero where the field was not sent (a NaN that was
+sent stays a reading). Anyone else may write them *row-wise*, a map per sample under ``samples`` (easy to write,
+absent fields simply missing). The columns spare the processor a map, a key string and an object per value and an
+object per sample: it builds its matrix straight from the buffers (:func:`decode_raw`, ``processors.normalize``),
+and the message is 40% of the size. Interpreted
 batches, written and read only by hermeneut stages, are column-wise too, with the numeric columns as float64
 buffers, so neither the processor nor the sink builds a Python object per value.
 
@@ -518,6 +520,8 @@ def _column_samples(
                     bad[at] = exc
     values = np.frombuffer(buffer, dtype="<f8").reshape(n, len(names))
     unsent = None if gaps is None else np.frombuffer(gaps, dtype=np.uint8).reshape(n, len(names)) != 0
+    if unsent is not None:
+        values = np.where(unsent, np.nan, values)  # whatever a producer left in a cell it did not send
     keep = list(range(n))
     kept: tuple[list[Any], ...] = (uuid, index, model, ts_ns, links, procs)
     if bad:

@@ -263,8 +263,8 @@ def _number(value: float) -> str:
 @dataclass
 class _Rows:
     """Every sample of a take that decoded, column-wise, in the order of its messages: filled message by message,
-    then cut into one batch per source partition. ``groups`` gathers the value lists by the field names they
-    follow, so the matrix is built with one conversion per distinct field list, not per sample or message."""
+    then cut into one batch per source partition. ``groups`` gathers the messages' value blocks by the field names
+    they follow, so the matrix is built with one conversion per distinct list of names, not per sample."""
 
     owner: list[int] = field(default_factory=list)  # index of the sample's message in the take
     position: list[int] = field(default_factory=list)  # its place in that message

@@ -9,6 +9,7 @@ import pytest
 
 from pipeline.codec import (
     decode_interpreted,
+    decode_raw,
     decode_record,
     decode_samples,
     encode_interpreted,
@@ -216,6 +217,11 @@ def test_a_field_not_sent_is_marked_unsent_and_a_nan_stays_a_value() -> None:
     assert rejected == [] and decoded.samples[1].metrics == {"power_watts": 2.0}
     assert math.isnan(decoded.samples[0].metrics["sm_clock_mhz"])
     assert "unsent" not in _columns(_sample(power_watts=1.0), _sample(power_watts=2.0))
+    # whatever a producer leaves in a cell it marks unsent is not a reading
+    raw["m"] = np.array([[1.0, math.nan], [2.0, 7.0]]).tobytes()
+    (raw_samples, _) = decode_raw(msgpack.packb(raw))
+    assert decode_samples(msgpack.packb(raw))[0].samples[1].metrics == {"power_watts": 2.0}
+    assert np.isnan(raw_samples.groups[0].values[1, 1])
 
 
 def test_both_forms_decode_to_the_same_samples() -> None:
