@@ -196,8 +196,10 @@ def check_same_structure(rounds: list[list[SampleBatch]]) -> None:
     for codec in CODECS:
         if codec.parse(codec.encode(batch)) != codec.shape(batch):
             raise AssertionError(f"{codec.name} does not round-trip the envelope")
-        decoded, rejected = (None, []) if codec.validate is None else decode_samples(codec.encode(batch))
-        if codec.validate is not None and (rejected or decoded != batch):
+        if codec.validate is None:
+            continue
+        decoded, rejected = decode_samples(codec.encode(batch))
+        if rejected or decoded != batch:
             raise AssertionError(f"decode_samples changed the batch ({codec.name}): {rejected}")
 
 

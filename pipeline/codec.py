@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
@@ -200,23 +200,26 @@ def _check_metrics(metrics: Any) -> InvalidEvent | None:
     if not _NUMBER_TYPES.issuperset(map(type, metrics.values())):
         name, value = next((k, v) for k, v in metrics.items() if type(v) not in _NUMBER_TYPES)
         return InvalidEvent("wrong_type", f"{name!r} must be a number, got {type(value).__name__}")
-    if not _KNOWN_METRICS.issuperset(metrics):
-        # keys may be str or bytes (MessagePack allows both): name the first unknown one without sorting them
-        unknown = next(k for k in metrics if k not in _KNOWN_METRICS)
-        return InvalidEvent("unknown_field", f"unknown metric {unknown!r}")
-    aliases = UNIT_ALIASES.keys() & metrics.keys()
-    if aliases:
-        return _duplicate(metrics, aliases)
-    return None
+    return _unknown_metric(metrics) or _duplicate(metrics)
 
 
-def _duplicate(metrics: dict[str, Any], aliases: set[str]) -> InvalidEvent | None:
+def _unknown_metric(names: Collection[Any]) -> InvalidEvent | None:
+    """The first name outside the schema (and its unit aliases), if any."""
+    if _KNOWN_METRICS.issuperset(names):
+        return None
+    # keys may be str or bytes (MessagePack allows both): name the first unknown one without sorting them
+    unknown = next(k for k in names if k not in _KNOWN_METRICS)
+    return InvalidEvent("unknown_field", f"unknown metric {unknown!r}")
+
+
+def _duplicate(names: Collection[str]) -> InvalidEvent | None:
     """A field sent in its canonical unit and as an alias (or as two aliases): which value is meant cannot be
     told, so the sample is refused rather than one value silently winning."""
+    aliases = UNIT_ALIASES.keys() & names
     seen: dict[str, str] = {}
     for alias in sorted(aliases):
         canonical = UNIT_ALIASES[alias][0]
-        other = canonical if canonical in metrics else seen.get(canonical)
+        other = canonical if canonical in names else seen.get(canonical)
         if other is not None:
             return InvalidEvent("duplicate_field", f"{canonical} sent twice: as {other!r} and as {alias!r}")
         seen[canonical] = alias
@@ -439,8 +442,7 @@ def _row_samples(
             good.append(_decode_sample(raw, cluster, node))
             position.append(at)
         except InvalidEvent as exc:
-            uuid = raw.get("uuid") if isinstance(raw, dict) and type(raw.get("uuid")) is str else None
-            rejected.append(Rejected(exc.reason, exc.detail, at, uuid))
+            rejected.append(_rejected(exc, at, raw.get("uuid") if isinstance(raw, dict) else None))
     groups: dict[tuple[str, ...], list[int]] = {}
     for i, s in enumerate(good):
         groups.setdefault(tuple(s.metrics), []).append(i)
@@ -542,14 +544,11 @@ def _rejected(problem: InvalidEvent, at: int, uuid: Any) -> Rejected:
 def _field_problem(fields: tuple[str, ...]) -> InvalidEvent | None:
     """A column-wise message's metric names: each known and sent once (an alias counts as its canonical name).
     Cached: a source sends the same names every round."""
-    if not _KNOWN_METRICS.issuperset(fields):
-        unknown = next(f for f in fields if f not in _KNOWN_METRICS)
-        return InvalidEvent("unknown_field", f"unknown metric {unknown!r}")
-    if len(set(fields)) != len(fields):
+    problem = _unknown_metric(fields)
+    if problem is None and len(set(fields)) != len(fields):
         twice = next(f for i, f in enumerate(fields) if f in fields[:i])
-        return InvalidEvent("duplicate_field", f"{twice} sent twice in 'fields'")
-    aliases = UNIT_ALIASES.keys() & set(fields)
-    return _duplicate(dict.fromkeys(fields), aliases) if aliases else None
+        problem = InvalidEvent("duplicate_field", f"{twice} sent twice in 'fields'")
+    return problem or _duplicate(fields)
 
 
 def _f64(values: np.ndarray) -> bytes:
