@@ -56,6 +56,7 @@ class CpuMeter:
 
     pids: Mapping[str, tuple[int, ...]]
     _start: dict[str, float] = field(default_factory=dict)
+    _end: dict[str, float] = field(default_factory=dict)
     _t0: float = 0.0
     spent: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
@@ -69,11 +70,15 @@ class CpuMeter:
         return self
 
     def stop(self) -> CpuMeter:
-        end = self._now()
+        self._end = self._now()
         self.wall_s = time.perf_counter() - self._t0
-        self.spent = {name: end[name] - self._start[name] for name in self.pids}
+        self.spent = {name: self._end[name] - self._start[name] for name in self.pids}
         self.load = load_average()
         return self
+
+    def since_stop(self, name: str) -> float:
+        """CPU seconds ``name`` has spent since :meth:`stop` (work a phase left behind, counted after it)."""
+        return sum(_cpu(p) for p in self.pids[name]) - self._end[name]
 
 
 def _cpu(pid: int) -> float:

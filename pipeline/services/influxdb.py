@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,17 @@ MODULE = "github.com/influxdata/influxdb/v2"
 #: (68-74 -> 51-62 µs) for a resident set of 0.5-1 GB instead of 0.3; 800 saved nothing more (docs/performance.md;
 #: https://go.dev/doc/gc-guide)
 GOGC = "400"
+#: the cache size at which influxd writes its in-memory cache to a TSM file (influxd's default: 25 MiB). The cache
+#: counts each series-and-field key's bytes again after every snapshot (tsdb/engine/tsm1/cache.go, WriteMulti), and
+#: a 10,000-GPU fleet's ~200,000 keys fill 25 MiB by themselves: influxd snapshotted about once a second, a TSM file
+#: of one value per key each time, to be compacted again. At 64 MiB it is about every 10 s: influxd's CPU per
+#: sample in a live 10,000-GPU run went from 94-100 to 73 µs; 128 and 256 MiB saved no more (docs/performance.md)
+CACHE_SNAPSHOT_BYTES = 64 * 2**20
+#: influxd's environment as measured; an operator's own settings (the same variables) win
+ENVIRONMENT: dict[str, str] = {
+    "GOGC": GOGC,
+    "INFLUXD_STORAGE_CACHE_SNAPSHOT_MEMORY_SIZE": str(CACHE_SNAPSHOT_BYTES),
+}
 _RUSTC_WRAPPER = """#!/bin/sh
 # Cap lints so libflux's deny(warnings) does not turn new rustc lints into errors.
 rustc="$1"; shift
@@ -165,6 +177,19 @@ def _http(method: str, url: str, body: dict[str, object] | None = None, timeout:
         return exc.code, exc.read()
 
 
+def cache_bytes(url: str) -> float:
+    """What influxd's write caches hold now, all shards together (its ``storage_cache_inuse_bytes``): 0 once
+    everything written is in TSM files."""
+    status, body = _http("GET", f"{url}/metrics")
+    if status != 200:
+        raise ServiceError(f"InfluxDB /metrics answered HTTP {status}")
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in body.decode().splitlines()
+        if line.startswith("storage_cache_inuse_bytes{")
+    )
+
+
 def healthy(url: str) -> bool:
     try:
         status, body = _http("GET", f"{url}/health", timeout=2.0)
@@ -199,8 +224,10 @@ def start(
     token: str | None = None,
     port: int | None = None,
     timeout_s: float = 60,
+    env: Mapping[str, str] | None = None,
 ) -> InfluxProcess:
-    """Start influxd on ``run_dir`` (onboarding it the first time) and wait until it is healthy."""
+    """Start influxd on ``run_dir`` (onboarding it the first time) and wait until it is healthy; ``env`` adds to
+    (or replaces) the measured :data:`ENVIRONMENT`, and an operator's own variables win over both."""
     binary = install(cache_dir, version)
     port = port or free_port()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -215,8 +242,7 @@ def start(
         "--reporting-disabled",
         "--log-level=warn",
     ]
-    # an operator's own GOGC wins
-    pid = start_daemon(cmd, run_dir / "influxd.log", env={"GOGC": GOGC, **os.environ})
+    pid = start_daemon(cmd, run_dir / "influxd.log", env={**ENVIRONMENT, **(env or {}), **os.environ})
     proc = InfluxProcess(version, port, pid, run_dir, org, bucket, token)
     try:
         wait_until(lambda: healthy(proc.url), timeout_s, f"InfluxDB {version}", proc.alive)

@@ -24,6 +24,14 @@ def test_cpu_of_a_process_is_read_from_proc_and_charged_per_sample() -> None:
     assert ceiling(100.0, cores=2) == 20_000
 
 
+def test_work_after_a_phase_is_counted_from_where_the_meter_stopped() -> None:
+    meter = CpuMeter({"self": (os.getpid(),)}).start()
+    meter.stop()
+    assert meter.since_stop("self") < 0.05
+    sum(i * i for i in range(2_000_000))  # what a phase leaves behind, e.g. influxd writing out its cache
+    assert meter.since_stop("self") > 0
+
+
 def test_self_time_is_the_innermost_frame_of_each_stack(tmp_path: Path) -> None:
     raw = tmp_path / "profile.txt"
     raw.write_text(

@@ -17,6 +17,7 @@ import yaml
 
 from pipeline.config import CONFIG_FILE_ENV, ENV_PREFIX, env_names, load_settings
 from pipeline.face.cli import cli
+from pipeline.services import influxdb
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -462,3 +463,14 @@ def test_dockerignore_keeps_local_state_out() -> None:
     assert {".venv", ".git", ".env"} <= patterns, patterns
     for needed in ("pyproject.toml", "pipeline", "producers", "processors", "sinks", "README.md"):
         assert needed not in patterns, f"{needed} is needed by `pip install .`"
+
+
+def test_influxdb_runs_with_the_settings_the_local_services_were_measured_with(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    """The compose file's InfluxDB gets the environment the project's own influxd gets (pipeline.services.influxdb,
+    docs/performance.md), and a host's own value wins."""
+    env = _resolved_env(services["influxdb"], {})
+    assert {k: env.get(k) for k in influxdb.ENVIRONMENT} == influxdb.ENVIRONMENT
+    own = _resolved_env(services["influxdb"], {"INFLUXD_STORAGE_CACHE_SNAPSHOT_MEMORY_SIZE": "33554432"})
+    assert own["INFLUXD_STORAGE_CACHE_SNAPSHOT_MEMORY_SIZE"] == "33554432"
