@@ -34,9 +34,10 @@ MODULE = "github.com/influxdata/influxdb/v2"
 GOGC = "400"
 #: the cache size at which influxd writes its in-memory cache to a TSM file (influxd's default: 25 MiB). The cache
 #: counts each series-and-field key's bytes again after every snapshot (tsdb/engine/tsm1/cache.go, WriteMulti), and
-#: a 10,000-GPU fleet's ~200,000 keys fill 25 MiB by themselves: influxd snapshotted about once a second, a TSM file
-#: of one value per key each time, to be compacted again. At 64 MiB it is about every 10 s: influxd's CPU per
-#: sample in a live 10,000-GPU run went from 94-100 to 73 µs; 128 and 256 MiB saved no more (docs/performance.md)
+#: a 10,000-GPU fleet's ~193,000 keys a second (171 bytes each) fill 25 MiB by themselves: influxd snapshotted about
+#: once a second, a TSM file of one value per key each time, to be compacted again. At 64 MiB it is about every 11 s:
+#: influxd's CPU per sample in live 10,000-GPU runs went from 98.2-99.7 to 74.7-75.2 µs; 128 and 256 MiB saved no
+#: more, and the heap grows with the size (docs/performance.md)
 CACHE_SNAPSHOT_BYTES = 64 * 2**20
 #: influxd's environment as measured; an operator's own settings (the same variables) win
 ENVIRONMENT: dict[str, str] = {
