@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -59,6 +60,7 @@ from processors.app import interpreter_from
 from processors.baselines.store import BaselineSet
 from processors.normalize import RawMessage, process_raw
 from producers.agent import NodeAgent
+from producers.dcgm_exporter import parse_exposition
 from producers.simulator import Fleet
 from producers.simulator.source import SimulatorSource
 from sinks.influxdb.lines import MEASUREMENT, InfoTracker, batch_lines
@@ -78,9 +80,17 @@ def settled_influxd_s(i: influxdb.InfluxProcess, meter: CpuMeter, timeout_s: flo
     A drain of 200,000 samples fits in one cache (64 MiB); without this it would end before influxd wrote any of
     it to disk and look cheaper than a sustained load is.
     """
-    if not wait_for(lambda: influxdb.cache_bytes(i.url) == 0, timeout_s, 0.2):
-        raise RuntimeError(f"influxd still holds {influxdb.cache_bytes(i.url):,.0f} cache bytes after {timeout_s}s")
+    if not wait_for(lambda: influxd_cache_bytes(i.url) == 0, timeout_s, 0.2):
+        raise RuntimeError(f"influxd still holds {influxd_cache_bytes(i.url):,.0f} cache bytes after {timeout_s}s")
     return meter.since_stop("influxd")
+
+
+def influxd_cache_bytes(url: str) -> float:
+    """What influxd's write caches hold now, all shards together (``storage_cache_inuse_bytes`` of its /metrics):
+    0 once everything written is in TSM files."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+        samples = parse_exposition(response.read().decode())
+    return sum(s.value for s in samples if s.name == "storage_cache_inuse_bytes")
 
 
 def bench_settings(base: Settings, k: kafka.KafkaProcess, i: influxdb.InfluxProcess, tag: str) -> Settings:

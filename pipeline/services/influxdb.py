@@ -178,19 +178,6 @@ def _http(method: str, url: str, body: dict[str, object] | None = None, timeout:
         return exc.code, exc.read()
 
 
-def cache_bytes(url: str) -> float:
-    """What influxd's write caches hold now, all shards together (its ``storage_cache_inuse_bytes``): 0 once
-    everything written is in TSM files."""
-    status, body = _http("GET", f"{url}/metrics")
-    if status != 200:
-        raise ServiceError(f"InfluxDB /metrics answered HTTP {status}")
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in body.decode().splitlines()
-        if line.startswith("storage_cache_inuse_bytes{")
-    )
-
-
 def healthy(url: str) -> bool:
     try:
         status, body = _http("GET", f"{url}/health", timeout=2.0)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.pipeline import influxd_cache_bytes
 from pipeline.services import influxdb
 from sinks.influxdb.write import InfluxWriter
 
@@ -36,9 +37,9 @@ def test_influxd_applies_the_cache_snapshot_size_and_reports_what_its_cache_hold
         config = json.load(response)["config"]
     expected = os.environ.get("INFLUXD_STORAGE_CACHE_SNAPSHOT_MEMORY_SIZE", str(influxdb.CACHE_SNAPSHOT_BYTES))
     assert config["storage-cache-snapshot-memory-size"] == int(expected)
-    before = influxdb.cache_bytes(p.url)
+    before = influxd_cache_bytes(p.url)
     writer = InfluxWriter(p.url, p.token, p.org, p.bucket)
     now_ms = time.time_ns() // 1_000_000
     writer.write([f"local_services_probe,test=cache value={i}.0 {now_ms - i}" for i in range(1000)])
     writer.close()
-    assert influxdb.cache_bytes(p.url) >= before + 1000 * 16  # a timestamp and a float per value, at least
+    assert influxd_cache_bytes(p.url) >= before + 1000 * 16  # a timestamp and a float per value, at least
