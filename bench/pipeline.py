@@ -14,8 +14,10 @@ Phases, each on its own topics of the same config (``pipeline.topics``), on a fr
    stored point, and the processor stage's own drain rate (its lag reaching zero). Ratio = this / the slower
    ceiling. With several ``--workers`` counts, once per count (N processors and N sinks, each its consumer
    group's member, on the partitions of the same topics), each against the first.
-4. Live fleet: a simulated fleet (``--gpus``) sampled at 1 Hz for ``--duration`` seconds while the pipeline runs;
-   sustained stored samples/s and latency sample time -> InfluxDB acknowledged (p50/p99).
+4. Live fleet: a simulated fleet (``--gpus``) sampled at 1 Hz for ``--duration`` seconds while the pipeline runs,
+   published as a collector and a context watcher would (topology, workload context, samples) and judged against
+   the same learned baselines as the drain; sustained stored samples/s and latency sample time -> InfluxDB
+   acknowledged (p50/p99).
 
 Every phase reports the CPU-microseconds per sample of each process, read from /proc: the broker, influxd, the
 processor(s), the sink(s) and the producer (this process: simulation, encoding, publishing), their central sum
@@ -365,10 +367,11 @@ def saturation(
 
 def live(
     s: Settings, run_dir: Path, gpus: int, duration_s: float, k: kafka.KafkaProcess, i: influxdb.InfluxProcess,
-    workers: int,
+    workers: int, learned: Learned | None,
 ) -> dict[str, Any]:  # fmt: skip
     nodes = max(1, gpus // GPUS_PER_NODE)
     fleet = Fleet(nodes, GPUS_PER_NODE, cluster=s.cluster, seed=4)
+    baselines = load_baselines(s, learned) if learned else 0
     processors, sinks = start_workers(s, run_dir, workers)
     stages = processors + sinks
     try:
@@ -378,7 +381,7 @@ def live(
         stop = threading.Event()
         meter = CpuMeter(_pids(k, i, processors, sinks)).start()
         start = time.perf_counter()
-        report = NodeAgent(SimulatorSource.of(fleet, samples_only=True), publisher, s.topics, 1.0).run(stop, duration_s)
+        report = NodeAgent(SimulatorSource.of(fleet), publisher, s.topics, 1.0).run(stop, duration_s)
         produced_s = time.perf_counter() - start
         drained = wait_for(_progress(stages, sinks, "points_written", report.samples), 300, 0.1)
         meter.stop()
@@ -389,6 +392,7 @@ def live(
         stored = _sum(sinks, "points_written")
         sink_stats = [st.stats() for st in sinks]
         dead = _sum(processors, "dead_lettered")
+        version = min(int(st.stats().get("baselines_version", 0)) for st in processors)
     finally:
         _stop(stages)
     settle_s = settled_influxd_s(i, meter)
@@ -397,6 +401,8 @@ def live(
     return {
         "gpus": fleet.size,
         "workers": workers,
+        "baselines": baselines,
+        "baselines_version": version,
         "duration_s": duration_s,
         "samples": report.samples,
         "late_rounds": report.late_rounds,
@@ -492,8 +498,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.duration > 0:
             print(f"4/4 live: {args.gpus} GPUs at 1 Hz for {args.duration:.0f}s")
             results["live"] = live(
-                bench_settings(base, k, i, "live"), run_dir / "live", args.gpus, args.duration, k, i, args.workers[0]
-            )
+                bench_settings(base, k, i, "live"), run_dir / "live", args.gpus, args.duration, k, i,
+                args.workers[0], learned,
+            )  # fmt: skip
     finally:
         k.stop()
         i.stop()
@@ -556,7 +563,8 @@ def report(results: dict[str, Any]) -> None:
         lv = results["live"]
         print(
             f"{'pipeline, live ' + str(lv['gpus']) + ' GPUs @1 Hz (sustained)':52} {lv['samples_per_s']:>12,.0f}"
-            f"   late rounds {lv['late_rounds']}, drained {lv['drained']}, load {lv['load'][0]:.1f}"
+            f"   late rounds {lv['late_rounds']}, drained {lv['drained']}, baselines v{lv['baselines_version']}, "
+            f"load {lv['load'][0]:.1f}"
         )
         print(
             f"{'latency sample -> stored p50 / p99 / max (s)':52} "
