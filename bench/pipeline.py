@@ -87,6 +87,26 @@ def settled_influxd_s(i: influxdb.InfluxProcess, meter: CpuMeter, timeout_s: flo
     return meter.since_stop("influxd")
 
 
+def judged(processors: list[Stage]) -> tuple[dict[str, int], dict[str, float]]:
+    """What the processors judged so far, from their /metrics: samples by verdict
+    (``hermeneut_processor_verdicts_total``) and GPU-seconds by the application they were judged as
+    (``hermeneut_gpu_seconds_total``; ``unknown`` where nothing named one)."""
+    verdicts: dict[str, int] = {}
+    seconds: dict[str, float] = {}
+    for st in processors:
+        if st.metrics_url:
+            with urllib.request.urlopen(st.metrics_url, timeout=30) as response:
+                samples = parse_exposition(response.read().decode())
+            for sample in samples:
+                if sample.name == "hermeneut_processor_verdicts_total":
+                    verdict = sample.labels["verdict"]
+                    verdicts[verdict] = verdicts.get(verdict, 0) + int(sample.value)
+                elif sample.name == "hermeneut_gpu_seconds_total":
+                    app = sample.labels["application"]
+                    seconds[app] = seconds.get(app, 0.0) + sample.value
+    return verdicts, seconds
+
+
 def influxd_cache_bytes(url: str) -> float:
     """What influxd's write caches hold now, all shards together (``storage_cache_inuse_bytes`` of its /metrics):
     0 once everything written is in TSM files."""
@@ -359,7 +379,7 @@ def saturation(
         "us_per_sample": us,
         "broker_ingest_us_per_sample": loaded["us_per_sample"]["broker"],
         "central_us_per_sample": central_sum(us),
-        "influxd_settle_us_per_sample": settle_s * 1e6 / counts["influxd"],
+        "influxd_settle_us_per_sample": per_sample_us({"influxd": settle_s}, counts)["influxd"],
         "load": meter.load,
         "profiles": profiles,
     }
@@ -393,6 +413,7 @@ def live(
         sink_stats = [st.stats() for st in sinks]
         dead = _sum(processors, "dead_lettered")
         version = min(int(st.stats().get("baselines_version", 0)) for st in processors)
+        verdicts, app_seconds = judged(processors)
     finally:
         _stop(stages)
     settle_s = settled_influxd_s(i, meter)
@@ -403,6 +424,8 @@ def live(
         "workers": workers,
         "baselines": baselines,
         "baselines_version": version,
+        "verdicts": verdicts,
+        "gpu_seconds_by_application": app_seconds,
         "duration_s": duration_s,
         "samples": report.samples,
         "late_rounds": report.late_rounds,
@@ -571,6 +594,12 @@ def report(results: dict[str, Any]) -> None:
             f"{lv['latency_p50_s']:.3f} / {lv['latency_p99_s']:.3f} / {lv['latency_max_s']:.3f}"
             f"   write retries {lv['write_retries']}"
         )
+        verdicts = lv["verdicts"]
+        share = ", ".join(f"{v} {n / max(1, sum(verdicts.values())):.1%}" for v, n in sorted(verdicts.items()))
+        print(f"{'samples judged, by verdict':52} {sum(verdicts.values()):>12,}   {share}")
+        app_s = lv["gpu_seconds_by_application"]
+        named = 1 - app_s.get("unknown", 0.0) / max(1.0, sum(app_s.values()))
+        print(f"{'GPU time judged as a named application (or idle)':52} {named:>12.1%}")
         print(
             f"{'memory per GPU: processor(s) / sink(s) (RSS over idle)':52} "
             f"{lv['processor_bytes_per_gpu'] / 1024:.1f} / {lv['sink_bytes_per_gpu'] / 1024:.1f} KiB"
