@@ -62,7 +62,7 @@ from processors.app import interpreter_from
 from processors.baselines.store import BaselineSet
 from processors.normalize import RawMessage, process_raw
 from producers.agent import NodeAgent
-from producers.dcgm_exporter import parse_exposition
+from producers.dcgm_exporter import PromSample, parse_exposition
 from producers.simulator import Fleet
 from producers.simulator.source import SimulatorSource
 from sinks.influxdb.lines import MEASUREMENT, InfoTracker, batch_lines
@@ -87,32 +87,34 @@ def settled_influxd_s(i: influxdb.InfluxProcess, meter: CpuMeter, timeout_s: flo
     return meter.since_stop("influxd")
 
 
+def scraped(url: str, timeout_s: float = 5.0) -> list[PromSample]:
+    """The samples of the Prometheus exposition served at ``url``."""
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        return parse_exposition(response.read().decode())
+
+
+def _by_label(samples: list[PromSample], name: str, label: str) -> dict[str, float]:
+    """The values of metric ``name`` summed per value of its ``label``."""
+    out: dict[str, float] = {}
+    for sample in samples:
+        if sample.name == name:
+            out[sample.labels[label]] = out.get(sample.labels[label], 0.0) + sample.value
+    return out
+
+
 def judged(processors: list[Stage]) -> tuple[dict[str, int], dict[str, float]]:
     """What the processors judged so far, from their /metrics: samples by verdict
     (``hermeneut_processor_verdicts_total``) and GPU-seconds by the application they were judged as
     (``hermeneut_gpu_seconds_total``; ``unknown`` where nothing named one)."""
-    verdicts: dict[str, int] = {}
-    seconds: dict[str, float] = {}
-    for st in processors:
-        if st.metrics_url:
-            with urllib.request.urlopen(st.metrics_url, timeout=30) as response:
-                samples = parse_exposition(response.read().decode())
-            for sample in samples:
-                if sample.name == "hermeneut_processor_verdicts_total":
-                    verdict = sample.labels["verdict"]
-                    verdicts[verdict] = verdicts.get(verdict, 0) + int(sample.value)
-                elif sample.name == "hermeneut_gpu_seconds_total":
-                    app = sample.labels["application"]
-                    seconds[app] = seconds.get(app, 0.0) + sample.value
-    return verdicts, seconds
+    samples = [sample for st in processors if st.metrics_url for sample in scraped(st.metrics_url, 30.0)]
+    verdicts = _by_label(samples, "hermeneut_processor_verdicts_total", "verdict")
+    return {v: int(n) for v, n in verdicts.items()}, _by_label(samples, "hermeneut_gpu_seconds_total", "application")
 
 
 def influxd_cache_bytes(url: str) -> float:
     """What influxd's write caches hold now, all shards together (``storage_cache_inuse_bytes`` of its /metrics):
     0 once everything written is in TSM files."""
-    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
-        samples = parse_exposition(response.read().decode())
-    return sum(s.value for s in samples if s.name == "storage_cache_inuse_bytes")
+    return sum(s.value for s in scraped(f"{url}/metrics") if s.name == "storage_cache_inuse_bytes")
 
 
 def bench_settings(base: Settings, k: kafka.KafkaProcess, i: influxdb.InfluxProcess, tag: str) -> Settings:
@@ -324,6 +326,10 @@ def _sum(stages: list[Stage], key: str) -> int:
     return sum(int(st.stats().get(key, 0)) for st in stages)
 
 
+def _least(stages: list[Stage], key: str) -> int:
+    return min(int(st.stats().get(key, 0)) for st in stages)
+
+
 def saturation(
     s: Settings, run_dir: Path, samples: int, k: kafka.KafkaProcess, i: influxdb.InfluxProcess, workers: int,
     learned: Learned | None, profile_s: float = 0.0,
@@ -357,7 +363,7 @@ def saturation(
         time.sleep(1.2)  # the processors write their stats every second
         stored, processed = _sum(sinks, "points_written"), _sum(processors, "samples_ok")
         dead = _sum(processors, "dead_lettered")
-        version = min(int(st.stats().get("baselines_version", 0)) for st in processors)
+        version = _least(processors, "baselines_version")
     finally:
         _stop(stages)
     if not done:
@@ -412,7 +418,7 @@ def live(
         stored = _sum(sinks, "points_written")
         sink_stats = [st.stats() for st in sinks]
         dead = _sum(processors, "dead_lettered")
-        version = min(int(st.stats().get("baselines_version", 0)) for st in processors)
+        version = _least(processors, "baselines_version")
         verdicts, app_seconds = judged(processors)
     finally:
         _stop(stages)
@@ -595,8 +601,9 @@ def report(results: dict[str, Any]) -> None:
             f"   write retries {lv['write_retries']}"
         )
         verdicts = lv["verdicts"]
-        share = ", ".join(f"{v} {n / max(1, sum(verdicts.values())):.1%}" for v, n in sorted(verdicts.items()))
-        print(f"{'samples judged, by verdict':52} {sum(verdicts.values()):>12,}   {share}")
+        judged_n = sum(verdicts.values())
+        share = ", ".join(f"{v} {n / max(1, judged_n):.1%}" for v, n in sorted(verdicts.items()))
+        print(f"{'samples judged, by verdict':52} {judged_n:>12,}   {share}")
         app_s = lv["gpu_seconds_by_application"]
         named = 1 - app_s.get("unknown", 0.0) / max(1.0, sum(app_s.values()))
         print(f"{'GPU time judged as a named application (or idle)':52} {named:>12.1%}")
