@@ -69,6 +69,8 @@ from sinks.influxdb.lines import MEASUREMENT, InfoTracker, batch_lines
 from sinks.influxdb.write import InfluxWriter
 
 GPUS_PER_NODE = 8
+#: the seed of the fleet the baselines learn from (the drain's fleet is seed 3, the live one seed 4)
+LEARN_SEED = 5
 #: the benchmark's influxd writes a cache to a TSM file once its shard has had no writes for this long, so the
 #: snapshot of what a phase left in the cache happens right after the phase and is counted with it (influxd's
 #: default waits 10 minutes). Live writes come every second, so it changes nothing while a fleet writes.
@@ -295,6 +297,16 @@ def preload(s: Settings, samples: int, broker_pid: int) -> dict[str, Any]:
     return {"samples": total, "us_per_sample": per_sample_us(meter.spent, total), "wall_s": meter.wall_s}
 
 
+def learn(nodes: int, rounds: int) -> Learned:
+    """Baselines and the classifier learned from ``rounds`` of a fleet like the benchmark's but of other jobs (its
+    own seed), as ``baselines train`` would from a fleet's history. That history must hold many jobs per
+    application, as a deployment's does: learned from 32 nodes (2 LLM pre-training jobs, 5-18 of the other
+    applications), a quarter of the live fleet's samples were ``unusual`` (each "differs from its baseline"), a
+    false-alarm rate no operator would keep; from 512 nodes (32-176 jobs per application), 4%."""
+    print(f"learning baselines from {nodes * GPUS_PER_NODE} GPUs x {rounds} rounds of history", flush=True)
+    return fitted(Fleet(nodes, GPUS_PER_NODE, seed=LEARN_SEED), rounds)
+
+
 def load_baselines(s: Settings, learned: Learned) -> int:
     """Publish learned baselines and the classifier as training would: the processors start with them loaded.
     Returns how many baselines."""
@@ -364,6 +376,7 @@ def saturation(
         stored, processed = _sum(sinks, "points_written"), _sum(processors, "samples_ok")
         dead = _sum(processors, "dead_lettered")
         version = _least(processors, "baselines_version")
+        verdicts, _ = judged(processors)
     finally:
         _stop(stages)
     if not done:
@@ -379,6 +392,7 @@ def saturation(
         "workers": workers,
         "baselines": baselines,
         "baselines_version": version,
+        "verdicts": verdicts,
         "dead_lettered": dead,
         "samples_per_s": (stored - first_stored) / meter.wall_s,
         "processor_drain_samples_per_s": (total - first_processed) / processed_s if processed_s else None,
@@ -489,7 +503,10 @@ def main(argv: list[str] | None = None) -> int:
         "--workers", type=int, nargs="+", default=[1], help="processors and sinks (each its group's member); several: "
         "a saturation phase per count, compared with the first"
     )  # fmt: skip
-    ap.add_argument("--learn-rounds", type=int, default=300, help="history rounds baselines learn from (0: none)")
+    ap.add_argument(
+        "--learn-nodes", type=int, default=512, help=f"nodes of {GPUS_PER_NODE} GPUs the baselines learn from"
+    )
+    ap.add_argument("--learn-rounds", type=int, default=60, help="history rounds baselines learn from (0: none)")
     ap.add_argument("--skip-ceilings", action="store_true", help="no Kafka/InfluxDB ceiling phases")
     ap.add_argument(
         "--profile", type=float, default=0.0, help="seconds of py-spy on the first processor and sink while draining"
@@ -505,8 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         env={"INFLUXD_STORAGE_CACHE_SNAPSHOT_WRITE_COLD_DURATION": SETTLE_COLD},
     )  # fmt: skip
     results: dict[str, Any] = {"kafka_version": k.version, "influxdb_version": i.version, "cores": os.cpu_count()}
-    # baselines and the classifier learned from a fleet like the benchmark's (as `baselines train` would)
-    learned = fitted(Fleet(32, GPUS_PER_NODE, seed=5), args.learn_rounds) if args.learn_rounds else None
+    learned = learn(args.learn_nodes, args.learn_rounds) if args.learn_rounds else None
     try:
         if not args.skip_ceilings:
             fleet = Fleet(125, GPUS_PER_NODE, seed=1)
@@ -542,6 +558,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _verdict_line(verdicts: dict[str, int]) -> None:
+    judged_n = sum(verdicts.values())
+    share = ", ".join(f"{v} {n / max(1, judged_n):.1%}" for v, n in sorted(verdicts.items()))
+    print(f"{'samples judged, by verdict':52} {judged_n:>12,}   {share}")
+
+
 def report(results: dict[str, Any]) -> None:
     first = results["saturation"][0]
     print()
@@ -571,6 +593,7 @@ def report(results: dict[str, Any]) -> None:
             print(f"{'  processor stage alone (its lag drained)':52} {sat['processor_drain_samples_per_s']:>12,.0f}")
         if sat is first and "ratio_to_slower_ceiling" in results:
             print(f"{'ratio to the slower ceiling':52} {results['ratio_to_slower_ceiling']:>12.2f}")
+        _verdict_line(sat["verdicts"])
         _cpu_table(
             "saturated", sat["us_per_sample"],
             f"broker ingest {sat['broker_ingest_us_per_sample']:.1f} more; influxd writing out its cache after the "
@@ -600,10 +623,7 @@ def report(results: dict[str, Any]) -> None:
             f"{lv['latency_p50_s']:.3f} / {lv['latency_p99_s']:.3f} / {lv['latency_max_s']:.3f}"
             f"   write retries {lv['write_retries']}"
         )
-        verdicts = lv["verdicts"]
-        judged_n = sum(verdicts.values())
-        share = ", ".join(f"{v} {n / max(1, judged_n):.1%}" for v, n in sorted(verdicts.items()))
-        print(f"{'samples judged, by verdict':52} {judged_n:>12,}   {share}")
+        _verdict_line(lv["verdicts"])
         app_s = lv["gpu_seconds_by_application"]
         named = 1 - app_s.get("unknown", 0.0) / max(1.0, sum(app_s.values()))
         print(f"{'GPU time judged as a named application (or idle)':52} {named:>12.1%}")

@@ -16,9 +16,12 @@ from bench import pipeline
 def test_the_live_phase_is_judged_like_the_drain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the benchmark keeps its stages' logs there
     out = tmp_path / "bench.json"
-    argv = ["--gpus", "16", "--duration", "8", "--backlog", "4000", "--learn-rounds", "120", "--skip-ceilings"]
-    assert pipeline.main([*argv, "--json", str(out)]) == 0
-    live = json.loads(out.read_text())["live"]
+    argv = ["--gpus", "16", "--duration", "8", "--backlog", "4000", "--learn-nodes", "32", "--learn-rounds", "120"]
+    assert pipeline.main([*argv, "--skip-ceilings", "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    drain = results["saturation"][0]
+    assert sum(drain["verdicts"].values()) == drain["samples"], drain["verdicts"]
+    live = results["live"]
     assert live["drained"] and live["stored"] == live["samples"] > 0 and live["dead_lettered"] == 0
     assert live["baselines"] > 0 and live["baselines_version"] == 1
     assert sum(live["verdicts"].values()) == live["samples"]
