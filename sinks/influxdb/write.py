@@ -6,13 +6,19 @@
 
 Each request gets a timeout proportional to its size (``timeout_s`` is the timeout of a full request of
 ``request_lines`` lines, never less than :data:`MIN_TIMEOUT_S`), so a small request to a stalled server is given up
-early and a full one is given the time it needs, instead of one fixed timeout for both.
+early and a full one is given the time it needs, instead of one fixed timeout for both. A request that timed out
+may still be written by a server that is only slow, and resending it with the same timeout can time out again and
+again, each try costing the server the write once more (seen: 20 attempts in 3 minutes under a loaded influxd). So
+after a timeout the writer gives every request twice the time (up to twice ``timeout_s``, so a hung server still
+lets a stopping sink go within its grace), and halves that again after a request that took less than a quarter of
+the time it was given (:class:`TimeoutStretch`).
 
 Reads go through the query layer (:class:`sinks.query.store.Store`), never through here.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Final, cast
 
 import urllib3
@@ -26,8 +32,28 @@ from pipeline.config import InfluxSettings
 from pipeline.errors import PermanentWriteError, SinkBackpressure, TransientWriteError
 
 _MS: Final = cast(WritePrecision, WritePrecision.MS)
-#: no request is given less than this (connection set-up, a busy server's queue)
-MIN_TIMEOUT_S: Final = 1.0
+#: no request is given less than this: influxd under load pauses for a second or two now and then (its cache
+#: snapshots and compactions), and a request given 1-2.4 s timed out in those pauses and was sent again (17 times in
+#: a 5-minute 10,000-GPU run with 1 s here)
+MIN_TIMEOUT_S: Final = 5.0
+#: after timeouts, a request is given at most this many times its own timeout (and never over twice a full one's)
+MAX_STRETCH: Final = 16.0
+
+
+class TimeoutStretch:
+    """How many times its own timeout a request is given now: doubled by each timeout (up to
+    :data:`MAX_STRETCH`), halved (down to 1) by each request that took less than a quarter of what it was given.
+    The back-off of a retransmission timer (RFC 6298, 5.5), undone as the server's answers come back fast."""
+
+    def __init__(self) -> None:
+        self.factor = 1.0
+
+    def timed_out(self) -> None:
+        self.factor = min(MAX_STRETCH, self.factor * 2)
+
+    def answered(self, took_s: float, timeout_s: float) -> None:
+        if took_s < timeout_s / 4:
+            self.factor = max(1.0, self.factor / 2)
 
 
 def _retry_after_s(exc: ApiException) -> float | None:
@@ -47,10 +73,11 @@ class InfluxWriter:
     its line count (see the module docstring)."""
 
     def __init__(
-        self, url: str, token: str, org: str, bucket: str, timeout_s: float = 10.0, request_lines: int = 5000
+        self, url: str, token: str, org: str, bucket: str, timeout_s: float = 30.0, request_lines: int = 50_000
     ) -> None:
         self.bucket, self.org = bucket, org
         self.timeout_s, self.request_lines = timeout_s, request_lines
+        self.stretch = TimeoutStretch()
         self.client = InfluxDBClient(url=url, token=token, org=org, timeout=int(timeout_s * 1000), retries=False)
         # the generated service, not write_api: only it takes a timeout per request
         self._service = WriteService(self.client.api_client)  # type: ignore[no-untyped-call]
@@ -63,12 +90,15 @@ class InfluxWriter:
         return cls(settings.url, token, settings.org, settings.bucket, settings.timeout_s, settings.batch_size)
 
     def timeout_for(self, lines: int) -> float:
-        """The timeout of a request of ``lines`` lines."""
-        return max(MIN_TIMEOUT_S, self.timeout_s * lines / self.request_lines)
+        """The timeout of a request of ``lines`` lines now (stretched after timeouts, see the module docstring)."""
+        own = max(MIN_TIMEOUT_S, self.timeout_s * lines / self.request_lines)
+        return min(own * self.stretch.factor, max(own, 2 * self.timeout_s))
 
     def write(self, lines: list[str]) -> None:
         if not lines:
             return
+        timeout_s = self.timeout_for(len(lines))
+        started = time.monotonic()
         try:
             self._service.post_write(  # type: ignore[no-untyped-call]
                 org=self.org,
@@ -76,8 +106,9 @@ class InfluxWriter:
                 body="\n".join(lines).encode(),
                 precision=_MS,
                 content_type="text/plain; charset=utf-8",
-                _request_timeout=self.timeout_for(len(lines)) * 1000,  # the client counts in ms
+                _request_timeout=timeout_s * 1000,  # the client counts in ms
             )
+            self.stretch.answered(time.monotonic() - started, timeout_s)
         except ApiException as exc:
             if exc.status in (400, 413):
                 raise PermanentWriteError(f"HTTP {exc.status}: {str(exc.body)[:300]}") from exc
@@ -87,6 +118,8 @@ class InfluxWriter:
                 raise SinkBackpressure(after, detail) from exc
             raise TransientWriteError(detail) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if isinstance(exc, urllib3.exceptions.TimeoutError | TimeoutError):
+                self.stretch.timed_out()
             raise TransientWriteError(f"{type(exc).__name__}: {exc}"[:300]) from exc
 
     def ensure_bucket(self, retention_s: int) -> None:

@@ -3,6 +3,7 @@ as it answers again (no request grown past the batch size, no rollup task piling
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from pathlib import Path
@@ -10,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import Settings
+from pipeline.errors import TransientWriteError
 from pipeline.services.stages import wait_for
 from producers.simulator import Fleet
+from sinks.influxdb.write import InfluxWriter
 
 from .conftest import InfluxServer
 from .harness import publish_batches, running_pipeline, stored_points, wait_stored
@@ -51,6 +54,34 @@ def test_influxdb_restart_mid_stream_loses_nothing(
     keys = [(r["gpu"], r["_time"]) for r in rows]
     assert len(keys) == rounds * 16
     assert len(set(keys)) == len(keys)
+
+
+def test_a_write_that_timed_out_is_given_more_time_and_stored_once(
+    settings: Settings, influx_server: InfluxServer
+) -> None:
+    """A hung influxd (SIGSTOP: connections accepted, never answered) times the request out; the writer gives the
+    next ones twice the time, the same request sent again once influxd answers is stored once, and fast answers
+    take the stretch back."""
+    writer = InfluxWriter.from_settings(settings.influxdb)
+    now_ms = time.time_ns() // 1_000_000
+    lines = [f"gpu,cluster={settings.cluster},gpu=g{i} power_w={100.0 + i} {now_ms}" for i in range(10)]
+    own = writer.timeout_for(len(lines))
+    influx_server.proc_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(TransientWriteError, match="Timeout"):
+            writer.write(lines)
+    finally:
+        influx_server.proc_signal(signal.SIGCONT)
+    assert writer.timeout_for(len(lines)) == 2 * own
+    writer.write(lines)
+    for _ in range(5):  # answers within a quarter of their time take the stretch back
+        if writer.timeout_for(len(lines)) == own:
+            break
+        writer.write(lines[:1])
+    assert writer.timeout_for(len(lines)) == own
+    writer.close()
+    rows = stored_points(settings)
+    assert sorted((r["gpu"], r["power_w"]) for r in rows) == [(f"g{i}", 100.0 + i) for i in range(10)]
 
 
 def test_sink_stops_within_its_grace_while_influxdb_is_down_and_loses_nothing(

@@ -9,7 +9,7 @@ import pytest
 from pipeline.errors import PermanentWriteError, TransientWriteError
 from sinks.base import Prepared
 from sinks.influxdb.sink import InfluxDBConfig, InfluxDBSink, Lines
-from sinks.influxdb.write import MIN_TIMEOUT_S, InfluxWriter
+from sinks.influxdb.write import MAX_STRETCH, MIN_TIMEOUT_S, InfluxWriter, TimeoutStretch
 
 
 class RecordingWriter:
@@ -73,3 +73,28 @@ def test_timeouts_are_proportional_to_the_request() -> None:
     assert writer.timeout_for(2500) == 5.0
     assert writer.timeout_for(10) == MIN_TIMEOUT_S
     writer.close()
+
+
+def test_after_a_timeout_requests_get_more_time_until_answers_come_back_fast() -> None:
+    writer = InfluxWriter("http://127.0.0.1:1", "t", "o", "b", timeout_s=10.0, request_lines=5000)
+    writer.stretch.timed_out()
+    assert writer.timeout_for(1000) == 2 * MIN_TIMEOUT_S and writer.timeout_for(5000) == 20.0
+    for _ in range(10):
+        writer.stretch.timed_out()
+    assert writer.stretch.factor == MAX_STRETCH
+    # never over twice a full request's timeout, so a hung server still lets a stopping sink go in its grace
+    assert writer.timeout_for(1000) == 20.0 and writer.timeout_for(5000) == 20.0
+    writer.close()
+
+
+def test_the_stretch_halves_only_after_an_answer_well_within_its_time() -> None:
+    stretch = TimeoutStretch()
+    stretch.timed_out()
+    stretch.timed_out()
+    stretch.answered(took_s=3.0, timeout_s=8.0)  # a slow answer: the server is still slow
+    assert stretch.factor == 4.0
+    stretch.answered(took_s=1.0, timeout_s=8.0)
+    assert stretch.factor == 2.0
+    stretch.answered(took_s=0.1, timeout_s=4.0)
+    stretch.answered(took_s=0.1, timeout_s=2.0)
+    assert stretch.factor == 1.0
