@@ -124,7 +124,16 @@ def bench_settings(base: Settings, k: kafka.KafkaProcess, i: influxdb.InfluxProc
         cluster=f"bench-{tag}",
         group_prefix=f"bench-{tag}",
         kafka=KafkaSettings(bootstrap_servers=k.bootstrap_servers, session_timeout_s=6.0),
-        influxdb=InfluxSettings(url=i.url, org=i.org, bucket=i.bucket, token=i.token),
+        # the sink's batching as configured (HERMENEUT_INFLUXDB__BATCH_SIZE, ...), the server the benchmark's
+        influxdb=InfluxSettings(
+            url=i.url,
+            org=i.org,
+            bucket=i.bucket,
+            token=i.token,
+            batch_size=base.influxdb.batch_size,
+            flush_interval_s=base.influxdb.flush_interval_s,
+            timeout_s=base.influxdb.timeout_s,
+        ),
         topics=TopicSettings.with_prefix(f"bench.{tag}"),
         services=ServiceSettings(cache_dir=base.services.cache_dir, state_dir=base.services.state_dir),
     )

@@ -159,14 +159,9 @@ class InfluxSettings(_Section):
     bucket: str = "telemetry"
     token: SecretStr | None = None
     version: str = "v2.7.12"
-    #: samples per batch and lines per write request at most. A sink that keeps up writes what came within
-    #: ``flush_interval_s``; one that is behind writes full requests, and influxd's work per value falls with the
-    #: values per series key in a request (a 10,000-GPU fleet: one per key in 5,000 lines, five in 50,000;
-    #: docs/performance.md, "Requests of 50,000 lines")
-    batch_size: int = Field(default=50_000, ge=1, le=100_000)
+    batch_size: int = Field(default=5000, ge=1, le=100_000)
     flush_interval_s: float = Field(default=0.2, gt=0, le=60)
-    #: the timeout of a full request (``batch_size`` lines); a smaller one gets its share (sinks/influxdb/write.py)
-    timeout_s: float = Field(default=30.0, gt=0)
+    timeout_s: float = Field(default=10.0, gt=0)
     #: after SIGTERM, how long the sink keeps retrying an unreachable InfluxDB before it exits (uncommitted
     #: data stays in Kafka and is stored by the next run)
     shutdown_grace_s: float = Field(default=30.0, ge=0, le=3600)

@@ -34,9 +34,9 @@ class InfluxDBConfig:
     token: str = field(default="", repr=False)
     org: str = "hermeneut"
     bucket: str = "telemetry"
-    timeout_s: float = 30.0
+    timeout_s: float = 10.0
     #: lines per write request at most (``influxdb.batch_size``)
-    batch_size: int = 50_000
+    batch_size: int = 5000
     interpreted_topic: str = "hermeneut.events.interpreted"
     alerts_topic: str = "hermeneut.alerts"
     #: where the 1-minute rollups go ("": ``<bucket>_1m``), and the retention it is created with when missing

@@ -8,10 +8,10 @@ Each request gets a timeout proportional to its size (``timeout_s`` is the timeo
 ``request_lines`` lines, never less than :data:`MIN_TIMEOUT_S`), so a small request to a stalled server is given up
 early and a full one is given the time it needs, instead of one fixed timeout for both. A request that timed out
 may still be written by a server that is only slow, and resending it with the same timeout can time out again and
-again, each try costing the server the write once more (seen: 20 attempts in 3 minutes under a loaded influxd). So
-after a timeout the writer gives every request twice the time (up to twice ``timeout_s``, so a hung server still
-lets a stopping sink go within its grace), and halves that again after a request that took less than a quarter of
-the time it was given (:class:`TimeoutStretch`).
+again, each try costing the server the write once more (seen under a loaded influxd: 20 attempts in 3 minutes, with
+requests of 50,000 lines given 10 s). So after a timeout the writer gives every request twice the time (never more
+than ``timeout_s``, a full request's, so a hung server holds a stopping sink no longer than before), and halves
+that again after a request that took less than a quarter of the time it was given (:class:`TimeoutStretch`).
 
 Reads go through the query layer (:class:`sinks.query.store.Store`), never through here.
 """
@@ -32,11 +32,9 @@ from pipeline.config import InfluxSettings
 from pipeline.errors import PermanentWriteError, SinkBackpressure, TransientWriteError
 
 _MS: Final = cast(WritePrecision, WritePrecision.MS)
-#: no request is given less than this: influxd under load pauses for a second or two now and then (its cache
-#: snapshots and compactions), and a request given 1-2.4 s timed out in those pauses and was sent again (17 times in
-#: a 5-minute 10,000-GPU run with 1 s here)
-MIN_TIMEOUT_S: Final = 5.0
-#: after timeouts, a request is given at most this many times its own timeout (and never over twice a full one's)
+#: no request is given less than this (connection set-up, a busy server's queue)
+MIN_TIMEOUT_S: Final = 1.0
+#: after timeouts, a request is given at most this many times its own timeout (and never more than a full one's)
 MAX_STRETCH: Final = 16.0
 
 
@@ -73,7 +71,7 @@ class InfluxWriter:
     its line count (see the module docstring)."""
 
     def __init__(
-        self, url: str, token: str, org: str, bucket: str, timeout_s: float = 30.0, request_lines: int = 50_000
+        self, url: str, token: str, org: str, bucket: str, timeout_s: float = 10.0, request_lines: int = 5000
     ) -> None:
         self.bucket, self.org = bucket, org
         self.timeout_s, self.request_lines = timeout_s, request_lines
@@ -92,7 +90,7 @@ class InfluxWriter:
     def timeout_for(self, lines: int) -> float:
         """The timeout of a request of ``lines`` lines now (stretched after timeouts, see the module docstring)."""
         own = max(MIN_TIMEOUT_S, self.timeout_s * lines / self.request_lines)
-        return min(own * self.stretch.factor, max(own, 2 * self.timeout_s))
+        return min(own * self.stretch.factor, max(own, self.timeout_s))
 
     def write(self, lines: list[str]) -> None:
         if not lines:

@@ -78,12 +78,12 @@ def test_timeouts_are_proportional_to_the_request() -> None:
 def test_after_a_timeout_requests_get_more_time_until_answers_come_back_fast() -> None:
     writer = InfluxWriter("http://127.0.0.1:1", "t", "o", "b", timeout_s=10.0, request_lines=5000)
     writer.stretch.timed_out()
-    assert writer.timeout_for(1000) == 2 * MIN_TIMEOUT_S and writer.timeout_for(5000) == 20.0
+    assert writer.timeout_for(250) == 2 * MIN_TIMEOUT_S and writer.timeout_for(1000) == 4.0
     for _ in range(10):
         writer.stretch.timed_out()
     assert writer.stretch.factor == MAX_STRETCH
-    # never over twice a full request's timeout, so a hung server still lets a stopping sink go in its grace
-    assert writer.timeout_for(1000) == 20.0 and writer.timeout_for(5000) == 20.0
+    # never more than a full request's timeout: a hung server holds a stopping sink no longer than before
+    assert writer.timeout_for(250) == 10.0 and writer.timeout_for(5000) == 10.0
     writer.close()
 
 
