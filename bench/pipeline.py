@@ -124,7 +124,7 @@ def bench_settings(base: Settings, k: kafka.KafkaProcess, i: influxdb.InfluxProc
         cluster=f"bench-{tag}",
         group_prefix=f"bench-{tag}",
         kafka=KafkaSettings(bootstrap_servers=k.bootstrap_servers, session_timeout_s=6.0),
-        # the sink's batching as configured (HERMENEUT_INFLUXDB__BATCH_SIZE, ...), the server the benchmark's
+        # the benchmark's own influxd, with the sink's batching as configured (HERMENEUT_INFLUXDB__BATCH_SIZE, ...)
         influxdb=InfluxSettings(
             url=i.url,
             org=i.org,
