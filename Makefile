@@ -54,6 +54,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.queries
 	$(BIN)/python -m bench.dashboard
 	$(BIN)/python -m bench.importer
+	$(BIN)/python -m bench.repeats
 
 # every property-based test with 100,000 inputs per target from a fixed seed; prints inputs, exceptions and time
 fuzz: $(STAMP)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from bench import codec, collector, context, detectors, kafka_clients, metrics, simulator
+from bench import codec, collector, context, detectors, kafka_clients, metrics, repeats, simulator
 from producers.simulator import Fleet
 
 
@@ -64,3 +64,28 @@ def test_kafka_clients_benchmark_builds_its_corpus_and_marks_what_the_code_sends
     assert all(value for _key, value, _part in raw + interpreted)
     marked = [(c.topic, c.name) for c in kafka_clients.CASES if kafka_clients.chosen(c)]
     assert marked == [("raw", "zstd"), ("interpreted", "zstd, batch 1 MiB")]
+
+
+def test_repeats_counts_a_value_equal_to_its_gpus_previous_one_and_the_refresh() -> None:
+    period = repeats.INFO_REFRESH_NS
+    samples = [
+        ("a", 0, {"power_watts": 100.0, "utilization_gpu_percent": 50.0}),
+        ("b", 0, {"power_watts": 100.0}),  # another GPU: its first value is a change
+        ("a", 10**9, {"power_watts": 100.0}),  # unchanged; utilization not read this round
+        ("a", 2 * 10**9, {"power_watts": 101.0, "utilization_gpu_percent": 50.0}),  # unchanged across the gap
+        ("a", period, {"power_watts": 101.0, "memory_total_bytes": 1.0}),  # a new period: a refresh; a limit
+    ]
+    r = repeats.repeats(samples)
+    assert r.samples == 5
+    assert dict(r.carried) == {"power_watts": 5, "utilization_gpu_percent": 2}
+    assert dict(r.unchanged) == {"power_watts": 2, "utilization_gpu_percent": 1}
+    assert r.refreshes == 1
+    assert r.written_now() == 7 / 5 and r.written_on_change() == (7 - 3 + 1) / 5
+
+
+def test_repeats_benchmark_reads_the_real_captures(capsys: pytest.CaptureFixture[str]) -> None:
+    repeats.main(["--rounds", "2"])
+    out = capsys.readouterr().out
+    now, on_change, samples = (line.split()[-3:] for line in out.splitlines()[-3:])
+    assert samples == ["75", "2,120", "2,000"]  # the lent H100's 75 rounds, nanoGPT thinned to a second, 2 rounds
+    assert float(on_change[0]) < float(now[0]) and float(on_change[1]) < float(now[1])
