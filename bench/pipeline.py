@@ -259,9 +259,14 @@ def _fields(line: str) -> int:
     return rest.rsplit(" ", 1)[0].count(",") + 1
 
 
+def raw_fleet(cluster: str) -> Fleet:
+    """The 1,000 GPUs whose lines the raw InfluxDB write sends (``bench.repeats`` counts the same fleet's readings)."""
+    return Fleet(125, GPUS_PER_NODE, cluster=cluster, seed=2)
+
+
 def influx_ceiling(s: Settings, points: int, i: influxdb.InfluxProcess, learned: Learned | None) -> dict[str, Any]:
     """A raw influxdb-client write of the sink's own lines, 5,000 per request, as fast as it goes."""
-    fleet = Fleet(125, GPUS_PER_NODE, cluster=f"{s.cluster}-raw", seed=2)
+    fleet = raw_fleet(f"{s.cluster}-raw")
     lines = interpreted_lines(fleet, max(1, points // fleet.size), time.time_ns() - 3600 * 10**9, learned)
     fields = sum(_fields(line) for line in lines)
     writer = InfluxWriter.from_settings(s.influxdb)

@@ -10,7 +10,7 @@ every 10 minutes as the states are. Sources:
   matmul at the 700 W limit, 15 s idle; every reading every round);
 - a real 8-GPU nanoGPT training run's nvidia-smi series (tests/testdata/nanogpt-pr643-h100x8-nvsmi-timeseries,
   through the ``table`` importer; read every ~0.33 s, thinned here to a sample per GPU and second; three readings);
-- the simulated fleet of ``bench.pipeline``'s raw write (1,000 GPUs, seed 2), ``--rounds`` seconds of it.
+- the simulated fleet of ``bench.pipeline``'s raw write (1,000 GPUs), ``--rounds`` seconds of it.
 
 Run: ``python -m bench.repeats [--rounds 120]``.
 """
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -26,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from bench.pipeline import raw_fleet
 from pipeline.events import METRIC_FIELDS
 from producers.importers.table import TableConfig, TableImporter
-from producers.simulator import Fleet
 from sinks.influxdb.lines import INFO_REFRESH_NS
 
 TESTDATA: Final = Path(__file__).resolve().parent.parent / "tests" / "testdata"
@@ -110,14 +111,16 @@ def nanogpt(folder: Path = NANOGPT, every_ns: int = 10**9) -> Iterator[Reading]:
             if (gpu, ts // every_ns) in seen:
                 continue
             seen.add((gpu, ts // every_ns))
-            yield gpu, ts, {k: float(v[i]) for k, v in rows.metrics.items() if v[i] == v[i]}
+            yield gpu, ts, {k: float(v[i]) for k, v in rows.metrics.items() if not math.isnan(v[i])}
     importer.close()
 
 
-def simulated(rounds: int, nodes: int = 125, seed: int = 2) -> Iterator[Reading]:
-    """``rounds`` seconds of the simulated fleet of ``bench.pipeline``'s raw write."""
-    fleet = Fleet(nodes, 8, seed=seed)
-    start = time.time_ns() - rounds * 10**9
+def simulated(rounds: int) -> Iterator[Reading]:
+    """``rounds`` seconds of the simulated fleet of ``bench.pipeline``'s raw write, from the start of a 10-minute
+    refresh period: its first samples are the refresh, and the next comes at round 600 whatever the
+    clock says (a refresh in a short run adds a whole refresh of every GPU to its count)."""
+    fleet = raw_fleet("repeats")
+    start = (time.time_ns() // INFO_REFRESH_NS - 1) * INFO_REFRESH_NS
     for r in range(rounds):
         for batch in fleet.tick(start + r * 10**9):
             for s in batch.samples:
