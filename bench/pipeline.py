@@ -8,7 +8,8 @@ Phases, each on its own topics of the same config (``pipeline.topics``), on a fr
 1. Kafka ceiling: Kafka's own ProducerPerformance and ConsumerPerformance, records the size of one encoded node
    message, same partitions, acks=all, idempotence, lz4; reported as GPU samples/s (records x GPUs per node).
 2. InfluxDB ceiling: a raw influxdb-client synchronous write of the very lines the sink writes, 5,000 per
-   request, with influxd's CPU per point.
+   request, with influxd's CPU per point; then the same lines with the moving readings written on change (not
+   what the sink does: what it would save influxd, :func:`on_change`).
 3. Saturation: a backlog of samples (with their workload context and topology) is put in Kafka first, learned
    baselines are published, then processor(s) + sink(s) drain it; samples/s between the first and the last
    stored point, and the processor stage's own drain rate (its lag reaching zero). Ratio = this / the slower
@@ -65,7 +66,7 @@ from producers.agent import NodeAgent
 from producers.dcgm_exporter import PromSample, parse_exposition
 from producers.simulator import Fleet
 from producers.simulator.source import SimulatorSource
-from sinks.influxdb.lines import MEASUREMENT, InfoTracker, batch_lines
+from sinks.influxdb.lines import INFO_REFRESH_NS, MEASUREMENT, InfoTracker, batch_lines
 from sinks.influxdb.write import InfluxWriter
 
 GPUS_PER_NODE = 8
@@ -259,16 +260,49 @@ def _fields(line: str) -> int:
     return rest.rsplit(" ", 1)[0].count(",") + 1
 
 
+#: the readings the sink writes with every sample (neither a limit of ``gpu_info`` nor a state written on change)
+MOVING: Final = tuple(f.name for f in METRIC_FIELDS if not f.limit and not f.state)
+_FIELD: Final = re.compile(r'([^=,]+)=("(?:[^"\\]|\\.)*"|[^,]*)')
+
+
+def on_change(lines: list[str]) -> list[str]:
+    """``lines`` as they would be if the moving readings were written on change, as the states are: in each
+    ``gpu`` line, a moving reading equal to its series' previous value is left out, except at the series' first
+    point of a 10-minute refresh period. Other measurements' lines as they are."""
+    last: dict[tuple[str, str], str] = {}
+    period_of: dict[str, int] = {}
+    moving = frozenset(MOVING)
+    out: list[str] = []
+    for line in lines:
+        series, rest = re.split(r"(?<!\\) ", line, maxsplit=1)
+        if series.split(",", 1)[0] != MEASUREMENT:
+            out.append(line)
+            continue
+        fields, ts = rest.rsplit(" ", 1)
+        period = int(ts) * 1_000_000 // INFO_REFRESH_NS  # the sink writes milliseconds
+        refresh = period_of.get(series) != period
+        period_of[series] = period
+        kept = []
+        for m in _FIELD.finditer(fields):
+            name, value = m.group(1), m.group(2)
+            if name in moving:
+                if not refresh and last.get((series, name)) == value:
+                    continue
+                last[(series, name)] = value
+            kept.append(m.group(0))
+        if kept:
+            out.append(f"{series} {','.join(kept)} {ts}")
+    return out
+
+
 def raw_fleet(cluster: str) -> Fleet:
     """The 1,000 GPUs whose lines the raw InfluxDB write sends (``bench.repeats`` counts the same fleet's readings)."""
     return Fleet(125, GPUS_PER_NODE, cluster=cluster, seed=2)
 
 
-def influx_ceiling(s: Settings, points: int, i: influxdb.InfluxProcess, learned: Learned | None) -> dict[str, Any]:
-    """A raw influxdb-client write of the sink's own lines, 5,000 per request, as fast as it goes."""
-    fleet = raw_fleet(f"{s.cluster}-raw")
-    lines = interpreted_lines(fleet, max(1, points // fleet.size), time.time_ns() - 3600 * 10**9, learned)
-    fields = sum(_fields(line) for line in lines)
+def _raw_write(s: Settings, lines: list[str], i: influxdb.InfluxProcess) -> tuple[CpuMeter, float]:
+    """Write ``lines`` with influxdb-client, 5,000 per request, as fast as it goes; the meter and influxd's CPU
+    seconds writing out its cache after."""
     writer = InfluxWriter.from_settings(s.influxdb)
     meter = CpuMeter({"influxd": (i.pid,), "writer": (os.getpid(),)}).start()
     for n in range(0, len(lines), 5000):
@@ -277,6 +311,23 @@ def influx_ceiling(s: Settings, points: int, i: influxdb.InfluxProcess, learned:
     writer.close()
     settle_s = settled_influxd_s(i, meter)
     meter.spent["influxd"] += settle_s
+    return meter, settle_s
+
+
+def influx_ceiling(s: Settings, points: int, i: influxdb.InfluxProcess, learned: Learned | None) -> dict[str, Any]:
+    """A raw influxdb-client write of the sink's own lines, 5,000 per request, as fast as it goes; then the same
+    lines with the moving readings on change (:func:`on_change`), as new series of another cluster name."""
+    cluster = f"{s.cluster}-raw"
+    fleet = raw_fleet(cluster)
+    lines = interpreted_lines(fleet, max(1, points // fleet.size), time.time_ns() - 3600 * 10**9, learned)
+    fields = sum(_fields(line) for line in lines)
+    meter, settle_s = _raw_write(s, lines, i)
+    tag = f",cluster={cluster},"
+    if not all(tag in line for line in lines):
+        raise RuntimeError(f"not every line has the tag cluster={cluster}")
+    changes = on_change([line.replace(tag, f",cluster={cluster}-changes,", 1) for line in lines])
+    change_fields = sum(_fields(line) for line in changes)
+    change_meter, _ = _raw_write(s, changes, i)
     return {
         "points": len(lines),
         "fields_per_point": fields / len(lines),
@@ -286,6 +337,13 @@ def influx_ceiling(s: Settings, points: int, i: influxdb.InfluxProcess, learned:
         "influxd_settle_us_per_point": settle_s * 1e6 / len(lines),
         "field_budget": field_budget(lines),
         "load": meter.load,
+        "on_change": {
+            "fields_per_point": change_fields / len(lines),
+            "points_per_s": len(lines) / change_meter.wall_s,
+            "influxd_us_per_point": change_meter.spent["influxd"] * 1e6 / len(lines),
+            "influxd_us_per_field": change_meter.spent["influxd"] * 1e6 / change_fields,
+            "load": change_meter.load,
+        },
     }
 
 
@@ -593,6 +651,12 @@ def report(results: dict[str, Any]) -> None:
             f"influxd {ic['influxd_us_per_point']:.1f} us/point ({ic['influxd_settle_us_per_point']:.1f} writing out "
             f"its cache after), {ic['influxd_us_per_field']:.2f} us/field, "
             f"{ic['fields_per_point']:.1f} fields/point, load {ic['load'][0]:.1f}"
+        )
+        oc = ic["on_change"]
+        print(
+            f"{'  the same, moving readings on change (points/s)':52} {oc['points_per_s']:>12,.0f}   "
+            f"influxd {oc['influxd_us_per_point']:.1f} us/point, {oc['influxd_us_per_field']:.2f} us/field, "
+            f"{oc['fields_per_point']:.1f} fields/point, load {oc['load'][0]:.1f}"
         )
         print("  fields per sample of the gpu measurement, by kind:")
         for kind, n in ic["field_budget"].items():

@@ -27,16 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from bench.pipeline import raw_fleet
-from pipeline.events import METRIC_FIELDS
+from bench.pipeline import MOVING, raw_fleet
 from producers.importers.table import TableConfig, TableImporter
 from sinks.influxdb.lines import INFO_REFRESH_NS
 
 TESTDATA: Final = Path(__file__).resolve().parent.parent / "tests" / "testdata"
 LENT: Final = TESTDATA / "nvml-h100-lent" / "readings.jsonl"
 NANOGPT: Final = TESTDATA / "nanogpt-pr643-h100x8-nvsmi-timeseries"
-#: the readings the sink writes with every sample (neither a limit of ``gpu_info`` nor a state written on change)
-MOVING: Final = tuple(f.name for f in METRIC_FIELDS if not f.limit and not f.state)
 #: a GPU sample as this benchmark needs it: the GPU, its time, its readings
 Reading = tuple[str, int, Mapping[str, float]]
 

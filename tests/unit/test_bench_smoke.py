@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from bench import codec, collector, context, detectors, kafka_clients, metrics, repeats, simulator
+from bench import codec, collector, context, detectors, kafka_clients, metrics, pipeline, repeats, simulator
 from producers.simulator import Fleet
 
 
@@ -89,3 +89,45 @@ def test_repeats_benchmark_reads_the_real_captures(capsys: pytest.CaptureFixture
     now, on_change, samples = (line.split()[-3:] for line in out.splitlines()[-3:])
     assert samples == ["75", "2,120", "2,000"]  # the lent H100's 75 rounds, nanoGPT thinned to a second, 2 rounds
     assert float(on_change[0]) < float(now[0]) and float(on_change[1]) < float(now[1])
+
+
+def _head(line: str) -> str:
+    return re.split(r"(?<!\\) ", line, maxsplit=1)[0]  # a tag value's spaces are escaped
+
+
+def _fields(line: str) -> dict[str, str]:
+    fields = line[len(_head(line)) + 1 :].rsplit(" ", 1)[0]
+    return {m.group(1): m.group(2) for m in pipeline._FIELD.finditer(fields)}
+
+
+def test_on_change_leaves_out_only_what_filling_forward_restores() -> None:
+    """The benchmark's on-change form of the sink's lines: each series' moving readings filled forward give back
+    every line's values; other lines and fields are untouched; a new 10-minute period writes every reading again."""
+    start = (time.time_ns() // repeats.INFO_REFRESH_NS - 1) * repeats.INFO_REFRESH_NS - 20 * 10**9  # refresh: round 20
+    lines = pipeline.interpreted_lines(Fleet(2, 4, seed=5), 40, start, None)
+    changed = pipeline.on_change(lines)
+    assert len(changed) == len(lines)
+    last: dict[str, dict[str, str]] = {}
+    for before, after in zip(lines, changed, strict=True):
+        series = _head(before)
+        assert _head(after) == series and after.rsplit(" ", 1)[1] == before.rsplit(" ", 1)[1]
+        if not series.startswith("gpu,"):
+            assert after == before
+            continue
+        kept = _fields(after)
+        assert {k: v for k, v in _fields(before).items() if k not in pipeline.MOVING}.items() <= kept.items()
+        last[series] = {**last.get(series, {}), **kept}
+        assert {k: last[series][k] for k in _fields(before)} == _fields(before)
+    written = [sum(len(_fields(line)) for line in ls if line.startswith("gpu,")) for ls in (lines, changed)]
+    assert written[1] < written[0]
+    ms = repeats.INFO_REFRESH_NS // 10**6
+    hand = [
+        'gpu,cluster=c,gpu=g power_watts=1,verdict="unusual",explanation="a, b = c" 1',
+        'gpu,cluster=c,gpu=g power_watts=1,verdict="unusual",explanation="a, b = c" 2',
+        f'gpu,cluster=c,gpu=g power_watts=1,verdict="normal" {ms}',
+    ]
+    assert pipeline.on_change(hand) == [
+        hand[0],
+        'gpu,cluster=c,gpu=g verdict="unusual",explanation="a, b = c" 2',
+        hand[2],
+    ]
