@@ -235,6 +235,17 @@ def _kind(field: str) -> str:
     return "explanation, drivers" if field in ("explanation", "drivers") else "other"
 
 
+#: a field of a line: its name and its value (a string in quotes may hold commas and escaped quotes)
+_FIELD: Final = re.compile(r'([^=,]+)=("(?:[^"\\]|\\.)*"|[^,]*)')
+
+
+def _parts(line: str) -> tuple[str, str, str]:
+    """A line's series key (measurement and tags; a tag's spaces are escaped), its fields and its timestamp."""
+    head, rest = re.split(r"(?<!\\) ", line, maxsplit=1)
+    fields, ts = rest.rsplit(" ", 1)
+    return head, fields, ts
+
+
 def field_budget(lines: list[str]) -> dict[str, float]:
     """Fields per sample of the ``gpu`` points by kind (each GPU's first point, which carries everything, left
     out: the steady state)."""
@@ -242,27 +253,25 @@ def field_budget(lines: list[str]) -> dict[str, float]:
     seen: set[str] = set()
     samples = 0
     for line in lines:
-        head, rest = re.split(r"(?<!\\) ", line, maxsplit=1)
+        head, fields, _ = _parts(line)
         if not head.startswith(f"{MEASUREMENT},"):
             continue
         if head not in seen:
             seen.add(head)
             continue
         samples += 1
-        for name in re.findall(r'(?:^|,)([a-z_0-9]+)=(?:"(?:[^"\\]|\\.)*"|[^,]*)', rest.rsplit(" ", 1)[0]):
-            counts[_kind(name)] += 1
+        for m in _FIELD.finditer(fields):
+            counts[_kind(m.group(1))] += 1
     return {kind: n / max(samples, 1) for kind, n in counts.items()}
 
 
 def _fields(line: str) -> int:
-    """Field values in a line (string fields hold no commas here: no explanation has one)."""
-    _, rest = re.split(r"(?<!\\) ", line, maxsplit=1)
-    return rest.rsplit(" ", 1)[0].count(",") + 1
+    """Field values in a line."""
+    return len(_FIELD.findall(_parts(line)[1]))
 
 
 #: the readings the sink writes with every sample (neither a limit of ``gpu_info`` nor a state written on change)
 MOVING: Final = tuple(f.name for f in METRIC_FIELDS if not f.limit and not f.state)
-_FIELD: Final = re.compile(r'([^=,]+)=("(?:[^"\\]|\\.)*"|[^,]*)')
 
 
 def on_change(lines: list[str]) -> list[str]:
@@ -274,11 +283,10 @@ def on_change(lines: list[str]) -> list[str]:
     moving = frozenset(MOVING)
     out: list[str] = []
     for line in lines:
-        series, rest = re.split(r"(?<!\\) ", line, maxsplit=1)
+        series, fields, ts = _parts(line)
         if series.split(",", 1)[0] != MEASUREMENT:
             out.append(line)
             continue
-        fields, ts = rest.rsplit(" ", 1)
         period = int(ts) * 1_000_000 // INFO_REFRESH_NS  # the sink writes milliseconds
         refresh = period_of.get(series) != period
         period_of[series] = period

@@ -11,6 +11,7 @@ import pytest
 
 from bench import codec, collector, context, detectors, kafka_clients, metrics, pipeline, repeats, simulator
 from producers.simulator import Fleet
+from sinks.influxdb.lines import INFO_REFRESH_NS
 
 
 def _run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], main: object, *argv: str) -> str:
@@ -67,7 +68,7 @@ def test_kafka_clients_benchmark_builds_its_corpus_and_marks_what_the_code_sends
 
 
 def test_repeats_counts_a_value_equal_to_its_gpus_previous_one_and_the_refresh() -> None:
-    period = repeats.INFO_REFRESH_NS
+    period = INFO_REFRESH_NS
     samples = [
         ("a", 0, {"power_watts": 100.0, "utilization_gpu_percent": 50.0}),
         ("b", 0, {"power_watts": 100.0}),  # another GPU: its first value is a change
@@ -91,26 +92,21 @@ def test_repeats_benchmark_reads_the_real_captures(capsys: pytest.CaptureFixture
     assert float(on_change[0]) < float(now[0]) and float(on_change[1]) < float(now[1])
 
 
-def _head(line: str) -> str:
-    return re.split(r"(?<!\\) ", line, maxsplit=1)[0]  # a tag value's spaces are escaped
-
-
 def _fields(line: str) -> dict[str, str]:
-    fields = line[len(_head(line)) + 1 :].rsplit(" ", 1)[0]
-    return {m.group(1): m.group(2) for m in pipeline._FIELD.finditer(fields)}
+    return {m.group(1): m.group(2) for m in pipeline._FIELD.finditer(pipeline._parts(line)[1])}
 
 
 def test_on_change_leaves_out_only_what_filling_forward_restores() -> None:
     """The benchmark's on-change form of the sink's lines: each series' moving readings filled forward give back
     every line's values; other lines and fields are untouched; a new 10-minute period writes every reading again."""
-    start = (time.time_ns() // repeats.INFO_REFRESH_NS - 1) * repeats.INFO_REFRESH_NS - 20 * 10**9  # refresh: round 20
+    start = (time.time_ns() // INFO_REFRESH_NS - 1) * INFO_REFRESH_NS - 20 * 10**9  # refresh: round 20
     lines = pipeline.interpreted_lines(Fleet(2, 4, seed=5), 40, start, None)
     changed = pipeline.on_change(lines)
     assert len(changed) == len(lines)
     last: dict[str, dict[str, str]] = {}
     for before, after in zip(lines, changed, strict=True):
-        series = _head(before)
-        assert _head(after) == series and after.rsplit(" ", 1)[1] == before.rsplit(" ", 1)[1]
+        series, _, ts = pipeline._parts(before)
+        assert pipeline._parts(after)[::2] == (series, ts)
         if not series.startswith("gpu,"):
             assert after == before
             continue
@@ -120,7 +116,7 @@ def test_on_change_leaves_out_only_what_filling_forward_restores() -> None:
         assert {k: last[series][k] for k in _fields(before)} == _fields(before)
     written = [sum(len(_fields(line)) for line in ls if line.startswith("gpu,")) for ls in (lines, changed)]
     assert written[1] < written[0]
-    ms = repeats.INFO_REFRESH_NS // 10**6
+    ms = INFO_REFRESH_NS // 10**6
     hand = [
         'gpu,cluster=c,gpu=g power_watts=1,verdict="unusual",explanation="a, b = c" 1',
         'gpu,cluster=c,gpu=g power_watts=1,verdict="unusual",explanation="a, b = c" 2',
