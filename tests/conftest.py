@@ -4,7 +4,7 @@
   target, so the suite stays fast and never flaky.
 - ``fuzz`` (``make fuzz``): 100,000 inputs per target (``FUZZ_INPUTS`` to change it) from a fixed seed
   (``--hypothesis-seed``), no deadline; the summary at the end lists inputs, exceptions and seconds per target (the
-  README's table comes from it).
+  table in docs/results.md comes from it).
 """
 
 from __future__ import annotations
