@@ -205,8 +205,9 @@ class ValidationSettings(_Section):
     """Plausibility limits applied by the processor before anything is stored."""
 
     max_future_skew_s: float = Field(default=300.0, ge=0)
-    #: how old a live sample may be
-    max_age_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+    #: how old a live sample may be: inside the raw bucket's retention less a margin (:func:`retention_margin_s`),
+    #: so a sample that passes is not past retention when a lagging sink writes it
+    max_age_s: float = Field(default=6 * 24 * 3600.0, gt=0)
     #: how old imported history (``hermeneut import``) may be; unset: the raw bucket's retention, the oldest
     #: InfluxDB accepts (see :meth:`Settings.validation_limits`)
     backfill_max_age_s: float | None = Field(default=None, gt=0)
@@ -254,7 +255,8 @@ class AlertSettings(_Section):
     for_s: float = Field(default=0.0, ge=0, le=86_400)
     #: how long a cleared alert keeps firing, so a short clear does not resolve and re-fire
     keep_firing_s: float = Field(default=0.0, ge=0, le=86_400)
-    #: a firing alert whose finding is not repeated for this long resolves (findings repeat every 60 s)
+    #: an alert whose finding is not repeated for this long is marked stale and stays open (findings repeat every
+    #: 60 s; silence is no evidence that it cleared: sinks/alerting/lifecycle.py)
     stale_after_s: float = Field(default=180.0, gt=0, le=86_400)
     #: resolved alerts are forgotten (and their state tombstoned) after this long
     forget_after_s: float = Field(default=86_400.0, gt=0)
@@ -507,6 +509,12 @@ class MetricsSettings(_Section):
         return port
 
 
+def retention_margin_s(retention_s: float) -> float:
+    """How far inside the raw bucket's retention the live age bound must stay: a seventh of it (a day of the
+    default week), the time a sink may lag behind and still store what the processor let through."""
+    return retention_s / 7
+
+
 class Settings(BaseSettings):
     """Everything a hermeneut process needs to know before it connects to anything."""
 
@@ -546,6 +554,17 @@ class Settings(BaseSettings):
         if cls.toml_file is None:
             return init_settings, env_settings
         return init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=cls.toml_file)
+
+    @model_validator(mode="after")
+    def _age_inside_retention(self) -> Settings:
+        retention_s = self.storage.raw_retention_days * 86_400
+        if self.validation.max_age_s > retention_s - retention_margin_s(retention_s):
+            raise ValueError(
+                f"validation.max_age_s ({self.validation.max_age_s:g} s) must be at most the raw retention "
+                f"({retention_s:g} s, storage.raw_retention_days) less a margin of "
+                f"{retention_margin_s(retention_s):g} s: older samples would pass and then be refused by InfluxDB"
+            )
+        return self
 
     def validation_limits(self) -> ValidationSettings:
         """:attr:`validation` with the backfill bound filled in (the raw bucket's retention when unset)."""

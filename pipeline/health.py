@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final
 
@@ -206,6 +207,8 @@ class FiringFinding:
     summary: str
     since_ns: int
     evidence: Mapping[str, float] = field(default_factory=dict)
+    #: its finding stopped repeating (the last one's time; 0: fresh): still a reason, told as stale
+    stale_since_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +256,14 @@ def reason_of(f: FiringFinding) -> Reason | None:
             remedy = Remedy.REBOOT_NODE
         elif code in APP_XIDS or severity == Severity.WARNING:
             state, remedy = Health.DEGRADED, _APP_XID_REMEDY
-    return Reason(detector, severity, f.summary, f.since_ns, state, remedy)
+    summary = f.summary
+    if f.stale_since_ns:  # silence is no evidence of health: the finding still counts, and says it went quiet
+        summary += f" (stale: no word of it since {_utc(f.stale_since_ns)}; kept until a finding clears it)"
+    return Reason(detector, severity, summary, f.since_ns, state, remedy)
+
+
+def _utc(ns: int) -> str:
+    return datetime.fromtimestamp(ns / NS_PER_S, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _fold(reasons: list[Reason]) -> tuple[Health, Remedy]:

@@ -65,7 +65,7 @@ def fleet_health(
     """The fleet's health now; ``topologies`` (the topology topic) say which nodes are in a maintenance window and
     where each sits."""
     firing = [
-        FiringFinding(r.alert.labels, r.alert.summary, r.alert.starts_ns, r.alert.evidence)
+        FiringFinding(r.alert.labels, r.alert.summary, r.alert.starts_ns, r.alert.evidence, r.alert.stale_since_ns)
         for r in admin.alerts(AlertStatus.FIRING)
         if q.cluster is None or r.alert.labels.get("cluster") == q.cluster
     ]

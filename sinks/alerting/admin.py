@@ -246,6 +246,7 @@ def _alert_json(row: AlertRow) -> dict[str, Any]:
         "ends_ns": a.ends_ns,
         "episode": a.episode,
         "flapping": a.flapping,
+        "stale_since_ns": a.stale_since_ns,
         "silenced_by": row.silenced_by,
         "inhibited": row.inhibited,
         "acked_by": row.acked_by,

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pipeline.config import AlertSettings
-from sinks.alerting.lifecycle import flap_note
+from sinks.alerting.lifecycle import flap_note, stale_note
 from sinks.alerting.model import (
     AlertState,
     AlertStatus,
@@ -107,7 +107,9 @@ def view(a: AlertState) -> AlertView:
     note = flap_note(a)
     if note:
         annotations["flapping"] = note
-    if a.status is AlertStatus.RESOLVED and a.resolved_reason == "stale":
+    if a.stale_since_ns and a.status is not AlertStatus.RESOLVED:
+        annotations["stale"] = stale_note(a.stale_since_ns)
+    if a.status is AlertStatus.RESOLVED and a.resolved_reason == "stale":  # an alert resolved by an older version
         annotations["resolved_reason"] = "no finding for this alert arrived for a while (stale)"
     return AlertView(a.dedup_key, a.status, dict(a.labels), annotations, a.starts_ns, a.ends_ns)
 

@@ -4,9 +4,14 @@ flap detection and staleness. No I/O and no clock: callers pass the finding or `
 * ``apply_finding``: a Finding (active or cleared) moves the alert. Findings are applied in event time and
   only if newer than the last one applied, so a replay after a crash changes nothing.
 * ``tick``: timers. A pending alert fires once its condition has held ``for_s``; a cleared firing alert
-  resolves after ``keep_firing_s``; a firing alert whose finding stopped repeating resolves after
-  ``stale_after_s`` (reason ``stale``); a flapping alert that has been stable for ``flap_quiet_s`` stops
+  resolves after ``keep_firing_s``; a flapping alert that has been stable for ``flap_quiet_s`` stops
   flapping and its period is counted (one summary per period goes out, see grouping).
+
+Silence is evidence of nothing: an alert whose finding stopped repeating for ``stale_after_s`` (its GPU, its node
+or the whole fleet stopped reporting, or the processor stopped) is marked stale (``stale_since_ns``: the last
+finding's time) and stays as it was: a firing alert keeps firing (an uncorrectable ECC error on a node that then
+went dark is still an uncorrectable ECC error), a pending one stays pending and does not fire on silence. Only a
+finding ends it: a clear resolves it, a repeat takes the mark away. Nothing resolves because telemetry stopped.
 
 Flapping: ``flap_threshold`` firing/resolved changes within ``flap_window_s``.
 """
@@ -14,6 +19,7 @@ Flapping: ``flap_threshold`` firing/resolved changes within ``flap_window_s``.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 
 from pipeline.config import AlertSettings
 from pipeline.events import Finding
@@ -114,6 +120,7 @@ def apply_finding(
         evidence=dict(f.evidence),
         last_seen_ns=f.ts_ns,
         seen_at_ns=now,
+        stale_since_ns=0,
     )
     if f.active:
         if state.status is AlertStatus.FIRING and state.clear_since_ns:
@@ -136,19 +143,17 @@ def _timers(state: AlertState, now_ns: int, event_ns: int, cfg: LifecycleConfig)
     """Timers at ``now_ns``; a change they make happens at ``event_ns`` in event time (a finding's own time when
     a finding triggers it). Staleness and the flap quiet period count from whichever is later, the event time
     or the time the manager saw it: neither a backlog replayed after a restart nor a clock that runs behind the
-    processor's makes an alert stale or ends a flapping period early."""
+    processor's makes an alert stale or ends a flapping period early. Staleness only marks (module docstring)."""
     out = state
     seen = max(out.last_seen_ns, out.seen_at_ns)
+    silent = out.status is not AlertStatus.RESOLVED and not out.clear_since_ns and now_ns - seen > cfg.stale_ns
+    if silent and not out.stale_since_ns:
+        out = replace(out, stale_since_ns=out.last_seen_ns)
     if out.status is AlertStatus.PENDING:
-        if now_ns - seen > cfg.stale_ns:
-            out = _resolve(out, now_ns, now_ns, "stale", cfg)
-        elif now_ns - out.active_since_ns >= cfg.for_ns:
+        if not out.stale_since_ns and now_ns - out.active_since_ns >= cfg.for_ns:
             out = _fire(out, max(event_ns, out.active_since_ns), now_ns, cfg)
-    elif out.status is AlertStatus.FIRING:
-        if out.clear_since_ns and now_ns - out.clear_since_ns >= cfg.keep_firing_ns:
-            out = _resolve(out, out.clear_since_ns, now_ns, "cleared", cfg)
-        elif not out.clear_since_ns and now_ns - seen > cfg.stale_ns:
-            out = _resolve(out, now_ns, now_ns, "stale", cfg)
+    elif out.status is AlertStatus.FIRING and out.clear_since_ns and now_ns - out.clear_since_ns >= cfg.keep_firing_ns:
+        out = _resolve(out, out.clear_since_ns, now_ns, "cleared", cfg)
     if out.flapping and out.changes and now_ns - max(out.changes[-1], out.changed_at_ns) >= cfg.flap_quiet_ns:
         out = replace(out, flapping=False, flap_periods=out.flap_periods + 1)
     return None if out is state else out
@@ -168,4 +173,13 @@ def flap_note(state: AlertState) -> str:
     return (
         f"flapped: {state.flap_changes} firing/resolved changes in {minutes:.1f} min; notifications were held "
         f"until it was stable, now {state.status.value}"
+    )
+
+
+def stale_note(stale_since_ns: int) -> str:
+    """What a stale alert says beside its summary (notifications, ``hermeneut alerts``, ``hermeneut health``)."""
+    since = datetime.fromtimestamp(stale_since_ns / _NS, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (
+        f"stale: no finding since {since} (its GPU, node or the processor went quiet); kept open, since silence is "
+        "no evidence that it cleared"
     )

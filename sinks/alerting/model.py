@@ -468,6 +468,9 @@ class AlertState:
     #: when the manager received the last finding / saw the last change (its clock; the others are event time)
     seen_at_ns: int = 0
     changed_at_ns: int = 0
+    #: its finding stopped repeating: the event time of the last one (0: fresh). Silence is no evidence of health,
+    #: so a stale alert stays open (sinks.alerting.lifecycle); the next finding, a repeat or a clear, ends the mark
+    stale_since_ns: int = 0
 
     @property
     def key(self) -> bytes:

@@ -126,7 +126,7 @@ def text_body(d: Delivery, external_url: str) -> str:
         lines.append(
             f"- {a.status.value.upper()} {a.labels.get('detector', '')} {where}: {a.annotations.get('summary', '')}"
         )
-        for name in ("action", "flapping", "resolved_reason"):
+        for name in ("action", "flapping", "stale", "resolved_reason"):
             if name in a.annotations:
                 lines.append(f"  {name}: {a.annotations[name]}")
         lines.append(f"  since {_rfc3339(a.starts_ns)}" + (f", ended {_rfc3339(a.ends_ns)}" if a.ends_ns else ""))

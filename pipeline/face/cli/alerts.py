@@ -258,7 +258,9 @@ def list_cmd(ctx: click.Context, what: str, fmt: str) -> None:
                 rows = [
                     [
                         d["fingerprint"],
-                        d["status"] + (" (flapping)" if d["flapping"] else ""),
+                        d["status"]
+                        + (" (flapping)" if d["flapping"] else "")
+                        + (f" (stale since {_when(d['stale_since_ns'])})" if d["stale_since_ns"] else ""),
                         d["labels"].get("severity", ""),
                         d["dedup_key"],
                         _when(d["starts_ns"]),

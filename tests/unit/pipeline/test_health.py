@@ -209,3 +209,16 @@ def test_findings_of_a_maintenance_window_are_no_fleet_incident() -> None:
     work = [during(firing("xid", "critical", f"node-{n}", f"GPU-{n}"), "kubernetes cordoned") for n in range(4)]
     assert assess(work, fleet, NOW).incidents == ()
     assert len(assess([firing("xid", "critical", f"node-{n}", f"GPU-{n}") for n in range(4)], fleet, NOW).incidents)
+
+
+def test_a_stale_ecc_error_of_a_silent_node_keeps_its_gpu_unhealthy_and_says_it_went_quiet() -> None:
+    """The node stopped reporting an hour ago with an uncorrectable ECC error firing: the alert stays open (marked
+    stale by the alert manager), so the GPU stays unhealthy with the remedy, not 'unknown' and never healthy."""
+    quiet = NOW - 3600 * S
+    ecc = dataclasses.replace(firing("ecc-uncorrectable", "critical"), stale_since_ns=quiet)
+    h = assess([ecc], [("c", "node-1", "GPU-a", quiet), ("c", "node-1", "GPU-b", quiet)], NOW)
+    a = one(h)
+    assert (a.state, a.remedy) == (Health.UNHEALTHY, Remedy.RESET_GPU)
+    assert [r.detector for r in a.reasons] == ["ecc-uncorrectable"]
+    assert "stale: no word of it since 2027-01-15T07:00:00Z" in a.reasons[0].summary
+    assert one(h, "GPU-b").state is Health.UNKNOWN  # nothing firing, silent: unknown, never healthy

@@ -4,6 +4,7 @@ inhibition, flap damping), exactly as the manager runs it."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from pipeline.config import DEFAULT_INHIBIT_RULES, AlertSettings
 from pipeline.events import Finding, Severity
@@ -202,3 +203,26 @@ def test_send_resolved_false_and_subscription_removal() -> None:
     c.engine.configure([], [], [])
     result = c.engine.step(300 * S)
     assert [g.subscription_id for g in result.dropped_groups] == [quiet.id]
+
+
+def test_a_fleet_that_stops_reporting_keeps_its_alerts_open_and_marked_stale() -> None:
+    """Every node goes dark at t=400 with an uncorrectable ECC error and a throttling GPU firing: a day of silence
+    resolves neither (no all-clear is sent), both are marked stale with the last finding's time, and the next
+    repeat or clear is the only thing that ends the mark or the alert."""
+    everything = sub(['severity=~"warning|critical"'])
+    c = Clocked(settings(stale_after_s=180), [everything])
+    ecc: dict[str, Any] = {"detector": "ecc-uncorrectable", "gpu": "GPU-2", "severity": Severity.CRITICAL}
+    for t in range(100, 401, 60):
+        c.at(t, finding(True, t, since_s=100), finding(True, t, since_s=100, **ecc))
+    told = len(c.sent[everything.id])
+    for t in range(420, 86_400, 600):
+        c.at(t)
+    assert {a.status for a in c.engine.alerts.values()} == {AlertStatus.FIRING}
+    assert {a.stale_since_ns for a in c.engine.alerts.values()} == {400 * S}
+    assert all(n.status is AlertStatus.FIRING for n in c.sent[everything.id][told:])  # no all-clear, ever
+    assert c.engine.firing() == 2
+    c.at(86_460, finding(False, 86_460, **ecc))
+    c.at(86_460 + 400)
+    ecc_alert = next(a for a in c.engine.alerts.values() if a.labels["detector"] == "ecc-uncorrectable")
+    assert ecc_alert.status is AlertStatus.RESOLVED and ecc_alert.resolved_reason == "cleared"
+    assert c.engine.firing() == 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sinks.alerting.lifecycle import LifecycleConfig, apply_finding, flap_note, forgettable, tick
+from sinks.alerting.lifecycle import LifecycleConfig, apply_finding, flap_note, forgettable, stale_note, tick
 from sinks.alerting.model import AlertState, AlertStatus
 from tests.unit.sinks.alerting.helpers import S, finding, settings
 
@@ -57,14 +57,33 @@ def test_keep_firing_absorbs_a_short_clear() -> None:
     assert resolved is not None and resolved.status is AlertStatus.RESOLVED and resolved.ends_ns == 130 * S
 
 
-def test_a_firing_alert_without_repeats_goes_stale() -> None:
+def test_a_firing_alert_without_repeats_stays_open_marked_stale_until_a_finding_ends_it() -> None:
     cfg = LifecycleConfig.of(settings(stale_after_s=180))
     a = _run(cfg, [(True, 100)])
     assert tick(a, 280 * S, cfg) is None
     stale = tick(a, 281 * S, cfg)
-    assert stale is not None and stale.status is AlertStatus.RESOLVED and stale.resolved_reason == "stale"
-    assert not forgettable(stale, 300 * S, cfg)
-    assert forgettable(stale, 281 * S + cfg.forget_ns + 1, cfg)
+    # silence is no evidence: still firing, marked with the last finding's time, never forgotten
+    assert stale is not None and stale.status is AlertStatus.FIRING and stale.stale_since_ns == 100 * S
+    assert tick(stale, 30 * 86_400 * S, cfg) is None
+    assert not forgettable(stale, 30 * 86_400 * S, cfg)
+    assert "stale: no finding since 1970-01-01T00:01:40Z" in stale_note(stale.stale_since_ns)
+    # a repeat takes the mark away (same episode: nobody is told again); a clear resolves it
+    back = apply_finding(stale, finding(True, 5000), cfg)
+    assert back is not None and back.status is AlertStatus.FIRING and back.stale_since_ns == 0
+    assert back.signature == a.signature
+    cleared = apply_finding(stale, finding(False, 5000), cfg)
+    assert cleared is not None and cleared.status is AlertStatus.RESOLVED and cleared.resolved_reason == "cleared"
+
+
+def test_a_pending_alert_does_not_fire_on_silence() -> None:
+    cfg = LifecycleConfig.of(settings(for_s=600, stale_after_s=180))
+    a = apply_finding(None, finding(True, 100), cfg)
+    assert a is not None and a.status is AlertStatus.PENDING
+    stale = tick(a, 281 * S, cfg)
+    assert stale is not None and stale.status is AlertStatus.PENDING and stale.stale_since_ns == 100 * S
+    assert tick(stale, 10_000 * S, cfg) is None  # `for` passed in silence: it did not hold as far as anyone saw
+    heard = apply_finding(stale, finding(True, 10_000), cfg)
+    assert heard is not None and heard.status is AlertStatus.FIRING and heard.stale_since_ns == 0
 
 
 def test_flapping_starts_at_the_threshold_and_ends_after_a_quiet_period() -> None:
