@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from pipeline.codec import decode_record
@@ -19,7 +20,7 @@ from pipeline.mirror import TopicMirror
 from pipeline.vocab import NS_PER_S
 from sinks.alerting.admin import AlertAdmin
 from sinks.alerting.model import AlertStatus
-from sinks.query.fleet import finding_episodes, last_reports
+from sinks.query.fleet import finding_episodes, last_reports, open_findings
 from sinks.query.store import Store
 
 
@@ -33,12 +34,37 @@ class HealthQuery:
     gpu: str | None = None
     lookback_s: float = 86_400.0
     silent_after_s: float = 120.0
+    #: the past (imported history, last night): judged at ``stop_ns`` (membership: the lookback before it), or
+    #: over ``start_ns`` .. ``stop_ns`` (membership: the GPUs that reported in it; a finding open at any moment of
+    #: it counts); both None: now, from the alert manager's alerts
+    start_ns: int | None = None
+    stop_ns: int | None = None
 
     def validate(self) -> None:
         if self.node and self.gpu:
             raise InvalidQuery("ask for one node or one GPU, not both")
         if not 0 < self.silent_after_s < self.lookback_s:
             raise InvalidQuery("silent-after must be > 0 and shorter than the lookback")
+        if self.start_ns is not None and (self.stop_ns is None or self.start_ns >= self.stop_ns):
+            raise InvalidQuery("the range is empty: its start must be before its end")
+
+    @property
+    def past(self) -> bool:
+        return self.stop_ns is not None
+
+    def members_from(self, at_ns: int) -> int:
+        """Where the fleet's membership starts: the range's start, else the lookback before ``at_ns``."""
+        return self.start_ns if self.start_ns is not None else at_ns - int(self.lookback_s * NS_PER_S)
+
+    def describe(self, at_ns: int) -> str:
+        """The selection in words, for an empty answer."""
+        who = f"cluster {self.cluster}" if self.cluster else "the fleet"
+        when = (
+            f"between {_utc(self.start_ns)} and {_utc(at_ns)}"
+            if self.start_ns is not None
+            else f"in the {self.lookback_s:g} s before {_utc(at_ns)}"
+        )
+        return f"no GPU of {who} reported {when}, and no finding names one"
 
 
 def node_topologies(settings: Settings) -> list[NodeTopology]:
@@ -55,23 +81,34 @@ def node_topologies(settings: Settings) -> list[NodeTopology]:
 
 
 def fleet_health(
-    admin: AlertAdmin,
+    admin: AlertAdmin | None,
     store: Store,
     q: HealthQuery,
     now_ns: int,
     rules: HealthSettings,
     topologies: Iterable[NodeTopology] = (),
+    stale_after_s: float = 180.0,
 ) -> FleetHealth:
-    """The fleet's health now; ``topologies`` (the topology topic) say which nodes are in a maintenance window and
-    where each sits."""
-    firing = [
-        FiringFinding(r.alert.labels, r.alert.summary, r.alert.starts_ns, r.alert.evidence, r.alert.stale_since_ns)
-        for r in admin.alerts(AlertStatus.FIRING)
-        if q.cluster is None or r.alert.labels.get("cluster") == q.cluster
-    ]
-    fleet = last_reports(store, now_ns - int(q.lookback_s * NS_PER_S), now_ns + NS_PER_S, q.cluster)
-    past = finding_episodes(store, now_ns - int(rules.lookback_s * NS_PER_S), now_ns + NS_PER_S, q.cluster)
-    return assess(firing, fleet, now_ns, int(q.silent_after_s * NS_PER_S), History(rules, past).escalate(now_ns),
+    """The fleet's health now (the alert manager's firing alerts; ``admin`` needed), or at or over a time in the past
+    (``q.past``: the findings open then, from the stored finding history, stale where they had gone quiet for
+    ``stale_after_s``, as the alert manager marks them). ``topologies`` (the topology topic) say which nodes are in
+    a maintenance window now and where each sits: for the past only the findings' own maintenance marks count."""
+    at = q.stop_ns if q.stop_ns is not None else now_ns
+    back = int(rules.lookback_s * NS_PER_S)
+    if q.past:
+        start = q.start_ns if q.start_ns is not None else at
+        firing = open_findings(store, start, at, back, int(stale_after_s * NS_PER_S), q.cluster)
+        topologies = ()
+    else:
+        assert admin is not None, "the health of now reads the alert manager's alerts"
+        firing = [
+            FiringFinding(r.alert.labels, r.alert.summary, r.alert.starts_ns, r.alert.evidence, r.alert.stale_since_ns)
+            for r in admin.alerts(AlertStatus.FIRING)
+            if q.cluster is None or r.alert.labels.get("cluster") == q.cluster
+        ]
+    fleet = last_reports(store, q.members_from(at), at + NS_PER_S, q.cluster)
+    past = finding_episodes(store, at - back, at + NS_PER_S, q.cluster)
+    return assess(firing, fleet, at, int(q.silent_after_s * NS_PER_S), History(rules, past).escalate(at),
                   topologies)  # fmt: skip
 
 
@@ -91,6 +128,10 @@ def health_json(h: FleetHealth, q: HealthQuery) -> dict[str, Any]:
     if (q.gpu or q.node) and not gpus and not nodes:
         raise InvalidQuery(f"no GPU or node {q.gpu or q.node!r} reported in the lookback, and none has a finding")
     return {
+        # nothing reported and nothing fired: nothing was judged (never "every GPU is healthy")
+        "empty": not (h.gpus or h.nodes),
+        "start_ns": q.start_ns,
+        "at_ns": q.stop_ns,
         "gpus_by_state": h.counts("gpus"),
         "nodes_by_state": h.counts("nodes"),
         "incidents": [
@@ -114,6 +155,10 @@ def health_json(h: FleetHealth, q: HealthQuery) -> dict[str, Any]:
             if (not q.gpu or g == q.gpu) and (not q.node or n == q.node)
         ],
     }  # fmt: skip
+
+
+def _utc(ns: int) -> str:
+    return datetime.fromtimestamp(ns / NS_PER_S, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def counted(by_state: dict[str, int], what: str) -> str:

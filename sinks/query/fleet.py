@@ -5,9 +5,12 @@ someone was told of each alert (the reliability figures' time to tell; pipeline.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
+from typing import Any
 
 from pipeline.escalation import Episode
+from pipeline.health import FiringFinding
 from sinks.alerting.history import MEASUREMENT as NOTIFICATION
 from sinks.query.flux import string, time_literal
 from sinks.query.model import FINDING, GPU
@@ -71,6 +74,64 @@ def finding_episodes(store: Store, start_ns: int, stop_ns: int, cluster: str | N
                                str(r.get("detector", "")), str(r.get("severity", "info")), int(since),
                                str(job) if job else None, xids, bool(r.get("active")), _ns(r["_time"]),
                                bool(r.get("maintenance"))))  # fmt: skip
+    return out
+
+
+_OPEN_FIELDS = ("active", "summary", "since_ns", "maintenance", "ev_xid", "ev_last_xid")
+#: the tags a finding point carries that a firing alert's labels name too
+_LABELS = ("cluster", "node", "gpu", "detector", "severity", "application")
+
+
+def open_findings(
+    store: Store, start_ns: int, stop_ns: int, back_ns: int, stale_ns: int, cluster: str | None = None
+) -> list[FiringFinding]:
+    """The findings open at some moment of ``[start, stop]`` (``start == stop``: at that instant), from the stored
+    finding points of ``[start - back, stop]``, as the health fold takes firing alerts: an episode (its cluster,
+    node, GPU, kind and start) is open if its last point before ``start`` was active or it has an active point in
+    the range. Silence is no clear: an episode whose last point is older than ``stale_ns`` at ``stop`` stays open,
+    marked stale since that point, as the alert manager keeps its alert; one cleared inside the range says when."""
+    where = f" and r.cluster == {string(cluster)}" if cluster else ""
+    fields = " or ".join(f"r._field == {string(f)}" for f in _OPEN_FIELDS)
+    flux = (
+        f"from(bucket: {string(store.buckets.raw)}) "
+        f"|> range(start: {time_literal(start_ns - back_ns)}, stop: {time_literal(stop_ns + 1)}) "
+        f"|> filter(fn: (r) => r._measurement == {string(FINDING)}{where} and ({fields})) "
+        '|> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value") '
+        '|> group() |> sort(columns: ["_time"])'
+    )
+    return findings_open(store.flux_records(flux), start_ns, stop_ns, stale_ns)
+
+
+def findings_open(records: Iterable[dict[str, Any]], start_ns: int, stop_ns: int, stale_ns: int) -> list[FiringFinding]:
+    """:func:`open_findings` over finding points (pivoted records, oldest first; those after ``stop`` are not
+    read): pure."""
+    episodes: dict[tuple[str, ...], tuple[dict[str, Any], bool, int]] = {}
+    for r in records:
+        if r.get("since_ns") is None:
+            continue
+        t, active = _ns(r["_time"]), bool(r.get("active"))
+        if t > stop_ns:
+            break
+        key = (*(str(r.get(k, "")) for k in ("cluster", "node", "gpu", "detector")), str(int(r["since_ns"])))
+        seen = episodes.get(key)
+        # open at some moment of the range: open coming into it (its last point before was active), or active in it
+        was = seen[1] if seen is not None and (seen[2] >= start_ns or t >= start_ns) else False
+        episodes[key] = (r, was or active, t)
+    out = []
+    for r, active_inside, last_ns in episodes.values():
+        last_active = bool(r.get("active"))
+        if not (last_active or active_inside):
+            continue
+        labels = {k: str(r[k]) for k in _LABELS if r.get(k) not in (None, "", "-")}
+        if r.get("maintenance"):
+            labels["maintenance"] = str(r["maintenance"])
+        summary = str(r.get("summary", ""))
+        if not last_active:
+            summary += f" (cleared at {time_literal(last_ns)})"
+        named = (("xid", r.get("ev_xid")), ("last_xid", r.get("ev_last_xid")))
+        evidence = {k: float(v) for k, v in named if v is not None}
+        stale = last_ns if last_active and stop_ns - last_ns > stale_ns else 0
+        out.append(FiringFinding(labels, summary, int(r["since_ns"]), evidence, stale))
     return out
 
 

@@ -8,11 +8,50 @@ import time
 import click
 
 from pipeline.face.cli.base import cli, errors, resolved
-from pipeline.vocab import parse_seconds
+from pipeline.vocab import parse_duration, parse_seconds
+
+#: the exit code of an empty selection (no GPU reported, nothing fired): nothing was judged
+EMPTY = 4
 
 
 def _ago(now_ns: int, ns: int | None) -> str:
     return "never" if ns is None else f"{max(0, now_ns - ns) / 1e9:.0f} s ago"
+
+
+def _when(text: str, now_ns: int, what: str) -> int:
+    """A time as the query commands take it (RFC 3339; no zone: UTC) or a duration ago (``3d``: the vocabulary's)."""
+    from pipeline.errors import InvalidQuery
+    from sinks.query.model import parse_time
+
+    if text[:1].isdigit() and ("-" in text or "T" in text):
+        return parse_time(text, what)
+    return now_ns - parse_duration(text, what, error=InvalidQuery)
+
+
+def past_of(at: str | None, range_: str | None, now_ns: int) -> tuple[int | None, int | None]:
+    """(start, stop) of ``--at`` (an instant: start None) or ``--range`` (A..B, or the last D); (None, None): now."""
+    from pipeline.errors import InvalidQuery
+
+    if at and range_:
+        raise InvalidQuery("give --at (an instant) or --range (a span), not both")
+    if at:
+        return None, _when(at, now_ns, "--at")
+    if not range_:
+        return None, None
+    if ".." not in range_:
+        return now_ns - parse_duration(range_, "--range", error=InvalidQuery), now_ns
+    first, _, last = range_.partition("..")
+    start, stop = _when(first.strip(), now_ns, "--range start"), _when(last.strip(), now_ns, "--range end")
+    if start >= stop:
+        raise InvalidQuery(f"--range {range_}: its start must be before its end")
+    return start, stop
+
+
+def _span(start_ns: int | None, at_ns: int) -> str:
+    def utc(ns: int) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns / 1e9))
+
+    return f"over {utc(start_ns)} .. {utc(at_ns)}" if start_ns is not None else f"at {utc(at_ns)}"
 
 
 @cli.command("health")
@@ -21,6 +60,9 @@ def _ago(now_ns: int, ns: int | None) -> str:
 @click.option("--gpu", help="One GPU (its UUID), with the findings behind its state.")
 @click.option("--lookback", default="24h", show_default=True, help="GPUs that reported within this are the fleet.")
 @click.option("--silent-after", default="2m", show_default=True, help="A GPU silent this long is 'unknown'.")
+@click.option("--at", "at", help="Judge the past at this time (RFC 3339, or a duration ago: 3d): imported history.")
+@click.option("--range", "range_", help="Judge the past over A..B (each RFC 3339 or a duration ago: 7d..6d), or "
+              "the last D (a duration): every finding open at some moment of it.")  # fmt: skip
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.pass_context
 def health_cmd(
@@ -30,31 +72,47 @@ def health_cmd(
     gpu: str | None,
     lookback: str,
     silent_after: str,
+    at: str | None,
+    range_: str | None,
     fmt: str,
 ) -> None:
     """The health of the fleet (GPUs and nodes by state, and every one that is not healthy), of one node or of one
-    GPU: healthy, degraded, unhealthy, unknown or maintenance, the findings behind it and the remedy."""
+    GPU: healthy, degraded, unhealthy, unknown or maintenance, the findings behind it and the remedy. Now (the
+    alert manager's alerts), or at or over a time in the past (the stored findings). An empty selection (no GPU
+    reported, nothing fired) says so and exits with 4."""
     from pipeline.face.health import HealthQuery, counted, fleet_health, health_json, node_topologies
     from sinks.alerting.admin import AlertAdmin
     from sinks.query.store import Store
 
-    settings = resolved(ctx)
+    now = time.time_ns()
+    with errors():
+        start_ns, stop_ns = past_of(at, range_, now)
+    settings = resolved(ctx, kafka=stop_ns is None)
     with errors():
         q = HealthQuery(cluster, node, gpu, parse_seconds(lookback, "--lookback"),
-                        parse_seconds(silent_after, "--silent-after"))  # fmt: skip
+                        parse_seconds(silent_after, "--silent-after"), start_ns, stop_ns)  # fmt: skip
         q.validate()
-        topologies = node_topologies(settings)
-        admin = AlertAdmin(settings).start()
+        topologies = node_topologies(settings) if not q.past else []
+        admin = AlertAdmin(settings).start() if not q.past else None
         try:
             with Store.from_settings(settings) as store:
-                now = time.time_ns()
-                data = health_json(fleet_health(admin, store, q, now, settings.health, topologies), q)
+                found = fleet_health(admin, store, q, now, settings.health, topologies, settings.alerts.stale_after_s)
+                data = health_json(found, q)
         finally:
-            admin.close()
+            if admin is not None:
+                admin.close()
+    at_ns = stop_ns if stop_ns is not None else now
     if fmt == "json":
         click.echo(json.dumps(data, indent=1))
+        if data["empty"]:
+            ctx.exit(EMPTY)
         return
-
+    if data["empty"]:
+        click.echo(f"empty selection: {q.describe(at_ns)}; nothing to judge")
+        ctx.exit(EMPTY)
+    if q.past:
+        click.echo(f"health {_span(start_ns, at_ns)} (stored findings and samples)")
+    now = at_ns
     click.echo(counted(data["gpus_by_state"], "GPUs"))
     click.echo(counted(data["nodes_by_state"], "nodes"))
     for i in data["incidents"]:
@@ -69,7 +127,7 @@ def health_cmd(
         for r in a["reasons"]:
             click.echo(f"    {r['severity']:8} {r['detector']}: {r['summary']}")
     if not (data["nodes"] or data["gpus"]):
-        click.echo("every GPU and node is healthy")
+        click.echo("every GPU and node is healthy" if not q.past else "every GPU and node was healthy")
     for s in data["shadow"]:
         where = f"{s['node']} {s['gpu']}" if s["gpu"] else f"node {s['node']}"
         click.echo(f"shadow rule {s['rule']} would make {where} {s['state']}, remedy {s['remedy']}: {s['summary']}")
