@@ -1,24 +1,29 @@
 """dcgm-exporter as a source: its ``/metrics`` (Prometheus text exposition) turned into the same SampleBatches.
 
 A cluster that already runs NVIDIA's dcgm-exporter can feed hermeneut without a new agent on the GPU nodes.
-Emits one :class:`SampleBatch` per node (``Hostname`` label, else the configured node) per scrape, with the
-METRIC_FIELDS the exporter's counters map to (``DCGM_FI_DEV_*`` / ``DCGM_FI_PROF_*`` names as in
-dcgm-exporter's ``etc/default-counters.csv`` and ``etc/dcp-metrics-included.csv`` and DCGM's ``dcgm_fields.h``),
-converted to our units (MiB -> bytes, mJ -> J, DCP ratios 0..1 -> percent), and an ``XID`` :class:`GpuEvent`
-whenever ``DCGM_FI_DEV_XID_ERRORS`` (the last XID seen) changes.
+Emits one :class:`SampleBatch` per node (``hostname`` or ``Hostname`` label, else the configured node) per scrape,
+with the METRIC_FIELDS the exporter's counters map to, and an ``XID`` :class:`GpuEvent` whenever the last XID seen
+(``DCGM_FI_DEV_XID_ERROR``, before 4.9.0 ``..._XID_ERRORS``) changes. The names of every exporter generation and
+their units (legacy MHz, mJ, percent, MiB; 4.9.0's Hz, J, 0-1 ratios, bytes; 4.10.0's ``*_BYTES_PER_SECOND``) are
+one table, :mod:`producers.dcgm_names`, recognised per series: a scrape mid-upgrade may hold both, and where one
+GPU reports a quantity under two names the newest is kept and the other counted (``duplicate_series``).
 
-- Labels: ``gpu`` (index), ``UUID``, ``modelName``, ``pci_bus_id``, ``Hostname`` (and the workload labels
-  ``pod``, ``namespace``, ``container``, ``hpc_job``, which importers read: :func:`workload_labels`); a MIG
-  instance carries ``GPU_I_PROFILE`` and ``GPU_I_ID`` and becomes its own sample with uuid
-  ``MIG-<parent uuid>/<instance id>`` (dcgm-exporter does not expose NVML's MIG uuid) and model
+- Labels: ``gpu`` (index), ``UUID``, ``modelName``, ``pci_bus_id``, ``hostname``/``Hostname``, the driver
+  version (``DCGM_FI_SYSTEM_DRIVER_VERSION``, before 4.9.0 ``DCGM_FI_DRIVER_VERSION``: the topology's
+  ``driver_version``), and the workload labels ``pod``, ``namespace``, ``container``, ``hpc_job``, which importers
+  read (:func:`workload_labels`); a MIG instance carries ``GPU_I_PROFILE`` and ``GPU_I_ID`` and becomes its own
+  sample with uuid ``MIG-<parent uuid>/<instance id>`` (dcgm-exporter does not expose NVML's MIG uuid) and model
   ``<model> MIG <profile>``.
 - DCGM's "blank" values (``DCGM_INT64_BLANK`` = 0x7ffffffffffffff0 and up, ``DCGM_FP64_BLANK`` = 2^47 and up,
   e.g. the 9223372036854775794 = NOT_SUPPORTED that dcgm-exporter prints for an HBM temperature a board lacks)
   and NaN mean "no value": the field is absent, never a huge number or zero.
 - Limits the default counters do not carry (power limit, max clocks, thresholds, max PCIe link) come from the
-  GPU catalogue by model, only where the exporter does not report them; memory total is used + free + reserved.
-- Metrics we do not map are ignored and counted (``unmapped``); text that is not valid exposition format is an
-  error naming the line (``BadSourceData``, which the agent dead-letters with the original bytes).
+  GPU catalogue by model, only where the exporter does not report them; memory total is the exporter's (4.9.0
+  collects ``DCGM_FI_DEV_FB_CAPACITY_BYTES``), else used + free + reserved.
+- Metrics we do not map are counted (``unmapped_series``): those the table knows to have no place in the schema
+  (encoder load, the vGPU licence, ...) as ``ignored_series``, any other name is named once in the log and
+  counted in ``unknown_fields``. Text that is not valid exposition format is an error naming the line
+  (``BadSourceData``, which the agent dead-letters with the original bytes).
 
 The parser is a small strict one written here (one regex per sample line, escapes per the format spec): a new
 dependency for one function was not worth it, and it gives line numbers and rejects what a lenient parser
@@ -42,85 +47,22 @@ from pipeline.config import Settings
 from pipeline.errors import BadSourceData, ConfigError, DecodeError, SourceUnavailable
 from pipeline.events import METRIC_FIELDS, EventKind, GpuEvent, GpuSample, NodeTopology, SampleBatch, TopologyGpu
 from pipeline.registry import with_options
+from producers.dcgm_names import DRIVER_LABELS, FREE, HOST_LABELS, IGNORED, NAMES, XID, Name, first_label
 from producers.nvml.collector import sysfs_bus_id
 from producers.source import check_names
 
 log = logging.getLogger(__name__)
 
-_MIB: Final = float(2**20)
 _INT64_BLANK: Final = float(0x7FFFFFFFFFFFFFF0)
 _FP64_BLANK: Final = 140737488355328.0
 _INT32_BLANK: Final = 0x7FFFFFF0
 _TYPES: Final = frozenset({"counter", "gauge", "histogram", "summary", "untyped"})
 
-#: DCGM metric -> (our field, factor)
-METRICS: Final[dict[str, tuple[str, float]]] = {
-    "DCGM_FI_DEV_GPU_UTIL": ("utilization_gpu_percent", 1.0),
-    "DCGM_FI_DEV_MEM_COPY_UTIL": ("utilization_memory_percent", 1.0),
-    "DCGM_FI_DEV_FB_USED": ("memory_used_bytes", _MIB),
-    "DCGM_FI_DEV_FB_TOTAL": ("memory_total_bytes", _MIB),
-    "DCGM_FI_DEV_FB_RESERVED": ("memory_reserved_bytes", _MIB),
-    "DCGM_FI_DEV_SM_CLOCK": ("sm_clock_mhz", 1.0),
-    "DCGM_FI_DEV_MEM_CLOCK": ("memory_clock_mhz", 1.0),
-    "DCGM_FI_DEV_MAX_SM_CLOCK": ("sm_clock_max_mhz", 1.0),
-    "DCGM_FI_DEV_MAX_MEM_CLOCK": ("memory_clock_max_mhz", 1.0),
-    "DCGM_FI_DEV_GPU_TEMP": ("temperature_gpu_celsius", 1.0),
-    "DCGM_FI_DEV_MEMORY_TEMP": ("temperature_memory_celsius", 1.0),
-    "DCGM_FI_DEV_SLOWDOWN_TEMP": ("temperature_slowdown_celsius", 1.0),
-    "DCGM_FI_DEV_SHUTDOWN_TEMP": ("temperature_shutdown_celsius", 1.0),
-    "DCGM_FI_DEV_MEM_MAX_OP_TEMP": ("temperature_memory_max_celsius", 1.0),
-    "DCGM_FI_DEV_POWER_USAGE": ("power_watts", 1.0),
-    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": ("power_limit_watts", 1.0),
-    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit_watts", 1.0),
-    "DCGM_FI_DEV_POWER_MGMT_LIMIT_DEF": ("power_default_limit_watts", 1.0),
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": ("energy_joules", 1e-3),
-    "DCGM_FI_DEV_FAN_SPEED": ("fan_speed_percent", 1.0),
-    "DCGM_FI_DEV_PSTATE": ("performance_state", 1.0),
-    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("throttle_reasons_mask", 1.0),
-    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("throttle_reasons_mask", 1.0),
-    "DCGM_FI_DEV_PCIE_LINK_GEN": ("pcie_link_gen", 1.0),
-    "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": ("pcie_link_gen_max", 1.0),
-    "DCGM_FI_DEV_PCIE_LINK_WIDTH": ("pcie_link_width", 1.0),
-    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": ("pcie_link_width_max", 1.0),
-    # deprecated in DCGM for DCGM_FI_PROF_PCIE_*_BYTES; NVML's sampled PCIe throughput in KB/s
-    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": ("pcie_tx_bytes_per_second", 1024.0),
-    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": ("pcie_rx_bytes_per_second", 1024.0),
-    "DCGM_FI_PROF_PCIE_TX_BYTES": ("pcie_tx_bytes_per_second", 1.0),
-    "DCGM_FI_PROF_PCIE_RX_BYTES": ("pcie_rx_bytes_per_second", 1.0),
-    "DCGM_FI_PROF_NVLINK_TX_BYTES": ("nvlink_tx_bytes_per_second", 1.0),
-    "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_bytes_per_second", 1.0),
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("pcie_replay_total", 1.0),
-    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": ("ecc_corrected_total", 1.0),
-    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": ("ecc_uncorrected_total", 1.0),
-    "DCGM_FI_DEV_RETIRED_SBE": ("retired_pages_sbe_total", 1.0),
-    "DCGM_FI_DEV_RETIRED_DBE": ("retired_pages_dbe_total", 1.0),
-    "DCGM_FI_DEV_RETIRED_PENDING": ("retired_pages_pending", 1.0),
-    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": ("row_remap_correctable_total", 1.0),
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("row_remap_uncorrectable_total", 1.0),
-    "DCGM_FI_DEV_ROW_REMAP_PENDING": ("row_remap_pending", 1.0),
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("row_remap_failure", 1.0),
-    "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": ("nvlink_replay_errors_total", 1.0),
-    "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": ("nvlink_recovery_errors_total", 1.0),
-    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active_percent", 100.0),
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active_percent", 100.0),
-    "DCGM_FI_PROF_DRAM_ACTIVE": ("dram_active_percent", 100.0),
-}
-#: summed into one field (flit + data CRC errors over all links)
-SUMMED: Final[dict[str, str]] = {
-    "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": "nvlink_crc_errors_total",
-    "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": "nvlink_crc_errors_total",
-}
-#: preferred when both are present: the enforced limit, and DCP's measured PCIe bytes over the deprecated field
-_PREFERRED: Final = {"DCGM_FI_DEV_ENFORCED_POWER_LIMIT", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"}
-XID: Final = "DCGM_FI_DEV_XID_ERRORS"
-_FB_FREE: Final = "DCGM_FI_DEV_FB_FREE"
-#: every metric the mapping reads (what an import asks a Prometheus server for)
-READ_METRICS: Final = (*METRICS, *SUMMED, XID, _FB_FREE)
+#: every metric name the mapping reads, of every generation (what an import asks a Prometheus server for)
+READ_METRICS: Final = tuple(NAMES)
 #: what the counters map to, and the limits the GPU catalogue fills in where the exporter does not report them
-FIELDS: Final = (
-    frozenset(name for name, _ in METRICS.values())
-    | frozenset(SUMMED.values())
-    | frozenset(f.name for f in METRIC_FIELDS if f.limit)
+FIELDS: Final = frozenset(n.field for n in NAMES.values() if n.field not in (XID, FREE)) | frozenset(
+    f.name for f in METRIC_FIELDS if f.limit
 )
 
 
@@ -218,11 +160,19 @@ def is_blank(value: float) -> bool:
 
 @dataclass
 class ScrapeStats:
+    """What the series of the scrapes became; ``samples`` is the sum of the other counts and the values used."""
+
     samples: int = 0
+    #: series whose metric the mapping does not read: ``ignored`` (known, no place in the schema) or not known
     unmapped: int = 0
+    ignored: int = 0
     blank: int = 0
     #: series without a UUID or gpu label (cannot be tied to a GPU)
     anonymous: int = 0
+    #: a quantity the same GPU also reported under a preferred name (a scrape mid-upgrade has both)
+    duplicate: int = 0
+    #: the metric names not known, each named once in the log
+    unknown: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -232,10 +182,32 @@ class _Gpu:
     index: int
     model: str
     parent_uuid: str | None
-    metrics: dict[str, float] = field(default_factory=dict)
-    sources: dict[str, str] = field(default_factory=dict)
-    free_bytes: float | None = None
-    xid: float | None = None
+    #: (field, part) -> (rank of the name it came from, value in the schema's unit)
+    readings: dict[tuple[str, str], tuple[int, float]] = field(default_factory=dict)
+
+    def take(self, name: Name, value: float) -> bool:
+        """Keeps ``value`` unless a preferred name of the same quantity gave one; False when a value is dropped
+        (this one, or the one it replaces). Series of one name add up in a summed field's part."""
+        key = (name.field, name.part)
+        held = self.readings.get(key)
+        converted = value * name.factor
+        if held is None:
+            self.readings[key] = (name.rank, converted)
+            return True
+        if held[0] < name.rank:
+            return False
+        if held[0] == name.rank and name.part:
+            self.readings[key] = (name.rank, held[1] + converted)
+            return True
+        self.readings[key] = (name.rank, converted)
+        return False
+
+    def metrics(self) -> tuple[dict[str, float], float | None, float | None]:
+        """The schema fields (parts summed), free memory in bytes and the last XID."""
+        out: dict[str, float] = {}
+        for (name, _), (_, value) in self.readings.items():
+            out[name] = out.get(name, 0.0) + value
+        return out, out.pop(FREE, None), out.pop(XID, None)
 
 
 def _identity(labels: dict[str, str], default_node: str) -> tuple[str, str, int, str, str | None] | None:
@@ -243,7 +215,7 @@ def _identity(labels: dict[str, str], default_node: str) -> tuple[str, str, int,
     if not uuid or index is None or not index.isdigit():
         return None
     model = labels.get("modelName", "")
-    node = labels.get("Hostname") or default_node
+    node = first_label(labels, HOST_LABELS) or default_node
     profile, instance = labels.get("GPU_I_PROFILE"), labels.get("GPU_I_ID")
     if profile and instance:
         return node, f"MIG-{uuid}/{instance}", int(index), f"{model} MIG {profile}".strip(), uuid
@@ -265,17 +237,26 @@ def workload_labels(samples: list[PromSample], default_node: str) -> dict[str, d
     return out
 
 
-def _fill_from_catalogue(gpu: _Gpu) -> None:
+def _fill_from_catalogue(gpu: _Gpu, metrics: dict[str, float]) -> None:
     spec = catalogue.lookup(gpu.model)
     if spec is None:
         return
     if gpu.parent_uuid is not None:
         found = catalogue.mig_profile(gpu.model)
         if found is not None:
-            gpu.metrics.setdefault("memory_total_bytes", float(found[0].memory_bytes))
+            metrics.setdefault("memory_total_bytes", float(found[0].memory_bytes))
         return
     for name, value in spec.limit_metrics().items():
-        gpu.metrics.setdefault(name, value)
+        metrics.setdefault(name, value)
+
+
+def _unmapped(metric: str, stats: ScrapeStats) -> None:
+    stats.unmapped += 1
+    if metric in IGNORED:
+        stats.ignored += 1
+    elif metric not in stats.unknown:
+        stats.unknown.add(metric)
+        log.warning("dcgm-exporter: %s is not a field hermeneut knows; its series are counted as unmapped", metric)
 
 
 def to_batches(
@@ -291,8 +272,9 @@ def to_batches(
     gpus: dict[str, _Gpu] = {}
     for s in samples:
         stats.samples += 1
-        if s.name not in METRICS and s.name not in SUMMED and s.name not in (XID, _FB_FREE):
-            stats.unmapped += 1
+        name = NAMES.get(s.name)
+        if name is None:
+            _unmapped(s.name, stats)
             continue
         ident = _identity(s.labels, default_node)
         if ident is None:
@@ -304,36 +286,35 @@ def to_batches(
         gpu = gpus.get(ident[1])
         if gpu is None:
             gpu = gpus[ident[1]] = _Gpu(*ident)
-        if s.name == XID:
-            gpu.xid = s.value
-        elif s.name == _FB_FREE:
-            gpu.free_bytes = s.value * _MIB
-        elif s.name in SUMMED:
-            name = SUMMED[s.name]
-            gpu.metrics[name] = gpu.metrics.get(name, 0.0) + s.value
-        else:
-            name, factor = METRICS[s.name]
-            if name in gpu.metrics and gpu.sources[name] in _PREFERRED:
-                continue
-            gpu.metrics[name] = s.value * factor
-            gpu.sources[name] = s.name
+        if not gpu.take(name, s.value):
+            stats.duplicate += 1
     per_node: dict[str, tuple[list[GpuSample], list[GpuEvent]]] = {}
     for gpu in gpus.values():
-        m = gpu.metrics
-        if "memory_total_bytes" not in m and gpu.free_bytes is not None and "memory_used_bytes" in m:
-            m["memory_total_bytes"] = m["memory_used_bytes"] + gpu.free_bytes + m.get("memory_reserved_bytes", 0.0)
-        _fill_from_catalogue(gpu)
+        m, free_bytes, xid = gpu.metrics()
+        if "memory_total_bytes" not in m and free_bytes is not None and "memory_used_bytes" in m:
+            m["memory_total_bytes"] = m["memory_used_bytes"] + free_bytes + m.get("memory_reserved_bytes", 0.0)
+        _fill_from_catalogue(gpu, m)
         node_samples, node_events = per_node.setdefault(gpu.node, ([], []))
         node_samples.append(GpuSample(cluster, gpu.node, gpu.uuid, gpu.index, gpu.model, ts_ns, m))
-        if gpu.xid is not None:
+        if xid is not None:
             previous = last_xid.get(gpu.uuid)
-            last_xid[gpu.uuid] = gpu.xid
-            if gpu.xid > 0 and gpu.xid != previous:
+            last_xid[gpu.uuid] = xid
+            if xid > 0 and xid != previous:
                 detail = "last XID when the collector started" if previous is None else ""
                 node_events.append(
-                    GpuEvent(cluster, gpu.node, gpu.uuid, gpu.index, ts_ns, EventKind.XID, int(gpu.xid), detail)
+                    GpuEvent(cluster, gpu.node, gpu.uuid, gpu.index, ts_ns, EventKind.XID, int(xid), detail)
                 )
     return [SampleBatch(cluster, node, tuple(s), tuple(e)) for node, (s, e) in sorted(per_node.items())]
+
+
+def drivers(samples: list[PromSample], default_node: str) -> dict[str, str]:
+    """Per node, the driver version its series carry as a label (either generation's name)."""
+    out: dict[str, str] = {}
+    for s in samples:
+        version = first_label(s.labels, DRIVER_LABELS)
+        if version:
+            out.setdefault(first_label(s.labels, HOST_LABELS) or default_node, version)
+    return out
 
 
 def _http_get(url: str, timeout_s: float) -> bytes:
@@ -399,6 +380,7 @@ class DcgmExporterSource:
         self._fetch = fetch
         self._last_xid: dict[str, float] = {}
         self._gpus: dict[str, tuple[TopologyGpu, ...]] = {}
+        self._drivers: dict[str, str] = {}
         self.scrape_stats = ScrapeStats()
 
     def open(self) -> None:
@@ -415,6 +397,7 @@ class DcgmExporterSource:
         batches = to_batches(samples, self.cluster, self.node, ts_ns, self._last_xid, self.scrape_stats)
         buses = {s.labels["UUID"]: s.labels.get("pci_bus_id", "") for s in samples if "UUID" in s.labels}
         self._gpus = {b.node: self._topology_gpus(b, buses) for b in batches}
+        self._drivers = drivers(samples, self.node)
         return batches
 
     @staticmethod
@@ -432,11 +415,14 @@ class DcgmExporterSource:
         if not gpus:
             return []
         node = self.node if self.node in self._gpus else next(iter(self._gpus))
-        return [NodeTopology(self.cluster, node, ts_ns, gpus)]
+        return [NodeTopology(self.cluster, node, ts_ns, gpus, driver_version=self._drivers.get(node, ""))]
 
     def stats(self) -> dict[str, int]:
         s = self.scrape_stats
-        return {"scraped_series": s.samples, "unmapped_series": s.unmapped, "blank_values": s.blank}
+        return {
+            "scraped_series": s.samples, "unmapped_series": s.unmapped, "ignored_series": s.ignored,
+            "unknown_fields": len(s.unknown), "duplicate_series": s.duplicate, "blank_values": s.blank,
+        }  # fmt: skip
 
     def close(self) -> None:
         """Nothing held between scrapes."""
