@@ -332,7 +332,7 @@ class DcgmExporterConfig:
 
     url: str = "http://127.0.0.1:9400/metrics"
     cluster: str = "local"
-    #: the node of series without a ``Hostname`` label; empty: this host's name
+    #: the node of series without a ``hostname``/``Hostname`` label; empty: this host's name
     node: str = ""
     timeout_s: float = 5.0
 

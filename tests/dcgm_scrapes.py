@@ -159,3 +159,15 @@ def expected(samples: list[PromSample]) -> dict[str, dict[str, float]]:
         if None not in parts:
             fields["memory_total_bytes"] = sum(p for p in parts if p is not None) * 2.0**20
     return out
+
+
+def mid_upgrade() -> tuple[list[PromSample], int]:
+    """One scrape of a site mid-upgrade: the T4 in 4.8.2's names, the L40S in 4.10.0's and, still there, in
+    4.8.2's; the L40S's legacy series carry the T4's values, so one taken in place of the newer name shows. Returns
+    the samples and how many of them are such legacy duplicates."""
+    t4, l40s = capture(T4), capture(L40S)
+    foreign = {s.name: s.value for s in t4}
+    stale = [
+        PromSample(s.name, s.labels, foreign.get(s.name, s.value), s.line) for s in l40s if s.name in LEGACY_FIELDS
+    ]
+    return t4 + as_generation(l40s, "4.10.0") + stale, len(stale)

@@ -28,6 +28,7 @@ from tests.dcgm_scrapes import (
     expected,
     exposition,
     in_schema,
+    mid_upgrade,
     renames,
 )
 
@@ -158,19 +159,15 @@ def test_each_renamed_field_outside_the_captures_maps_old_and_new_alike(r: Renam
 def test_a_scrape_mid_upgrade_takes_each_gpus_newest_name_and_counts_the_other() -> None:
     """The T4 in 4.8.2's names, the L40S in 4.10.0's with its legacy series still there (an exporter of each
     generation behind one scrape), in one text: each GPU right, the legacy duplicates counted, not mixed in."""
+    mixed, stale = mid_upgrade()
     t4, l40s = capture(T4), capture(L40S)
-    # the L40S's legacy series carry the T4's values, so a duplicate taken by mistake shows
-    foreign = {s.name: s.value for s in t4}
-    stale = [type(s)(s.name, s.labels, foreign.get(s.name, s.value), s.line) for s in l40s]
-    mixed = t4 + as_generation(l40s, "4.10.0") + [s for s in stale if s.name in LEGACY_FIELDS]
     source, got = collected(exposition(mixed))
     want = expected(t4) | expected(l40s)
     for uuid, fields in want.items():
         assert_fields(got[uuid], fields)
         assert_fields(imported(exposition(mixed))[uuid], fields)
     stats = source.scrape_stats
-    legacy_dupes = sum(s.name in LEGACY_FIELDS for s in stale)
-    assert stats.duplicate == legacy_dupes > 10
+    assert stats.duplicate == stale > 10
     # one series per field each GPU got, memory total standing for the free-memory series it is computed from
     used = sum(len(fields) for fields in want.values())
     assert stats.samples == len(mixed) == stats.unmapped + stats.duplicate + stats.blank + stats.anonymous + used
