@@ -210,3 +210,125 @@ def mig_profile(model: str) -> tuple[MigProfile, int | None] | None:
     if profile is None:
         return None
     return profile, (None if found[1] is None else int(found[1]))
+
+
+# --- models: what a split hands on --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ModelDims:
+    """The dimensions of a model that set what a split moves: ``hidden`` (the width of the activation handed on per
+    token; for a convolutional model, the elements per sample at its widest stage boundary, ``per_token`` False),
+    ``layers`` (transformer blocks: the tensor-parallel all-reduces), ``params`` (the gradients a data-parallel step
+    all-reduces), ``dtype_bytes`` (as the model is usually run), and where each number is from."""
+
+    name: str
+    hidden: int
+    layers: int
+    params: int
+    dtype_bytes: int
+    source: str
+    per_token: bool = True
+
+    def activation_bytes(self, tokens: int, batch: int = 1, dtype_bytes: int | None = None) -> int:
+        """Bytes of one activation handed across a cut: tokens x hidden x dtype per sequence (a convolutional
+        model's widest feature map per sample, whatever ``tokens``)."""
+        width = (tokens if self.per_token else 1) * self.hidden
+        return batch * width * (dtype_bytes or self.dtype_bytes)
+
+    def gradient_bytes(self, dtype_bytes: int | None = None) -> int:
+        return self.params * (dtype_bytes or self.dtype_bytes)
+
+
+_HF = "huggingface.co/{}/blob/main/config.json"
+
+MODELS: Final[tuple[ModelDims, ...]] = (
+    # GPT-2 (Radford et al. 2019, Table 2: 117M/345M/762M/1542M as counted then); n_embd and n_layer from the
+    # published configs, parameters as the released checkpoints count them (tied embeddings once)
+    ModelDims("gpt2", 768, 12, 124_439_808, 4, _HF.format("openai-community/gpt2") + " (n_embd, n_layer)"),
+    ModelDims("gpt2-medium", 1024, 24, 354_823_168, 4, _HF.format("openai-community/gpt2-medium")),
+    ModelDims("gpt2-large", 1280, 36, 774_030_080, 4, _HF.format("openai-community/gpt2-large")),
+    ModelDims("gpt2-xl", 1600, 48, 1_557_611_200, 4, _HF.format("openai-community/gpt2-xl")),
+    # Llama 3 (Meta, 2024): hidden_size, num_hidden_layers; 8.03B / 70.6B parameters (model cards), bf16
+    ModelDims("llama3-8b", 4096, 32, 8_030_000_000, 2,
+              _HF.format("meta-llama/Meta-Llama-3-8B") + "; model card (8.03B)"),
+    ModelDims("llama3-70b", 8192, 80, 70_600_000_000, 2,
+              _HF.format("meta-llama/Meta-Llama-3-70B") + "; model card (70.6B)"),
+    # BERT (Devlin et al. 2018, arXiv:1810.04805 sec. 3: L=12 H=768 110M, L=24 H=1024 340M)
+    ModelDims("bert-base", 768, 12, 110_000_000, 4, "arXiv:1810.04805 sec. 3 (BERT-base: L=12, H=768, 110M)"),
+    ModelDims("bert-large", 1024, 24, 340_000_000, 4, "arXiv:1810.04805 sec. 3 (BERT-large: L=24, H=1024, 340M)"),
+    # ResNet-50 (He et al. 2015, arXiv:1512.03385 Table 1): the conv2_x output, 56 x 56 x 256 at 224 px, is its
+    # widest stage boundary; 16 bottleneck blocks; 25,557,032 parameters (torchvision's resnet50 weights)
+    ModelDims("resnet50", 56 * 56 * 256, 16, 25_557_032, 4,
+              "arXiv:1512.03385 Table 1 (conv2_x 56x56x256); torchvision resnet50 (25,557,032 params)", False),
+    # SDXL's UNet (Podell et al. 2023, arXiv:2307.01952: 2.6B parameters): at 1024 px its latent is 128 x 128 and
+    # its first block 320 channels wide (unet/config.json block_out_channels [320, 640, 1280]); transformer blocks
+    # per level [1, 2, 10] over 2 down, 3 up and the mid block make 70; fp16
+    ModelDims("sdxl-unet", 128 * 128 * 320, 70, 2_600_000_000, 2,
+              "arXiv:2307.01952; huggingface.co/stabilityai/stable-diffusion-xl-base-1.0/blob/main/unet/config.json",
+              False),
+)  # fmt: skip
+
+_MODELS_BY_NAME: Final[dict[str, ModelDims]] = {m.name: m for m in MODELS}
+
+
+def model_dims(name: str) -> ModelDims | None:
+    """A catalogue model by name (``gpt2``, ``llama3-8b``; case and ``_`` for ``-`` tolerated)."""
+    return _MODELS_BY_NAME.get(name.strip().lower().replace("_", "-"))
+
+
+# --- links: published figures, until the probe has measured the fleet's own ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LinkFigures:
+    """One kind of GPU-to-GPU path: usable bandwidth per direction, one-way latency of a small copy, and the
+    per-hand-off overhead of issuing it (the runtime call a framework makes per copy), each with its source."""
+
+    kind: str
+    bytes_per_second: float
+    latency_s: float
+    overhead_s: float
+    source: str
+
+
+#: cudaMemcpyAsync's per-call overhead, 5-7 us (Wu et al., "DualPath", arXiv:2602.21548 sec. 5.2, measured on
+#: small chunks): the middle of the range, charged once per hand-off
+COPY_CALL_OVERHEAD_S: Final = 6e-6
+
+#: Published measurements per path kind (bandwidth and latency from CUDA's p2pBandwidthLatencyTest as posted):
+#: - ``pcie-staged``: GPUs without peer access (GeForce), copies staged through host memory by the driver:
+#:   9.48-9.73 GB/s between GTX 1080 Ti over PCIe 3.0 (github.com/NVIDIA/nccl/issues/257, "Unidirectional
+#:   P2P=Disabled"); 11.1-19.6 us, median 16.5 us, P2P=Disabled GPU latency (github.com/NVIDIA/cuda-samples/issues/230)
+#: - ``pcie``: peer-to-peer over a PCIe switch or host bridge: bandwidth from the catalogue's link (PCIe per-lane
+#:   rate x width), the same latency as above until a probe measures it (no posted P2P-over-PCIe latency found)
+#: - ``nvlink``: bandwidth from the catalogue (links x GB/s per link); 1.8-2.3 us, median 1.9 us, P2P=Enabled
+#:   GPU latency over NVLink (github.com/NVIDIA/cuda-samples/issues/230)
+#: - ``sys``: across CPU sockets: the staged figures (the worst posted), marked as such
+PUBLISHED_LINKS: Final[dict[str, LinkFigures]] = {
+    "pcie-staged": LinkFigures(
+        "pcie-staged", 9.5e9, 16.5e-6, COPY_CALL_OVERHEAD_S,
+        "published: GTX 1080 Ti P2P=Disabled 9.5 GB/s (NVIDIA/nccl#257), latency 16.5 us (NVIDIA/cuda-samples#230), "
+        "copy call 6 us (arXiv:2602.21548)",
+    ),
+    "nvlink": LinkFigures(
+        "nvlink", 25e9, 1.9e-6, COPY_CALL_OVERHEAD_S,
+        "published: NVLink P2P latency 1.9 us (NVIDIA/cuda-samples#230), copy call 6 us (arXiv:2602.21548)",
+    ),
+    "pcie": LinkFigures(
+        "pcie", 15.75e9, 16.5e-6, COPY_CALL_OVERHEAD_S,
+        "published: PCIe 3.0 x16 rate, latency 16.5 us (NVIDIA/cuda-samples#230), copy call 6 us (arXiv:2602.21548)",
+    ),
+    "sys": LinkFigures(
+        "sys", 9.5e9, 16.5e-6, COPY_CALL_OVERHEAD_S,
+        "published: the staged figures (NVIDIA/nccl#257, NVIDIA/cuda-samples#230), copy call 6 us (arXiv:2602.21548)",
+    ),
+}  # fmt: skip
+
+#: nvidia-smi topo's path kinds (pipeline.events.TopologyLink.kind) as the link kinds above
+TOPO_LINK_KIND: Final[dict[str, str]] = {"PIX": "pcie", "PXB": "pcie", "PHB": "pcie", "NODE": "pcie", "SYS": "sys"}
+
+
+def link_kind_of(topo_kind: str) -> str:
+    """``NV<n>`` -> nvlink, PIX/PXB/PHB/NODE -> pcie, SYS -> sys (anything else: pcie-staged, the slowest posted)."""
+    return "nvlink" if topo_kind.startswith("NV") else TOPO_LINK_KIND.get(topo_kind, "pcie-staged")

@@ -415,6 +415,25 @@ class TopologyNic:
 
 
 @dataclass(frozen=True, slots=True)
+class LinkTiming:
+    """A measured path between two GPUs (``a``, ``b``: uuids; the same for host-staged copies on one GPU or the
+    host): how long a synchronised copy takes, fitted over sizes (``producers.linkprobe``). ``path``: ``d2d`` (peer
+    copy), ``d2h2d`` (through host memory, as a framework hands a tensor on without peer access) or ``host`` (a
+    host-staged copy); ``kind``: the link kind it travels (``nvlink``, ``pcie``, ``sys``, ``pcie-staged``)."""
+
+    a: str
+    b: str
+    path: str
+    kind: str
+    bytes_per_second: float
+    latency_s: float
+    #: the cost of issuing and synchronising a copy of nothing: the per-hand-off overhead
+    overhead_s: float
+    sizes: int = 0
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class NodeTopology:
     """A node's interconnect: GPUs, NICs and every pairwise path. Published when a producer starts or it changes."""
 
@@ -434,6 +453,8 @@ class NodeTopology:
     #: why the node's scheduler holds it out of service on purpose ("": in service): a Slurm drain, maintenance
     #: reservation or reboot, a Kubernetes cordon (producers.context.nodestate). A maintenance window is not a fault
     maintenance: str = ""
+    #: measured GPU-to-GPU copy timings (``hermeneut probe links``): the link figures right-sizing prices a split with
+    link_timings: tuple[LinkTiming, ...] = ()
 
     @property
     def kafka_key(self) -> bytes:

@@ -1,4 +1,5 @@
-"""Right-sizing advice: from a job's (or an application's) measured usage, the smaller slice of GPU it needs.
+"""Right-sizing advice: from a job's (or an application's) measured usage, the smaller slice of GPU it needs, and the
+forum thread's three questions answered for it.
 
 Pure: :class:`pipeline.usage.UsageStats` in, :class:`Recommendation` out. What a job *needs*:
 
@@ -9,64 +10,261 @@ Pure: :class:`pipeline.usage.UsageStats` in, :class:`Recommendation` out. What a
 ``used_share`` is the larger of the two as a share of the GPU it ran on. ``wasted_gpu_hours`` is one definition of
 waste, the one the idle-capacity finding and ``top wasted`` count too: the GPU-hours the job held its GPUs idle
 (under ``pipeline.vocab.IDLE_UTIL_PERCENT``), plus, of the hours it computed, the share of the GPU it did not need.
-The options, best saving first:
+GPU-hours are ``pipeline.usage``'s (never weighted by board power). The options, best saving first:
 
 - ``release``: a job idle for a quarter or more of the time it held its GPUs gives them back between its phases
   (or asks for shorter allocations): it saves its idle GPU-hours;
 - ``mig``: the smallest MIG profile of its GPU model (catalogue ``mig_profiles``) with enough memory and compute
-  slices (its share of the board's SMs >= compute need);
+  slices (its share of the board's SMs >= compute need): saves the rest of the board's GPU-hours;
 - ``pack``: N such jobs on one GPU (MPS or time-slicing) when memory and compute leave room for 2 or more;
 - ``smaller-gpu``: the catalogue's smallest GPU of the same class (data-centre or not) with enough memory and a
   board power of at least the job's p95 draw plus headroom (power is the catalogue's one cross-generation proxy
-  for compute class);
-- ``split``: when no smaller GPU holds the model, k smaller GPUs holding 1/k of it each, at the cost of exchanging
-  ``exchange_bytes`` per step over the path between them: a ring all-reduce moves 2(k-1)/k of it through each
-  link and pays 2(k-1) link latencies, so extra time per step = 2(k-1)/k x bytes / bandwidth + 2(k-1) x latency,
-  with the bandwidth measured on the fleet (the best throughput seen on that kind of link) or the catalogue's;
+  for compute class). One GPU for one GPU: it saves no GPU-hours, it frees the big board (a trade, said so);
+- ``split``: when no smaller GPU holds the model, k smaller GPUs holding 1/k of it each. Memory is read per GPU,
+  so every GPU held becomes k smaller ones: k times the GPU-hours, never a saving, shown as the trade it is (the
+  big boards it frees, the GPU-hours and the time per step on the link between them, :func:`split_costs`);
 - ``keep`` when the job uses at least ``keep_share`` (60%) of its GPU.
 
+**What a split costs** (the thread's third question): each parallelism kind moves its bytes over the link between
+the GPUs, and every hand-off pays the link's latency and the overhead of issuing and synchronising the copy:
+``extra = bytes / bandwidth + hops x latency + hops x overhead`` (:func:`split_cost`):
+
+- ``pipeline`` (layers cut over k GPUs): k-1 cuts, one activation (tokens x hidden x dtype per sequence) handed on
+  per cut per forward pass, and back once in training (:func:`pipeline_split`);
+- ``tensor`` (each layer's matrices over k GPUs): two ring all-reduces of the activations per layer (attention and
+  MLP, as Megatron-LM cuts them), each moving 2(k-1)/k of the bytes in 2(k-1) hops (:func:`tensor_split`);
+- ``data`` (a replica per GPU): one ring all-reduce of the gradients per step (:func:`data_split`).
+
+The bytes come from the model's dimensions (``pipeline.catalogue.MODELS`` or ``--model-dims``), else from the
+job's measured NVLink/PCIe traffic (bytes per second of run: the transfer term only, the hops unknown), and the
+answer says which. The link figures come from the fleet (the probe's ``LinkTiming`` on the topology topic), else
+from the published measurements in ``pipeline.catalogue.PUBLISHED_LINKS``, and say which.
+
 Options are ranked by GPU-hours saved; MIG is preferred when it saves within one slice (1/7) of packing, for its
-isolation. A split is listed after the others (it trades step time for smaller GPUs); one drawing more board
-power than the big GPU is not offered.
+isolation. Trades (no GPU-hours saved) come after savings, a split last.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from pipeline.catalogue import SPECS, GpuSpec, lookup
+from pipeline.catalogue import PUBLISHED_LINKS, SPECS, GpuSpec, LinkFigures, ModelDims, lookup
+from pipeline.events import LinkTiming
 from pipeline.usage import UsageStats
 from pipeline.vocab import IDLE_UTIL_PERCENT
 
 #: per-lane PCIe throughput per direction (GB/s) after line coding, by generation
 PCIE_LANE_GBYTES: Final = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
-#: assumed one-way latency per hop (s): NVLink/NVSwitch ~ a few us, PCIe switch ~ 10 us, across sockets more
-LATENCY_S: Final = {"nvlink": 5e-6, "pcie": 10e-6, "sys": 20e-6}
+#: one-way latency per hop (s) by link kind: the published figures (pipeline.catalogue.PUBLISHED_LINKS)
+LATENCY_S: Final = {kind: f.latency_s for kind, f in PUBLISHED_LINKS.items()}
 #: a job idle for at least this share of the GPU-hours it held is told to give its GPUs back between phases
 RELEASE_SHARE: Final = 0.25
+#: the most GPUs a split is offered over
+MAX_SPLIT: Final = 8
+PARALLELISMS: Final = ("pipeline", "tensor", "data")
 
 
 @dataclass(frozen=True, slots=True)
 class Link:
-    """The interconnect between the GPUs of a split: kind, usable bandwidth per direction, where the number is from."""
+    """The path between the GPUs of a split: kind, usable bandwidth per direction, one-way latency, the overhead of
+    issuing and synchronising one copy, and where the numbers are from."""
 
     kind: str
     bytes_per_second: float
     latency_s: float
     source: str
+    overhead_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SplitCost:
+    """The extra time per step of one parallelism kind over ``k`` GPUs on ``link``, with the terms that make it:
+    ``bytes_moved`` through the busiest link and ``hops`` hand-offs, each paying latency and overhead."""
+
+    parallelism: str
+    k: int
+    link: Link
+    bytes_moved: float
+    hops: int
+    #: where the bytes are from: a catalogue model, --model-dims, or the job's measured traffic
+    bytes_from: str
+
+    @property
+    def transfer_s(self) -> float:
+        return self.bytes_moved / self.link.bytes_per_second
+
+    @property
+    def latency_s(self) -> float:
+        return self.hops * self.link.latency_s
+
+    @property
+    def overhead_s(self) -> float:
+        return self.hops * self.link.overhead_s
+
+    @property
+    def total_s(self) -> float:
+        return self.transfer_s + self.latency_s + self.overhead_s
+
+    @property
+    def per_added_gpu_s(self) -> float:
+        """What each GPU beyond the first adds (the costs grow with k-1 hops; a ring's bytes nearly so)."""
+        return self.total_s / max(1, self.k - 1)
+
+    def terms(self) -> str:
+        return (
+            f"{_ms(self.transfer_s)} moving {_bytes(self.bytes_moved)} at {self.link.bytes_per_second / 1e9:.1f} GB/s"
+            f" + {self.hops} x {self.link.latency_s * 1e6:.1f} us latency + {self.hops} x "
+            f"{self.link.overhead_s * 1e6:.1f} us overhead"
+        )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms"
+
+
+def _bytes(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
+def split_cost(parallelism: str, k: int, link: Link, bytes_moved: float, hops: int, bytes_from: str) -> SplitCost:
+    """bytes / bandwidth + hops x latency + hops x overhead (module docstring); nothing for one GPU."""
+    if k < 2:
+        return SplitCost(parallelism, k, link, 0.0, 0, bytes_from)
+    return SplitCost(parallelism, k, link, bytes_moved, hops, bytes_from)
+
+
+def pipeline_split(
+    dims: ModelDims, tokens: int, k: int, link: Link, batch: int = 1, training: bool = False, bytes_from: str = ""
+) -> SplitCost:
+    """Layers cut over k GPUs: k-1 hand-offs of one activation per forward pass (twice in training: the gradient
+    of the activation comes back), one after the other, so their times add."""
+    passes = 2 if training else 1
+    hand_offs = (k - 1) * passes
+    return split_cost("pipeline", k, link, hand_offs * dims.activation_bytes(tokens, batch), hand_offs,
+                      bytes_from or f"model {dims.name}")  # fmt: skip
+
+
+def _ring(nbytes: float, k: int) -> tuple[float, int]:
+    """A ring all-reduce of ``nbytes`` over k GPUs: 2(k-1)/k of it through each link, in 2(k-1) steps."""
+    return 2 * (k - 1) / k * nbytes, 2 * (k - 1)
+
+
+def tensor_split(
+    dims: ModelDims, tokens: int, k: int, link: Link, batch: int = 1, training: bool = False, bytes_from: str = ""
+) -> SplitCost:
+    """Each layer over k GPUs: two all-reduces of the layer's activations per forward pass (four in training)."""
+    reductions = dims.layers * (4 if training else 2)
+    moved, hops = _ring(dims.activation_bytes(tokens, batch), k)
+    return split_cost("tensor", k, link, reductions * moved, reductions * hops, bytes_from or f"model {dims.name}")
+
+
+def data_split(dims: ModelDims, k: int, link: Link, bytes_from: str = "") -> SplitCost:
+    """A replica per GPU: one all-reduce of the gradients per step (a training job's; inference exchanges none)."""
+    moved, hops = _ring(dims.gradient_bytes(), k)
+    return split_cost("data", k, link, moved, hops, bytes_from or f"model {dims.name}")
+
+
+def traffic_split(bytes_per_second: float, k: int, link: Link, what: str) -> SplitCost:
+    """From the job's measured traffic (bytes per second of run, the p99 minute): the time per second of run its
+    bytes would take on ``link``; the hops are unknown, so latency and overhead are not counted (said)."""
+    return split_cost("measured", k, link, bytes_per_second, 0, f"measured {what} traffic (per second of run)")
+
+
+def split_costs(
+    dims: ModelDims | None, k: int, link: Link, tokens: int, training: bool, stats: UsageStats | None = None
+) -> list[SplitCost]:
+    """The costs the evidence supports: per parallelism kind from the model's dimensions (data parallelism only in
+    training), else from the job's measured NVLink or PCIe traffic, else none (the caller says what is missing)."""
+    if dims is not None:
+        costs = [pipeline_split(dims, tokens, k, link, training=training),
+                 tensor_split(dims, tokens, k, link, training=training)]  # fmt: skip
+        return costs + ([data_split(dims, k, link)] if training else [])
+    if stats is not None and stats.nvlink_p99_bytes_per_second:
+        return [traffic_split(stats.nvlink_p99_bytes_per_second, k, link, "NVLink")]
+    if stats is not None and stats.pcie_p99_bytes_per_second:
+        return [traffic_split(stats.pcie_p99_bytes_per_second, k, link, "PCIe")]
+    return []
+
+
+# --- links: measured on the fleet, else published -----------------------------------------------------------------
+
+
+def catalogue_link(spec: GpuSpec) -> Link:
+    """What the catalogue says about a model's link to its peers: NVLink if it has any, else its PCIe link (peer
+    copies on data-centre boards; host-staged on others, which have no peer access), with the published latency
+    and overhead of that kind."""
+    if spec.nvlink_links and spec.nvlink_gbytes_per_second:
+        f = PUBLISHED_LINKS["nvlink"]
+        return Link("nvlink", spec.nvlink_links * spec.nvlink_gbytes_per_second * 1e9, f.latency_s, f.source,
+                    f.overhead_s)  # fmt: skip
+    if not spec.data_center:
+        f = PUBLISHED_LINKS["pcie-staged"]
+        return Link(f.kind, f.bytes_per_second, f.latency_s, f.source, f.overhead_s)
+    per_lane = PCIE_LANE_GBYTES.get(spec.pcie_gen_max or 3, 0.985)
+    f = PUBLISHED_LINKS["pcie"]
+    rate = f"PCIe {spec.pcie_gen_max} x{spec.pcie_width_max} rate (catalogue); {f.source}"
+    return Link("pcie", per_lane * (spec.pcie_width_max or 16) * 1e9, f.latency_s, rate, f.overhead_s)
+
+
+def published_link(figures: LinkFigures) -> Link:
+    return Link(figures.kind, figures.bytes_per_second, figures.latency_s, figures.source, figures.overhead_s)
+
+
+def measured_links(timings: Iterable[LinkTiming]) -> dict[str, Link]:
+    """The probe's readings per link kind: for each kind, the median pair of the GPU-to-GPU paths a framework would
+    use (``d2d``, a peer copy, staged by the driver where there is no peer access); the host-only CPU path is no
+    link between GPUs and is left out."""
+    by_kind: dict[str, list[LinkTiming]] = {}
+    for t in timings:
+        if t.path == "d2d" and t.kind != "host":
+            by_kind.setdefault(t.kind, []).append(t)
+    out = {}
+    for kind, found in by_kind.items():
+        mid = sorted(found, key=lambda t: t.latency_s + t.overhead_s)[len(found) // 2]
+        source = f"probe: {len(found)} GPU pair(s), median {mid.a}->{mid.b} ({mid.source})"
+        out[kind] = Link(kind, mid.bytes_per_second, mid.latency_s, source, mid.overhead_s)
+    return out
+
+
+def fleet_links(kinds: Iterable[str], measured: Mapping[str, Link]) -> dict[str, Link]:
+    """A link per kind the fleet has: the probe's where it measured that kind, else the published figures."""
+    return {
+        k: measured.get(k) or published_link(PUBLISHED_LINKS[k]) for k in sorted(set(kinds)) if k in PUBLISHED_LINKS
+    }
+
+
+# --- the advice ------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Option:
     kind: str
     target: str
-    #: share of the job's current GPU-hours this option would still use
+    #: share of the job's current GPU-hours this option would still use (more than 1: it uses more)
     share: float
+    #: GPU-hours saved (pipeline.usage's); 0 or less: not a saving but a trade, said in ``detail``
     saved_gpu_hours: float
     detail: str
     extra_step_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Answers:
+    """The thread's three questions for one job: the smallest GPU or MIG profile that holds it; how many GPUs of
+    each smaller size a split needs; what each added GPU costs on each link kind the fleet has (terms included)."""
+
+    smallest: str
+    smallest_detail: str
+    #: (GPU, how many hold it), smallest GPU first; only models that alone do not hold it
+    splits: tuple[tuple[str, int], ...]
+    #: the split the costs are for ("" when no split is needed or none fits in MAX_SPLIT GPUs)
+    priced: str
+    costs: tuple[SplitCost, ...]
+    #: why no cost is given, or what it rests on
+    cost_note: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,32 +275,23 @@ class Recommendation:
     options: tuple[Option, ...]
     summary: str
     evidence: dict[str, float] = field(default_factory=dict)
-
-
-def catalogue_link(spec: GpuSpec) -> Link:
-    """What the catalogue says about a model's link to its peers: NVLink if it has any, else its PCIe link."""
-    if spec.nvlink_links and spec.nvlink_gbytes_per_second:
-        return Link("nvlink", spec.nvlink_links * spec.nvlink_gbytes_per_second * 1e9, LATENCY_S["nvlink"], "catalogue")
-    per_lane = PCIE_LANE_GBYTES.get(spec.pcie_gen_max or 3, 0.985)
-    return Link("pcie", per_lane * (spec.pcie_width_max or 16) * 1e9, LATENCY_S["pcie"], "catalogue")
-
-
-def split_extra_s(exchange_bytes: float, k: int, link: Link) -> float:
-    """Extra time per step for a ring all-reduce of ``exchange_bytes`` over k GPUs on ``link`` (module docstring)."""
-    if k < 2:
-        return 0.0
-    return 2 * (k - 1) / k * exchange_bytes / link.bytes_per_second + 2 * (k - 1) * link.latency_s
+    answers: Answers | None = None
 
 
 def recommend(
     stats: UsageStats,
     headroom: float = 0.2,
     keep_share: float = 0.6,
-    exchange_bytes: float | None = None,
-    measured: dict[str, Link] | None = None,
+    model: ModelDims | None = None,
+    tokens: int = 512,
+    training: bool | None = None,
+    links: Mapping[str, Link] | None = None,
+    measured: Mapping[str, Link] | None = None,
 ) -> Recommendation:
-    """The advice for one job or application (module docstring); ``measured`` maps a GPU model to the best link
-    throughput seen on the fleet for it (else the catalogue's figure is used)."""
+    """The advice for one job or application (module docstring). ``model``: the dimensions a split is priced from
+    (else the job's measured traffic); ``tokens``: per sequence; ``training``: whether the job trains (default: its
+    application's name says so); ``links``: a :class:`Link` per link kind the fleet has (default: every published
+    kind); ``measured``: a GPU model's best link throughput seen on the fleet (else the catalogue's)."""
     spec = lookup(stats.gpu_model)
     total = None if math.isnan(stats.memory_total_bytes) else stats.memory_total_bytes
     if total is None and spec is not None:
@@ -114,6 +303,8 @@ def recommend(
     used = max(mem_share, compute_need)
     idle = min(stats.idle_gpu_hours, stats.gpu_hours)
     wasted = idle + (stats.gpu_hours - idle) * (1 - used)
+    trains = training if training is not None else "train" in (stats.application or "")
+    fleet = dict(links) if links is not None else {k: published_link(f) for k, f in PUBLISHED_LINKS.items()}
     options: list[Option] = []
     if stats.gpu_hours and idle / stats.gpu_hours >= RELEASE_SHARE:
         share = idle / stats.gpu_hours
@@ -128,13 +319,19 @@ def recommend(
         options += _smaller(stats, spec, mem_need)
     if compute_need < keep_share and not any(o.kind == "smaller-gpu" for o in options):
         # memory-bound and compute-light: the model could be spread over smaller GPUs, at a price per step
-        options += _split(stats, spec, mem_need, exchange_bytes, measured or {})
-    # MIG wins within one slice of packing: it isolates memory and faults, MPS/time-slicing does not
+        options += _split(stats, spec, mem_need, model, tokens, trains, measured or {})
+    # savings first (MIG wins within one slice of packing: it isolates memory and faults, MPS/time-slicing does
+    # not), then trades, a split last
     options.sort(
-        key=lambda o: (o.kind == "split", -o.saved_gpu_hours - (stats.gpu_hours / 7 if o.kind == "mig" else 0))
+        key=lambda o: (
+            o.kind == "split",
+            o.saved_gpu_hours <= 0 and o.kind != "keep",
+            -o.saved_gpu_hours - (stats.gpu_hours / 7 if o.kind == "mig" else 0),
+        )
     )
     if not options:
         options.append(Option("keep", stats.gpu_model, 1.0, 0.0, "no smaller fit in the catalogue"))
+    answers = answer(stats, spec, mem_need, compute_need, model, tokens, trains, fleet)
     best = options[0]
     what = f"{stats.scope} {stats.key}" + (
         f" ({stats.application})" if stats.scope == "job" and stats.application else ""
@@ -159,7 +356,62 @@ def recommend(
     }
     if stats.power_p95_watts is not None:
         evidence["power_p95_watts"] = stats.power_p95_watts
-    return Recommendation(stats, used, wasted, tuple(options), summary, evidence)
+    return Recommendation(stats, used, wasted, tuple(options), summary, evidence, answers)
+
+
+def answer(
+    stats: UsageStats,
+    spec: GpuSpec | None,
+    mem_need: float,
+    compute_need: float,
+    model: ModelDims | None,
+    tokens: int,
+    training: bool,
+    links: Mapping[str, Link],
+) -> Answers:
+    """The three questions (see :class:`Answers`) for a job needing ``mem_need`` bytes and ``compute_need`` of its
+    GPU's SMs. Smaller GPUs are :func:`_smaller_boards`; the split priced is the one over the fewest GPUs, of the
+    largest such board."""
+    smaller = _smaller_boards(spec) if spec is not None else []
+    holders = [s for s in smaller if s.memory_bytes >= mem_need]
+    # a MIG profile of the whole board (7g) is the board: not a smaller size
+    mig = [
+        p
+        for p in (spec.mig_profiles if spec else ())
+        if p.memory_bytes >= mem_need and compute_need <= p.compute_share < 1
+    ]
+    smallest, detail = stats.gpu_model, f"needs {mem_need / 2**30:.1f} GiB: no smaller GPU of its class holds it"
+    if mig:
+        p = min(mig, key=lambda p: (p.memory_bytes, p.compute_share))
+        smallest, detail = (
+            f"{stats.gpu_model} MIG {p.name}",
+            f"{p.memory_bytes / 2**30:.1f} GiB, {p.slices}/{p.of} of the SMs",
+        )
+    if holders and (not mig or holders[0].memory_bytes < min(p.memory_bytes for p in mig)):
+        smallest, detail = (
+            holders[0].name,
+            f"{holders[0].memory_bytes / 2**30:.0f} GiB holds {mem_need / 2**30:.1f} GiB",
+        )
+    if spec is None:
+        smallest, detail = stats.gpu_model, "not in the catalogue: no smaller size known"
+    splits = tuple(
+        (s.name, k)
+        for s in smaller
+        if s not in holders and 2 <= (k := math.ceil(mem_need / s.memory_bytes)) <= MAX_SPLIT
+    )
+    if not splits:
+        note = "no split needed: one smaller GPU holds it" if holders else f"no split within {MAX_SPLIT} smaller GPUs"
+        return Answers(smallest, detail, (), "", (), note)
+    # the largest smaller GPU that does not hold it alone: the fewest GPUs
+    name, k = max(splits, key=lambda nk: (-nk[1], next(s.memory_bytes for s in smaller if s.name == nk[0])))
+    costs = tuple(c for link in links.values() for c in split_costs(model, k, link, tokens, training, stats))
+    if costs:
+        note = f"bytes from {costs[0].bytes_from}; {tokens} tokens per sequence" if model else costs[0].bytes_from
+    else:
+        fixed = ", ".join(f"{kind} {(lk.latency_s + lk.overhead_s) * 1e6:.0f} us" for kind, lk in links.items())
+        note = ("no model dimensions (--model / --model-dims) and no measured link traffic: per hand-off, latency + "
+                f"overhead alone: {fixed}")  # fmt: skip
+    return Answers(smallest, detail, splits, f"{k} x {name}", costs, note)
 
 
 def _mig(stats: UsageStats, spec: GpuSpec | None, mem_need: float, compute_need: float) -> list[Option]:
@@ -200,64 +452,89 @@ def _pack(stats: UsageStats, mem_share: float, compute_need: float) -> list[Opti
     ]
 
 
+def _vendor(spec: GpuSpec) -> str:
+    return "AMD" if spec.name.startswith("AMD") else "NVIDIA"
+
+
+def _smaller_boards(spec: GpuSpec) -> list[GpuSpec]:
+    """The catalogue's boards of the same class (data-centre or not) and vendor (a CUDA job does not move to ROCm
+    by being resized) with less memory, smallest first."""
+    return sorted(
+        (
+            s
+            for s in SPECS
+            if s.data_center == spec.data_center and _vendor(s) == _vendor(spec) and s.memory_bytes < spec.memory_bytes
+        ),
+        key=lambda s: (s.memory_bytes, s.name),
+    )
+
+
 def _candidates(stats: UsageStats, spec: GpuSpec) -> list[GpuSpec]:
-    """Smaller GPUs of the same class with enough board power for the job's p95 draw plus headroom (any board
-    power, when the source reports no power)."""
+    """Smaller GPUs (:func:`_smaller_boards`) with enough board power for the job's p95 draw plus headroom (any
+    board power, when the source reports no power)."""
     power_need = 0.0 if stats.power_p95_watts is None else stats.power_p95_watts * 1.2
     return [
         s
-        for s in SPECS
-        if s.data_center == spec.data_center
-        and s.memory_bytes < spec.memory_bytes
-        and s.power_default_watts is not None
+        for s in _smaller_boards(spec)
+        if s.power_default_watts is not None
         and spec.power_default_watts is not None
         and spec.power_default_watts > s.power_default_watts >= power_need
     ]
 
 
 def _smaller(stats: UsageStats, spec: GpuSpec | None, mem_need: float) -> list[Option]:
+    """One smaller GPU per GPU held: the same GPU-hours on a smaller board, a trade that frees the big one."""
     if spec is None or spec.power_default_watts is None:
         return []
     fits = [s for s in _candidates(stats, spec) if s.memory_bytes >= mem_need]
-    if fits:
-        best = min(fits, key=lambda s: (s.memory_bytes, s.power_default_watts or 0))
-        share = (best.power_default_watts or 0) / spec.power_default_watts
-        return [
-            Option(
-                "smaller-gpu",
-                best.name,
-                share,
-                stats.gpu_hours * (1 - share),
-                f"{best.memory_bytes / 2**30:.0f} GiB holds {mem_need / 2**30:.1f} GiB; board power "
-                f"{best.power_default_watts:.0f} W vs {spec.power_default_watts:.0f} W",
-            )
-        ]
-    return []
+    if not fits:
+        return []
+    best = min(fits, key=lambda s: (s.memory_bytes, s.power_default_watts or 0))
+    return [
+        Option(
+            "smaller-gpu",
+            best.name,
+            1.0,
+            0.0,
+            f"{best.memory_bytes / 2**30:.0f} GiB holds {mem_need / 2**30:.1f} GiB; the same {stats.gpu_hours:.1f} "
+            f"GPU-hours on a smaller board, frees the {spec.name}",
+        )
+    ]
 
 
 def _split(
-    stats: UsageStats, spec: GpuSpec | None, mem_need: float, exchange_bytes: float | None, measured: dict[str, Link]
+    stats: UsageStats,
+    spec: GpuSpec | None,
+    mem_need: float,
+    model: ModelDims | None,
+    tokens: int,
+    training: bool,
+    measured: Mapping[str, Link],
 ) -> list[Option]:
-    """The model over k smaller GPUs: the fewest GPUs, then the least board power; never one whose board power
-    exceeds the big GPU's (a negative saving is no alternative)."""
-    if spec is None or not spec.power_default_watts:
+    """The model over k smaller GPUs, the fewest first. Memory is read per GPU, so each GPU the job holds becomes
+    k smaller ones: k x its GPU-hours at best (a split only adds time per step), never a saving; the detail states
+    the trade (the big boards it frees, the GPU-hours and time per step it costs)."""
+    if spec is None:
         return []
-    out = []
+    out: list[tuple[int, int, Option]] = []
     for s in _candidates(stats, spec):
         k = math.ceil(mem_need / s.memory_bytes)
-        if not 2 <= k <= 8:
+        if not 2 <= k <= MAX_SPLIT:
             continue
-        share = k * (s.power_default_watts or 0) / spec.power_default_watts
-        if share > 1.0:
-            continue
+        saved = stats.gpu_hours * (1 - k)
         link = measured.get(s.name) or catalogue_link(s)
-        extra = None if exchange_bytes is None else split_extra_s(exchange_bytes, k, link)
+        costs = split_costs(model, k, link, tokens, training, stats)
+        extra = min((c.total_s for c in costs), default=None)
         cost = (
-            f"+{extra * 1e3:.1f} ms per step exchanging {exchange_bytes / 2**20:.0f} MiB over {link.kind} at "
-            f"{link.bytes_per_second / 1e9:.0f} GB/s ({link.source})"
-            if extra is not None and exchange_bytes is not None
-            else "pass --exchange-bytes (bytes exchanged per step) for the extra time per step"
+            f"+{_ms(extra)} per step over {link.kind} ({min(costs, key=lambda c: c.total_s).parallelism}, "
+            f"{link.source})"
+            if extra is not None
+            else "give --model or --model-dims for the time it costs per step"
         )
-        power = f"{k} x {s.power_default_watts:.0f} W board power vs {spec.power_default_watts:.0f} W"
-        out.append(Option("split", f"{k} x {s.name}", share, stats.gpu_hours * (1 - share), f"{cost}; {power}", extra))
-    return sorted(out, key=lambda o: (o.share, o.target))[:1]
+        gain = (
+            f"a trade, not a saving: {k} x {s.name} per {spec.name} held frees {stats.gpus} big board(s) for "
+            f"+{-saved:.1f} GPU-h on smaller GPUs"
+        )
+        out.append((k, -s.memory_bytes, Option("split", f"{k} x {s.name}", float(k), saved, f"{cost}; {gain}", extra)))
+    # the fewest GPUs, and of those the largest board (the most headroom), as the three questions' answer prices
+    return [min(out, key=lambda c: c[:2])[2]] if out else []

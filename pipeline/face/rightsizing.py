@@ -1,16 +1,24 @@
-"""Right-sizing advice, wired: the query layer's usage statistics (``sinks.query.usage``) and measured link
-throughput into the pure advice of ``processors.rightsize``. One function for the CLI (``hermeneut rightsize``)
-and the dashboard, so both give the same answer. Face-level wiring: it imports the stages only when called.
+"""Right-sizing advice, wired: the query layer's usage statistics (``sinks.query.usage``), the fleet's measured link
+throughput, and the link timings the probe put on the topology topic, into the pure advice of
+``processors.rightsize``. One function for the CLI (``hermeneut rightsize``) and the dashboard, so both give the
+same answer. Face-level wiring: it imports the stages only when called.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from pipeline.catalogue import PUBLISHED_LINKS, ModelDims, link_kind_of
 from pipeline.config import Settings
+from pipeline.errors import HermeneutError
+from pipeline.events import NodeTopology
 
 if TYPE_CHECKING:
-    from processors.rightsize import Recommendation
+    from processors.rightsize import Link, Recommendation
+
+log = logging.getLogger(__name__)
 
 
 def advise(
@@ -20,13 +28,17 @@ def advise(
     application: str | None = None,
     cluster: str | None = None,
     headroom: float = 0.2,
-    exchange_bytes: float | None = None,
     start: str | None = None,
     stop: str | None = None,
+    model: ModelDims | None = None,
+    tokens: int = 512,
+    training: bool | None = None,
+    links: Mapping[str, Link] | None = None,
 ) -> list[Recommendation]:
     """Advice per job (or per application across its runs) from what it actually used over ``range_`` back from
     ``stop`` (default now), or from ``start`` to ``stop`` (RFC 3339)."""
-    return advise_and_gaps(settings, range_, job, application, cluster, headroom, exchange_bytes, start, stop)[0]
+    return advise_and_gaps(settings, range_, job, application, cluster, headroom, start, stop, model, tokens,
+                           training, links)[0]  # fmt: skip
 
 
 def advise_and_gaps(
@@ -36,21 +48,73 @@ def advise_and_gaps(
     application: str | None = None,
     cluster: str | None = None,
     headroom: float = 0.2,
-    exchange_bytes: float | None = None,
     start: str | None = None,
     stop: str | None = None,
+    model: ModelDims | None = None,
+    tokens: int = 512,
+    training: bool | None = None,
+    links: Mapping[str, Link] | None = None,
 ) -> tuple[list[Recommendation], dict[str, int]]:
     """:func:`advise`, and the jobs (or applications) that could not be sized for want of memory readings, with
-    their GPU-minutes."""
-    from processors.rightsize import LATENCY_S, Link, recommend
+    their GPU-minutes. ``links``: a link per kind the fleet has (:func:`fleet_links`); default: the published
+    figures of every kind."""
+    from processors.rightsize import Link, recommend
     from sinks.query.usage import UsageQuery, link_throughput, usage_and_gaps
 
     query = UsageQuery(range_, job, application, cluster, start, stop)
     stats, gaps = usage_and_gaps(settings, query)
     measured: dict[str, Link] = {}
     for t in link_throughput(settings, UsageQuery(range_, None, None, cluster, start, stop)):
-        if t.nvlink_bytes_per_second:
-            measured[t.gpu_model] = Link("nvlink", t.nvlink_bytes_per_second, LATENCY_S["nvlink"], "measured")
-        elif t.pcie_bytes_per_second:
-            measured[t.gpu_model] = Link("pcie", t.pcie_bytes_per_second, LATENCY_S["pcie"], "measured")
-    return [recommend(s, headroom=headroom, exchange_bytes=exchange_bytes, measured=measured) for s in stats], gaps
+        kind, rate = (
+            ("nvlink", t.nvlink_bytes_per_second) if t.nvlink_bytes_per_second else ("pcie", t.pcie_bytes_per_second)
+        )
+        if rate:
+            f = PUBLISHED_LINKS[kind]
+            measured[t.gpu_model] = Link(
+                kind, rate, f.latency_s, f"throughput seen on the fleet; {f.source}", f.overhead_s
+            )
+    advice = [
+        recommend(s, headroom=headroom, model=model, tokens=tokens, training=training, links=links, measured=measured)
+        for s in stats
+    ]
+    return advice, gaps
+
+
+def links_of(topologies: Iterable[NodeTopology]) -> tuple[dict[str, Link], str]:
+    """A link per kind the fleet's GPUs are joined by (their topologies' GPU-to-GPU paths and the probe's timings),
+    each the probe's measurement where it has one, else the published figures; and a line saying which. No
+    topology at all: every published kind."""
+    from processors.rightsize import fleet_links, measured_links, published_link
+
+    nodes = list(topologies)
+    gpus = {g.uuid for t in nodes for g in t.gpus}
+    kinds = {link_kind_of(link.kind) for t in nodes for link in t.links if link.a in gpus and link.b in gpus}
+    timings = [x for t in nodes for x in t.link_timings]
+    measured = measured_links(timings)
+    kinds |= set(measured)
+    if not kinds:
+        return {k: published_link(f) for k, f in PUBLISHED_LINKS.items()}, (
+            "no GPU-to-GPU links in the fleet's topologies: every published link kind"
+        )
+    found = fleet_links(kinds, measured)
+    probed = sorted(k for k in found if k in measured)
+    return found, (
+        f"link kinds on the fleet: {', '.join(sorted(found))}; measured by the probe: {', '.join(probed) or 'none'}"
+        " (the rest: published figures)"
+    )
+
+
+def fleet_links(settings: Settings) -> tuple[dict[str, Link], str]:
+    """:func:`links_of` the topology topic (the collector's topologies and the probe's timings); where Kafka cannot
+    be read, every published kind, and the line says why."""
+    from pipeline import services
+    from pipeline.face.health import node_topologies
+    from processors.rightsize import published_link
+
+    try:
+        return links_of(node_topologies(services.resolve(settings, True, False)))
+    except HermeneutError as exc:
+        log.info("topology topic not read (%s): published link figures", exc)
+        return {k: published_link(f) for k, f in PUBLISHED_LINKS.items()}, (
+            f"topology topic not read ({exc}): every published link kind"
+        )

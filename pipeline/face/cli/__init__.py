@@ -4,7 +4,8 @@ Commands live in one module per area, each registering itself on the group in :m
 imported here: ``core`` (services, topics, the stages, run), ``collect`` (the node agent), ``context`` (workload
 context per GPU), ``importing`` (history from Prometheus, dcgm-exporter, nvidia-smi and traces), ``baselines``
 (train, list, feedback), ``queries`` (trend, top, compare, anomalies, jobs, storage), ``alerts``, ``rightsize``,
-``evaluate``, ``health`` (GPUs and nodes by state, with remedies) and ``web`` (the HTTP API and dashboard).
+``evaluate``, ``health`` (GPUs and nodes by state, with remedies), ``probe`` (links between a node's GPUs) and
+``web`` (the HTTP API and dashboard).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pipeline.face.cli import (
     evaluate,
     health,
     importing,
+    probe,
     queries,
     rightsize,
     web,
@@ -35,6 +37,7 @@ __all__ = [
     "health",
     "importing",
     "main",
+    "probe",
     "queries",
     "rightsize",
     "web",

@@ -1,4 +1,6 @@
-"""``hermeneut rightsize``: per job or application, the smaller slice of GPU its measured usage needs.
+"""``hermeneut rightsize``: per job or application, the smaller slice of GPU its measured usage needs, and the three
+sizing questions answered: the smallest GPU (or MIG profile) that holds it, how many smaller GPUs a split needs, and
+what each added GPU costs per step on each link kind the fleet has (with the terms that make it up).
 
 The advice comes from :func:`pipeline.face.rightsizing.advise` (shared with the dashboard); this prints it as a table
 or JSON.
@@ -8,12 +10,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from typing import Any
 
 import click
 
+from pipeline.catalogue import MODELS, ModelDims, model_dims
 from pipeline.events import APPLICATIONS
 from pipeline.face.cli.base import cli, errors, resolved
+
+_DIMS = re.compile(r"^hidden=(\d+),layers=(\d+),params=(\d+)(?:,dtype-bytes=(\d))?$")
+
+
+def parse_model_dims(text: str) -> ModelDims:
+    """``hidden=768,layers=12,params=124000000[,dtype-bytes=4]``: a model that is not in the catalogue."""
+    found = _DIMS.match(text.replace(" ", ""))
+    if found is None:
+        raise click.BadParameter("expected hidden=N,layers=N,params=N[,dtype-bytes=N]", param_hint="--model-dims")
+    hidden, layers, params = (int(found[i]) for i in (1, 2, 3))
+    return ModelDims("--model-dims", hidden, layers, params, int(found[4] or 2), f"--model-dims {text}")
 
 
 @cli.command("rightsize")
@@ -26,9 +41,26 @@ from pipeline.face.cli.base import cli, errors, resolved
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--headroom", default=0.2, show_default=True, type=click.FloatRange(0, 2), help="Memory/compute margin.")
 @click.option(
-    "--exchange-bytes",
-    type=click.FloatRange(0, min_open=True),
-    help="Bytes the model exchanges per step if split over several GPUs (gradients/activations): prices a split.",
+    "--model",
+    "model_name",
+    type=click.Choice([m.name for m in MODELS]),
+    help="The model the job runs (catalogue dimensions): prices a split from what it hands on.",
+)
+@click.option("--model-dims", help="A model not in the catalogue: hidden=N,layers=N,params=N[,dtype-bytes=N].")
+@click.option("--tokens", default=512, show_default=True, type=click.IntRange(1), help="Tokens per sequence.")
+@click.option(
+    "--training/--inference",
+    "training",
+    default=None,
+    help="Whether the job trains (gradients back, a data-parallel all-reduce) [default: its application says].",
+)
+@click.option(
+    "--links",
+    "links_from",
+    type=click.Choice(["fleet", "published"]),
+    default="fleet",
+    show_default=True,
+    help="Link figures: the fleet's (topology topic: kinds and probe timings) or every published kind.",
 )
 @click.pass_context
 def rightsize_cmd(
@@ -41,15 +73,31 @@ def rightsize_cmd(
     stop: str | None,
     fmt: str,
     headroom: float,
-    exchange_bytes: float | None,
+    model_name: str | None,
+    model_dims: str | None,
+    tokens: int,
+    training: bool | None,
+    links_from: str,
 ) -> None:
-    """Right-sizing advice from measured usage: a MIG profile, a smaller GPU, or packing jobs per GPU."""
-    from pipeline.face.rightsizing import advise_and_gaps
+    """Right-sizing advice from measured usage (a MIG profile, packing, a smaller GPU, a split), and per job the
+    smallest GPU that holds it, how many smaller ones a split needs, and what each added GPU costs per link kind."""
+    from pipeline.face.rightsizing import advise_and_gaps, fleet_links
+    from processors.rightsize import published_link
 
+    if model_name and model_dims:
+        raise click.UsageError("give --model or --model-dims, not both")
+    model = _model(model_name) if model_name else parse_model_dims(model_dims) if model_dims else None
     settings = resolved(ctx, kafka=False)
     with errors():
+        if links_from == "fleet":
+            links, links_note = fleet_links(settings)
+        else:
+            from pipeline.catalogue import PUBLISHED_LINKS
+
+            links = {k: published_link(f) for k, f in PUBLISHED_LINKS.items()}
+            links_note = "every published link kind (--links published)"
         advice, gaps = advise_and_gaps(settings, range_ or (None if start else "7d"), job, application, cluster,
-                                       headroom, exchange_bytes, start, stop)  # fmt: skip
+                                       headroom, start, stop, model, tokens, training, links)  # fmt: skip
     for key, minutes in sorted(gaps.items()):
         click.echo(
             f"{key}: {minutes} GPU-minutes with utilization but no memory reading: not sized (right-sizing starts "
@@ -62,7 +110,7 @@ def rightsize_cmd(
             click.echo(f"no usage of {what} {when} (job ids come from the workload context)")
         return
     if fmt == "json":
-        click.echo(json.dumps([_jsonable(dataclasses.asdict(a)) for a in advice], indent=2))
+        click.echo(json.dumps([_jsonable(_as_dict(a)) for a in advice], indent=2))
         return
     click.echo(f"{'key':24} {'application':18} {'GPUs':>4} {'GPU-h':>8} {'used':>5} {'wasted':>8}  advice")
     for a in advice:
@@ -71,10 +119,56 @@ def rightsize_cmd(
             f"{s.key[:24]:24} {(s.application or '-')[:18]:18} {s.gpus:>4} {s.gpu_hours:>8.1f} {a.used_share:>5.0%} "
             f"{a.wasted_gpu_hours:>8.1f}  {best.kind}: {best.target} ({best.detail})"
         )
+    click.echo(f"\nlinks: {links_note}")
     for a in advice:
         click.echo(f"\n{a.summary}")
         for o in a.options[1:]:
-            click.echo(f"  also: {o.kind}: {o.target}, saves {o.saved_gpu_hours:.1f} GPU-h ({o.detail})")
+            saves = f", saves {o.saved_gpu_hours:.1f} GPU-h" if o.saved_gpu_hours > 0 else ""
+            click.echo(f"  also: {o.kind}: {o.target}{saves} ({o.detail})")
+        for line in answer_lines(a):
+            click.echo(f"  {line}")
+
+
+def _model(name: str) -> ModelDims:
+    found = model_dims(name)
+    assert found is not None  # click.Choice checked it
+    return found
+
+
+def answer_lines(advice: Any) -> list[str]:
+    """The three questions, one line each (and a line per link kind for the third)."""
+    q = advice.answers
+    if q is None:
+        return []
+    splits = ", ".join(f"{k} x {name}" for name, k in q.splits) or q.cost_note
+    lines = [f"1. smallest that holds it: {q.smallest} ({q.smallest_detail})", f"2. split over smaller GPUs: {splits}"]
+    if not q.costs:
+        return [*lines, f"3. time per added GPU{f' ({q.priced})' if q.priced else ''}: {q.cost_note}"]
+    lines.append(f"3. time per added GPU ({q.priced}; {q.cost_note}):")
+    for c in q.costs:
+        lines.append(
+            f"   {c.link.kind:11} {c.parallelism:8} +{c.per_added_gpu_s * 1e3:.3f} ms per added GPU, "
+            f"+{c.total_s * 1e3:.3f} ms in all = {c.terms()}"
+        )
+    return lines
+
+
+def _as_dict(advice: Any) -> dict[str, Any]:
+    """The advice as JSON: the dataclasses, and each split cost's terms, which are properties."""
+    out = dataclasses.asdict(advice)
+    if advice.answers is not None:
+        out["answers"]["costs"] = [
+            dataclasses.asdict(c)
+            | {
+                "transfer_s": c.transfer_s,
+                "latency_s": c.latency_s,
+                "overhead_s": c.overhead_s,
+                "total_s": c.total_s,
+                "per_added_gpu_s": c.per_added_gpu_s,
+            }
+            for c in advice.answers.costs
+        ]
+    return out
 
 
 def _jsonable(value: Any) -> Any:
