@@ -24,6 +24,7 @@ from typing import Any, Generic, TypeVar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from pipeline.errors import InvalidEvent, ServiceError
+from pipeline.topics import wait_for_topics
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,11 @@ class TopicMirror(Generic[V]):
         decode: Callable[[bytes], V],
         on_change: Callable[[bytes, V | None], None] | None = None,
         on_record: Callable[[bytes, V | None, int], None] | None = None,
+        metadata_wait_s: float = 10.0,
     ) -> None:
         self.topic = topic
+        #: how long ``start`` waits for a topic missing from the metadata (or without partition leaders) to appear
+        self.metadata_wait_s = metadata_wait_s
         self._decode = decode
         self._on_change = on_change
         self._on_record = on_record
@@ -89,14 +93,20 @@ class TopicMirror(Generic[V]):
     def start(self) -> TopicMirror[V]:
         consumer = Consumer(self._conf)
         try:
-            meta = consumer.list_topics(self.topic, timeout=30)
-        except Exception as exc:
+            # a topic created a moment ago may not be in this broker's metadata yet: wait (bounded) for it
+            found, _pending = wait_for_topics(consumer, [self.topic], self.metadata_wait_s)
+        except ServiceError:
             consumer.close()
-            raise ServiceError(f"cannot read topic {self.topic}: {exc}") from exc
-        info = meta.topics.get(self.topic)
+            raise
+        info = found.get(self.topic)
         if info is None or info.error is not None:
             consumer.close()
-            raise ServiceError(f"topic {self.topic} does not exist: run `hermeneut topics` first")
+            if info is None or info.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise ServiceError(
+                    f"topic {self.topic} does not exist (waited {self.metadata_wait_s:.0f}s): "
+                    "run `hermeneut topics` first"
+                )
+            raise ServiceError(f"cannot read topic {self.topic}: {info.error.str()}")
         partitions = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in sorted(info.partitions)]
         pending = set()
         for tp in partitions:

@@ -20,8 +20,10 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -67,8 +69,51 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     ]
 
 
+class MetadataSource(Protocol):
+    """What answers a metadata request: a Consumer, a Producer or an AdminClient."""
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any: ...
+
+
+def settled(info: Any) -> bool:
+    """Whether a topic's metadata (a ``TopicMetadata`` or None) shows it with every partition led: what a reader
+    needs before it can read its offsets."""
+    return (
+        info is not None
+        and info.error is None
+        and bool(info.partitions)
+        and all(p.error is None and p.leader >= 0 for p in info.partitions.values())
+    )
+
+
+def wait_for_topics(client: MetadataSource, names: Sequence[str], timeout_s: float) -> tuple[dict[str, Any], list[str]]:
+    """The metadata of each of ``names`` once it is :func:`settled`, asking again with backoff for up to
+    ``timeout_s``; returns (metadata by name, the names still not settled).
+
+    A topic that CreateTopics has just acknowledged is in the controller's log, not yet in every broker's metadata
+    cache: for a moment a metadata request answers UNKNOWN_TOPIC_OR_PART, then partitions without a leader. A
+    process started in that moment (a stage right after ``hermeneut topics``) must wait, not fail."""
+    deadline, delay = time.monotonic() + timeout_s, 0.05
+    while True:
+        remaining = max(1.0, deadline - time.monotonic())
+        try:
+            found = client.list_topics(names[0] if len(names) == 1 else None, timeout=remaining).topics
+        except Exception as exc:  # KafkaException: the broker did not answer within the time left
+            if time.monotonic() >= deadline:
+                raise ServiceError(f"cannot read the metadata of {', '.join(names)}: {exc}") from exc
+            found = {}
+        pending = [n for n in names if not settled(found.get(n))]
+        if not pending or time.monotonic() >= deadline:
+            return {n: found[n] for n in names if n in found}, pending
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 1.0)
+
+
 def ensure_topics(kafka_conf: dict[str, Any], specs: list[TopicSpec], timeout_s: float = 30.0) -> list[str]:
-    """Create the topics that do not exist yet; returns the names created. Existing topics are left alone."""
+    """Create the topics that do not exist yet; returns the names created. Existing topics are left alone.
+
+    Returns only once every topic created is in the broker's metadata with a leader for each partition (within
+    ``timeout_s``, else ServiceError): a reader started next finds it."""
     admin = AdminClient(kafka_conf)
     try:
         existing = admin.list_topics(timeout=timeout_s).topics
@@ -97,5 +142,10 @@ def ensure_topics(kafka_conf: dict[str, Any], specs: list[TopicSpec], timeout_s:
         except Exception as exc:
             if "TOPIC_ALREADY_EXISTS" not in str(exc):
                 raise ServiceError(f"cannot create topic {name}: {exc}") from exc
+    _found, pending = wait_for_topics(admin, [s.name for s in missing], timeout_s)
+    if pending:
+        raise ServiceError(
+            f"created topics {', '.join(pending)} but Kafka's metadata shows no leader for them after {timeout_s:.0f}s"
+        )
     log.info("created topics %s", ", ".join(created))
     return created
