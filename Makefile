@@ -1,5 +1,7 @@
 # The two commands: `make run` (the main job) and `make test` (lint, types, all tests).
-PYTHON ?= python3
+# The venv is made from the declared minimum Python (pyproject's requires-python) when the machine has it, so
+# `make test` (and CI, .ci/run) proves the minimum; PYTHON=... picks another (3.11 or newer).
+PYTHON ?= $(shell command -v python3.11 || echo python3)
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -12,6 +14,7 @@ $(STAMP): pyproject.toml
 	@command -v java >/dev/null && command -v mvn >/dev/null || { echo "need Java 17+ and Maven (Debian: apt-get install --no-install-recommends openjdk-17-jdk-headless maven)"; exit 2; }
 	@command -v go >/dev/null && command -v cargo >/dev/null || { echo "need Go and Rust (rustup) to build influxd once"; exit 2; }
 	@command -v pkg-config >/dev/null || { apt-get update -qq && $(APT_INSTALL) pkg-config; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "need Python 3.11+ (requires-python): $(PYTHON) is $$($(PYTHON) -V 2>&1)"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
@@ -35,9 +38,11 @@ wheel: $(STAMP)
 	$(BIN)/python -m pip wheel --no-deps --wheel-dir dist .
 
 test: $(STAMP) tools
+	@$(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "$(VENV) runs $$($(BIN)/python -V 2>&1), below requires-python 3.11: make clean, then make test"; exit 2; }
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(call FUZZ,$(TEST_FUZZ_INPUTS))
 	$(BIN)/hermeneut services install
 	$(BIN)/pytest $(PYTEST_ARGS)
 
@@ -56,9 +61,14 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.importer
 	$(BIN)/python -m bench.repeats
 
-# every property-based test with 100,000 inputs per target from a fixed seed; prints inputs, exceptions and time
+# every property-based test with FUZZ_INPUTS inputs per target from a fixed seed; prints inputs, exceptions and time.
+# `make fuzz` runs 100,000 per target; `make test` runs 10,000 (TEST_FUZZ_INPUTS) before the suite, where the suite's
+# own seeded run of the same tests is only a few hundred
+FUZZ_INPUTS      ?= 100000
+TEST_FUZZ_INPUTS ?= 10000
+FUZZ = HYPOTHESIS_PROFILE=fuzz FUZZ_INPUTS=$(1) FUZZ_FANOUT=50 $(BIN)/pytest -m fuzz -p no:cacheprovider --hypothesis-seed=14 -q tests/unit
 fuzz: $(STAMP)
-	HYPOTHESIS_PROFILE=fuzz FUZZ_FANOUT=50 $(BIN)/pytest -m fuzz -p no:cacheprovider --hypothesis-seed=14 -q tests/unit $(PYTEST_ARGS)
+	$(call FUZZ,$(FUZZ_INPUTS)) $(PYTEST_ARGS)
 
 # the 1,000,000-sample catch-up of issue 17 on fresh local servers (tests/integration/test_sizes.py runs it at CI size)
 catchup: $(STAMP)
