@@ -31,6 +31,7 @@ from sinks.query import JobsQuery, Scope, Store, TopQuery, job_summaries, top
 from sinks.query.output import iso
 from sinks.retention import setup, task_specs
 from tests import TESTDATA
+from tests.dcgm_scrapes import L40S, T4, capture, expected, exposition, mid_upgrade
 
 from .conftest import InfluxServer, KafkaServer
 from .harness import running_pipeline, stored_points
@@ -169,6 +170,28 @@ def test_saved_dcgm_exporter_scrapes(settings: Settings) -> None:
     # kops_l4.prom repeats its scrape and the docs' example has a "..." line: two files dead-lettered whole
     assert dict(outcome.dead) == {"malformed": 2}
     assert outcome.stored == outcome.report.rows_read - 2 and outcome.stored >= 7
+
+
+def test_dcgm_exporter_scrape_mid_upgrade_stores_each_gpus_values_in_our_units(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A scrape with dcgm-exporter 4.8.2's names (a T4) and 4.10.0's (an L40S, its 4.8.2 series still there with
+    other values): what InfluxDB holds is each GPU's legacy capture in the schema's units (tests/dcgm_scrapes.py)."""
+    samples, _ = mid_upgrade()
+    path = tmp_path / "mid-upgrade.prom"
+    path.write_text(exposition(samples))
+    outcome = imported(settings, "dcgm-exporter", {"paths": (path,), "time": "2026-12-01T00:00:00Z"}, (path,))
+    accounted(outcome)
+    assert outcome.report.rows_read == 2 and outcome.stored == 2
+    want = expected(capture(T4)) | expected(capture(L40S))
+    mine = [r for r in stored_points(settings) if r["_time"].isoformat().startswith("2026-12-01T00:00:00")]
+    limits = [r for r in stored_points(settings, "gpu_info") if r["_time"].isoformat().startswith("2026-12-01T00:00")]
+    assert {r["gpu"] for r in mine} == set(want) == {r["gpu"] for r in limits}
+    for row in mine + limits:
+        fields = {f: v for f, v in want[row["gpu"]].items() if f in row}
+        assert fields == pytest.approx({f: row[f] for f in fields}, rel=1e-9), row["gpu"]
+    checked = {f for r in mine + limits for f in r if f in want[r["gpu"]]}
+    assert len(checked) >= 16 and "memory_total_bytes" in checked and "energy_joules" in checked, sorted(checked)
 
 
 def test_the_command_line_prints_the_summary_and_what_to_run_next(settings: Settings, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from producers.dcgm_exporter import DcgmExporterSource, ScrapeStats, parse_exposition, to_batches
+from producers.dcgm_exporter import READ_METRICS, DcgmExporterSource, ScrapeStats, parse_exposition, to_batches
 from producers.dcgm_names import IGNORED, NAMES, TABLE, XID, factor
 from producers.importers.dcgm_files import DcgmFilesConfig, DcgmFilesImporter
 from tests.dcgm_scrapes import (
@@ -187,3 +187,10 @@ def test_an_unknown_field_is_counted_every_time_and_named_once(caplog: pytest.Lo
     assert len(named) == 1
     assert stats.unknown == {"DCGM_FI_DEV_FUTURE_THING"}
     assert stats.unmapped - stats.ignored == 6
+
+
+def test_the_prometheus_import_asks_for_the_names_of_every_generation() -> None:
+    asked = set(READ_METRICS)
+    for r in renames():
+        if r.old not in IGNORED:
+            assert {r.old, r.new} <= asked, r
