@@ -8,9 +8,9 @@ and gives what no sample carries (architecture, NVLink bandwidth per link, MIG p
 Sources, per entry (``source``):
 - ``nvidia-smi-xml/<file>``: real ``nvidia-smi -q -x`` captures (Telegraf's test data, MIT; see
   tests/testdata/nvidia-smi-xml/README.md); tests/unit/test_catalogue.py checks every such entry against its file.
-- ``datasheet``: NVIDIA's published product specifications (memory, TDP, max clocks, PCIe, NVLink links and
-  GB/s). Thermal thresholds for these are the values nvidia-smi typically reports for the board; a GPU's own
-  NVML thresholds override them.
+- ``datasheet``: NVIDIA's (for the ``AMD Instinct`` rows, AMD's) published product specifications (memory, TDP,
+  max clocks, PCIe, NVLink links and GB/s). Thermal thresholds for these are the values nvidia-smi typically
+  reports for the board; a GPU's own NVML thresholds override them.
 """
 
 from __future__ import annotations
@@ -142,6 +142,19 @@ SPECS: Final[tuple[GpuSpec, ...]] = (
     GpuSpec("Tesla V100-SXM2-32GB", "Volta", 32 * _GIB, 300, 150, 300, 1530, 877, 87, 90, 3, 16, 6, 25.0,
             data_center=True),
     GpuSpec("NVIDIA GeForce GTX 1080 Ti", "Pascal", 11 * _GIB, 250, 125, 300, 1911, 5505, 91, 96, 3, 16),
+    # --- AMD Instinct (AMD's product pages and data sheets, amd.com/en/products/accelerators/instinct): memory,
+    # TDP, peak engine clock, PCIe, Infinity Fabric links (as nvlink_*: the GPU-to-GPU links) and each link's
+    # bandwidth per direction (half the bidirectional peak AMD quotes). An MI250X is two dies (GCDs) that the
+    # driver shows as two GPUs: its memory is one die's (64 of the module's 128 GB), its power (500 W TDP, 560 W
+    # peak) and links (8 x 100 GB/s) are the module's. Thermal thresholds: not published; none guessed.
+    GpuSpec("AMD Instinct MI250X", "CDNA2", 64 * _GIB, 500, None, 560, 1700, 1600, None, None, 4, 16, 8, 50.0,
+            data_center=True),
+    GpuSpec("AMD Instinct MI300X", "CDNA3", 192 * _GIB, 750, None, 750, 2100, None, None, None, 5, 16, 7, 64.0,
+            data_center=True),
+    GpuSpec("AMD Instinct MI325X", "CDNA3", 256 * _GIB, 1000, None, 1000, 2100, None, None, None, 5, 16, 7, 64.0,
+            data_center=True),
+    GpuSpec("AMD Instinct MI350X", "CDNA4", 288 * _GIB, 1000, None, 1000, 2200, None, None, None, 5, 16, 7, 76.8,
+            data_center=True),
     # --- real nvidia-smi captures (tests/testdata/nvidia-smi-xml) ---
     GpuSpec("NVIDIA A10G", "Ampere", 23028 * _MIB, 300, 100, 300, 1710, 6251, 95, 98, 4, 16, data_center=True,
             source="nvidia-smi-xml/a10g.xml"),

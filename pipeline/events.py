@@ -267,6 +267,8 @@ class EventKind(StrEnum):
     MIG_CONFIG = "mig_config"
     #: NVML answered GPU_IS_LOST / the device vanished from the bus
     GPU_LOST = "gpu_lost"
+    #: an AMD RAS event (a CPER record) with its AMD Field ID as ``code`` (producers/amd/afid.py)
+    AFID = "afid"
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ PLUGINS: Final[Mapping[Kind, Mapping[str, str]]] = {
     "source": {
         "nvml": "producers.nvml.source:NvmlSource",
         "dcgm-exporter": "producers.dcgm_exporter:DcgmExporterSource",
+        "amd-exporter": "producers.amd.exporter:AmdExporterSource",
         "simulator": "producers.simulator.source:SimulatorSource",
     },
     "sink": {

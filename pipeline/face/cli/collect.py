@@ -29,7 +29,11 @@ if TYPE_CHECKING:
 
 @cli.command("collect")
 @click.option("--source", type=click.Choice(registry.names("source")), help="Default: collector.source (nvml).")
-@click.option("--url", help="dcgm-exporter /metrics URL (default: collector.dcgm_exporter_url).")
+@click.option(
+    "--url",
+    help="The exporter's /metrics URL (dcgm-exporter default: collector.dcgm_exporter_url; amd-exporter: "
+    "http://127.0.0.1:5000/metrics).",
+)
 @click.option("--interval", type=click.FloatRange(0.1, 3600), help="Seconds between rounds (sample_interval_s).")
 @click.option("--duration", type=click.FloatRange(0), help="Seconds to run (default: until SIGTERM/Ctrl-C).")
 @click.option("--node", help="Node name the samples carry (default: collector.node, else this host's name).")

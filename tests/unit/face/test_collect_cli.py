@@ -19,7 +19,7 @@ def kafka_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def test_help() -> None:
     result = CliRunner().invoke(cli, ["collect", "--help"])
-    assert result.exit_code == 0 and "--source [nvml|dcgm-exporter|simulator]" in result.output
+    assert result.exit_code == 0 and "--source [nvml|dcgm-exporter|amd-exporter|simulator]" in result.output
 
 
 @pytest.mark.usefixtures("kafka_env")

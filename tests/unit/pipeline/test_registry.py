@@ -4,7 +4,8 @@
   from_config without connecting anything;
 - every source opens, collects, reports its topology and stats and closes on a stand-in that needs no hardware:
   NVML on the NVML replay of real ``nvidia-smi -q -x`` captures, dcgm-exporter on a recorded ``/metrics`` served
-  over local HTTP, the simulator as it is; and emits only the fields it declares;
+  over local HTTP, amd-exporter on AMD's documented exposition examples, the simulator as it is; and emits only the
+  fields it declares;
 - every sink validates its config (one line, no secret in it), prepares real messages, adds, flushes and closes.
 
 A plugin added to the registry without a case here fails :func:`test_every_plugin_has_a_conformance_case`.
@@ -45,6 +46,7 @@ from tests.fakes.nvml import capture_names, load_capture
 
 T0 = 1_800_000_000_000_000_000
 DCGM_SAMPLE = TESTDATA / "dcgm-exporter" / "a100-mig-node.txt"
+AMD_SAMPLE = TESTDATA / "amd" / "device-metrics-exporter-docs" / "metricslist-examples.prom"
 PLUGINS = [(kind, name) for kind, names in registry.PLUGINS.items() for name in names]
 
 
@@ -95,6 +97,7 @@ SOURCES: dict[str, SourceCase] = {
         {"nvml": ReplayNvml(load_capture("dual_2080-v13.xml"))},
     ),
     "dcgm-exporter": lambda url, _tmp: ({"url": url, "node": "n1"}, {}),
+    "amd-exporter": lambda _url, _tmp: ({"node": "n1"}, {"fetch": lambda _u, _t: AMD_SAMPLE.read_bytes()}),
     "simulator": lambda _url, _tmp: (
         {"nodes": 2, "gpus": 4},
         {"fleet": Fleet(2, 4, cluster="dc1", seed=1, faults=XID_STORM_AT_1S)},
@@ -150,7 +153,8 @@ def test_every_plugin_loads_by_name_with_a_default_config(kind: registry.Kind, n
 
 
 def test_unknown_names_and_options_are_one_line_config_errors() -> None:
-    with pytest.raises(ConfigError, match=r"unknown source 'nvm' \(known: nvml, dcgm-exporter, simulator\)"):
+    known = r"\(known: nvml, dcgm-exporter, amd-exporter, simulator\)"
+    with pytest.raises(ConfigError, match=rf"unknown source 'nvm' {known}"):
         registry.load("source", "nvm")
     with pytest.raises(ConfigError, match="the nvml source has no setting 'url'"):
         registry.create("source", "nvml", settings(), url="http://x:9400/metrics")
