@@ -331,7 +331,8 @@ def recommend(
     )
     if not options:
         options.append(Option("keep", stats.gpu_model, 1.0, 0.0, "no smaller fit in the catalogue"))
-    answers = answer(stats, spec, mem_need, compute_need, model, tokens, trains, fleet)
+    offered = next((o.target for o in options if o.kind == "split"), None)
+    answers = answer(stats, spec, mem_need, compute_need, model, tokens, trains, fleet, offered)
     best = options[0]
     what = f"{stats.scope} {stats.key}" + (
         f" ({stats.application})" if stats.scope == "job" and stats.application else ""
@@ -368,10 +369,11 @@ def answer(
     tokens: int,
     training: bool,
     links: Mapping[str, Link],
+    offered: str | None = None,
 ) -> Answers:
     """The three questions (see :class:`Answers`) for a job needing ``mem_need`` bytes and ``compute_need`` of its
-    GPU's SMs. Smaller GPUs are :func:`_smaller_boards`; the split priced is the one over the fewest GPUs, of the
-    largest such board."""
+    GPU's SMs. Smaller GPUs are :func:`_smaller_boards`; the split priced is the one the options ``offered``, else
+    the one over the fewest GPUs, of the largest such board."""
     smaller = _smaller_boards(spec) if spec is not None else []
     holders = [s for s in smaller if s.memory_bytes >= mem_need]
     # a MIG profile of the whole board (7g) is the board: not a smaller size
@@ -402,8 +404,11 @@ def answer(
     if not splits:
         note = "no split needed: one smaller GPU holds it" if holders else f"no split within {MAX_SPLIT} smaller GPUs"
         return Answers(smallest, detail, (), "", (), note)
-    # the largest smaller GPU that does not hold it alone: the fewest GPUs
-    name, k = max(splits, key=lambda nk: (-nk[1], next(s.memory_bytes for s in smaller if s.name == nk[0])))
+    # the split the options offer (a board of the job's power class), else the fewest GPUs of the largest board
+    name, k = next(
+        ((n, k) for n, k in splits if f"{k} x {n}" == offered),
+        max(splits, key=lambda nk: (-nk[1], next(s.memory_bytes for s in smaller if s.name == nk[0]))),
+    )
     costs = tuple(c for link in links.values() for c in split_costs(model, k, link, tokens, training, stats))
     if costs:
         note = f"bytes from {costs[0].bytes_from}; {tokens} tokens per sequence" if model else costs[0].bytes_from

@@ -126,8 +126,10 @@ def test_the_three_questions_are_answered_per_job() -> None:
     gpt2 = model_dims("gpt2-xl")
     assert gpt2 is not None
     links = {"nvlink": Link("nvlink", 50e9, 2e-6, "t", 6e-6), "pcie": Link("pcie", 10e9, 16e-6, "t", 6e-6)}
-    q = recommend(stats(mem_gib=30.0, util=20.0, power=120.0, model=a100), model=gpt2, tokens=100, links=links).answers
+    rec = recommend(stats(mem_gib=30.0, util=20.0, power=120.0, model=a100), model=gpt2, tokens=100, links=links)
+    q = rec.answers
     assert q is not None
+    assert q.priced == next(o.target for o in rec.options if o.kind == "split")  # the split offered is the one priced
     assert q.smallest == a100 and "no smaller GPU" in q.smallest_detail
     assert dict(q.splits)["NVIDIA A30"] == 2 and q.priced.startswith("2 x ")
     by = {(c.link.kind, c.parallelism): c for c in q.costs}

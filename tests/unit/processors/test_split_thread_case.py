@@ -78,18 +78,26 @@ def test_prediction_within_a_factor_of_2_of_the_measured_extra_time_per_split(to
     f"{predicted(tokens):.3f} ms"
 
 
-def test_the_twelve_way_case_and_its_assumptions(capsys: pytest.CaptureFixture[str]) -> None:
-    """The 12-way prediction beside the thread's extrapolation, printed with what it assumes."""
-    print("assumptions: GPT-2 small (768 hidden, fp32), inference (one hand-off per cut per forward pass), 12 GPUs in")
-    print("a chain over host-staged PCIe 3.0 x16 (GeForce, no peer access), published figures:")
-    print(f"  {PUBLISHED_LINKS['pcie-staged'].source}")
-    print("the thread's 12-GPU extrapolation: about 226 ms, +36% (+5 ms x 11 cuts)")
-    print("tokens  measured +ms (2 GPUs)  predicted +ms (2)  measured/predicted  predicted +ms (12)")
+def thread_table() -> list[str]:
+    """The 12-way case and its assumptions beside the thread's numbers, as docs/rightsizing.md quotes them."""
+    lines = [
+        "assumptions: GPT-2 small (768 hidden, fp32), inference (one hand-off per cut per forward pass), GPUs in a",
+        "chain over host-staged PCIe 3.0 x16 (GeForce: no peer access), published figures:",
+        f"  {PUBLISHED_LINKS['pcie-staged'].source}",
+        "the thread's 12-GPU extrapolation: about 226 ms, +36% (+5 ms x 11 cuts)",
+        "tokens  measured +ms (2 GPUs)  predicted +ms (2)  measured/predicted  predicted +ms (12)",
+    ]
     for tokens in sorted(THREAD_MS):
-        base = _mid(THREAD_MS[tokens][0])
-        p2, p12 = predicted(tokens), predicted(tokens, 12)
-        print(f"{tokens:>6}  {measured_extra_ms(tokens):>21.2f}  {p2:>17.3f}  {measured_extra_ms(tokens) / p2:>18.0f}  "
-              f"{p12:>8.3f} ({p12 / base:+.2%})")  # fmt: skip
-        assert p12 == pytest.approx(11 * p2)
-    out = capsys.readouterr().out
-    assert "assumptions" in out and out.count("\n") == 8
+        base, p2, p12 = _mid(THREAD_MS[tokens][0]), predicted(tokens), predicted(tokens, 12)
+        lines.append(f"{tokens:>6}  {measured_extra_ms(tokens):>21.2f}  {p2:>17.3f}  "
+                     f"{measured_extra_ms(tokens) / p2:>18.0f}  {p12:>8.3f} ({p12 / base:+.2%})")  # fmt: skip
+    return lines
+
+
+def test_the_twelve_way_case_and_its_assumptions() -> None:
+    """Printed with ``pytest -s -k twelve``: 11 cuts cost 11 hand-offs, each as the 2-GPU case's."""
+    lines = thread_table()
+    print("\n".join(lines))
+    assert len(lines) == 5 + len(THREAD_MS) and "assumptions" in lines[0]
+    for tokens in THREAD_MS:
+        assert predicted(tokens, 12) == pytest.approx(11 * predicted(tokens))
