@@ -197,6 +197,7 @@ class HttpSender:
 
     def _post(self, url: str, body: bytes, headers: dict[str, str]) -> urllib3.BaseHTTPResponse:
         """POST to the checked address of the URL's host (the name still given as Host and TLS server name)."""
+        self._policy.check_url(url)  # a receiver made before the URL checks of today is held to them too
         parsed = urllib3.util.parse_url(url)
         scheme, host = parsed.scheme or "http", parsed.host or ""
         port = parsed.port or (443 if scheme == "https" else 80)
