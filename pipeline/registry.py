@@ -52,6 +52,7 @@ PLUGINS: Final[Mapping[Kind, Mapping[str, str]]] = {
     "importer": {
         "prometheus": "producers.importers.prometheus:PrometheusImporter",
         "dcgm-exporter": "producers.importers.dcgm_files:DcgmFilesImporter",
+        "amd-exporter": "producers.amd.importer:AmdFilesImporter",
         "nvidia-smi-csv": "producers.importers.nvsmi_csv:NvsmiCsvImporter",
         "nvidia-smi-xml": "producers.importers.nvsmi_xml:NvsmiXmlImporter",
         "table": "producers.importers.table:TableImporter",

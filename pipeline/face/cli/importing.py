@@ -36,7 +36,8 @@ def common(f: F) -> F:
 
 @cli.group("import")
 def import_group() -> None:
-    """Import history: Prometheus, dcgm-exporter scrapes, nvidia-smi CSV logs and XML captures, CSV/parquet traces."""
+    """Import history: Prometheus, dcgm-exporter and AMD exporter scrapes, nvidia-smi CSV logs and XML captures,
+    CSV/parquet traces."""
 
 
 def _import(
@@ -101,6 +102,19 @@ def dcgm_cmd(ctx: click.Context, /, paths: tuple[Path, ...], **kw: Any) -> None:
     """Saved dcgm-exporter scrapes (one per file, or timestamped lines)."""
     options = {"paths": paths, "node": kw.pop("node"), "time": kw.pop("time_"), "application": kw.pop("application")}
     _import(ctx, "dcgm-exporter", options, paths, kw)
+
+
+@import_group.command("amd-exporter")
+@_PATHS
+@click.option("--node", help="The node of series without a hostname label [default: each file's name].")
+@click.option("--time", "time_", help="The time of files without timestamps (RFC 3339) [default: file mtime].")
+@click.option("--application", type=click.Choice(APPLICATIONS), help="Application of the jobs the labels name.")
+@common
+@click.pass_context
+def amd_cmd(ctx: click.Context, /, paths: tuple[Path, ...], **kw: Any) -> None:
+    """Saved AMD device-metrics-exporter scrapes (one scrape per file)."""
+    options = {"paths": paths, "node": kw.pop("node"), "time": kw.pop("time_"), "application": kw.pop("application")}
+    _import(ctx, "amd-exporter", options, paths, kw)
 
 
 @import_group.command("table")
