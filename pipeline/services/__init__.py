@@ -1,11 +1,19 @@
 """Local Kafka + InfluxDB (and the dashboard) for people and tests without a cluster: ``hermeneut services
 up|status|down``.
 
-Each ``up`` gets a fresh run folder (``<state>/runs/<UTC time>/{kafka,influxdb}``) with data and logs, which are
-kept after ``down``. Ports are free loopback ports. The endpoints and the generated InfluxDB token go to
-``<state>/services.json`` (mode 0600), which every other command reads when the settings name no external
-servers. Where the settings name an external Kafka or InfluxDB, nothing local is started for it. Pipeline stages
-the main job leaves running (:func:`keep_stages`) are listed there too, and stop with the services.
+Each ``up`` with nothing running gets a fresh run folder (``<state>/runs/<UTC time>/{kafka,influxdb}``) with data
+and logs, which are kept after ``down``. Ports are free loopback ports. The endpoints and the generated InfluxDB
+token go to ``<state>/services.json`` (mode 0600), which every other command reads when the settings name no
+external servers. Where the settings name an external Kafka or InfluxDB, nothing local is started for it. Pipeline
+stages the main job leaves running (:func:`keep_stages`) are listed there too, and stop with the services.
+
+Only ``down`` stops a server. A command that needs the local servers (:func:`up`) while one recorded in
+services.json is unhealthy never stops the other, never starts a new pair in a new run folder (the running stages
+would keep the old addresses and the backlog would be stranded in the old folder): a server that runs but does not
+answer is a :class:`~pipeline.errors.ServiceError` naming it and the way out; one whose process is gone is
+restarted in place (its run folder, data and port) by ``hermeneut services up`` only, and reported by any other
+command. A recorded pid is taken as the server only while its command line names the server's run folder (after a
+reboot the pid may be another process's).
 """
 
 from __future__ import annotations
@@ -25,7 +33,16 @@ from pydantic import SecretStr
 from pipeline.config import Settings, settings_env
 from pipeline.errors import ConfigError, ServiceError
 from pipeline.services import influxdb, kafka
-from pipeline.services.procs import answers, free_port, pid_alive, port_open, start_daemon, stop_pid, wait_until
+from pipeline.services.procs import (
+    answers,
+    free_port,
+    pid_alive,
+    port_open,
+    runs_in,
+    start_daemon,
+    stop_pid,
+    wait_until,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +83,99 @@ def _write_state(settings: Settings, state: LocalState) -> None:
     tmp.replace(path)
 
 
+#: a recorded server's condition: it answers; its process runs but does not answer; no process of it runs
+UP, UNHEALTHY, GONE = "up", "unhealthy", "gone"
+
+
+def _folder(info: dict[str, Any]) -> Path:
+    """A recorded server's own run folder (its log sits there, and its command line names it)."""
+    return Path(str(info["log"])).parent
+
+
+def _ours(info: dict[str, Any]) -> bool:
+    return runs_in(int(info["pid"]), _folder(info))
+
+
+def kafka_condition(info: dict[str, Any] | None) -> str:
+    if not info or not _ours(info):
+        return GONE
+    return UP if port_open(int(info["port"])) else UNHEALTHY
+
+
+def influx_condition(info: dict[str, Any] | None) -> str:
+    if not info or not _ours(info):
+        return GONE
+    return UP if influxdb.healthy(str(info["url"])) else UNHEALTHY
+
+
 def _kafka_running(info: dict[str, Any] | None) -> bool:
-    return bool(info) and pid_alive(int(info["pid"])) and port_open(int(info["port"]))  # type: ignore[index]
+    return kafka_condition(info) == UP
 
 
 def _influx_running(info: dict[str, Any] | None) -> bool:
-    return bool(info) and pid_alive(int(info["pid"])) and influxdb.healthy(str(info["url"]))  # type: ignore[index]
+    return influx_condition(info) == UP
+
+
+def _kafka_record(k: kafka.KafkaProcess) -> dict[str, Any]:
+    return {
+        "version": k.version,
+        "port": k.port,
+        "controller_port": k.controller_port,
+        "pid": k.pid,
+        "bootstrap_servers": k.bootstrap_servers,
+        "log": str(k.log_path),
+    }
+
+
+def _influx_record(p: influxdb.InfluxProcess) -> dict[str, Any]:
+    return {
+        "version": p.version,
+        "port": p.port,
+        "pid": p.pid,
+        "url": p.url,
+        "org": p.org,
+        "bucket": p.bucket,
+        "token": p.token,
+        "log": str(p.log_path),
+    }
+
+
+def _start_influx(settings: Settings, run_dir: Path) -> influxdb.InfluxProcess:
+    i = settings.influxdb
+    token = i.token.get_secret_value() if i.token else None
+    return influxdb.start(settings.services.cache_dir, i.version, run_dir / "influxdb", i.org, i.bucket, token)
+
+
+def _restart_kafka(settings: Settings, info: dict[str, Any]) -> kafka.KafkaProcess:
+    """The recorded broker again, on its own folder (data kept), port and controller port."""
+    controller = info.get("controller_port")
+    return kafka.start(
+        settings.services.cache_dir, str(info["version"]), _folder(info), port=int(info["port"]),
+        controller_port=int(controller) if controller else None, heap_mb=settings.kafka.heap_mb,
+    )  # fmt: skip
+
+
+def _restart_influx(settings: Settings, info: dict[str, Any]) -> influxdb.InfluxProcess:
+    """The recorded influxd again, on its own folder (data, org, bucket and token kept) and port."""
+    return influxdb.start(
+        settings.services.cache_dir, str(info["version"]), _folder(info), str(info["org"]), str(info["bucket"]),
+        str(info["token"]), port=int(info["port"]),
+    )  # fmt: skip
+
+
+def unhealthy_line(name: str, info: dict[str, Any], condition: str) -> str:
+    """What to tell the operator about a recorded server that is not up: what it is, and the way out."""
+    pid, where = int(info["pid"]), info.get("url") or info.get("bootstrap_servers")
+    if condition == UNHEALTHY:
+        return (
+            f"local {name} (pid {pid}, {where}) runs but does not answer: if it is starting or recovering, wait and "
+            f"retry; if it hangs, stop it (kill {pid}) and run `hermeneut services up`, which restarts it with its "
+            f"data on the same port (log: {info['log']})"
+        )
+    return (
+        f"local {name} ({where}) is not running (its last log: {info['log']}): `hermeneut services up` restarts it "
+        "with its data on the same port"
+    )
 
 
 def _start_kafka(settings: Settings, run_dir: Path) -> kafka.KafkaProcess:
@@ -142,47 +246,57 @@ def stop_stages(settings: Settings) -> None:
     _write_state(settings, state)
 
 
-def up(settings: Settings) -> LocalState:
-    """Start whatever local service the settings need and is not running yet; returns the state."""
+def up(settings: Settings, restart: bool = False) -> LocalState:
+    """Start whatever local service the settings need and is not running yet; returns the state.
+
+    A server recorded in services.json that runs but does not answer is a ServiceError (one line: which, and the
+    way out); one whose process is gone is restarted in place when ``restart`` (``hermeneut services up``), else a
+    ServiceError too. Nothing running is ever stopped, and a new run folder is made only when none is recorded."""
     state = read_state(settings)
-    if state is not None and (
-        (settings.uses_local_kafka and not _kafka_running(state.kafka))
-        or (settings.uses_local_influxdb and not _influx_running(state.influxdb))
-    ):
-        down(settings, quiet=True)
-        state = None
-    if state is not None:
-        return state
+    if state is None:
+        return _start_fresh(settings)
+    recorded: dict[str, tuple[dict[str, Any] | None, str]] = {}
+    if settings.uses_local_kafka:
+        recorded["Kafka"] = state.kafka, kafka_condition(state.kafka)
+    if settings.uses_local_influxdb:
+        recorded["InfluxDB"] = state.influxdb, influx_condition(state.influxdb)
+    problems = [
+        unhealthy_line(name, info, condition)
+        for name, (info, condition) in recorded.items()
+        if info and (condition == UNHEALTHY or (condition == GONE and not restart))
+    ]
+    if problems:
+        raise ServiceError("; ".join(problems))
+    conditions = {name: condition for name, (_info, condition) in recorded.items()}
+    run_dir = Path(state.run_dir)
+    if conditions.get("Kafka") == GONE:
+        if state.kafka:
+            print(f"restarting the local Kafka in {_folder(state.kafka)} on port {state.kafka['port']}")
+        k = _restart_kafka(settings, state.kafka) if state.kafka else _start_kafka(settings, run_dir)
+        state.kafka = _kafka_record(k)
+        _write_state(settings, state)
+    if conditions.get("InfluxDB") == GONE:
+        if state.influxdb:
+            print(f"restarting the local InfluxDB in {_folder(state.influxdb)} on port {state.influxdb['port']}")
+        i = _restart_influx(settings, state.influxdb) if state.influxdb else _start_influx(settings, run_dir)
+        state.influxdb = _influx_record(i)
+        _write_state(settings, state)
+    return state
+
+
+def _start_fresh(settings: Settings) -> LocalState:
+    """A new run folder and the local servers the settings need, recorded as they come up."""
     run_dir = settings.services.state_dir / "runs" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     state = LocalState(run_dir=str(run_dir))
     try:
         if settings.uses_local_kafka:
-            k = _start_kafka(settings, run_dir)
-            state.kafka = {
-                "version": k.version,
-                "port": k.port,
-                "pid": k.pid,
-                "bootstrap_servers": k.bootstrap_servers,
-                "log": str(k.log_path),
-            }
+            state.kafka = _kafka_record(_start_kafka(settings, run_dir))
             _write_state(settings, state)
         if settings.uses_local_influxdb:
-            i = settings.influxdb
-            token = i.token.get_secret_value() if i.token else None
-            p = influxdb.start(settings.services.cache_dir, i.version, run_dir / "influxdb", i.org, i.bucket, token)
-            state.influxdb = {
-                "version": p.version,
-                "port": p.port,
-                "pid": p.pid,
-                "url": p.url,
-                "org": p.org,
-                "bucket": p.bucket,
-                "token": p.token,
-                "log": str(p.log_path),
-            }
+            state.influxdb = _influx_record(_start_influx(settings, run_dir))
             _write_state(settings, state)
     except BaseException:
-        down(settings, quiet=True)
+        down(settings, quiet=True)  # only what this call started: nothing was recorded before it
         raise
     _write_state(settings, state)  # also with external servers: the run folder and the dashboard live here
     return state
@@ -231,8 +345,11 @@ def down(settings: Settings, quiet: bool = False) -> None:
     state = read_state(settings)
     if state is None:
         return
-    for info in (*(state.stages or ()), state.web, state.kafka, state.influxdb):
+    for info in (*(state.stages or ()), state.web):
         if info and pid_alive(int(info["pid"])):
+            stop_pid(int(info["pid"]))
+    for info in (state.kafka, state.influxdb):
+        if info and _ours(info):  # a pid another process took after a reboot is left alone
             stop_pid(int(info["pid"]))
     with contextlib.suppress(FileNotFoundError):
         state_path(settings).unlink()

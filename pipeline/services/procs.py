@@ -122,6 +122,20 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def runs_in(pid: int, folder: Path) -> bool:
+    """Whether ``pid`` is alive and is a server started on ``folder`` (its command line names a path in it), not
+    another process that took the pid after a reboot; without /proc (not Linux) a live pid is taken as the server."""
+    if not pid_alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return Path("/proc/self").exists() is False
+    except OSError:
+        return True
+    return str(folder.resolve()).encode() in cmdline or str(folder).encode() in cmdline
+
+
 def stop_pid(pid: int, timeout_s: float = 20.0) -> None:
     """SIGTERM the process group, wait, then SIGKILL what is left."""
     for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):

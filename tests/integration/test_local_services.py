@@ -1,17 +1,28 @@
-"""The local servers the project starts are started the way the measurements say."""
+"""The local servers the project starts are started the way the measurements say, and a command run while one of
+them is unhealthy stops nothing, starts no new pair behind the running stages' backs and says how to fix it."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+from confluent_kafka.admin import AdminClient
 
 from bench.pipeline import influxd_cache_bytes
+from pipeline import services
+from pipeline.config import ServiceSettings, Settings, settings_env
+from pipeline.errors import ServiceError
+from pipeline.face.cli import cli
 from pipeline.services import influxdb
+from pipeline.services.procs import pid_alive
+from pipeline.services.stages import wait_for
+from pipeline.topics import ensure_topics, topic_specs
 from sinks.influxdb.write import InfluxWriter
 
 from .conftest import InfluxServer
@@ -43,3 +54,71 @@ def test_influxd_applies_the_cache_snapshot_size_and_reports_what_its_cache_hold
     writer.write([f"local_services_probe,test=cache value={i}.0 {now_ms - i}" for i in range(1000)])
     writer.close()
     assert influxd_cache_bytes(p.url) >= before + 1000 * 16  # a timestamp and a float per value, at least
+
+
+TESTDATA = Path(__file__).parent.parent / "testdata"
+
+
+def test_a_command_beside_an_unhealthy_local_server_stops_nothing_and_says_how_to_fix_it(
+    tmp_path: Path, defaults: Settings
+) -> None:
+    """Issue 37: an import during an InfluxDB restart shut the running Kafka down and started a new, empty pair in
+    a new run folder; the running stages kept the old addresses. Now: InfluxDB hung (SIGSTOP: it runs, does not
+    answer), then Kafka killed; each time every command that needs the servers exits non-zero with one line naming
+    the server and the way out, and nothing is stopped or started; ``services up`` restarts the dead broker in
+    place (same folder, port and topics)."""
+    settings = Settings(services=ServiceSettings(cache_dir=defaults.services.cache_dir, state_dir=tmp_path / "state"))
+    assert settings.uses_local_kafka and settings.uses_local_influxdb
+    env = {k: v for k, v in settings_env(settings).items() if k.startswith("HERMENEUT_SERVICES__")}
+    csv = str(TESTDATA / "nvidia-smi-csv" / "nvidia-h100-80gb-hbm3-load.csv")
+    state = services.up(settings)
+    try:
+        assert state.kafka is not None and state.influxdb is not None
+        kafka_pid, influx_pid = int(state.kafka["pid"]), int(state.influxdb["pid"])
+        resolved = services.resolve(settings)
+        ensure_topics(resolved.kafka.client_config(), topic_specs(resolved))
+        runs = sorted((tmp_path / "state" / "runs").iterdir())
+
+        os.kill(influx_pid, signal.SIGSTOP)
+        try:
+            for restart in (False, True):
+                with pytest.raises(ServiceError) as caught:
+                    services.up(settings, restart=restart)
+                line = str(caught.value)
+                assert "\n" not in line and "Kafka" not in line, line
+                assert line.startswith(f"local InfluxDB (pid {influx_pid}, {state.influxdb['url']}) runs but does not")
+                assert f"stop it (kill {influx_pid}) and run `hermeneut services up`" in line, line
+            imported = CliRunner().invoke(cli, ["import", "nvidia-smi-csv", csv, "--cluster", "c1"], env=env)
+            assert imported.exit_code == 3, imported.output
+            assert imported.output.count("\n") == 1 and "local InfluxDB" in imported.output, imported.output
+        finally:
+            os.kill(influx_pid, signal.SIGCONT)
+        assert pid_alive(kafka_pid) and pid_alive(influx_pid)
+        assert services.read_state(settings) == state
+        assert sorted((tmp_path / "state" / "runs").iterdir()) == runs
+        assert wait_for(lambda: services.influx_condition(state.influxdb) == services.UP, 60)
+        assert services.up(settings) == state  # answering again: the same servers, nothing started
+
+        os.kill(kafka_pid, signal.SIGKILL)
+        assert wait_for(lambda: not pid_alive(kafka_pid), 30)
+        with pytest.raises(ServiceError) as caught:
+            services.up(settings)
+        assert str(caught.value) == (
+            f"local Kafka ({state.kafka['bootstrap_servers']}) is not running (its last log: {state.kafka['log']}): "
+            "`hermeneut services up` restarts it with its data on the same port"
+        )
+        assert services.read_state(settings) == state and pid_alive(influx_pid)
+        assert sorted((tmp_path / "state" / "runs").iterdir()) == runs
+
+        restarted = CliRunner().invoke(cli, ["services", "up", "--no-web"], env=env)
+        assert restarted.exit_code == 0, restarted.output
+        assert f"restarting the local Kafka in {Path(state.kafka['log']).parent}" in restarted.output
+        after = services.read_state(settings)
+        assert after is not None and after.kafka is not None and after.run_dir == state.run_dir
+        assert after.kafka["port"] == state.kafka["port"] and int(after.kafka["pid"]) != kafka_pid
+        assert after.influxdb == state.influxdb and pid_alive(influx_pid)
+        assert sorted((tmp_path / "state" / "runs").iterdir()) == runs
+        topics = AdminClient(resolved.kafka.client_config()).list_topics(timeout=30).topics
+        assert resolved.topics.raw in topics and resolved.topics.alert_config in topics  # its data came back
+    finally:
+        services.down(settings, quiet=True)

@@ -30,10 +30,11 @@ def services_group() -> None:
 @click.option("--web/--no-web", default=True, show_default=True, help="Also serve the dashboard.")
 @click.pass_context
 def services_up(ctx: click.Context, web: bool) -> None:
-    """Install (first time), start and onboard the local services (and the dashboard)."""
+    """Install (first time), start and onboard the local services (and the dashboard); a recorded server whose
+    process is gone is restarted with its data on its port, one that runs but does not answer is reported."""
     settings = settings_of(ctx)
     with errors():
-        services.up(settings)
+        services.up(settings, restart=True)
         if web:
             from pipeline.topics import ensure_topics, topic_specs
 
