@@ -7,7 +7,7 @@ same answer. Face-level wiring: it imports the stages only when called.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from pipeline.catalogue import PUBLISHED_LINKS, ModelDims, link_kind_of
@@ -53,16 +53,18 @@ def advise_and_gaps(
     model: ModelDims | None = None,
     tokens: int = 512,
     training: bool | None = None,
-    links: Mapping[str, Link] | None = None,
+    links: Mapping[str, Link] | Callable[[], Mapping[str, Link]] | None = None,
 ) -> tuple[list[Recommendation], dict[str, int]]:
     """:func:`advise`, and the jobs (or applications) that could not be sized for want of memory readings, with
-    their GPU-minutes. ``links``: a link per kind the fleet has (:func:`fleet_links`); default: the published
-    figures of every kind."""
+    their GPU-minutes. ``links``: a link per kind the fleet has (:func:`fleet_links`), or a function that reads
+    them, called only when there is a job to advise; default: the published figures of every kind."""
     from processors.rightsize import Link, recommend
     from sinks.query.usage import UsageQuery, link_throughput, usage_and_gaps
 
     query = UsageQuery(range_, job, application, cluster, start, stop)
     stats, gaps = usage_and_gaps(settings, query)
+    if callable(links):
+        links = links() if stats else None
     measured: dict[str, Link] = {}
     for t in link_throughput(settings, UsageQuery(range_, None, None, cluster, start, stop)):
         kind, rate = (

@@ -81,23 +81,29 @@ def rightsize_cmd(
 ) -> None:
     """Right-sizing advice from measured usage (a MIG profile, packing, a smaller GPU, a split), and per job the
     smallest GPU that holds it, how many smaller ones a split needs, and what each added GPU costs per link kind."""
+    from pipeline.catalogue import PUBLISHED_LINKS
     from pipeline.face.rightsizing import advise_and_gaps, fleet_links
-    from processors.rightsize import published_link
+    from processors.rightsize import Link, published_link
 
     if model_name and model_dims:
         raise click.UsageError("give --model or --model-dims, not both")
     model = _model(model_name) if model_name else parse_model_dims(model_dims) if model_dims else None
     settings = resolved(ctx, kafka=False)
     with errors():
-        if links_from == "fleet":
-            links, links_note = fleet_links(settings)
-        else:
-            from pipeline.catalogue import PUBLISHED_LINKS
+        notes: list[str] = []
 
-            links = {k: published_link(f) for k, f in PUBLISHED_LINKS.items()}
-            links_note = "every published link kind (--links published)"
+        def links() -> dict[str, Link]:
+            """Read once there is a job to advise (the topology topic may wait for Kafka)."""
+            if links_from == "published":
+                notes.append("every published link kind (--links published)")
+                return {k: published_link(f) for k, f in PUBLISHED_LINKS.items()}
+            found, note = fleet_links(settings)
+            notes.append(note)
+            return found
+
         advice, gaps = advise_and_gaps(settings, range_ or (None if start else "7d"), job, application, cluster,
                                        headroom, start, stop, model, tokens, training, links)  # fmt: skip
+    links_note = notes[0] if notes else ""
     for key, minutes in sorted(gaps.items()):
         click.echo(
             f"{key}: {minutes} GPU-minutes with utilization but no memory reading: not sized (right-sizing starts "
