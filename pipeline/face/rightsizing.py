@@ -120,3 +120,22 @@ def fleet_links(settings: Settings) -> tuple[dict[str, Link], str]:
         return {k: published_link(f) for k, f in PUBLISHED_LINKS.items()}, (
             f"topology topic not read ({exc}): every published link kind"
         )
+
+
+def answer_lines(advice: Recommendation) -> list[str]:
+    """The three questions, one line each (and a line per link kind and parallelism for the third): what the CLI
+    prints under a job and the dashboard shows beside its recommendation."""
+    q = advice.answers
+    if q is None:
+        return []
+    splits = ", ".join(f"{k} x {name}" for name, k in q.splits) or q.cost_note
+    lines = [f"1. smallest that holds it: {q.smallest} ({q.smallest_detail})", f"2. split over smaller GPUs: {splits}"]
+    if not q.costs:
+        return [*lines, f"3. time per added GPU{f' ({q.priced})' if q.priced else ''}: {q.cost_note}"]
+    lines.append(f"3. time per added GPU ({q.priced}; {q.cost_note}):")
+    for c in q.costs:
+        lines.append(
+            f"   {c.link.kind:11} {c.parallelism:8} +{c.per_added_gpu_s * 1e3:.3f} ms per added GPU, "
+            f"+{c.total_s * 1e3:.3f} ms in all = {c.terms()}"
+        )
+    return lines

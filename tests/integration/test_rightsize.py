@@ -18,6 +18,7 @@ from pipeline.config import Settings
 from pipeline.events import GpuSample, InterpretedBatch, InterpretedEvent, Workload
 from pipeline.face.cli import cli
 from pipeline.face.importjob import run_import
+from pipeline.face.web.app import create_app, serving
 from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
 from producers.agent import NodeAgent
@@ -29,6 +30,7 @@ from sinks.query.output import iso
 from sinks.query.usage import UsageQuery, link_throughput, usage
 from sinks.retention import setup
 from tests import TESTDATA
+from tests.webserver import get_json
 
 from .conftest import InfluxServer, KafkaServer
 from .harness import running_pipeline, stored_points
@@ -167,6 +169,11 @@ def test_the_three_questions_on_the_simulator_with_the_probes_facts(pipeline: Se
     assert "1. smallest that holds it:" in table.output and "2. split over smaller GPUs:" in table.output
     # the link kinds come from the fleet's topologies (the simulator's NVLink nodes), published figures for them
     assert "links: link kinds on the fleet: " in table.output and "measured by the probe: none" in table.output
+    # the dashboard's view gives the same answers beside each recommendation
+    with serving(create_app(settings)) as url:
+        status, body = get_json(f"{url}/api/v1/rightsizing?range=2h")
+    assert status == 200 and body["items"]
+    assert all(i["answers"][0].startswith("1. smallest that holds it: ") for i in body["items"])
 
 
 def test_the_three_questions_on_imported_real_captures(pipeline: Settings) -> None:

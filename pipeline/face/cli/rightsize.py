@@ -82,7 +82,7 @@ def rightsize_cmd(
     """Right-sizing advice from measured usage (a MIG profile, packing, a smaller GPU, a split), and per job the
     smallest GPU that holds it, how many smaller ones a split needs, and what each added GPU costs per link kind."""
     from pipeline.catalogue import PUBLISHED_LINKS
-    from pipeline.face.rightsizing import advise_and_gaps, fleet_links
+    from pipeline.face.rightsizing import advise_and_gaps, answer_lines, fleet_links
     from processors.rightsize import Link, published_link
 
     if model_name and model_dims:
@@ -139,24 +139,6 @@ def _model(name: str) -> ModelDims:
     found = model_dims(name)
     assert found is not None  # click.Choice checked it
     return found
-
-
-def answer_lines(advice: Any) -> list[str]:
-    """The three questions, one line each (and a line per link kind for the third)."""
-    q = advice.answers
-    if q is None:
-        return []
-    splits = ", ".join(f"{k} x {name}" for name, k in q.splits) or q.cost_note
-    lines = [f"1. smallest that holds it: {q.smallest} ({q.smallest_detail})", f"2. split over smaller GPUs: {splits}"]
-    if not q.costs:
-        return [*lines, f"3. time per added GPU{f' ({q.priced})' if q.priced else ''}: {q.cost_note}"]
-    lines.append(f"3. time per added GPU ({q.priced}; {q.cost_note}):")
-    for c in q.costs:
-        lines.append(
-            f"   {c.link.kind:11} {c.parallelism:8} +{c.per_added_gpu_s * 1e3:.3f} ms per added GPU, "
-            f"+{c.total_s * 1e3:.3f} ms in all = {c.terms()}"
-        )
-    return lines
 
 
 def _as_dict(advice: Any) -> dict[str, Any]:

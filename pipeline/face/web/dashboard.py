@@ -263,10 +263,14 @@ def add_routes(app: web.Application, settings: Settings) -> None:
         })  # fmt: skip
 
     async def rightsizing(request: web.Request) -> web.Response:
-        from pipeline.face.rightsizing import advise
+        from pipeline.face.rightsizing import advise, answer_lines, links_of
 
         w = _window(request, "24h")
-        advice = await _thread(lambda: advise(settings, w.range, start=w.start, stop=w.stop))
+        # the fleet's link kinds and probe timings when the topology mirror is up (the topology or health view
+        # started it), else the published figures: this view does not wait for Kafka
+        lazy = request.app.get(TOPOLOGY)
+        links = links_of(lazy.value.snapshot().values())[0] if lazy is not None and lazy.value is not None else None
+        advice = await _thread(lambda: advise(settings, w.range, start=w.start, stop=w.stop, links=links))
         items = []
         for a in sorted(advice, key=lambda a: -a.wasted_gpu_hours):
             s, best = a.stats, a.options[0]
@@ -277,6 +281,7 @@ def add_routes(app: web.Application, settings: Settings) -> None:
                 if s.sm_active_p95_percent is not None else s.utilization_p95_percent,
                 "gpu_hours": s.gpu_hours, "wasted_gpu_hours": a.wasted_gpu_hours, "idle_gpu_hours": s.idle_gpu_hours,
                 "recommendation": f"{best.kind}: {best.target} ({best.detail})", "summary": a.summary,
+                "answers": answer_lines(a),
             })  # fmt: skip
         return web.json_response({"items": items})
 

@@ -325,7 +325,8 @@ async function renderRightsizing() {
         h("td", {}, r.job_id ? h("a", { href: `#/job/${esc(r.job_id)}` }, r.job_id) : "–"), h("td", {}, r.application),
         h("td", {}, `${r.gpus} × ${r.gpu_model}`), h("td", {}, bar(r.memory_p95_bytes, r.memory_allocated_bytes), fmt(r.memory_p95_bytes, "B")),
         h("td", { class: "num" }, `${fmt(r.sm_p95_percent)}%`), h("td", { class: "num" }, fmt(r.gpu_hours)), h("td", { class: "num", title: `idle: allocated under 5% utilization` }, `${fmt(r.wasted_gpu_hours)} (${fmt(r.idle_gpu_hours)})`),
-        h("td", { class: "explain" }, r.recommendation))))
+        h("td", { class: "explain" }, r.recommendation,
+          r.answers?.length ? h("ul", { class: "answers" }, ...r.answers.map((line) => h("li", {}, line))) : ""))))
       : h("p", { class: "empty" }, "No job history in range."));
 }
 
