@@ -173,10 +173,15 @@ def _cudart() -> Any:
     return runtime
 
 
+def _code(err: Any) -> int:
+    """A cudaError_t as its number (an enum member's value, or a plain int)."""
+    return int(getattr(err, "value", err))
+
+
 def _ok(result: Any) -> Any:
     """cuda-python returns (error, value...): raise on an error, return the value(s)."""
     err, *values = result if isinstance(result, tuple) else (result,)
-    if int(err) != 0:
+    if _code(err) != 0:
         raise RuntimeError(f"CUDA error {err}")
     return values[0] if len(values) == 1 else tuple(values)
 
@@ -198,7 +203,7 @@ class CudaCopier:
         peer = bool(_ok(rt.cudaDeviceCanAccessPeer(src, dst)))
         if path == "d2d" and peer:
             err = rt.cudaDeviceEnablePeerAccess(dst, 0)[0]
-            if int(err) not in (0, int(rt.cudaError_t.cudaErrorPeerAccessAlreadyEnabled)):
+            if _code(err) not in (0, _code(rt.cudaError_t.cudaErrorPeerAccessAlreadyEnabled)):
                 raise RuntimeError(f"CUDA error {err}")
         self.kind = kind if path == "d2d" and peer else "pcie-staged"
         self._pinned = _ok(rt.cudaMallocHost(max_bytes)) if path == "d2h2d" else None

@@ -87,3 +87,20 @@ def test_a_pair_takes_its_link_kind_from_the_topology() -> None:
     assert topology_kind(links, "G2", "G0") == "sys"
     assert topology_kind(links, "G1", "G2") == "pcie"
     assert topology_kind(links, "G0", "G9") == "pcie"
+
+
+def test_cuda_results_are_checked_whatever_form_the_error_takes() -> None:
+    """cuda-python answers (error, value...); the error an enum member or a plain int, depending on the version."""
+    import enum
+
+    from producers.linkprobe import _ok
+
+    class Err(enum.Enum):
+        cudaSuccess = 0
+        cudaErrorInvalidValue = 1
+
+    assert _ok((Err.cudaSuccess, 7)) == 7 and _ok((0,)) == () and _ok((0, 1, 2)) == (1, 2)
+    with pytest.raises(RuntimeError, match="CUDA error"):
+        _ok((Err.cudaErrorInvalidValue, 7))
+    with pytest.raises(RuntimeError):
+        _ok((1,))
