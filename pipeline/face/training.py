@@ -86,19 +86,25 @@ def previous_manifest(settings: Settings, timeout_s: float = 30.0) -> BaselineMa
     return manifest if isinstance(manifest, BaselineManifest) else None
 
 
-def _excluded(h: History, windows: list[tuple[str, int, int]]) -> np.ndarray:
-    """Rows of ``h`` inside any (gpu, start, end) window."""
+#: a window of rows to leave out: (cluster, gpu, start_ns, end_ns), both ends included
+Window = tuple[str, str, int, int]
+
+
+def _excluded(h: History, windows: list[Window]) -> np.ndarray:
+    """Rows of ``h`` inside any (cluster, gpu, start, end) window. A GPU is named within its cluster (an imported
+    ``<node>-gpu<i>``, a uuid reused by a simulator): a fault of GPU x in one cluster says nothing of x elsewhere."""
     out = np.zeros(len(h), dtype=bool)
     if not windows:
         return out
     gpu = np.asarray(h.gpu, dtype=object)
-    for uuid, start, end in windows:
-        out |= (gpu == uuid) & (h.ts_ns >= start) & (h.ts_ns <= end)
+    cluster = np.asarray(h.cluster, dtype=object)
+    for where, uuid, start, end in windows:
+        out |= (cluster == where) & (gpu == uuid) & (h.ts_ns >= start) & (h.ts_ns <= end)
     return out
 
 
 def left_out(
-    h: History, known: np.ndarray, faults: list[tuple[str, int, int]], marked: list[tuple[str, int, int]]
+    h: History, known: np.ndarray, faults: list[Window], marked: list[Window]
 ) -> tuple[np.ndarray, Counter[str]]:
     """Which rows of ``h`` training uses (known applications outside fault windows and marked events), and how
     many of the known rows were left out for each reason (pure)."""
@@ -138,9 +144,9 @@ def train(
     # faults (warning and critical findings) and what operators marked anomalous are left out; information
     # (idle capacity, a narrow link from the first sample, a young baseline anomaly) is how the fleet runs
     found = finding_windows(settings, start_ns, stop_ns)
-    faults = [(w.gpu, w.start_ns, w.end_ns) for w in found if w.severity in FAULT_SEVERITIES]
+    faults = [(w.cluster, w.gpu, w.start_ns, w.end_ns) for w in found if w.severity in FAULT_SEVERITIES]
     marked = [
-        (fb.gpu, fb.event_ts_ms * 10**6 - FEEDBACK_EXCLUDE_NS, fb.event_ts_ms * 10**6 + FEEDBACK_EXCLUDE_NS)
+        (fb.cluster, fb.gpu, fb.event_ts_ms * 10**6 - FEEDBACK_EXCLUDE_NS, fb.event_ts_ms * 10**6 + FEEDBACK_EXCLUDE_NS)
         for fb in feedback
         if fb.verdict == "anomalous"
     ]

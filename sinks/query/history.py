@@ -513,13 +513,15 @@ _SEVERITY_RANK: Final = {name: i for i, name in enumerate(_SEVERITIES)}
 
 @dataclass(frozen=True, slots=True)
 class FindingWindow:
-    """When a detector's finding was active on a GPU: [start_ns, end_ns], and its highest severity."""
+    """When a detector's finding was active on a GPU of a cluster: [start_ns, end_ns], and its highest severity."""
 
     gpu: str
     detector: str
     start_ns: int
     end_ns: int
     severity: str = "info"
+    #: a GPU is named within its cluster: the same uuid or ``<node>-gpu<i>`` elsewhere is another GPU
+    cluster: str = ""
 
 
 def finding_windows(settings: Settings, start_ns: int, stop_ns: int, repeat_s: float = 60.0) -> list[FindingWindow]:
@@ -535,18 +537,18 @@ def finding_windows(settings: Settings, start_ns: int, stop_ns: int, repeat_s: f
         "  |> group()"
     )
     [rows] = flux_rows(settings, flux)
-    spans: dict[tuple[str, str, int], tuple[int, bool]] = {}
-    worst: dict[tuple[str, str, int], int] = {}
+    spans: dict[tuple[str, str, str, int], tuple[int, bool]] = {}
+    worst: dict[tuple[str, str, str, int], int] = {}
     for r in sorted(rows, key=lambda r: r["_time"]):
         # since_ns is stored as a float (ns lose their last bits): floor it to the ms the samples are stored at
         since_ms = int(r.get("since_ns") or 0) // 1_000_000
-        key = (str(r["gpu"]), str(r["detector"]), since_ms * 1_000_000)
+        key = (str(r.get("cluster") or ""), str(r["gpu"]), str(r["detector"]), since_ms * 1_000_000)
         spans[key] = (int(r["_time"].timestamp() * 1e9), bool(r.get("active")))
         worst[key] = max(worst.get(key, 0), _SEVERITY_RANK.get(str(r.get("severity")), 0))
     repeat_ns = int(repeat_s * 1e9)
     return [
-        FindingWindow(gpu, detector, since, last + (repeat_ns if still_active else 0), _SEVERITIES[worst[key]])
-        for key, (last, still_active) in spans.items()
-        for gpu, detector, since in (key,)
+        FindingWindow(gpu, detector, since, last + (repeat_ns if active else 0), _SEVERITIES[worst[key]], cluster)
+        for key, (last, active) in spans.items()
+        for cluster, gpu, detector, since in (key,)
         if gpu != "-"
     ]
