@@ -58,8 +58,6 @@ from pipeline.vocab import IDLE_UTIL_PERCENT
 
 #: per-lane PCIe throughput per direction (GB/s) after line coding, by generation
 PCIE_LANE_GBYTES: Final = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
-#: one-way latency per hop (s) by link kind: the published figures (pipeline.catalogue.PUBLISHED_LINKS)
-LATENCY_S: Final = {kind: f.latency_s for kind, f in PUBLISHED_LINKS.items()}
 #: a job idle for at least this share of the GPU-hours it held is told to give its GPUs back between phases
 RELEASE_SHARE: Final = 0.25
 #: the most GPUs a split is offered over
@@ -374,14 +372,13 @@ def answer(
     """The three questions (see :class:`Answers`) for a job needing ``mem_need`` bytes and ``compute_need`` of its
     GPU's SMs. Smaller GPUs are :func:`_smaller_boards`; the split priced is the one the options ``offered``, else
     the one over the fewest GPUs, of the largest such board."""
-    smaller = _smaller_boards(spec) if spec is not None else []
+    if spec is None:
+        unknown = "not in the catalogue: no smaller size known"
+        return Answers(stats.gpu_model, "not in the catalogue", (), "", (), unknown)
+    smaller = _smaller_boards(spec)
     holders = [s for s in smaller if s.memory_bytes >= mem_need]
     # a MIG profile of the whole board (7g) is the board: not a smaller size
-    mig = [
-        p
-        for p in (spec.mig_profiles if spec else ())
-        if p.memory_bytes >= mem_need and compute_need <= p.compute_share < 1
-    ]
+    mig = [p for p in spec.mig_profiles if p.memory_bytes >= mem_need and compute_need <= p.compute_share < 1]
     smallest, detail = stats.gpu_model, f"needs {mem_need / 2**30:.1f} GiB: no smaller GPU of its class holds it"
     if mig:
         p = min(mig, key=lambda p: (p.memory_bytes, p.compute_share))
@@ -394,15 +391,13 @@ def answer(
             holders[0].name,
             f"{holders[0].memory_bytes / 2**30:.0f} GiB holds {mem_need / 2**30:.1f} GiB",
         )
-    if spec is None:
-        smallest, detail = stats.gpu_model, "not in the catalogue: no smaller size known"
     splits = tuple(
         (s.name, k)
         for s in smaller
         if s not in holders and 2 <= (k := math.ceil(mem_need / s.memory_bytes)) <= MAX_SPLIT
     )
     if not splits:
-        note = "no split needed: one smaller GPU holds it" if holders else f"no split within {MAX_SPLIT} smaller GPUs"
+        note = f"no split needed: {smallest} holds it" if holders or mig else f"no split within {MAX_SPLIT} GPUs"
         return Answers(smallest, detail, (), "", (), note)
     # the split the options offer (a board of the job's power class), else the fewest GPUs of the largest board
     name, k = next(

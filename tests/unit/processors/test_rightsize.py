@@ -139,6 +139,10 @@ def test_the_three_questions_are_answered_per_job() -> None:
     # a small job: a MIG profile holds it, no split is needed
     small = recommend(stats(mem_gib=7.0, util=20.0, power=180.0, sm=10.0)).answers
     assert small is not None and small.smallest == f"{H100} MIG 1g.10gb" and small.splits == ()
+    assert small.cost_note == f"no split needed: {H100} MIG 1g.10gb holds it"
+    mystery = dataclasses.replace(stats(mem_gib=7.0, util=20.0, power=180.0, sm=10.0), gpu_model="Mystery GPU")
+    unknown = recommend(mystery).answers
+    assert unknown is not None and unknown.smallest == "Mystery GPU" and "not in the catalogue" in unknown.cost_note
 
 
 def test_without_dimensions_the_split_is_priced_from_measured_traffic_or_says_what_is_missing() -> None:
