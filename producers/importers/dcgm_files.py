@@ -7,8 +7,9 @@ value); a file without timestamps is one scrape taken when the file was last wri
 (:mod:`producers.importers.exposition`). Files in name order, one block each; folders are expanded to their
 ``*.prom``, ``*.txt`` and ``*.metrics`` files.
 
-A file that is not valid exposition text (a repeated series, a line that is not a sample) is a dead letter as a
-whole (``malformed``, with the line number): which of its values are right cannot be told. It counts as one row.
+A file that is not valid exposition text (a repeated series, a line that is not a sample, a timestamp outside
+1970..2262) is a dead letter as a whole (``malformed``, with the line number): which of its values are right
+cannot be told. It counts as one row.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.codec import INT64_MAX
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, DecodeError
 from pipeline.events import APPLICATIONS
@@ -109,9 +111,16 @@ class DcgmFilesImporter:
             return Block(empty_rows(), (Rejection("malformed", f"not UTF-8 text: {exc}", source, data),), source)
         except DecodeError as exc:
             return Block(empty_rows(), (Rejection(exc.reason, exc.detail, source, data),), source)
+        except ValueError as exc:  # a timestamp past Python's 4,300-digit limit for int()
+            detail = f"a timestamp cannot be read: {str(exc)[:200]}"
+            return Block(empty_rows(), (Rejection("malformed", detail, source, data),), source)
         default_ns = timestamp_ns(self.config.time) if self.config.time else written_ns
         by_time: dict[int, list[PromSample]] = {}
         for s in samples:
-            by_time.setdefault(default_ns if s.ts_ms is None else s.ts_ms * 1_000_000, []).append(s)
+            ts_ns = default_ns if s.ts_ms is None else s.ts_ms * 1_000_000
+            if not 0 <= ts_ns <= INT64_MAX:
+                detail = f"line {s.line}: timestamp {str(s.ts_ms)[:40]} ms is outside 1970..2262"
+                return Block(empty_rows(), (Rejection("malformed", detail, source, data),), source)
+            by_time.setdefault(ts_ns, []).append(s)
         scrapes = self.scrapes.setdefault(node, Scrapes(self.config.cluster, node, self.config.application))
         return Block(scrapes.rows(sorted(by_time.items()), source, data), (), source)

@@ -10,13 +10,21 @@ absent. Identity: ``uuid``, else ``pci.bus_id``, else ``<node>-gpu<index>``; the
 ``timestamp`` is required: nvidia-smi prints local time without a zone (``2026/07/14 08:12:38.696``), so
 ``timezone`` says which (default UTC).
 
-A cell a mapped column cannot read makes its line a dead letter (``malformed``, with the line number, the
-column and the value); columns no field maps to are counted and named in the summary, never guessed at.
+A log of several GPUs without ``index``, ``uuid`` or ``pci.bus_id`` (``--query-gpu=timestamp,power.draw,...``
+on an 8-GPU node prints each time 8 times) cannot say which line is which GPU: :meth:`NvsmiCsvImporter.validate`
+refuses it with one line naming the missing column and the fix, unless ``gpus_per_timestamp`` declares the
+order nvidia-smi prints (each time's N lines are GPUs 0..N-1; a time with another number of lines is dead
+letters, since which line is missing cannot be told). A log of one GPU (no time repeats) is ``<node>-gpu0``.
+
+The file is read by :mod:`csv` alone (:func:`~producers.importers.parse.csv_records`: a quoted cell may hold a
+line break, a form feed in a cell is part of the cell). A line a mapped column cannot read, a record the CSV
+reader refuses (a field over its 131,072-character limit) and a time outside 1970..2262 make a dead letter
+(``malformed``, with the line number, the column and the value); the file's other lines are imported. Columns no
+field maps to are counted and named in the summary, never guessed at.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,7 +36,17 @@ import numpy as np
 from pipeline.config import Settings
 from pipeline.errors import ConfigError
 from pipeline.registry import with_options
-from producers.importers.parse import UNITS, BadValue, flag, number, timestamp_ns, zone
+from producers.importers.parse import (
+    UNITS,
+    BadValue,
+    csv_records,
+    csv_refusal,
+    flag,
+    gpu_index,
+    number,
+    timestamp_ns,
+    zone,
+)
 from producers.importers.rows import Block, Rejection, Rows
 from producers.source import check_names
 
@@ -93,6 +111,8 @@ COLUMNS: Final[dict[str, tuple[str, float, Reader]]] = {
 #: where two columns give one field, the first wins (the enforced limit; a GPU's own link generation)
 _PREFERRED: Final = ("enforced.power.limit", "pcie.link.gen.gpucurrent", "pcie.link.gen.gpumax", "power.draw.average")
 _IDENTITY: Final = frozenset({"timestamp", "index", "uuid", "name", "pci.bus_id"})
+#: the columns that tell the GPUs of one node apart
+_GPU_ID: Final = ("index", "uuid", "pci.bus_id")
 
 
 def _split_header(cell: str) -> tuple[str, str]:
@@ -127,6 +147,41 @@ class _Layout:
             raise ConfigError("invalid configuration: nvidia-smi CSV: no timestamp column (query it with --query-gpu)")
         return cls(tuple(names), tuple(factors), tuple(unmapped))
 
+    @property
+    def identified(self) -> bool:
+        """Whether each line names its GPU (an index, uuid or PCI bus id column)."""
+        return any(name in self.names for name in _GPU_ID)
+
+
+def _is_header(cells: list[str]) -> bool:
+    return bool(cells) and cells[0].strip() == "timestamp"
+
+
+def _time_cell(layout: _Layout, cells: list[str]) -> str:
+    """The line's timestamp cell as written ('' when the line is short): what groups one round's lines."""
+    at = layout.names.index("timestamp")
+    return cells[at].strip() if at < len(cells) else ""
+
+
+def unidentified_repeat(text: str, columns: str = "") -> tuple[int, int] | None:
+    """The first (line, earlier line) of a log without a GPU identity column whose times are equal (several GPUs
+    per time: which line is which GPU cannot be told); None when every line names its GPU or no time repeats."""
+    layout = _Layout.of(columns.split(",")) if columns else None
+    last: tuple[int, str] | None = None
+    for line, cells, record in csv_records(text):
+        if cells is None or not record.strip():
+            continue
+        if _is_header(cells):
+            layout, last = _Layout.of(cells), None
+            continue
+        if layout is None or layout.identified:
+            continue
+        at = _time_cell(layout, cells)
+        if last is not None and at and at == last[1]:
+            return line, last[0]
+        last = (line, at)
+    return None
+
 
 @dataclass(frozen=True, slots=True)
 class NvsmiCsvConfig:
@@ -139,6 +194,9 @@ class NvsmiCsvConfig:
     #: the --query-gpu list of a log written with ``noheader``, comma-separated
     columns: str = ""
     timezone: str = "UTC"
+    #: GPUs per time in a log without index/uuid/pci.bus_id: each time's lines are GPUs 0..N-1 in nvidia-smi's
+    #: order; 0: such a log is refused when a time repeats
+    gpus_per_timestamp: int = 0
 
 
 @dataclass
@@ -166,7 +224,20 @@ class NvsmiCsvImporter:
         zone(config.timezone)
         if config.columns:
             _Layout.of(config.columns.split(","))
+        if config.gpus_per_timestamp < 0:
+            raise ConfigError("invalid configuration: nvidia-smi-csv: --gpus-per-timestamp must be 1 or more")
         check_names("nvidia-smi-csv", config.cluster, config.node)
+        if config.gpus_per_timestamp:
+            return
+        for path in config.paths:
+            repeat = unidentified_repeat(path.read_bytes().decode("utf-8", errors="replace"), config.columns)
+            if repeat is not None:
+                raise ConfigError(
+                    f"invalid configuration: nvidia-smi-csv: {path.name} has no index, uuid or pci.bus_id column "
+                    f"and line {repeat[0]} has the time of line {repeat[1]} (one line per GPU): add index to "
+                    "--query-gpu (--query-gpu=timestamp,index,...), or give --gpus-per-timestamp N to read each "
+                    "time's N lines as GPUs 0..N-1, the order nvidia-smi prints them in"
+                )
 
     @classmethod
     def from_config(cls, config: NvsmiCsvConfig) -> NvsmiCsvImporter:
@@ -188,31 +259,87 @@ class NvsmiCsvImporter:
     def read(self, data: bytes, source: str, node: str) -> Block:
         """One file's rows (``source`` names it in origins), for GPUs on ``node``."""
         tz = zone(self.config.timezone)
-        lines = data.decode("utf-8", errors="replace").splitlines()
         layout = _Layout.of(self.config.columns.split(",")) if self.config.columns else None
+        per_time = self.config.gpus_per_timestamp
         read: list[tuple[int, str, int, str, dict[str, float]]] = []
         origins: list[str] = []
         originals: list[bytes] = []
         rejected: list[Rejection] = []
-        for number_, (line, cells) in enumerate(zip(lines, csv.reader(lines), strict=True), 1):
-            if not line.strip():
+        # the lines of one time in a log without a GPU identity column: their order is their GPU index. A line whose
+        # time cannot be read (and a record the CSV reader refused: cells None) still holds its GPU's place, so it
+        # joins the time it is among (time None) and becomes the one dead letter of that time
+        pending: list[tuple[int, list[str] | None, str, str | None]] = []
+
+        def reject(line: int, why: str, record: str) -> None:
+            rejected.append(Rejection("malformed", f"line {line}: {why}", f"{source}:{line}", record.encode()))
+
+        def take(line: int, cells: list[str], record: str, index: int | None) -> None:
+            assert layout is not None
+            try:
+                read.append(_row(layout, cells, tz, node, index))
+            except BadValue as exc:
+                reject(line, str(exc), record)
+                return
+            origins.append(f"{source}:{line}")
+            originals.append(record.encode())
+
+        def round_time() -> str | None:
+            return next((at for _line, _cells, _record, at in pending if at is not None), None)
+
+        def settle() -> None:
+            """The pending time's lines as GPUs 0..N-1 when there are N of them, else as dead letters; a line
+            without a readable time one past the N lines belongs to the next time (it is kept pending)."""
+            carried = [pending.pop()] if len(pending) == per_time + 1 and pending[-1][3] is None else []
+            if len(pending) == per_time:
+                for index, (line, cells, record, _at) in enumerate(pending):
+                    if cells is None:
+                        reject(line, csv_refusal(record), record)
+                    else:
+                        take(line, cells, record, index)
+            else:
+                for line, cells, record, _at in pending:
+                    why = csv_refusal(record) + "; and " if cells is None else ""
+                    reject(line, f"{why}{len(pending)} lines at this time for --gpus-per-timestamp {per_time}: "
+                                 "which line is which GPU cannot be told", record)  # fmt: skip
+            pending[:] = carried
+
+        last_time: str | None = None
+        for line, cells, record in csv_records(data.decode("utf-8", errors="replace")):
+            if cells is None:
+                if per_time and layout is not None and not layout.identified:
+                    pending.append((line, None, record, None))
+                else:
+                    reject(line, csv_refusal(record), record)
                 continue
-            if cells and cells[0].strip() == "timestamp":  # the header (again, in a log appended to)
-                layout = _Layout.of(cells)
+            if not record.strip():
+                continue
+            if _is_header(cells):  # the header (again, in a log appended to)
+                if pending:
+                    settle()
+                layout, last_time = _Layout.of(cells), None
                 self.unmapped.update(layout.unmapped)
                 continue
-            origin = f"{source}:{number_}"
             if layout is None:
-                rejected.append(Rejection("malformed", f"line {number_}: data before any header (give columns=)",
-                                          origin, line.encode()))  # fmt: skip
+                reject(line, "data before any header (give columns=)", record)
                 continue
-            try:
-                read.append(_row(layout, cells, tz, node))
-            except BadValue as exc:
-                rejected.append(Rejection("malformed", f"line {number_}: {exc}", origin, line.encode()))
+            if layout.identified:
+                take(line, cells, record, None)
                 continue
-            origins.append(origin)
-            originals.append(line.encode())
+            at = _time_cell(layout, cells)
+            if per_time:
+                known, current = (at if _readable(at, tz) else None), round_time()
+                if known is not None and current is not None and known != current:
+                    settle()
+                pending.append((line, cells, record, known))
+            elif at and at == last_time:
+                reject(line, "no index, uuid or pci.bus_id column and this line repeats the time of the one "
+                             "before: which GPU it is cannot be told (add index to --query-gpu, or give "
+                             "--gpus-per-timestamp)", record)  # fmt: skip
+            else:
+                take(line, cells, record, None)
+            last_time = at
+        if pending:
+            settle()
         fields = dict.fromkeys(name for row in read for name in row[4])
         rows = Rows(
             node=(node,) * len(read),
@@ -227,16 +354,27 @@ class NvsmiCsvImporter:
         return Block(rows, tuple(rejected), source)
 
 
-def _row(layout: _Layout, cells: list[str], tz: Any, node: str) -> tuple[int, str, int, str, dict[str, float]]:
-    """One data line: its time, GPU identity and fields (a BadValue names the column and value)."""
+def _readable(cell: str, tz: Any) -> bool:
+    """Whether a time cell reads as a time (a line whose time does not still holds its GPU's place)."""
+    try:
+        timestamp_ns(cell, "iso8601", tz)
+    except BadValue:
+        return False
+    return True
+
+
+def _row(
+    layout: _Layout, cells: list[str], tz: Any, node: str, index: int | None = None
+) -> tuple[int, str, int, str, dict[str, float]]:
+    """One data line: its time, GPU identity and fields (a BadValue names the column and value); ``index`` is the
+    GPU's by its place among the lines of its time, for a log without an identity column."""
     if len(cells) != len(layout.names):
         raise BadValue(f"{len(cells)} values for {len(layout.names)} columns")
     by_name = dict(zip(layout.names, cells, strict=True))
     ts = timestamp_ns(by_name["timestamp"], "iso8601", tz)
-    index_cell = by_name.get("index", "").strip()
-    if index_cell and not index_cell.isdigit():
-        raise BadValue(f"index {index_cell!r} is not a GPU index")
-    index = int(index_cell) if index_cell else 0
+    if index is None:
+        index_cell = by_name.get("index", "").strip()
+        index = gpu_index(index_cell) if index_cell else 0
     uuid = by_name.get("uuid", "").strip()
     if not uuid or uuid.lower() in ("[n/a]", "n/a"):
         bus = by_name.get("pci.bus_id", "").strip()

@@ -8,7 +8,9 @@ time, ``Tue Dec 30 10:49:50 2025``: ``timezone`` says which zone, default UTC). 
 in name order; the node is ``node`` (nvidia-smi does not name the host), else the capture's folder name.
 
 A file that is not a capture (not XML, no ``<gpu>``, no timestamp) is a dead letter (``malformed``) with its
-bytes; the other files are still imported.
+bytes; the other files are still imported. A ``<gpu>`` whose values cannot be read (``<total>`` of 5,000 digits, a
+number past a float's range) is a dead letter of its own (``malformed``, naming the GPU); the capture's other GPUs
+are imported.
 """
 
 from __future__ import annotations
@@ -100,12 +102,22 @@ class NvsmiXmlImporter:
             root = ET.fromstring(data)
             stamp = (root.findtext("timestamp") or "").strip()
             ts_ns = _capture_time(stamp, self.config.timezone)
-            gpus = [gpu_from_xml(g, source) for g in root.findall("gpu")]
-            if not gpus:
+            elements = root.findall("gpu")
+            if not elements:
                 raise ValueError("no <gpu> element")
         except (ET.ParseError, ValueError) as exc:
             rejected = Rejection("malformed", f"not an nvidia-smi -q -x capture: {exc}", source, data)
             return Block(empty_rows(), (rejected,), source)
+        gpus, bad = [], []
+        for number_, element in enumerate(elements, 1):
+            try:
+                gpus.append(gpu_from_xml(element, source))
+            except (ValueError, OverflowError) as exc:  # a value past what an int or a float holds
+                name = element.get("id") or f"<gpu> {number_}"
+                bad.append(Rejection("malformed", f"{name}: a value cannot be read: {str(exc)[:200]}",
+                                     f"{source}:gpu {name}", data))  # fmt: skip
+        if not gpus:
+            return Block(empty_rows(), tuple(bad), source)
         collector = NvmlCollector(ReplayNvml(gpus), self.config.cluster, node, processes=True)
         collector.open()
         try:
@@ -114,7 +126,7 @@ class NvsmiXmlImporter:
             collector.close()
         origins = tuple(f"{source}:gpu {s.gpu_index}" for s in samples)
         rows = rows_of(samples, origins, (data,) * len(samples), events=tuple(events))
-        return Block(rows, (), source)
+        return Block(rows, tuple(bad), source)
 
 
 def _capture_time(stamp: str, timezone: str) -> int:

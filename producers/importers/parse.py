@@ -7,12 +7,16 @@ meaning is clear, so the value is converted rather than rejected.
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime, tzinfo
 from typing import Final
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from pipeline.codec import INT64_MAX
 from pipeline.errors import ConfigError
 
 #: what nvidia-smi, DCGM and traces print where there is no value: the field is absent, never zero
@@ -60,7 +64,7 @@ def number(text: str, factor: float = 1.0) -> float:
     except ValueError:
         pass
     else:
-        if math.isfinite(plain):
+        if math.isfinite(plain * factor):
             return plain * factor
     cell = text.strip()
     if cell.lower() in NO_VALUE:
@@ -69,21 +73,91 @@ def number(text: str, factor: float = 1.0) -> float:
         try:
             return float(int(cell, 16))
         except ValueError:
-            raise BadValue(f"{text.strip()!r} is not a hex number") from None
-    if len(cell) > 1 and cell[0] in "Pp" and cell[1:].isdigit():
+            raise BadValue(f"{_short(cell)!r} is not a hex number") from None
+        except OverflowError:  # a float holds 256 hex digits at most
+            raise BadValue(f"{_short(cell)!r} is too large a number") from None
+    if len(cell) > 1 and cell[0] in "Pp" and cell[1:].isascii() and cell[1:].isdigit():
+        if len(cell) > 3:  # nvidia-smi's performance states are P0 .. P15 (P32 unknown)
+            raise BadValue(f"{_short(cell)!r} is not a performance state")
         return float(cell[1:])
+    if len(cell) > _LONGEST:
+        raise BadValue(f"{_short(cell)!r} is too long for a number")
     match = _NUMBER.match(cell)
     if match is None:
-        raise BadValue(f"{text.strip()!r} is not a number")
+        raise BadValue(f"{_short(cell)!r} is not a number")
     value, unit = float(match.group(1)), match.group(2)
     if unit:
         known = UNITS.get(unit.lower())
         if known is None:
-            raise BadValue(f"{text.strip()!r} has a unit this importer does not know ({unit})")
+            raise BadValue(f"{_short(cell)!r} has a unit this importer does not know ({_short(unit)})")
         factor = known
-    if not math.isfinite(value):
-        raise BadValue(f"{text.strip()!r} is not a finite number")
+    if not math.isfinite(value * factor):
+        raise BadValue(f"{_short(cell)!r} is not a finite number")
     return value * factor
+
+
+#: the longest cell read as a number: a float's 17 digits, an exponent, a sign and a unit fit many times over
+_LONGEST: Final = 100
+#: how much of a cell a dead letter's reason quotes (the whole cell is in the dead letter's bytes)
+_QUOTED: Final = 60
+
+
+def _short(cell: str) -> str:
+    """A cell as a reason quotes it: at most :data:`_QUOTED` characters, the length said when it is cut."""
+    return cell if len(cell) <= _QUOTED else f"{cell[:_QUOTED]}... ({len(cell)} characters)"
+
+
+#: a GPU index the pipeline takes (MIG instances included): the processor's bound
+INDEX_MAX: Final = 2**31 - 1
+
+
+def gpu_index(text: str, column: str = "index") -> int:
+    """A GPU index cell as an int: ASCII digits only (``"²".isdigit()`` is true, ``int("²")`` fails), at most
+    :data:`INDEX_MAX` (a 5,000-digit cell is a BadValue, not Python's digit limit)."""
+    cell = text.strip()
+    if not (cell.isascii() and cell.isdigit()) or len(cell) > 10 or int(cell) > INDEX_MAX:
+        raise BadValue(f"{column} {_short(cell)!r} is not a GPU index")
+    return int(cell)
+
+
+def csv_records(text: str) -> Iterator[tuple[int, list[str] | None, str]]:
+    r"""``(first line number, cells, the record's text)`` per record of a CSV text, read by :mod:`csv` alone.
+
+    Lines end only at ``\n``, ``\r\n`` or ``\r`` (``str.splitlines`` also splits at a form feed, a vertical tab
+    and other separators a cell may hold: ``30\x0c0`` was one cell read as two rows); a quoted field may hold a
+    line break (one record over several lines), also after the space nvidia-smi writes after each comma
+    (``skipinitialspace``: cells are read stripped anyway). A record the reader refuses (a field over
+    ``csv.field_size_limit()``, a NUL byte on Python 3.11, a quote left open at the end) comes back with cells
+    None, and the reader goes on with the next line: one bad record never costs the rest of the file."""
+    consumed: list[str] = []
+
+    def lines() -> Iterator[str]:
+        for line in io.StringIO(text, newline=""):
+            consumed.append(line)
+            yield line
+
+    reader = csv.reader(lines(), skipinitialspace=True)
+    first = 1
+    while True:
+        try:
+            cells: list[str] | None = next(reader)
+        except StopIteration:
+            break
+        except csv.Error:
+            cells = None
+        record = "".join(consumed)
+        consumed.clear()
+        yield first, cells, record
+        first = reader.line_num + 1
+
+
+def csv_refusal(text: str) -> str:
+    """Why :mod:`csv` refused a record, in one line (the reader's own message is not kept with the record)."""
+    if len(text) > csv.field_size_limit():
+        return f"a field over {csv.field_size_limit():,} characters (the CSV reader's limit)"
+    if "\x00" in text:
+        return "a NUL byte"
+    return "not CSV (a quote left open, or a character after a closing quote)"
 
 
 def flag(text: str) -> float:
@@ -124,17 +198,25 @@ def timestamp_ns(text: str, fmt: str = "iso8601", tz: tzinfo = UTC) -> int:
         raise BadValue("the time is empty")
     if fmt in _EPOCH_NS:
         try:
-            return round(float(cell) * _EPOCH_NS[fmt])
+            value = float(cell) * _EPOCH_NS[fmt] if len(cell) <= _LONGEST else math.nan
         except ValueError:
-            raise BadValue(f"{cell!r} is not an epoch time ({fmt})") from None
+            raise BadValue(f"{_short(cell)!r} is not an epoch time ({fmt})") from None
+        if not 0 <= value <= INT64_MAX:  # NaN and the infinities too
+            raise BadValue(f"{_short(cell)!r} is not an epoch time within 1970..2262 ({fmt})")
+        return min(round(value), INT64_MAX)
     try:
+        if len(cell) > _LONGEST:
+            raise ValueError(cell)
         if fmt == "iso8601":
             parsed = datetime.fromisoformat(re.sub(r"^(\d{4})/(\d\d)/(\d\d)", r"\1-\2-\3", cell))
         else:
             parsed = datetime.strptime(cell, fmt)
-    except ValueError:
-        raise BadValue(f"{cell!r} is not a time ({fmt})") from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=tz)
-    seconds = parsed.timestamp()
-    return int(seconds) * 1_000_000_000 + parsed.microsecond * 1000 if seconds >= 0 else round(seconds * 1e9)
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=tz)
+        seconds = parsed.timestamp()
+    except (ValueError, OverflowError):  # OverflowError: year 1 in a zone east of UTC
+        raise BadValue(f"{_short(cell)!r} is not a time ({fmt})") from None
+    ns = int(seconds) * 1_000_000_000 + parsed.microsecond * 1000 if seconds >= 0 else round(seconds * 1e9)
+    if not 0 <= ns <= INT64_MAX:  # what an int64 of epoch ns holds
+        raise BadValue(f"{_short(cell)!r} is not a time within 1970..2262")
+    return ns

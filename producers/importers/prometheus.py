@@ -15,13 +15,17 @@ fields), optionally narrowed by a label selector (``selector = '{Hostname=~"gpu0
 The samples of one timestamp across metrics are one scrape of the exporter, mapped like a live scrape
 (:mod:`producers.importers.exposition`: identity, MIG, units, the workload labels ``pod``/``namespace``/
 ``container``/``hpc_job``). One block per chunk of time, in time order. An unreachable server fails ``open``
-with one line; a query the server refuses stops the import with the server's own message.
+with one line; a query the server refuses, or an answer that is not the API's JSON, stops the import with one
+line. Inside an answer, a series or point that is not what the API returns (a time that is not a number, or outside
+1970..2262; a value that is not a number) is a dead letter of its own (``malformed``, naming the metric and the
+series); the others are imported (:func:`answer_series`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -29,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from pipeline.codec import INT64_MAX
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, InvalidInput, ServiceError
 from pipeline.events import APPLICATIONS
@@ -37,7 +42,7 @@ from pipeline.vocab import parse_duration
 from producers.dcgm_exporter import READ_METRICS, PromSample
 from producers.importers.exposition import Scrapes
 from producers.importers.parse import BadValue, timestamp_ns
-from producers.importers.rows import Block
+from producers.importers.rows import Block, Rejection
 from producers.source import check_names
 
 #: points per series in one range query (the API refuses more than 11,000)
@@ -150,8 +155,9 @@ class PrometheusImporter:
         except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:
             raise ServiceError(f"Prometheus at {self.config.url} did not answer: {exc}") from exc
         self.queries += 1
-        if body.get("status") != "success":
-            raise ServiceError(f"Prometheus at {self.config.url} refused {path}: {body.get('error', body)}")
+        if not isinstance(body, dict) or body.get("status") != "success" or not isinstance(body.get("data"), dict):
+            error = body.get("error", body) if isinstance(body, dict) else body
+            raise ServiceError(f"Prometheus at {self.config.url} refused {path}: {str(error)[:300]}")
         return body["data"]
 
     def blocks(self) -> Iterator[Block]:
@@ -161,19 +167,22 @@ class PrometheusImporter:
         size = step * MAX_POINTS if step else RAW_CHUNK_NS
         for chunk_start, chunk_end in _chunks(start, end, size):
             by_time: dict[int, list[PromSample]] = {}
+            label = f"{c.url} {_seconds(chunk_start)}..{_seconds(chunk_end)}"
+            rejected: list[Rejection] = []
             for metric in READ_METRICS:
-                for labels, points in self._series(metric, chunk_start, chunk_end, step):
+                series, bad = answer_series(self._query(metric, chunk_start, chunk_end, step), metric, label)
+                rejected += bad
+                for labels, points in series:
                     self.series += 1
                     for t_ns, value in points:
                         by_time.setdefault(t_ns, []).append(PromSample(metric, labels, value, 0))
                         self.samples += 1
-            label = f"{c.url} {_seconds(chunk_start)}..{_seconds(chunk_end)}"
             original = label.encode()
-            yield Block(self.scrapes.rows(sorted(by_time.items()), label, original), (), label)
+            yield Block(self.scrapes.rows(sorted(by_time.items()), label, original), tuple(rejected), label)
 
-    def _series(self, metric: str, start_ns: int, end_ns: int, step_ns: int) -> Iterator[tuple[dict[str, str], Any]]:
-        """(labels without the name, [(ts_ns, value)]) per series of ``metric`` in ``(start, end]`` (raw) or on the
-        step grid ``[start, end)``."""
+    def _query(self, metric: str, start_ns: int, end_ns: int, step_ns: int) -> Any:
+        """The API's ``data`` for the series of ``metric`` in ``(start, end]`` (raw) or on the step grid
+        ``[start, end)``."""
         selector = _selector(metric, self.config.selector)
         if step_ns:
             step = f"{step_ns // 1_000_000}ms"  # PromQL durations are whole units
@@ -185,7 +194,62 @@ class PrometheusImporter:
         else:
             window = f"{(end_ns - start_ns) // 1_000_000}ms"
             data = self._get("/api/v1/query", {"query": f"{selector}[{window}]", "time": _seconds(end_ns)})
-        for result in data.get("result", ()):
-            labels = {k: v for k, v in result["metric"].items() if k != "__name__"}
+        return data
+
+
+Series = tuple[dict[str, str], list[tuple[int, float]]]
+
+
+def answer_series(data: Any, metric: str, origin: str) -> tuple[list[Series], list[Rejection]]:
+    """(labels without the name, [(ts_ns, value)]) per series of one answer's ``data``, and a dead letter per
+    series or point that is not what the API sends (pure: any JSON value gives an answer, never an exception)."""
+    results = data.get("result", []) if isinstance(data, dict) else None
+    if not isinstance(results, list):
+        return [], [Rejection("malformed", f"{metric}: the answer holds no list of series", origin, _json(data))]
+    out: list[Series] = []
+    bad: list[Rejection] = []
+    for result in results:
+        names = result.get("metric") if isinstance(result, dict) else None
+        values = result.get("values", []) if isinstance(result, dict) else None
+        if (
+            not isinstance(names, dict)
+            or not isinstance(values, list)
+            or not all(isinstance(v, str) for v in names.values())
+        ):
+            bad.append(Rejection("malformed", f"{metric}: a series without string labels and a list of values",
+                                 origin, _json(result)))  # fmt: skip
+            continue
+        labels = {str(k): v for k, v in names.items() if k != "__name__"}
+        points = []
+        for point in values:
             # values are strings ("0.5", "NaN", "+Inf"); DCGM's blank markers and NaN are dropped by the mapping
-            yield labels, [(round(float(t) * 1000) * 1_000_000, float(v)) for t, v in result.get("values", ())]
+            read = _point(point)
+            if read is None:
+                detail = f"{metric}{_said(labels)}: {str(point)[:80]} is not a [time, value] pair within 1970..2262"
+                bad.append(Rejection("malformed", detail, origin, _json(point)))
+            else:
+                points.append(read)
+        out.append((labels, points))
+    return out, bad
+
+
+def _point(point: Any) -> tuple[int, float] | None:
+    """A ``[unix seconds, "value"]`` pair as (ts_ns, value); None when it is not one."""
+    if not isinstance(point, list) or len(point) != 2 or isinstance(point[0], bool):
+        return None
+    t, v = point
+    try:
+        seconds, value = float(t), float(v) if isinstance(v, str) else math.nan
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not isinstance(v, str) or not 0 <= seconds * 1e9 <= INT64_MAX:
+        return None
+    return min(round(seconds * 1000) * 1_000_000, INT64_MAX), value
+
+
+def _said(labels: dict[str, str]) -> str:
+    return "{" + ", ".join(f"{k}={v[:40]!r}" for k, v in list(labels.items())[:6]) + "}"
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, default=str)[:10_000].encode()

@@ -29,8 +29,11 @@ total, power limit) and the workload context (a column, constants, or a file of 
     job = "nanogpt"
 
 Every mapped column must exist (else one line at start-up, naming the columns the file has); a cell that cannot
-be read makes its row a dead letter (``malformed``, with the line, the column and the value); an application
-outside the vocabulary is ``unknown`` (counted in the summary), never a made-up class.
+be read makes its row a dead letter (``malformed``, with the line, the column and the value), and so does a record
+the CSV reader refuses (a field over its 131,072-character limit); the file's other rows are imported. CSV is read
+by :mod:`csv` alone (:func:`~producers.importers.parse.csv_records`: a quoted cell may hold a line break, a form
+feed in a cell is part of it). An application outside the vocabulary is ``unknown`` (counted in the summary),
+never a made-up class.
 """
 
 from __future__ import annotations
@@ -50,7 +53,17 @@ from pipeline.config import Settings
 from pipeline.errors import ConfigError
 from pipeline.events import APPLICATIONS, METRIC_INDEX, Workload
 from pipeline.registry import with_options
-from producers.importers.parse import TIME_FORMATS, BadValue, number, timestamp_ns, unit_factor, zone
+from producers.importers.parse import (
+    TIME_FORMATS,
+    BadValue,
+    csv_records,
+    csv_refusal,
+    gpu_index,
+    number,
+    timestamp_ns,
+    unit_factor,
+    zone,
+)
 from producers.importers.rows import Block, Rejection, Rows
 from producers.source import check_names
 
@@ -90,7 +103,7 @@ class Mapping:
         if missing:
             raise ConfigError(
                 f"invalid configuration: {source} has no column {missing[0]!r} named in the mapping "
-                f"(it has: {', '.join(header)[:300]})"
+                f"(it has: {', '.join(repr(h)[1:-1] for h in header)[:300]})"  # repr: a line break stays one line
             )
 
 
@@ -242,8 +255,9 @@ class TableImporter:
             records = _parquet_records(path) if _is_parquet(path) else _csv_records(path)
             yield self.read(records, path.name)
 
-    def read(self, records: Iterator[tuple[int, dict[str, str], bytes]], source: str) -> Block:
-        """Rows from ``(line, cells by column, original bytes)`` records of one file."""
+    def read(self, records: Iterator[tuple[int, dict[str, str] | None, bytes]], source: str) -> Block:
+        """Rows from ``(line, cells by column, original bytes)`` records of one file (cells None: a record the
+        CSV reader refused)."""
         m = self.mapping
         tz = zone(m.timezone)
         out: dict[str, list[Any]] = {k: [] for k in ("node", "uuid", "index", "model", "ts", "origin", "orig", "work")}
@@ -251,6 +265,10 @@ class TableImporter:
         rejected: list[Rejection] = []
         for line, cells, original in records:
             origin = f"{source}:{line}"
+            if cells is None:
+                rejected.append(Rejection("malformed", f"line {line}: {csv_refusal(original.decode())}", origin,
+                                          original))  # fmt: skip
+                continue
             try:
                 row = self._row(cells, tz)
             except BadValue as exc:
@@ -289,10 +307,7 @@ class TableImporter:
             raise BadValue(f"node {node!r} is not a node name")
         index = m.index
         if m.index_column:
-            text = cells[m.index_column].strip()
-            if not text.isdigit():
-                raise BadValue(f"{m.index_column} {text!r} is not a GPU index")
-            index = int(text)
+            index = gpu_index(cells[m.index_column], m.index_column)
         uuid = cells[m.uuid_column].strip() if m.uuid_column else f"{node}-gpu{index}"
         if not uuid:
             raise BadValue(f"{m.uuid_column} is empty: the row names no GPU")
@@ -338,24 +353,38 @@ def _is_parquet(path: Path) -> bool:
 
 
 def _header(path: Path) -> list[str]:
+    """The file's column names; a ConfigError when it has none a reader can take (not parquet, not CSV)."""
     if _is_parquet(path):
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return list(pq.ParquetFile(path).schema_arrow.names)
+        try:
+            return list(pq.ParquetFile(path).schema_arrow.names)
+        except (pa.ArrowException, OSError) as exc:
+            raise ConfigError(f"invalid configuration: {path} is not a parquet file: {exc}") from None
     with path.open(newline="", errors="replace") as f:
-        return [c.strip() for c in next(csv.reader(f), [])]
+        try:
+            return [c.strip() for c in next(csv.reader(f, skipinitialspace=True), [])]  # as csv_records reads
+        except csv.Error as exc:
+            raise ConfigError(f"invalid configuration: {path}: its first line is not a CSV header ({exc})") from None
 
 
-def _csv_records(path: Path) -> Iterator[tuple[int, dict[str, str], bytes]]:
-    """(line number, cells by column, the line's bytes) for every data line of a CSV with a header."""
-    lines = path.read_text(errors="replace").splitlines()
-    reader = csv.reader(lines)
-    header = [c.strip() for c in next(reader, [])]
-    for number_, (line, cells) in enumerate(zip(lines[1:], reader, strict=True), start=2):
-        if not line.strip():
-            continue
-        padded = cells + [""] * (len(header) - len(cells))  # a short row: its missing cells are empty
-        yield number_, dict(zip(header, padded, strict=False)), line.encode()
+def _csv_records(path: Path) -> Iterator[tuple[int, dict[str, str] | None, bytes]]:
+    return csv_rows(path.read_bytes().decode("utf-8", errors="replace"))
+
+
+def csv_rows(text: str) -> Iterator[tuple[int, dict[str, str] | None, bytes]]:
+    """(line number, cells by column, the record's bytes) for every data record of a CSV text with a header; cells
+    None for a record the CSV reader refused."""
+    records = csv_records(text)
+    first = next(records, None)
+    header = [c.strip() for c in first[1] or []] if first is not None else []
+    for line, cells, record in records:
+        if cells is None:
+            yield line, None, record.encode()
+        elif record.strip():
+            padded = cells + [""] * (len(header) - len(cells))  # a short row: its missing cells are empty
+            yield line, dict(zip(header, padded, strict=False)), record.encode()
 
 
 def _parquet_records(path: Path) -> Iterator[tuple[int, dict[str, str], bytes]]:

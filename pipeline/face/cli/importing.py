@@ -72,12 +72,17 @@ def _import(
 @click.option("--node", help="The node the GPUs are on [default: each file's name].")
 @click.option("--columns", help="The --query-gpu list of a log written with noheader (comma-separated).")
 @click.option("--timezone", default="UTC", show_default=True, help="nvidia-smi prints local time: which zone.")
+@click.option(
+    "--gpus-per-timestamp",
+    type=click.IntRange(1),
+    help="A log without index/uuid/pci.bus_id: each time's N lines are GPUs 0..N-1 (nvidia-smi's order).",
+)
 @common
 @click.pass_context
 def nvsmi_csv_cmd(ctx: click.Context, /, paths: tuple[Path, ...], **kw: Any) -> None:
     """nvidia-smi --query-gpu=... --format=csv logs (any columns, with or without units and header)."""
-    options = {"paths": paths, "node": kw.pop("node"), "columns": kw.pop("columns"), "timezone": kw.pop("timezone")}
-    _import(ctx, "nvidia-smi-csv", options, paths, kw)
+    names = ("node", "columns", "timezone", "gpus_per_timestamp")
+    _import(ctx, "nvidia-smi-csv", {"paths": paths} | {n: kw.pop(n) for n in names}, paths, kw)
 
 
 @import_group.command("nvidia-smi-xml")
