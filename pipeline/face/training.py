@@ -14,7 +14,9 @@ everywhere in ``pipeline/``. Steps:
    baseline that judged them and widen its thresholds;
 4. fit the classifier on rolling windows of the same history;
 5. publish records, then the manifest (version = previous + 1), tombstone ids the new version dropped, and
-   write the ``baseline`` measurement.
+   write the ``baseline`` measurement. Trained for one cluster (``cluster``), the version holds that cluster's
+   records under keys of their own and every other cluster's records of the previous version, unchanged
+   (processors.baselines.store.merged): training one cluster never deletes another's baselines.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
@@ -69,10 +71,20 @@ class TrainingReport:
     feedback_used: int = 0
     bands_written: int = 0
     published: bool = False
+    #: baselines of other clusters a one-cluster training carried into its version unchanged
+    kept: int = 0
 
 
 def previous_manifest(settings: Settings, timeout_s: float = 30.0) -> BaselineManifest | None:
     """The manifest currently on the baselines topic (None before the first training)."""
+    return previous_version(settings, timeout_s)[0]
+
+
+def previous_version(
+    settings: Settings, timeout_s: float = 30.0
+) -> tuple[BaselineManifest | None, dict[str, BaselineRecord], ClassifierRecord | None]:
+    """The version on the baselines topic: its manifest, its records by key (manifest id) and its classifier;
+    (None, {}, None) before the first training."""
     from pipeline.mirror import TopicMirror
     from processors.baselines.store import decode_baselines_record
 
@@ -80,10 +92,15 @@ def previous_manifest(settings: Settings, timeout_s: float = 30.0) -> BaselineMa
     try:
         if not mirror.wait_ready(timeout_s):
             raise ServiceError(f"could not read {settings.topics.baselines} within {timeout_s:.0f}s")
-        manifest = mirror.get(MANIFEST_KEY)
+        state = mirror.snapshot()
     finally:
         mirror.stop()
-    return manifest if isinstance(manifest, BaselineManifest) else None
+    manifest = state.get(MANIFEST_KEY)
+    if not isinstance(manifest, BaselineManifest):
+        return None, {}, None
+    records = {key: r for key in manifest.ids if isinstance(r := state.get(key.encode()), BaselineRecord)}
+    classifier = state.get(CLASSIFIER_KEY)
+    return manifest, records, classifier if manifest.classifier and isinstance(classifier, ClassifierRecord) else None
 
 
 #: a window of rows to leave out: (cluster, gpu, start_ns, end_ns), both ends included
@@ -128,6 +145,7 @@ def train(
     (see module docstring)."""
     from processors.baselines.fit import LabelledRows, fit_version
     from processors.baselines.model import baseline_id
+    from processors.baselines.store import merged
     from processors.features import PHASE_INDEX, features, fill_relative, infer_phase
     from sinks.query.history import feedback_rows, finding_windows, stored_event, training_history
 
@@ -136,7 +154,7 @@ def train(
     stop_ns = now_ns or time.time_ns()
     start_ns = stop_ns - int(range_s * 1e9)
     report = TrainingReport()
-    previous = previous_manifest(settings)
+    previous, previous_records, previous_classifier = previous_version(settings)
     version = (previous.version if previous else 0) + 1
 
     history = training_history(settings, start_ns, stop_ns, stride, cluster=cluster, progress=progress)
@@ -199,18 +217,23 @@ def train(
     if not records:
         echo(f"nothing to publish: no (application, model, phase) has {min_samples} known samples in range")
         return report
+    # one cluster's training keeps every other cluster's baselines (and the classifier when it fits none)
+    keyed = merged(records, cluster, previous_records, version)
+    report.kept = len(keyed) - len(records)
+    if cluster is not None and classifier is None and previous_classifier is not None:
+        classifier = replace(previous_classifier, version=version)
     manifest = BaselineManifest(
         version=version,
         trained_ns=trained_ns,
         range_start_ns=start_ns,
         range_end_ns=stop_ns,
-        ids=tuple(r.baseline_id for r in records),
-        counts={r.baseline_id: r.n for r in records},
+        ids=tuple(keyed),
+        counts={key: r.n for key, r in keyed.items()},
         classifier=classifier is not None,
         feedback_used=report.feedback_used,
         rows_excluded=report.rows_excluded,
     )
-    publish(settings, manifest, records, classifier, previous)
+    publish(settings, manifest, list(keyed.values()), classifier, previous, keys=list(keyed))
     report.published = True
     report.bands_written = write_bands(settings, records)
     return report
@@ -222,8 +245,10 @@ def publish(
     records: list[BaselineRecord],
     classifier: ClassifierRecord | None,
     previous: BaselineManifest | None = None,
+    keys: list[str] | None = None,
 ) -> None:
     """Records first, the manifest last (readers switch on a complete manifest); tombstones for dropped ids.
+    ``keys``: each record's key (its manifest id); by default its baseline id.
 
     Every record is checked against the topic's size limit (read from the cluster) before the first is sent: a
     version that cannot be published whole is refused with one line, never published in part."""
@@ -232,7 +257,8 @@ def publish(
 
     topic = settings.topics.baselines
     limits = read_limits(settings.kafka.client_config(), [topic], settings.kafka.request_timeout_s)
-    out = [(record.baseline_id.encode(), encode_record(record)) for record in records]
+    keys = keys or [record.baseline_id for record in records]
+    out = [(key.encode(), encode_record(record)) for key, record in zip(keys, records, strict=True)]
     out += [(CLASSIFIER_KEY, encode_record(classifier))] if classifier is not None else []
     out.append((MANIFEST_KEY, encode_record(manifest)))
     for key, value in out:

@@ -469,16 +469,19 @@ def score_batch(
     app_names, app_code = _codes(apps)
     model_names, model_code = _codes(list(batch.gpu_model))
     phase_names, phase_code = _codes(phases)
-    key = (app_code * len(model_names) + model_code) * len(phase_names) + phase_code
+    # per cluster too: a cluster may have baselines of its own (``baselines train --cluster``)
+    cluster_names, cluster_code = _codes(list(batch.cluster))
+    key = ((cluster_code * len(app_names) + app_code) * len(model_names) + model_code) * len(phase_names) + phase_code
     groups, group_of = np.unique(key, return_inverse=True)
     score = np.full(n, np.nan)
     verdict = np.zeros(n, dtype=np.int64)
     strong = np.zeros(n, dtype=bool)
     chosen: list[Baseline | None] = []
     for g, k in enumerate(groups.tolist()):
-        a, rest = divmod(k, len(model_names) * len(phase_names))
+        c, rest = divmod(k, len(app_names) * len(model_names) * len(phase_names))
+        a, rest = divmod(rest, len(model_names) * len(phase_names))
         mdl, ph = divmod(rest, len(phase_names))
-        b = baselines.resolve(str(app_names[a]), str(model_names[mdl]), str(phase_names[ph]))
+        b = baselines.resolve(str(app_names[a]), str(model_names[mdl]), str(phase_names[ph]), str(cluster_names[c]))
         chosen.append(b)
         if b is None:
             continue

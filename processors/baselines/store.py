@@ -6,6 +6,8 @@ GPU model, phase), and the classifier), the check of every record read from the 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import TypeVar
 
 import numpy as np
@@ -27,7 +29,14 @@ R = TypeVar("R")
 
 
 class BaselineSet:
-    """Every baseline of one published version, and the classifier, resolved per (application, model, phase)."""
+    """Every baseline of one published version, and the classifier, resolved per (application, model, phase) and
+    cluster.
+
+    A version may hold several baselines of one id: ``baselines train --cluster X`` publishes X's under keys of
+    their own (:func:`cluster_key`) and keeps every other cluster's (:func:`merged`). A row is judged by its own
+    cluster's baseline (one learned from that cluster alone; the newest when there are two), else by the one
+    learned from the most rows, at each level of :meth:`resolve` in turn.
+    """
 
     def __init__(
         self,
@@ -37,13 +46,23 @@ class BaselineSet:
     ) -> None:
         self.manifest = manifest
         self.version = manifest.version
-        self.baselines = {r.baseline_id: Baseline(r) for r in records}
+        self.baselines: dict[str, Baseline] = {}
+        self._own: dict[tuple[str, str], Baseline] = {}
+        for r in records:
+            shared = self.baselines.get(r.baseline_id)
+            if shared is None or (r.n, r.trained_ns) > (shared.record.n, shared.record.trained_ns):
+                self.baselines[r.baseline_id] = Baseline(r)
+            if len(r.clusters) == 1:
+                own = self._own.get((r.clusters[0], r.baseline_id))
+                if own is None or r.trained_ns > own.record.trained_ns:
+                    self._own[(r.clusters[0], r.baseline_id)] = Baseline(r)
         self.classifier = Classifier(classifier) if classifier is not None else None
-        self._resolved: dict[tuple[str, str, str], Baseline | None] = {}
+        self._resolved: dict[tuple[str, str, str, str | None], Baseline | None] = {}
 
-    def resolve(self, application: str, gpu_model: str, phase: str) -> Baseline | None:
-        """The most specific baseline there is: the model's own, else the application's prior, else the fleet's."""
-        key = (application, gpu_model, phase)
+    def resolve(self, application: str, gpu_model: str, phase: str, cluster: str | None = None) -> Baseline | None:
+        """The most specific baseline there is: the model's own, else the application's prior, else the fleet's;
+        at each, ``cluster``'s own before another's."""
+        key = (application, gpu_model, phase, cluster)
         if key not in self._resolved:
             found = None
             for candidate in (
@@ -51,11 +70,35 @@ class BaselineSet:
                 baseline_id(application, None, phase),
                 baseline_id(FLEET, None, phase),
             ):
-                found = self.baselines.get(candidate)
+                found = self._own.get((cluster, candidate)) if cluster is not None else None
+                found = found or self.baselines.get(candidate)
                 if found is not None:
                     break
             self._resolved[key] = found
         return self._resolved[key]
+
+
+def cluster_key(baseline_id_: str, cluster: str) -> str:
+    """The topic key (and manifest id) of a baseline learned from one cluster alone: ``<id>@<cluster>``, so that
+    the same (application, model, phase) of two clusters are two records, neither replacing the other."""
+    return f"{baseline_id_}@{cluster}"
+
+
+def merged(
+    fresh: list[BaselineRecord], cluster: str | None, previous: Mapping[str, BaselineRecord], version: int
+) -> dict[str, BaselineRecord]:
+    """The records of a new version by topic key (pure).
+
+    Learned from every cluster (``cluster`` None): the fresh records alone, keyed by id, as always. Learned from one
+    cluster: the fresh records under that cluster's keys, and every record of the previous version (``previous``,
+    by key) that is not that cluster's own, carried into the new version unchanged but for its version number.
+    Training one cluster never deletes another's baselines (issue 37)."""
+    if cluster is None:
+        return {r.baseline_id: r for r in fresh}
+    mine = {cluster_key(r.baseline_id, cluster): r for r in fresh}
+    own_suffix = cluster_key("", cluster)
+    kept = {k: replace(r, version=version) for k, r in previous.items() if not k.endswith(own_suffix)}
+    return kept | mine
 
 
 def decode_baselines_record(payload: bytes) -> BaselineRecord | ClassifierRecord | BaselineManifest:

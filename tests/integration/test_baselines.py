@@ -214,3 +214,37 @@ def stored_points_any(settings: Settings, measurement: str) -> list[dict[str, ob
         '|> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value") |> group()',
     )
     return [r for r in rows if r.get("cluster", settings.cluster) == settings.cluster]
+
+
+def test_training_one_cluster_keeps_every_other_clusters_baselines(settings: Settings, tmp_path: Path) -> None:
+    # two clusters running the same applications on the same models: their baselines share ids
+    from dataclasses import replace
+
+    from pipeline.face.training import previous_version
+
+    mine, other = settings.cluster, f"{settings.cluster}-b"
+    now_ms = time.time_ns() // 1_000_000
+    fleets = {mine: Fleet(4, 2, cluster=mine, seed=8), other: Fleet(4, 2, cluster=other, seed=9)}
+    history = [b for f in fleets.values() for r in range(200) for b in f.tick((now_ms - 600_000 + r * 1000) * 10**6)]
+    _contexts(settings, [c for f in fleets.values() for c in f.contexts(now_ms * 10**6)])
+    with running_pipeline(settings, tmp_path) as (processor, sink):
+        publish_batches(settings, history)
+        wait_stored(sink, sum(len(b.samples) for b in history))
+
+        out = _cli(settings, "baselines", "train", "--range", "1h", "--min-samples", "100", "--cluster", mine)
+        assert "published version 1" in out and "kept" not in out, out
+        manifest, v1, _ = previous_version(settings)
+        assert manifest is not None and v1 and all(r.clusters == (mine,) for r in v1.values())
+
+        out = _cli(settings, "baselines", "train", "--range", "1h", "--min-samples", "100", "--cluster", other)
+        assert "published version 2" in out and f"kept {len(v1)} baselines of other clusters" in out, out
+        manifest, v2, _ = previous_version(settings)
+        assert manifest is not None and manifest.version == 2
+        for key, record in v1.items():  # every baseline of the first cluster, unchanged but for the version
+            assert v2[key] == replace(record, version=2), key
+        learned = {k: r for k, r in v2.items() if k not in v1}
+        assert learned and all(r.clusters == (other,) for r in learned.values())
+        assert {r.baseline_id for r in learned.values()} & {r.baseline_id for r in v1.values()}  # ids shared
+        _wait_version(processor, 2)  # the processor takes the merged version whole
+        listed = _cli(settings, "baselines", "list")
+        assert listed.startswith("version 2") and all(key in listed for key in v2)

@@ -23,7 +23,10 @@ def baselines_group() -> None:
 @click.option("--stop", help="End of that history (RFC 3339; default now): imported history is in the past.")
 @click.option("--min-samples", type=click.IntRange(20), help="Rows a baseline needs (default: settings).")
 @click.option("--stride", help="Read one sample per GPU per window (Flux duration, e.g. 10s) for long ranges.")
-@click.option("--cluster", help="Learn only from this cluster tag's history (default: every cluster in the bucket).")
+@click.option(
+    "--cluster",
+    help="Learn only from this cluster tag's history; other clusters' baselines are kept (default: every cluster).",
+)
 @click.pass_context
 def train_cmd(
     ctx: click.Context,
@@ -57,6 +60,8 @@ def train_cmd(
     if not report.published:
         fail("no baseline had enough samples; nothing published", 1)
     click.echo(f"published version {report.version}; {report.bands_written} band points written to InfluxDB")
+    if report.kept:
+        click.echo(f"kept {report.kept} baselines of other clusters, unchanged (without --cluster: relearn all)")
 
 
 @baselines_group.command("list")
