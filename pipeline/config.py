@@ -205,8 +205,8 @@ class ValidationSettings(_Section):
     """Plausibility limits applied by the processor before anything is stored."""
 
     max_future_skew_s: float = Field(default=300.0, ge=0)
-    #: how old a live sample may be: inside the raw bucket's retention less a margin (:func:`retention_margin_s`),
-    #: so a sample that passes is not past retention when a lagging sink writes it
+    #: how old a live sample may be: at most the raw bucket's retention less a seventh of it (start-up fails
+    #: otherwise), so a sample that passes is not past retention when a lagging sink writes it
     max_age_s: float = Field(default=6 * 24 * 3600.0, gt=0)
     #: how old imported history (``hermeneut import``) may be; unset: the raw bucket's retention, the oldest
     #: InfluxDB accepts (see :meth:`Settings.validation_limits`)

@@ -44,6 +44,7 @@ from pipeline.events import (
     NvLinkSample,
     relative_values,
 )
+from pipeline.identity import BAD_IDENTITY, identity_problem
 from pipeline.vocab import format_duration
 
 STAGE = "processor"
@@ -138,18 +139,29 @@ def _timestamp_problem(
     return None
 
 
+def _identity_problem(named: tuple[tuple[str, str], ...]) -> tuple[str, str] | None:
+    """The first of ``(what, value)`` that cannot be stored as an identity (:mod:`pipeline.identity`)."""
+    for what, value in named:
+        detail = identity_problem(value, what)
+        if detail is not None:
+            return BAD_IDENTITY, detail
+    return None
+
+
 def event_problem(
     event: GpuEvent, now_ns: int, limits: ValidationSettings, backfill: bool = False
 ) -> tuple[str, str] | None:
-    """Plausibility of a discrete event (its types were checked when it was decoded)."""
-    return _timestamp_problem(event.ts_ns, now_ns, limits, backfill)
+    """Plausibility of a discrete event (its types were checked when it was decoded): identity and timestamp."""
+    named = (("cluster", event.cluster), ("node", event.node), ("uuid", event.gpu_uuid))
+    return _identity_problem(named) or _timestamp_problem(event.ts_ns, now_ns, limits, backfill)
 
 
 def nic_problem(
     nic: NicSample, now_ns: int, limits: ValidationSettings, backfill: bool = False
 ) -> tuple[str, str] | None:
-    """Plausibility of a NIC reading: timestamp, and every value finite and inside its field's range."""
-    problem = _timestamp_problem(nic.ts_ns, now_ns, limits, backfill)
+    """Plausibility of a NIC reading: identity, timestamp, and every value finite and inside its field's range."""
+    named = (("cluster", nic.cluster), ("node", nic.node), ("device", nic.device))
+    problem = _identity_problem(named) or _timestamp_problem(nic.ts_ns, now_ns, limits, backfill)
     if problem is not None:
         return problem
     for spec in NIC_FIELDS:
@@ -208,6 +220,8 @@ def validate(
     checks: list[tuple[str, np.ndarray, np.ndarray | None]] = [
         ("future_timestamp", ts_ns > now_ns + int(limits.max_future_skew_s * 1e9), None),
         ("ancient_timestamp", ts_ns < oldest, None),
+        # every cell masked (or an empty map): a point of interpretation only, with nothing it interprets
+        ("no_reading", ~present.any(axis=1), None),
         ("negative", negative.any(axis=1), negative),
         ("out_of_range", out_of_range.any(axis=1), out_of_range),
         ("not_integer", not_integer.any(axis=1), not_integer),
@@ -243,6 +257,8 @@ def _explain(
     if reason == "ancient_timestamp":
         back = bool(backfill[row])
         return reason, _age_detail(ts, now_ns, max_age_ns(limits, back), back)
+    if reason == "no_reading":
+        return reason, "the sample holds no reading: every field is missing"
     if cells is not None:
         col = int(np.flatnonzero(cells[row])[0])
         spec, value = METRIC_FIELDS[col], float(m[row, col])
@@ -256,7 +272,10 @@ def _explain(
 
 
 def _number(value: float) -> str:
-    """A value in a dead letter's detail: whole numbers without a fraction, others as Python prints them."""
+    """A value in a dead letter's detail: whole numbers without a fraction, others as Python prints them. A NIC
+    reading may be an int (MessagePack keeps the type): Python 3.11's int has no ``is_integer``."""
+    if isinstance(value, int):
+        return str(value)
     return str(int(value)) if value.is_integer() and abs(value) < 2**63 else repr(value)
 
 
@@ -316,6 +335,24 @@ class _Rows:
             gpu_events=tuple(events),
             nics=tuple(nics),
         )
+
+
+def identity_problems(rows: _Rows) -> dict[int, str]:
+    """Per row whose identity (cluster, node, uuid, model) cannot be stored (:mod:`pipeline.identity`), why: each
+    distinct value is judged once, so a take's thousand rows of a few nodes cost a few checks."""
+    out: dict[int, str] = {}
+    for what, column, optional in (
+        ("cluster", rows.cluster, False),
+        ("node", rows.node, False),
+        ("uuid", rows.uuid, False),
+        ("model", rows.model, True),
+    ):
+        bad = {v: d for v in set(column) if (d := identity_problem(v, what, optional)) is not None}
+        if bad:
+            for row, value in enumerate(column):
+                if value in bad and row not in out:
+                    out[row] = bad[value]
+    return out
 
 
 def _pick(column: list[_Value], rows: list[int]) -> tuple[_Value, ...]:
@@ -389,10 +426,12 @@ def process_raw(messages: list[RawMessage], now_ns: int, limits: ValidationSetti
     owners = np.array(rows.owner, dtype=np.intp)
     backfilled = np.array([msg.import_run is not None for msg in messages], dtype=bool)[owners]
     good, problems = validate(m, ts, now_ns, limits, backfilled)
-    problems = [(r, "nan", f"{nan_field[r]} is NaN") for r in sorted(nan_field)] + [
-        p for p in problems if p[0] not in nan_field
-    ]
-    good[list(nan_field)] = False
+    # an identity the store cannot hold, then a NaN sent, come before what validate found in the same row
+    first = {row: (BAD_IDENTITY, detail) for row, detail in identity_problems(rows).items()}
+    for row in sorted(nan_field):
+        first.setdefault(row, ("nan", f"{nan_field[row]} is NaN"))
+    problems = [(r, *first[r]) for r in sorted(first)] + [p for p in problems if p[0] not in first]
+    good[list(first)] = False
     for row, reason, detail in problems:
         msg = messages[rows.owner[row]]
         out.dead.append(

@@ -118,3 +118,26 @@ def test_loading_never_writes_the_environment(tmp_path: Path, monkeypatch: pytes
     assert load_settings().cluster == "local"  # the file was for that call only
     monkeypatch.setenv("HERMENEUT_CONFIG", str(cfg))
     assert load_settings().cluster == "dc7" and load_settings(cfg) == s
+
+
+@pytest.mark.parametrize(
+    ("env", "ok"),
+    [
+        ({}, True),  # 6 days inside the default week
+        ({"HERMENEUT_VALIDATION__MAX_AGE_S": "604800"}, False),  # a week: past retention when a sink lags
+        ({"HERMENEUT_VALIDATION__MAX_AGE_S": "600000"}, False),  # inside, but without the margin
+        ({"HERMENEUT_STORAGE__RAW_RETENTION_DAYS": "30", "HERMENEUT_VALIDATION__MAX_AGE_S": "2000000"}, True),
+    ],
+)
+def test_the_age_limit_stays_inside_the_retention_with_a_margin(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], ok: bool
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if ok:
+        load_settings()
+        return
+    with pytest.raises(ConfigError) as err:
+        load_settings()
+    (line,) = str(err.value).splitlines()
+    assert "validation.max_age_s" in line and "storage.raw_retention_days" in line and "margin" in line

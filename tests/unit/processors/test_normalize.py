@@ -225,7 +225,7 @@ def test_byte_counts_with_a_fraction_are_rounded_not_rejected() -> None:
         (_s(utilization_gpu_percent=100.5), "utilization_gpu_percent=100.5 outside [0, 100]"),
         (_s(memory_used_bytes=2.0**41), "memory_used_bytes=2199023255552 outside [0, 1.09951e+12]"),
         (_s(memory_used_bytes=81.0), "memory_used_bytes=81 implausible against memory_total_bytes=80"),
-        (_s(ts_ns=NOW - 30 * 86400 * 10**9), "2026-12-16T08:00:00.000Z is 4w2d old, beyond validation.max_age_s of 1w"),
+        (_s(ts_ns=NOW - 30 * 86400 * 10**9), "2026-12-16T08:00:00.000Z is 4w2d old, beyond validation.max_age_s of 6d"),
     ],
 )
 def test_dead_letters_say_what_is_wrong_in_plain_numbers(sample: GpuSample, detail: str) -> None:
@@ -254,3 +254,83 @@ def test_the_import_header_is_read_from_either_header_shape() -> None:
     assert import_run_of([("content-type", b"x"), ("hermeneut-import", b"run-7")]) == "run-7"
     assert import_run_of({"hermeneut-import": b"run-8"}) == "run-8"
     assert import_run_of(None) is None and import_run_of([("hermeneut-import", b"")]) is None
+
+
+def test_an_out_of_range_integer_nic_reading_costs_only_itself_on_python_3_11() -> None:
+    """MessagePack keeps an integer an int, and Python 3.11's int has no ``is_integer``: the detail of an integer
+    NIC reading out of range raised AttributeError and cost the whole take (``make fuzz`` hit it). Now the
+    reading is ``out_of_range`` and every sample survives."""
+    good = sample_rows(SampleBatch("c", "n", (_s(uuid="GPU-a"), _s(uuid="GPU-b"))))
+    bad = msgpack.unpackb(msgpack.packb(good))
+    bad["nics"] = [["mlx5_0", 1, NOW, {"rx_bytes_per_second": 10**13}], ["mlx5_1", 1, NOW, {"port_state_active": 1}]]
+    out = process_raw([_raw(good, 0), _raw(bad, 1), _raw(good, 2)], NOW, LIMITS)
+    (letter,) = out.dead
+    headers = headers_dict(letter.headers)
+    assert (headers["hermeneut-reason"], headers["hermeneut-part"]) == ("out_of_range", "nic")
+    assert headers["hermeneut-detail"] == "rx_bytes_per_second=10000000000000 outside [0, 1e+12]"
+    assert out.samples_ok == 6 and [n.device for _, b in out.forward for n in b.nics] == ["mlx5_1"]
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "detail"),
+    [
+        ("uuid", "GPU-a\\", "uuid 'GPU-a\\\\' ends in a backslash"),
+        ("uuid", "GPU-a\\\n", "uuid 'GPU-a\\\\\\n' ends in a backslash"),
+        ("uuid", "\n\r\n", "uuid '\\n\\r\\n' is empty once its line breaks are removed"),
+        ("uuid", "G" * 70_000, "uuid is 70000 bytes long, beyond the 256"),
+        ("model", "\n", "model '\\n' is empty once its line breaks are removed"),
+        ("model", "H100\\", "model 'H100\\\\' ends in a backslash"),
+        ("node", "\n", "node '\\n' is empty once its line breaks are removed"),
+        ("cluster", "c\\", "cluster 'c\\\\' ends in a backslash"),
+    ],
+    ids=[
+        "uuid-backslash",
+        "uuid-backslash-break",
+        "uuid-breaks",
+        "uuid-64k",
+        "model-break",
+        "model-backslash",
+        "node-break",
+        "cluster-backslash",
+    ],
+)
+def test_an_identity_the_store_cannot_hold_costs_only_its_samples_in_a_burst(
+    where: str, value: str, detail: str
+) -> None:
+    """Identities InfluxDB's line protocol cannot carry made it refuse whole requests (a burst of 1,000 good samples
+    with 29 such stored 0): now each is dead-lettered at the processor with a reason, in both wire forms."""
+    good = SampleBatch("c", "n", (_s(uuid="GPU-a"), _s(uuid="GPU-b")))
+    for form in (sample_rows, sample_columns):
+        body = msgpack.unpackb(msgpack.packb(form(good)))
+        if where in ("cluster", "node"):
+            body[where] = value
+        elif form is sample_rows:
+            body["samples"][1][where] = value
+        else:
+            body["uuid" if where == "uuid" else "model"][1] = value
+        messages = [_raw(body if i == 50 else form(good), i) for i in range(100)]
+        out = process_raw(messages, NOW, LIMITS)
+        letters = [headers_dict(d.headers) for d in out.dead]
+        whole = where in ("cluster", "node")
+        assert [(h["hermeneut-reason"], h["hermeneut-source"]) for h in letters] == [("bad_identity", "raw/0/50")] * (
+            2 if whole else 1
+        ), form.__name__
+        assert detail in letters[0]["hermeneut-detail"]
+        assert out.samples_ok == sum(len(b) for _, b in out.forward) == 200 - (2 if whole else 1)
+
+
+def test_a_sample_with_no_reading_at_all_is_refused() -> None:
+    """Column-wise samples with every cell masked were stored as points of interpretation only."""
+    body = sample_columns(SampleBatch("c", "n", (_s(uuid="GPU-a"), _s(uuid="GPU-b"))))
+    unsent = np.zeros((2, len(body["fields"])), dtype=np.uint8)
+    unsent[1] = 1
+    body["unsent"] = unsent.tobytes()
+    empty_row = sample_rows(SampleBatch("c", "n", (_s(uuid="GPU-c"),)))
+    empty_row["samples"][0]["m"] = {}
+    out = process_raw([_raw(body, 0), _raw(empty_row, 1)], NOW, LIMITS)
+    letters = [headers_dict(d.headers) for d in out.dead]
+    assert [(h["hermeneut-reason"], h["hermeneut-gpu"]) for h in letters] == [
+        ("no_reading", "GPU-b"),
+        ("no_reading", "GPU-c"),
+    ]
+    assert out.samples_ok == 1
