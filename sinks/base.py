@@ -9,14 +9,22 @@ built from messages in memory (the InfluxDB sink's open 1-minute rollups) has th
 ``prepare`` runs on the runner's consumer thread and ``add`` / ``flush`` on its writer thread, so the next batch
 is prepared while the previous one is being written.
 
+One bad item never costs the others. What the sink will not store it says item by item, as a :class:`Refusal`
+(reason, detail, and where in its message the item is): ``prepare`` refuses what it can tell by looking (an
+identity or a value the destination cannot hold, a time far ahead) in :attr:`Prepared.refused` and leaves it out
+of what it writes; ``flush`` returns what the destination itself refused, once it has written everything else of
+the batch. The runner dead-letters each refusal alone, with its message, and commits.
+
 What ``flush`` may raise, and what the runner does (the classes live in :mod:`pipeline.errors`):
 
     SinkBackpressure(retry_after_s)   the destination asks to wait: consumption pauses, the same batch is
                                       flushed again after ``retry_after_s``; nothing is dropped or committed
     TransientWriteError               down, overloaded, timed out: flushed again with exponential backoff and
                                       jitter while consumption pauses; nothing is committed meanwhile
-    PermanentWriteError               the data itself was refused: the sink drops the batch, the runner
-                                      dead-letters its messages (reason ``<sink name>_rejected``) and commits
+    PermanentWriteError               the whole batch was refused and the sink cannot tell which item: it drops
+                                      the batch, the runner dead-letters its messages (reason
+                                      ``<sink name>_rejected``) and commits. The InfluxDB sink never raises it:
+                                      it splits a refused request until the refused lines stand alone (refusals)
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from pipeline.errors import PermanentWriteError, SinkBackpressure, TransientWrit
 
 T = TypeVar("T")
 
-__all__ = ["PermanentWriteError", "Prepared", "Sink", "SinkBackpressure", "TransientWriteError"]
+__all__ = ["PermanentWriteError", "Prepared", "Refusal", "Sink", "SinkBackpressure", "TransientWriteError"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +52,21 @@ class Position:
 
 
 @dataclass(frozen=True, slots=True)
+class Refusal:
+    """One item of a message that is not stored, dead-lettered alone (the rest of the message and of its batch is
+    stored): its reason and detail, and where it is, in the dead letter's headers."""
+
+    reason: str
+    detail: str
+    #: flush's refusals: the place in the batch handed to :meth:`Sink.add` of the message it came from
+    item: int = 0
+    #: the GPU, and the item's position in its message's list ``part`` (sample, event, nic, ...), when known
+    gpu: str | None = None
+    position: int | None = None
+    part: str = "sample"
+
+
+@dataclass(frozen=True, slots=True)
 class Prepared(Generic[T]):
     """One consumed message, ready for a sink (what :meth:`Sink.prepare` returns)."""
 
@@ -52,6 +75,8 @@ class Prepared(Generic[T]):
     size: int = 0
     #: the sample times it carries, for the sample -> stored latency figures (None: it carries none)
     ts_ns: np.ndarray | None = None
+    #: the message's items left out of ``payload`` (dead-lettered by the runner, each alone)
+    refused: tuple[Refusal, ...] = ()
 
 
 class Sink(Protocol[T]):
@@ -79,9 +104,10 @@ class Sink(Protocol[T]):
     def add(self, batch: Sequence[Prepared[T]]) -> None:
         """Take a batch for the next :meth:`flush`; no I/O."""
 
-    def flush(self) -> None:
-        """Write everything added since the last good flush, as one unit; raises as the module docstring says.
-        After a transient error or backpressure, what was added stays for the next flush."""
+    def flush(self) -> Sequence[Refusal]:
+        """Write everything added since the last good flush; returns what the destination refused, item by item
+        (the rest is stored); raises as the module docstring says. After a transient error or backpressure, what
+        was added stays for the next flush."""
 
     def close(self) -> None:
         """Release the connection; safe to call twice. What was never flushed is dropped (it stays uncommitted

@@ -11,7 +11,9 @@ A transient failure (the destination down or overloaded) is flushed again with e
 or after the wait a :class:`~pipeline.errors.SinkBackpressure` asks for, for as long as it takes; the hand-off
 queue fills, the consumer pauses its partitions (still polling, so it keeps its group membership) and nothing is
 committed, so nothing acknowledged is lost; a replay after a crash rewrites identical data. A message the sink
-cannot prepare, or a batch the destination rejects as data, goes to the dead-letter topic and is counted.
+cannot prepare goes to the dead-letter topic and is counted; so does each item the sink refuses (a
+:class:`~sinks.base.Refusal`, when prepared or when the destination refused it), alone: the rest of its message
+and of its batch is stored and committed.
 
 Dead letters are bounded (:func:`pipeline.deadletter.bounded`, sized to the dead-letter topic's limit) and must
 be acknowledged by Kafka before their batch's offsets commit: a batch whose letters were not taken stays at the
@@ -58,7 +60,7 @@ from pipeline.metrics import (
 from pipeline.publisher import Publisher
 from pipeline.sizing import KAFKA_DEFAULT_LIMIT
 from pipeline.stats import Stall, write_stats
-from sinks.base import Position, Prepared, Sink
+from sinks.base import Position, Prepared, Refusal, Sink
 
 log = logging.getLogger(__name__)
 
@@ -189,10 +191,14 @@ class _Job(Generic[T]):
     messages: list[Message]
     prepared: list[Prepared[T]]
     letters: list[DeadLetter]
+    #: the message of each prepared one (``prepared[i]`` came from ``sources[i]``)
+    sources: list[Message] = field(default_factory=list)
     #: the sink's marks when the batch was handed over: commit no further (see Sink.marks)
     marks: dict[tuple[str, int], tuple[int, str]] = field(default_factory=dict)
     ok: bool = False
     rejected: str | None = None
+    #: what the destination refused item by item (the rest of the batch is stored)
+    refused: list[Refusal] = field(default_factory=list)
     ack_ns: int = 0
     #: dead letters still to be acknowledged by Kafka (bounded, built once the writer reported)
     unsent: list[DeadLetter] | None = None
@@ -261,6 +267,7 @@ class SinkRunner(Generic[T]):
     def _reset_pending(self) -> None:
         self._pending: list[Message] = []
         self._prepared: list[Prepared[T]] = []
+        self._sources: list[Message] = []
         self._letters: list[DeadLetter] = []
         self._size = 0
         self._first_pending = 0.0
@@ -346,11 +353,13 @@ class SinkRunner(Generic[T]):
             self._letters.append(self._letter(msg, exc.reason, exc.detail))
             return
         self._prepared.append(prepared)
+        self._sources.append(msg)
         self._size += prepared.size
+        self._letters += [self._letter(msg, r.reason, r.detail, r) for r in prepared.refused]
 
     def _hand_off(self) -> None:
         """Queue the pending batch for the writer, pausing consumption while the queue is full."""
-        job = _Job(self._pending, self._prepared, self._letters, self.sink.marks())
+        job = _Job(self._pending, self._prepared, self._letters, self._sources, self.sink.marks())
         self._reset_pending()
         paused = False
         while True:
@@ -391,7 +400,7 @@ class SinkRunner(Generic[T]):
                 self._job_size = sum(len(m.value() or b"") for m in job.messages)
                 self._job_source = _offsets(job.messages)
                 self.sink.add(job.prepared)
-                job.ok = self._flush_with_retry(len(job.messages))
+                job.ok = self._flush_with_retry(job)
             except PermanentWriteError as exc:
                 job.ok, job.rejected = True, str(exc)
             finally:
@@ -406,13 +415,14 @@ class SinkRunner(Generic[T]):
         since = self._writing_since
         return 0.0 if since is None else time.monotonic() - since
 
-    def _flush_with_retry(self, messages: int) -> bool:
-        """Flush until it succeeds (True) or the shutdown grace ran out (False); PermanentWriteError passes."""
-        delay, attempt = 0.2, 0
+    def _flush_with_retry(self, job: _Job[T]) -> bool:
+        """Flush until it succeeds (True; what the sink refused item by item in ``job.refused``) or the shutdown
+        grace ran out (False); PermanentWriteError passes."""
+        delay, attempt, messages = 0.2, 0, len(job.messages)
         while True:
             started = time.perf_counter()
             try:
-                self.sink.flush()
+                job.refused += self.sink.flush() or ()
                 self._flush_seconds.labels("ok").observe(time.perf_counter() - started)
                 self.stats.stall.ok()
                 return True
@@ -470,6 +480,12 @@ class SinkRunner(Generic[T]):
                 log.error("%s rejected a batch of %d messages: %s", self.sink.name, len(job.messages), job.rejected)
                 letters = [self._letter(m, f"{self.sink.name}_rejected", job.rejected) for m in job.messages]
             else:
+                if job.refused:
+                    first = job.refused[0]
+                    log.warning("%s refused %d items of a batch of %d messages (stored the rest); first: %s: %s",
+                                self.sink.name, len(job.refused), len(job.messages), first.reason,
+                                first.detail[:300])  # fmt: skip
+                letters += [self._letter(job.sources[r.item], r.reason, r.detail, r) for r in job.refused]
                 stamps = [p.ts_ns for p in job.prepared if p.ts_ns is not None]
                 if stamps:
                     ts_ns = np.concatenate(stamps)
@@ -497,9 +513,12 @@ class SinkRunner(Generic[T]):
         job.delay_s = min(job.delay_s * 2, 10.0)
         return False
 
-    def _letter(self, msg: Message, reason: str, detail: str) -> DeadLetter:
+    def _letter(self, msg: Message, reason: str, detail: str, refusal: Refusal | None = None) -> DeadLetter:
         source = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
-        return dead_letter(msg.key(), msg.value() or b"", reason, detail, STAGE, source)
+        if refusal is None:
+            return dead_letter(msg.key(), msg.value() or b"", reason, detail, STAGE, source)
+        r = refusal
+        return dead_letter(msg.key(), msg.value() or b"", reason, detail, STAGE, source, r.gpu, r.position, r.part)
 
     def _commit(self, messages: list[Message], marks: dict[tuple[str, int], tuple[int, str]]) -> None:
         offsets: dict[tuple[str, int], int] = {}

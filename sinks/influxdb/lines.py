@@ -39,10 +39,15 @@ Schema (the README has the cardinality budget):
   ``application``, ``gpu_model``; fields ``verdict``, ``note``, ``user``, ``event_ts_ms``, ``event_id``.
 
 A replayed event has the same measurement, tags and timestamp, so InfluxDB overwrites instead of duplicating.
+
+What a line cannot carry is refused before it becomes one (:func:`refusals`, each row or extra alone): an identity
+:mod:`pipeline.identity` refuses, a value that is not finite (InfluxDB refuses ``inf`` and the whole request with
+it; NaN is "absent" and left out), a time further ahead than the sink allows.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
@@ -55,13 +60,17 @@ from pipeline.events import (
     METRIC_NAMES,
     METRIC_STATE,
     NIC_NAMES,
+    RELATIVE_FIELDS,
     Driver,
     Finding,
+    GpuEvent,
     GpuProcess,
     InterpretedBatch,
+    NicSample,
     NvLinkSample,
     Verdict,
 )
+from pipeline.identity import BAD_IDENTITY, identity_problem
 
 MEASUREMENT: Final = "gpu"
 INFO_MEASUREMENT: Final = "gpu_info"
@@ -114,7 +123,7 @@ def _masked_parts(keys: tuple[str, ...], values: np.ndarray, write: np.ndarray) 
 
 def _gpu_tags(cluster: str, uuid: str, index: int, model: str, node: str) -> str:
     # line protocol has no empty tag value (InfluxDB refuses the whole write): a model nobody named is left out
-    named = f"gpu_model={tag(model)}," if model else ""
+    named = f"gpu_model={tag(model)}," if tag(model) else ""
     return f"cluster={tag(cluster)},gpu={tag(uuid)},gpu_index={index},{named}node={tag(node)}"
 
 
@@ -375,6 +384,86 @@ def batch_lines(batches: Iterable[InterpretedBatch], info: InfoTracker | None = 
             lines.extend(info.lines(b, slots, changes))
         lines.extend(extra_lines(b))
     return lines
+
+
+#: a refused item of an interpreted batch: (index in its list, reason, detail)
+Refused = tuple[int, str, str]
+
+
+def _identities(named: tuple[tuple[str, tuple[str, ...], bool], ...], n: int) -> dict[int, str]:
+    """Per index whose identity (``(what, column, optional)``) cannot be stored, why; each distinct value judged
+    once."""
+    out: dict[int, str] = {}
+    for what, column, optional in named:
+        bad = {v: d for v in set(column) if (d := identity_problem(v, what, optional)) is not None}
+        for i in range(n) if bad else ():
+            if column[i] in bad and i not in out:
+                out[i] = bad[column[i]]
+    return out
+
+
+def _not_finite(values: np.ndarray, names: tuple[str, ...]) -> dict[int, str]:
+    """Per row holding an infinite value (NaN is an absent one), which."""
+    inf = np.isinf(values)
+    return {int(r): f"{names[int(np.flatnonzero(inf[r])[0])]}={float(values[r][inf[r]][0])!r} is not finite"
+            for r in np.flatnonzero(inf.any(axis=1))}  # fmt: skip
+
+
+def _future(ts_ns: np.ndarray, newest_ns: int) -> dict[int, str]:
+    return {int(r): f"ts_ns {int(ts_ns[r])} is {(int(ts_ns[r]) - newest_ns) / 1e9:.0f} s beyond the newest time "
+            "the sink accepts (twice validation.max_future_skew_s ahead of its clock)"
+            for r in np.flatnonzero(ts_ns > newest_ns)}  # fmt: skip
+
+
+def refusals(b: InterpretedBatch, newest_ns: int) -> tuple[list[Refused], list[Refused], list[Refused]]:
+    """The rows, GPU events and NIC readings of an interpreted batch that cannot become lines, each with its reason
+    and detail: an identity that line protocol or the bucket cannot hold (``bad_identity``), a value that is not
+    finite (``not_finite``), a time after ``newest_ns`` (``future_timestamp``: it would open a rollup minute
+    years ahead and leave every real row late). Vectorized over the rows; identities judged once per value."""
+    n = len(b)
+    apps = tuple((w.application or "") if w else "" for w in b.workload)
+    named = (("cluster", b.cluster, False), ("node", b.node, False), ("uuid", b.gpu_uuid, False),
+             ("model", b.gpu_model, True), ("application", apps, True))  # fmt: skip
+    found: dict[int, tuple[str, str]] = {i: (BAD_IDENTITY, d) for i, d in _identities(named, n).items()}
+    values = np.column_stack([b.metrics, b.relative, b.score]) if n else np.empty((0, 0))
+    for reason, rows in (
+        ("not_finite", _not_finite(values, (*METRIC_NAMES, *RELATIVE_FIELDS, "score"))),
+        ("future_timestamp", _future(b.ts_ns, newest_ns)),
+    ):
+        for i, detail in rows.items():
+            found.setdefault(i, (reason, detail))
+    rows_out = [(i, *found[i]) for i in sorted(found)]
+    events = [(i, *p) for i, e in enumerate(b.gpu_events) if (p := _event_problem(e, newest_ns)) is not None]
+    nics = [(i, *p) for i, x in enumerate(b.nics) if (p := _nic_problem(x, newest_ns)) is not None]
+    return rows_out, events, nics
+
+
+def _event_problem(e: GpuEvent, newest_ns: int) -> tuple[str, str] | None:
+    return _extra_problem((("cluster", e.cluster), ("node", e.node), ("uuid", e.gpu_uuid)), e.ts_ns, {}, newest_ns)
+
+
+def _nic_problem(x: NicSample, newest_ns: int) -> tuple[str, str] | None:
+    named = (("cluster", x.cluster), ("node", x.node), ("device", x.device))
+    return _extra_problem(named, x.ts_ns, x.metrics, newest_ns)
+
+
+def _extra_problem(
+    named: tuple[tuple[str, str], ...], ts_ns: int, metrics: dict[str, float], newest_ns: int
+) -> tuple[str, str] | None:
+    """Why a GPU event or NIC reading cannot become a line (None: it can)."""
+    for what, value in named:
+        detail = identity_problem(value, what)
+        if detail is not None:
+            return BAD_IDENTITY, detail
+    for name, reading in metrics.items():
+        if not math.isfinite(reading):  # a NIC reading is written as it is: NaN is not "absent" there
+            return "not_finite", f"{name}={reading!r} is not finite"
+    if ts_ns > newest_ns:
+        return (
+            "future_timestamp",
+            f"ts_ns {ts_ns} is {(ts_ns - newest_ns) / 1e9:.0f} s beyond the newest time the sink accepts",
+        )
+    return None
 
 
 def drivers_text(drivers: tuple[Driver, ...]) -> str:

@@ -202,9 +202,9 @@ class MinuteRollups:
                 part.open_from = m
             if part.newest is None or m > part.newest:
                 part.newest = m
-            while part.newest - part.open_from > LATENESS_MIN:
-                lines += self._close(partition, part.open_from)
-                part.open_from += 1
+            if part.newest - part.open_from > LATENESS_MIN:
+                lines += self._close_before(partition, part.open_from, part.newest - LATENESS_MIN)
+                part.open_from = part.newest - LATENESS_MIN
             rows = minute == m
             if m < part.open_from:
                 n = int(rows.sum())
@@ -258,6 +258,15 @@ class MinuteRollups:
         self._max[rows, k] = np.nan
         self._counts[rows, k] = 0.0
         self.stats.minutes_written += len(rows)
+        return lines
+
+    def _close_before(self, partition: int, first: int, end: int) -> list[str]:
+        """Close a partition's minutes ``first`` to ``end`` (excluded). Only the ring's minutes can hold rows, so
+        a gap of days (a partition quiet for a while, a clock that jumped) costs the ring's few minutes, not one
+        step per minute of the gap (walked, 30 days took 4.3 s of the consumer thread)."""
+        lines: list[str] = []
+        for minute in range(first, min(end, first + _RING)):
+            lines += self._close(partition, minute)
         return lines
 
     def _floor(self, part: _Partition) -> int:

@@ -1,8 +1,14 @@
 """The InfluxDB package's only I/O: prepared line protocol written to InfluxDB 2.x, errors sorted for the runner.
 
-    HTTP 400, 413                       PermanentWriteError: the data itself was refused (dead-lettered)
+    HTTP 400, 413, 422, other 4xx       PermanentWriteError: the data itself was refused (the sink splits the
+                                        request until only the refused lines are left, and dead-letters them)
+    HTTP 401, 403, 404, 408             TransientWriteError: a token, a permission or a bucket to fix (or a
+                                        slow client): nothing is wrong with the data, so it waits, stalled
     HTTP 429, 503 with Retry-After      SinkBackpressure: wait that long, then retry the same lines
     any other HTTP error, no answer     TransientWriteError: retry with backoff
+
+422 is InfluxDB's "partial write" (points outside the bucket's retention dropped, the others stored): permanent,
+never retried as it stands (it would be refused for as long as the sink runs).
 
 Each request gets a timeout proportional to its size (``timeout_s`` is the timeout of a full request of
 ``request_lines`` lines, never less than :data:`MIN_TIMEOUT_S`), so a small request to a stalled server is given up
@@ -36,6 +42,14 @@ _MS: Final = cast(WritePrecision, WritePrecision.MS)
 MIN_TIMEOUT_S: Final = 1.0
 #: after timeouts, a request is given at most this many times its own timeout (and never more than a full one's)
 MAX_STRETCH: Final = 16.0
+#: client errors that say nothing against the data: the operator fixes the token, the permission or the bucket
+#: (or the request was too slow) and the same lines are written
+_FIXABLE: Final = frozenset({401, 403, 404, 408})
+
+
+def refuses_data(status: int) -> bool:
+    """Is an HTTP answer a refusal of the lines themselves (permanent: sending them again changes nothing)?"""
+    return 400 <= status < 500 and status not in _FIXABLE and status != 429
 
 
 class TimeoutStretch:
@@ -108,7 +122,7 @@ class InfluxWriter:
             )
             self.stretch.answered(time.monotonic() - started, timeout_s)
         except ApiException as exc:
-            if exc.status in (400, 413):
+            if refuses_data(exc.status or 0):
                 raise PermanentWriteError(f"HTTP {exc.status}: {str(exc.body)[:300]}") from exc
             detail = f"HTTP {exc.status}: {str(exc.body or exc.reason)[:300]}"
             after = _retry_after_s(exc) if exc.status in (429, 503) else None

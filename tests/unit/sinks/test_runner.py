@@ -107,6 +107,22 @@ def test_unreadable_and_rejected_messages_are_dead_lettered_before_the_commit() 
     assert flushed_before_commit([e for e in events if "Permanent" not in e])
 
 
+def test_an_item_refused_alone_costs_only_itself_and_its_batch_is_stored_and_committed() -> None:
+    """One bad item never costs the others: refused when prepared or by the destination, it is dead-lettered alone
+    with its reason, where it was in its message, and its source; every other message of its batch is stored."""
+    events: list[str] = []
+    sink = ScriptedSink(events=events, refuse=frozenset({b"c"}), refuse_prepared=frozenset({b"e"}))
+    consumer = FakeConsumer(messages(b"a", b"b", b"c", b"d", b"e", b"f"), events)
+    runner, dlq = run_until(sink, consumer, lambda: consumer.committed().get(("in", 0)) == 6, batch_size=6)
+    letters = {m[2]: headers_dict(m[3]) for m in dlq.on("dlq")}
+    assert {v: h["hermeneut-reason"] for v, h in letters.items()} == {b"c": "fake_rejected", b"e": "bad_identity"}
+    assert letters[b"c"]["hermeneut-source"] == "in/0/2" and letters[b"e"]["hermeneut-source"] == "in/0/4"
+    assert letters[b"e"]["hermeneut-gpu"] == "g" and letters[b"e"]["hermeneut-position"] == "3"
+    assert sorted(v for batch in sink.written for v in batch) == [b"a", b"b", b"d", b"f"]
+    assert consumer.committed() == {("in", 0): 6} and runner.stats.dead_lettered == 2
+    assert flushed_before_commit(events)
+
+
 def test_a_batch_is_handed_off_as_soon_as_it_is_full_not_after_the_whole_consume_call() -> None:
     """One consume call may bring far more than a batch; the batch must not grow past its size (it did: requests
     grew to 14x the batch size, outlasted their timeout and were resent whole)."""

@@ -6,6 +6,7 @@ against the InfluxDB task of the previous version, on a real influxd, are in tes
 from __future__ import annotations
 
 import re
+import time
 from collections import defaultdict
 from dataclasses import replace
 
@@ -171,3 +172,23 @@ def test_series_of_jobs_gone_by_are_released_and_their_indices_reused() -> None:
     assert 0 < rollups.live <= len(gpus) * (IDLE_MIN + 4)
     assert len(rollups._tags) <= len(gpus) * (IDLE_MIN + 4)  # indices reused, not appended
     _same(_points(lines + rollups.close_all()), want)
+
+
+def test_a_gap_of_years_is_jumped_not_walked_and_the_minutes_before_it_are_written_whole() -> None:
+    """A partition's next row 30 years on (a clock gone wrong that passed every check, or a partition quiet for
+    long): the open minutes close in the time of a few, not one step per minute of the gap (walked, 30 days took
+    4.3 s), their points are exact, and rows after the gap are rolled up, not counted late."""
+    messages = _messages(seconds=130, nodes=1)
+    lines, rollups = _stream(messages)
+    part, last = messages[-1]
+    ahead = replace(last, ts_ns=last.ts_ns + 30 * 365 * 86_400 * 10**9)
+    index = SeriesIndex()
+    started = time.perf_counter()
+    lines += rollups.add(ahead, index.of(ahead, rollups), part, 10_000)
+    took = time.perf_counter() - started
+    assert took < 0.5, f"{took:.2f} s for a gap of 15.8 million minutes"
+    _same(_points(lines), _expected(messages))  # every minute before the gap, written whole
+    after = replace(ahead, ts_ns=ahead.ts_ns + 61 * 10**9)
+    rollups.add(after, index.of(after, rollups), part, 10_001)
+    assert rollups.stats.late_rows == 0
+    assert len(_points(rollups.close_all())) == 2 * len(set(last.gpu_uuid))  # both minutes after the gap
