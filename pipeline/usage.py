@@ -4,6 +4,15 @@ The query layer reads per-GPU-minute rows (:class:`UsageSample`: the minute's pe
 activity and power) and :func:`usage_stats` folds them into one :class:`UsageStats` per job (or per
 application, across its runs): peak / p95 / p99 memory, p95 utilization, SM activity and power, GPU-hours.
 Pure; shared by ``sinks`` (which builds them) and ``processors.rightsize`` (which judges them).
+
+**The one GPU-hour** (:func:`gpu_minutes`; docs/queries.md): a GPU-hour is 60 GPU-minutes, and a GPU-minute is one
+UTC minute in which the GPU stored at least one sample; a GPU that samples less often than once a minute counts
+each such minute as its sampling interval (a series sampled every 5 minutes has a minute every 5 minutes, each
+5 GPU-minutes). Minutes, not samples, because every store can count them: the raw samples (windowed per minute),
+the 1-minute rollups (one point per GPU series and minute) and the job summaries (minutes per 10 minutes), and
+because a jittered or doubled sample does not change them. ``jobs``, ``rightsize`` and ``top wasted`` all count
+this way (the jobs bucket's task in Flux, :func:`sinks.query.flux.jobs_task_flux`, with :data:`MINUTE_S`); an idle
+(wasted) minute is one whose peak utilization stayed under the threshold (:data:`IDLE_UTIL_PERCENT` by default).
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 import numpy as np
 
@@ -74,11 +84,25 @@ def _p(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
+#: the unit GPU time is counted in (s): one minute of a GPU with a sample in it
+MINUTE_S: Final = 60.0
+
+
+def gpu_minutes(sample_interval_s: float | None) -> float:
+    """GPU-minutes one minute with a sample stands for (the one GPU-hour definition, see the module docstring): 1,
+    or the GPU's sampling interval in minutes when that is longer (None or 0: unknown, 1)."""
+    return max(1.0, sample_interval_s / MINUTE_S) if sample_interval_s else 1.0
+
+
+def gpu_hours(minutes: float, sample_interval_s: float | None) -> float:
+    """GPU-hours of ``minutes`` minutes with a sample of one GPU sampled every ``sample_interval_s``."""
+    return minutes * gpu_minutes(sample_interval_s) / 60.0
+
+
 def minutes_of(gpu_uuid: str, limits: dict[str, GpuLimits]) -> float:
-    """GPU-minutes one per-minute row of this GPU stands for: 1, or its sampling interval when that is longer."""
+    """GPU-minutes one per-minute row of this GPU stands for (:func:`gpu_minutes` of its stored interval)."""
     limit = limits.get(gpu_uuid)
-    interval = limit.sample_interval_s if limit is not None else None
-    return max(1.0, interval / 60.0) if interval else 1.0
+    return gpu_minutes(limit.sample_interval_s if limit is not None else None)
 
 
 def usage_stats(samples: Sequence[UsageSample], limits: dict[str, GpuLimits], scope: str) -> list[UsageStats]:

@@ -6,11 +6,15 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Final
 
+import numpy as np
+
 from pipeline.events import APPLICATIONS
+from pipeline.usage import gpu_hours
 from sinks.query.model import (
     BENIGN_MASKS,
     GPU,
     GPU_EVENT,
+    NS,
     TOP_KINDS,
     Aggregate,
     AggRow,
@@ -26,7 +30,7 @@ from sinks.query.model import (
 )
 from sinks.query.output import Table, iso
 from sinks.query.scope import gpu_filter, read_from, rollup_blocker, sample_intervals, scope_filters
-from sinks.query.store import Store, now_ns
+from sinks.query.store import MINUTE_NS, Store, now_ns
 
 IDENTITY: Final = ("cluster", "node", "gpu", "gpu_model")
 #: an application tag other than "idle": a workload holds the GPU (docs/queries.md, wasted capacity)
@@ -138,33 +142,71 @@ def _throttled(store: Store, q: TopQuery, tr: TimeRange, now: int) -> TopResult:
     return TopResult(q.kind, ("throttled_share", "samples"), tr, _ranked(rows_out, q.n), backend, source, notes)
 
 
+#: ``top wasted`` reads the raw samples (one row per GPU and minute) up to this range, the 1-minute rollups (counts
+#: pushed into storage) beyond it: a day of 144 GPUs read raw took InfluxDB past its 30 s read timeout
+WASTED_RAW_MAX_NS: Final = 3 * 3600 * NS
+#: the rollups' own field for a minute's peak utilization, and their point count
+_UTIL: Final = "utilization_gpu_percent"
+
+
 def _wasted(store: Store, q: TopQuery, tr: TimeRange, now: int) -> TopResult:
-    store.source(tr, now, "wasted capacity counts raw samples under the threshold")
-    util = "utilization_gpu_percent"
+    """Allocated and wasted GPU-hours per GPU, counted as every GPU-hour is (pipeline.usage): minutes with a sample,
+    a wasted one a minute whose peak utilization stayed under the threshold (right-sizing's idle minute). Long
+    ranges count the 1-minute rollups' points in storage; short ones (and a job's, whose id the rollups do not
+    keep) window the raw samples per minute."""
+    blocker = "job ids are not kept in the rollups (per-job queries read raw data)" if q.scope.job else None
+    source = store.source(tr, now, blocker, rollup_after_ns=WASTED_RAW_MAX_NS)
     base: tuple[Filter, ...] = (*scope_filters(q.scope), ALLOCATED)
-    low_plan = Aggregate(store.buckets.raw, GPU, (Expr(util, "count"),), tr, (*base, ValueBelow(q.threshold)), IDENTITY)
-    all_plan = Aggregate(
-        store.buckets.raw, GPU, (Expr(util, "count"), Expr("memory_used_ratio", "mean")), tr, base, IDENTITY
-    )
-    low_rows, backend = store.aggregate(low_plan, q.backend)
-    all_rows, _ = store.aggregate(all_plan, q.backend)
-    low = _by_gpu(low_rows)
-    # each sample stands for its own series' interval (gpu_info), the setting only for GPUs that never said
+    if source == "1m":
+        peak = Expr(f"{_UTIL}_max", "count")
+        every = Aggregate(store.buckets.rollup, GPU, (peak, Expr("memory_used_ratio_mean", "mean")), tr, base,
+                          IDENTITY)  # fmt: skip
+        low_plan = Aggregate(store.buckets.rollup, GPU, (peak,), tr, (*base, ValueBelow(q.threshold)), IDENTITY)
+        all_rows, backend = store.aggregate(every, q.backend)
+        low_rows, _ = store.aggregate(low_plan, q.backend)
+        minutes = {g: (dict(r.tags), r.values[0] or 0.0, r.values[1]) for g, r in _by_gpu(all_rows).items()}
+        low = {g: r.values[0] or 0.0 for g, r in _by_gpu(low_rows).items()}
+    else:
+        window = Aggregate(store.buckets.raw, GPU, (Expr(_UTIL, "max"), Expr("memory_used_ratio", "mean")),
+                           tr.aligned(MINUTE_NS), base, IDENTITY, MINUTE_NS)  # fmt: skip
+        rows, backend = store.aggregate(window, q.backend)
+        minutes, low = _minutes_per_gpu(rows, q.threshold)
+    # each minute stands for its own series' interval when that is longer (gpu_info), the setting where none stored
     intervals, default = sample_intervals(store, tr), store.policy.sample_interval_s
-    rows: list[tuple[dict[str, str], tuple[float | str | None, ...]]] = []
-    for gpu, r in _by_gpu(all_rows).items():
-        allocated = r.values[0] or 0.0
-        wasted = (low[gpu].values[0] or 0.0) if gpu in low else 0.0
+    out: list[tuple[dict[str, str], tuple[float | str | None, ...]]] = []
+    for gpu, (tags, allocated, memory) in minutes.items():
+        wasted = low.get(gpu, 0.0)
         if wasted:
+            interval = intervals.get(gpu, default)
             share = wasted / allocated if allocated else None
-            hours = intervals.get(gpu, default) / 3600
-            rows.append((dict(r.tags), (wasted * hours, allocated * hours, share, r.values[1])))
+            out.append((tags, (gpu_hours(wasted, interval), gpu_hours(allocated, interval), share, memory)))
     notes = (
-        f"wasted: allocated (application tag other than idle) with {util} < {q.threshold:g}; one sample = its "
-        f"GPU's sampling interval ({_spread(intervals, default)})",
+        f"wasted: allocated (application tag other than idle) minutes whose peak {_UTIL} < {q.threshold:g}; a "
+        f"GPU-hour is 60 minutes with a sample, a GPU sampled more rarely counting its interval per minute "
+        f"({_spread(intervals, default)}); docs/queries.md",
+        *(("read from the 1-minute rollups: the last minute or two are not rolled up yet",) if source == "1m" else ()),
     )
     names = ("wasted_gpu_hours", "allocated_gpu_hours", "wasted_share", "mean(memory_used_ratio)")
-    return TopResult(q.kind, names, tr, _ranked(rows, q.n), backend, "raw", notes)
+    return TopResult(q.kind, names, tr, _ranked(out, q.n), backend, "raw" if source != "1m" else source, notes)
+
+
+def _minutes_per_gpu(
+    rows: list[AggRow], threshold: float
+) -> tuple[dict[str, tuple[dict[str, str], float, float | None]], dict[str, float]]:
+    """From per-GPU-minute rows (peak utilization, mean memory ratio): per GPU its tags, its minutes and the mean
+    of its minutes' memory ratios; and per GPU the minutes whose peak stayed under ``threshold``."""
+    per: dict[str, tuple[dict[str, str], list[float], list[float]]] = {}
+    for r in rows:
+        peak, memory = r.values[0], r.values[1]
+        if peak is None:
+            continue  # a window of the memory field alone: no utilization read, not a counted minute
+        _, peaks, memories = per.setdefault(r.tag("gpu"), (dict(r.tags), [], []))
+        peaks.append(float(peak))
+        if memory is not None:
+            memories.append(float(memory))
+    minutes = {g: (t, float(len(p)), float(np.mean(m)) if m else None) for g, (t, p, m) in per.items()}
+    low = {g: float(np.count_nonzero(np.asarray(p) < threshold)) for g, (_, p, _) in per.items()}
+    return minutes, low
 
 
 def _spread(intervals: dict[str, float], default: float) -> str:

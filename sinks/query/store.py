@@ -169,11 +169,12 @@ class Store:
                 raise ServiceError(f"InfluxDB at {self.url} did not answer: {_reason(exc)}") from exc
         return self._buckets_seen[name]
 
-    def source(self, tr: TimeRange, now_ns: int, rollup_blocker: str | None) -> str:
+    def source(self, tr: TimeRange, now_ns: int, rollup_blocker: str | None, rollup_after_ns: int | None = None) -> str:
         """``"raw"`` or ``"1m"`` for a range (see module docstring); ``rollup_blocker`` says why the rollups
-        cannot answer this question (None: they can)."""
+        cannot answer this question (None: they can); ``rollup_after_ns``: a question whose raw read grows with
+        its range faster than most (one row per GPU and minute) reads the rollups from a shorter range on."""
         too_old = tr.start_ns < now_ns - self.policy.raw_retention_ns
-        long = tr.length_ns > self.policy.rollup_after_ns
+        long = tr.length_ns > (self.policy.rollup_after_ns if rollup_after_ns is None else rollup_after_ns)
         if not (too_old or long):
             return "raw"
         if rollup_blocker is None and self.has_bucket(self.buckets.rollup):

@@ -60,3 +60,32 @@ def test_a_row_stands_for_its_gpus_sampling_interval_when_that_is_longer_than_a_
     limits = {"slow": GpuLimits(80.0 * GIB, 700.0, 300.0), "fast": GpuLimits(80.0 * GIB, 700.0, 57.0)}
     (job,) = usage_stats(rows, limits, "job")
     assert job.gpu_hours == pytest.approx((12 * 5 + 60) / 60)
+
+
+def test_one_gpu_hour_definition_minutes_with_a_sample() -> None:
+    from pipeline.usage import gpu_hours, gpu_minutes
+
+    assert gpu_minutes(None) == gpu_minutes(0.0) == gpu_minutes(1.0) == gpu_minutes(60.0) == 1.0
+    assert gpu_minutes(300.0) == 5.0  # a row every 5 minutes stands for 5 of them
+    assert gpu_hours(120, 10.0) == 2.0 and gpu_hours(12, 300.0) == 1.0
+
+
+def test_the_job_summaries_count_minutes_not_samples() -> None:
+    from sinks.query.flux import jobs_range_flux
+
+    flux = jobs_range_flux("raw", "raw_jobs", "org", ("power_watts",), 1.0, 0, 600 * 10**9)
+    # one per GPU and minute, then each minute times its GPU's interval where that is longer than 60 s
+    assert 'unique(column: "m")' in flux and "date.truncate(t: r._time, unit: 1m)" in flux
+    assert "if seconds > 60.0 then seconds else 60.0" in flux
+
+
+def test_wasted_minutes_are_those_whose_peak_stayed_under_the_threshold() -> None:
+    from sinks.query.model import AggRow
+    from sinks.query.rank import _minutes_per_gpu
+
+    tags = (("cluster", "c"), ("node", "n"), ("gpu", "G"), ("gpu_model", H100))
+    peaks = [0.0, 4.0, 5.0, 80.0, None]
+    rows = [AggRow(i, tags, (p, 0.5)) for i, p in enumerate(peaks)]
+    minutes, low = _minutes_per_gpu(rows, 5.0)
+    assert minutes == {"G": (dict(tags), 4.0, 0.5)}  # a window without a utilization is no minute
+    assert low == {"G": 2.0}
