@@ -307,3 +307,37 @@ def test_state_survives_a_hard_kill_of_the_manager(
     finally:
         _stop(manager)
         down.stop()
+
+
+def test_a_fleet_gone_silent_keeps_its_alerts_open_marked_stale(
+    settings: Settings, http: HttpReceiver, admin: AlertAdmin, tmp_path: Path
+) -> None:
+    """The real manager, findings through Kafka: an uncorrectable ECC error and a throttling GPU fire, then no
+    finding arrives for three times the staleness limit (the fleet stopped reporting). Both stay firing, marked
+    stale since their last finding; the receiver gets no all-clear. A clear then resolves the ECC alert, told once."""
+    settings = with_alerts(settings, stale_after_s=2.0)
+    _webhook_sub(settings, admin, http.url("/fleet"), [])
+    manager = start_manager(settings, tmp_path / "run")
+    try:
+        start = time.time_ns()
+        ecc = fault(settings, True, "ecc-uncorrectable", "GPU-1", severity=Severity.CRITICAL, ts_ns=start)
+        publish_findings(settings, [ecc, fault(settings, True, "thermal-throttling", "GPU-2", ts_ns=start)])
+        assert wait_for(lambda: manager.stats().get("alerts_firing") == 2, 30), tail(manager)
+
+        def marked() -> bool:
+            rows = [r.alert for r in admin.alerts() if r.alert.labels.get("cluster") == settings.cluster]
+            return len(rows) == 2 and all(a.stale_since_ns == start for a in rows)
+
+        assert wait_for(marked, 30), tail(manager)
+        time.sleep(6)  # three times stale_after_s of silence
+        rows = [r.alert for r in admin.alerts() if r.alert.labels.get("cluster") == settings.cluster]
+        assert {a.status for a in rows} == {AlertStatus.FIRING}
+        assert manager.stats().get("alerts_firing") == 2
+        assert all(r.json()["status"] == "firing" for r in http.on("/fleet")), [r.json() for r in http.on("/fleet")]
+
+        cleared = fault(settings, False, "ecc-uncorrectable", "GPU-1", severity=Severity.CRITICAL)
+        publish_findings(settings, [cleared])
+        assert wait_for(lambda: manager.stats().get("alerts_firing") == 1, 30), tail(manager)
+        assert wait_for(lambda: any(r.json()["status"] == "resolved" for r in http.on("/fleet")), 30), tail(manager)
+    finally:
+        _stop(manager)

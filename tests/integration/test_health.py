@@ -4,7 +4,9 @@ and ``hermeneut health`` (CLI, with InfluxDB for the fleet's membership) says th
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -122,3 +124,67 @@ def test_a_kind_in_shadow_mode_is_stored_and_counted_but_never_alerted_nor_in_he
     finally:
         assert manager.stop(30) == 0, tail(manager)
         sink.stop()
+
+
+def test_health_of_the_past_at_and_over_a_time_and_an_empty_selection(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Imported history, judged afterwards from what InfluxDB stores (no alert manager runs): a node reports for
+    10 minutes three days ago with an uncorrectable ECC error on GPU-1 (repeated, never cleared: the node went dark)
+    and thermal throttling on GPU-2 (cleared at 300 s). At 200 s both fire; two hours later the ECC error is still
+    open, marked stale, and GPU-2 is unknown (silent), not healthy; over 100..400 s the throttling counts and says
+    when it cleared. A window in which nothing reported is an empty selection: exit 4, never 'healthy'."""
+    from sinks.influxdb.lines import finding_line
+    from sinks.influxdb.write import InfluxWriter
+
+    c, s = settings.cluster, 10**9
+    t0 = (time.time_ns() // s - 3 * 86_400) * s
+    model = "NVIDIA\\ H100\\ 80GB\\ HBM3"
+    lines = [
+        f'gpu,application=llm-pretraining,cluster={c},gpu=GPU-{g},gpu_index={g},gpu_model={model},node=n1 '
+        f'verdict="normal",utilization_gpu_percent=90.0 {(t0 + k * 10 * s) // 10**6}'
+        for g in (1, 2) for k in range(60)
+    ]  # fmt: skip
+    ecc = [fault(settings, True, "ecc-uncorrectable", "GPU-1", severity=Severity.CRITICAL, ts_ns=t0 + k * 60 * s)
+           for k in range(1, 10)]  # fmt: skip
+    ecc = [dataclasses.replace(f, since_ns=t0 + 60 * s) for f in ecc]
+    heat = [
+        dataclasses.replace(
+            fault(settings, active, "thermal-throttling", "GPU-2", ts_ns=t0 + t * s), since_ns=t0 + 120 * s
+        )
+        for t, active in ((120, True), (180, True), (240, True), (300, False))
+    ]
+    writer = InfluxWriter.from_settings(settings.influxdb)
+    writer.write(lines + [finding_line(f) for f in ecc + heat])
+    writer.close()
+    for name, value in settings_env(settings).items():
+        monkeypatch.setenv(name, value)
+
+    def health(*args: str) -> tuple[int, dict[str, Any]]:
+        result = CliRunner().invoke(cli, ["health", "--cluster", c, "--format", "json", *args])
+        assert result.exit_code in (0, 4), result.output
+        return result.exit_code, json.loads(result.output)
+
+    def states(data: dict[str, Any]) -> dict[str, tuple[str, list[str]]]:
+        return {g["gpu"]: (g["state"], [r["summary"] for r in g["reasons"]]) for g in data["gpus"]}
+
+    iso = lambda ns: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns / s))  # noqa: E731
+    code, at_200 = health("--at", iso(t0 + 200 * s))
+    assert code == 0 and not at_200["empty"]
+    assert {g: st for g, (st, _) in states(at_200).items()} == {"GPU-1": "unhealthy", "GPU-2": "degraded"}
+
+    code, later = health("--at", iso(t0 + 7200 * s))
+    (one_state, one_why), (two_state, _) = states(later)["GPU-1"], states(later)["GPU-2"]
+    assert one_state == "unhealthy" and any("stale: no word of it since" in why for why in one_why), one_why
+    assert two_state == "unknown"  # silent, nothing firing: not known healthy
+
+    code, over = health("--range", f"{iso(t0 + 100 * s)}..{iso(t0 + 400 * s)}")
+    assert states(over)["GPU-2"][0] == "degraded" and "(cleared at " in states(over)["GPU-2"][1][0]
+
+    code, nothing = health("--at", iso(t0 - 86_400 * s), "--lookback", "1h")
+    assert code == 4 and nothing["empty"] and sum(nothing["gpus_by_state"].values()) == 0
+    result = CliRunner().invoke(
+        cli, ["health", "--cluster", c, "--range", f"{iso(t0 - 7200 * s)}..{iso(t0 - 3600 * s)}"]
+    )
+    assert result.exit_code == 4 and "empty selection: no GPU of cluster" in result.output, result.output
+    assert "healthy" not in result.output
