@@ -398,7 +398,9 @@ class AlertManager:
         for a in self.engine.alerts.values():
             key = _health_key(a.labels)
             if a.status is AlertStatus.FIRING and key in self._touched:
-                firing.setdefault(key, []).append(FiringFinding(a.labels, a.summary, a.starts_ns, a.evidence))
+                firing.setdefault(key, []).append(
+                    FiringFinding(a.labels, a.summary, a.starts_ns, a.evidence, a.stale_since_ns)
+                )
         for key in sorted(self._touched):
             cluster, node, gpu = key
             if gpu == "-":
