@@ -174,6 +174,25 @@ class InfluxSettings(_Section):
         return value.rstrip("/") if value else value
 
 
+class OtlpSettings(_Section):
+    """Where the ``otlp`` sink (``hermeneut sink --sink otlp``) sends: an OpenTelemetry Collector's OTLP/HTTP."""
+
+    #: the OTLP/HTTP base URL, e.g. http://collector:4318 (``/v1/metrics`` and ``/v1/logs`` go after it)
+    endpoint: str | None = None
+    #: request headers as ``name=value,name=value`` (an API key of a hosted endpoint); never shown or logged
+    headers: SecretStr | None = None
+    timeout_s: float = Field(default=10.0, gt=0)
+    #: data points + log records per request at most
+    max_request_items: int = Field(default=10_000, ge=1, le=1_000_000)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"expected an http:// or https:// URL, got {value!r}")
+        return value.rstrip("/") if value else value
+
+
 class TopicSettings(_Section):
     """Topic names and partitioning; the same names on every process of one deployment."""
 
@@ -526,6 +545,7 @@ class Settings(BaseSettings):
     sample_interval_s: float = Field(default=1.0, ge=0.1, le=3600)
     kafka: KafkaSettings = KafkaSettings()
     influxdb: InfluxSettings = InfluxSettings()
+    otlp: OtlpSettings = OtlpSettings()
     topics: TopicSettings = TopicSettings()
     validation: ValidationSettings = ValidationSettings()
     baselines: BaselineSettings = BaselineSettings()

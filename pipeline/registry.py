@@ -48,6 +48,7 @@ PLUGINS: Final[Mapping[Kind, Mapping[str, str]]] = {
     },
     "sink": {
         "influxdb": "sinks.influxdb.sink:InfluxDBSink",
+        "otlp": "sinks.otlp.sink:OtlpSink",
     },
     "importer": {
         "prometheus": "producers.importers.prometheus:PrometheusImporter",

@@ -179,18 +179,27 @@ def process_cmd(ctx: click.Context, stats_file: Path | None, metrics_port: int |
 
 
 @cli.command("sink")
+@click.option(
+    "--sink",
+    "sink_name",
+    default="influxdb",
+    show_default=True,
+    type=click.Choice(registry.names("sink")),
+    help="The sink plugin: influxdb stores in InfluxDB; otlp sends to an OpenTelemetry Collector (otlp.endpoint).",
+)
 @click.option("--stats-file", type=click.Path(path_type=Path))
 @metrics_port_option
 @click.pass_context
-def sink_cmd(ctx: click.Context, stats_file: Path | None, metrics_port: int | None) -> None:
-    """Store interpreted events and findings in InfluxDB until SIGTERM/Ctrl-C (the ``influxdb`` sink plugin)."""
+def sink_cmd(ctx: click.Context, sink_name: str, stats_file: Path | None, metrics_port: int | None) -> None:
+    """Store interpreted events and findings until SIGTERM/Ctrl-C: in InfluxDB (the ``influxdb`` sink plugin), or
+    with ``--sink otlp`` as OTLP, health states too, to an OpenTelemetry Collector (docs/otlp.md)."""
     from pipeline.publisher import Publisher
     from sinks.base import Sink
     from sinks.runner import RunnerConfig, SinkRunner, sink_consumer
 
-    settings = resolved(ctx)
+    settings = resolved(ctx, influxdb=sink_name == "influxdb")
     with errors():
-        sink: Sink[object] = registry.create("sink", "influxdb", settings)
+        sink: Sink[object] = registry.create("sink", sink_name, settings)
     limits = cluster_limits(settings, settings.topics.dead_letter)
     dlq = Publisher(settings.kafka.client_config(), limits=limits)
     config = RunnerConfig.of(settings, limits.limit(settings.topics.dead_letter))
