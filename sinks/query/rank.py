@@ -35,6 +35,10 @@ from sinks.query.store import MINUTE_NS, Store, now_ns
 IDENTITY: Final = ("cluster", "node", "gpu", "gpu_model")
 #: an application tag other than "idle": a workload holds the GPU (docs/queries.md, wasted capacity)
 ALLOCATED: Final = TagIn("application", tuple(a for a in APPLICATIONS if a != "idle"))
+#: top lists read the raw samples up to this range and the 1-minute rollups beyond it where they can answer (not
+#: from ``storage.rollup_after_days`` on, as other questions): ``top wasted`` over 22.8 h of 144 GPUs read raw took
+#: InfluxDB past its 30 s read timeout, and a top list scans every sample of every GPU in the range
+TOP_RAW_MAX_NS: Final = 3 * 3600 * NS
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +107,7 @@ def top(store: Store, q: TopQuery, now: int | None = None) -> TopResult:
 def _plan_on(
     store: Store, q: TopQuery, tr: TimeRange, now: int, exprs: tuple[Expr, ...], blocker: str | None
 ) -> tuple[Aggregate, str, list[str]]:
-    source = store.source(tr, now, blocker)
+    source = store.source(tr, now, blocker, rollup_after_ns=TOP_RAW_MAX_NS)
     bucket, exprs, notes = read_from(store, source, exprs)
     return Aggregate(bucket, GPU, exprs, tr, scope_filters(q.scope), IDENTITY), source, notes
 
@@ -120,7 +124,7 @@ def _throttled(store: Store, q: TopQuery, tr: TimeRange, now: int) -> TopResult:
     """Share of samples whose clocks-event mask is not a benign one: two counts per GPU."""
     mask = "throttle_reasons_mask"
     blocker = "job ids are not kept in the rollups (per-job queries read raw data)" if q.scope.job else None
-    source = store.source(tr, now, blocker)
+    source = store.source(tr, now, blocker, rollup_after_ns=TOP_RAW_MAX_NS)
     filters = scope_filters(q.scope)
     if source == "1m":
         plan = Aggregate(
@@ -142,10 +146,7 @@ def _throttled(store: Store, q: TopQuery, tr: TimeRange, now: int) -> TopResult:
     return TopResult(q.kind, ("throttled_share", "samples"), tr, _ranked(rows_out, q.n), backend, source, notes)
 
 
-#: ``top wasted`` reads the raw samples (one row per GPU and minute) up to this range, the 1-minute rollups (counts
-#: pushed into storage) beyond it: a day of 144 GPUs read raw took InfluxDB past its 30 s read timeout
-WASTED_RAW_MAX_NS: Final = 3 * 3600 * NS
-#: the rollups' own field for a minute's peak utilization, and their point count
+#: the field whose minutes top wasted counts (the rollups keep its peak per minute: `<field>_max`)
 _UTIL: Final = "utilization_gpu_percent"
 
 
@@ -155,7 +156,7 @@ def _wasted(store: Store, q: TopQuery, tr: TimeRange, now: int) -> TopResult:
     ranges count the 1-minute rollups' points in storage; short ones (and a job's, whose id the rollups do not
     keep) window the raw samples per minute."""
     blocker = "job ids are not kept in the rollups (per-job queries read raw data)" if q.scope.job else None
-    source = store.source(tr, now, blocker, rollup_after_ns=WASTED_RAW_MAX_NS)
+    source = store.source(tr, now, blocker, rollup_after_ns=TOP_RAW_MAX_NS)
     base: tuple[Filter, ...] = (*scope_filters(q.scope), ALLOCATED)
     if source == "1m":
         peak = Expr(f"{_UTIL}_max", "count")

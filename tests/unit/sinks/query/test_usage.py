@@ -89,3 +89,18 @@ def test_wasted_minutes_are_those_whose_peak_stayed_under_the_threshold() -> Non
     minutes, low = _minutes_per_gpu(rows, 5.0)
     assert minutes == {"G": (dict(tags), 4.0, 0.5)}  # a window without a utilization is no minute
     assert low == {"G": 2.0}
+
+
+def test_top_lists_read_the_rollups_beyond_three_hours() -> None:
+    from sinks.query.model import TimeRange
+    from sinks.query.rank import TOP_RAW_MAX_NS
+    from sinks.query.store import Store
+
+    store = Store("http://127.0.0.1:9", "token", "org", "b")  # connects to nothing until asked
+    store._buckets_seen[store.buckets.rollup] = True
+    now, hour = 1_800_000_000 * 10**9, 3600 * 10**9
+    assert store.source(TimeRange(now - 2 * hour, now), now, None, TOP_RAW_MAX_NS) == "raw"
+    assert store.source(TimeRange(now - 4 * hour, now), now, None, TOP_RAW_MAX_NS) == "1m"
+    assert store.source(TimeRange(now - 4 * hour, now), now, None) == "raw"  # other questions: from 2 days on
+    assert store.source(TimeRange(now - 4 * hour, now), now, "job ids", TOP_RAW_MAX_NS) == "raw"
+    store.close()
