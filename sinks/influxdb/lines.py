@@ -402,6 +402,9 @@ def _identities(named: tuple[tuple[str, tuple[str, ...], bool], ...], n: int) ->
     return out
 
 
+_FINITE_NAMES: Final = (*METRIC_NAMES, *RELATIVE_FIELDS, "score")
+
+
 def _not_finite(values: np.ndarray, names: tuple[str, ...]) -> dict[int, str]:
     """Per row holding an infinite value (NaN is an absent one), which."""
     inf = np.isinf(values)
@@ -425,9 +428,11 @@ def refusals(b: InterpretedBatch, newest_ns: int) -> tuple[list[Refused], list[R
     named = (("cluster", b.cluster, False), ("node", b.node, False), ("uuid", b.gpu_uuid, False),
              ("model", b.gpu_model, True), ("application", apps, True))  # fmt: skip
     found: dict[int, tuple[str, str]] = {i: (BAD_IDENTITY, d) for i, d in _identities(named, n).items()}
-    values = np.column_stack([b.metrics, b.relative, b.score]) if n else np.empty((0, 0))
+    inf = np.isinf(b.metrics).any(axis=1) | np.isinf(b.relative).any(axis=1) | np.isinf(b.score)
+    bad = np.flatnonzero(inf)  # the columns are put together for those rows only: a copy per message costs
+    values = np.column_stack([b.metrics[bad], b.relative[bad], b.score[bad]])
     for reason, rows in (
-        ("not_finite", _not_finite(values, (*METRIC_NAMES, *RELATIVE_FIELDS, "score"))),
+        ("not_finite", {int(bad[k]): d for k, d in _not_finite(values, _FINITE_NAMES).items()}),
         ("future_timestamp", _future(b.ts_ns, newest_ns)),
     ):
         for i, detail in rows.items():
