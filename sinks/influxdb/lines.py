@@ -518,7 +518,8 @@ def finding_line(f: Finding) -> str:
         fields.append(f"job_id={string_field(wl.job_id)}")
     if f.maintenance:
         fields.append(f"maintenance={string_field(f.maintenance)}")
-    fields += [f"ev_{k}={float(v)!r}" for k, v in sorted(f.evidence.items()) if v == v]  # noqa: PLR0124
+    # evidence that is not a finite number is left out (InfluxDB refuses ``inf``, and with it the finding)
+    fields += [f"ev_{k}={float(v)!r}" for k, v in sorted(f.evidence.items()) if math.isfinite(v)]
     return (
         f"{FINDING_MEASUREMENT},{app}cluster={tag(f.cluster)},detector={tag(f.detector)},"
         f"gpu={tag(f.gpu_uuid or '-')},node={tag(f.node)},severity={f.severity.value} "

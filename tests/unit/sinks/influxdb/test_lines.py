@@ -114,6 +114,8 @@ def test_finding_line() -> None:
     )
     assert "active=1.0," in line and 'job_id="j1"' in line and "ev_temperature_gpu_celsius=89.0" in line
     assert line.endswith(" 2")
+    infinite = replace(f, evidence={"temperature_gpu_celsius": 89.0, "ratio": float("inf"), "gone": float("nan")})
+    assert finding_line(infinite) == line  # InfluxDB refuses inf: left out, like NaN
 
 
 def _parse(line: str) -> tuple[str, str, int, dict[str, str]]:
