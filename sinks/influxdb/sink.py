@@ -160,15 +160,21 @@ class InfluxDBSink:
 
     @classmethod
     def from_config(
-        cls, config: InfluxDBConfig, writer: InfluxWriter | None = None, rollup_writer: InfluxWriter | None = None
+        cls,
+        config: InfluxDBConfig,
+        writer: InfluxWriter | None = None,
+        rollup_writer: InfluxWriter | None = None,
+        clock: Callable[[], int] = time.time_ns,
     ) -> InfluxDBSink:
-        """Built, not connected (writers: default clients for the config's server and its two buckets)."""
+        """Built, not connected (writers: default clients for the config's server and its two buckets; the clock
+        judges how far ahead a row may be)."""
         c = config
         rollups = c.rollup_bucket or f"{c.bucket}_1m"
         return cls(
             config,
             writer or InfluxWriter(c.url, c.token, c.org, c.bucket, c.timeout_s, c.batch_size),
             rollup_writer or InfluxWriter(c.url, c.token, c.org, rollups, c.timeout_s, c.batch_size),
+            clock,
         )
 
     def prepare(self, topic: str, value: bytes, at: Position) -> Prepared[Lines]:
