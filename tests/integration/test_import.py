@@ -206,3 +206,31 @@ def test_the_command_line_prints_the_summary_and_what_to_run_next(settings: Sett
     assert "hermeneut baselines train --range 5m --stop 2025-09-24T03:46:10" in out
     bad = CliRunner().invoke(cli, ["import", "table", str(TRACE), "--mapping", str(TRACE)], env=env)
     assert bad.exit_code == 2 and bad.output.count("\n") == 1 and "invalid configuration" in bad.output
+
+
+def test_a_hostile_nvidia_smi_log_stores_every_good_row(settings: Settings, tmp_path: Path) -> None:
+    """The nanoGPT run's 8 GPUs as nvidia-smi logs them without an index (10 times), read in the declared order,
+    with issue 37's hostile lines in it: each bad line is one dead letter, every other line is stored, and the
+    summary's counts add up."""
+    import re
+
+    from pipeline.face.importjob import summary
+    from tests.unit.producers.importers.test_hostile import LIMIT, _nanogpt_as_nvidia_smi
+
+    lines = _nanogpt_as_nvidia_smi(80).splitlines()
+    lines[3] = re.sub(r"[\d.]+ W$", "7" * (LIMIT + 1) + " W", lines[3])  # a field over the CSV reader's limit
+    lines[20] = re.sub(r"[\d.]+ W$", "30\x0c0 W", lines[20])  # a form feed inside a cell
+    lines[30] = "1e300" + lines[30][lines[30].index(",") :]  # a time that is none
+    lines[41] = re.sub(r"([\d.]+) W$", r'"\1\n W"', lines[41])  # a quoted line break: valid CSV, stored
+    path = tmp_path / "hostile.csv"
+    path.write_bytes("\n".join(lines).encode() + b"\n")
+    options = {"paths": (path,), "gpus_per_timestamp": 8}
+    outcome = imported(settings, "nvidia-smi-csv", options, (path,))
+    accounted(outcome)
+    assert outcome.report.rows_read == 80 and outcome.stored == 77 and dict(outcome.dead) == {"malformed": 3}
+    said = "\n".join(summary(outcome, settings, None))
+    assert "rows read        80" in said and "stored           77" in said and "3 (3 malformed)" in said, said
+    points = [p for p in stored_points(settings) if p["node"] == "hostile"]
+    assert len(points) == 77 and {p["gpu"] for p in points} == {f"hostile-gpu{i}" for i in range(8)}
+    quoted = float(re.findall(r'"([\d.]+)', lines[41])[0])
+    assert quoted in {p["power_watts"] for p in points if p["gpu"] == "hostile-gpu0"}  # line 42: GPU 0 of time 6

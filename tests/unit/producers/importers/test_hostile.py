@@ -98,6 +98,17 @@ def test_a_multi_gpu_log_without_an_identity_column_is_refused_with_the_fix(tmp_
     assert "--query-gpu=timestamp,index" in message
 
 
+def test_the_cli_refuses_it_before_anything_starts(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from pipeline.face.cli import cli
+
+    path = _write(tmp_path, "g150.csv", _nanogpt_as_nvidia_smi(40))
+    result = CliRunner().invoke(cli, ["import", "nvidia-smi-csv", str(path)], obj={"settings": Settings()})
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert "g150.csv has no index, uuid or pci.bus_id column" in result.output
+
+
 def test_a_declared_gpu_order_reads_each_time_as_its_gpus(tmp_path: Path) -> None:
     path = _write(tmp_path, "g150.csv", _nanogpt_as_nvidia_smi())
     importer = registry.create("importer", "nvidia-smi-csv", Settings(), paths=(path,), gpus_per_timestamp=8)
