@@ -130,7 +130,7 @@ def runs_in(pid: int, folder: Path) -> bool:
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except FileNotFoundError:
-        return Path("/proc/self").exists() is False
+        return not Path("/proc/self").exists()  # it exited a moment ago; or no /proc (not Linux)
     except OSError:
         return True
     return str(folder.resolve()).encode() in cmdline or str(folder).encode() in cmdline
