@@ -5,14 +5,14 @@ activity and power) and :func:`usage_stats` folds them into one :class:`UsageSta
 application, across its runs): peak / p95 / p99 memory, p95 utilization, SM activity and power, GPU-hours.
 Pure; shared by ``sinks`` (which builds them) and ``processors.rightsize`` (which judges them).
 
-**The one GPU-hour** (:func:`gpu_minutes`; docs/queries.md): a GPU-hour is 60 GPU-minutes, and a GPU-minute is one
-UTC minute in which the GPU stored at least one sample; a GPU that samples less often than once a minute counts
-each such minute as its sampling interval (a series sampled every 5 minutes has a minute every 5 minutes, each
-5 GPU-minutes). Minutes, not samples, because every store can count them: the raw samples (windowed per minute),
-the 1-minute rollups (one point per GPU series and minute) and the job summaries (minutes per 10 minutes), and
-because a jittered or doubled sample does not change them. ``jobs``, ``rightsize`` and ``top wasted`` all count
-this way (the jobs bucket's task in Flux, :func:`sinks.query.flux.jobs_task_flux`, with :data:`MINUTE_S`); an idle
-(wasted) minute is one whose peak utilization stayed under the threshold (:data:`IDLE_UTIL_PERCENT` by default).
+**The one GPU-hour** (:func:`gpu_hours`; docs/queries.md): a GPU-hour is 3,600 GPU-seconds, and every stored
+sample stands for its GPU's sampling interval (``sample_interval_seconds`` in ``gpu_info``: the collector's
+interval live, the one an import detected; the ``sample_interval_s`` setting where a GPU never stored one). Exact
+for a job that starts mid-minute, and countable in every store: raw samples, the 1-minute rollups'
+``<field>_count``, the job summaries' ``gpu_seconds``. ``jobs`` (the jobs bucket's task in Flux,
+:func:`sinks.query.flux.jobs_task_flux`), ``rightsize`` (a per-minute row carries its sample count) and
+``top wasted`` all count this way. An idle (wasted) sample is one of a minute whose peak utilization stayed under
+the threshold (:data:`IDLE_UTIL_PERCENT` by default): right-sizing's idle minute, what the rollups can tell.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
 
 import numpy as np
 
@@ -42,6 +41,8 @@ class UsageSample:
     sm_active_percent: float | None = None
     nvlink_bytes_per_second: float | None = None
     pcie_bytes_per_second: float | None = None
+    #: the samples the minute holds (each stands for its GPU's sampling interval: the one GPU-hour)
+    samples: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,30 +85,24 @@ def _p(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
-#: the unit GPU time is counted in (s): one minute of a GPU with a sample in it
-MINUTE_S: Final = 60.0
+def gpu_hours(samples: float, sample_interval_s: float) -> float:
+    """GPU-hours of ``samples`` samples of a GPU sampled every ``sample_interval_s`` (the one definition, see the
+    module docstring)."""
+    return samples * sample_interval_s / 3600.0
 
 
-def gpu_minutes(sample_interval_s: float | None) -> float:
-    """GPU-minutes one minute with a sample stands for (the one GPU-hour definition, see the module docstring): 1,
-    or the GPU's sampling interval in minutes when that is longer (None or 0: unknown, 1)."""
-    return max(1.0, sample_interval_s / MINUTE_S) if sample_interval_s else 1.0
-
-
-def gpu_hours(minutes: float, sample_interval_s: float | None) -> float:
-    """GPU-hours of ``minutes`` minutes with a sample of one GPU sampled every ``sample_interval_s``."""
-    return minutes * gpu_minutes(sample_interval_s) / 60.0
-
-
-def minutes_of(gpu_uuid: str, limits: dict[str, GpuLimits]) -> float:
-    """GPU-minutes one per-minute row of this GPU stands for (:func:`gpu_minutes` of its stored interval)."""
+def interval_of(gpu_uuid: str, limits: dict[str, GpuLimits], default_s: float) -> float:
+    """How long one sample of this GPU stands for: its stored interval, else ``default_s`` (the setting)."""
     limit = limits.get(gpu_uuid)
-    return gpu_minutes(limit.sample_interval_s if limit is not None else None)
+    return limit.sample_interval_s if limit is not None and limit.sample_interval_s else default_s
 
 
-def usage_stats(samples: Sequence[UsageSample], limits: dict[str, GpuLimits], scope: str) -> list[UsageStats]:
+def usage_stats(
+    samples: Sequence[UsageSample], limits: dict[str, GpuLimits], scope: str, default_interval_s: float = 1.0
+) -> list[UsageStats]:
     """Fold GPU-minutes into statistics per job (``scope="job"``, minutes without a job id are left out) or per
-    application (``scope="application"``); sorted by GPU-hours, largest first."""
+    application (``scope="application"``); sorted by GPU-hours, largest first. GPU-hours: each minute's samples
+    times its GPU's interval (``default_interval_s``, the setting, where it stored none)."""
     if scope not in ("job", "application"):
         raise ValueError(f"scope must be job or application, not {scope!r}")
     groups: dict[str, list[UsageSample]] = {}
@@ -117,6 +112,8 @@ def usage_stats(samples: Sequence[UsageSample], limits: dict[str, GpuLimits], sc
             groups.setdefault(key, []).append(s)
     out = []
     for key, rows in groups.items():
+        # GPU-seconds of each minute row (the one definition: its samples times its GPU's interval)
+        seconds = [r.samples * interval_of(r.gpu_uuid, limits, default_interval_s) for r in rows]
         model = Counter(r.gpu_model for r in rows).most_common(1)[0][0]
         same_model = [r for r in rows if r.gpu_model == model]
         totals = [limits[r.gpu_uuid].memory_total_bytes for r in same_model if r.gpu_uuid in limits]
@@ -135,11 +132,11 @@ def usage_stats(samples: Sequence[UsageSample], limits: dict[str, GpuLimits], sc
                 gpu_model=model,
                 gpus=len({r.gpu_uuid for r in rows}),
                 runs=len({r.job_id for r in rows if r.job_id}) or 1,
-                gpu_hours=sum(minutes_of(r.gpu_uuid, limits) for r in rows) / 60.0,
+                gpu_hours=sum(seconds) / 3600.0,
                 idle_gpu_hours=sum(
-                    minutes_of(r.gpu_uuid, limits) for r in rows if r.utilization_percent < IDLE_UTIL_PERCENT
+                    t for t, r in zip(seconds, rows, strict=True) if r.utilization_percent < IDLE_UTIL_PERCENT
                 )
-                / 60.0,
+                / 3600.0,
                 memory_total_bytes=float(np.median(totals)) if totals else float("nan"),
                 memory_peak_bytes=float(max(memory)),
                 memory_p95_bytes=_p(memory, 95) or 0.0,

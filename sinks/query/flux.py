@@ -17,7 +17,6 @@ from typing import Any, Final
 
 from influxdb_client.client.influxdb_client import InfluxDBClient
 
-from pipeline.usage import MINUTE_S
 from pipeline.vocab import format_duration
 from sinks.query.model import (
     NS,
@@ -284,9 +283,8 @@ stop = {time_literal(stop_ns)}
 
 def _jobs_body(raw: str, jobs: str, org: str, fields: tuple[str, ...], interval_s: float, measurement: str) -> str:
     """Per job, application, GPU model, cluster and 10-minute window ``w`` of ``start`` .. ``stop``: GPU-seconds
-    (the one GPU-hour definition, pipeline.usage: each minute with a sample counts as a minute, or as the GPU's own
-    sampling interval from ``gpu_info`` when that is longer, ``interval_s`` where a GPU never stored one) and
-    p50/p95/max of ``fields``."""
+    (the one GPU-hour definition, pipeline.usage: each sample counts as its GPU's own sampling interval from
+    ``gpu_info``, ``interval_s`` where a GPU never stored one) and p50/p95/max of ``fields``."""
     keys = '"job_id", "application", "gpu_model", "cluster", "w"'
     blocks = []
     for i, f in enumerate(fields):
@@ -320,13 +318,11 @@ stored_intervals = from(bucket: {string(raw)})
 // a row no GPU matches, so the join has a table to pair with even when no GPU stored its interval
 intervals = union(tables: [stored_intervals, array.from(rows: [{{gpu: "", _value: {float(interval_s)!r}}}])])
 
-// minutes with a sample, per GPU (pipeline.usage.gpu_minutes): a doubled or jittered sample counts once
+// samples per GPU: each stands for its GPU's sampling interval (pipeline.usage, the one GPU-hour)
 counted = base
-    |> map(fn: (r) => ({{_time: r._time, _value: 1.0, m: date.truncate(t: r._time, unit: 1m), gpu: r.gpu,
-        job_id: r.job_id, application: r.application, gpu_model: r.gpu_model, cluster: r.cluster, w: r.w}}))
+    |> map(fn: (r) => ({{_time: r._time, _value: 1.0, gpu: r.gpu, job_id: r.job_id, application: r.application,
+        gpu_model: r.gpu_model, cluster: r.cluster, w: r.w}}))
     |> group(columns: [{keys}, "gpu"])
-    |> unique(column: "m")
-    |> drop(columns: ["m"])
     |> sum()
     |> group()
 // and a row of no job, so that the join has a table when the range holds no job at all
@@ -334,10 +330,7 @@ samples = union(tables: [counted, array.from(rows: [{{gpu: "", _value: 0.0, job_
     gpu_model: "", cluster: "", w: start}}])])
 
 join.left(left: samples, right: intervals, on: (l, r) => l.gpu == r.gpu,
-        as: (l, r) => {{
-            seconds = if exists r._value then r._value else {float(interval_s)!r}
-            return {{l with _value: l._value * (if seconds > {MINUTE_S!r} then seconds else {MINUTE_S!r})}}
-        }})
+        as: (l, r) => ({{l with _value: l._value * (if exists r._value then r._value else {float(interval_s)!r})}}))
     |> filter(fn: (r) => r.job_id != "")
     |> group(columns: [{keys}])
     |> sum()

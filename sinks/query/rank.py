@@ -151,63 +151,76 @@ _UTIL: Final = "utilization_gpu_percent"
 
 
 def _wasted(store: Store, q: TopQuery, tr: TimeRange, now: int) -> TopResult:
-    """Allocated and wasted GPU-hours per GPU, counted as every GPU-hour is (pipeline.usage): minutes with a sample,
-    a wasted one a minute whose peak utilization stayed under the threshold (right-sizing's idle minute). Long
-    ranges count the 1-minute rollups' points in storage; short ones (and a job's, whose id the rollups do not
-    keep) window the raw samples per minute."""
+    """Allocated and wasted GPU-hours per GPU, counted as every GPU-hour is (pipeline.usage: each sample stands for
+    its GPU's interval); a wasted sample is one of a minute whose peak utilization stayed under the threshold
+    (right-sizing's idle minute). Short ranges (and a job's, whose id the rollups do not keep) window the raw
+    samples per minute; long ones count the 1-minute rollups' points in InfluxDB, pushed down, and take a wasted
+    minute to hold the GPU's mean samples per minute."""
     blocker = "job ids are not kept in the rollups (per-job queries read raw data)" if q.scope.job else None
     source = store.source(tr, now, blocker, rollup_after_ns=TOP_RAW_MAX_NS)
     base: tuple[Filter, ...] = (*scope_filters(q.scope), ALLOCATED)
     if source == "1m":
-        peak = Expr(f"{_UTIL}_max", "count")
-        every = Aggregate(store.buckets.rollup, GPU, (peak, Expr("memory_used_ratio_mean", "mean")), tr, base,
-                          IDENTITY)  # fmt: skip
-        low_plan = Aggregate(store.buckets.rollup, GPU, (peak,), tr, (*base, ValueBelow(q.threshold)), IDENTITY)
+        minutes = Expr(f"{_UTIL}_max", "count")
+        every = Aggregate(store.buckets.rollup, GPU, (Expr(f"{_UTIL}_count", "sum"), minutes,
+                          Expr("memory_used_ratio_mean", "mean")), tr, base, IDENTITY)  # fmt: skip
+        low_plan = Aggregate(store.buckets.rollup, GPU, (minutes,), tr, (*base, ValueBelow(q.threshold)), IDENTITY)
         all_rows, backend = store.aggregate(every, q.backend)
         low_rows, _ = store.aggregate(low_plan, q.backend)
-        minutes = {g: (dict(r.tags), r.values[0] or 0.0, r.values[1]) for g, r in _by_gpu(all_rows).items()}
-        low = {g: r.values[0] or 0.0 for g, r in _by_gpu(low_rows).items()}
+        low_minutes = {g: r.values[0] or 0.0 for g, r in _by_gpu(low_rows).items()}
+        held: dict[str, tuple[dict[str, str], float, float | None]] = {}
+        low: dict[str, float] = {}
+        for gpu, r in _by_gpu(all_rows).items():
+            samples, count = r.values[0] or 0.0, r.values[1] or 0.0
+            held[gpu] = (dict(r.tags), samples, r.values[2])
+            low[gpu] = low_minutes.get(gpu, 0.0) * samples / count if count else 0.0
     else:
-        window = Aggregate(store.buckets.raw, GPU, (Expr(_UTIL, "max"), Expr("memory_used_ratio", "mean")),
-                           tr.aligned(MINUTE_NS), base, IDENTITY, MINUTE_NS)  # fmt: skip
+        window = Aggregate(store.buckets.raw, GPU, (Expr(_UTIL, "max"), Expr(_UTIL, "count"),
+                           Expr("memory_used_ratio", "mean")), tr.aligned(MINUTE_NS), base, IDENTITY,
+                           MINUTE_NS)  # fmt: skip
         rows, backend = store.aggregate(window, q.backend)
-        minutes, low = _minutes_per_gpu(rows, q.threshold)
-    # each minute stands for its own series' interval when that is longer (gpu_info), the setting where none stored
+        held, low = _samples_per_gpu(rows, q.threshold)
+    # each sample stands for its own series' interval (gpu_info), the setting only for GPUs that never said
     intervals, default = sample_intervals(store, tr), store.policy.sample_interval_s
     out: list[tuple[dict[str, str], tuple[float | str | None, ...]]] = []
-    for gpu, (tags, allocated, memory) in minutes.items():
+    for gpu, (tags, allocated, memory) in held.items():
         wasted = low.get(gpu, 0.0)
         if wasted:
             interval = intervals.get(gpu, default)
             share = wasted / allocated if allocated else None
             out.append((tags, (gpu_hours(wasted, interval), gpu_hours(allocated, interval), share, memory)))
     notes = (
-        f"wasted: allocated (application tag other than idle) minutes whose peak {_UTIL} < {q.threshold:g}; a "
-        f"GPU-hour is 60 minutes with a sample, a GPU sampled more rarely counting its interval per minute "
-        f"({_spread(intervals, default)}); docs/queries.md",
-        *(("read from the 1-minute rollups: the last minute or two are not rolled up yet",) if source == "1m" else ()),
-    )
+        f"wasted: allocated (application tag other than idle) samples in minutes whose peak {_UTIL} < "
+        f"{q.threshold:g}; one sample = its GPU's sampling interval ({_spread(intervals, default)}); docs/queries.md",
+        *(
+            ("from the 1-minute rollups: a wasted minute counted at its GPU's mean samples per minute; the last "
+             "minute or two are not rolled up yet",)
+            if source == "1m"
+            else ()
+        ),
+    )  # fmt: skip
     names = ("wasted_gpu_hours", "allocated_gpu_hours", "wasted_share", "mean(memory_used_ratio)")
     return TopResult(q.kind, names, tr, _ranked(out, q.n), backend, "raw" if source != "1m" else source, notes)
 
 
-def _minutes_per_gpu(
+def _samples_per_gpu(
     rows: list[AggRow], threshold: float
 ) -> tuple[dict[str, tuple[dict[str, str], float, float | None]], dict[str, float]]:
-    """From per-GPU-minute rows (peak utilization, mean memory ratio): per GPU its tags, its minutes and the mean
-    of its minutes' memory ratios; and per GPU the minutes whose peak stayed under ``threshold``."""
-    per: dict[str, tuple[dict[str, str], list[float], list[float]]] = {}
+    """From per-GPU-minute rows (peak utilization, samples, mean memory ratio): per GPU its tags, its samples and
+    the mean of its minutes' memory ratios; and per GPU the samples of minutes whose peak stayed under
+    ``threshold``."""
+    per: dict[str, tuple[dict[str, str], list[float], list[float], list[float]]] = {}
     for r in rows:
-        peak, memory = r.values[0], r.values[1]
-        if peak is None:
-            continue  # a window of the memory field alone: no utilization read, not a counted minute
-        _, peaks, memories = per.setdefault(r.tag("gpu"), (dict(r.tags), [], []))
+        peak, count, memory = r.values[0], r.values[1], r.values[2]
+        if peak is None or not count:
+            continue  # a window of the memory field alone: no utilization read, no sample counted
+        _, peaks, counts, memories = per.setdefault(r.tag("gpu"), (dict(r.tags), [], [], []))
         peaks.append(float(peak))
+        counts.append(float(count))
         if memory is not None:
             memories.append(float(memory))
-    minutes = {g: (t, float(len(p)), float(np.mean(m)) if m else None) for g, (t, p, m) in per.items()}
-    low = {g: float(np.count_nonzero(np.asarray(p) < threshold)) for g, (_, p, _) in per.items()}
-    return minutes, low
+    held = {g: (t, float(sum(c)), float(np.mean(m)) if m else None) for g, (t, _, c, m) in per.items()}
+    low = {g: float(np.sum(np.asarray(c)[np.asarray(p) < threshold])) for g, (_, p, c, _) in per.items()}
+    return held, low
 
 
 def _spread(intervals: dict[str, float], default: float) -> str:

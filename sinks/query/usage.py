@@ -93,6 +93,18 @@ class UsageQuery:
             "  |> group()"
         )
 
+    def counts_flux(self, bucket: str) -> str:
+        """Per GPU series and minute, how many utilization samples it holds (each stands for its GPU's interval:
+        the one GPU-hour, pipeline.usage)."""
+        self.validate()
+        return (
+            f'from(bucket: "{bucket}")\n  |> range({self.range_flux()})\n'
+            f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}"{self._filters()} and '
+            'r._field == "utilization_gpu_percent")\n'
+            "  |> aggregateWindow(every: 1m, fn: count, createEmpty: false)\n"
+            '  |> group()\n  |> keep(columns: ["_time", "gpu", "application", "_value"])'
+        )
+
     def jobs_flux(self, bucket: str) -> str:
         """Per GPU and minute, the job id it ran."""
         self.validate()
@@ -142,9 +154,16 @@ def _sum(row: dict[str, Any], a: str, b: str) -> float | None:
     return None if x is None and y is None else (x or 0.0) + (y or 0.0)
 
 
-def samples_from_rows(minutes: list[dict[str, Any]], jobs: list[dict[str, Any]], only_jobs: bool) -> list[UsageSample]:
-    """Join the minute rows with the job-id rows (by GPU and minute); with ``only_jobs`` keep minutes of a job."""
+def samples_from_rows(
+    minutes: list[dict[str, Any]],
+    jobs: list[dict[str, Any]],
+    only_jobs: bool,
+    counts: list[dict[str, Any]] | None = None,
+) -> list[UsageSample]:
+    """Join the minute rows with the job-id rows (by GPU and minute) and the sample counts (by GPU series and
+    minute: 1 where none); with ``only_jobs`` keep minutes of a job."""
     job_of: dict[tuple[str, datetime], str] = {(r["gpu"], r["_time"]): str(r["_value"]) for r in jobs}
+    held = {(r["gpu"], r.get("application"), r["_time"]): float(r["_value"]) for r in counts or ()}
     out = []
     for r in minutes:
         if r.get("memory_used_bytes") is None or r.get("utilization_gpu_percent") is None:
@@ -164,6 +183,7 @@ def samples_from_rows(minutes: list[dict[str, Any]], jobs: list[dict[str, Any]],
                 sm_active_percent=_opt(r, "sm_active_percent"),
                 nvlink_bytes_per_second=_sum(r, "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second"),
                 pcie_bytes_per_second=_sum(r, "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second"),
+                samples=held.get((r["gpu"], r.get("application"), r["_time"]), 1.0),
             )
         )
     return out
@@ -192,8 +212,12 @@ def usage_and_gaps(settings: Settings, query: UsageQuery) -> tuple[list[UsageSta
     (:func:`unsized`)."""
     query.validate()
     i = settings.influxdb
-    minutes, jobs, limit_rows = flux_rows(
-        settings, query.minutes_flux(i.bucket), query.jobs_flux(i.bucket), query.limits_flux(i.bucket)
+    minutes, jobs, limit_rows, counts = flux_rows(
+        settings,
+        query.minutes_flux(i.bucket),
+        query.jobs_flux(i.bucket),
+        query.limits_flux(i.bucket),
+        query.counts_flux(i.bucket),
     )
     limits = {
         r["gpu"]: GpuLimits(
@@ -202,8 +226,8 @@ def usage_and_gaps(settings: Settings, query: UsageQuery) -> tuple[list[UsageSta
         for r in limit_rows
         if r.get("memory_total_bytes") is not None
     }
-    samples = samples_from_rows(minutes, jobs, only_jobs=query.scope == "job")
-    stats = usage_stats(samples, limits, query.scope)
+    samples = samples_from_rows(minutes, jobs, only_jobs=query.scope == "job", counts=counts)
+    stats = usage_stats(samples, limits, query.scope, settings.sample_interval_s)
     sized = {u.key for u in stats}
     return stats, {k: n for k, n in unsized(minutes, jobs, query.scope).items() if k not in sized}
 

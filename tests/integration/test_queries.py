@@ -573,8 +573,9 @@ def test_two_gpu_models_on_one_application(jobs: JobData, jstore: Store) -> None
 
 
 def test_most_wasted_capacity(jobs: JobData, jstore: Store) -> None:
-    """Wasted: allocated minutes whose peak utilization stayed under the threshold (the one GPU-hour: minutes
-    with a sample, pipeline.usage); GPU-c's utilization never reaches 20, the others' peaks do."""
+    """Wasted: allocated samples of minutes whose peak utilization stayed under the threshold (right-sizing's idle
+    minute; a sample stands for its interval, pipeline.usage); GPU-c's utilization never reaches 20, the others'
+    peaks do."""
     result = top(jstore, TopQuery("wasted", 10, None, Scope(cluster=jobs.settings.cluster), threshold=20, **jobs.span))
     want = {}
     for g in ("GPU-a", "GPU-b", "GPU-c", "GPU-d"):
@@ -582,10 +583,10 @@ def test_most_wasted_capacity(jobs: JobData, jstore: Store) -> None:
         peaks: dict[int, float] = {}
         for r in allocated:
             peaks[r.ts // MIN] = max(peaks.get(r.ts // MIN, 0.0), r.utilization_gpu_percent)
-        low = [m for m, peak in peaks.items() if peak < 20]
+        low = [r for r in allocated if peaks[r.ts // MIN] < 20]
         if low:
             minutes = [np.mean([r.memory_used_ratio for r in jobs.window(allocated, m * MIN)]) for m in sorted(peaks)]
-            want[g] = (len(low) / 60, len(peaks) / 60, np.mean(minutes))
+            want[g] = (len(low) / 3600, len(allocated) / 3600, np.mean(minutes))
     assert "GPU-d" not in want  # idle but never allocated: not waste
     assert "GPU-c" in want  # the test can tell waste from work
     assert [r.gpu for r in result.rows] == sorted(want, key=lambda g: (-want[g][0], g))
@@ -676,8 +677,8 @@ def _bucket_named(settings: Settings, name: str) -> None:
 
 def test_one_gpu_hour_in_jobs_rightsize_and_top_wasted(jobs: JobData, jstore: Store) -> None:
     """The same stored rows give the same GPU-hours in the job summaries (the jobs bucket's task, run over the
-    range), right-sizing's usage and top wasted's allocated hours; and that is the count of minutes with a sample
-    of each job, computed here from the rows (pipeline.usage: the one definition)."""
+    range), right-sizing's usage and top wasted's allocated hours; and that is each job's samples times their
+    interval, computed here from the rows (pipeline.usage: the one definition)."""
     from sinks.query.flux import jobs_range_flux
     from sinks.query.jobs import job_summaries
     from sinks.query.model import JOB_FIELDS, JobsQuery
@@ -691,8 +692,7 @@ def test_one_gpu_hour_in_jobs_rightsize_and_top_wasted(jobs: JobData, jstore: St
                                         settings.sample_interval_s, lo, hi))  # fmt: skip
     want: dict[str, float] = {}
     for job in {r.job for r in jobs.rows if r.job}:
-        minutes = {(r.gpu, r.ts // MIN) for r in jobs.rows if r.job == job}
-        want[job] = len(minutes) / 60
+        want[job] = len([r for r in jobs.rows if r.job == job]) / 3600  # samples of 1 s
     assert len(want) == 3 and all(v > 0 for v in want.values())
 
     summaries = job_summaries(jstore, JobsQuery(None, Scope(cluster=cluster), start=iso(lo), stop=iso(hi)))
@@ -707,11 +707,11 @@ def test_one_gpu_hour_in_jobs_rightsize_and_top_wasted(jobs: JobData, jstore: St
     # top wasted is per GPU: GPU-c ran job-2 alone, GPU-a job-1 alone (GPU-b ran job-1, then job-3)
     for gpu in ("GPU-a", "GPU-c"):
         if gpu in allocated:
-            mine = {(r.ts // MIN) for r in jobs.rows if r.gpu == gpu and r.job}
-            assert allocated[gpu] == pytest.approx(len(mine) / 60)
+            mine = [r for r in jobs.rows if r.gpu == gpu and r.job]
+            assert allocated[gpu] == pytest.approx(len(mine) / 3600)
     assert "GPU-c" in allocated  # util under 20 throughout: some minute's peak is under 100
     assert sum(allocated.values()) == pytest.approx(
-        sum(len({r.ts // MIN for r in jobs.rows if r.gpu == g and r.job}) / 60 for g in allocated)
+        sum(len([r for r in jobs.rows if r.gpu == g and r.job]) / 3600 for g in allocated)
     )
 
 
@@ -719,12 +719,15 @@ def test_one_gpu_hour_in_jobs_rightsize_and_top_wasted(jobs: JobData, jstore: St
 FLEET_GPUS, FLEET_MINUTES = 1000, 1440
 
 
-def _rollup_minutes(tags: list[str], minute_ms: int, util: np.ndarray, memory: np.ndarray) -> list[str]:
-    """One minute of every GPU as the sink's rollups write it, trimmed to the two fields top wasted reads (a
-    minute's peak utilization and mean memory ratio; InfluxDB stores each field apart, so the others cost this read
-    nothing): the per-field formatting of all 60 fields of 1.44 M points took the test 200 s on 2 cores."""
+def _rollup_minutes(
+    tags: list[str], minute_ms: int, util: np.ndarray, memory: np.ndarray, n: float = 60.0
+) -> list[str]:
+    """One minute of every GPU (``n`` samples each) as the sink's rollups write it, trimmed to the fields top wasted
+    reads (a minute's peak utilization and samples, mean memory ratio; InfluxDB stores each field apart, so the
+    others cost this read nothing): formatting all 60 fields of 1.44 M points took the test 200 s on 2 cores."""
     return [
-        f"gpu,{t} utilization_gpu_percent_max={u!r},memory_used_ratio_mean={m!r} {minute_ms}"
+        f"gpu,{t} utilization_gpu_percent_max={u!r},utilization_gpu_percent_count={n!r},memory_used_ratio_mean={m!r} "
+        f"{minute_ms}"
         for t, u, m in zip(tags, util.tolist(), memory.tolist(), strict=True)
     ]
 
@@ -758,7 +761,7 @@ def test_top_wasted_over_a_day_of_a_thousand_gpus_reads_the_rollups_in_time(
     values[:, ROLLUP_FIELDS.index("memory_used_ratio")] = memory[0]
     ts = np.full(FLEET_GPUS, start + 7 * NS, dtype=np.int64)
     made = rollup_rows(tags, ts, values, np.full(FLEET_GPUS, np.nan), np.zeros(FLEET_GPUS, np.int8))
-    ours = _rollup_minutes(tags, start // 10**6, util[0], memory[0])
+    ours = _rollup_minutes(tags, start // 10**6, util[0], memory[0], n=1.0)  # one row each: one sample
     for line, mine in zip(made, ours, strict=True):
         rest, stamp = line.rsplit(" ", 1)
         head, fields = rest.rsplit(" ", 1)  # tags hold escaped spaces, fields none
