@@ -18,6 +18,21 @@ nodes) outgrow the rows allocated::
 The stages of one interpreter share one table (processors.app.interpreter_from), so slot ``i`` is the same GPU in
 every stage and a batch's rows are looked up once: :meth:`GpuSlots.rows` keeps its answer for the batch it was last
 asked about (recognised by its key columns, which the stages pass on unchanged). A stage built alone makes its own.
+
+**History and live never share a clock.** A long-lived processor may read a node's live rounds and, interleaved on
+the same partition, history of the same node: an import of older data, a second import of the same range. Judged
+against the state of the live rows (or of the first import), history that goes back in time fakes what the state
+was built to see: a GPU whose newest row is hours older than its node's looks "silent for 40755 s while the node's
+other GPUs keep reporting", an error counter read back lower and then higher again looks like a new uncorrectable
+error. So the table keys a slot by event time too: every node has *lanes*, each a stream of rounds that move
+forward in time, with its own clock (the newest time of any row it took). A row goes to the lane of its node it
+continues: the lane its node's previous round went to if the row is within ``behind_s`` of that lane's clock (either
+way), else the lane whose clock is nearest among those it is not more than ``behind_s`` behind; a row further
+behind every lane of its node starts a lane of its own, with fresh state. Slots are per (GPU, lane) and node ids
+per (node, lane), so every stage's state, the detectors' node clock included, only ever compares rows of one
+event-time window: a silence is evidence only when the node's other GPUs report in the same window. A history lane
+starts from nothing, so an import judged twice is judged alike. :meth:`GpuSlots.key` names the GPU without its lane:
+a finding of a history lane is about the same GPU, dated at its own time.
 """
 
 from __future__ import annotations
@@ -34,6 +49,12 @@ from pipeline.events import InterpretedBatch
 
 #: how the stages name a GPU: (cluster, node, gpu_uuid)
 GpuKey = tuple[str, str, str]
+#: a node: (cluster, node)
+NodeKey = tuple[str, str]
+#: how far (s) a row may be behind its lane's clock and still be that lane's: a GPU event dated just before its
+#: round, a node's sources a little apart, a retried message; further behind, it is history with a lane of its own
+#: (a shorter range read again joins its lane, where no time and no counter goes back: nothing is faked)
+BEHIND_S: Final = 30.0
 #: what a state's rows stand for
 Per = Literal["gpu", "node"]
 S = TypeVar("S")
@@ -62,31 +83,46 @@ def grow(state: Any, rows: int) -> None:
 
 @dataclasses.dataclass(eq=False)
 class _Nodes:
-    #: per slot: the id of the GPU's node
+    #: per slot: the id of the GPU's node (its node's lane)
     node_of: np.ndarray = column(-1, dtype=np.int64)
+
+
+@dataclasses.dataclass(eq=False)
+class _Clocks:
+    #: per node id (a node's lane): the newest time of a row the lane took
+    clock: np.ndarray = column(-1, dtype=np.int64)
+    #: per node id: whether its node has other lanes (rows of such a node are placed one round at a time)
+    shared: np.ndarray = column(False)
 
 
 class GpuSlots:
     """GPU -> slot and node -> node id, with the state of every stage attached (see module docstring)."""
 
-    def __init__(self, capacity: int = 64) -> None:
-        self._slot: dict[GpuKey, int] = {}
+    def __init__(self, capacity: int = 64, behind_s: float = BEHIND_S) -> None:
+        self._slot: dict[GpuKey | tuple[str, str, str, int], int] = {}
         self._keys: list[GpuKey] = []
+        self._lane: list[int] = []
+        self._behind_ns = int(behind_s * 1e9)
+        #: per node: the clock of each of its lanes, and the lane its latest round went to
+        self._lanes: dict[NodeKey, _Lanes] = {}
+        #: the lanes of the GPU events of the batch :meth:`rows` was last asked about, by (cluster, node, ts_ns)
+        self._placed: dict[tuple[str, str, int], int] = {}
         self._index: list[int] = []
         self._model: list[str] = []
-        self._node_id: dict[tuple[str, str], int] = {}
+        self._node_id: dict[tuple[str, str, int], int] = {}
         self._rows: dict[Per, int] = {"gpu": capacity, "node": capacity}
         self._attached: list[tuple[weakref.ref[Any], Per]] = []
         self._last: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], np.ndarray] | None = None
         self._nodes = self.attach(_Nodes())
+        self._clocks = self.attach(_Clocks(), per="node")
 
     def __len__(self) -> int:
-        """GPUs seen."""
+        """Slots handed out: GPUs seen, once per lane."""
         return len(self._keys)
 
     @property
     def nodes(self) -> int:
-        """Nodes seen."""
+        """Node ids handed out: nodes seen, once per lane."""
         return len(self._node_id)
 
     @property
@@ -95,7 +131,17 @@ class GpuSlots:
         return self._nodes.node_of
 
     def key(self, slot: int) -> GpuKey:
+        """The GPU of a slot, whatever its lane."""
         return self._keys[slot]
+
+    def lanes_of(self, node: NodeKey) -> int:
+        """How many lanes a node has (0: not seen)."""
+        lanes = self._lanes.get(node)
+        return 0 if lanes is None else len(lanes.ids)
+
+    def lane(self, slot: int) -> int:
+        """The lane of a slot: 0 for the first stream of its node's rows, then one per history further behind."""
+        return self._lane[slot]
 
     def index(self, slot: int) -> int:
         """The GPU's index on its node, as first seen (-1 if it came with none)."""
@@ -105,32 +151,122 @@ class GpuSlots:
         """The GPU's model, as first seen ("" if it came with none: a GPU known only from its events)."""
         return self._model[slot]
 
-    def find(self, key: GpuKey) -> int | None:
-        """The slot of a GPU seen before, else None."""
-        return self._slot.get(key)
+    def find(self, key: GpuKey, lane: int = 0) -> int | None:
+        """The slot of a GPU seen before in ``lane``, else None."""
+        return self._slot.get(_full(key, lane))
 
-    def slot(self, key: GpuKey, index: int = -1, model: str = "") -> int:
-        """The slot of one GPU, added with its index and model if it is new."""
-        found = self._slot.get(key)
+    def slot(self, key: GpuKey, index: int = -1, model: str = "", ts_ns: int | None = None) -> int:
+        """The slot of one GPU, added with its index and model if it is new: in the lane a row at ``ts_ns``
+        belongs to (None: the lane its node's latest round went to)."""
+        if ts_ns is None:
+            lane = self._lane_now(key[:2])
+        else:
+            placed = self._placed.get((*key[:2], ts_ns))
+            lane = self._lanes_of([key[:2]], np.array([ts_ns]))[0] if placed is None else placed
+        full = _full(key, int(lane))
+        found = self._slot.get(full)
         if found is None:
-            found = self._slot[key] = len(self._slot)
-            self._add(key, index, model)
+            found = self._slot[full] = len(self._slot)
+            self._add(key, int(lane), index, model)
         return found
 
     def slots(self, keys: Iterable[GpuKey]) -> np.ndarray:
-        """The slot of every key, in order; a GPU seen for the first time gets the next one."""
-        return self._lookup(list(keys), (), ())
+        """The slot of every key, in order, in the lane its node's latest round went to; a GPU seen for the first
+        time gets the next one."""
+        keys = list(keys)
+        lanes = np.fromiter((self._lane_now(k[:2]) for k in keys), dtype=np.int64, count=len(keys))
+        return self._lookup(keys, lanes, (), ())
 
     def rows(self, batch: InterpretedBatch) -> np.ndarray:
-        """The slot of every row of a batch (read-only; the same array again for the same batch's key columns)."""
+        """The slot of every row of a batch, each in the lane its time belongs to (read-only; the same array again
+        for the same batch's key columns)."""
         last = self._last
         if last is not None and last[0] is batch.gpu_uuid and last[1] is batch.node and last[2] is batch.cluster:
             return last[3]
         keys = list(zip(batch.cluster, batch.node, batch.gpu_uuid, strict=True))
-        out = self._lookup(keys, batch.gpu_index, batch.gpu_model)
+        out = self._continuing(keys, batch.ts_ns) if not batch.gpu_events else None
+        if out is None:
+            out = self._placed_rows(batch, keys)
         out.flags.writeable = False
         self._last = (batch.gpu_uuid, batch.node, batch.cluster, out)
         return out
+
+    def _continuing(self, keys: list[GpuKey], ts: np.ndarray) -> np.ndarray | None:
+        """The slots of a batch whose every row continues its GPU's only lane (live data: one dict lookup per row
+        and a vector comparison), the clocks moved on; None if any row does not (a GPU not seen yet, a node with
+        several lanes, a row further behind than ``behind_s``)."""
+        table = self._slot
+        slots = np.fromiter((table.get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        if (slots < 0).any():
+            return None
+        node = self._nodes.node_of[slots]
+        clocks = self._clocks
+        if clocks.shared[node].any() or (ts < clocks.clock[node] - self._behind_ns).any():
+            return None
+        np.maximum.at(clocks.clock, node, ts)
+        self._placed = {}
+        return slots
+
+    def _placed_rows(self, batch: InterpretedBatch, keys: list[GpuKey]) -> np.ndarray:
+        """The slots of a batch's rows, each placed in its lane round by round (:meth:`_lanes_of`)."""
+        # the batch's GPU events are placed with its rows (an event dated between two rounds is their lane's), and
+        # :meth:`slot` finds them there
+        events = [((e.cluster, e.node), e.ts_ns) for e in batch.gpu_events]
+        ts = np.concatenate([batch.ts_ns, np.array([t for _, t in events], dtype=np.int64)])
+        lanes = self._lanes_of([k[:2] for k in keys] + [node for node, _ in events], ts)
+        placed = lanes[len(keys) :].tolist()
+        self._placed = {(*node, t): lane for (node, t), lane in zip(events, placed, strict=True)}
+        return self._lookup(keys, lanes[: len(keys)], batch.gpu_index, batch.gpu_model)
+
+    def _lane_now(self, node: NodeKey) -> int:
+        lanes = self._lanes.get(node)
+        return 0 if lanes is None else lanes.last
+
+    def _lanes_of(self, nodes: list[NodeKey], ts: np.ndarray) -> np.ndarray:
+        """The lane of every row (its node, its time; see the module docstring), placed round by round, oldest
+        first; the lanes' clocks moved on."""
+        out = np.zeros(len(nodes), dtype=np.int64)
+        if not nodes:
+            return out
+        ids: dict[NodeKey, int] = {}
+        of = np.fromiter((ids.setdefault(k, len(ids)) for k in nodes), dtype=np.int64, count=len(nodes))
+        order = np.argsort(of, kind="stable")
+        bounds = np.flatnonzero(np.r_[True, of[order][1:] != of[order][:-1], True]).tolist()
+        for node, a, b in zip(ids, bounds[:-1], bounds[1:], strict=True):
+            rows = order[a:b]
+            rounds, which = np.unique(ts[rows], return_inverse=True)
+            out[rows] = np.array([self._place(node, int(r)) for r in rounds.tolist()], dtype=np.int64)[which]
+        return out
+
+    def _place(self, node: NodeKey, ts_ns: int) -> int:
+        """The lane of a round of ``node`` at ``ts_ns`` (see the module docstring); its clock moves on. A new lane
+        gets its node id at once (its clock lives there)."""
+        lanes = self._lanes.get(node)
+        if lanes is None:  # its first lane may have been opened already, by a GPU's slot asked for without a time
+            first = self._node_id.get((*node, 0))
+            lanes = self._lanes[node] = _Lanes([] if first is None else [first])
+        behind = self._behind_ns
+        now = [int(self._clocks.clock[i]) for i in lanes.ids]
+        if now and abs(ts_ns - now[lanes.last]) <= behind:
+            lane = lanes.last
+        else:
+            near = [(abs(ts_ns - c), i) for i, c in enumerate(now) if ts_ns >= c - behind]
+            lane = min(near)[1] if near else len(now)
+        if lane == len(lanes.ids):
+            lanes.ids.append(self._node((*node, lane)))
+            self._clocks.shared[lanes.ids] = len(lanes.ids) > 1
+        i = lanes.ids[lane]
+        self._clocks.clock[i] = max(int(self._clocks.clock[i]), ts_ns)
+        lanes.last = lane
+        return lane
+
+    def _node(self, key: tuple[str, str, int]) -> int:
+        """The id of a node's lane, the next one if it is new."""
+        found = self._node_id.get(key)
+        if found is None:
+            found = self._node_id[key] = len(self._node_id)
+            self._grow("node", found + 1)
+        return found
 
     def attach(self, state: S, per: Per = "gpu") -> S:
         """Allocate the :func:`column` fields of ``state`` (a row per GPU, or per node) and keep them growing with
@@ -139,26 +275,27 @@ class GpuSlots:
         grow(state, self._rows[per])
         return state
 
-    def _lookup(self, keys: list[GpuKey], index: Sequence[int], model: Sequence[str]) -> np.ndarray:
+    def _lookup(self, keys: list[GpuKey], lanes: np.ndarray, index: Sequence[int], model: Sequence[str]) -> np.ndarray:
         table = self._slot
         before = len(table)
-        out = np.fromiter((table.setdefault(k, len(table)) for k in keys), dtype=np.int64, count=len(keys))
+        full = [_full(k, lane) for k, lane in zip(keys, lanes.tolist(), strict=True)] if lanes.any() else keys
+        out = np.fromiter((table.setdefault(k, len(table)) for k in full), dtype=np.int64, count=len(keys))
         if len(table) > before:
             fresh = np.flatnonzero(out >= before)
             _, first = np.unique(out[fresh], return_index=True)  # new slots in order, each with its first row
             for row in fresh[first].tolist():
-                self._add(keys[row], index[row] if index else -1, model[row] if model else "")
+                self._add(keys[row], int(lanes[row]), index[row] if len(index) else -1, model[row] if model else "")
         return out
 
-    def _add(self, key: GpuKey, index: int, model: str) -> None:
-        """Record the GPU that just got the next slot (and its node, if that is new)."""
+    def _add(self, key: GpuKey, lane: int, index: int, model: str) -> None:
+        """Record the GPU (in ``lane``) that just got the next slot (and its node's lane, if that is new)."""
         slot = len(self._keys)
         self._keys.append(key)
+        self._lane.append(lane)
         self._index.append(index)
         self._model.append(model)
-        node = self._node_id.setdefault(key[:2], len(self._node_id))
+        node = self._node((*key[:2], lane))
         self._grow("gpu", slot + 1)
-        self._grow("node", node + 1)
         self._nodes.node_of[slot] = node
 
     def _grow(self, per: Per, needed: int) -> None:
@@ -172,3 +309,17 @@ class GpuSlots:
             state = ref()
             if p == per and state is not None:
                 grow(state, self._rows[per])
+
+
+@dataclasses.dataclass
+class _Lanes:
+    """A node's lanes: the node id of each (where its clock is) and the lane its latest round went to."""
+
+    ids: list[int] = dataclasses.field(default_factory=list)
+    last: int = 0
+
+
+def _full(key: GpuKey, lane: int) -> GpuKey | tuple[str, str, str, int]:
+    """A slot's key in the table: the GPU's in its node's first lane (the only one of live data), with the lane
+    after it in the others."""
+    return key if lane == 0 else (*key, lane)

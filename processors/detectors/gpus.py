@@ -95,12 +95,18 @@ class Latest:
         out: np.ndarray = self.explained_until[slot] >= ts_ns
         return out
 
-    def counter_deltas(self, s: np.ndarray, first: np.ndarray, m: np.ndarray) -> np.ndarray:
+    def counter_deltas(
+        self, s: np.ndarray, first: np.ndarray, m: np.ndarray, late: np.ndarray | None = None
+    ) -> np.ndarray:
         """Per row (sorted by slot, then time; ``first``: a slot's first row), how much each error counter rose since
         its last known value (an earlier row of the batch, else the GPU's kept one): a counter absent from some rows
         (a costly NVML reading read every n-th round) rises by what it gained over the gap, however the rows are
-        batched. 0 on a reset (the counter fell) or where it is unknown; the newest value of each becomes the GPU's."""
+        batched. 0 on a reset (the counter fell) or where it is unknown; the newest value of each becomes the GPU's.
+        A ``late`` row (older than the GPU's latest) says nothing about its counters: read back lower and then
+        higher again, a counter would look reset and then risen."""
         values = m[:, _COUNTER_COLS]
+        if late is not None and late.any():
+            values = np.where(late[:, None], np.nan, values)
         n = len(values)
         rows = np.arange(n)
         start = np.maximum.accumulate(np.where(first, rows, 0))  # each row's slot's first row

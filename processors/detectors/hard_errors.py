@@ -157,7 +157,7 @@ class HardErrors:
         """A batch's GPU events, in time order (a GPU known only from its events gets a slot of its own)."""
         cfg, gpus = self.settings, self.report.gpus
         for e in sorted(events, key=lambda ev: ev.ts_ns):
-            slot = self.slots.slot((e.cluster, e.node, e.gpu_uuid), e.gpu_index, "")
+            slot = self.slots.slot((e.cluster, e.node, e.gpu_uuid), e.gpu_index, "", e.ts_ns)
             node = int(self.slots.node_of[slot])
             self.nodes.latest[node] = max(int(self.nodes.latest[node]), e.ts_ns)
             if e.kind is EventKind.GPU_LOST or (e.kind is EventKind.XID and e.code in LOST):

@@ -123,20 +123,21 @@ class Links:
         self.slots = slots
         self.topology_of = topology_of
         self.expected = slots.attach(_Expected())
-        self._asked: dict[tuple[str, str], int] = {}
+        self._asked: dict[tuple[str, str, int], int] = {}
 
     def refresh(self, slots: np.ndarray, now_ns: int) -> None:
         """Ask the topology of the nodes of GPUs whose NVLinks are not known yet (at most once a minute of data)."""
         fresh = np.unique(slots[self.expected.links[slots] == 0])
-        for node_key in {self.slots.key(x)[:2] for x in fresh.tolist()}:
-            if now_ns - self._asked.get(node_key, -(2**62)) < _ASK_AGAIN_NS:
+        for cluster, node, lane in {(*self.slots.key(x)[:2], self.slots.lane(x)) for x in fresh.tolist()}:
+            # asked per lane: a history lane's data time is not its live lane's
+            if now_ns - self._asked.get((cluster, node, lane), -(2**62)) < _ASK_AGAIN_NS:
                 continue
-            self._asked[node_key] = now_ns
-            topo = self.topology_of(*node_key)
+            self._asked[(cluster, node, lane)] = now_ns
+            topo = self.topology_of(cluster, node)
             if topo is None:
                 continue
             for gpu in topo.gpus:
-                known = self.slots.find((node_key[0], node_key[1], gpu.uuid))
+                known = self.slots.find((cluster, node, gpu.uuid), lane)
                 if known is not None:
                     self.expected.links[known] = gpu.nvlink_links if gpu.nvlink_links > 0 else -1
 

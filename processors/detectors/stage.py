@@ -244,7 +244,7 @@ class Detectors:
         back = (prev_ts >= 0) & (ts - prev_ts >= links.REBOOT_S * S)
         trained = self.links.trained(s, ts, m, back)
         cond, seen = level_conditions(m, rel, allocated, self.links.expected.links[s], full_width, trained)
-        deltas = self.latest.counter_deltas(s, first, m)
+        deltas = self.latest.counter_deltas(s, first, m, late=ts < self.latest.ts[s])
         job_start = self.jobs.process_starts(b, order, s)
         for k in range(int(rank.max()) + 1):
             rows = np.flatnonzero(rank == k)
@@ -263,7 +263,7 @@ class Detectors:
             self.stragglers.step(g, t, m[rows], rel[rows])
             self.changes.step(g, t, m[rows], phase[rows], dt_s[rows], held[rows], started, serving[rows], out)
             self.hard_errors.returns(g, t)
-            self.latest.ts[g] = t
+            self.latest.ts[g] = np.maximum(self.latest.ts[g], t)  # a late row of the lane does not set it back
             self.hard_errors.counters(g, t, m[rows], deltas[rows], out)
             self.storms.step(g, t, deltas[rows], dt_s[rows], out)
         np.maximum.at(self.clock.latest, self.slots.node_of[s], ts)

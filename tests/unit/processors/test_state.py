@@ -75,3 +75,38 @@ def test_a_batch_is_looked_up_once_by_every_stage() -> None:
     assert not first.flags.writeable
     other = _batch(("n1", "H100", 1), ("n1", "H100", 0))
     assert slots.rows(other).tolist() == [1, 0]
+
+
+def _at(node: str, seconds: int, *gpus: int) -> InterpretedBatch:
+    return InterpretedBatch.from_events(
+        [InterpretedEvent(GpuSample("c", node, f"GPU-{i}", i, "H100", 10**18 + seconds * 10**9, {})) for i in gpus]
+    )
+
+
+def test_history_behind_a_nodes_clock_gets_slots_and_a_node_id_of_its_own() -> None:
+    """Live rounds of n1 at t=10000 s; its history from t=0 to 100 (an import), again from t=0 (the same range
+    imported again), interleaved with live rounds: three lanes, each with its own slots and node id; the key names
+    the GPU."""
+    slots = GpuSlots(behind_s=30)
+    assert slots.rows(_at("n1", 10_000, 0, 1)).tolist() == [0, 1]
+    assert slots.rows(_at("n1", 10_001, 0, 1)).tolist() == [0, 1]  # live goes on
+    assert slots.rows(_at("n1", 0, 0, 1)).tolist() == [2, 3]  # history: far behind live
+    assert slots.rows(_at("n1", 10_002, 1, 0)).tolist() == [1, 0]  # live again, between two history messages
+    assert slots.rows(_at("n1", 100, 0, 1)).tolist() == [2, 3]  # the history goes on where it was
+    assert slots.rows(_at("n1", 9_990, 0)).tolist() == [0]  # 12 s late: the live stream's
+    assert slots.rows(_at("n1", 0, 0, 1)).tolist() == [4, 5]  # the same range again, behind both
+    assert slots.rows(_at("n1", 2, 0)).tolist() == [4]  # continues its own lane, not the first import's
+    assert [slots.lane(s) for s in range(6)] == [0, 0, 1, 1, 2, 2] and slots.lanes_of(("c", "n1")) == 3
+    assert slots.key(4) == slots.key(2) == slots.key(0) == ("c", "n1", "GPU-0")
+    assert slots.node_of[:6].tolist() == [0, 0, 1, 1, 2, 2] and slots.nodes == 3
+    assert slots.find(("c", "n1", "GPU-1"), 2) == 5 and slots.find(("c", "n1", "GPU-1")) == 1
+
+
+def test_a_gpu_event_goes_to_the_lane_of_its_time() -> None:
+    slots = GpuSlots(behind_s=30)
+    slots.rows(_at("n1", 10_000, 0))
+    slots.rows(_at("n1", 0, 0))
+    assert slots.slot(("c", "n1", "GPU-0"), 0, "", 10**18 + 5 * 10**9) == 1  # an XID of the history
+    assert slots.slot(("c", "n1", "GPU-0"), 0, "", 10**18 + 10_003 * 10**9) == 0  # one live
+    assert slots.slot(("c", "n1", "GPU-7"), 7) == 2 and slots.lane(2) == 0  # no time: the node's latest round's lane
+    assert slots.rows(_at("n1", 10_004, 7)).tolist() == [2]
