@@ -114,6 +114,9 @@ def _request(
         if kept is None:
             raise
         return _request(where, method, path, body, headers)  # the server had closed the kept connection
+    if resp.getheader("Content-Type", "").startswith("text/event-stream"):
+        conn.close()  # a good version number opened the live stream, which never ends: that is its answer
+        return resp.status, b""
     answer = resp.status, resp.read()
     if resp.will_close:
         conn.close()
@@ -188,9 +191,6 @@ def test_every_get_endpoint_answers_any_query_with_a_result_or_one_line(
     for variant in text_mutations(target, seed):
         # a request target must start with "/" (else aiohttp's HTTP parser answers before the application does)
         path = "/" + urllib.parse.quote(variant, safe="/?&=%+").lstrip("/")
-        query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query, keep_blank_values=True)
-        if path.startswith("/api/v1/live?") and query.get("since", ["0"])[0].isdigit():
-            continue  # a good version number opens the event stream, which never ends
         count()
         _check(_request(server, "GET", path), path)
 
