@@ -107,6 +107,16 @@ def _window(request: web.Request, default: str = "30m") -> _Window:
     return _Window(range_, start, stop, tr.length_ns)
 
 
+def _path_value(request: web.Request, key: str, what: str) -> str:
+    """A path parameter, checked as the query layer checks a value; a line break or other control character is
+    refused here first (``check_value``'s pattern lets one through at the end, and a 404's reason line naming the
+    value cannot hold it: that was a 500)."""
+    value = request.match_info[key]
+    if not value.isprintable():
+        raise InvalidQuery(f"{what} {value!r} has characters a {what} cannot have (control characters)")
+    return check_value(value, what)
+
+
 def _past_gpu(uuid: str) -> dict[str, Any]:
     """A GPU the live state does not know (its job is history), as the job view's card needs it."""
     return {"uuid": uuid, "node": "", "index": "", "verdict": "stored", "values": {}, "relative": {}, "findings": {}}
@@ -199,8 +209,8 @@ def add_routes(app: web.Application, settings: Settings) -> None:
         return web.json_response({"nodes": nodes})
 
     async def topology(request: web.Request) -> web.Response:
-        cluster = check_value(request.match_info["cluster"], "cluster")
-        node = check_value(request.match_info["node"], "node")
+        cluster = _path_value(request, "cluster", "cluster")
+        node = _path_value(request, "node", "node")
         mirror, live = await request.app[TOPOLOGY].get(), await request.app[LIVE].get()
         topo = mirror.get(node_key(cluster, node))
         if topo is None:
@@ -208,7 +218,7 @@ def add_routes(app: web.Application, settings: Settings) -> None:
         return web.json_response(_graph_json(topo, live))
 
     async def gpu_history(request: web.Request) -> web.Response:
-        uuid = check_value(request.match_info["uuid"], "gpu")
+        uuid = _path_value(request, "uuid", "gpu")
         w = _window(request)
         store = request.app[STORE]
         every = f"{max(5, w.length_ns // 10**9 // 120)}s"
@@ -238,7 +248,7 @@ def add_routes(app: web.Application, settings: Settings) -> None:
         })  # fmt: skip
 
     async def job_history(request: web.Request) -> web.Response:
-        job = check_value(request.match_info["job"], "job")
+        job = _path_value(request, "job", "job")
         w = _window(request)
         live = await request.app[LIVE].get()
         gpus = sorted((s for s in live.snapshot() if s.job_id == job), key=lambda s: (s.node, s.index))

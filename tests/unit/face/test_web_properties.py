@@ -318,3 +318,17 @@ def test_the_checks_before_every_handler_answer_any_headers_with_a_result_or_one
         if answer is not None and answer[0] in (200, 302, 303):
             continue  # the page and the login form answer HTML or a redirect
         _check(answer, f"{method} {path} {sent}")
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/v1/topology/c1%0A/n1", "/api/v1/topology/c1/n1%0D", "/api/v1/gpus/GPU-1%0A/history",
+             "/api/v1/jobs/j1%0A/history"],
+)  # fmt: skip
+def test_a_path_value_ending_in_a_line_break_is_a_400_not_a_500(
+    server: tuple[str, int, OfflineAdmin], path: str
+) -> None:
+    """Found by the GET target at 10,000 inputs: ``check_value``'s pattern (``^...$``) lets a trailing line break
+    through, and the topology view's 404 reason cannot hold one (aiohttp raised ValueError: a 500)."""
+    answer = _request(server, "GET", path)
+    assert answer is not None and answer[0] == 400, answer
+    assert "has characters a" in json.loads(answer[1])["error"]
