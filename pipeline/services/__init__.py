@@ -108,14 +108,6 @@ def influx_condition(info: dict[str, Any] | None) -> str:
     return UP if influxdb.healthy(str(info["url"])) else UNHEALTHY
 
 
-def _kafka_running(info: dict[str, Any] | None) -> bool:
-    return kafka_condition(info) == UP
-
-
-def _influx_running(info: dict[str, Any] | None) -> bool:
-    return influx_condition(info) == UP
-
-
 def _kafka_record(k: kafka.KafkaProcess) -> dict[str, Any]:
     return {
         "version": k.version,
@@ -302,26 +294,34 @@ def _start_fresh(settings: Settings) -> LocalState:
     return state
 
 
+def _not_up(info: dict[str, Any] | None, condition: str) -> str:
+    if info and condition == UNHEALTHY:
+        return f"not answering (pid {info['pid']} runs; log {info['log']})"
+    return "down (local; `hermeneut services up` starts it)"
+
+
 def status(settings: Settings) -> dict[str, str]:
     """One line per service: where it is and whether it answers."""
     state = read_state(settings)
     lines: dict[str, str] = {}
     if settings.uses_local_kafka:
         info = state.kafka if state else None
+        condition = kafka_condition(info)
         lines["kafka"] = (
             f"up   {info['bootstrap_servers']} (Kafka {info['version']}, pid {info['pid']}, log {info['log']})"
-            if info and _kafka_running(info)
-            else "down (local; `hermeneut services up` starts it)"
+            if info and condition == UP
+            else _not_up(info, condition)
         )
     else:
         lines["kafka"] = f"external {settings.kafka.bootstrap_servers}"
     if settings.uses_local_influxdb:
         info = state.influxdb if state else None
+        condition = influx_condition(info)
         lines["influxdb"] = (
             f"up   {info['url']} (InfluxDB {info['version']}, org {info['org']}, bucket {info['bucket']}, "
             f"pid {info['pid']}, log {info['log']})"
-            if info and _influx_running(info)
-            else "down (local; `hermeneut services up` starts it)"
+            if info and condition == UP
+            else _not_up(info, condition)
         )
     else:
         lines["influxdb"] = f"external {settings.influxdb.url}"
