@@ -64,6 +64,8 @@ def write_history(settings: Settings) -> int:
                 "power_watts": float(150 if small else 650),
                 "nvlink_tx_bytes_per_second": 0.0 if small else 200e9,
                 "pcie_tx_bytes_per_second": 1e9,
+                # as the collector stamps its samples: each stands for 10 s of GPU time (pipeline.usage)
+                "sample_interval_seconds": 10.0,
             }
             sample = GpuSample(settings.cluster, "n1", gpu, int(gpu[1]), H100, ts, metrics)
             wl = Workload(app, job_id=job, source="test", job_gpus=2 if small else 1)
@@ -84,8 +86,8 @@ def test_usage_statistics_and_advice(settings: Settings, monkeypatch: pytest.Mon
     assert set(jobs) == {"small-1", "big-2"}
     small = jobs["small-1"]
     assert small.gpus == 2 and small.application == "llm-serving" and small.gpu_model == H100
-    # 30 minutes of samples on 2 GPUs -> 30 or 31 GPU-minutes each (minute boundaries)
-    assert 59 / 60 <= small.gpu_hours <= 62 / 60
+    # 180 samples of 10 s on each of 2 GPUs: 1 GPU-hour
+    assert small.gpu_hours == pytest.approx(1.0)
     assert small.memory_peak_bytes == pytest.approx(5.9 * GIB) and small.memory_total_bytes == 80 * GIB
     assert small.sm_active_p95_percent == pytest.approx(10.0) and small.power_p95_watts == 150
     (app,) = usage(settings, UsageQuery("2h", application="llm-pretraining", cluster=settings.cluster))
