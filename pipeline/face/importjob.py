@@ -4,7 +4,10 @@
 
 1. the importer plugin (registry kind ``importer``), validated before anything is connected;
 2. topics and buckets (idempotent); a processor and a sink as child processes unless the pipeline already runs
-   elsewhere (``pipeline=False``);
+   elsewhere (``pipeline=False``) or one runs already: the main job's (``hermeneut run`` leaves them running with
+   the local services) or any in the stage's consumer group. A second processor in the same group would take half
+   the partitions from the running one, so the import goes through the running stages instead and says so; a
+   SIGTERM to the import stops the stages it started;
 3. :class:`producers.importers.driver.ImportDriver` publishes the blocks (progress bar: rows/s, ETA), resuming
    where an interrupted run of the same import stopped (a checkpoint under ``<state>/imports/``);
 4. it waits until the processor has consumed every message of the import and the sink has written what came of
@@ -18,7 +21,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import logging
+import math
+import signal
+import threading
 import time
 import uuid
 from collections import Counter
@@ -27,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+import numpy as np
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from tqdm import tqdm
 
 from pipeline import registry
@@ -38,6 +47,8 @@ from pipeline.errors import HermeneutError, ServiceError
 from pipeline.services.stages import Stage, start_stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
 from pipeline.vocab import format_duration
+
+log = logging.getLogger(__name__)
 
 #: how often the counts are read while the pipeline works through an import
 _POLL_S = 2.0
@@ -57,10 +68,148 @@ class ImportOutcome:
     complete: bool
     backfill: Any = None  # sinks.retention.BackfillReport
     notes: list[str] = field(default_factory=list)
+    #: which processor and sink the import went through, for the summary's hint (see :func:`pipeline_used`)
+    through: str = ""
 
     @property
     def dead_total(self) -> int:
         return sum(self.dead.values())
+
+
+def running_stages(settings: Settings) -> dict[str, int]:
+    """The stages the main job left running with the local services (``hermeneut run``), alive: name -> pid."""
+    from pipeline import services
+    from pipeline.services.procs import pid_alive
+
+    state = services.read_state(settings)
+    kept = (state.stages or []) if state is not None else []
+    return {str(s["name"]): int(s["pid"]) for s in kept if pid_alive(int(s["pid"]))}
+
+
+#: the consumer group of each stage an import may start (the sink: the InfluxDB sink, ``hermeneut sink``'s default)
+_GROUP = {"process": "{prefix}-processor", "sink": "{prefix}-sink-influxdb"}
+
+
+def group_members(settings: Settings) -> dict[str, int]:
+    """How many consumers are in the consumer group of each stage an import may start (name -> members; 0 where
+    the broker does not say): a processor or sink started by hand, or by another import, is found this way."""
+    from confluent_kafka.admin import AdminClient
+
+    groups = {name: g.format(prefix=settings.group_prefix) for name, g in _GROUP.items()}
+    admin = AdminClient(settings.kafka.client_config())
+    out = dict.fromkeys(groups, 0)
+    try:
+        futures = admin.describe_consumer_groups(list(groups.values()), request_timeout=10)
+        for name, group in groups.items():
+            out[name] = len(futures[group].result(timeout=10).members)
+    except (KafkaException, TimeoutError) as exc:  # an old broker, a timeout: none found, the import starts its own
+        log.warning("could not describe the consumer groups of the pipeline: %s", exc)
+    return out
+
+
+def pipeline_used(own: list[str], running: dict[str, int], run_dir: Path | None, joined: dict[str, int]) -> str:
+    """Which processor and sink an import goes through, as the summary's hint names them (pure): the ones it
+    started (``own``), the main job's (``running``, name -> pid), ones found in their consumer groups (``joined``,
+    name -> members), or a pipeline run elsewhere."""
+    kept = [f"{name} (pid {running[name]})" for name in ("process", "sink") if name in running]
+    found = [f"{name} ({n} in its consumer group)" for name in ("process", "sink") if name not in running
+             and name not in own and (n := joined.get(name, 0))]  # fmt: skip
+    parts = []
+    if own:
+        parts.append(f"the import's own {' and '.join(own)} (logs in {run_dir})")
+    if kept:
+        parts.append(f"the main job's {' and '.join(kept)}, left running with the local services")
+    if found:
+        parts.append(f"the running {' and '.join(found)}")
+    return "; ".join(parts) or "a pipeline running elsewhere (--no-pipeline)"
+
+
+class _Terminated(SystemExit):
+    """SIGTERM during an import: leaves through the ``finally`` that stops the stages the import started."""
+
+
+def _on_sigterm(signum: int, _frame: object) -> None:
+    raise _Terminated(128 + signum)
+
+
+#: a stored point of a GPU: (node, gpu uuid, ms); the ``gpu`` measurement is stored at ms
+Point = tuple[str, str, int]
+
+
+def merge_stored(rows: Any, stored: dict[Point, dict[str, float]]) -> tuple[Any, int]:
+    """``rows`` (producers.importers.rows.Rows) with the readings already stored at their points added where a row
+    has none, and how many rows took some (pure). Two files of the same range (one with power, one with
+    temperatures) are then one sample per point, judged whole: the second import's verdicts are about everything
+    the point holds, not about its own half, and a reading the row has is never replaced."""
+    n = len(rows)
+    found = [stored.get((node, gpu, ts // 1_000_000)) for node, gpu, ts in
+             zip(rows.node, rows.gpu_uuid, rows.ts_ns.tolist(), strict=True)]  # fmt: skip
+    names = sorted({name for point in found if point for name in point})
+    if not names:
+        return rows, 0
+    metrics = dict(rows.metrics)
+    took = np.zeros(n, dtype=bool)
+    for name in names:
+        have = np.array([math.nan if point is None else point.get(name, math.nan) for point in found])
+        mine = metrics.get(name)
+        column = np.full(n, math.nan) if mine is None else np.array(mine, dtype=np.float64)
+        fill = np.isnan(column) & ~np.isnan(have)
+        column[fill] = have[fill]
+        took |= fill
+        metrics[name] = column
+    return dataclasses.replace(rows, metrics=metrics), int(took.sum())
+
+
+def stored_readings(
+    settings: Settings, cluster: str, nodes: set[str], start_ns: int, stop_ns: int
+) -> dict[Point, dict[str, float]]:
+    """The readings (schema fields) stored for ``cluster``'s ``nodes`` in ``[start_ns, stop_ns]``, per point."""
+    from pipeline.events import METRIC_NAMES
+    from producers.source import INTERVAL_FIELD
+    from sinks.query.store import flux_rows
+
+    # each series' interval the driver detects itself, from the rows it sends
+    names = ", ".join(f'"{n}"' for n in METRIC_NAMES if n != INTERVAL_FIELD)
+    wanted = ", ".join(f'"{n}"' for n in sorted(nodes))
+    flux = (
+        f'from(bucket: "{settings.influxdb.bucket}")\n'
+        f"  |> range(start: time(v: {start_ns}), stop: time(v: {stop_ns + _MS}))\n"
+        f'  |> filter(fn: (r) => r._measurement == "gpu" and r.cluster == "{cluster}")\n'
+        f"  |> filter(fn: (r) => contains(value: r.node, set: [{wanted}]))\n"
+        f"  |> filter(fn: (r) => contains(value: r._field, set: [{names}]))\n"
+    )
+    [records] = flux_rows(settings, flux)
+    out: dict[Point, dict[str, float]] = {}
+    for r in records:
+        value = r["_value"]
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            key = (str(r["node"]), str(r["gpu"]), int(r["_time"].timestamp() * 1000 + 0.5))
+            out.setdefault(key, {})[str(r["_field"])] = float(value)
+    return out
+
+
+class MergedWithStored:
+    """An importer whose blocks carry, for every row, the readings the range already holds at the row's point
+    (:func:`merge_stored`): imports of the same range merge by field, not by point."""
+
+    def __init__(self, importer: Any, settings: Settings, cluster: str) -> None:
+        self.importer, self.settings, self.cluster = importer, settings, cluster
+        #: rows that took readings already stored
+        self.merged = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.importer, name)
+
+    def blocks(self) -> Any:
+        for block in self.importer.blocks():
+            rows = block.rows
+            if not len(rows):
+                yield block
+                continue
+            first, last = int(rows.ts_ns.min()), int(rows.ts_ns.max())
+            rows, took = merge_stored(rows, stored_readings(self.settings, self.cluster, set(rows.node), first, last))
+            self.merged += took
+            yield dataclasses.replace(block, rows=rows)
 
 
 def checkpoint_path(settings: Settings, key: str) -> Path:
@@ -179,7 +328,10 @@ def _caught_up(settings: Settings, raw_ends: dict[int, int]) -> bool:
 def wait_accounted(
     settings: Settings, cluster: str, report: Any, raw_ends: dict[int, int], patience_s: float, progress: bool
 ) -> tuple[int, Counter[str], bool]:
-    """Wait until every row read is stored or dead-lettered (or nothing moved for ``patience_s``); the counts."""
+    """Wait until every row read is stored or dead-lettered (or nothing moved for ``patience_s``); the counts.
+    Complete when the processor caught up and at least as many samples are stored (plus dead-lettered) as were
+    read: more where the range already held points of these GPUs that this import's rows did not (another file of
+    the same range, merged with it field by field in InfluxDB), which the summary notes."""
     expected = report.rows_read
     last, still_since = (-1, False), time.monotonic()
     with tqdm(total=expected, desc="stored or dead-lettered", unit=" rows", unit_scale=True, disable=not progress,
@@ -191,7 +343,7 @@ def wait_accounted(
             accounted = stored + sum(dead.values())
             bar.update(max(0, min(accounted, expected) - bar.n))
             if caught_up and accounted >= expected:
-                return stored, dead, accounted == expected
+                return stored, dead, True
             if (accounted, caught_up) != last:
                 last, still_since = (accounted, caught_up), time.monotonic()
             elif time.monotonic() - still_since > patience_s:
@@ -229,25 +381,41 @@ def run_import(
     storage_setup(settings)
     run_id = f"{key}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:6]}"
     stages: list[Stage] = []
+    running = running_stages(settings) if pipeline else {}
+    joined = group_members(settings) if pipeline else {}
+    # a stage already in its consumer group (the main job's, one started by hand) keeps the group's partitions: the
+    # import goes through it, never a second one that would take half of them
+    own = [name for name in ("process", "sink") if pipeline and name not in running and not joined.get(name)]
+    run_dir = settings.services.state_dir / "imports" / key / run_id if own else None
+    through = pipeline_used(own, running, run_dir, joined)
+    if pipeline and len(own) < 2:
+        echo(f"the import goes through {through}")
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
-        if pipeline:
-            run_dir = settings.services.state_dir / "imports" / key / run_id
-            stages = [start_stage("process", settings, run_dir), start_stage("sink", settings, run_dir)]
+        if run_dir is not None:
+            stages = [start_stage(name, settings, run_dir) for name in own]
             if not wait_for(lambda: all(s.stats().get("assigned") or not s.alive() for s in stages), 120):
                 raise ServiceError(f"the processor and sink did not start within 120 s (logs in {run_dir})")
             if not all(s.alive() for s in stages):
                 raise ServiceError(f"the processor or the sink exited at start (logs in {run_dir})")
         publisher = Publisher(settings.kafka.client_config())
-        driver = ImportDriver(importer, publisher, settings.topics, cluster, run_id, checkpoint, progress)
+        merging = MergedWithStored(importer, settings, cluster)
+        driver = ImportDriver(merging, publisher, settings.topics, cluster, run_id, checkpoint, progress)
         try:
             report = driver.run()
         finally:
             publisher.close()
             importer.close()
         stored, dead, complete = wait_accounted(settings, cluster, report, driver.raw_ends, patience_s, progress)
-        outcome = ImportOutcome(report, stored, dead, complete)
+        outcome = ImportOutcome(report, stored, dead, complete, through=through)
         if stored:
             outcome.backfill = backfill(settings, report.spans(), progress=progress)
+        if merging.merged:
+            outcome.notes.append(
+                f"{merging.merged} rows met readings already stored at their points (another import of the range): "
+                "merged field by field and judged whole"
+            )
         if hasattr(importer, "unmapped") and importer.unmapped:
             outcome.notes.append(f"columns no field maps to (left out): {', '.join(sorted(importer.unmapped))}")
         unknown = getattr(importer, "unknown_applications", None)
@@ -258,6 +426,8 @@ def run_import(
     finally:
         for stage in reversed(stages):
             stage.stop()
+        if main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def summary(outcome: ImportOutcome, settings: Settings, dashboard_url: str | None) -> list[str]:
@@ -274,8 +444,14 @@ def summary(outcome: ImportOutcome, settings: Settings, dashboard_url: str | Non
     missing = r.rows_read - outcome.stored - outcome.dead_total
     if missing > 0:
         lines.append(
-            f"NOT ACCOUNTED    {missing} rows are neither stored nor dead-lettered yet: is the pipeline running "
-            f"(`hermeneut process`, `hermeneut sink`)? Run the import again to check."
+            f"NOT ACCOUNTED    {missing} rows are neither stored nor dead-lettered yet, through "
+            f"{outcome.through or 'a pipeline running elsewhere'}: "
+            + (
+                "is a processor and a sink running (`hermeneut process`, `hermeneut sink`)?"
+                if not outcome.through or "elsewhere" in outcome.through
+                else "see its log and `hermeneut services status`."
+            )
+            + " Run the import again to check."
         )
     elif missing < 0:
         lines.append(

@@ -56,8 +56,10 @@ def _import(
     settings = resolved(ctx)
     dashboard = None
     with errors():
-        state = services.start_web(base) if services.read_state(base) is not None else None
-        dashboard = state.web["url"] if state is not None and state.web else None
+        # the dashboard's address if one runs; an import never starts one (`services up --no-web` meant none)
+        state = services.read_state(base)
+        web = state.web if state is not None else None
+        dashboard = web["url"] if web and services.web_healthy(web["url"]) else None
         outcome = run_import(
             settings, name, options, inputs, pipeline=kw["pipeline"], restart=kw["restart"],
             patience_s=kw["patience"], echo=click.echo,

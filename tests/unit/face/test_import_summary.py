@@ -38,3 +38,29 @@ def test_rows_not_yet_accounted_for_are_said_and_unknown_applications_cannot_tra
     assert "NOT ACCOUNTED    241 rows are neither stored nor dead-lettered yet" in lines
     assert "no application is known for these rows" in lines and "baselines train --range" not in lines
     assert "8 series with a single sample (no interval)" in lines and "dashboard" not in lines
+
+
+def test_the_hint_names_the_pipeline_the_import_went_through() -> None:
+    """Issue 37: with the main job's stages running, 'is the pipeline running?' was asked when two were. The hint
+    names the processor and sink the import used: its own (with their logs), the main job's (pids), or one run
+    elsewhere (--no-pipeline: then the question is the right one)."""
+    from pathlib import Path
+
+    from pipeline.face.importjob import pipeline_used
+
+    kept = pipeline_used([], {"process": 41, "sink": 42, "alerts": 43}, None, {"process": 1, "sink": 1})
+    assert kept == "the main job's process (pid 41) and sink (pid 42), left running with the local services"
+    mixed = pipeline_used(["sink"], {"process": 41}, Path("/s/imports/k/r"), {"process": 1})
+    assert mixed == "the import's own sink (logs in /s/imports/k/r); the main job's process (pid 41), left running " \
+        "with the local services"  # fmt: skip
+    assert pipeline_used([], {}, None, {}) == "a pipeline running elsewhere (--no-pipeline)"
+    by_hand = pipeline_used(["sink"], {}, Path("/r"), {"process": 2})  # `hermeneut process` started by hand, twice
+    assert by_hand == "the import's own sink (logs in /r); the running process (2 in its consumer group)"
+
+    def hint(through: str) -> str:
+        lines = summary(ImportOutcome(report(), 6000, Counter(), False, through=through), Settings(), None)
+        return next(line for line in lines if line.startswith("NOT ACCOUNTED"))
+
+    assert "through the main job's process (pid 41)" in hint(kept) and "is a processor" not in hint(kept)
+    assert "hermeneut services status" in hint(kept)
+    assert "is a processor and a sink running" in hint(pipeline_used([], {}, None, {}))
