@@ -48,6 +48,7 @@ from pipeline.events import GpuContext, NodeTopology, node_key
 from pipeline.mirror import TopicMirror
 from pipeline.sizing import read_limits
 from pipeline.stats import Stall, write_stats
+from pipeline.topics import wait_for_topics
 from processors.baselines.score import AnomalyTracker, Judgement, Scorer
 from processors.baselines.store import BaselineSet, BaselineStore, decode_baselines_record
 from processors.detectors.stage import Detectors
@@ -140,9 +141,9 @@ def faust_broker_credentials(settings: Settings) -> Any:
 
 def partition_count(settings: Settings, topic: str) -> int:
     """The real partition count of an existing topic (it may differ from the settings)."""
-    meta = AdminClient(settings.kafka.client_config()).list_topics(topic, timeout=30)
-    info = meta.topics.get(topic)
-    if info is None or info.error is not None or not info.partitions:
+    found, pending = wait_for_topics(AdminClient(settings.kafka.client_config()), [topic], timeout_s=10.0)
+    info = found.get(topic)
+    if pending or info is None or not info.partitions:
         raise ServiceError(f"topic {topic} does not exist: run `hermeneut topics` first")
     return len(info.partitions)
 

@@ -45,7 +45,7 @@ class HistoryQuery:
             raise InvalidQuery(f"status {self.status!r} is not firing or resolved")
         for what in ("subscription", "detector", "cluster", "dedup_key"):
             value = getattr(self, what)
-            if value is not None and not _VALUE.match(value):
+            if value is not None and not _VALUE.fullmatch(value):
                 raise InvalidQuery(f"{what} {value!r} may only hold letters, digits and . _ : / -")
         if not 1 <= self.limit <= 100_000:
             raise InvalidQuery(f"limit {self.limit} is not between 1 and 100000")

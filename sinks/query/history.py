@@ -59,7 +59,7 @@ _HISTORY_STRINGS: Final = ("phase", "app_source")
 
 
 def _checked_value(what: str, value: str) -> str:
-    if not _SAFE_VALUE.match(value):
+    if not _SAFE_VALUE.fullmatch(value):
         raise InvalidQuery(f"{what} {value!r} has characters a {what} cannot have")
     return value
 

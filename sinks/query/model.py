@@ -97,7 +97,7 @@ def parse_time(value: str, what: str) -> int:
 
 
 def check_value(value: str, what: str) -> str:
-    if not _VALUE.match(value):
+    if not _VALUE.fullmatch(value):
         raise InvalidQuery(
             f"{what} {value!r} has characters a {what} cannot have (letters, digits, space and ._:/@+()- only)"
         )

@@ -290,3 +290,17 @@ def test_row_times() -> None:
     assert first.row_time(RANGE.start_ns + 17) == RANGE.start_ns + 17
     windowed = Aggregate("t", "gpu", (Expr("power_watts", "max"),), RANGE, window_ns=60 * NS)
     assert windowed.row_time(RANGE.start_ns + 60 * NS) == RANGE.start_ns + 60 * NS
+
+
+@pytest.mark.parametrize("value", ["24h\n", "node-1\n", "gpu\r\n"])
+def test_a_value_with_a_trailing_line_break_is_refused(value: str) -> None:
+    """``$`` matches before a final newline: every query value check matches the whole string (a path parameter
+    ``24h%0A`` reached a query and came back a 500)."""
+    from sinks.query.alerts import _VALUE as ALERT_VALUE
+    from sinks.query.history import _SAFE_VALUE
+    from sinks.query.model import check_value
+
+    with pytest.raises(InvalidQuery):
+        check_value(value, "cluster")
+    assert ALERT_VALUE.fullmatch(value) is None
+    assert _SAFE_VALUE.fullmatch(value) is None
