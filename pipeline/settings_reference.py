@@ -16,19 +16,19 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
 
-import annotated_types
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
 from pipeline.config import ENV_PREFIX, Settings
 
+#: the constraints pydantic keeps in a field's metadata (annotated_types' Ge, Le, MaxLen, ...), by attribute
 _BOUNDS = (
-    (annotated_types.Ge, "ge", ">="),
-    (annotated_types.Gt, "gt", ">"),
-    (annotated_types.Le, "le", "<="),
-    (annotated_types.Lt, "lt", "<"),
-    (annotated_types.MinLen, "min_length", "length >="),
-    (annotated_types.MaxLen, "max_length", "length <="),
+    ("ge", ">="),
+    ("gt", ">"),
+    ("le", "<="),
+    ("lt", "<"),
+    ("min_length", "length >="),
+    ("max_length", "length <="),
 )
 
 
@@ -87,9 +87,10 @@ def _default(info: FieldInfo) -> str:
 def _bounds(info: FieldInfo) -> str:
     parts = []
     for meta in info.metadata:
-        for kind, attribute, sign in _BOUNDS:
-            if isinstance(meta, kind):
-                parts.append(f"{sign} {getattr(meta, attribute)}")
+        for attribute, sign in _BOUNDS:
+            bound = getattr(meta, attribute, None)
+            if bound is not None:
+                parts.append(f"{sign} {bound}")
         pattern = getattr(meta, "pattern", None)
         if pattern:
             parts.append(f"matches `{pattern}`")
