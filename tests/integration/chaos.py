@@ -2,7 +2,7 @@
 producers' own :class:`~pipeline.publisher.Publisher`, the real stages as processes (processors, the sink, the
 alert manager), a webhook receiver subscribed to every alert, and the accounting of what came out.
 
-:class:`Counts` is what each scenario asserts and what docs/guarantees.md's "Delivery guarantees" reports: distinct stored
+:class:`Counts` is what each scenario asserts and what docs/guarantees.md ("Delivery guarantees") reports: distinct
 ``gpu`` points against the samples produced (lost) and stored rows against distinct points (duplicated: the same
 sample under two series); findings on the alerts topic against ``finding`` points stored; alerts fired against
 firing notifications, with a redelivery (the same ``X-Hermeneut-Delivery`` id again, the documented crash window)
