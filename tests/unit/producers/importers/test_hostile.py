@@ -278,7 +278,7 @@ def test_dcgm_a_timestamp_out_of_range_costs_its_file_only(stamp: str) -> None:
     block = importer.read("\n".join(lines).encode(), "t4.prom", "n", 1_772_798_400_000_000_000)
     (bad,) = block.rejected
     assert bad.reason == "malformed" and len(block.rows) == 0
-    assert "outside 1970..2262" in bad.detail or "cannot be read" in bad.detail or "not a sample" in bad.detail
+    assert any(why in bad.detail for why in ("outside 1970..2262", "not a sample", "over 4,096 characters"))
     intact = importer.read(text.encode(), "t4.prom", "n", 1_772_798_400_000_000_000)
     assert len(intact.rows) == 1 and intact.rejected == ()
 
@@ -308,3 +308,15 @@ def test_a_line_whose_time_cannot_be_read_keeps_its_gpus_place(when: str) -> Non
     assert [r.origin for r in block.rejected] == ["g.csv:11", "g.csv:17", "g.csv:18"]
     assert all(("is not a time" if when else "the time is empty") in r.detail for r in block.rejected)
     assert len(block.rows) == 21 and block.rows.gpu_index == (*range(8), 0, *range(2, 7), *range(1, 8))
+
+
+def test_dcgm_a_line_over_the_bound_costs_its_file_without_parsing_it() -> None:
+    """A value of 131,073 digits and a letter: dcgm-exporter's value parser takes the square of its length (about
+    13 minutes); the file is refused by its line's length first."""
+    text = (SCRAPES / "ericsson_t4_under_load.prom").read_text()
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("DCGM_FI_DEV_GPU_UTIL"))
+    lines[at] = lines[at].rsplit(" ", 1)[0] + " " + "7" * LIMIT + "x"
+    block = DcgmFilesImporter(DcgmFilesConfig()).read("\n".join(lines).encode(), "t4.prom", "n", 0)
+    (bad,) = block.rejected
+    assert bad.detail == f"line {at + 1} is over 4,096 characters: not a line dcgm-exporter writes"
