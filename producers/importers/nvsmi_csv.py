@@ -314,7 +314,7 @@ class NvsmiCsvImporter:
             if not record.strip():
                 continue
             if _is_header(cells):  # the header (again, in a log appended to)
-                if pending:
+                while pending:  # a carried line is settled too: nothing follows it in this layout
                     settle()
                 layout, last_time = _Layout.of(cells), None
                 self.unmapped.update(layout.unmapped)
@@ -338,7 +338,7 @@ class NvsmiCsvImporter:
             else:
                 take(line, cells, record, None)
             last_time = at
-        if pending:
+        while pending:
             settle()
         fields = dict.fromkeys(name for row in read for name in row[4])
         rows = Rows(

@@ -320,3 +320,12 @@ def test_dcgm_a_line_over_the_bound_costs_its_file_without_parsing_it() -> None:
     block = DcgmFilesImporter(DcgmFilesConfig()).read("\n".join(lines).encode(), "t4.prom", "n", 0)
     (bad,) = block.rejected
     assert bad.detail == f"line {at + 1} is over 4,096 characters: not a line dcgm-exporter writes"
+
+
+def test_a_line_without_a_time_at_the_end_is_a_dead_letter_too() -> None:
+    """Found by the property test: one line past the last time's N, without a readable time, was carried to a next
+    time that never came, and neither stored nor dead-lettered."""
+    lines = _nanogpt_as_nvidia_smi(16).splitlines()
+    lines.append("not a time" + lines[-1][lines[-1].index(",") :])
+    block = NvsmiCsvImporter(NvsmiCsvConfig(gpus_per_timestamp=8)).read("\n".join(lines).encode(), "g.csv", "g")
+    assert len(block.rows) == 16 and [r.origin for r in block.rejected] == ["g.csv:18"]
