@@ -91,7 +91,8 @@ def _float(text: str) -> float:
         return -math.inf
     if text == "NaN":
         return math.nan
-    if not re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", text):
+    # one way to split the digits (not \d+\.?\d*, which backtracks quadratically on a long run of digits)
+    if not re.fullmatch(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?", text):
         raise ValueError(text)
     return float(text)
 
