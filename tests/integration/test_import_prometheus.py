@@ -23,7 +23,7 @@ from tests import TESTDATA
 
 from .conftest import InfluxServer, KafkaServer
 from .harness import running_pipeline, stored_points
-from .test_import import accounted, import_settings, imported
+from .test_import import accounted, idle_minute_samples, import_settings, imported
 
 pytestmark = pytest.mark.integration
 
@@ -137,7 +137,9 @@ def test_a_regular_grid_gives_gpu_hours_and_idle_time_as_numpy_does(
         last = np.searchsorted(ts, grid, side="right") - 1
         taken = (last >= 0) & (ts[np.maximum(last, 0)] > grid - step_s)
         n_points += int(taken.sum())
-        idle_points += int((util[last[taken]] < 10).sum())
+        # top wasted counts the samples of minutes whose peak stays under the threshold (docs/queries.md)
+        grid_ns = np.round(grid[taken] * 1e9).astype(np.int64)
+        idle_points += idle_minute_samples(grid_ns, util[last[taken]], 10.0)
     assert r.rows_read == outcome.stored == n_points
     with Store.from_settings(settings) as store:
         (job,) = job_summaries(store, JobsQuery(None, Scope(cluster=cluster), start, end)).rows
