@@ -189,7 +189,9 @@ def test_the_readme_loop_with_a_live_processor_finds_only_what_the_data_holds(
     assert [f for f in found if f[0] == "fallen-off-bus"] == []
     assert set(history) <= held, set(history) - held  # in the history: only what the trace alone holds
     assert [f for f in found if f[2] > first.report.last_ns] == []  # the healthy live node: nothing
-    assert len(rounds) >= 20 and rounds[0] < first.report.started_ns  # the node reported live all along
+    # the node reported live all along: before the first import and through the 5 s after the second (the loop can
+    # take under 20 s on a quiet machine: the count of rounds is not the point)
+    assert len(rounds) >= 5 and rounds[0] < first.report.started_ns
 
 
 def test_an_import_finds_a_running_processor_and_sink_in_their_consumer_groups(
