@@ -5,10 +5,11 @@ in the lookback (InfluxDB), by :func:`pipeline.health.assess`, with what the sto
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from pipeline.codec import decode_record
 from pipeline.config import HealthSettings, Settings
@@ -17,10 +18,11 @@ from pipeline.escalation import History
 from pipeline.events import NodeTopology
 from pipeline.health import FiringFinding, FleetHealth, assess, assessment_json
 from pipeline.mirror import TopicMirror
-from pipeline.vocab import NS_PER_S
+from pipeline.vocab import NS_PER_S, parse_duration
 from sinks.alerting.admin import AlertAdmin
 from sinks.alerting.model import AlertStatus
 from sinks.query.fleet import finding_episodes, last_reports, open_findings
+from sinks.query.model import parse_time
 from sinks.query.store import Store
 
 
@@ -56,15 +58,61 @@ class HealthQuery:
         """Where the fleet's membership starts: the range's start, else the lookback before ``at_ns``."""
         return self.start_ns if self.start_ns is not None else at_ns - int(self.lookback_s * NS_PER_S)
 
-    def describe(self, at_ns: int) -> str:
-        """The selection in words, for an empty answer."""
+    def describe(self, at_ns: int | None) -> str:
+        """The selection in words, for an empty answer (``at_ns`` None: now)."""
         who = f"cluster {self.cluster}" if self.cluster else "the fleet"
-        when = (
-            f"between {_utc(self.start_ns)} and {_utc(at_ns)}"
-            if self.start_ns is not None
-            else f"in the {self.lookback_s:g} s before {_utc(at_ns)}"
-        )
+        if at_ns is None:
+            when = f"in the last {self.lookback_s:g} s"
+        elif self.start_ns is not None:
+            when = f"between {_utc(self.start_ns)} and {_utc(at_ns)}"
+        else:
+            when = f"in the {self.lookback_s:g} s before {_utc(at_ns)}"
         return f"no GPU of {who} reported {when}, and no finding names one"
+
+
+#: a time as ``--at``/``--range`` (CLI) and ``at``/``range`` (HTTP) take it: RFC 3339 (no zone: UTC), matched whole
+_TIME: Final = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2})?)?")
+#: the times epoch nanoseconds in 64 bits can hold (InfluxDB's range)
+_EPOCH_NS: Final = range(2**63)
+
+
+def _when(text: str, now_ns: int, what: str) -> int:
+    """A time (RFC 3339) or a duration ago (``3d``: the vocabulary's), the whole text and nothing around it."""
+    if text[:5].count("-") == 1 and text[:4].isdigit():  # a date begins it: a time or nothing
+        if not _TIME.fullmatch(text):
+            raise InvalidQuery(f"{what} {text!r} is not a time like 2025-01-31T12:00:00Z")
+        ns = parse_time(text, what)
+        if ns not in _EPOCH_NS:
+            raise InvalidQuery(f"{what} {text!r} is not between 1970 and 2262")
+        return ns
+    return now_ns - _duration(text, what)
+
+
+def _duration(text: str, what: str) -> int:
+    if text != text.strip():
+        raise InvalidQuery(f"{what} {text!r} has white space around it")
+    return parse_duration(text, what, error=InvalidQuery)
+
+
+def past_of(
+    at: str | None, range_: str | None, now_ns: int, names: tuple[str, str] = ("--at", "--range")
+) -> tuple[int | None, int | None]:
+    """(start, stop) of ``at`` (an instant: start None) or ``range_`` (A..B, or the last D); (None, None): now.
+    ``names``: what the asker calls the two (the CLI's options, the HTTP API's parameters)."""
+    at_name, range_name = names
+    if at is not None and range_ is not None:
+        raise InvalidQuery(f"give {at_name} (an instant) or {range_name} (a span), not both")
+    if at is not None:
+        return None, _when(at, now_ns, at_name)
+    if range_ is None:
+        return None, None
+    if ".." not in range_:
+        return now_ns - _duration(range_, range_name), now_ns
+    first, _, last = range_.partition("..")
+    start, stop = _when(first, now_ns, f"{range_name} start"), _when(last, now_ns, f"{range_name} end")
+    if start >= stop:
+        raise InvalidQuery(f"{range_name} {range_}: its start must be before its end")
+    return start, stop
 
 
 def node_topologies(settings: Settings) -> list[NodeTopology]:
@@ -127,9 +175,11 @@ def health_json(h: FleetHealth, q: HealthQuery) -> dict[str, Any]:
         nodes = tuple(n for n in nodes if n.state.value != "healthy")
     if (q.gpu or q.node) and not gpus and not nodes:
         raise InvalidQuery(f"no GPU or node {q.gpu or q.node!r} reported in the lookback, and none has a finding")
+    empty = not (h.gpus or h.nodes)
     return {
-        # nothing reported and nothing fired: nothing was judged (never "every GPU is healthy")
-        "empty": not (h.gpus or h.nodes),
+        # nothing reported and nothing fired: nothing was judged (never "every GPU is healthy"), and why
+        "empty": empty,
+        "empty_selection": q.describe(q.stop_ns) if empty else None,
         "start_ns": q.start_ns,
         "at_ns": q.stop_ns,
         "gpus_by_state": h.counts("gpus"),

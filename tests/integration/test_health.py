@@ -16,9 +16,11 @@ from click.testing import CliRunner
 from pipeline.config import Settings, settings_env
 from pipeline.events import Severity
 from pipeline.face.cli import cli
+from pipeline.face.web.app import create_app, serving
 from pipeline.services.stages import start_stage, wait_for
 from tests.integration.alerting_parts import fault, publish_findings, start_manager, tail, with_alerts
 from tests.integration.harness import consume_all
+from tests.webserver import get_json
 
 pytestmark = pytest.mark.integration
 
@@ -188,3 +190,20 @@ def test_health_of_the_past_at_and_over_a_time_and_an_empty_selection(
     )
     assert result.exit_code == 4 and "empty selection: no GPU of cluster" in result.output, result.output
     assert "healthy" not in result.output
+
+    # GET /api/v1/health?at=&range= answers the same from the same function (no alert manager runs: no Kafka read)
+    with serving(create_app(settings)) as url:
+
+        def api(query: str) -> dict[str, Any]:
+            status, body = get_json(f"{url}/api/v1/health?cluster={c}&{query}")
+            assert status == 200, body
+            return body
+
+        assert api(f"at={iso(t0 + 200 * s)}") == at_200
+        assert api(f"at={iso(t0 + 7200 * s)}") == later
+        assert api(f"range={iso(t0 + 100 * s)}..{iso(t0 + 400 * s)}") == over
+        empty = api(f"range={iso(t0 - 7200 * s)}..{iso(t0 - 3600 * s)}")
+        assert empty["empty"] and empty["gpus"] == [] and sum(empty["gpus_by_state"].values()) == 0
+        assert empty["empty_selection"].startswith(f"no GPU of cluster {c} reported between "), empty
+        status, body = get_json(f"{url}/api/v1/health?cluster={c}&range={iso(t0 + 400 * s)}..{iso(t0 + 100 * s)}")
+        assert status == 400 and body["error"].endswith("its start must be before its end"), body

@@ -8,7 +8,7 @@ import time
 import click
 
 from pipeline.face.cli.base import cli, errors, resolved
-from pipeline.vocab import parse_duration, parse_seconds
+from pipeline.vocab import parse_seconds
 
 #: the exit code of an empty selection (no GPU reported, nothing fired): nothing was judged
 EMPTY = 4
@@ -16,35 +16,6 @@ EMPTY = 4
 
 def _ago(now_ns: int, ns: int | None) -> str:
     return "never" if ns is None else f"{max(0, now_ns - ns) / 1e9:.0f} s ago"
-
-
-def _when(text: str, now_ns: int, what: str) -> int:
-    """A time as the query commands take it (RFC 3339; no zone: UTC) or a duration ago (``3d``: the vocabulary's)."""
-    from pipeline.errors import InvalidQuery
-    from sinks.query.model import parse_time
-
-    if text[:1].isdigit() and ("-" in text or "T" in text):
-        return parse_time(text, what)
-    return now_ns - parse_duration(text, what, error=InvalidQuery)
-
-
-def past_of(at: str | None, range_: str | None, now_ns: int) -> tuple[int | None, int | None]:
-    """(start, stop) of ``--at`` (an instant: start None) or ``--range`` (A..B, or the last D); (None, None): now."""
-    from pipeline.errors import InvalidQuery
-
-    if at and range_:
-        raise InvalidQuery("give --at (an instant) or --range (a span), not both")
-    if at:
-        return None, _when(at, now_ns, "--at")
-    if not range_:
-        return None, None
-    if ".." not in range_:
-        return now_ns - parse_duration(range_, "--range", error=InvalidQuery), now_ns
-    first, _, last = range_.partition("..")
-    start, stop = _when(first.strip(), now_ns, "--range start"), _when(last.strip(), now_ns, "--range end")
-    if start >= stop:
-        raise InvalidQuery(f"--range {range_}: its start must be before its end")
-    return start, stop
 
 
 def _span(start_ns: int | None, at_ns: int) -> str:
@@ -80,7 +51,7 @@ def health_cmd(
     GPU: healthy, degraded, unhealthy, unknown or maintenance, the findings behind it and the remedy. Now (the
     alert manager's alerts), or at or over a time in the past (the stored findings). An empty selection (no GPU
     reported, nothing fired) says so and exits with 4."""
-    from pipeline.face.health import HealthQuery, counted, fleet_health, health_json, node_topologies
+    from pipeline.face.health import HealthQuery, counted, fleet_health, health_json, node_topologies, past_of
     from sinks.alerting.admin import AlertAdmin
     from sinks.query.store import Store
 

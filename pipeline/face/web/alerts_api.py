@@ -12,7 +12,10 @@
     POST   /api/v1/alerts/silences                            {"match": [...], "for": "2h", "by", "comment"} -> 201
     DELETE /api/v1/alerts/silences/{id}
     GET    /api/v1/alerts/history?range=24h&subscription=&detector=&outcome=&status=&limit=
-    GET    /api/v1/health[?cluster=&node=&gpu=&silent_after=2m]  GPUs and nodes by state, with remedies
+    GET    /api/v1/health[?cluster=&node=&gpu=&lookback=24h&silent_after=2m]  GPUs and nodes by state, remedies
+                                                           now; with at=T or range=A..B|D the past (stored findings,
+                                                           T/A/B RFC 3339 or a duration ago), "empty": true and
+                                                           "empty_selection" when nothing reported
     GET    /api/v1/reliability[?range=7d&by=gpu_model|cluster|node&cluster=]  incidents, MTBI, repair, lemon nodes
 
 Malformed input is HTTP 400 with ``{"error": "<one line>"}``; an unknown id is 404; Kafka or InfluxDB
@@ -26,15 +29,16 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 
 from pipeline.config import Settings
 from pipeline.errors import AlertConfigError, ConfigError, InvalidInput, InvalidQuery, ServiceError
-from pipeline.face.health import HealthQuery, fleet_health, health_json
+from pipeline.face.health import HealthQuery, fleet_health, health_json, past_of
 from pipeline.face.reliability import ReliabilityQuery, fleet_reliability
 from pipeline.face.web.dashboard import TOPOLOGY
+from pipeline.face.web.query_api import Params
 from pipeline.reliability import report_json
 from pipeline.vocab import parse_seconds
 from sinks.alerting.admin import (
@@ -47,6 +51,9 @@ from sinks.alerting.admin import (
 from sinks.alerting.model import AlertStatus
 from sinks.query.alerts import HistoryQuery, row_json, run_history
 from sinks.query.store import Store
+
+#: what GET /api/v1/health takes (anything else is a 400)
+HEALTH_PARAMS: Final = ("cluster", "node", "gpu", "lookback", "silent_after", "at", "range")
 
 
 class _Admin:
@@ -231,17 +238,25 @@ def add_routes(app: web.Application, settings: Settings, admin: AlertAdmin | Non
 
     @_guard
     async def health(request: web.Request) -> web.Response:
-        q = request.query
-        query = HealthQuery(q.get("cluster"), q.get("node"), q.get("gpu"),
-                            parse_seconds(q.get("lookback", "24h"), "lookback", error=InvalidQuery),
-                            parse_seconds(q.get("silent_after", "2m"), "silent_after", error=InvalidQuery))  # fmt: skip
+        p = Params(request.query, request.query.getall, HEALTH_PARAMS)
+        now = time.time_ns()
+        start_ns, stop_ns = past_of(p.text("at"), p.text("range"), now, ("at", "range"))
+        query = HealthQuery(p.text("cluster") or None, p.text("node") or None, p.text("gpu") or None,
+                            parse_seconds(p.text("lookback", "24h") or "", "lookback", error=InvalidQuery),
+                            parse_seconds(p.text("silent_after", "2m") or "", "silent_after", error=InvalidQuery),
+                            start_ns, stop_ns)  # fmt: skip
         query.validate()
-        adm = await request.app[ADMIN].get()
-        topologies = (await request.app[TOPOLOGY].get()).snapshot().values() if TOPOLOGY in request.app else ()
+        # the past is read from InfluxDB alone (the stored findings), as the CLI reads it: no Kafka needed
+        adm = None if query.past else await request.app[ADMIN].get()
+        topologies = (
+            (await request.app[TOPOLOGY].get()).snapshot().values()
+            if TOPOLOGY in request.app and not query.past
+            else ()
+        )
 
         def look() -> dict[str, Any]:
             with Store.from_settings(settings) as store:
-                found = fleet_health(adm, store, query, time.time_ns(), settings.health, topologies)
+                found = fleet_health(adm, store, query, now, settings.health, topologies, settings.alerts.stale_after_s)
                 return health_json(found, query)
 
         return web.json_response(await _run(look))

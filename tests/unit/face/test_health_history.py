@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from pipeline.errors import InvalidQuery
-from pipeline.face.cli.health import past_of
-from pipeline.face.health import HealthQuery, health_json
+from pipeline.face.health import HealthQuery, health_json, past_of
 from pipeline.health import assess
 from sinks.query.fleet import findings_open
 
@@ -29,6 +28,39 @@ def test_at_and_range_take_times_and_durations_ago() -> None:
     for at, range_, message in [("1d", "2d", "not both"), (None, "1d..2d", "before its end"), ("soon", None, "--at")]:
         with pytest.raises(InvalidQuery, match=message):
             past_of(at, range_, NOW)
+
+
+@pytest.mark.parametrize(
+    ("at", "range_", "message"),
+    [
+        ("", None, "at '' is not a duration"),
+        ("3d\n", None, "white space around it"),
+        (" 3d", None, "white space around it"),
+        ("2025-06-15T15:06:40Z\n", None, "is not a time like"),  # fullmatch: a trailing line break is refused
+        ("2025-06-15T15:06:40+0200", None, "is not a time like"),
+        ("2025-W24-1", None, "is not a time like"),
+        ("2025-13-40T99:99:99Z", None, "is not a time like"),
+        ("0001-01-01", None, "not between 1970 and 2262"),
+        ("9999-12-31T23:59:59Z", None, "not between 1970 and 2262"),
+        ("3d", "1d", "not both"),
+        (None, "", "range '' is not a duration"),
+        (None, "6h\n", "white space around it"),
+        (None, "1d..", "range end '' is not a duration"),
+        (None, "2025-06-15..2025-06-14", "its start must be before its end"),
+        (None, "7d..6d..5d", "range end '6d..5d' is not a duration"),
+    ],
+)  # fmt: skip
+def test_the_http_names_and_strict_grammar(at: str | None, range_: str | None, message: str) -> None:
+    """The HTTP API's ``at``/``range`` take the same grammar, named as the API names them, matched whole."""
+    with pytest.raises(InvalidQuery, match=message) as refused:
+        past_of(at, range_, NOW, ("at", "range"))
+    assert "--" not in str(refused.value)
+
+
+def test_an_instant_and_a_span_in_the_http_names() -> None:
+    assert past_of("2025-06-15T17:06:40+02:00", None, NOW, ("at", "range")) == (None, T0)
+    assert past_of("2025-06-15 15:06:40.5", None, NOW, ("at", "range")) == (None, T0 + S // 2)
+    assert past_of(None, "2025-06-15T15:06:40Z..1h", NOW, ("at", "range")) == (T0, NOW - 3600 * S)
 
 
 def point(
@@ -66,10 +98,13 @@ def test_an_empty_selection_says_so() -> None:
     q = HealthQuery(cluster="c", start_ns=T0, stop_ns=T0 + 3600 * S)
     data = health_json(assess([], [], T0 + 3600 * S), q)
     assert data["empty"] is True and data["gpus_by_state"]["healthy"] == 0
+    assert data["empty_selection"] == q.describe(T0 + 3600 * S)
+    now = health_json(assess([], [], T0), HealthQuery(lookback_s=3600.0))
+    assert now["empty_selection"] == "no GPU of the fleet reported in the last 3600 s, and no finding names one"
     assert q.describe(T0 + 3600 * S) == (
         "no GPU of cluster c reported between 2025-06-15T15:06:40Z and 2025-06-15T16:06:40Z, and no finding names one"
     )
     one = health_json(assess([], [("c", "n1", "GPU-a", T0 + 3500 * S)], T0 + 3600 * S), q)
-    assert one["empty"] is False and one["gpus_by_state"]["healthy"] == 1
+    assert one["empty"] is False and one["empty_selection"] is None and one["gpus_by_state"]["healthy"] == 1
     with pytest.raises(InvalidQuery, match="range is empty"):
         HealthQuery(start_ns=T0, stop_ns=T0).validate()

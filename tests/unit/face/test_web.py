@@ -96,6 +96,32 @@ def test_history_views_take_a_window_of_the_past_and_refuse_one_too_long(tmp_pat
         assert status == 400 and body["error"] == "the range is empty: start must be before stop"
 
 
+def test_health_of_the_past_takes_at_and_range_strictly_and_needs_no_kafka(tmp_path: Path) -> None:
+    """``at``/``range`` as the CLI takes them: a bad one is a 400 with one line naming the parameter; a good one is
+    judged from InfluxDB alone (here unreachable: its 503), never waiting for the alert manager's Kafka."""
+    with serving(create_app(_settings(tmp_path))) as url:
+        health = f"{url}/api/v1/health"
+        for query, message in [
+            ("at=soon", "at 'soon' is not a duration"),
+            ("at=2025-09-24T03:17:00Z%0A", "at '2025-09-24T03:17:00Z\\n' is not a time like"),
+            ("at=0001-01-01", "at '0001-01-01' is not between 1970 and 2262"),
+            ("at=1d&range=2d", "give at (an instant) or range (a span), not both"),
+            ("range=1d..2d", "range 1d..2d: its start must be before its end"),
+            ("range=", "range '' is not a duration"),
+            ("at=1d&at=2d", "parameter at given 2 times"),
+            ("when=1d", "unknown parameter(s) when; this endpoint takes cluster, node, gpu, lookback,"),
+            ("lookback=", "lookback '' is not a duration"),
+        ]:
+            status, body = get_json(f"{health}?{query}")
+            assert (status, body["error"][: len(message)]) == (400, message), query
+        for past in ("at=3d", "range=2025-09-24T03:17:00Z..2025-09-24T03:40:00Z", "range=6h&cluster=c"):
+            status, body = get_json(f"{health}?{past}")
+            assert status == 503 and body["error"].startswith("InfluxDB at http://127.0.0.1:9 did not answer"), body
+        # now is the alert manager's alerts (Kafka, not set here): the past above did not ask for it
+        status, body = get_json(health)
+        assert status == 503 and "kafka.bootstrap_servers is not set" in body["error"], body
+
+
 def _send(url: str, method: str = "POST", body: bytes | None = b"{}", **headers: str) -> tuple[int, dict[str, Any]]:
     """A request with exactly these headers (Content-Type defaults to JSON): status and the JSON answer."""
     headers = {"Content-Type": "application/json"} | headers

@@ -156,7 +156,7 @@ _GETS: dict[str, tuple[str, ...]] = {
     "/api/v1/alerts": ("status",),
     "/api/v1/alerts/history": ("range", "subscription", "detector", "outcome", "status", "cluster", "dedup_key",
                                "limit"),
-    "/api/v1/health": ("cluster", "node", "gpu", "lookback", "silent_after"),
+    "/api/v1/health": ("cluster", "node", "gpu", "lookback", "silent_after", "at", "range"),
     "/api/v1/reliability": ("range", "by", "cluster"),
     "/api/v1/gpus/{p}/history": ("range", "start", "stop"),
     "/api/v1/jobs/{p}/history": ("range", "start", "stop"),
