@@ -227,8 +227,8 @@ class ValidationSettings(_Section):
     #: how old a live sample may be: at most the raw bucket's retention less a seventh of it (start-up fails
     #: otherwise), so a sample that passes is not past retention when a lagging sink writes it
     max_age_s: float = Field(default=6 * 24 * 3600.0, gt=0)
-    #: how old imported history (``hermeneut import``) may be; unset: the raw bucket's retention, the oldest
-    #: InfluxDB accepts (see :meth:`Settings.validation_limits`)
+    #: how old imported history (``hermeneut import``) may be: at most the raw bucket's retention less the same
+    #: margin as ``max_age_s`` (start-up fails otherwise); unset: exactly that (see :meth:`Settings.validation_limits`)
     backfill_max_age_s: float | None = Field(default=None, gt=0)
 
 
@@ -578,20 +578,26 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _age_inside_retention(self) -> Settings:
         retention_s = self.storage.raw_retention_days * 86_400
-        if self.validation.max_age_s > retention_s - retention_margin_s(retention_s):
-            raise ValueError(
-                f"validation.max_age_s ({self.validation.max_age_s:g} s) must be at most the raw retention "
-                f"({retention_s:g} s, storage.raw_retention_days) less a margin of "
-                f"{retention_margin_s(retention_s):g} s: older samples would pass and then be refused by InfluxDB"
-            )
+        oldest = retention_s - retention_margin_s(retention_s)
+        v = self.validation
+        for name, age_s in (("max_age_s", v.max_age_s), ("backfill_max_age_s", v.backfill_max_age_s)):
+            if age_s is not None and age_s > oldest:
+                raise ValueError(
+                    f"validation.{name} ({age_s:g} s) must be at most the raw retention ({retention_s:g} s, "
+                    f"storage.raw_retention_days) less a margin of {retention_margin_s(retention_s):g} s: older "
+                    "samples would pass and then be refused by InfluxDB"
+                )
         return self
 
     def validation_limits(self) -> ValidationSettings:
-        """:attr:`validation` with the backfill bound filled in (the raw bucket's retention when unset)."""
+        """:attr:`validation` with the backfill bound filled in when unset: the raw bucket's retention less the
+        margin (:func:`retention_margin_s`), so imported history that passes is not past retention when a lagging
+        sink writes it."""
         if self.validation.backfill_max_age_s is not None:
             return self.validation
         retention_s = self.storage.raw_retention_days * 86_400
-        return self.validation.model_copy(update={"backfill_max_age_s": retention_s})
+        oldest = retention_s - retention_margin_s(retention_s)
+        return self.validation.model_copy(update={"backfill_max_age_s": oldest})
 
     @property
     def uses_local_kafka(self) -> bool:

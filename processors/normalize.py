@@ -10,8 +10,8 @@ negative, out of range, not a whole number, inconsistent fields, future or ancie
 relative to each GPU's own limits. GPU events and NIC readings are checked one by one (a few per node).
 
 A message published by ``hermeneut import`` (header ``hermeneut-import``: the import run) is *backfill*: its
-timestamps may be as old as ``validation.backfill_max_age_s`` (the raw bucket's retention unless set) instead of
-the live ``max_age_s``, and its dead letters carry the same header, so the import can count its own.
+timestamps may be as old as ``validation.backfill_max_age_s`` (unset: the raw retention less its margin) instead
+of the live ``max_age_s``, and its dead letters carry the same header, so the import can count its own.
 """
 
 from __future__ import annotations

@@ -4,7 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import Settings, env_names, load_settings, settings_env
+from pipeline.config import (
+    Settings,
+    StorageSettings,
+    ValidationSettings,
+    env_names,
+    load_settings,
+    settings_env,
+)
 from pipeline.errors import ConfigError
 
 
@@ -127,6 +134,11 @@ def test_loading_never_writes_the_environment(tmp_path: Path, monkeypatch: pytes
         ({"HERMENEUT_VALIDATION__MAX_AGE_S": "604800"}, False),  # a week: past retention when a sink lags
         ({"HERMENEUT_VALIDATION__MAX_AGE_S": "600000"}, False),  # inside, but without the margin
         ({"HERMENEUT_STORAGE__RAW_RETENTION_DAYS": "30", "HERMENEUT_VALIDATION__MAX_AGE_S": "2000000"}, True),
+        # imported history: the same margin (it was allowed the whole retention, 7 d, and past it when written)
+        ({"HERMENEUT_VALIDATION__BACKFILL_MAX_AGE_S": "518400"}, True),  # 6 d: the week less its seventh
+        ({"HERMENEUT_VALIDATION__BACKFILL_MAX_AGE_S": "518401"}, False),
+        ({"HERMENEUT_VALIDATION__BACKFILL_MAX_AGE_S": "604800"}, False),
+        ({"HERMENEUT_STORAGE__RAW_RETENTION_DAYS": "30", "HERMENEUT_VALIDATION__BACKFILL_MAX_AGE_S": "2000000"}, True),
     ],
 )
 def test_the_age_limit_stays_inside_the_retention_with_a_margin(
@@ -140,4 +152,17 @@ def test_the_age_limit_stays_inside_the_retention_with_a_margin(
     with pytest.raises(ConfigError) as err:
         load_settings()
     (line,) = str(err.value).splitlines()
-    assert "validation.max_age_s" in line and "storage.raw_retention_days" in line and "margin" in line
+    (name,) = (n.split("__")[1].lower() for n in env if n.startswith("HERMENEUT_VALIDATION__"))
+    assert f"validation.{name} (" in line and "storage.raw_retention_days" in line and "margin" in line
+
+
+@pytest.mark.parametrize(
+    ("days", "oldest_s"), [(7.0, 6 * 86_400.0), (1.0, 86_400.0 * 6 / 7), (30.0, 30 * 86_400 * 6 / 7)]
+)
+def test_unset_backfill_age_is_the_retention_less_the_margin(days: float, oldest_s: float) -> None:
+    """Unset, imported history may be as old as the live bound may be at most: inside retention by a seventh."""
+    live = ValidationSettings(max_age_s=3600.0)
+    limits = Settings(storage=StorageSettings(raw_retention_days=days), validation=live).validation_limits()
+    assert limits.backfill_max_age_s == pytest.approx(oldest_s)
+    given = Settings(validation=ValidationSettings(backfill_max_age_s=3600.0)).validation_limits()
+    assert given.backfill_max_age_s == 3600.0
