@@ -1,11 +1,14 @@
 """``hermeneut evaluate``: score what hermeneut tells a user against the ground truth of a seeded simulated fleet.
 
-Two modes, one set of rules (pipeline/face/evaluation.py):
+Three modes (the first two scored by one set of rules, pipeline/face/evaluation.py):
 
 - through the real pipeline (default): a replay through Kafka, the processor, the sink and InfluxDB, with the
   straggler check on the Alibaba PAI step times;
 - ``--offline``: thousands of GPU-days through the processor's interpretation code in this process (no Kafka, no
   InfluxDB; labelled "offline" in everything it prints), over several seeds, day one and after learning.
+- ``--overlay TRACE --mapping MAPPING.toml``: faults laid over a real healthy trace, sampled every 1/10/30/60 s,
+  through the import path's steps and the same interpretation code (labelled "offline, overlay";
+  pipeline/face/overlay.py and overlayeval.py).
 
 Exits 1 when an acceptance threshold is missed.
 """
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING
 import click
 from tqdm import tqdm
 
-from pipeline.face.cli.base import cli, errors, settings_of
+from pipeline.face.cli.base import cli, errors, fail, settings_of
 
 if TYPE_CHECKING:
     from pipeline.face.fleeteval import FleetPlan, Outcome
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
 @click.option("--gpus", default=8, show_default=True, type=click.IntRange(1, 64), help="GPUs per node.")
 @click.option("--hours", default=2.0, show_default=True, type=click.FloatRange(0.1, 48),
               help="Simulated history (through Kafka).")  # fmt: skip
-@click.option("--seed", default=0, show_default=True, help="Seed (through Kafka).")
+@click.option("--seed", default=0, show_default=True, help="Seed (through Kafka; overlay: the faults' draws).")
 @click.option("--faults-per-class", default=6.0, show_default=True, type=click.FloatRange(0, min_open=True),
               help="Injected faults per class (offline: the quota per seed).")  # fmt: skip
 @click.option("--withhold", default=0.25, show_default=True, type=click.FloatRange(0, 1),
@@ -51,6 +54,14 @@ if TYPE_CHECKING:
 @click.option("--jobs", default=1, show_default=True, type=click.IntRange(1, 8), help="Offline: seeds run at once.")
 @click.option("--findings", type=click.Path(file_okay=False, writable=True, path_type=Path), default=None,
               help="Offline: write every finding and the ground truth of each seed to DIR/seed-N.jsonl.")  # fmt: skip
+@click.option("--overlay", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Lay faults over this real healthy trace (any table 'import table' reads).")  # fmt: skip
+@click.option("--mapping", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Overlay: the trace's mapping file (as for 'hermeneut import table').")  # fmt: skip
+@click.option("--intervals", default="1,10,30,60", show_default=True,
+              help="Overlay: comma-separated sampling intervals (s).")  # fmt: skip
+@click.option("--learning", default="day-one,learned", show_default=True,
+              help="Overlay: day-one (nothing learned), learned (from the untouched trace's first half).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def evaluate_cmd(
@@ -68,10 +79,18 @@ def evaluate_cmd(
     interval: float,
     jobs: int,
     findings: Path | None,
+    overlay: Path | None,
+    mapping: Path | None,
+    intervals: str,
+    learning: str,
     as_json: bool,
 ) -> None:
-    """Score the detectors on a simulated fleet with ground truth (see ``hermeneut evaluate --help``)."""
-    if offline:
+    """Score the detectors on a simulated fleet with ground truth, or on faults laid over a real trace (--overlay)."""
+    if overlay is not None or mapping is not None:
+        if overlay is None or mapping is None:
+            raise click.UsageError("--overlay and --mapping go together")
+        _overlay(overlay, mapping, _numbers(intervals, "--intervals"), _ways(learning), seed, as_json)
+    elif offline:
         try:
             seed_list = [int(x) for x in seeds.split(",") if x.strip()]
         except ValueError:
@@ -85,6 +104,65 @@ def evaluate_cmd(
             ctx, nodes or 16, gpus, hours, seed, faults_per_class, withhold,
             0.5 if learn_hours is None else learn_hours, as_json,
         )  # fmt: skip
+
+
+def _numbers(text: str, hint: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a list of numbers", param_hint=hint) from None
+    if not values or any(v <= 0 for v in values):
+        raise click.BadParameter(f"{text!r}: give positive numbers", param_hint=hint)
+    return values
+
+
+def _ways(text: str) -> list[str]:
+    from pipeline.face.overlayeval import LEARNING
+
+    ways = [x.strip() for x in text.split(",") if x.strip()]
+    if not ways or any(w not in LEARNING for w in ways):
+        raise click.BadParameter(f"{text!r}: choose from {', '.join(LEARNING)}", param_hint="--learning")
+    return ways
+
+
+def _overlay(trace_path: Path, mapping: Path, intervals: list[float], ways: list[str], seed: int,
+             as_json: bool) -> None:  # fmt: skip
+    from pipeline.face.overlay import read_trace
+    from pipeline.face.overlayeval import evaluate, format_result, to_json
+
+    with errors():
+        try:
+            trace = read_trace(trace_path, mapping)
+        except ValueError as exc:
+            fail(str(exc), 2)
+    click.echo(
+        f"offline, overlay (faults laid over a real trace, the interpretation code in this process, no Kafka or "
+        f"InfluxDB): {trace.label}, {len(trace.gpus)} GPUs, {len(trace.rows):,} rows every "
+        f"{trace.median_interval_s():.2g} s, columns {', '.join(sorted(trace.columns))}; sampled every "
+        f"{', '.join(f'{i:g}' for i in intervals)} s; judged {' and '.join(ways)}",
+        err=as_json,
+    )
+    started = time.monotonic()
+    bar = tqdm(desc="overlay runs", unit=" run", mininterval=1.0)
+
+    def total(n: int) -> None:
+        bar.total = n
+        bar.refresh()
+
+    results = evaluate(trace, intervals, ways, seed=seed, progress=bar.update, on_total=total)
+    bar.close()
+    missed = [m for r in results for m in r.failures()]
+    if as_json:
+        click.echo(json.dumps({"mode": "offline, overlay", "trace": str(trace_path), "mapping": str(mapping),
+                               "seconds": time.monotonic() - started, "results": [to_json(r) for r in results],
+                               "failures": missed}, indent=2))  # fmt: skip
+    else:
+        for r in results:
+            click.echo("\n" + format_result(r, trace))
+        click.echo(f"\n{time.monotonic() - started:.0f} s")
+        click.echo("accepted" if not missed else "NOT accepted:\n  " + "\n  ".join(missed))
+    if missed:
+        sys.exit(1)
 
 
 def _run_one(plan: FleetPlan, progress: bool, findings: Path | None = None) -> Outcome:
