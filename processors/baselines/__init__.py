@@ -7,5 +7,7 @@
 - ``store``: a published version as the processor uses it, the checks of records read from the baselines topic, and
   hot reload of complete versions;
 - ``explain``: the one-line explanation of a verdict;
+- ``world``: what healthy GPUs show in the world (public measurements, physical limits), beyond which alone a prior
+  may judge;
 - ``score``: the :class:`~processors.baselines.score.Scorer` stage and its ``baseline-anomaly`` findings.
 """

@@ -83,7 +83,7 @@ def support(b: Baseline, strong: bool) -> str:
     if strong:
         return f"learned from {learned}"
     whose = "another cluster's or too few GPUs'" if r.gpu_model is not None else "pooled over GPU models"
-    return f"a prior ({learned}, {whose}): it widens the band, never condemns"
+    return f"a prior ({learned}, {whose}), beyond the public bands of healthy GPUs: it widens the band, never condemns"
 
 
 def explain(

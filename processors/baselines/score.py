@@ -14,6 +14,10 @@ A verdict is only as strong as the evidence behind it (:class:`Judgement`, from 
   ``min_gpus`` GPUs of the row's own cluster. A prior (pooled over GPU models, learned from fewer GPUs, or from
   another cluster: another fleet, the simulator) widens the band instead: a row is ``unusual`` only beyond
   ``prior_widening`` times its anomalous threshold, never ``anomalous``, so history from elsewhere never condemns;
+  and a prior judges only the features beyond what healthy GPUs show in the world (public measurements and
+  physical limits, processors.baselines.world): one inside its public band is no evidence, marginalized out of the
+  score as a missing one is, so a new installation's simulator-learned priors are as wide as the world (issue 38: a
+  real 8xH100 pre-training run at 51% of its memory and 99% of its power limit was `unusual` on every compute row);
 - when most GPUs of a job (``job_share`` of its GPUs, within two minutes) are anomalous together, the job runs
   unlike its baseline, not a GPU: their rows are ``unusual`` and say so (peer comparison, as ByteDance's Minder
   does: the normal state of a metric depends on the task);
@@ -56,6 +60,7 @@ from pipeline.events import METRIC_INDEX, PHASES, SERVING, Driver, Finding, Inte
 from processors.baselines.explain import explain
 from processors.baselines.model import FLEET, Baseline
 from processors.baselines.store import BaselineSet
+from processors.baselines.world import beyond_world
 from processors.episodes import Description, Episodes
 from processors.features import FEATURE_NAMES, features_of, infer_phase
 from processors.state import GpuSlots, column
@@ -477,6 +482,9 @@ def score_batch(
     verdict = np.zeros(n, dtype=np.int64)
     strong = np.zeros(n, dtype=bool)
     chosen: list[Baseline | None] = []
+    #: the features each row is judged by: all it has under a strong baseline, only those beyond the world under a
+    #: prior
+    judged = f.copy()
     for g, k in enumerate(groups.tolist()):
         c, rest = divmod(k, len(app_names) * len(model_names) * len(phase_names))
         a, rest = divmod(rest, len(model_names) * len(phase_names))
@@ -486,11 +494,17 @@ def score_batch(
         if b is None:
             continue
         rows = np.flatnonzero(group_of == g)
-        s = b.score(f[rows])
-        score[rows] = s
         r = b.record
         may_condemn = judgement.strong(b, clusters[rows])
         strong[rows] = may_condemn
+        weak = rows[~may_condemn]
+        if len(weak):
+            # a prior speaks only beyond what healthy GPUs show in the world (processors.baselines.world)
+            judged[weak] = beyond_world(f[weak], str(phase_names[ph]))
+        s = b.score(judged[rows])
+        # a row whose every feature is inside its public band is as normal as the world: nothing to score
+        s[~may_condemn & np.isnan(s) & np.isfinite(f[rows][:, b.idx]).any(axis=1)] = 0.0
+        score[rows] = s
         as_learned = np.where(s >= r.anomalous, _ANOMALOUS, np.where(s >= r.unusual, _UNUSUAL, _NORMAL))
         as_prior = np.where(s >= judgement.prior_widening * r.anomalous, _UNUSUAL, _NORMAL)
         verdict[rows] = np.where(np.isnan(s), _UNSCORED, np.where(may_condemn, as_learned, as_prior))
@@ -507,7 +521,7 @@ def score_batch(
             b = chosen[g]
             assert b is not None
             rows = off[group_of[off] == g]
-            for row, ds in zip(rows.tolist(), b.drivers(f[rows]), strict=True):
+            for row, ds in zip(rows.tolist(), b.drivers(judged[rows]), strict=True):
                 drivers[row] = ds
                 explanation[row] = explain(
                     _VERDICTS[verdict[row]],
