@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from pipeline.config import Settings
@@ -105,6 +106,28 @@ def wait_for_topics(client: MetadataSource, names: Sequence[str], timeout_s: flo
         pending = [n for n in names if not settled(found.get(n))]
         if not pending or time.monotonic() >= deadline:
             return {n: found[n] for n in names if n in found}, pending
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 1.0)
+
+
+#: what a partition's leader answers for a moment after the metadata shows it led (it is still loading the log)
+_NOT_YET: Final = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                             KafkaError.UNKNOWN_TOPIC_OR_PART})  # fmt: skip
+T = TypeVar("T")
+
+
+def retried(call: Callable[[], T], timeout_s: float) -> T:
+    """``call()`` (an offsets or watermark request) asked again with backoff for up to ``timeout_s`` while Kafka
+    answers that the partition's leader is not ready: a topic just created is led in the metadata
+    (:func:`wait_for_topics`) a moment before its leader serves offsets (NOT_LEADER_FOR_PARTITION)."""
+    deadline, delay = time.monotonic() + timeout_s, 0.05
+    while True:
+        try:
+            return call()
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if not isinstance(err, KafkaError) or err.code() not in _NOT_YET or time.monotonic() >= deadline:
+                raise
         time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
         delay = min(delay * 2, 1.0)
 

@@ -32,6 +32,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ from pipeline.config import Settings
 from pipeline.deadletter import GPU, IMPORT, PART, POSITION, REASON, SOURCE, STAGE
 from pipeline.errors import HermeneutError, ServiceError
 from pipeline.services.stages import Stage, start_stage, wait_for
-from pipeline.topics import ensure_topics, topic_specs
+from pipeline.topics import ensure_topics, retried, topic_specs, wait_for_topics
 from pipeline.vocab import format_duration
 
 log = logging.getLogger(__name__)
@@ -229,8 +230,11 @@ def _committed(settings: Settings, group: str, topic: str, partitions: list[int]
 def _high_watermarks(settings: Settings, topic: str) -> dict[int, int]:
     consumer = Consumer(settings.kafka.client_config() | {"group.id": f"hermeneut-import-{uuid.uuid4().hex[:8]}"})
     try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in meta.partitions}
+        found, pending = wait_for_topics(consumer, [topic], 10.0)  # a topic just created: in metadata in a moment
+        if pending:
+            raise ServiceError(f"topic {topic} not readable within 10s: run `hermeneut topics` first")
+        ask, parts = consumer.get_watermark_offsets, found[topic].partitions
+        return {p: retried(partial(ask, TopicPartition(topic, p), timeout=10), 10.0)[1] for p in parts}
     finally:
         consumer.close()
 

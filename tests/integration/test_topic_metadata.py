@@ -66,6 +66,35 @@ def test_a_mirror_started_right_after_create_topics_waits_for_the_metadata(kafka
                 mirror.stop()
 
 
+def test_the_dashboards_live_view_and_an_imports_offsets_right_after_create_topics(kafka_server: KafkaServer) -> None:
+    """The same race for the dashboard's live fleet (interpreted and alerts topics) and an import's high
+    watermarks: each read the metadata once (``list_topics(...).topics[topic]``: a KeyError, or no partitions)."""
+    from pipeline.face.importjob import _high_watermarks
+    from pipeline.face.web.live import LiveFleet
+
+    conf = _conf(kafka_server)
+    admin = AdminClient(conf)
+    for round_ in range(ROUNDS):
+        settings = Settings(
+            kafka=KafkaSettings(bootstrap_servers=kafka_server.bootstrap_servers),
+            topics=TopicSettings.with_prefix(f"m{uuid.uuid4().hex[:8]}", partitions=3),
+        )
+        specs = topic_specs(settings)
+        futures = admin.create_topics(
+            [NewTopic(s.name, s.partitions, s.replication_factor, config=s.config) for s in specs]
+        )
+        for future in futures.values():
+            future.result(30)
+        if round_ % 2:  # each first in half the rounds: the one asked second finds the topics settled
+            assert _high_watermarks(settings, settings.topics.raw) == {0: 0, 1: 0, 2: 0}
+        fleet = LiveFleet(settings).start()
+        try:
+            assert fleet.ready.wait(30)
+        finally:
+            fleet.stop()
+        assert _high_watermarks(settings, settings.topics.raw) == {0: 0, 1: 0, 2: 0}
+
+
 def test_a_topic_that_does_not_exist_is_still_refused_with_the_fix(kafka_server: KafkaServer) -> None:
     started = time.monotonic()
     with pytest.raises(ServiceError, match=r"does not exist \(waited 2s\): run `hermeneut topics` first"):

@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -25,8 +26,9 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from pipeline.codec import decode_interpreted, decode_record
 from pipeline.config import Settings
-from pipeline.errors import DecodeError
+from pipeline.errors import DecodeError, ServiceError
 from pipeline.events import METRIC_INDEX, RELATIVE_FIELDS, Finding, InterpretedBatch
+from pipeline.topics import retried, wait_for_topics
 
 log = logging.getLogger(__name__)
 
@@ -156,13 +158,17 @@ class LiveFleet:
         }
         consumer = Consumer(conf)
         since_ms = int(time.time() * 1000) - _LOOKBACK_MS
-        wanted = []
-        for topic in (self.settings.topics.interpreted, self.settings.topics.alerts):
-            meta = consumer.list_topics(topic, timeout=30).topics[topic]
-            wanted += [TopicPartition(topic, p, since_ms) for p in meta.partitions]
+        topics = [self.settings.topics.interpreted, self.settings.topics.alerts]
+        # a topic created a moment ago may not be in this broker's metadata yet: wait (bounded) for it
+        found, pending = wait_for_topics(consumer, topics, 30.0)
+        if pending:
+            consumer.close()
+            raise ServiceError(f"topic {', '.join(pending)} not readable within 30s: run `hermeneut topics` first")
+        wanted = [TopicPartition(t, p, since_ms) for t in topics for p in found[t].partitions]
         starts = []
-        for tp in consumer.offsets_for_times(wanted, timeout=30):
-            low, high = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=30)
+        for tp in retried(lambda: consumer.offsets_for_times(wanted, timeout=30), 30.0):
+            part = TopicPartition(tp.topic, tp.partition)
+            low, high = retried(partial(consumer.get_watermark_offsets, part, timeout=30), 30.0)
             by_time = tp.offset if tp.offset >= 0 else high
             keep = _LAST_MESSAGES if tp.topic == self.settings.topics.interpreted else _LAST_FINDINGS
             starts.append(TopicPartition(tp.topic, tp.partition, max(low, min(by_time, high - keep))))
