@@ -3,6 +3,8 @@
     HermeneutError
     ├── ConfigError            invalid settings; the CLI prints its one line and exits 2
     ├── ServiceError           a local Kafka/InfluxDB could not be installed, started or reached
+    ├── RunInterrupted         a run stopped by SIGINT/SIGTERM: children stopped, no result; exit 128 + signal
+    ├── IncompleteRun          a run whose input ended early (producer signalled, killed): no result; exit 4
     ├── SourceUnavailable      a source cannot answer now (exporter down, scheduler busy): retried with backoff
     ├── InvalidInput           a value a person gave that cannot be read (duration, time, matcher); one line
     │   ├── InvalidQuery       a trend query that cannot be run as asked (bad field, window, range...)
@@ -33,6 +35,19 @@ class ConfigError(HermeneutError):
 
 class ServiceError(HermeneutError):
     """A local service failed to install, start or answer."""
+
+
+class RunInterrupted(HermeneutError):
+    """A run stopped by a signal before its end; ``signum`` is the signal, ``str()`` one line."""
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message)
+        self.signum = signum
+
+
+class IncompleteRun(HermeneutError):
+    """A run whose input stopped short (a producer signalled, killed or failed; samples unaccounted for): a result
+    computed on it would be false, so none is given; ``str()`` is one line."""
 
 
 class SourceUnavailable(HermeneutError):

@@ -10,17 +10,25 @@
 4. Read back findings (alerts topic), ground truth (ground-truth topic) and the interpreted rows (which GPUs were
    seen when, what application was inferred where context was withheld) and score them with
    :mod:`pipeline.face.evaluation`; the PAI straggler check runs on the real step-time files.
+
+Nothing is scored from a run cut short: a simulator that stopped before the end of its history (signalled, killed,
+failed) or samples neither stored nor dead-lettered after the drain is an :class:`~pipeline.errors.IncompleteRun`.
+SIGINT/SIGTERM (:class:`Interrupt`) stop every process the evaluation started, within seconds, local servers only
+where it started them, and nothing is scored (:class:`~pipeline.errors.RunInterrupted`).
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
+import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -30,7 +38,7 @@ from tqdm import tqdm
 from pipeline import services
 from pipeline.codec import decode_interpreted, decode_record
 from pipeline.config import Settings, TopicSettings
-from pipeline.errors import InvalidEvent
+from pipeline.errors import IncompleteRun, InvalidEvent, RunInterrupted, ServiceError
 from pipeline.events import FAULTS, FaultRecord, Finding, GpuContext
 from pipeline.face.evaluation import (
     Classification,
@@ -43,10 +51,14 @@ from pipeline.face.evaluation import (
 )
 from pipeline.publisher import Publisher
 from pipeline.services.stages import Stage, start_stage, wait_for
-from pipeline.topics import TopicSpec, ensure_topics, topic_specs
+from pipeline.topics import TopicSpec, ensure_topics, topic_specs, wait_for_topics
 
 #: publishes history to the raw / truth-context / topology / ground-truth topics; returns samples published
 Producer = Callable[[Settings, Path], int]
+
+#: how long a child gets to stop on SIGTERM when the run failed or was interrupted (its result is discarded, so
+#: there is nothing to drain) before it is killed; a finished run's stages get 60 s to commit what they did
+STOP_GRACE_S = 5.0
 
 #: the repository's copy, else the workplace's shared data (this file is pipeline/face/evaljob.py)
 PAI_DIRS = (
@@ -103,6 +115,10 @@ class ContextRelay:
         self._last_ts = 0
         self._thread = threading.Thread(target=self._run, name="context-relay", daemon=True)
 
+    @property
+    def started(self) -> bool:
+        return self._thread.ident is not None
+
     def start(self) -> ContextRelay:
         self._thread.start()
         return self
@@ -147,8 +163,8 @@ class ContextRelay:
         app = ctx.workload.application if ctx.workload is not None else "idle"
         self.timeline.setdefault(ctx.gpu_uuid, []).append((ctx.ts_ns, app))
 
-    def stop(self) -> None:
-        time.sleep(1.0)  # the last context records
+    def stop(self, last_records_s: float = 1.0) -> None:
+        time.sleep(last_records_s)  # the last context records
         self._stop.set()
         self._thread.join(60)
 
@@ -173,7 +189,11 @@ def read_topic(settings: Settings, topic: str, timeout_s: float = 600.0) -> Iter
         | {"group.id": f"eval-reader-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
     )
     try:
-        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        # a topic created a moment ago may not be in this broker's metadata yet (pipeline.topics.wait_for_topics)
+        found, pending = wait_for_topics(consumer, [topic], 30.0)
+        if pending:
+            raise ServiceError(f"topic {topic} has no readable metadata after 30 s")
+        partitions = found[topic].partitions
         ends: dict[int, int] = {}
         for p in partitions:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
@@ -246,6 +266,23 @@ def pai_check() -> list[PaiResult]:
     return [pai_result(job, scan(pai_step_windows(folder / f"job_{job}_norm.csv"), params)) for job in (1, 2, 3, 4)]
 
 
+def stop_all(stages: Sequence[Stage], grace_s: float) -> None:
+    """SIGTERM to every stage at once, then each gets up to ``grace_s`` before SIGKILL. A signal meanwhile
+    (RunInterrupted, raised once) cuts the wait to :data:`STOP_GRACE_S` and is raised once every stage is gone."""
+    for stage in stages:
+        if stage.alive():
+            stage.proc.terminate()
+    interrupted: RunInterrupted | None = None
+    for stage in stages:
+        try:
+            stage.stop(grace_s)
+        except RunInterrupted as exc:
+            interrupted, grace_s = exc, STOP_GRACE_S
+            stage.stop(grace_s)
+    if interrupted is not None:
+        raise interrupted
+
+
 def _drain(stages: tuple[Stage, Stage], samples: int, timeout_s: float) -> tuple[int, int]:
     processor, sink = stages
 
@@ -312,22 +349,35 @@ def run_evaluation(
     truth_spec = next(s for s in topic_specs(ev) if s.name == ev.topics.context)
     truth_copy = TopicSpec(truth_topic(ev), truth_spec.partitions, truth_spec.replication_factor, truth_spec.config)
     ensure_topics(conf, [*topic_specs(ev), truth_copy])
-    stages = (start_stage("process", ev, run_dir), start_stage("sink", ev, run_dir))
-    relay = ContextRelay(ev, withhold_share, seed).start()
+    stages: list[Stage] = []
+    relay = ContextRelay(ev, withhold_share, seed)
+    finished = False
     try:
+        stages += [start_stage("process", ev, run_dir), start_stage("sink", ev, run_dir)]
+        relay.start()
         if not wait_for(lambda: all(s.stats().get("assigned") or not s.alive() for s in stages), 120):
             raise RuntimeError(f"processor/sink did not join their groups within 120 s; see {run_dir}")
-        learned = learn(ev, stages, run_dir, *learn_from, drain_timeout_s) if learn_from else 0
+        pair = (stages[0], stages[1])
+        learned = learn(ev, pair, run_dir, *learn_from, drain_timeout_s) if learn_from else 0
         samples = produce(replace_settings(ev, topics=ev.topics.model_copy(update={"context": truth_topic(ev)})),
                           run_dir)  # fmt: skip
-        stored, dead = _drain(stages, learned + samples, drain_timeout_s)
+        stored, dead = _drain(pair, learned + samples, drain_timeout_s)
+        if stored + dead < learned + samples:
+            died = [s.name for s in stages if not s.alive()]
+            why = f"the {' and '.join(died)} exited" if died else f"drain timed out after {drain_timeout_s:g} s"
+            raise IncompleteRun(
+                f"{learned + samples - stored - dead} of {learned + samples} samples neither stored nor dead-lettered "
+                f"({why}): the run is truncated, not scored; see {run_dir}"
+            )
         stored -= learned
         # let the processor's 1 s timer publish what time passing concludes
         time.sleep(3.0)
+        finished = True
     finally:
-        for stage in stages:
-            stage.stop()
-        relay.stop()
+        # a failed or interrupted run is discarded: its stages get seconds, not a drain
+        stop_all(stages, 60.0 if finished else STOP_GRACE_S)
+        if relay.started:
+            relay.stop(1.0 if finished else 0.0)
     findings, truth, observed, classification = collect(ev, relay)
     end_ns = max((last for _first, last in observed.values()), default=time.time_ns())
     evaluation = score(
@@ -339,18 +389,36 @@ def run_evaluation(
     )
 
 
+def simulated(sim: Stage, rounds: float, what: str) -> int:
+    """Wait for a fast-forwarding simulator and return the samples it published, or IncompleteRun when it did not
+    publish its whole history: a simulator stopped by a signal drains and exits 0 with the rounds it got to, and
+    a run scored on those would be scored as complete. Stopped (seconds) if the wait ends another way."""
+    try:
+        code = sim.proc.wait()
+    finally:
+        stop_all([sim], STOP_GRACE_S)
+    stats = sim.stats()
+    done = int(stats.get("fast_forward_rounds", 0))
+    lost = int(stats.get("undelivered", 0)) + int(stats.get("failed", 0))
+    if code != 0 or done < int(rounds) or lost:
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        raise IncompleteRun(
+            f"{what} {how} after {done} of {int(rounds)} rounds ({lost} messages undelivered): the run is truncated, "
+            f"not scored; see {sim.log}"
+        )
+    return int(stats.get("samples", 0))
+
+
 def learning_producer(nodes: int, gpus: int, hours: float, seed: int) -> Callable[[Settings, Path], int]:
     """The simulator, fault-free and fully labelled, as the history baselines are learned from."""
 
     def produce(settings: Settings, run_dir: Path) -> int:
+        history_s = int(hours * 3600)
         sim = start_stage(
             "simulate", settings, run_dir, "--nodes", str(nodes), "--gpus", str(gpus), "--seed", str(seed),
-            "--fast-forward", str(int(hours * 3600)),
+            "--fast-forward", str(history_s),
         )  # fmt: skip
-        code = sim.proc.wait()
-        if code != 0:
-            raise RuntimeError(f"the learning simulator exited with {code}; see {sim.log}")
-        return int(sim.stats().get("samples", 0))
+        return simulated(sim, history_s / settings.sample_interval_s, "the learning simulator")
 
     return produce
 
@@ -365,21 +433,56 @@ def simulator_producer(
     plan = FaultPlan.for_evaluation(nodes, hours * 3600, faults_per_class)
 
     def produce(settings: Settings, run_dir: Path) -> int:
+        history_s = int(hours * 3600)
         sim = start_stage(
             "simulate", settings, run_dir, "--nodes", str(nodes), "--gpus", str(gpus), "--seed", str(seed),
-            "--fast-forward", str(int(hours * 3600)), "--faults", "--fault-mix", "balanced",
+            "--fast-forward", str(history_s), "--faults", "--fault-mix", "balanced",
             "--fault-rate-scale", repr(plan.rate_scale),
         )  # fmt: skip
-        code = sim.proc.wait()
-        if code != 0:
-            raise RuntimeError(f"the simulator exited with {code}; see {sim.log}")
-        return int(sim.stats().get("samples", 0))
+        return simulated(sim, history_s / settings.sample_interval_s, "the simulator")
 
     return produce
 
 
+class Interrupt:
+    """SIGINT/SIGTERM during an evaluation. The first raises :class:`~pipeline.errors.RunInterrupted` in the main
+    thread wherever it waits (a child, the drain, a read), so each ``finally`` on the way out stops what it started
+    (:data:`STOP_GRACE_S` each); later signals are ignored while that runs. Before this, SIGINT was a
+    KeyboardInterrupt that waited up to 60 s per stage and never stopped the simulator, and SIGTERM killed this
+    process and left its processor, sink and servers running.
+
+    ``after(fn, ...)``: at exit, only if interrupted, ``fn(...)``: the local servers this run started go after its
+    stages (which would otherwise wait on a broker that is gone)."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        if self.signum:
+            return
+        self.signum = signum
+        raise RunInterrupted(signum, f"interrupted by {signal.Signals(signum).name}: every process this evaluation "
+                                     "started is stopped; nothing is scored")  # fmt: skip
+
+    def install(self) -> Interrupt:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self)
+        return self
+
+    def after(self, fn: Callable[..., object], *args: Any) -> None:
+        atexit.register(lambda: fn(*args) if self.signum else None)
+
+
 def local_services(settings: Settings) -> Settings:
-    """Start the local services where none are configured, and fill in their endpoints."""
+    """Start the local services where none are configured, and fill in their endpoints. From here on SIGINT and
+    SIGTERM stop the evaluation (:class:`Interrupt`); the local servers go too if this call started them, never a
+    pair that was running before (pipeline.services: only ``down`` stops a server someone else started)."""
+    interrupt = Interrupt()
+    if threading.current_thread() is threading.main_thread():
+        interrupt.install()
     if settings.uses_local_kafka or settings.uses_local_influxdb:
+        fresh = services.read_state(settings) is None
         services.up(settings)
+        if fresh:  # a new run folder and servers of this process's own (services.up stops them if it fails)
+            interrupt.after(services.down, settings, True)
     return services.resolve(settings)

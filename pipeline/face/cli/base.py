@@ -1,7 +1,8 @@
 """What every ``hermeneut`` command shares: the top-level group, settings resolution, errors -> exit codes.
 
 Only the CLI turns exceptions into exit codes: 0 ok, 1 a run failed (data lost or a stage died), 2 invalid
-configuration or usage, 3 a local service could not be installed or started.
+configuration or usage, 3 a local service could not be installed or started, 4 a run cut short gives no result
+(IncompleteRun), 128 + N a run stopped by signal N (RunInterrupted: 130 SIGINT, 143 SIGTERM).
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ from prometheus_client import CollectorRegistry
 
 from pipeline import services
 from pipeline.config import Settings, load_settings
-from pipeline.errors import ConfigError, HermeneutError, InvalidInput, InvalidQuery, ServiceError
+from pipeline.errors import (
+    ConfigError,
+    HermeneutError,
+    IncompleteRun,
+    InvalidInput,
+    InvalidQuery,
+    RunInterrupted,
+    ServiceError,
+)
 from pipeline.kafka_auth import check_credentials
 from pipeline.metrics import MetricsServer, serve, stage_registry
 from pipeline.sizing import Limits, read_limits
@@ -46,6 +55,10 @@ def errors() -> Iterator[None]:
         fail(str(exc), 1)
     except InvalidInput as exc:
         fail(str(exc), 2)
+    except RunInterrupted as exc:
+        fail(str(exc), 128 + exc.signum)
+    except IncompleteRun as exc:
+        fail(str(exc), 4)
     except HermeneutError as exc:
         fail(str(exc), 1)
 
