@@ -7,6 +7,12 @@ from a job's start-up allocations, by two routes (docs/detectors.md gives the nu
   ``leak_fast_full_s`` (at that pace the process runs out of memory before the slow route could confirm); the first
   minute after a job starts is start-up and not judged.
 
+A leak is growth still going on when it is found: the slow route also needs the last 2 minutes to have grown at
+half the 4-minute pace at least (a model loaded in stages a few minutes apart and then flat is a step followed by a
+plateau, not a leak: two false warnings in 22.8 h of real Stable Diffusion serving, issue 38). The rate a finding
+states is the pace of its latest minute (or 4 minutes), its age from when that pace met the level before the growth,
+and "full in" is said only while memory still grows.
+
 A job change or an OOM restart (memory falls well below its peak) starts a new history; the finding clears then,
 or once the growth stopped for 2 minutes.
 """
@@ -44,6 +50,9 @@ _FAST_KEEP_PACE: Final = 0.95
 _FAST_MAX_DIP: Final = 0.002
 #: the first minute after a job starts (or the GPU is first seen) is start-up: its allocations are not judged
 _FAST_STARTUP_S: Final = 60
+#: the slow route's growth goes on: the last 2 minutes grew at >= half the pace of the last 4 (a linear leak grows
+#: at 1x; a step 2+ minutes back then flat at 0x; allocators grow in chunks, so a minute may show nothing)
+_ONGOING_PACE: Final = 0.5
 
 
 def fast_leak(
@@ -51,7 +60,8 @@ def fast_leak(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per GPU, whether its memory is leaking fast: the 10-s means of the memory used ratio in ``ring`` (oldest
     first, the window complete) rise along a straight line that does not slow down and reaches ``full`` within
-    ``max_full_s``. Returns (leaking, slope per second, projected seconds to full).
+    ``max_full_s``. Returns (leaking, the pace of the window's last minute per second: a leak that began inside
+    the window grows at that pace, the whole window's line is lower, and projected seconds to full).
 
     Pure: a table of windows in, three arrays out.
     """
@@ -82,7 +92,17 @@ def fast_leak(
         & (to_full > 0)
         & (to_full <= max_full_s)
     )
-    return leaking, np.where(complete, slope, np.nan), to_full
+    return leaking, np.where(complete, second, np.nan), to_full
+
+
+def onset_s(ring: np.ndarray, pace: np.ndarray, bucket_s: float) -> np.ndarray:
+    """Per GPU, how many seconds before the middle of the last bucket of ``ring`` (means, oldest first) its growth
+    began: where a line back from the last mean at ``pace`` (per second) meets the window's first mean, at most the
+    whole window (growth older than the window is told as old as the window: its age is then at least that). Pure."""
+    k = ring.shape[1]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        back = (ring[:, -1] - ring[:, 0]) / pace
+    return np.asarray(np.clip(np.where(np.isfinite(back), back, (k - 1) * bucket_s), 0.0, (k - 1) * bucket_s))
 
 
 def accumulate(
@@ -185,48 +205,90 @@ class Memory:
             with np.errstate(invalid="ignore"):
                 steady = (np.diff(r[:, 4:], axis=1) > -0.005).all(axis=1)
                 growing = (recent >= floor) & (before >= floor) & (recent >= 0.8 * before) & steady & (r[:, 8] >= 0.15)
+                ongoing = r[:, 8] - r[:, 6] >= _ONGOING_PACE * recent / 2
                 still = growing | (last_minute[:, -1] - last_minute[:, -7] >= floor / 4)
             rg, rts = g[rolled], ts[rolled]
             growing_since = h.growing_since[rg]
             h.growing_since[rg] = np.where(growing, np.where(growing_since < 0, rts, growing_since), -1)
             stopped_since = h.stopped_since[rg]
             h.stopped_since[rg] = np.where(still, -1, np.where(stopped_since < 0, rts, stopped_since))
-            confirmed = growing & (rts - h.growing_since[rg] >= self.settings.leak_confirm_s * S)
+            confirmed = growing & ongoing & (rts - h.growing_since[rg] >= self.settings.leak_confirm_s * S)
             stopped = ~still & (rts - h.stopped_since[rg] >= 120 * S)
             idx = np.flatnonzero(rolled)
             start[idx] = confirmed
             rate[idx] = recent / 4
-            # the trend needs 8 minutes of growth before it holds
-            since[idx] = h.growing_since[rg] - 8 * 60 * S
+            # the trend needs 8 minutes of growth before it holds: it began at least that long before
+            since[idx] = np.maximum(h.growing_since[rg] - 8 * 60 * S, h.origin[rg])
             clear[idx] |= stopped & active[rolled]
+            # sampled less often than every 10 s: the minute means tell whether an open leak still grows
+            coarse = np.isnan(last_minute[:, -6:]).any(axis=1) & active[rolled]
+            minute_mid = (rts // (60 * S) - 1) * 60 * S + 30 * S
+            self._follow(rg[coarse], minute_mid[coarse], r[coarse, 8], (r[coarse, 8] - r[coarse, 6]) / 2)
         if fast.any():
-            hit, slope, _to_full = fast_leak(
-                h.tens[g[fast]], usable_ratio(m[fast]), _FAST_MIN_SLOPE, self.settings.leak_fast_full_s
+            fg = g[fast]
+            hit, pace, _to_full = fast_leak(
+                h.tens[fg], usable_ratio(m[fast]), _FAST_MIN_SLOPE, self.settings.leak_fast_full_s
             )
-            window_start = ts[fast] - (_FAST_RING + 1) * _FAST_BUCKET_S * S
-            hit &= window_start - h.origin[g[fast]] >= _FAST_STARTUP_S * S
+            # the middle of the window's last 10 s (the row is in the next 10 s)
+            last_mid = (ts[fast] // (_FAST_BUCKET_S * S) - 1) * _FAST_BUCKET_S * S + _FAST_BUCKET_S * S // 2
+            window_start = last_mid - (_FAST_RING * _FAST_BUCKET_S * S - _FAST_BUCKET_S * S // 2)
+            hit &= window_start - h.origin[fg] >= _FAST_STARTUP_S * S
             idx = np.flatnonzero(fast)[hit]
             start[idx] = True
-            rate[idx] = slope[hit] * 60
-            since[idx] = window_start[hit]
+            rate[idx] = pace[hit] * 60
+            began = last_mid - (onset_s(h.tens[fg], pace, _FAST_BUCKET_S) * S).astype(np.int64)
+            since[idx] = began[hit]
+            on = active[fast]
+            self._follow(fg[on], last_mid[on], h.tens[fg[on], -1], pace[on] * 60)
         start &= ~active
         for i in np.flatnonzero(start | clear).tolist():
-            detail = {"slope_per_min": float(rate[i]), "growing_since_ns": float(since[i])} if start[i] else {}
+            if start[i]:
+                used = float(y[i])
+                detail = {
+                    "slope_per_min": float(rate[i]), "growing_since_ns": float(since[i]),
+                    "pace_now_per_min": float(rate[i]), "top_ratio": used, "top_ns": float(ts[i]),
+                }  # fmt: skip
+            else:  # memory freed (a drop, a new job) or growth stopped: no longer growing
+                detail = {"pace_now_per_min": 0.0}
             self.report.transition(int(g[i]), LEAK, bool(start[i]), int(ts[i]), out, detail)
 
+    def _follow(self, g: np.ndarray, mid: np.ndarray, mean: np.ndarray, pace: np.ndarray) -> None:
+        """Open leaks' latest period (10 s, or a minute when sampled less often): the pace of the last minute or two
+        (per minute; kept where unknown) and the highest mean and when it was seen, for the wording (a finding says
+        whether memory still grows)."""
+        for i in range(len(g)):
+            detail = self.report.gpus.get(int(g[i]), LEAK).detail
+            if not math.isnan(pace[i]):
+                detail["pace_now_per_min"] = float(pace[i])
+            if mean[i] > detail.get("top_ratio", -math.inf):
+                detail["top_ratio"], detail["top_ns"] = float(mean[i]), float(mid[i])
+
     def describe(self, name: str, gpu: GpuView, episode: Episode, ts_ns: int) -> Description:
-        row, nan = gpu.row, math.nan
+        row, d, nan = gpu.row, episode.detail, math.nan
         used = gpu.rel.get("memory_used_ratio", nan)
         total = row.get("memory_total_bytes", nan)
         full = 1.0 - row.get("memory_reserved_bytes", 0.0) / total if total > 0 else 1.0
-        slope = episode.detail.get("slope_per_min", nan)
-        minutes_left = max(full - used, 0.0) / slope if slope > 0 else nan
-        grown_for = (ts_ns - episode.detail.get("growing_since_ns", ts_ns)) / S / 60
-        what = (
-            f"memory leak: memory used grows {fmt(slope * 100, '%', 2)} of {fmt(total / 2**30, ' GiB')} per minute "
-            f"({fmt(slope * total / 60 / 2**20, ' MiB/s', 1)}), steadily for {fmt(grown_for, ' min', 1)}, now "
-            f"{fmt(used * 100, '%')}; full in ~{fmt(minutes_left, ' min', 1)}"
-        )
+        since = d.get("growing_since_ns", ts_ns)
+        pace = d.get("pace_now_per_min", nan)
+        # still growing at the slow route's floor (per minute): only then is there a time to full
+        growing = pace >= _LEAK_MIN_SLOPE * 60
+        slope = pace if growing else d.get("slope_per_min", nan)
+        rate = f"{fmt(slope * 100, '%', 2)} of {fmt(total / 2**30, ' GiB')} per minute"
+        mib_s = fmt(slope * total / 60 / 2**20, " MiB/s", 1)
+        if growing:
+            minutes_left = max(full - used, 0.0) / slope
+            grown_for = (ts_ns - since) / S / 60
+            what = (
+                f"memory leak: memory used grows {rate} ({mib_s}), steadily for {fmt(grown_for, ' min', 1)}, now "
+                f"{fmt(used * 100, '%')}; full in ~{fmt(minutes_left, ' min', 1)}"
+            )
+        else:
+            minutes_left = nan
+            grown_for = (d.get("top_ns", ts_ns) - since) / S / 60
+            what = (
+                f"memory leak: memory used grew {rate} ({mib_s}) for {fmt(grown_for, ' min', 1)}, to "
+                f"{fmt(d.get('top_ratio', nan) * 100, '%')}; not growing now, {fmt(used * 100, '%')} used"
+            )
         action = (
             "tell the job's owner: the process keeps allocating without freeing (caches, tensors kept alive); "
             "it will hit OOM"
