@@ -434,6 +434,29 @@ def run_import(
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
+def blind_lines(r: Any) -> list[str]:
+    """The summary's lines naming the detectors that cannot fire on what was imported, and why (processors.coverage):
+    a quiet import of logs with three columns is not a healthy fleet (issue 38)."""
+    import statistics
+
+    from processors.coverage import DataShape, blind_detectors
+    from processors.detectors.names import DETECTORS
+
+    per_node = Counter(g.split("/", 1)[0] for g in r.gpus)
+    shape = DataShape(
+        interval_s=statistics.median(r.intervals.values()) if r.intervals else None,
+        # GPUs per job are known only where one job is named (then it holds every GPU imported)
+        job_gpus=0 if not r.jobs else len(r.gpus) if len(r.jobs) == 1 else None,
+        node_gpus=max(per_node.values(), default=0),
+        events=r.events > 0,
+    )
+    blind = blind_detectors(r.columns, shape)
+    if not blind:
+        return []
+    head = f"cannot see       {len(blind)} of {len(DETECTORS)} detectors blind or limited by these columns, intervals:"
+    return [head, *(f"                 {detector}: {why}" for detector, why in blind)]
+
+
 def summary(outcome: ImportOutcome, settings: Settings, dashboard_url: str | None) -> list[str]:
     """The closing lines: what came in, what went where, and what to run next."""
     from sinks.query.output import iso
@@ -479,6 +502,7 @@ def summary(outcome: ImportOutcome, settings: Settings, dashboard_url: str | Non
         f"time range       {start} .. {stop} ({format_duration((r.last_ns - r.first_ns) // 10**9 * 10**9)})",
         f"intervals        {detected}",
     ]
+    lines += blind_lines(r)
     if outcome.backfill is not None:
         b = outcome.backfill
         lines.append(f"rollups          {b.queries} queries over the range ({b.seconds:.1f} s)")

@@ -109,6 +109,8 @@ class ImportReport:
     nodes: list[str] = field(default_factory=list)
     jobs: list[str] = field(default_factory=list)
     applications: list[str] = field(default_factory=list)
+    #: the metric fields at least one row had a value of (what the detectors can read: processors.coverage)
+    columns: list[str] = field(default_factory=list)
     #: the runs whose messages make up this import (dead letters are counted over all of them)
     runs: list[str] = field(default_factory=list)
     #: when the first run of this import started (UTC epoch ns): its dead letters are after it
@@ -224,7 +226,7 @@ class ImportDriver:
             report.runs.append(self.run_id)
         if report.started_ns is None:
             report.started_ns = self.clock()
-        for name in ("gpus", "nodes", "jobs", "applications"):
+        for name in ("gpus", "nodes", "jobs", "applications", "columns"):
             self._seen[name] = set(getattr(report, name))
         done = self.checkpoint.blocks_done
         total = self.importer.total_rows()
@@ -242,7 +244,7 @@ class ImportDriver:
                 report.hours = sorted(self._hours)
                 self.checkpoint.blocks_done = index + 1
                 self.checkpoint.save()
-        for name in ("gpus", "nodes", "jobs", "applications"):
+        for name in ("gpus", "nodes", "jobs", "applications", "columns"):
             setattr(report, name, sorted(self._seen[name]))
         report.hours = sorted(self._hours)
         self.checkpoint.save()
@@ -309,6 +311,7 @@ class ImportDriver:
         self._hours.update(np.unique(rows.ts_ns // HOUR_NS).tolist())
         self._seen["gpus"].update(f"{n}/{u}" for n, u in zip(rows.node, rows.gpu_uuid, strict=True))
         self._seen["nodes"].update(rows.node)
+        self._seen["columns"].update(k for k, v in rows.metrics.items() if np.isfinite(v).any())
         for w in rows.workload or ():
             if w is not None:
                 if w.job_id:

@@ -64,3 +64,23 @@ def test_the_hint_names_the_pipeline_the_import_went_through() -> None:
     assert "through the main job's process (pid 41)" in hint(kept) and "is a processor" not in hint(kept)
     assert "hermeneut services status" in hint(kept)
     assert "is a processor and a sink running" in hint(pipeline_used([], {}, None, {}))
+
+
+def test_the_summary_names_the_detectors_the_columns_cannot_feed() -> None:
+    """Issue 38: nothing told the user which detectors cannot fire on the columns imported. nanoGPT's log
+    (utilization, power and temperature every 0.33 s, one job of 8 GPUs): no memory, no clock-event reasons, no
+    links, no error counters or XIDs; its straggler and silence rules can fire. With every reading, none is named."""
+    nanogpt = ["power_watts", "temperature_gpu_celsius", "utilization_gpu_percent"]
+    lines = summary(ImportOutcome(report(columns=nanogpt), 6240, Counter(), True), Settings(), None)
+    head = next(i for i, line in enumerate(lines) if line.startswith("cannot see"))
+    named = {line.split(":")[0].strip(): line for line in lines[head + 1 :] if line.startswith(" " * 17)}
+    assert {"memory-leak", "memory-collapse", "power-brake", "xid", "nvlink-down"} <= set(named)
+    assert "memory_used_bytes" in named["memory-leak"] and "throttle_reasons_mask" in named["power-brake"]
+    assert {"straggler", "job-slowdown", "fallen-off-bus", "idle-capacity"} & set(named) == set()
+    assert lines[head].startswith(f"cannot see       {len(named)} of ")
+
+    from pipeline.events import METRIC_NAMES
+
+    everything = report(columns=list(METRIC_NAMES), events=3)
+    assert not any(line.startswith("cannot see") for line in summary(ImportOutcome(everything, 6240, Counter(), True),
+                                                                      Settings(), None))  # fmt: skip

@@ -1,0 +1,145 @@
+"""What the detectors cannot see in a set of data: the columns it has, how often it was sampled, and what it says of
+jobs, nodes and events decide which detectors (processors.detectors.names.DETECTORS) can fire at all.
+
+One pure function (:func:`blind_detectors`) holds the rules in one table, each with its reason in words, so that an
+import's summary (pipeline/face/importjob.py) can say what a user's logs cannot show: nvidia-smi and dcgm-exporter
+logs often carry only utilization, power and memory every 1-60 s, and a quiet result from such data is not a healthy
+fleet (issue 38: a straggler needed an SM clock the logs did not have, and nothing said so). A rule says "cannot
+fire" only where the detector's inputs are certainly missing; a detector not named may still be limited by its data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Final
+
+from processors.detectors import names
+
+#: the memory-leak rule's slow route compares per-minute means (processors.detectors.memory)
+_LEAK_PERIOD_S: Final = 60.0
+#: its fast route fits 10-s means (processors.detectors.memory)
+_FAST_LEAK_PERIOD_S: Final = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class DataShape:
+    """What a set of data holds besides its columns: its typical sampling interval (None: single samples, no
+    series), the most GPUs one job named by a context had (None: unknown; 0: no job named), the most GPUs one node
+    had, and whether it carries GPU events (XIDs)."""
+
+    interval_s: float | None
+    job_gpus: int | None
+    node_gpus: int
+    events: bool = False
+
+
+def _need(columns: Collection[str], *alternatives: tuple[str, ...]) -> bool:
+    """Whether ``columns`` holds every column of at least one of the ``alternatives``."""
+    return any(all(c in columns for c in alt) for alt in alternatives)
+
+
+def _names(*alternatives: tuple[str, ...]) -> str:
+    return " or ".join(" and ".join(alt) for alt in alternatives)
+
+
+def blind_detectors(columns: Collection[str], shape: DataShape) -> list[tuple[str, str]]:
+    """(detector, why it cannot fire) for every detector the data cannot feed, in DETECTORS order (pure); a leak
+    rule that sees only slow leaks at the data's interval is named too, saying so."""
+    interval = shape.interval_s
+    out: dict[str, str] = {}
+
+    def column_rule(detector: str, *alternatives: tuple[str, ...], what: str) -> None:
+        if not _need(columns, *alternatives):
+            out[detector] = f"needs {what} ({_names(*alternatives)})"
+
+    column_rule(
+        names.THERMAL,
+        ("throttle_reasons_mask",),
+        ("temperature_gpu_celsius", "sm_clock_mhz"),
+        what="the clock-event reasons, or the temperature with the SM clock",
+    )
+    column_rule(
+        names.HBM,
+        ("throttle_reasons_mask",),
+        ("temperature_memory_celsius",),
+        what="the clock-event reasons or the memory temperature",
+    )
+    column_rule(names.POWER, ("power_limit_watts",), what="the power limit, whose lowering it is")
+    column_rule(names.BRAKE, ("throttle_reasons_mask",), what="the clock-event reasons (the HW power brake bit)")
+    column_rule(names.NVLINK, ("nvlink_links_active",), what="the NVLink links active")
+    column_rule(
+        names.PCIE,
+        ("pcie_link_gen", "pcie_link_gen_max"),
+        ("pcie_link_width", "pcie_link_width_max"),
+        what="the PCIe link's generation or width with its maximum",
+    )
+    column_rule(names.PCIE_NARROW, ("pcie_link_width", "pcie_link_width_max"), what="the PCIe link width")
+    column_rule(names.NVLINK_CRC, ("nvlink_crc_errors_total",), what="the NVLink CRC error counter")
+    column_rule(names.PCIE_REPLAY, ("pcie_replay_total",), what="the PCIe replay counter")
+    column_rule(
+        names.PCIE_AER,
+        ("pcie_aer_correctable_total",),
+        ("pcie_aer_uncorrectable_total",),
+        what="the PCIe AER error counters",
+    )
+    column_rule(names.SBE, ("ecc_corrected_total",), what="the corrected ECC error counter")
+    column_rule(
+        names.REMAP,
+        ("row_remap_pending",),
+        ("retired_pages_pending",),
+        what="the row remapping (or page retirement) pending flag",
+    )
+    if not shape.events:
+        column_rule(
+            names.ECC,
+            ("ecc_uncorrected_total",),
+            ("retired_pages_dbe_total",),
+            ("row_remap_failure",),
+            what="uncorrectable ECC counters or XID events",
+        )
+        out[names.STORM] = out[names.XID] = "needs XID events (the NVML event stream); the data has none"
+    column_rule(names.LEAK, ("memory_used_bytes", "memory_total_bytes"), what="the memory used and total")
+    column_rule(names.COLLAPSE, ("memory_used_bytes", "memory_total_bytes"), what="the memory used and total")
+    column_rule(names.IDLE, ("utilization_gpu_percent",), what="the GPU utilization")
+    column_rule(names.CLIFF, ("utilization_gpu_percent",), what="the GPU utilization")
+    column_rule(
+        names.PHASE_SHIFT,
+        ("utilization_gpu_percent", "power_watts"),
+        ("pcie_tx_bytes_per_second",),
+        what="the utilization with the power (checkpoint dips), or PCIe send (checkpoints)",
+    )
+    column_rule(
+        names.STRAGGLER,
+        ("utilization_gpu_percent", "sm_clock_mhz"),
+        ("utilization_gpu_percent", "power_watts"),
+        what="the utilization with the SM clock or the power, to compare with the job's peers",
+    )
+    column_rule(names.JOB_SLOWDOWN, ("utilization_gpu_percent", "power_watts"), what="the utilization and the power")
+    # what needs a job, its peers or a node's other GPUs
+    if shape.job_gpus == 0:
+        for detector in (names.IDLE, names.CLIFF, names.COLLAPSE, names.PHASE_SHIFT):
+            out.setdefault(detector, "needs a job a context names (a mapping's [context], --job): none is named")
+    if shape.job_gpus is not None and shape.job_gpus < 2:
+        why = "needs two GPUs or more of one job named by a context, to compare them: " + (
+            "no job is named" if shape.job_gpus == 0 else "each job has one GPU"
+        )
+        for detector in (names.STRAGGLER, names.JOB_SLOWDOWN):
+            out.setdefault(detector, why)
+    if shape.node_gpus < 2:
+        out.setdefault(names.LOST_BUS, "needs another GPU of the node still reporting: each node has one GPU")
+    # what needs a time series, sampled often enough
+    if interval is None:
+        for detector in (names.LEAK, names.COLLAPSE, names.STRAGGLER, names.JOB_SLOWDOWN, names.IDLE, names.CLIFF,
+                         names.PHASE_SHIFT, names.LOST_BUS, names.NVLINK_CRC, names.PCIE_REPLAY, names.PCIE_AER,
+                         names.SBE):  # fmt: skip
+            out.setdefault(detector, "needs a time series: the data holds single samples")
+    elif interval > _LEAK_PERIOD_S:
+        out.setdefault(names.LEAK, f"needs a sample a minute at least (per-minute means): one every {interval:.3g} s")
+    elif interval > _FAST_LEAK_PERIOD_S:
+        out.setdefault(
+            names.LEAK,
+            f"fast leaks (10-s means) need a sample every 10 s: one every {interval:.3g} s leaves the slow route "
+            "alone (8 minutes of growth)",
+        )
+    return [(d, out[d]) for d in names.DETECTORS if d in out]
