@@ -442,6 +442,8 @@ def blind_lines(r: Any) -> list[str]:
     from processors.coverage import DataShape, blind_detectors
     from processors.detectors.names import DETECTORS
 
+    if not r.columns:
+        return []  # a checkpoint of an earlier version does not say which columns it read
     per_node = Counter(g.split("/", 1)[0] for g in r.gpus)
     shape = DataShape(
         interval_s=statistics.median(r.intervals.values()) if r.intervals else None,
