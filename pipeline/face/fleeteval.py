@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, TypeVar
 
 import numpy as np
 from tqdm import tqdm
@@ -49,7 +52,7 @@ from pipeline.events import (
     SampleBatch,
     node_key,
 )
-from pipeline.face.evaljob import withheld
+from pipeline.face.evaljob import Interrupt, withheld
 from pipeline.face.evaluation import Evaluation, classify_score, combine, score
 from processors.app import interpreter_from
 from processors.baselines.fit import LabelledRows, fit_version
@@ -65,6 +68,8 @@ T0: Final = 1_800_000_000 * _S
 #: an allocated GPU whose utilization averaged under this over this long is idle capacity in the ground truth
 IDLE_UTIL: Final = 5.0
 IDLE_TRUTH_S: Final = 600.0
+T = TypeVar("T")
+
 #: raw partitions the messages are spread over (as the processor's takes are split per partition)
 PARTITIONS: Final = 6
 
@@ -337,3 +342,29 @@ def write_findings(o: Outcome, path: Path) -> int:
 def combined(outcomes: list[Outcome]) -> tuple[Evaluation, Evaluation]:
     """Day one and after learning summed over several runs (counts added, rates recomputed)."""
     return combine([o.day_one for o in outcomes]), combine([o.after for o in outcomes])
+
+
+def _worker_signals() -> None:
+    # a terminal's Ctrl-C reaches the whole process group: the parent answers it; the pool's SIGTERM ends a worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def in_workers(fn: Callable[..., T], calls: Sequence[tuple[Any, ...]], jobs: int, desc: str = "seeds") -> list[T]:
+    """``fn(*args)`` for each of ``calls`` in ``jobs`` worker processes, the results in order.
+
+    SIGINT or SIGTERM raises :class:`~pipeline.errors.RunInterrupted` here at once, and the workers are killed with
+    their seeds (nothing is scored): under ``ProcessPoolExecutor`` a SIGINT waited for every running seed to end
+    (minutes) and a SIGTERM left the workers computing without a parent."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    if threading.current_thread() is threading.main_thread():
+        Interrupt().install()
+    try:
+        with multiprocessing.Pool(jobs, initializer=_worker_signals) as pool:  # leaving it terminates the workers
+            pending = [pool.apply_async(fn, args) for args in calls]
+            return [r.get() for r in tqdm(pending, desc=desc, unit=" seed")]
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in previous.items():
+                if handler is not None:  # None: a handler not set from Python, which cannot be set back
+                    signal.signal(sig, handler)
