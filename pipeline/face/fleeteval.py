@@ -351,7 +351,7 @@ def _worker_signals() -> None:
 
 
 def in_workers(fn: Callable[..., T], calls: Sequence[tuple[Any, ...]], jobs: int, desc: str = "seeds") -> list[T]:
-    """``fn(*args)`` for each of ``calls`` in ``jobs`` worker processes, the results in order.
+    """``fn(*args)`` for each of ``calls`` in ``jobs`` worker processes (1: in this one), the results in order.
 
     SIGINT or SIGTERM raises :class:`~pipeline.errors.RunInterrupted` here at once, and the workers are killed with
     their seeds (nothing is scored): under ``ProcessPoolExecutor`` a SIGINT waited for every running seed to end
@@ -360,6 +360,8 @@ def in_workers(fn: Callable[..., T], calls: Sequence[tuple[Any, ...]], jobs: int
     if threading.current_thread() is threading.main_thread():
         Interrupt().install()
     try:
+        if jobs == 1:
+            return [fn(*args) for args in calls]
         with multiprocessing.Pool(jobs, initializer=_worker_signals) as pool:  # leaving it terminates the workers
             pending = [pool.apply_async(fn, args) for args in calls]
             return [r.get() for r in tqdm(pending, desc=desc, unit=" seed")]

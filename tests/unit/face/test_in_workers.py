@@ -1,6 +1,6 @@
 """The offline evaluation's worker pool (``fleeteval.in_workers``) stops at once on SIGINT and SIGTERM, its
 workers with it (issue 39: under ``ProcessPoolExecutor`` a SIGINT waited for the running seeds, minutes, and a
-SIGTERM left them computing without a parent). Real processes: a script running two 10-minute calls, signalled."""
+SIGTERM left them computing without a parent). Real processes: a script running 10-minute calls, signalled."""
 
 from __future__ import annotations
 
@@ -15,7 +15,12 @@ import pytest
 from pipeline.face.fleeteval import in_workers
 from pipeline.services.stages import wait_for
 
-SCRIPT = "import time; from pipeline.face.fleeteval import in_workers; in_workers(time.sleep, [(600.0,), (600.0,)], 2)"
+#: {jobs}: the pool's size; "ready" once the imports are done
+SCRIPT = """import time
+from pipeline.face.fleeteval import in_workers
+print("ready", flush=True)
+in_workers(time.sleep, [(600.0,), (600.0,)], {jobs})
+"""
 
 
 def children(pid: int) -> list[int]:
@@ -33,11 +38,13 @@ def test_results_come_back_in_order() -> None:
     assert in_workers(divmod, [(7, 2), (9, 4), (1, 1)], 2) == [(3, 1), (2, 1), (1, 0)]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_stops_the_pool_and_its_workers_at_once(sig: signal.Signals) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT], stderr=subprocess.PIPE, text=True)
+@pytest.mark.parametrize(("sig", "jobs"), [(signal.SIGINT, 2), (signal.SIGTERM, 2), (signal.SIGTERM, 1)])
+def test_a_signal_stops_the_pool_and_its_workers_at_once(sig: signal.Signals, jobs: int) -> None:
+    script = SCRIPT.format(jobs=jobs)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_for(lambda: len(children(proc.pid)) >= 2, 30), "no workers"
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        assert wait_for(lambda: len(children(proc.pid)) >= (jobs if jobs > 1 else 0), 30), "no workers"
         workers = children(proc.pid)
         time.sleep(0.5)  # the calls are running
         sent = time.monotonic()
