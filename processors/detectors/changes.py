@@ -8,9 +8,14 @@
   2 minutes while the same job and compute processes still hold it: the job stopped computing without ending (a
   hang, a deadlock in its input pipeline, a rank waiting for a peer that died). A warning. Not for serving
   applications (``pipeline.events.SERVING``): a server idles between requests.
-- ``phase-shift``: the share of a GPU's time in checkpoints over the last 30 minutes is 10 times (and 20 points
-  above) what it was over the job's earlier hours: checkpoints now take the job's time (a slower file system, a
-  bigger model state). Info.
+- ``phase-shift``: the share of a GPU's time in checkpoints over the last 30 minutes is 5 times (and 20 points
+  above) what it was over the job's earlier hours (a job whose checkpoints take 10 times their share is found while
+  the last 30 minutes still mix in the old share): checkpoints now take the job's time (a slower file system, a
+  bigger model state). Info. A checkpoint is the inferred ``checkpoint`` phase (it needs PCIe tx), or, from power
+  alone as nvidia-smi and dcgm-exporter logs carry it, a checkpoint-like dip: the GPU drawing under ``DIP_RATIO`` of
+  its recent peak power (the highest, decaying over ``PEAK_TAU_S``) while a job holds it and its utilization stays
+  above ``IDLE_UTIL`` (not for serving): issue 38's job that checkpoints 10 times more often draws a median 150 W
+  against 547 W at unchanged utilization.
 
 Each is an event: its finding opens when the change is seen and clears ``HOLD_S`` (5 minutes) later, or at once
 when the GPU's job ends. Every rule reads only what the row says (memory, utilization, the inferred phase, the
@@ -26,7 +31,7 @@ from typing import Final
 import numpy as np
 
 from pipeline.events import PHASES, Finding, Severity
-from processors.detectors.columns import S, col, fmt
+from processors.detectors.columns import S, col, fmt, lt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import GpuView
 from processors.detectors.jobs import Boundaries
@@ -49,8 +54,12 @@ IDLE_S: Final = 120.0
 RECENT_S: Final = 1800.0
 BUCKETS: Final = 6
 EARLIER_MIN_S: Final = 3600.0
-SHIFT_FACTOR: Final = 10.0
+SHIFT_FACTOR: Final = 5.0
 SHIFT_POINTS: Final = 0.20
+#: a checkpoint-like dip: power under this share of the GPU's recent peak, which decays with this time constant (a
+#: peak from two hours back still counts at 0.37 of its height, so a job whose time goes into dips keeps its reference)
+DIP_RATIO: Final = 0.5
+PEAK_TAU_S: Final = 7200.0
 #: how long an event's finding stays open
 HOLD_S: Final = 300.0
 _CHECKPOINT: Final = PHASES.index("checkpoint")
@@ -74,6 +83,7 @@ class _State:
     bucket: np.ndarray = column(_NONE, dtype=np.int64)
     total_ckpt: np.ndarray = column(0.0)
     total_s: np.ndarray = column(0.0)
+    peak_watts: np.ndarray = column(np.nan)
     armed: np.ndarray = column(True, 3)
 
 
@@ -127,7 +137,11 @@ class Changes:
         st.busy_before_idle[g] = np.where(begins, busy, st.busy_before_idle[g])
         st.idle_since[g] = np.where(idle, np.where(begins, ts, since), _NONE)
         cliff = idle & (st.busy_before_idle[g] > 0.8) & (ts - st.idle_since[g] >= IDLE_S * S)
-        recent, earlier, span = self._checkpoint_shares(g, ts, phase, dt_s, new_job)
+        # a dip is the job still at work at a fraction of its power; a GPU that idles (a stopped or hung job: the
+        # cliff's case) or serves requests (it idles between them) is not in a checkpoint
+        dips = self._dips(g, col(m, "power_watts"), dt_s, new_job) & ~lt(util, IDLE_UTIL) & ~serving
+        checkpoint = (phase == _CHECKPOINT) | (allocated & dips)
+        recent, earlier, span = self._checkpoint_shares(g, ts, checkpoint, dt_s, new_job)
         shifted = allocated & (span >= EARLIER_MIN_S) & (recent >= SHIFT_FACTOR * earlier)
         shifted &= recent >= earlier + SHIFT_POINTS
         for c, (name, hit) in enumerate(((COLLAPSE, collapsed), (CLIFF, cliff), (PHASE_SHIFT, shifted))):
@@ -154,8 +168,17 @@ class Changes:
         st.busy_seen_s[g] = np.where(reset, 0.0, st.busy_seen_s[g] + np.where(seen, dt_s, 0.0))
         return np.where(reset, 0.0, prior)
 
+    def _dips(self, g: np.ndarray, power: np.ndarray, dt_s: np.ndarray, new_job: np.ndarray) -> np.ndarray:
+        """Per GPU, whether this row is a checkpoint-like dip: power under DIP_RATIO of the GPU's recent peak (the
+        highest power since its job began, decaying over PEAK_TAU_S); the row then raises the peak."""
+        st = self.state
+        peak = np.where(new_job, np.nan, st.peak_watts[g] * np.exp(-dt_s / PEAK_TAU_S))
+        dip = lt(power, DIP_RATIO * peak)
+        st.peak_watts[g] = np.fmax(peak, power)
+        return dip
+
     def _checkpoint_shares(
-        self, g: np.ndarray, ts: np.ndarray, phase: np.ndarray, dt_s: np.ndarray, new_job: np.ndarray
+        self, g: np.ndarray, ts: np.ndarray, checkpoint: np.ndarray, dt_s: np.ndarray, new_job: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per GPU: the share of the recent window in checkpoints, the share of the job's time before it, and how
         long that earlier time is (seconds)."""
@@ -174,7 +197,7 @@ class Changes:
                 st.ckpt[rows, BUCKETS - k :] = 0.0
                 st.seconds[rows, BUCKETS - k :] = 0.0
         st.bucket[g] = bucket
-        ckpt = (phase == _CHECKPOINT) * dt_s
+        ckpt = checkpoint * dt_s
         st.ckpt[g, -1] += ckpt
         st.seconds[g, -1] += dt_s
         st.total_ckpt[g] += ckpt
@@ -222,7 +245,8 @@ class Changes:
             return Description(Severity.WARNING, what, action, {"utilization_percent": util})
         recent, earlier = d.get("checkpoint_share_recent", nan), d.get("checkpoint_share_earlier", nan)
         what = (
-            f"phase shift: {fmt(recent * 100, '%')} of the last {RECENT_S / 60:.0f} min in checkpoints, against "
+            f"phase shift: {fmt(recent * 100, '%')} of the last {RECENT_S / 60:.0f} min in checkpoints or "
+            f"checkpoint-like power dips (under {DIP_RATIO:.0%} of the GPU's recent peak), against "
             f"{fmt(earlier * 100, '%', 1)} of the job's earlier time"
         )
         action = "check the checkpoint path (file system throughput) and the size of the job's state"

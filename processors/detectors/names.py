@@ -17,6 +17,8 @@ PCIE_NARROW: Final = "pcie-link-narrow"
 COLLAPSE: Final = "memory-collapse"
 CLIFF: Final = "utilization-cliff"
 PHASE_SHIFT: Final = "phase-shift"
+#: every GPU of a job slower together (a brake, starvation): processors.detectors.job_pace
+JOB_SLOWDOWN: Final = "job-slowdown"
 DETECTORS: Final = (
     *FAULTS,
     XID,
@@ -25,6 +27,7 @@ DETECTORS: Final = (
     COLLAPSE,
     CLIFF,
     PHASE_SHIFT,
+    JOB_SLOWDOWN,
 )
 #: a straggler whose GPU already has one of these findings is explained by it and not reported twice
 EXPLAINS_SLOWNESS: Final = (THERMAL, HBM, POWER, BRAKE, NVLINK, PCIE, LEAK, STORM, XID, ECC, LOST_BUS)

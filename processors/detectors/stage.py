@@ -29,6 +29,7 @@ from processors.detectors.findings import Reporter
 from processors.detectors.gpus import Latest, NodeClock
 from processors.detectors.hard_errors import HardErrors
 from processors.detectors.idle import Idle
+from processors.detectors.job_pace import JobPace
 from processors.detectors.jobs import Jobs, computing
 from processors.detectors.links import Links
 from processors.detectors.memory import Memory
@@ -100,7 +101,8 @@ class Detectors:
         self.links = Links(slots, topology_of or (lambda _cluster, _node: None))
         self.power = Power(slots, settings, self.latest, self.jobs.at, report)
         self.memory = Memory(slots, settings, self.jobs.at, report)
-        self.stragglers = Stragglers(slots, settings, self.latest, report, self.power.waiting)
+        self.pace = JobPace(slots, report, self.latest, self.power.waiting)
+        self.stragglers = Stragglers(slots, settings, self.latest, report, self.power.waiting, self.pace)
         self.hard_errors = HardErrors(slots, settings, self.latest, self.clock, report)
         self.changes = Changes(slots, self.jobs.at, report)
         self.storms = Storms(slots, report)
@@ -121,6 +123,7 @@ class Detectors:
         for family in families:
             report.wording |= dict.fromkeys(family.names, family)
         report.node_wording |= dict.fromkeys(self.power.names, self.power)
+        report.node_wording |= dict.fromkeys(self.pace.names, self.pace)
 
     def apply(self, batch: InterpretedBatch, now_ns: int) -> tuple[InterpretedBatch, list[Finding]]:
         if not self.settings.enabled:

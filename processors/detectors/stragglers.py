@@ -42,9 +42,10 @@ import numpy as np
 
 from pipeline.config import DetectorSettings
 from pipeline.events import Finding, GpuProcess, Severity, Workload
-from processors.detectors.columns import REL, S, col, fmt, gt
+from processors.detectors.columns import REL, S, col, gt, lt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import GpuView, Latest
+from processors.detectors.job_pace import JobPace
 from processors.detectors.names import STRAGGLER
 from processors.episodes import Description, Episode
 from processors.state import GpuSlots, column, grow
@@ -152,9 +153,13 @@ def peer_step(state: PeerState, step_times: np.ndarray, params: StragglerParams)
         persistent = (seen >= max(3, params.persist // 2)) & (median_z >= params.z_min) & (median_rel >= params.rel_min)
         acute_now = rel >= params.rel_acute
         fast = (rel >= params.rel_fast) & (z >= params.z_min)
+        # caught up: within half of rel_min of the median in this window (PAI job 3's ~10% stragglers dip under 10%
+        # for a window now and then). The persistent route's median remembers the slow windows for half its span:
+        # it keeps no episode of a GPU that runs at its peers' pace again
+        caught_up = rel < params.rel_min / 2
     acute_run = np.where(acute_now, state.acute_run + 1, 0)
     cusum = np.where(fast, state.cusum + np.minimum(rel, 0.5) - params.cusum_k, 0.0)
-    holds = persistent | (acute_run >= params.acute) | (cusum >= params.cusum_h)
+    holds = (persistent & ~caught_up) | (acute_run >= params.acute) | (cusum >= params.cusum_h)
     quiet = np.where(holds, 0, state.quiet + 1)
     active = holds | (state.active & (quiet < params.clear))
     new = PeerState(rel_hist, z_hist, acute_run, cusum, quiet, active, windows)
@@ -177,16 +182,26 @@ def scan(step_times: np.ndarray, params: StragglerParams) -> np.ndarray:
 _RING: Final = 8
 #: a GPU above this utilization is busy: only busy rows tell its clock
 _BUSY_UTIL: Final = 20.0
+#: a row under this utilization is idle (the job-level starvation rule counts them)
+_IDLE_UTIL: Final = 5.0
+#: a GPU whose window utilization is under this share of its peers' median is not computing their step
+WORKING_SHARE: Final = 0.5
+#: without an SM clock, a job is judged by power only in windows where its median utilization is at least this
+_JOB_BUSY_UTIL: Final = 50.0
+#: the sums of a window per GPU: utilization (sum, rows), busy SM-clock ratio (sum, rows), power (sum, rows), idle rows
+_SUMS: Final = 7
+#: a completed window: its index, mean utilization, busy SM-clock ratio, mean power, share of rows idle
+_DONE: Final = 5
 
 
 @dataclass(eq=False)
 class _Windows:
-    """Per GPU: the straggler window being summed (its index; sums of util, busy SM-clock ratio and their counts),
-    the last completed ones (oldest first: index, util, clock) and the job group the GPU belongs to."""
+    """Per GPU: the straggler window being summed (its index; _SUMS), the last completed ones (oldest first: _DONE)
+    and the job group the GPU belongs to."""
 
     index: np.ndarray = column(-1, dtype=np.int64)
-    sums: np.ndarray = column(0.0, 4)
-    done: np.ndarray = column(np.nan, _RING, 3)
+    sums: np.ndarray = column(0.0, _SUMS)
+    done: np.ndarray = column(np.nan, _RING, _DONE)
     group: np.ndarray = column(None)
 
 
@@ -239,22 +254,66 @@ def rank_groups(
     return out
 
 
+def step_proxy(util: np.ndarray, clock: np.ndarray, power: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Per GPU of a job, one window's step-time proxy (NaN: not judged), and whether it was judged by power.
+
+    With an SM clock (most of the working GPUs log one): slower clocks, and a duty cycle below the job's, both
+    stretch a step (``1 / (clock x duty)``). Without one (nvidia-smi and dcgm-exporter logs often carry only
+    utilization, power and memory): a GPU's power is its work rate at the step's pace, so ``1 / power``, judged
+    only in windows where the job computes (median utilization >= 50%): at idle, power says nothing about pace.
+
+    Slowness needs work. A straggler still computes the step its peers compute, only slower, and the peers wait on
+    it, so their utilization and power dip with every step it holds back. A GPU under ``WORKING_SHARE`` of its
+    peers' median utilization is not computing that step: it waits on them, or does other work (a rank 0 writing a
+    checkpoint or logs while ranks 1-7 run at 100%: issue 38's real Llama-3-8B run). Its peers running at full
+    pace are the evidence that it holds no one back; it is not judged."""
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        # a window where no peer was busy has an all-NaN median: it is simply not judged
+        warnings.simplefilter("ignore", RuntimeWarning)
+        peer_util = np.nanmedian(util)
+        working = util >= WORKING_SHARE * peer_util
+        has_clock = np.count_nonzero(working & ~np.isnan(clock))
+        by_power = has_clock * 3 < np.count_nonzero(working) * 2
+        if by_power:
+            step = np.where(working & (peer_util >= _JOB_BUSY_UTIL), 1.0 / power, np.nan)
+            if np.count_nonzero(np.isfinite(step)) == 2:
+                # two GPUs wait for each other: both draw less, and power cannot say which one is the slow one
+                step[:] = np.nan
+        else:
+            duty = np.minimum(1.0, util / peer_util)
+            step = np.where(working, 1.0 / (clock * duty), np.nan)
+            if np.count_nonzero(np.isfinite(step)) == 2:
+                # two GPUs wait for each other, so their duty cycles cannot say which one is slow: the clock can
+                step = np.where(np.isfinite(step), 1.0 / clock, np.nan)
+    step[~np.isfinite(step)] = np.nan
+    return step, bool(by_power)
+
+
 class Stragglers:
-    """The straggler finding: each GPU's step-time proxy per window (SM clock while busy, and its duty cycle against
-    the job's) judged against its job's peers by :func:`peer_step`, a window once every live GPU of the job is past
-    it. A GPU whose slowness another finding explains (thermal, a power cap, its links...) is not reported again."""
+    """The straggler finding: each GPU's step-time proxy per window (:func:`step_proxy`) judged against its job's
+    peers by :func:`peer_step`, a window once every live GPU of the job is past it. A GPU whose slowness another
+    finding explains (thermal, a power cap, its links...) is not reported again. Each window of a job also goes to
+    the job-level rule (processors.detectors.job_pace), which needs the same per-GPU windows."""
 
     names = (STRAGGLER,)
 
     def __init__(
-        self, slots: GpuSlots, settings: DetectorSettings, latest: Latest, report: Reporter, power_waiting: Waiting
+        self,
+        slots: GpuSlots,
+        settings: DetectorSettings,
+        latest: Latest,
+        report: Reporter,
+        power_waiting: Waiting,
+        pace: JobPace | None = None,
     ) -> None:
         self.slots = slots
         self.settings = settings
-        self.params = StragglerParams(acute=2)
+        # a GPU 25% slower (issue 38's check: utilization and power x0.8) is named after one full window, 18% after two
+        self.params = StragglerParams(acute=2, cusum_h=0.15)
         self.latest = latest
         self.report = report
         self.power_waiting = power_waiting
+        self.pace = pace
         self.windows = slots.attach(_Windows())
         self._jobs: dict[str, _Peers] = {}
         self._touched: set[str] = set()
@@ -277,6 +336,8 @@ class Stragglers:
             if not self._jobs[old].members:  # the job ended here: its peer group goes with it
                 del self._jobs[old]
                 self._touched.discard(old)
+                if self.pace is not None:
+                    self.pace.end(old, ts, out)
         if self.report.gpus.is_open(slot, STRAGGLER):
             self.report.transition(slot, STRAGGLER, False, ts, out)
         if key is not None:
@@ -308,16 +369,20 @@ class Stragglers:
             with np.errstate(invalid="ignore", divide="ignore"):
                 util = sums[:, 0] / sums[:, 1]
                 clock = sums[:, 2] / sums[:, 3]
+                power = sums[:, 4] / sums[:, 5]
+                idle = sums[:, 6] / sums[:, 1]
             ring = np.roll(w.done[mg], -1, axis=1)
-            ring[:, -1] = np.column_stack([w.index[mg], util, clock])
+            ring[:, -1] = np.column_stack([w.index[mg], util, clock, power, idle])
             w.done[mg] = ring
             w.sums[mg] = 0.0
         w.index[g] = idx
         util = col(m, "utilization_gpu_percent")
         clock = rel[:, REL["sm_clock_ratio_of_max"]]
+        power = col(m, "power_watts")
         busy = gt(util, _BUSY_UTIL) & ~np.isnan(clock)
         w.sums[g] += np.column_stack([
-            np.nan_to_num(util), ~np.isnan(util), np.where(busy, clock, 0.0), busy
+            np.nan_to_num(util), ~np.isnan(util), np.where(busy, clock, 0.0), busy,
+            np.nan_to_num(power), ~np.isnan(power), lt(util, _IDLE_UTIL),
         ])  # fmt: skip
 
     def judge(self, out: list[Finding]) -> None:
@@ -334,34 +399,26 @@ class Stragglers:
             newest = int(idx.max())
             ready = int(idx[idx >= newest - 4].min()) - 1
             for k in range(max(peers.evaluated + 1, newest - _RING + 1), ready + 1):
-                self._judge(peers, k, out)
+                self._judge(key, peers, k, out)
                 peers.evaluated = k
         self._touched.clear()
 
-    def _judge(self, peers: _Peers, k: int, out: list[Finding]) -> None:
+    def _judge(self, key: str, peers: _Peers, k: int, out: list[Finding]) -> None:
         slots = np.array(peers.slots)
         ring = self.windows.done[slots]
         hit = ring[:, :, 0] == k
-        found = hit.any(axis=1)
-        util = np.where(found, np.where(hit, ring[:, :, 1], 0.0).sum(axis=1), np.nan)
-        clock = np.where(found, np.where(hit, ring[:, :, 2], 0.0).sum(axis=1), np.nan)
-        util[[s not in peers.members for s in peers.slots]] = np.nan
-        with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
-            # a window where no peer was busy has an all-NaN median: it is simply not judged
-            warnings.simplefilter("ignore", RuntimeWarning)
-            # step-time proxy: slower clocks, and a duty cycle below the job's, both stretch a step
-            duty = np.minimum(1.0, util / np.nanmedian(util))
-            step = 1.0 / (clock * duty)
-        step[~np.isfinite(step)] = np.nan
-        if np.count_nonzero(~np.isnan(step)) == 2:
-            # two GPUs wait for each other, so their duty cycles cannot say which one is slow: the clock can
-            with np.errstate(divide="ignore"):
-                step = np.where(np.isnan(step), np.nan, 1.0 / clock)
+        found = hit.any(axis=1) & np.array([s in peers.members for s in peers.slots])
+        util, clock, power, idle = (
+            np.where(found, np.where(hit, ring[:, :, f], 0.0).sum(axis=1), np.nan) for f in range(1, _DONE)
+        )
+        win_ns = int(self.settings.straggler_window_s * S)
+        ts = (k + 1) * win_ns
+        if self.pace is not None:
+            self.pace.window(key, peers.slots, ts, self.settings.straggler_window_s, util, power, idle, out)
+        step, by_power = step_proxy(util, clock, power)
         peers.state, verdict = peer_step(peers.state, step, self.params)
         if not verdict.judged:
             return
-        win_ns = int(self.settings.straggler_window_s * S)
-        ts = (k + 1) * win_ns
         was_all = self.report.gpus.active(slots, STRAGGLER)
         # only GPUs flagged now or before need a decision (most windows: none)
         for i in np.flatnonzero(verdict.active | was_all).tolist():
@@ -371,33 +428,64 @@ class Stragglers:
             # (a lowered power limit still waiting for its confirmation explains it too)
             history_ns = ts - self.params.persist * win_ns
             explained = self.latest.explained_until[slot] >= history_ns or self.power_waiting(slot)
-            detail = {
-                "slower_than_median": float(verdict.rel[i]),
-                "robust_z": float(verdict.z[i]),
-                "median_slower": float(verdict.median_rel[i]),
-                "peers": float(np.count_nonzero(~np.isnan(step))),
-                "window_s": self.settings.straggler_window_s,
-            }
-            if verdict.holds[i] and not was and not explained:  # holds: a route, not the hysteresis (active)
+            holds = bool(verdict.holds[i]) and np.isfinite(verdict.rel[i])
+            # the wording says what the windows where a route held showed; a window that judged the GPU otherwise
+            # (caught up, or not judged at all) never overwrites it with its own numbers
+            detail = self._detail(verdict, i, step, util, power, by_power) if holds else {}
+            if holds and not was and not explained:  # holds: a route, not the hysteresis (active)
                 self.report.transition(slot, STRAGGLER, True, ts, out, detail)
             elif was and (not now or explained):
-                self.report.transition(slot, STRAGGLER, False, ts, out, detail)
+                end = {"now_slower": float(verdict.rel[i])} if np.isfinite(verdict.rel[i]) else {}
+                self.report.transition(slot, STRAGGLER, False, ts, out, end)
             elif was:
                 self.report.gpus.get(slot, STRAGGLER).detail.update(detail)
 
+    def _detail(
+        self, verdict: PeerVerdict, i: int, step: np.ndarray, util: np.ndarray, power: np.ndarray, by_power: bool
+    ) -> dict[str, float]:
+        """A window's numbers behind a straggler (GPU ``i`` of the job) as its finding keeps them."""
+        others = np.isfinite(step)
+        others[i] = False
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            peer_power = float(np.nanmedian(power[others])) if others.any() else float("nan")
+            peer_util = float(np.nanmedian(util[others])) if others.any() else float("nan")
+        return {
+            "slower_than_median": float(verdict.rel[i]),
+            "robust_z": float(verdict.z[i]),
+            "median_slower": float(verdict.median_rel[i]),
+            "peers": float(np.count_nonzero(np.isfinite(step))),
+            "window_s": self.settings.straggler_window_s,
+            "by_power": float(by_power),
+            "power_watts": float(power[i]),
+            "peer_power_watts": peer_power,
+            "window_utilization_percent": float(util[i]),
+            "peer_utilization_percent": peer_util,
+        }
+
     def describe(self, name: str, gpu: GpuView, episode: Episode, ts_ns: int) -> Description:
         nan, d = float("nan"), episode.detail
-        than = (
-            "its one peer per step (a 2-GPU job: judged by its SM clock)"
-            if d.get("peers") == 2
-            else f"the median of its {fmt(d.get('peers', nan))} peers per step (robust z "
-            f"{fmt(d.get('robust_z', nan), '', 1)})"
-        )
-        what = (
-            f"straggler: {fmt(d.get('slower_than_median', nan) * 100, '%')} slower than {than}, SM clock "
-            f"{fmt(gpu.rel.get('sm_clock_ratio_of_max', nan) * 100, '%')} of max, util "
-            f"{fmt(gpu.row.get('utilization_gpu_percent', nan), '%')}"
-        )
+        # every number said here was measured in a window where the straggler's route held (``_detail``): none is
+        # unknown; the latest row's values are said only where present
+        others = f"{d['peers'] - 1:.0f} peers" if "peers" in d else "peers"
+        if d.get("peers") == 2:
+            than = "its one peer per step (a 2-GPU job: judged by its SM clock)"
+        else:
+            than = f"the median of its {others} per step (robust z {d.get('robust_z', nan):.1f})"
+        what = f"straggler: {d.get('slower_than_median', nan) * 100:.0f}% slower than {than}"
+        if d.get("by_power") == 1.0:
+            what += (
+                f", judged by power (no SM clock logged): {d.get('power_watts', nan):.0f} W against their "
+                f"{d.get('peer_power_watts', nan):.0f} W, util {d.get('window_utilization_percent', nan):.0f}% "
+                f"against {d.get('peer_utilization_percent', nan):.0f}%"
+            )
+        else:
+            clock = gpu.rel.get("sm_clock_ratio_of_max")
+            what += f", SM clock {clock * 100:.0f}% of max" if clock is not None else ""
+            util = d.get("window_utilization_percent", gpu.row.get("utilization_gpu_percent"))
+            what += f", util {util:.0f}%" if util is not None else ""
+        if "now_slower" in d:
+            what += f"; caught up: now {d['now_slower'] * 100:.0f}% from its peers' median"
         action = (
             "the whole job runs at this GPU's pace: check its clocks, cooling and PCIe/NVLink, or move the rank off it"
         )
@@ -406,4 +494,6 @@ class Stragglers:
             "robust_z": d.get("robust_z", nan), "peers": d.get("peers", nan),
             "sm_clock_ratio": gpu.rel.get("sm_clock_ratio_of_max", nan),
             "utilization_percent": gpu.row.get("utilization_gpu_percent", nan),
+            "power_watts": d.get("power_watts", nan), "peer_power_watts": d.get("peer_power_watts", nan),
+            "now_slower": d.get("now_slower", nan),
         })  # fmt: skip

@@ -1,0 +1,210 @@
+"""A whole job slowed down: one job-level finding (``job-slowdown``) when every GPU of a job runs slower together.
+
+The straggler rule compares a GPU with its peers; when every GPU of a job slows down at once there is no slower
+peer, and the job's own past is the reference. Judged per straggler window (30 s) from what every GPU log holds,
+utilization and power (nvidia-smi, dcgm-exporter at 1-60 s), over the job's peer group (processors.detectors
+.stragglers):
+
+- *brake*: at least ``SHARE_OF_GPUS`` of the job's GPUs busy (window utilization >= ``BUSY_UTIL``) while the job's
+  median power is at most ``BRAKE_RATIO`` of what the job drew in its earlier busy windows (their highest median):
+  the same work at a fraction of the power, i.e. clocks held down (a power brake, a facility cap, a lowered limit
+  the logs do not carry). A checkpoint dip is not this: in it the GPUs stop computing, their utilization falls too.
+- *starved*: at least ``SHARE_OF_GPUS`` of the job's GPUs idle (utilization under ``IDLE_UTIL``) for a share of the
+  window between ``STARVE_MIN`` and ``STARVE_MAX``: working in fits and starts, waiting on input (a data loader, a
+  storage or network stall). A checkpoint is one contiguous dip: fully idle windows, with at most two part-idle
+  windows (its first and last) in a row, however long it lasts; a job that stopped is fully idle (the
+  ``utilization-cliff`` rule's case).
+
+A dip is judged by how many GPUs share it and how long it lasts: the condition must hold in ``SUSTAIN`` consecutive
+windows (90 s). Checkpoint stalls last about 10-30 s (systemoverflow.com, "Checkpoint Frequency": "the
+snapshot stall (10 to 30 seconds of idle GPUs)"; Huawei MindCluster's resumable-training reference: about 30 s to
+flush a 3B-parameter model's checkpoint); a stall longer than the sustain span still fails the brake test (its
+utilization falls) and the starved test (fully idle windows). The job must have run busy for ``WARM`` windows first
+(its reference, and no start-up loading mistaken for starvation). The finding clears after ``CLEAR`` windows
+without either condition. One finding per job, on the node of the job's first GPU (``gpu_uuid`` None), naming
+every GPU of the job: a warning (the job runs, slower). Not while a finding that explains a GPU's slowness holds on
+one of the job's GPUs (a node's power cap, thermal throttling: ``EXPLAINS_SLOWNESS``): that finding speaks for it.
+
+The 0.75 power ratio: in nanoGPT PR #643's 8xH100 run (tests/testdata) the busy windows' per-GPU power stays within
+686-692 W; a job-wide drop of a quarter is far outside its own variation, and the brake of issue 38's check (45% of
+the limit, about 315 W against 690 W) far below the ratio. A slowdown that starts with the job (no earlier busy
+window) has no reference and is not seen: a known limit.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+
+from pipeline.events import Finding, Severity
+from processors.detectors.columns import fmt
+from processors.detectors.findings import Reporter
+from processors.detectors.gpus import Latest
+from processors.detectors.names import JOB_SLOWDOWN
+from processors.episodes import Description
+from processors.state import GpuSlots
+
+BUSY_UTIL: Final = 80.0
+IDLE_UTIL: Final = 5.0
+SHARE_OF_GPUS: Final = 0.75
+BRAKE_RATIO: Final = 0.75
+STARVE_MIN: Final = 0.3
+STARVE_MAX: Final = 0.9
+SUSTAIN: Final = 3
+CLEAR: Final = 2
+WARM: Final = 2
+_BRAKE, _STARVED = 1, 2
+
+
+@dataclass(slots=True)
+class JobPaceState:
+    """One job's pace: its reference power (highest busy-window median), how many busy windows it had, and the run of
+    consecutive windows of each condition."""
+
+    reference_watts: float = float("nan")
+    busy_windows: int = 0
+    brake_run: int = 0
+    starve_run: int = 0
+    quiet: int = 0
+    active: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class JobWindow:
+    """What one window of a job says: the cause holding (0 none, _BRAKE, _STARVED), whether the finding starts or
+    clears, and the numbers behind it."""
+
+    cause: int
+    starts: bool
+    clears: bool
+    gpus: int
+    power_watts: float
+    reference_watts: float
+    utilization: float
+    idle_share: float
+    seconds: float = field(default=0.0)
+
+
+def pace_step(
+    state: JobPaceState, util: np.ndarray, power: np.ndarray, idle: np.ndarray, explained: bool = False
+) -> JobWindow:
+    """Advance one job by one window: per GPU (NaN: no rows in the window) its mean utilization, mean power and
+    share of rows idle; ``explained``: a finding that slows its GPUs (a power cap, thermal...) holds, so low power
+    is that finding's, not a brake of this rule's. Pure apart from ``state``, which it updates."""
+    seen = ~np.isnan(util)
+    n = int(seen.sum())
+    if n < 2:
+        return JobWindow(0, False, False, n, np.nan, state.reference_watts, np.nan, np.nan)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a window with no power column: an all-NaN median
+        busy = np.count_nonzero(util >= BUSY_UTIL) >= SHARE_OF_GPUS * n
+        fits = np.count_nonzero((idle >= STARVE_MIN) & (idle <= STARVE_MAX)) >= SHARE_OF_GPUS * n
+        watts = float(np.nanmedian(power))
+        mid_util, mid_idle = float(np.nanmedian(util)), float(np.nanmedian(idle))
+    ref = state.reference_watts
+    warm = state.busy_windows >= WARM
+    braked = warm and busy and watts <= BRAKE_RATIO * ref and not explained
+    starved = warm and fits
+    if busy and not braked and not explained and watts == watts:  # noqa: PLR0124 (NaN test)
+        state.reference_watts = watts if ref != ref else max(ref, watts)  # noqa: PLR0124
+        state.busy_windows += 1
+    state.brake_run = state.brake_run + 1 if braked else 0
+    state.starve_run = state.starve_run + 1 if starved else 0
+    cause = _BRAKE if state.brake_run >= SUSTAIN else _STARVED if state.starve_run >= SUSTAIN else 0
+    state.quiet = 0 if (braked or starved) else state.quiet + 1
+    starts = bool(cause) and not state.active
+    clears = state.active and state.quiet >= CLEAR
+    state.active = (state.active or starts) and not clears
+    run = max(state.brake_run, state.starve_run)
+    return JobWindow(cause, starts, clears, n, watts, ref, mid_util, mid_idle, float(run))
+
+
+class JobPace:
+    """The ``job-slowdown`` finding (see module docstring): fed one window of a job at a time by the straggler
+    family, which keeps the per-GPU windows and the jobs' peer groups."""
+
+    names = (JOB_SLOWDOWN,)
+
+    def __init__(self, slots: GpuSlots, report: Reporter, latest: Latest, power_waiting: Callable[[int], bool]) -> None:
+        self.slots = slots
+        self.report = report
+        self.latest = latest
+        self.power_waiting = power_waiting
+        self._jobs: dict[str, JobPaceState] = {}
+        #: per node holding an open finding: its job, the job's GPUs and the numbers last said
+        self._open: dict[int, tuple[str, list[int], JobWindow, float]] = {}
+
+    def window(
+        self,
+        key: str,
+        members: list[int],
+        ts: int,
+        window_s: float,
+        util: np.ndarray,
+        power: np.ndarray,
+        idle: np.ndarray,
+        out: list[Finding],
+    ) -> None:
+        """One window of job ``key`` (its GPUs ``members``, in the order of the arrays), ending at ``ts``."""
+        state = self._jobs.setdefault(key, JobPaceState())
+        # a GPU whose slowness a finding explains (a node's power cap, thermal throttling...), now or over the span
+        # a brake is sustained, or whose lowered limit waits for its confirmation: that finding speaks for the job
+        since = ts - int((SUSTAIN + 1) * window_s * 1e9)
+        explained = bool((self.latest.explained_until[members] >= since).any()) or any(
+            self.power_waiting(s) for s in members
+        )
+        verdict = pace_step(state, util, power, idle, explained)
+        node = int(self.slots.node_of[members[0]])
+        if verdict.starts:
+            self._open[node] = (key, members, verdict, window_s)
+            self.report.node_starts(node, JOB_SLOWDOWN, ts, out)
+        elif verdict.clears and node in self._open:
+            self.report.node_clears(node, JOB_SLOWDOWN, ts, out)
+            del self._open[node]
+        elif verdict.cause and node in self._open:
+            self._open[node] = (key, members, verdict, window_s)
+
+    def end(self, key: str, ts: int, out: list[Finding]) -> None:
+        """The job ended (its last GPU left its peer group): its finding clears, its history goes."""
+        self._jobs.pop(key, None)
+        for node, (open_key, *_rest) in list(self._open.items()):
+            if open_key == key:
+                self.report.node_clears(node, JOB_SLOWDOWN, ts, out)
+                del self._open[node]
+
+    def describe_node(self, name: str, slots: np.ndarray) -> Description:
+        node = int(self.slots.node_of[int(slots[0])])
+        key, members, w, window_s = self._open[node]
+        job = key.split("/", 1)[-1] if key.startswith("job:") else "its processes' job"
+        gpus = f"all {w.gpus} GPUs of job {job}" if key.startswith("job:") else f"all {w.gpus} GPUs of one job"
+        minutes = fmt(w.seconds * window_s / 60, " min", 1)
+        if w.cause == _BRAKE:
+            what = (
+                f"job slowdown: {gpus} held at {fmt(w.power_watts, ' W')} for {minutes} at "
+                f"{fmt(w.utilization, '%')} utilization, {fmt(w.power_watts / w.reference_watts * 100, '%')} of the "
+                f"{fmt(w.reference_watts, ' W')} the job drew busy before: the whole job computes slower"
+            )
+            action = (
+                "check what holds every GPU's clocks down: a power brake or cap of the node, rack or facility, "
+                "lowered power limits, cooling"
+            )
+        else:
+            what = (
+                f"job slowdown: {gpus} idle {fmt(w.idle_share * 100, '%')} of the time, in fits and starts, for "
+                f"{minutes} after running busy: the job waits on its input"
+            )
+            action = "check the job's data loading: storage or network throughput, data-loader workers, CPU"
+        gpu_ids = ", ".join(str(self.slots.index(s)) for s in members)
+        evidence = {
+            "job_gpus": float(w.gpus),
+            "power_watts": w.power_watts,
+            "reference_power_watts": w.reference_watts,
+            "utilization_percent": w.utilization,
+            "idle_share": w.idle_share,
+            "sustained_s": w.seconds * window_s,
+        }
+        return Description(Severity.WARNING, f"{what} (GPUs {gpu_ids})", action, evidence)
