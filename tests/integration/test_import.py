@@ -213,6 +213,9 @@ def test_the_command_line_prints_the_summary_and_what_to_run_next(settings: Sett
     assert "rows read        6240" in out and "stored           6240" in out and "dead-lettered    0 (none)" in out
     assert "GPUs             8 on 1 node(s)" in out and "jobs             1: nanogpt-pr643" in out
     assert "intervals        0.331 s (8 series)" in out
+    # what utilization, power and temperature cannot show (processors.coverage), and nothing they can
+    assert "cannot see       17 of " in out and "memory-leak: needs the memory used" in out, out
+    assert "straggler:" not in out and "fallen-off-bus:" not in out
     assert "hermeneut baselines train --range 5m --stop 2025-09-24T03:46:10" in out
     bad = CliRunner().invoke(cli, ["import", "table", str(TRACE), "--mapping", str(TRACE)], env=env)
     assert bad.exit_code == 2 and bad.output.count("\n") == 1 and "invalid configuration" in bad.output

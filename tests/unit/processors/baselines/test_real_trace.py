@@ -101,6 +101,7 @@ def _captures() -> InterpretedBatch:
     return _batch([s for p in sorted(CAPTURES.glob("*.csv")) for s in _imported("nvidia-smi-csv", paths=(p,))], None)
 
 
+@cache
 def _simulated_parts() -> list[LabelledRows]:
     """What ``make run`` learns from: the simulator's 16 x 8 GPUs, 15 minutes, a sample of each GPU every 5 s."""
     fleet = Fleet(16, 8, seed=0, extras=True, faults=FaultPlan(rate_scale=0.0))
