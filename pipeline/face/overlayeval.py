@@ -48,8 +48,8 @@ _S: Final = 1_000_000_000
 KINDS: Final[dict[str, tuple[str, ...]]] = {
     "straggler": (names.STRAGGLER,),
     "slow-from-start": (names.STRAGGLER,),
-    "job-power-brake": (names.BRAKE, names.POWER),
-    "starvation": (names.IDLE,),
+    "job-power-brake": (names.BRAKE, names.POWER, names.JOB_SLOWDOWN),
+    "starvation": (names.JOB_SLOWDOWN,),
     "memory-leak": (names.LEAK,),
     "stops-reporting": (names.LOST_BUS,),
     "phase-mix": (names.PHASE_SHIFT,),
