@@ -33,13 +33,24 @@ per (node, lane), so every stage's state, the detectors' node clock included, on
 event-time window: a silence is evidence only when the node's other GPUs report in the same window. A history lane
 starts from nothing, so an import judged twice is judged alike. :meth:`GpuSlots.key` names the GPU without its lane:
 a finding of a history lane is about the same GPU, dated at its own time.
+
+**A lane that is done is freed.** Every import of older data (every import of a range again) opens lanes; kept,
+they would grow the state with every import. With ``idle_s`` set, a lane that took no row for ``idle_s`` of the
+table's own clock (wall time: an import finishes, its lane stays idle) while another lane of its node is ahead of it
+in event time is freed: its slots and node id are handed out again, every attached state's rows of them are filled
+anew, and the stages that keep more per slot than attached columns are told (:meth:`GpuSlots.on_free`). The lane
+ahead in event time of every other of its node (the live one) is never freed, nor the only lane of a node: a node
+that goes silent keeps its state, and its silence stays evidence. A freed lane's number is never reused: a later
+import starts a new lane, from nothing, as it would have anyway.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final, Literal, TypeVar
 
 import numpy as np
@@ -55,6 +66,9 @@ NodeKey = tuple[str, str]
 #: round, a node's sources a little apart, a retried message; further behind, it is history with a lane of its own
 #: (a shorter range read again joins its lane, where no time and no counter goes back: nothing is faked)
 BEHIND_S: Final = 30.0
+#: a lane behind another of its node that took no row for this long (s, the table's clock) is freed: an import's
+#: lane once the import is done (an import's messages arrive seconds apart while it runs)
+IDLE_S: Final = 600.0
 #: what a state's rows stand for
 Per = Literal["gpu", "node"]
 S = TypeVar("S")
@@ -66,6 +80,13 @@ def column(fill: Any, *shape: int, dtype: DTypeLike | None = None) -> Any:
     dtype is ``fill`` 's unless given)."""
     kind = np.dtype(dtype) if dtype is not None else np.asarray(fill).dtype
     return dataclasses.field(default_factory=lambda: np.full((0, *shape), fill, dtype=kind), metadata={_FILL: fill})
+
+
+def refill(state: Any, rows: np.ndarray) -> None:
+    """Fill ``rows`` of every :func:`column` of ``state`` as new rows are filled (their slots freed)."""
+    for f in dataclasses.fields(state):
+        if _FILL in f.metadata:
+            getattr(state, f.name)[rows] = f.metadata[_FILL]
 
 
 def grow(state: Any, rows: int) -> None:
@@ -93,12 +114,21 @@ class _Clocks:
     clock: np.ndarray = column(-1, dtype=np.int64)
     #: per node id: whether its node has other lanes (rows of such a node are placed one round at a time)
     shared: np.ndarray = column(False)
+    #: per node id: when (the table's clock, s) the lane last took a row
+    used: np.ndarray = column(-np.inf)
 
 
 class GpuSlots:
     """GPU -> slot and node -> node id, with the state of every stage attached (see module docstring)."""
 
-    def __init__(self, capacity: int = 64, behind_s: float = BEHIND_S) -> None:
+    def __init__(
+        self,
+        capacity: int = 64,
+        behind_s: float = BEHIND_S,
+        idle_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``idle_s``: free lanes that are done (module docstring; None: never), by ``clock`` (seconds)."""
         self._slot: dict[GpuKey | tuple[str, str, str, int], int] = {}
         self._keys: list[GpuKey] = []
         self._lane: list[int] = []
@@ -113,16 +143,30 @@ class GpuSlots:
         self._rows: dict[Per, int] = {"gpu": capacity, "node": capacity}
         self._attached: list[tuple[weakref.ref[Any], Per]] = []
         self._last: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], np.ndarray] | None = None
+        self._idle_s, self._clock = idle_s, clock
+        self._swept = clock()
+        #: slots and node ids of freed lanes, handed out again lowest first; node ids handed out so far
+        self._free_slots: list[int] = []
+        self._free_nodes: list[int] = []
+        self._node_ids = 0
+        self._forget: list[weakref.WeakMethod[Callable[[np.ndarray, np.ndarray], None]]] = []
+        #: lanes freed so far
+        self.freed = 0
         self._nodes = self.attach(_Nodes())
         self._clocks = self.attach(_Clocks(), per="node")
 
     def __len__(self) -> int:
-        """Slots handed out: GPUs seen, once per lane."""
+        """Slots handed out, freed ones included: the rows in use of a state attached per GPU are below it."""
         return len(self._keys)
 
     @property
+    def in_use(self) -> int:
+        """Slots held by a GPU: GPUs seen, once per lane not freed."""
+        return len(self._slot)
+
+    @property
     def nodes(self) -> int:
-        """Node ids handed out: nodes seen, once per lane."""
+        """Node ids held: nodes seen, once per lane not freed."""
         return len(self._node_id)
 
     @property
@@ -135,7 +179,7 @@ class GpuSlots:
         return self._keys[slot]
 
     def lanes_of(self, node: NodeKey) -> int:
-        """How many lanes a node has (0: not seen)."""
+        """How many lanes a node has, freed ones not counted (0: not seen)."""
         lanes = self._lanes.get(node)
         return 0 if lanes is None else len(lanes.ids)
 
@@ -166,8 +210,8 @@ class GpuSlots:
         full = _full(key, int(lane))
         found = self._slot.get(full)
         if found is None:
-            found = self._slot[full] = len(self._slot)
-            self._add(key, int(lane), index, model)
+            found = self._slot[full] = self._new_slot()
+            self._add(found, key, int(lane), index, model)
         return found
 
     def slots(self, keys: Iterable[GpuKey]) -> np.ndarray:
@@ -183,6 +227,9 @@ class GpuSlots:
         last = self._last
         if last is not None and last[0] is batch.gpu_uuid and last[1] is batch.node and last[2] is batch.cluster:
             return last[3]
+        now = self._clock()
+        if self._idle_s is not None and now - self._swept >= self._idle_s / 4:
+            self._sweep(now)
         keys = list(zip(batch.cluster, batch.node, batch.gpu_uuid, strict=True))
         out = self._continuing(keys, batch.ts_ns) if not batch.gpu_events else None
         if out is None:
@@ -204,6 +251,7 @@ class GpuSlots:
         if clocks.shared[node].any() or (ts < clocks.clock[node] - self._behind_ns).any():
             return None
         np.maximum.at(clocks.clock, node, ts)
+        clocks.used[node] = self._clock()
         self._placed = {}
         return slots
 
@@ -244,27 +292,81 @@ class GpuSlots:
         lanes = self._lanes.get(node)
         if lanes is None:  # its first lane may have been opened already, by a GPU's slot asked for without a time
             first = self._node_id.get((*node, 0))
-            lanes = self._lanes[node] = _Lanes([] if first is None else [first])
+            lanes = self._lanes[node] = _Lanes({} if first is None else {0: first}, 0, 1 if first is not None else 0)
         behind = self._behind_ns
-        now = [int(self._clocks.clock[i]) for i in lanes.ids]
-        if now and abs(ts_ns - now[lanes.last]) <= behind:
+        now = {lane: int(self._clocks.clock[i]) for lane, i in lanes.ids.items()}
+        if lanes.last in now and abs(ts_ns - now[lanes.last]) <= behind:
             lane = lanes.last
         else:
-            near = [(abs(ts_ns - c), i) for i, c in enumerate(now) if ts_ns >= c - behind]
-            lane = min(near)[1] if near else len(now)
-        if lane == len(lanes.ids):
-            lanes.ids.append(self._node((*node, lane)))
-            self._clocks.shared[lanes.ids] = len(lanes.ids) > 1
+            near = [(abs(ts_ns - c), lane) for lane, c in now.items() if ts_ns >= c - behind]
+            lane = min(near)[1] if near else lanes.next
+        if lane not in lanes.ids:
+            lanes.ids[lane] = self._node((*node, lane))
+            lanes.next = lane + 1
+            self._clocks.shared[list(lanes.ids.values())] = len(lanes.ids) > 1
         i = lanes.ids[lane]
         self._clocks.clock[i] = max(int(self._clocks.clock[i]), ts_ns)
+        self._clocks.used[i] = self._clock()
         lanes.last = lane
         return lane
+
+    def on_free(self, forget: Callable[[np.ndarray, np.ndarray], None]) -> None:
+        """Have ``forget(slots, node_ids)`` (a bound method; held weakly) called when a lane is freed, before the
+        slots and node id are handed out again: for what a stage keeps per slot or node besides attached columns
+        (those the table fills anew itself)."""
+        self._forget.append(weakref.WeakMethod(forget))
+
+    def _sweep(self, now: float) -> None:
+        """Free every lane that is done: idle for ``idle_s`` and behind another lane of its node (module
+        docstring)."""
+        self._swept = now
+        assert self._idle_s is not None
+        clock, used = self._clocks.clock, self._clocks.used
+        for node, lanes in self._lanes.items():
+            if len(lanes.ids) < 2:
+                continue
+            ahead = max(int(clock[i]) for i in lanes.ids.values())
+            done = [
+                lane
+                for lane, i in lanes.ids.items()
+                if int(clock[i]) < ahead - self._behind_ns and now - float(used[i]) >= self._idle_s
+            ]
+            for lane in done:
+                self._free(node, lanes, lane)
+
+    def _free(self, node: NodeKey, lanes: _Lanes, lane: int) -> None:
+        i = lanes.ids.pop(lane)
+        gpus = np.flatnonzero(self._nodes.node_of[: len(self._keys)] == i)
+        ids = np.array([i], dtype=np.int64)
+        for hook in self._forget:
+            forget = hook()
+            if forget is not None:
+                forget(gpus, ids)
+        for slot in gpus.tolist():
+            del self._slot[_full(self._keys[slot], lane)]
+            self._lane[slot] = -1
+            heapq.heappush(self._free_slots, slot)
+        del self._node_id[(*node, lane)]
+        heapq.heappush(self._free_nodes, i)
+        for ref, per in self._attached:
+            state = ref()
+            if state is not None:
+                refill(state, gpus if per == "gpu" else ids)
+        if lanes.last == lane:
+            lanes.last = max(lanes.ids, key=lambda k: int(self._clocks.clock[lanes.ids[k]]))
+        self._clocks.shared[list(lanes.ids.values())] = len(lanes.ids) > 1
+        self._last, self._placed = None, {}
+        self.freed += 1
 
     def _node(self, key: tuple[str, str, int]) -> int:
         """The id of a node's lane, the next one if it is new."""
         found = self._node_id.get(key)
         if found is None:
-            found = self._node_id[key] = len(self._node_id)
+            if self._free_nodes:
+                found = heapq.heappop(self._free_nodes)
+            else:
+                found, self._node_ids = self._node_ids, self._node_ids + 1
+            self._node_id[key] = found
             self._grow("node", found + 1)
         return found
 
@@ -277,23 +379,30 @@ class GpuSlots:
 
     def _lookup(self, keys: list[GpuKey], lanes: np.ndarray, index: Sequence[int], model: Sequence[str]) -> np.ndarray:
         table = self._slot
-        before = len(table)
         full = [_full(k, lane) for k, lane in zip(keys, lanes.tolist(), strict=True)] if lanes.any() else keys
-        out = np.fromiter((table.setdefault(k, len(table)) for k in full), dtype=np.int64, count=len(keys))
-        if len(table) > before:
-            fresh = np.flatnonzero(out >= before)
-            _, first = np.unique(out[fresh], return_index=True)  # new slots in order, each with its first row
-            for row in fresh[first].tolist():
-                self._add(keys[row], int(lanes[row]), index[row] if len(index) else -1, model[row] if model else "")
+        out = np.fromiter((table.get(k, -1) for k in full), dtype=np.int64, count=len(keys))
+        for row in np.flatnonzero(out < 0).tolist():  # GPUs new to their lane, in the order of their first rows
+            found = table.get(full[row])
+            if found is None:
+                found = table[full[row]] = self._new_slot()
+                gpu_index, gpu_model = index[row] if len(index) else -1, model[row] if model else ""
+                self._add(found, keys[row], int(lanes[row]), gpu_index, gpu_model)
+            out[row] = found
         return out
 
-    def _add(self, key: GpuKey, lane: int, index: int, model: str) -> None:
-        """Record the GPU (in ``lane``) that just got the next slot (and its node's lane, if that is new)."""
-        slot = len(self._keys)
-        self._keys.append(key)
-        self._lane.append(lane)
-        self._index.append(index)
-        self._model.append(model)
+    def _new_slot(self) -> int:
+        """A freed slot (lowest first), else the next one."""
+        return heapq.heappop(self._free_slots) if self._free_slots else len(self._keys)
+
+    def _add(self, slot: int, key: GpuKey, lane: int, index: int, model: str) -> None:
+        """Record the GPU (in ``lane``) that just got ``slot`` (and its node's lane, if that is new)."""
+        if slot == len(self._keys):
+            self._keys.append(key)
+            self._lane.append(lane)
+            self._index.append(index)
+            self._model.append(model)
+        else:  # a freed slot handed out again
+            self._keys[slot], self._lane[slot], self._index[slot], self._model[slot] = key, lane, index, model
         node = self._node((*key[:2], lane))
         self._grow("gpu", slot + 1)
         self._nodes.node_of[slot] = node
@@ -313,10 +422,12 @@ class GpuSlots:
 
 @dataclasses.dataclass
 class _Lanes:
-    """A node's lanes: the node id of each (where its clock is) and the lane its latest round went to."""
+    """A node's lanes: the node id of each lane not freed (where its clock is), the lane its latest round went to,
+    and the number the next new lane gets (freed numbers are not reused)."""
 
-    ids: list[int] = dataclasses.field(default_factory=list)
+    ids: dict[int, int] = dataclasses.field(default_factory=dict)
     last: int = 0
+    next: int = 0
 
 
 def _full(key: GpuKey, lane: int) -> GpuKey | tuple[str, str, str, int]:

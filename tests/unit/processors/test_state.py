@@ -21,6 +21,11 @@ class _Seen:
 
 
 @dataclass(eq=False)
+class _PerGpu:
+    count: np.ndarray = column(0, dtype=np.int64)
+
+
+@dataclass(eq=False)
 class _PerNode:
     latest: np.ndarray = column(0.0)
 
@@ -110,3 +115,34 @@ def test_a_gpu_event_goes_to_the_lane_of_its_time() -> None:
     assert slots.slot(("c", "n1", "GPU-0"), 0, "", 10**18 + 10_003 * 10**9) == 0  # one live
     assert slots.slot(("c", "n1", "GPU-7"), 7) == 2 and slots.lane(2) == 0  # no time: the node's latest round's lane
     assert slots.rows(_at("n1", 10_004, 7)).tolist() == [2]
+
+
+def test_lanes_that_are_done_are_freed_and_the_live_lane_never() -> None:
+    """A live node reports every round while the same range of its history is imported 50 times (each import 100
+    rounds, then idle): with ``idle_s`` the table holds at most the live lane and two imports' lanes, every attached
+    state stays that size, and the live GPUs keep their slots and their state (a count of their rows) throughout;
+    without it every import adds a lane for good."""
+    wall = [0.0]
+    kept, bounded = GpuSlots(behind_s=30), GpuSlots(behind_s=30, idle_s=600.0, clock=lambda: wall[0])
+    rows = {id(t): t.attach(_PerGpu()) for t in (kept, bounded)}
+    live_t = 100_000
+    for _ in range(50):
+        for t in range(100):
+            wall[0] += 1.0
+            live_t += 1
+            for table in (kept, bounded):
+                live = table.rows(_at("n1", live_t, 0, 1))
+                assert live.tolist() == [0, 1]  # the live lane is never freed: its slots stay
+                rows[id(table)].count[live] += 1
+                table.rows(_at("n1", t, 0, 1))  # the import of the same range, behind live
+        for _ in range(700):  # idle: the import is done, live goes on
+            wall[0] += 1.0
+            live_t += 1
+            for table in (kept, bounded):
+                live = table.rows(_at("n1", live_t, 0, 1))
+                rows[id(table)].count[live] += 1
+    grown = kept.lanes_of(("c", "n1"))
+    assert grown > 30 and kept.in_use == 2 * grown
+    assert bounded.lanes_of(("c", "n1")) <= 3 and bounded.in_use <= 6 and len(bounded) <= 6 and bounded.nodes <= 3
+    assert bounded.freed >= 48 and len(rows[id(bounded)].count) <= 64  # the attached state did not grow
+    assert rows[id(bounded)].count[[0, 1]].tolist() == rows[id(kept)].count[[0, 1]].tolist() == [50 * 800] * 2
