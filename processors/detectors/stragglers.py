@@ -476,13 +476,13 @@ class Stragglers:
         if d.get("by_power") == 1.0:
             what += (
                 f", judged by power (no SM clock logged): {d.get('power_watts', nan):.0f} W against their "
-                f"{d.get('peer_power_watts', nan):.0f} W, util {d.get('window_utilization_percent', nan):.0f}% "
-                f"against {d.get('peer_utilization_percent', nan):.0f}%"
+                f"{d.get('peer_power_watts', nan):.0f} W, busy {d.get('window_utilization_percent', nan):.0f}% "
+                f"of the window against their {d.get('peer_utilization_percent', nan):.0f}%"
             )
         else:
             clock = gpu.rel.get("sm_clock_ratio_of_max")
             what += f", SM clock {clock * 100:.0f}% of max" if clock is not None else ""
-            util = d.get("window_utilization_percent", gpu.row.get("utilization_gpu_percent"))
+            util = gpu.row.get("utilization_gpu_percent")  # the row the finding describes
             what += f", util {util:.0f}%" if util is not None else ""
         if "now_slower" in d:
             what += f"; caught up: now {d['now_slower'] * 100:.0f}% from its peers' median"
