@@ -294,7 +294,9 @@ class HardErrors:
         if name == REMAP:
             return _remap_words(gpu, episode)
         node_now = int(self.nodes.latest[self.slots.node_of[gpu.slot]])
-        silent = max(0.0, (node_now - int(self.latest.ts[gpu.slot])) / S)
+        # as of the finding's own time (a start is dated when the silence became evident; the batch that noticed it
+        # may reach further: "silent for 26 s" after 15 s on a real trace, issue 38)
+        silent = max(0.0, (min(ts_ns, node_now) - int(self.latest.ts[gpu.slot])) / S)
         how = "XID 79 / GPU lost" if episode.detail.get("event") else "no samples"
         what = f"fallen off the bus: {how}; silent for {silent:.0f} s while the node's other GPUs keep reporting"
         action = "drain the node and reboot it; reseat the GPU and check its power cables and riser if it happens again"

@@ -134,6 +134,11 @@ def test_fallen_off_the_bus(with_event: bool) -> None:
     assert first.severity == "critical" and "reboot" in first.action
     (clear,) = [f for f in found if not f.active]
     assert clear.ts_ns == T0 + 930 * S
+    if not with_event:  # the silence as of the finding's time, whatever the batch that noticed it reaches to
+        assert first.evidence["silent_s"] == 15 and "silent for 15 s" in first.summary
+        _det, batched, _ = run(1200, shape, rounds_per_batch=37)
+        (first,) = starts(batched)
+        assert first.ts_ns == T0 + 514 * S and first.evidence["silent_s"] == 15
 
 
 def test_a_gpu_sampled_once_a_minute_is_silent_only_after_three_missed_samples() -> None:
