@@ -281,7 +281,10 @@ class HardErrors:
             if self.latest.row[slot, METRIC_INDEX["row_remap_pending"]] == 1:
                 return None
             evidence = self.evidence.ecc_ts if name == ECC else self.evidence.remap_ts
-            since, quiet_for = int(evidence[slot]), _MEMORY_QUIET_S
+            # silence is no recovery: the quiet window must be the GPU's own samples, since its return after a gap
+            since = max(int(evidence[slot]), int(self.evidence.back_since[slot]))
+            end = max(episode.since_ns, since + int(_MEMORY_QUIET_S * S))
+            return end if int(self.latest.ts[slot]) >= end else None
         else:
             return None
         return max(episode.since_ns, since + int(quiet_for * S))

@@ -153,3 +153,19 @@ def test_a_gpu_sampled_once_a_minute_is_silent_only_after_three_missed_samples()
     _det, found, _ = run(1800, shape, gpus=2)
     assert kinds(found) == {("fallen-off-bus", "GPU-0")}
     assert starts(found)[0].ts_ns == T0 + (1140 + 3 * 60) * S  # three of its intervals after its last sample
+
+
+def test_an_uncorrectable_ecc_error_stays_open_while_its_gpu_is_silent() -> None:
+    """Silence is evidence of nothing: an ECC finding on a GPU that stops reporting (its node goes on) stays open
+    through the gap, and clears only after 10 quiet minutes of the GPU's own samples once it is back."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float] | None:
+        if gpu == 3 and 200 <= t < 1400:
+            return None
+        return m | {"ecc_uncorrected_total": 1.0 if gpu == 3 and t >= 100 else 0.0}
+
+    _det, found, _ = run(2400, shape, gpus=4)
+    ecc = [f for f in found if f.detector == "ecc-uncorrectable"]
+    assert ecc[0].active and ecc[0].ts_ns == T0 + 100 * S
+    (clear,) = [f for f in ecc if not f.active]
+    assert clear.ts_ns == T0 + 2000 * S  # 600 s after its return at 1400, not 600 s after the error
