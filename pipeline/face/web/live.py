@@ -56,6 +56,8 @@ _LOOKBACK_MS = 90_000
 #: at least this many of the last messages per partition (each holds one processing batch of many GPUs)
 _LAST_MESSAGES = 200
 _LAST_FINDINGS = 2000
+#: GPUs whose findings were read before their first reading (the two topics are read in no set order), kept at most
+_EARLY_GPUS = 100_000
 
 
 @dataclass
@@ -136,6 +138,17 @@ def states_from_batch(batch: InterpretedBatch) -> list[GpuState]:
     return list(out.values())
 
 
+def _shown(f: Finding) -> dict[str, Any]:
+    """What the dashboard shows of an open finding."""
+    return {
+        "severity": f.severity.value,
+        "summary": f.summary,
+        "action": f.action,
+        "since_ms": f.since_ns // 1_000_000,
+        "evidence": f.evidence,
+    }
+
+
 class LiveFleet:
     """Latest state per GPU, fed by a consumer thread (see module docstring)."""
 
@@ -143,6 +156,8 @@ class LiveFleet:
         self.settings = settings
         self._gpus: dict[str, GpuState] = {}
         self._nics: dict[tuple[str, str, str], dict[str, float]] = {}
+        # open findings of GPUs not read yet: the alerts topic may be read ahead of the interpreted one
+        self._early: dict[str, dict[str, dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -207,7 +222,7 @@ class LiveFleet:
                 if old is not None and old.ts_ms > state.ts_ms:
                     continue
                 self.version += 1
-                state.findings = old.findings if old else {}
+                state.findings = old.findings if old else self._early.pop(state.uuid, {})
                 state.version = self.version
                 self._gpus[state.uuid] = state
             for n in batch.nics:
@@ -219,21 +234,29 @@ class LiveFleet:
         with self._lock:
             state = self._gpus.get(f.gpu_uuid)
             if state is None:
+                self._remember_early(f)
                 return
             if f.active:
-                state.findings[f.detector] = {
-                    "severity": f.severity.value,
-                    "summary": f.summary,
-                    "action": f.action,
-                    "since_ms": f.since_ns // 1_000_000,
-                    "evidence": f.evidence,
-                }
+                state.findings[f.detector] = _shown(f)
             elif f.detector in state.findings:
                 del state.findings[f.detector]
             else:
                 return
             self.version += 1
             state.version = self.version
+
+    def _remember_early(self, f: Finding) -> None:
+        """Hold a finding of a GPU without a reading yet, given to its state when the first one comes."""
+        assert f.gpu_uuid is not None
+        held = self._early.get(f.gpu_uuid)
+        if f.active:
+            if held is None:
+                if len(self._early) >= _EARLY_GPUS:
+                    del self._early[next(iter(self._early))]  # the GPU held longest without a reading
+                held = self._early[f.gpu_uuid] = {}
+            held[f.detector] = _shown(f)
+        elif held is not None:
+            held.pop(f.detector, None)
 
     def snapshot(self) -> list[GpuState]:
         with self._lock:
