@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -189,7 +188,7 @@ def _offline(
     findings: Path | None = None,
 ) -> None:
     from pipeline.face.evaluation import Thresholds, failures, format_table, to_json
-    from pipeline.face.fleeteval import FleetPlan, combined, seed_line
+    from pipeline.face.fleeteval import FleetPlan, combined, in_workers, seed_line
 
     hours = gpu_days * 24.0 / (nodes * gpus)
     if findings is not None:
@@ -202,12 +201,8 @@ def _offline(
         err=as_json,
     )
     started = time.monotonic()
-    if jobs == 1:
-        outcomes = [_run_one(p, True, findings) for p in plans]
-    else:
-        with ProcessPoolExecutor(jobs) as pool:
-            futures = [pool.submit(_run_one, p, False, findings) for p in plans]
-            outcomes = [f.result() for f in tqdm(futures, desc="seeds", unit=" seed")]
+    with errors():  # SIGINT/SIGTERM stop every worker at once, nothing scored (exit 130/143)
+        outcomes = in_workers(_run_one, [(p, jobs == 1, findings) for p in plans], jobs)
     day_one, after = combined(outcomes)
     missed = failures(after, Thresholds())
     day_one_missed = [m for m in failures(day_one, Thresholds()) if "false alarms" in m]
