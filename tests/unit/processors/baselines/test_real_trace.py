@@ -46,6 +46,7 @@ from tests import TESTDATA
 from tests.unit.processors.history import T0
 
 NANOGPT = TESTDATA / "nanogpt-pr643-h100x8-nvsmi-timeseries"
+COLOCATION = TESTDATA / "nanogpt-pr643-h100x8-colocation-timeseries"
 READINGS = TESTDATA / "nvml-h100-lent" / "readings.jsonl"
 CAPTURES = TESTDATA / "nvidia-smi-csv"
 H100 = "NVIDIA H100 80GB HBM3"
@@ -84,6 +85,12 @@ def _imported(importer: str, **options: object) -> list[GpuSample]:
 def _nanogpt() -> InterpretedBatch:
     trace = (NANOGPT / "gpu_metrics_f4f827dd.csv",)
     return _batch(_imported("table", paths=trace, mapping=NANOGPT / "mapping.toml"), PRETRAINING)
+
+
+@cache
+def _colocation() -> InterpretedBatch:
+    trace = (COLOCATION / "gpu_metrics_b443a1c3.csv",)
+    return _batch(_imported("table", paths=trace, mapping=COLOCATION / "mapping.toml"), PRETRAINING)
 
 
 @cache
@@ -166,7 +173,9 @@ def _shares(scored: InterpretedBatch, rows: np.ndarray | None = None) -> collect
     return collections.Counter((verdicts if rows is None else verdicts[rows]).tolist())
 
 
-@pytest.mark.parametrize("trace", [_nanogpt, _lent_h100], ids=["nanogpt-8xh100", "nvml-h100-lent"])
+@pytest.mark.parametrize(
+    "trace", [_nanogpt, _colocation, _lent_h100], ids=["nanogpt-8xh100", "nanogpt-colocation-8xh100", "nvml-h100-lent"]
+)
 def test_a_real_healthy_trace_is_normal_on_day_one(trace: object) -> None:
     """Every row, ramps and rests included: >= 99.5% normal, none anomalous, and no finding."""
     assert callable(trace)
