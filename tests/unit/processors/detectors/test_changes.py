@@ -3,27 +3,56 @@ stopped computing without ending), a phase shift (checkpoints taking the job's t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
 from pipeline.events import GpuProcess, Workload
 from processors.detectors.changes import collapses
-from tests.unit.processors.detectors.driver import T0, S, kinds, run, starts
+from tests.unit.processors.detectors.driver import T0, S, kinds, pretraining, run, starts
 
 GIB = 2**30
 
 
-def test_collapse_rule() -> None:
-    total = np.full(4, 80.0 * GIB)
-    before = np.array([40.0, 40.0, 8.0, 40.0]) * GIB
-    after = np.array([0.5, 3.0, 0.5, np.nan]) * GIB
-    assert collapses(before, after, total).tolist() == [True, False, False, False]
+def _serving(_t: int, _gpu: int) -> Workload:
+    return Workload("llm-serving", job_id="serve-1", source="simulator", confidence=1.0, job_gpus=1)
+
+
+def _same_process(_t: int, gpu: int) -> tuple[GpuProcess, ...]:
+    return (GpuProcess(7000 + gpu, "python", None),)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "total", "collapse"),
+    [
+        (11.5, 0.5, 48, True),  # a real serving trace's collapses from 10 to 11.5 GiB of 48 GiB, missed before
+        (10.0, 0.5, 48, True),
+        (60.0, 3.0, 80, True),  # a tenth of 60 GiB is above 1 GiB: what an unloading server keeps
+        (60.0, 6.5, 80, False),
+        (10.0, 2.0, 80, False),  # a fifth left: a job freeing activations
+        (10.0, 0.9, 80, True),
+        (4.2, 0.5, 48, True),
+        (3.9, 0.0, 48, False),  # no model's level to fall from
+        (3.0, 0.0, 48, False),
+        (10.0, 0.5, 192, True),  # 5 % of 192 GiB is 9.6 GiB
+        (9.5, 0.5, 192, False),
+        (40.0, np.nan, 80, False),  # no reading is no fall
+        (np.nan, 0.5, 80, False),
+        (40.0, 0.5, np.nan, False),
+    ],
+)
+def test_collapse_rule(before: float, after: float, total: float, collapse: bool) -> None:
+    """From a model's level (above 4 GiB and 5 % of the GPU) to below 1 GiB or a tenth of the level before."""
+    got = collapses(np.array([before * GIB]), np.array([after * GIB]), np.array([total * GIB]))
+    assert got.tolist() == [collapse]
 
 
 @pytest.mark.parametrize("interval", [1, 10, 57])
 def test_a_reload_is_one_info_event_and_not_a_leak(interval: int) -> None:
     """A server unloads its model (memory to 0.4 GiB) and loads it again within two minutes, then stays flat for
-    10 minutes, with the same process: one info event, no leak (the reload is no growth that goes on)."""
+    10 minutes, with the same process: one info event, no leak (the reload is no growth that goes on). Its repeats
+    and its clear still say where memory fell to, and where it is now apart from that."""
 
     def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
         if gpu != 1:
@@ -35,13 +64,83 @@ def test_a_reload_is_one_info_event_and_not_a_leak(interval: int) -> None:
             used = 0.4 + 49.6 * (t - 1800 - 2 * interval) / 120
         return m | {"memory_used_bytes": used * GIB}
 
-    _det, found, _ = run(2700 + 2 * interval, shape, interval=interval, processes=_same_process)
+    _det, found, _ = run(2700 + 2 * interval, shape, _serving, interval=interval, processes=_same_process)
     assert kinds(found) == {("memory-collapse", "GPU-1")}
     (event,) = starts(found)
     assert event.severity == "info" and "unloaded" in event.summary
+    assert "fell from 50.0 GiB to 0.4 GiB between two samples while" in event.summary
     assert event.evidence["memory_before_bytes"] == pytest.approx(50 * GIB)
+    assert event.evidence["memory_after_bytes"] == pytest.approx(0.4 * GIB)
+    records = [f for f in found if f.detector == "memory-collapse"]
+    assert len(records) >= 3 and {f.severity for f in records} == {"info"}  # a server letting its model go
+    assert all("to 0.4 GiB" in f.summary and f.evidence["memory_after_bytes"] == event.evidence["memory_after_bytes"]
+               for f in records)  # fmt: skip
     (clear,) = [f for f in found if not f.active]
     assert clear.ts_ns - event.ts_ns == pytest.approx(300 * S, abs=interval * S)
+    assert "(now 50.0 GiB)" in clear.summary and clear.evidence["memory_used_bytes"] == pytest.approx(50 * GIB)
+
+
+@pytest.mark.parametrize("rounds_per_batch", [1, 7])
+def test_a_running_job_that_lost_its_model_is_a_warning_once_it_goes_on(rounds_per_batch: int) -> None:
+    """A training job's memory falls from 60 GiB to 2 GiB and its process goes on (a caught out-of-memory error,
+    a model moved off the GPU), then reloads: info at the fall, a warning once the same process has held the GPU
+    for 60 s more in the same job; the 'to' value stays 2 GiB while memory comes back. Live (a round a batch) or
+    replayed (7 rounds a batch)."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        used = 60.0 if gpu != 1 or t < 600 else 2.0 if t < 700 else 40.0
+        return m | {"memory_used_bytes": used * GIB}
+
+    _det, found, _ = run(1200, shape, interval=10, processes=_same_process, rounds_per_batch=rounds_per_batch)
+    records = [f for f in found if f.detector == "memory-collapse"]
+    assert {f.gpu_uuid for f in records} == {"GPU-1"}
+    (event,) = starts(found)
+    assert event.ts_ns == T0 + 600 * S and event.severity == "info"
+    warning = next(f for f in records if f.severity == "warning")
+    assert [f.severity for f in records if f.ts_ns < warning.ts_ns] == ["info"]
+    assert {f.severity for f in records if f.ts_ns >= warning.ts_ns} == {"warning"}
+    assert warning.active and warning.ts_ns == T0 + 660 * S and warning.since_ns == event.ts_ns
+    assert "same compute processes still hold it 60 s later" in warning.summary
+    assert "a running job lost its model" in warning.summary and warning.evidence["went_on_s"] == 60.0
+    # the clear, memory back at 40 GiB: fell to 2 GiB, now 40 GiB; still the warning it became
+    (clear,) = [f for f in records if not f.active]
+    assert "fell from 60.0 GiB to 2.0 GiB between two samples (now 40.0 GiB)" in clear.summary
+    assert clear.severity == "warning" and clear.evidence["memory_after_bytes"] == 2.0 * GIB
+
+
+def _ended(t: int, gpu: int) -> tuple[GpuProcess, ...]:
+    """GPU 1's process exits 20 s after its memory went (at t=600)."""
+    return () if gpu == 1 and t >= 620 else _same_process(t, gpu)
+
+
+def _new_job(t: int, gpu: int) -> Workload:
+    """GPU 1 gets another job 30 s after its memory went."""
+    return Workload("llm-pretraining", job_id="job-8" if gpu == 1 and t >= 630 else "job-7", source="simulator",
+                    confidence=1.0, job_gpus=8)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("job", "processes", "rounds_per_batch"),
+    [
+        (pretraining, _ended, 1),  # the job ends: its process frees its memory, then exits
+        (pretraining, _ended, 7),  # the same, replayed 7 rounds a batch
+        (pretraining, None, 1),  # no process list: whether the process goes on is not known
+        (_new_job, _same_process, 1),  # a job boundary within the minute
+        (_serving, _same_process, 1),  # a server scales in
+    ],
+)
+def test_a_collapse_the_job_does_not_go_on_from_stays_info(
+    job: Callable[[int, int], Workload],
+    processes: Callable[[int, int], tuple[GpuProcess, ...]] | None,
+    rounds_per_batch: int,
+) -> None:
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        return m | {"memory_used_bytes": (60.0 if gpu != 1 or t < 600 else 0.5) * GIB}
+
+    _det, found, _ = run(1200, shape, job, interval=10, processes=processes, rounds_per_batch=rounds_per_batch)
+    records = [f for f in found if f.detector == "memory-collapse"]
+    assert kinds(found) == {("memory-collapse", "GPU-1")}
+    assert {f.severity for f in records} == {"info"} and not any("went_on_s" in f.evidence for f in records)
 
 
 def test_a_restart_is_a_warning() -> None:
@@ -126,7 +225,3 @@ def test_checkpoints_taking_the_jobs_time_are_a_phase_shift() -> None:
     event = starts(found)[0]
     assert event.severity == "info" and T0 + 7200 * S < event.ts_ns < T0 + 9000 * S
     assert event.evidence["checkpoint_share_recent"] >= 5 * event.evidence["checkpoint_share_earlier"]
-
-
-def _same_process(_t: int, gpu: int) -> tuple[GpuProcess, ...]:
-    return (GpuProcess(7000 + gpu, "python", None),)
