@@ -111,9 +111,15 @@ def _public(path: str) -> bool:
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
+def _sent(text: str) -> bytes:
+    """The bytes a client sent, from aiohttp's text of a header or form (which keeps bytes that are not UTF-8 as
+    lone surrogates: a plain ``encode`` raised on them, a 500 for a cookie holding a Latin-1 byte)."""
+    return text.encode("utf-8", "surrogateescape")
+
+
 def _bearer(request: web.Request, expected: bytes | None) -> bool:
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    return expected is not None and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected)
+    return expected is not None and scheme.lower() == "bearer" and hmac.compare_digest(_sent(given.strip()), expected)
 
 
 def _origin_of(url: str) -> str | None:
@@ -165,7 +171,7 @@ def auth_middleware(token: str | None) -> Middleware:
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if expected is not None and session is not None and not _public(request.path):
             bearer = _bearer(request, expected)
-            cookie = hmac.compare_digest(request.cookies.get(SESSION_COOKIE, "").encode(), session)
+            cookie = hmac.compare_digest(_sent(request.cookies.get(SESSION_COOKIE, "")), session)
             if not (bearer or cookie):
                 if request.method == "GET" and request.path == "/":
                     raise web.HTTPFound("/login")
@@ -187,7 +193,7 @@ def add_login(app: web.Application, token: str | None) -> None:
 
     async def login(request: web.Request) -> web.StreamResponse:
         given = str((await request.post()).get("token", "")).strip()
-        if token is None or not hmac.compare_digest(given.encode(), token.encode()):
+        if token is None or not hmac.compare_digest(_sent(given), token.encode()):
             raise web.HTTPFound("/login?failed=1")
         response = web.HTTPFound("/")
         response.set_cookie(
