@@ -20,9 +20,13 @@
   10 to 30 s intervals two samples or more must agree. Info otherwise (the process left with its memory while the
   scheduler still holds the GPU, a server let its model go, or no process list says whether the process goes on).
 - ``utilization-cliff``: a GPU that was busy (utilization averaging over 80 % for 10 minutes) drops under 5 % for
-  2 minutes while the same job and compute processes still hold it: the job stopped computing without ending (a
-  hang, a deadlock in its input pipeline, a rank waiting for a peer that died). A warning. Not for serving
-  applications (``pipeline.events.SERVING``): a server idles between requests.
+  2 minutes while the same job holds it: the job stopped computing without ending (a hang, a deadlock in its input
+  pipeline, a rank waiting for a peer that died). A warning when the GPU's process list shows the same compute
+  processes still on it; info when no process list is reported (an imported nvidia-smi log, a context that declares
+  the job for the whole file): then a hung job and one that finished its work while its allocation lasts look alike,
+  and the finding says so. None when the list shows no compute process left (the job's work ended; the GPU idling
+  in its allocation is ``idle-capacity``'s case). Not for serving applications (``pipeline.events.SERVING``): a
+  server idles between requests.
 - ``phase-shift``: the share of a GPU's time in checkpoints over the last 30 minutes is 5 times (and 20 points
   above) what it was over the job's earlier hours (a job whose checkpoints take 10 times their share is found while
   the last 30 minutes still mix in the old share): checkpoints now take the job's time (a slower file system, a
@@ -162,6 +166,8 @@ class Changes:
         st.busy_before_idle[g] = np.where(begins, busy, st.busy_before_idle[g])
         st.idle_since[g] = np.where(idle, np.where(begins, ts, since), _NONE)
         cliff = idle & (st.busy_before_idle[g] > 0.8) & (ts - st.idle_since[g] >= IDLE_S * S)
+        procs = self.jobs.processes[g]
+        cliff &= ~np.isin(procs, _NO_WORK[1:])  # a process list without compute processes: the work ended
         # a dip is the job still at work at a fraction of its power; a GPU that idles (a stopped or hung job: the
         # cliff's case) or serves requests (it idles between them) is not in a checkpoint
         dips = self._dips(g, col(m, "power_watts"), dt_s, new_job) & ~lt(util, IDLE_UTIL) & ~serving
@@ -179,12 +185,12 @@ class Changes:
                     "memory_after_bytes": float(used[i]),
                     "checkpoint_share_recent": float(recent[i]),
                     "checkpoint_share_earlier": float(earlier[i]),
+                    "processes_seen": float(procs[i] != _NO_WORK[0]),
                 }
                 self.report.transition(int(g[i]), name, True, int(ts[i]), out, detail)
         # a collapse the job may go on from: its compute processes, if known, are watched for CONFIRM_S
         fell = collapsed & ~restarted & ~serving & self.report.gpus.active(g, COLLAPSE)
         fell &= st.fell_at[g] == _NONE
-        procs = self.jobs.processes[g]
         fell &= ~np.isin(procs, _NO_WORK) & (self.jobs.job_ts[g] < ts)
         st.fell_at[g[fell]], st.fell_procs[g[fell]] = ts[fell], procs[fell]
 
@@ -275,12 +281,23 @@ class Changes:
             return self._collapse(d, used)
         util = row.get("utilization_gpu_percent", nan)
         if name == CLIFF:
+            seen = d.get("processes_seen", 1.0) == 1.0
             what = (
-                f"utilization cliff: busy for {BUSY_S / 60:.0f}+ min, now {fmt(util, '%')} for "
-                f"{IDLE_S / 60:.0f}+ min while the same job and compute processes hold the GPU"
+                f"utilization cliff: busy for {BUSY_S / 60:.0f}+ min, now {fmt(util, '%')} for {IDLE_S / 60:.0f}+ min "
+                + (
+                    "while the same job and its compute processes still hold the GPU"
+                    if seen
+                    else "while its job holds the GPU by its context; no process list is reported, so a hung job "
+                    "and one that finished its work look alike"
+                )
             )
-            action = "check the job: it stopped computing without ending (a hang, a stuck input pipeline, a lost peer)"
-            return Description(Severity.WARNING, what, action, {"utilization_percent": util})
+            action = (
+                "check the job: it stopped computing without ending (a hang, a stuck input pipeline, a lost peer)"
+                if seen
+                else "check whether the job still runs (a hang) or has finished (then nothing to do)"
+            )
+            severity = Severity.WARNING if seen else Severity.INFO
+            return Description(severity, what, action, {"utilization_percent": util, "processes_seen": float(seen)})
         recent, earlier = d.get("checkpoint_share_recent", nan), d.get("checkpoint_share_earlier", nan)
         what = (
             f"phase shift: {fmt(recent * 100, '%')} of the last {RECENT_S / 60:.0f} min in checkpoints or "

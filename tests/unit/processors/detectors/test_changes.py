@@ -170,6 +170,30 @@ def test_a_job_that_stops_computing_without_ending_is_a_cliff() -> None:
     assert len([f for f in found if f.detector == "utilization-cliff" and not f.active]) == 1
 
 
+def _stops_at_1200(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+    if gpu == 5 and t >= 1200:
+        return m | {"utilization_gpu_percent": 0.0, "power_watts": 90.0}
+    return m
+
+
+def test_a_cliff_without_a_process_list_is_info_and_says_a_finished_job_looks_alike() -> None:
+    """An imported nvidia-smi log whose context declares the job for the whole file (issue 38's co-located nanoGPT
+    run idles its last 2.5 min): with no process list, a hung job and one that finished its work look alike."""
+    _det, found, _ = run(1800, _stops_at_1200)
+    (event,) = starts(found, "utilization-cliff")
+    assert (event.gpu_uuid, event.severity) == ("GPU-5", "info")
+    assert "no process list" in event.summary and "look alike" in event.summary
+    assert "compute processes" not in event.summary
+
+
+def test_a_cliff_whose_process_list_shows_no_compute_process_left_is_none() -> None:
+    def processes(t: int, gpu: int) -> tuple[GpuProcess, ...]:
+        return () if gpu == 5 and t >= 1200 else _same_process(t, gpu)
+
+    _det, found, _ = run(1800, _stops_at_1200, processes=processes)
+    assert not starts(found, "utilization-cliff")
+
+
 def test_an_idle_gpu_that_never_worked_and_a_job_that_ended_are_no_cliff() -> None:
     def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
         if gpu == 0 or (gpu == 1 and t >= 1200):
