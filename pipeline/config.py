@@ -404,7 +404,8 @@ class DetectorSettings(_Section):
     enabled: bool = True
     #: a finding that still holds is sent again this often
     repeat_s: float = Field(default=60.0, ge=1.0, le=3600.0)
-    #: a GPU silent this long while its node still reports has fallen off the bus
+    #: a GPU silent this long while its node still reports has fallen off the bus, where its samples do not say their
+    #: interval (with one: three of its intervals)
     lost_after_s: float = Field(default=15.0, ge=2.0, le=3600.0)
     #: XIDs (other than memory errors and 79) within ``storm_window_s`` that make a storm
     storm_count: int = Field(default=5, ge=2, le=10_000)

@@ -17,8 +17,9 @@ never dropped.
 every sample: ``storm_count`` XIDs within ``storm_window_s`` are a storm (fewer: one ``xid`` finding); an
 uncorrectable ECC error (a counter rising, a remap failure, an ECC XID; XID 94 only with the ECC counters rising
 within 2 minutes, as it also comes in storms of application errors) clears after 10 quiet minutes unless a remap
-still waits for a reset; a GPU silent for ``lost_after_s`` (or for three of its own sampling intervals, when it is
-sampled less often) while its node reports has fallen off the bus, and is back once it reports for 30 s.
+still waits for a reset; a GPU missing from three of its own polls (three of its sampling intervals; ``lost_after_s``
+when its samples do not say their interval) while its node reports has fallen off the bus, and is back once it
+reports for 30 s.
 """
 
 from __future__ import annotations
@@ -123,7 +124,9 @@ _CONTAINED_ECC: Final = 94
 _MEMORY_QUIET_S: Final = 600.0
 #: a GPU back on the bus is back once it reports this long (s)
 _BACK_S: Final = 30
-#: a GPU sampled less often than ``lost_after_s`` is silent only after missing this many of its samples
+#: a GPU is silent after missing this many of its own polls while its node's other GPUs are read: the poller reads
+#: every GPU of a node in one round, so a GPU absent from three rounds in a row is not a late round (the whole node
+#: would be late) nor one dropped reading (a single missed poll stays quiet); one poll later at 1 s than at 60 s
 _MISSED_SAMPLES: Final = 3
 _INTERVAL: Final = METRIC_INDEX["sample_interval_seconds"]
 
@@ -210,10 +213,13 @@ class HardErrors:
         return self.report.gpus.is_open(slot, ECC) or abs(e.ts_ns - int(self.evidence.ecc_ts[slot])) <= 120 * S
 
     def _lost_after_ns(self, slots: np.ndarray) -> np.ndarray:
-        """How long each GPU must be silent to be lost: ``lost_after_s``, or three of its own sampling intervals
-        when it is sampled less often (imported history every minute is not a GPU off the bus every minute)."""
+        """How long each GPU must be silent to be lost: three of its own sampling intervals (3 s at 1 s, 3 min for
+        imported history every minute: its interval is not a GPU off the bus), ``lost_after_s`` where its samples
+        do not say their interval."""
         interval: np.ndarray = self.latest.row[slots, _INTERVAL]
-        lost_after: np.ndarray = (np.fmax(self.settings.lost_after_s, _MISSED_SAMPLES * interval) * S).astype(np.int64)
+        known = np.isfinite(interval) & (interval > 0)
+        seconds = np.where(known, _MISSED_SAMPLES * np.where(known, interval, 0.0), self.settings.lost_after_s)
+        lost_after: np.ndarray = (seconds * S).astype(np.int64)
         return lost_after
 
     def returns(self, g: np.ndarray, ts: np.ndarray) -> None:

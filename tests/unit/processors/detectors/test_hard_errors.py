@@ -155,6 +155,25 @@ def test_a_gpu_sampled_once_a_minute_is_silent_only_after_three_missed_samples()
     assert starts(found)[0].ts_ns == T0 + (1140 + 3 * 60) * S  # three of its intervals after its last sample
 
 
+@pytest.mark.parametrize("missed", [2, 3])
+def test_a_gpu_polled_every_second_is_lost_after_three_missed_polls(missed: int) -> None:
+    """Polled every second (its samples say so), a GPU absent from three polls while its node's other GPUs are read
+    has fallen off the bus 3 s after its last sample, not after the 15 s kept for samples without an interval; two
+    missed polls, then samples again, are no finding (issue 38: a stop seen 2 s after the first missed poll)."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float] | None:
+        gone = gpu == 1 and (500 <= t < 500 + missed if missed == 2 else t >= 500)
+        return None if gone else m | {"sample_interval_seconds": 1.0}
+
+    _det, found, _ = run(700, shape, gpus=4)
+    if missed == 2:
+        assert kinds(found) == set()
+    else:
+        assert kinds(found) == {("fallen-off-bus", "GPU-1")}
+        (first,) = starts(found)
+        assert first.ts_ns == T0 + (499 + 3) * S and "silent for 3 s" in first.summary
+
+
 def test_an_uncorrectable_ecc_error_stays_open_while_its_gpu_is_silent() -> None:
     """Silence is evidence of nothing: an ECC finding on a GPU that stops reporting (its node goes on) stays open
     through the gap, and clears only after 10 quiet minutes of the GPU's own samples once it is back."""
