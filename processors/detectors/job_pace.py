@@ -9,21 +9,32 @@ utilization and power (nvidia-smi, dcgm-exporter at 1-60 s), over the job's peer
   median power is at most ``BRAKE_RATIO`` of what the job drew in its earlier busy windows (their highest median):
   the same work at a fraction of the power, i.e. clocks held down (a power brake, a facility cap, a lowered limit
   the logs do not carry). A checkpoint dip is not this: in it the GPUs stop computing, their utilization falls too.
-- *starved*: at least ``SHARE_OF_GPUS`` of the job's GPUs idle (utilization under ``IDLE_UTIL``) for a share of the
-  window between ``STARVE_MIN`` and ``STARVE_MAX``: working in fits and starts, waiting on input (a data loader, a
-  storage or network stall). A checkpoint is one contiguous dip: fully idle windows, with at most two part-idle
-  windows (its first and last) in a row, however long it lasts; a job that stopped is fully idle (the
-  ``utilization-cliff`` rule's case).
+- *starved*: at least ``SHARE_OF_GPUS`` of the job's GPUs idle (utilization under ``IDLE_UTIL``) in a share of
+  their readings between ``STARVE_MIN`` and ``STARVE_MAX`` over the last ``SUSTAIN`` windows (90 s) together, in at
+  least ``STRETCHES`` separate idle stretches (an idle reading after a working one): working in fits and starts,
+  waiting on input (a data loader, a storage or network stall). A checkpoint is one contiguous dip, one stretch
+  however long it lasts; a job that stopped is idle in every reading (the ``utilization-cliff`` rule's case). The
+  share is counted over the span's readings, not window by window: a poller every 10 s reads 3 instants a window,
+  and a window of 60% idle seconds reads all idle or all busy in 28% of windows (0.6^3 + 0.4^3), which broke the
+  run of three part-idle windows the rule asked before; over 90 s it reads 9.
 
-A dip is judged by how many GPUs share it and how long it lasts: the condition must hold in ``SUSTAIN`` consecutive
-windows (90 s). Checkpoint stalls last about 10-30 s (systemoverflow.com, "Checkpoint Frequency": "the
-snapshot stall (10 to 30 seconds of idle GPUs)"; Huawei MindCluster's resumable-training reference: about 30 s to
-flush a 3B-parameter model's checkpoint); a stall longer than the sustain span still fails the brake test (its
-utilization falls) and the starved test (fully idle windows). The job must have run busy for ``WARM`` windows first
-(its reference, and no start-up loading mistaken for starvation). The finding clears after ``CLEAR`` windows
-without either condition. One finding per job, on the node of the job's first GPU (``gpu_uuid`` None), naming
-every GPU of the job: a warning (the job runs, slower). Not while a finding that explains a GPU's slowness holds on
-one of the job's GPUs (a node's power cap, thermal throttling: ``EXPLAINS_SLOWNESS``): that finding speaks for it.
+A dip is judged by how many GPUs share it and how long it lasts: a brake must hold in ``SUSTAIN`` consecutive
+windows (90 s), starvation over a span of as many. Checkpoint stalls last about 10-30 s (systemoverflow.com,
+"Checkpoint Frequency": "the snapshot stall (10 to 30 seconds of idle GPUs)"; Huawei MindCluster's
+resumable-training reference: about 30 s to flush a 3B-parameter model's checkpoint); a stall longer than the
+sustain span still fails the brake test (its utilization falls) and the starved test (one stretch). The job must
+have run busy for ``WARM`` windows first (its reference, and no start-up loading mistaken for starvation).
+
+Spans are counted in time, not in windows with readings: a poller every 60 s fills every other 30 s window, and
+each of its readings stands for its minute (as a sample stands for its interval in ``pipeline/usage.py``), so a
+window with readings counts for the windows since the job's previous one, up to ``MAX_STEP`` (counting windows with
+readings, the 90 s a brake must hold was 150 s at 60 s sampling, and the warm-up 90 s). A longer gap (the job
+silent) breaks the runs and the span: what it did meanwhile is unknown. Two readings a minute apart hold at most
+one idle stretch, so starvation is not told at 60 s sampling; at 30 s it takes idle, busy, idle in a row. The
+finding clears after ``CLEAR`` windows without either condition. One finding per job, on the node of the job's
+first GPU (``gpu_uuid`` None), naming every GPU of the job: a warning (the job runs, slower). Not while a finding
+that explains a GPU's slowness holds on one of the job's GPUs (a node's power cap, thermal throttling:
+``EXPLAINS_SLOWNESS``): that finding speaks for it.
 
 The 0.75 power ratio: in nanoGPT PR #643's 8xH100 run (tests/testdata) the busy windows' per-GPU power stays within
 686-692 W; a job-wide drop of a quarter is far outside its own variation, and the brake of issue 38's check (45% of
@@ -54,6 +65,10 @@ SHARE_OF_GPUS: Final = 0.75
 BRAKE_RATIO: Final = 0.75
 STARVE_MIN: Final = 0.3
 STARVE_MAX: Final = 0.9
+STRETCHES: Final = 2
+#: the most windows one window with readings stands for: a poller every 60 s (the coarsest one supported) leaves one
+#: 30 s window empty between two with readings
+MAX_STEP: Final = 2
 SUSTAIN: Final = 3
 CLEAR: Final = 2
 WARM: Final = 2
@@ -67,10 +82,14 @@ class JobPaceState:
 
     reference_watts: float = float("nan")
     busy_windows: int = 0
+    #: the newest windows with readings covering SUSTAIN windows of time: per GPU its idle readings, readings and idle
+    #: stretches begun, and the windows each stands for
+    span: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = field(default_factory=list)
     brake_run: int = 0
     starve_run: int = 0
     quiet: int = 0
     active: bool = False
+    last_ns: int = -1  # the end of its latest window with readings
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,37 +108,74 @@ class JobWindow:
     seconds: float = field(default=0.0)
 
 
-def pace_step(
-    state: JobPaceState, util: np.ndarray, power: np.ndarray, idle: np.ndarray, explained: bool = False
-) -> JobWindow:
-    """Advance one job by one window: per GPU (NaN: no rows in the window) its mean utilization, mean power and
-    share of rows idle; ``explained``: a finding that slows its GPUs (a power cap, thermal...) holds, so low power
-    is that finding's, not a brake of this rule's. Pure apart from ``state``, which it updates."""
+@dataclass(frozen=True, slots=True)
+class Readings:
+    """One window of a job, per GPU (NaN: no readings in the window): mean utilization, mean power, share of readings
+    idle, readings, idle stretches begun (an idle reading after a working one)."""
+
+    util: np.ndarray
+    power: np.ndarray
+    idle: np.ndarray
+    rows: np.ndarray
+    stretches: np.ndarray
+
+
+def span_idle(span: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per GPU over a span of windows (GPUs that joined later padded with none): the share of its readings idle, that
+    share less its standard error (``sqrt(p(1-p)/n)``: 9 readings of a job idle 10% of its seconds read 3 idle
+    ones 5% of the time; the share a starved job is judged by must stand clear of that), and the idle stretches
+    begun."""
+    n = max(len(w[0]) for w in span)
+    idle, rows, stretches = (
+        np.sum([np.pad(a, (0, n - len(a))) for a in arrays], axis=0)
+        for arrays in zip(*((i, r, k) for i, r, k, _steps in span), strict=True)
+    )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = idle / rows
+        return np.asarray(share), np.asarray(share - np.sqrt(share * (1.0 - share) / rows)), np.asarray(stretches)
+
+
+def pace_step(state: JobPaceState, w: Readings, explained: bool = False, steps: int = 1) -> JobWindow:
+    """Advance one job by one window of :class:`Readings`, ``steps`` windows after its previous one with readings;
+    ``explained``: a finding that slows its GPUs (a power cap, thermal...) holds, so low power is that finding's,
+    not a brake of this rule's. Pure apart from ``state``, which it updates."""
+    util, power = w.util, w.power
     seen = ~np.isnan(util)
     n = int(seen.sum())
     if n < 2:
         return JobWindow(0, False, False, n, np.nan, state.reference_watts, np.nan, np.nan)
+    if steps > MAX_STEP:  # the job was silent: its runs and span start again
+        state.brake_run, state.starve_run, state.span = 0, 0, []
+    steps = min(steps, MAX_STEP)
+    span = [*state.span, (np.where(seen, w.idle * w.rows, 0.0), np.where(seen, w.rows, 0.0),
+                          np.where(seen, w.stretches, 0.0), steps)]  # fmt: skip
+    while len(span) > 1 and sum(e[3] for e in span[1:]) >= SUSTAIN:
+        span.pop(0)
+    state.span = span
+    share, low, stretches = span_idle(span)
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a window with no power column: an all-NaN median
         busy = np.count_nonzero(util >= BUSY_UTIL) >= SHARE_OF_GPUS * n
-        fits = np.count_nonzero((idle >= STARVE_MIN) & (idle <= STARVE_MAX)) >= SHARE_OF_GPUS * n
+        spread = seen & (low >= STARVE_MIN) & (share <= STARVE_MAX) & (stretches >= STRETCHES)
+        full = sum(e[3] for e in span) >= SUSTAIN
+        fits = full and np.count_nonzero(spread) >= SHARE_OF_GPUS * n
         watts = float(np.nanmedian(power))
-        mid_util, mid_idle = float(np.nanmedian(util)), float(np.nanmedian(idle))
+        mid_util, mid_idle = float(np.nanmedian(util)), float(np.nanmedian(share[seen]))
     ref = state.reference_watts
     warm = state.busy_windows >= WARM
     braked = warm and busy and watts <= BRAKE_RATIO * ref and not explained
     starved = warm and fits
     if busy and not braked and not explained and watts == watts:  # noqa: PLR0124 (NaN test)
         state.reference_watts = watts if ref != ref else max(ref, watts)  # noqa: PLR0124
-        state.busy_windows += 1
-    state.brake_run = state.brake_run + 1 if braked else 0
-    state.starve_run = state.starve_run + 1 if starved else 0
-    cause = _BRAKE if state.brake_run >= SUSTAIN else _STARVED if state.starve_run >= SUSTAIN else 0
+        state.busy_windows += steps
+    state.brake_run = state.brake_run + steps if braked else 0
+    state.starve_run = state.starve_run + steps if starved else 0
+    cause = _BRAKE if state.brake_run >= SUSTAIN else _STARVED if starved else 0
     state.quiet = 0 if (braked or starved) else state.quiet + 1
     starts = bool(cause) and not state.active
     clears = state.active and state.quiet >= CLEAR
     state.active = (state.active or starts) and not clears
-    run = max(state.brake_run, state.starve_run)
+    run = state.brake_run if cause == _BRAKE else state.starve_run + SUSTAIN - 1
     return JobWindow(cause, starts, clears, n, watts, ref, mid_util, mid_idle, float(run))
 
 
@@ -144,9 +200,7 @@ class JobPace:
         members: list[int],
         ts: int,
         window_s: float,
-        util: np.ndarray,
-        power: np.ndarray,
-        idle: np.ndarray,
+        readings: Readings,
         out: list[Finding],
     ) -> None:
         """One window of job ``key`` (its GPUs ``members``, in the order of the arrays), ending at ``ts``."""
@@ -157,7 +211,11 @@ class JobPace:
         explained = bool((self.latest.explained_until[members] >= since).any()) or any(
             self.power_waiting(s) for s in members
         )
-        verdict = pace_step(state, util, power, idle, explained)
+        window_ns = int(window_s * 1e9)
+        steps = 1 if state.last_ns < 0 else max(1, round((ts - state.last_ns) / window_ns))
+        verdict = pace_step(state, readings, explained, steps)
+        if verdict.gpus >= 2:
+            state.last_ns = ts
         node = int(self.slots.node_of[members[0]])
         if verdict.starts:
             self._open[node] = (key, members, verdict, window_s)

@@ -45,7 +45,7 @@ from pipeline.events import Finding, GpuProcess, Severity, Workload
 from processors.detectors.columns import REL, S, col, gt, lt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import GpuView, Latest
-from processors.detectors.job_pace import JobPace
+from processors.detectors.job_pace import JobPace, Readings
 from processors.detectors.names import STRAGGLER
 from processors.episodes import Description, Episode
 from processors.state import GpuSlots, column, grow
@@ -188,10 +188,12 @@ _IDLE_UTIL: Final = 5.0
 WORKING_SHARE: Final = 0.5
 #: without an SM clock, a job is judged by power only in windows where its median utilization is at least this
 _JOB_BUSY_UTIL: Final = 50.0
-#: the sums of a window per GPU: utilization (sum, rows), busy SM-clock ratio (sum, rows), power (sum, rows), idle rows
-_SUMS: Final = 7
-#: a completed window: its index, mean utilization, busy SM-clock ratio, mean power, share of rows idle
-_DONE: Final = 5
+#: the sums of a window per GPU: utilization (sum, rows), busy SM-clock ratio (sum, rows), power (sum, rows), idle rows,
+#: idle stretches begun (an idle row after a working one: the job-level starvation rule tells fits from one stall)
+_SUMS: Final = 8
+#: a completed window: its index, mean utilization, busy SM-clock ratio, mean power, share of rows idle, rows, idle
+#: stretches begun
+_DONE: Final = 7
 
 
 @dataclass(eq=False)
@@ -203,6 +205,7 @@ class _Windows:
     sums: np.ndarray = column(0.0, _SUMS)
     done: np.ndarray = column(np.nan, _RING, _DONE)
     group: np.ndarray = column(None)
+    idle: np.ndarray = column(False)  # whether the GPU's latest row was idle
 
 
 @dataclass(slots=True)
@@ -372,7 +375,7 @@ class Stragglers:
                 power = sums[:, 4] / sums[:, 5]
                 idle = sums[:, 6] / sums[:, 1]
             ring = np.roll(w.done[mg], -1, axis=1)
-            ring[:, -1] = np.column_stack([w.index[mg], util, clock, power, idle])
+            ring[:, -1] = np.column_stack([w.index[mg], util, clock, power, idle, sums[:, 1], sums[:, 7]])
             w.done[mg] = ring
             w.sums[mg] = 0.0
         w.index[g] = idx
@@ -380,9 +383,12 @@ class Stragglers:
         clock = rel[:, REL["sm_clock_ratio_of_max"]]
         power = col(m, "power_watts")
         busy = gt(util, _BUSY_UTIL) & ~np.isnan(clock)
+        idle = lt(util, _IDLE_UTIL)
+        begun = idle & ~w.idle[g]
+        w.idle[g] = np.where(np.isnan(util), w.idle[g], idle)
         w.sums[g] += np.column_stack([
             np.nan_to_num(util), ~np.isnan(util), np.where(busy, clock, 0.0), busy,
-            np.nan_to_num(power), ~np.isnan(power), lt(util, _IDLE_UTIL),
+            np.nan_to_num(power), ~np.isnan(power), idle, begun,
         ])  # fmt: skip
 
     def judge(self, out: list[Finding]) -> None:
@@ -408,13 +414,14 @@ class Stragglers:
         ring = self.windows.done[slots]
         hit = ring[:, :, 0] == k
         found = hit.any(axis=1) & np.array([s in peers.members for s in peers.slots])
-        util, clock, power, idle = (
+        util, clock, power, idle, rows, begun = (
             np.where(found, np.where(hit, ring[:, :, f], 0.0).sum(axis=1), np.nan) for f in range(1, _DONE)
         )
         win_ns = int(self.settings.straggler_window_s * S)
         ts = (k + 1) * win_ns
         if self.pace is not None:
-            self.pace.window(key, peers.slots, ts, self.settings.straggler_window_s, util, power, idle, out)
+            readings = Readings(util, power, idle, rows, begun)
+            self.pace.window(key, peers.slots, ts, self.settings.straggler_window_s, readings, out)
         step, by_power = step_proxy(util, clock, power)
         peers.state, verdict = peer_step(peers.state, step, self.params)
         if not verdict.judged:

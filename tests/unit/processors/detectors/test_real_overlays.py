@@ -135,12 +135,13 @@ def straggler(factor: float, gpu: int = 3, from_start: bool = False) -> Fault:
     return lay
 
 
-def brake(share_of_limit: float) -> Fault:
-    """Every GPU held at ``share_of_limit`` of its 700 W limit (H100 SXM's TDP) at the utilization it had."""
+def brake(share_of_limit: float, seconds: int = FAULT_S) -> Fault:
+    """Every GPU held at ``share_of_limit`` of its 700 W limit (H100 SXM's TDP) at the utilization it had, for
+    ``seconds`` from FAULT_AT."""
 
     def lay(rounds: Rounds, interval: int) -> Rounds:
         out = rounds.copy()
-        span = slice(FAULT_AT // interval, (FAULT_AT + FAULT_S) // interval)
+        span = slice(FAULT_AT // interval, (FAULT_AT + seconds) // interval)
         out[span, :, 1] = np.minimum(out[span, :, 1], share_of_limit * 700.0)
         return out
 
@@ -244,15 +245,44 @@ def test_starvation_of_the_whole_job_is_one_job_level_finding(share: float, foun
     assert "idle" in loud[0].summary and "waits on its input" in loud[0].summary
 
 
+@pytest.mark.parametrize("interval", [1, 10])
 @pytest.mark.parametrize("dip_s", [20, 30, 60])
-def test_a_checkpoint_dip_of_every_gpu_is_no_slowdown(dip_s: int) -> None:
+def test_a_checkpoint_dip_of_every_gpu_is_no_slowdown(dip_s: int, interval: int) -> None:
     """Checkpoint stalls last 10-30 s (docs/detectors.md cites the sources); one of every GPU, idle together,
-    even twice as long, is neither a brake nor starvation."""
-    rounds = real_run()
-    span = slice(FAULT_AT, FAULT_AT + dip_s)
+    even twice as long, is neither a brake nor starvation (one idle stretch, however the readings fall)."""
+    rounds = real_run(interval)
+    span = slice(FAULT_AT // interval, (FAULT_AT + dip_s) // interval)
     rounds[span, :, 0] = 0.0
     rounds[span, :, 1] = np.median(rounds[:10, :, 1], axis=0)
-    assert judge(rounds).loud() == []
+    assert judge(rounds, interval).loud() == []
+
+
+@pytest.mark.parametrize(("share", "found"), [(0.6, True), (0.1, False)])
+def test_starvation_read_every_10_s_is_judged_over_its_90_s(share: float, found: bool) -> None:
+    """Every 10 s a window holds 3 readings, and 60% idle seconds read all idle or all busy in 28% of windows: the
+    idle share is counted over the 9 readings of 90 s, in separate stretches, less its standard error. Twelve draws
+    of the idle seconds: every one found (window by window, three part-idle windows in a row, seeds 5 and 9 were
+    missed); 10% idle, none (the share alone, 3 idle readings of 9, raised seed 5)."""
+    for seed in range(12):
+        loud = judge(starvation(share, seed)(real_run(10), 10), 10).loud()
+        if not found:
+            assert loud == [], seed
+            continue
+        assert loud and {(f.detector, f.gpu_uuid) for f in loud} == {("job-slowdown", None)}, seed
+        assert 0 < _delay_s(loud, FAULT_AT) <= FAULT_S and "waits on its input" in loud[0].summary
+
+
+@pytest.mark.parametrize(("share", "found"), [(0.45, True), (0.95, False)])
+def test_a_brake_read_every_minute_is_held_for_90_s_of_time(share: float, found: bool) -> None:
+    """Every 60 s, every other 30 s window has no reading and each reading stands for its minute: a 2-minute brake
+    read twice holds for 90 s or more (counted in windows with readings it needed three readings: missed)."""
+    loud = judge(brake(share, 120)(real_run(60), 60), 60).loud()
+    if not found:
+        assert loud == []
+        return
+    assert [(f.detector, f.gpu_uuid) for f in loud] == [("job-slowdown", None)]
+    print(f"brake at {share:.0%} of the limit, every 60 s: found after {_delay_s(loud, FAULT_AT):.0f} s")
+    assert 0 < _delay_s(loud, FAULT_AT) <= 150
 
 
 @pytest.mark.parametrize("interval", [10, 30])
