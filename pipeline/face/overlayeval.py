@@ -13,10 +13,11 @@ baselines train`` would fit them, then the whole faulted trace judged against th
 Scoring is by finding kind, place and time only (:data:`KINDS`, the one place a class meets the detectors' names):
 a fault is found by the first active finding of one of its class's kinds about its GPU (a whole-job fault: any GPU
 of the job, or the job itself, ``gpu_uuid`` None) whose episode starts no earlier than 30 s before the fault and is
-sent before its end + GRACE_S. Delay = that finding's time - the fault's start (for a GPU that stops reporting:
-the first poll it missed, :func:`evidence_ns`). Its summary is checked for true numbers (:func:`wording_problems`).
-A quiet version's run that has such a finding is a false alarm. The untouched trace's findings (control) are
-listed whole.
+sent before its end + GRACE_S. Delay = when that finding was sent (:meth:`Judged.sent`: a straggler window is
+dated at its end but judged with the poll after it, a minute later at 60 s sampling) - the fault's start (for a
+GPU that stops reporting: the first poll it missed; for a GPU slow from its first sample: the first poll once the
+job computes, :func:`evidence_ns`). Its summary is checked for true numbers (:func:`wording_problems`). A quiet
+version's run that has such a finding is a false alarm. The untouched trace's findings (control) are listed whole.
 """
 
 from __future__ import annotations
@@ -71,11 +72,19 @@ LEARNING: Final = ("day-one", "learned")
 
 @dataclass
 class Judged:
-    """What one run of the interpretation code over a trace gave: its findings, and each GPU's poll times."""
+    """What one run of the interpretation code over a trace gave: its findings, each GPU's poll times, and when each
+    finding was sent (``sent_ns``, by index: the data time of the poll whose batch gave it; none: its own time)."""
 
     findings: list[Finding]
     seen: dict[str, np.ndarray]
     batches: list[Any] = field(default_factory=list)
+    sent_ns: list[int] = field(default_factory=list)
+
+    def sent(self, finding: Finding) -> int:
+        """When ``finding`` was sent: never before its own time, and not before the poll that gave it (a window is
+        judged once a later poll shows it complete: a finding dated at a window's end is sent with that poll)."""
+        at = next((s for f, s in zip(self.findings, self.sent_ns, strict=False) if f is finding), finding.ts_ns)
+        return max(finding.ts_ns, at)
 
 
 def judge(rows: Rows, settings: Settings, baselines: BaselineSet | None, keep_until_ns: int | None = None) -> Judged:
@@ -88,6 +97,7 @@ def judge(rows: Rows, settings: Settings, baselines: BaselineSet | None, keep_un
     pending = context_changes(rows, cluster, {})
     interval = Intervals().per_row(rows)
     found: list[Finding] = []
+    sent: list[int] = []
     kept: list[Any] = []
     for i, batch in enumerate(node_batches(rows, cluster, interval)):
         now = batch.samples[0].ts_ns if batch.samples else 0
@@ -100,11 +110,14 @@ def judge(rows: Rows, settings: Settings, baselines: BaselineSet | None, keep_un
         for _part, normalized in outcome.forward:
             interpreted, f = interpreter.apply(normalized, now)
             found += f
+            sent += [now] * len(f)
             if keep_until_ns is not None and now < keep_until_ns:
                 kept.append(interpreted)
-        found += interpreter.tick(now)
+        ticked = interpreter.tick(now)
+        found += ticked
+        sent += [now] * len(ticked)
     seen = {g: np.sort(rows.ts_ns[np.array(rows.gpu_uuid, dtype=object) == g]) for g in dict.fromkeys(rows.gpu_uuid)}
-    return Judged(found, seen, kept)
+    return Judged(found, seen, kept, sent)
 
 
 def learn(batches: list[Any], settings: Settings, trained_ns: int) -> BaselineSet:
@@ -193,8 +206,9 @@ class Hit:
     problems: list[str] = field(default_factory=list)
 
 
-def score_run(truth: Truth, judged: Judged) -> Hit:
-    """Whether the run found its fault (or, quiet, raised it falsely), how soon, and how truly it said so."""
+def score_run(truth: Truth, judged: Judged, busy_from_ns: int | None = None) -> Hit:
+    """Whether the run found its fault (or, quiet, raised it falsely), how soon (from :func:`evidence_ns`; the job
+    computes from ``busy_from_ns``), and how truly it said so."""
     found = matches(truth, judged.findings, judged.seen)
     if not found:
         return Hit(truth, False)
@@ -204,17 +218,22 @@ def score_run(truth: Truth, judged: Judged) -> Hit:
         before = judged.seen[truth.gpu_uuid]
         before = before[before <= first.ts_ns]
         last_seen = int(before[-1]) if len(before) else None
-    return Hit(truth, True, (first.ts_ns - evidence_ns(truth, judged.seen)) / _S, first.summary,
-               str(first.severity), wording_problems(first, truth, last_seen))  # fmt: skip
+    delay_s = (judged.sent(first) - evidence_ns(truth, judged.seen, busy_from_ns)) / _S
+    return Hit(truth, True, delay_s, first.summary, str(first.severity), wording_problems(first, truth, last_seen))
 
 
-def evidence_ns(truth: Truth, seen: dict[str, np.ndarray]) -> int:
-    """When the fault's delay is counted from: its start, or for a GPU that stops reporting the first poll it
-    missed (the first moment any collector could tell; its peers' polls at or after the stop)."""
+def evidence_ns(truth: Truth, seen: dict[str, np.ndarray], busy_from_ns: int | None = None) -> int:
+    """When the fault's delay is counted from (the first moment any collector could tell): its start; for a GPU
+    that stops reporting the first poll it missed (its peers' polls at or after the stop); for a GPU slow from its
+    first sample the first poll at or after ``busy_from_ns``, when the job computes (slowness needs work: an idle
+    GPU's lower power is no pace, and the straggler rule judges only windows where the job computes)."""
+    polls = np.unique(np.concatenate(list(seen.values()))) if seen else np.empty(0, np.int64)
+    if truth.cls == "slow-from-start" and busy_from_ns is not None:
+        computing = polls[polls >= max(truth.start_ns, busy_from_ns)]
+        return int(computing[0]) if len(computing) else truth.start_ns
     if truth.cls != "stops-reporting" or truth.gpu_uuid is None:
         return truth.start_ns
     own = seen.get(truth.gpu_uuid, np.empty(0, np.int64))
-    polls = np.unique(np.concatenate(list(seen.values())))
     missed = polls[(polls >= truth.start_ns) & ~np.isin(polls, own)]
     return int(missed[0]) if len(missed) else truth.start_ns
 
@@ -331,7 +350,7 @@ def evaluate(
             classes = {c: ClassScore(c, invisible=hidden.get(c, "")) for c in CLASSES}
             for truth in truths:
                 judged = judge(resample(overlay(trace.rows, truth, busy), interval_s), settings, baselines)
-                hit = score_run(truth, judged)
+                hit = score_run(truth, judged, busy[0])
                 (classes[truth.cls].quiet if truth.quiet else classes[truth.cls].faults).append(hit)
                 if progress is not None:
                     progress(1)

@@ -95,6 +95,29 @@ def test_a_silent_gpus_delay_counts_from_the_first_poll_it_missed() -> None:
     assert hit.delay_s == 30.0 and hit.problems == []
 
 
+def test_a_gpu_slow_from_its_first_sample_is_timed_from_the_first_poll_once_the_job_computes() -> None:
+    """Slowness needs work: the idle seconds before the job computes show no pace, so the delay counts from the
+    first poll at or after the job's busy start (40 s here), not from the trace's first sample; a fault that starts
+    after the busy start, or a run without a busy start, counts from the fault's start."""
+    seen = {"g0": np.arange(0, 300, 10) * _S + T0, "g1": np.arange(0, 300, 10) * _S + T0}
+    slow = Truth("slow-from-start", False, "g1", "j", T0, T0 + 300 * _S, 0.85)
+    found = Judged([_finding(names.STRAGGLER, "g1", 100, "straggler: 18% slower")], seen)
+    assert evidence_ns(slow, seen, T0 + 38 * _S) == T0 + 40 * _S
+    assert score_run(slow, found, T0 + 38 * _S).delay_s == 60.0
+    assert score_run(slow, found).delay_s == 100.0
+    later = Truth("straggler", False, "g1", "j", T0 + 50 * _S, T0 + 300 * _S, 0.8)
+    assert evidence_ns(later, seen, T0 + 38 * _S) == T0 + 50 * _S
+
+
+def test_a_delay_counts_to_when_the_finding_was_sent_not_to_the_window_it_is_dated_by() -> None:
+    """A straggler window is dated at its end (here 130 s) but judged with the first poll after it, which at 60 s
+    sampling comes at 180 s: the delay is to the poll that sent it; a finding sent at its own time keeps it."""
+    dated = _finding(names.STRAGGLER, "g1", 130, "straggler: 25% slower")
+    hit = score_run(STRAGGLER, Judged([dated], {}, [], [T0 + 180 * _S]))
+    assert hit.found and hit.delay_s == 120.0
+    assert score_run(STRAGGLER, Judged([dated], {}, [], [T0 + 130 * _S])).delay_s == 70.0
+
+
 def _hits(cls: str, delays: list[float | None], quiet: tuple[str, ...] = ()) -> ClassScore:
     t = Truth(cls, False, "g", "j", 0, 1, 0.8)
     q = Truth(cls, True, "g", "j", 0, 1, 0.97)
