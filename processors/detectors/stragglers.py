@@ -180,7 +180,9 @@ def scan(step_times: np.ndarray, params: StragglerParams) -> np.ndarray:
 
 #: completed windows kept per GPU (a fast-forward batch spans a few windows; judging lags by two)
 _RING: Final = 8
-#: a GPU above this utilization is busy: only busy rows tell its clock
+#: a GPU above this utilization is busy: only busy rows tell its clock and its power at the job's pace (a GPU that
+#: stops for part of a window, as ranks do one after another when a job ends, drew its peers' power while it worked:
+#: its window's mean power is no step time)
 _BUSY_UTIL: Final = 20.0
 #: a row under this utilization is idle (the job-level starvation rule counts them)
 _IDLE_UTIL: Final = 5.0
@@ -188,10 +190,11 @@ _IDLE_UTIL: Final = 5.0
 WORKING_SHARE: Final = 0.5
 #: without an SM clock, a job is judged by power only in windows where its median utilization is at least this
 _JOB_BUSY_UTIL: Final = 50.0
-#: the sums of a window per GPU: utilization (sum, rows), busy SM-clock ratio (sum, rows), power (sum, rows), idle rows,
-#: idle stretches begun (an idle row after a working one: the job-level starvation rule tells fits from one stall)
+#: the sums of a window per GPU: utilization (sum, rows), busy SM-clock ratio (sum, rows), busy power (sum, rows),
+#: idle rows, idle stretches begun (an idle row after a working one: the job-level starvation rule tells fits from one
+#: stall)
 _SUMS: Final = 8
-#: a completed window: its index, mean utilization, busy SM-clock ratio, mean power, share of rows idle, rows, idle
+#: a completed window: its index, mean utilization, busy SM-clock ratio, busy power, share of rows idle, rows, idle
 #: stretches begun
 _DONE: Final = 7
 
@@ -382,13 +385,15 @@ class Stragglers:
         util = col(m, "utilization_gpu_percent")
         clock = rel[:, REL["sm_clock_ratio_of_max"]]
         power = col(m, "power_watts")
-        busy = gt(util, _BUSY_UTIL) & ~np.isnan(clock)
+        working = gt(util, _BUSY_UTIL)
+        busy = working & ~np.isnan(clock)
+        drawing = working & ~np.isnan(power)
         idle = lt(util, _IDLE_UTIL)
         begun = idle & ~w.idle[g]
         w.idle[g] = np.where(np.isnan(util), w.idle[g], idle)
         w.sums[g] += np.column_stack([
             np.nan_to_num(util), ~np.isnan(util), np.where(busy, clock, 0.0), busy,
-            np.nan_to_num(power), ~np.isnan(power), idle, begun,
+            np.where(drawing, power, 0.0), drawing, idle, begun,
         ])  # fmt: skip
 
     def judge(self, out: list[Finding]) -> None:

@@ -285,3 +285,18 @@ def test_hysteresis_keeps_a_straggler_but_is_not_evidence_of_one() -> None:
         tail.append((bool(verdict.active[5]), bool(verdict.holds[5])))
     assert (True, False) in tail and tail[-1] == (False, False)
     assert all(active for active, holds in tail if holds)
+
+
+def test_ranks_stopping_one_after_another_at_the_end_of_a_job_are_no_stragglers() -> None:
+    """Utilization, power and temperature only (an nvidia-smi log). As nanoGPT PR #643's co-located run ends, GPUs 0-3
+    stop 10-25 s into a window while GPUs 4-7 work 70 s more: by its window's mean power a stopping GPU looked
+    "29-105% slower" than its peers; by the power of its busy readings it ran at their pace until it stopped."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        logged = {k: m[k] for k in ("utilization_gpu_percent", "power_watts", "temperature_gpu_celsius")}
+        if gpu < 4 and t >= 610 + 5 * gpu:
+            return logged | {"utilization_gpu_percent": 0.0, "power_watts": 80.0}
+        return logged
+
+    _det, found, _ = run(690, shape)
+    assert not starts(found, "straggler"), [f.summary for f in starts(found, "straggler")]
