@@ -32,7 +32,12 @@ readings, the 90 s a brake must hold was 150 s at 60 s sampling, and the warm-up
 silent) breaks the runs and the span: what it did meanwhile is unknown. Two readings a minute apart hold at most
 one idle stretch, so starvation is not told at 60 s sampling; at 30 s it takes idle, busy, idle in a row. The
 finding clears after ``CLEAR`` windows without either condition. One finding per job, on the node of the job's
-first GPU (``gpu_uuid`` None), naming every GPU of the job: a warning (the job runs, slower). Not while a finding
+first GPU (``gpu_uuid`` None), naming every GPU of the job. Starvation is a warning (idle in fits and starts, the
+job runs slower). A brake is info: the same utilization at a fraction of the power is also what lighter work draws
+(nanoGPT PR #643's co-located run, one job declared over its BF16 training at ~690 W and an FP32 SGEMM at ~390 W, both
+at ~100% utilization; the simulator's healthy jobs 76 times in 95 GPU-days), and utilization and power alone cannot
+tell a held-back GPU from a lighter kernel mix: with an SM clock or clock-event reasons the brake and power rules
+name a real brake. Not while a finding
 that explains a GPU's slowness holds on one of the job's GPUs (a node's power cap, thermal throttling:
 ``EXPLAINS_SLOWNESS``): that finding speaks for it.
 
@@ -240,16 +245,20 @@ class JobPace:
         job = key.split("/", 1)[-1] if key.startswith("job:") else "its processes' job"
         gpus = f"all {w.gpus} GPUs of job {job}" if key.startswith("job:") else f"all {w.gpus} GPUs of one job"
         minutes = fmt(w.seconds * window_s / 60, " min", 1)
+        severity = Severity.WARNING
         if w.cause == _BRAKE:
             what = (
                 f"job slowdown: {gpus} held at {fmt(w.power_watts, ' W')} for {minutes} at "
                 f"{fmt(w.utilization, '%')} utilization, {fmt(w.power_watts / w.reference_watts * 100, '%')} of the "
-                f"{fmt(w.reference_watts, ' W')} the job drew busy before: the whole job computes slower"
+                f"{fmt(w.reference_watts, ' W')} the job drew busy before: held back (a power brake or cap) or at "
+                "lighter work; utilization and power alone do not tell which"
             )
             action = (
-                "check what holds every GPU's clocks down: a power brake or cap of the node, rack or facility, "
-                "lowered power limits, cooling"
+                "if the job's work did not change, check what holds every GPU's clocks down: a power brake or cap of "
+                "the node, rack or facility, lowered power limits, cooling (an SM clock or clock-event reasons column "
+                "would tell)"
             )
+            severity = Severity.INFO
         else:
             what = (
                 f"job slowdown: {gpus} idle {fmt(w.idle_share * 100, '%')} of the time, in fits and starts, for "
@@ -265,4 +274,4 @@ class JobPace:
             "idle_share": w.idle_share,
             "sustained_s": w.seconds * window_s,
         }
-        return Description(Severity.WARNING, f"{what} (GPUs {gpu_ids})", action, evidence)
+        return Description(severity, f"{what} (GPUs {gpu_ids})", action, evidence)
