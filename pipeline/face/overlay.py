@@ -204,9 +204,9 @@ def resample(rows: Rows, interval_s: float) -> Rows:
     return dataclasses.replace(rows.take(index[order]), ts_ns=stamp[order])
 
 
-def busy_span(rows: Rows) -> tuple[int, int]:
-    """The longest stretch of whole seconds in which the median of the GPUs' utilization is at least BUSY_UTIL:
-    where the job runs (its start and stop ramps and idle time outside)."""
+def _busy_seconds(rows: Rows) -> np.ndarray:
+    """Per whole second from the trace's first row, whether the median of the GPUs' utilization is at least
+    BUSY_UTIL."""
     util = rows.metrics[UTIL]
     sec = (rows.ts_ns - rows.ts_ns.min()) // _S
     busy = np.zeros(int(sec.max()) + 1, dtype=bool)
@@ -214,6 +214,23 @@ def busy_span(rows: Rows) -> tuple[int, int]:
         values = util[sec == s]
         values = values[np.isfinite(values)]
         busy[s] = len(values) > 0 and float(np.median(values)) >= BUSY_UTIL
+    return busy
+
+
+def computing_from(rows: Rows) -> int:
+    """When the job first computes (the first second of median utilization >= BUSY_UTIL): a GPU slow from its first
+    sample shows its pace from then on, whether or not that second starts the longest busy stretch (nanoGPT's
+    co-located run computes from its first sample, its longest stretch starts 2.5 minutes later)."""
+    busy = _busy_seconds(rows)
+    if not busy.any():
+        raise ValueError("the trace has no busy stretch (median utilization under 50% throughout)")
+    return int(rows.ts_ns.min()) + int(np.argmax(busy)) * _S
+
+
+def busy_span(rows: Rows) -> tuple[int, int]:
+    """The longest stretch of whole seconds in which the median of the GPUs' utilization is at least BUSY_UTIL:
+    where the job runs (its start and stop ramps and idle time outside)."""
+    busy = _busy_seconds(rows)
     best, run_start, best_span = 0, -1, (0, 0)
     for s, b in enumerate([*busy.tolist(), False]):
         if b and run_start < 0:

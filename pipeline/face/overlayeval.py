@@ -34,7 +34,17 @@ from pipeline.baselines import BaselineManifest
 from pipeline.codec import encode_samples
 from pipeline.config import Settings
 from pipeline.events import Finding, GpuContext, Severity
-from pipeline.face.overlay import CLASSES, Trace, Truth, busy_span, invisible, overlay, plan, resample
+from pipeline.face.overlay import (
+    CLASSES,
+    Trace,
+    Truth,
+    busy_span,
+    computing_from,
+    invisible,
+    overlay,
+    plan,
+    resample,
+)
 from processors.app import interpreter_from
 from processors.baselines.fit import LabelledRows, fit_version
 from processors.baselines.store import BaselineSet
@@ -321,6 +331,7 @@ def evaluate(
     one run each (``progress`` is told each run, ``on_total`` how many runs there will be)."""
     settings = settings or Settings(cluster="overlay")
     busy = busy_span(trace.rows)
+    computing = computing_from(trace.rows)
     ways = list(learning)
     plans = {i: plan(trace, i, seed) for i in intervals}
     if on_total is not None:
@@ -350,7 +361,7 @@ def evaluate(
             classes = {c: ClassScore(c, invisible=hidden.get(c, "")) for c in CLASSES}
             for truth in truths:
                 judged = judge(resample(overlay(trace.rows, truth, busy), interval_s), settings, baselines)
-                hit = score_run(truth, judged, busy[0])
+                hit = score_run(truth, judged, computing)
                 (classes[truth.cls].quiet if truth.quiet else classes[truth.cls].faults).append(hit)
                 if progress is not None:
                     progress(1)

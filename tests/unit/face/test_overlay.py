@@ -18,6 +18,7 @@ from pipeline.face.overlay import (
     Trace,
     Truth,
     busy_span,
+    computing_from,
     invisible,
     overlay,
     plan,
@@ -61,6 +62,19 @@ def test_the_nanogpt_trace_is_read_through_the_importer_and_its_busy_span_found(
     first = int(trace.rows.ts_ns.min())
     assert 37 <= (start - first) / _S <= 40 and 214 <= (end - start) / _S <= 218
     assert power_limit_w(trace) == 700.0  # the H100 SXM datasheet default (pipeline.catalogue)
+
+
+def test_a_job_computes_from_its_first_busy_second_not_its_longest_stretchs_start() -> None:
+    """Busy 0-9 s, a dip at 10 s, busy 11-39 s: the longest stretch starts at 11 s, the job computes from 0 s (a GPU
+    slow from its first sample is timed from there: nanoGPT's co-located run gave negative delays otherwise)."""
+    ts = [float(t) for t in range(40)]
+    rows = _rows(ts)
+    rows = dataclasses.replace(rows, metrics={**rows.metrics, UTIL: np.where(np.repeat(ts, 2) == 10.0, 0.0, 100.0)})
+    first = int(rows.ts_ns.min())
+    assert (busy_span(rows)[0] - first) // _S == 11
+    assert computing_from(rows) == first
+    idle_first = dataclasses.replace(rows, metrics={**rows.metrics, UTIL: np.where(np.repeat(ts, 2) < 5, 0.0, 100.0)})
+    assert (computing_from(idle_first) - first) // _S == 5
 
 
 def test_resampling_reads_the_newest_reading_of_each_tick_and_leaves_a_gap_where_there_is_none() -> None:
