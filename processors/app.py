@@ -182,7 +182,7 @@ def interpreter_from(
     """The stages over injected state (mirrors in the processor, in-memory tables in bench/scoring.py), in
     order: enrichment, scoring against the learned baselines, domain detectors. They share one per-GPU slot table
     (processors.state), so a batch's GPUs are looked up once."""
-    slots = GpuSlots()
+    slots = GpuSlots(idle_s=settings.detectors.lane_idle_s or None)
     detectors = Detectors(settings.detectors, topology_of, slots)
     tracker = AnomalyTracker(
         after_s=settings.baselines.anomaly_after_s,

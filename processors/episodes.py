@@ -7,7 +7,8 @@ it starts, again every ``repeat_s`` while it holds, and once when it clears), ho
 it was last told with: its clear carries that workload, as a resolved Alertmanager alert keeps the labels it fired
 with (a clear dated where an episode went quiet may be sent after another job took the GPU). Rows are
 the slots of a :class:`processors.state.GpuSlots` (or its node ids), so whether an episode is open and when it was
-last sent are arrays a rule reads for a whole batch at once; episodes are listed in the order they opened.
+last sent are arrays a rule reads for a whole batch at once; episodes are listed in the order they opened. The
+episodes of a freed lane's slots (node ids) are dropped without a message (processors.state says why).
 """
 
 from __future__ import annotations
@@ -64,6 +65,16 @@ class Episodes:
         k = len(detectors)
         self._rows = slots.attach(_Rows(np.zeros((0, k), dtype=bool), np.full((0, k), -1, dtype=np.int64)), per)
         self._open: dict[tuple[int, int], Episode] = {}
+        self._per = per
+        slots.on_free(self._forget)
+
+    def _forget(self, gpus: np.ndarray, nodes: np.ndarray) -> None:
+        """The slots (or node ids) of a freed lane go to other GPUs (nodes): their open episodes go, unsent (a
+        freed lane's findings are history: processors.state)."""
+        freed = set((gpus if self._per == "gpu" else nodes).tolist())
+        if freed:
+            self._open = {key: e for key, e in self._open.items() if key[0] not in freed}
+            self._rows.open[list(freed)] = False  # (the table refills them too, after every forget)
 
     def __bool__(self) -> bool:
         return bool(self._open)

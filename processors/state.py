@@ -41,7 +41,15 @@ in event time is freed: its slots and node id are handed out again, every attach
 anew, and the stages that keep more per slot than attached columns are told (:meth:`GpuSlots.on_free`). The lane
 ahead in event time of every other of its node (the live one) is never freed, nor the only lane of a node: a node
 that goes silent keeps its state, and its silence stays evidence. A freed lane's number is never reused: a later
-import starts a new lane, from nothing, as it would have anyway.
+import starts a new lane, from nothing, as it would have anyway. The processor frees lanes idle for
+``detectors.lane_idle_s`` (pipeline/config.py).
+
+What a freed lane still had open goes **without a message**: every stage's forget (the open episodes of
+processors.episodes, the XIDs of a storm's window, a job's peer group and its pace) drops the lane's share silently.
+A lane is freed only once no row came to it for ``idle_s`` while another lane of its node is ahead: an import that
+finished long ago. What it found was sent dated at its own time and is history; a clear sent now would say the fault
+ended, which no row showed, and a repeat would say it still holds. Silence is evidence of nothing (the alert manager
+marks an alert whose finding stopped repeating stale and keeps it open), so nothing is said.
 """
 
 from __future__ import annotations
@@ -100,6 +108,14 @@ def grow(state: Any, rows: int) -> None:
             new = np.full((rows, *old.shape[1:]), f.metadata[_FILL], dtype=old.dtype)
             new[: len(old)] = old
             setattr(state, f.name, new)
+
+
+def take(state: Any, rows: np.ndarray) -> None:
+    """Keep only ``rows`` (indices or a mask) of every :func:`column` of ``state``, in that order: a state sized
+    otherwise (a job's workers) that loses some of them."""
+    for f in dataclasses.fields(state):
+        if _FILL in f.metadata:
+            setattr(state, f.name, getattr(state, f.name)[rows])
 
 
 @dataclasses.dataclass(eq=False)

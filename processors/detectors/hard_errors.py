@@ -155,6 +155,12 @@ class HardErrors:
         self.report = report
         self.evidence = slots.attach(_Evidence())
         self._xids: dict[int, deque[tuple[int, int]]] = {}
+        slots.on_free(self._forget)
+
+    def _forget(self, gpus: np.ndarray, _nodes: np.ndarray) -> None:
+        """A freed lane's slots go to other GPUs: their XIDs do not count towards those GPUs' storms."""
+        for slot in gpus.tolist():
+            self._xids.pop(slot, None)
 
     def events(self, events: tuple[GpuEvent, ...], out: list[Finding]) -> None:
         """A batch's GPU events, in time order (a GPU known only from its events gets a slot of its own)."""

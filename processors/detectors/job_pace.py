@@ -198,6 +198,35 @@ class JobPace:
         self._jobs: dict[str, JobPaceState] = {}
         #: per node holding an open finding: its job, the job's GPUs and the numbers last said
         self._open: dict[int, tuple[str, list[int], JobWindow, float]] = {}
+        slots.on_free(self._forget)
+
+    def _forget(self, gpus: np.ndarray, nodes: np.ndarray) -> None:
+        """A freed lane's node id and slots go to others: its open finding goes unsent (processors.state), and its
+        GPUs leave the GPUs another node's finding names."""
+        for node in nodes.tolist():
+            self._open.pop(node, None)
+        freed = set(gpus.tolist())
+        for node, (key, members, w, window_s) in list(self._open.items()):
+            if freed.intersection(members):
+                self._open[node] = (key, [s for s in members if s not in freed], w, window_s)
+
+    def forget_workers(self, key: str, keep: np.ndarray) -> None:
+        """Job ``key`` keeps only its GPUs ``keep`` (a mask over its GPUs in the order they joined; the straggler
+        family's peer group lost some to a freed lane): its span's per-GPU readings follow."""
+        state = self._jobs.get(key)
+        if state is not None:
+            state.span = [(i[keep[: len(i)]], r[keep[: len(r)]], k[keep[: len(k)]], n) for i, r, k, n in state.span]
+
+    def forget_job(self, key: str) -> None:
+        """Job ``key`` 's peer group went with a freed lane: its history goes, and its finding, if one is open (on a
+        GPU's node that left the job before the lane's did), closes without a message: no GPU of it is left to
+        repeat it for."""
+        self._jobs.pop(key, None)
+        for node, (open_key, *_rest) in list(self._open.items()):
+            if open_key == key:
+                if self.report.nodes.is_open(node, JOB_SLOWDOWN):
+                    self.report.nodes.close(node, JOB_SLOWDOWN)
+                del self._open[node]
 
     def window(
         self,

@@ -124,6 +124,12 @@ class Links:
         self.topology_of = topology_of
         self.expected = slots.attach(_Expected())
         self._asked: dict[tuple[str, str, int], int] = {}
+        slots.on_free(self._forget)
+
+    def _forget(self, gpus: np.ndarray, _nodes: np.ndarray) -> None:
+        """A freed lane is not asked about again (its number is never reused): when it was last asked goes."""
+        for slot in gpus.tolist():
+            self._asked.pop((*self.slots.key(slot)[:2], self.slots.lane(slot)), None)
 
     def refresh(self, slots: np.ndarray, now_ns: int) -> None:
         """Ask the topology of the nodes of GPUs whose NVLinks are not known yet (at most once a minute of data)."""

@@ -48,7 +48,7 @@ from processors.detectors.gpus import GpuView, Latest
 from processors.detectors.job_pace import JobPace, Readings
 from processors.detectors.names import STRAGGLER
 from processors.episodes import Description, Episode
-from processors.state import GpuSlots, column, grow
+from processors.state import GpuSlots, column, grow, take
 
 #: whether a lowered power limit of a GPU is waiting for its confirmation (it explains a slow GPU too)
 Waiting = Callable[[int], bool]
@@ -323,6 +323,27 @@ class Stragglers:
         self.windows = slots.attach(_Windows())
         self._jobs: dict[str, _Peers] = {}
         self._touched: set[str] = set()
+        slots.on_free(self._forget)
+
+    def _forget(self, gpus: np.ndarray, _nodes: np.ndarray) -> None:
+        """A freed lane's slots go to other GPUs: they leave every peer group, their history with them (a GPU that
+        gets such a slot and joins the job starts afresh, as a new worker), without a message (processors.state);
+        a group left with no member goes, its pace with it."""
+        freed = set(gpus.tolist())
+        for key, peers in list(self._jobs.items()):
+            keep = np.array([s not in freed for s in peers.slots], dtype=bool)
+            if keep.all():
+                continue
+            peers.slots = [s for s in peers.slots if s not in freed]
+            peers.members -= freed
+            take(peers.state, keep)
+            if self.pace is not None:
+                self.pace.forget_workers(key, keep)
+            if not peers.members:
+                del self._jobs[key]
+                self._touched.discard(key)
+                if self.pace is not None:
+                    self.pace.forget_job(key)
 
     def regroup(self, slot: int, ts: int, ranks: str | None, out: list[Finding]) -> None:
         """The GPU's workload is the latest, ``ranks`` its rank group from the telemetry (:func:`rank_groups`). Keep

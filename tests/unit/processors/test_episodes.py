@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.events import Severity, Workload
+from pipeline.events import GpuSample, InterpretedBatch, InterpretedEvent, Severity, Workload
 from processors.episodes import Description, Episodes
 from processors.state import GpuSlots
 
@@ -46,3 +46,30 @@ def test_episodes_per_node_grow_with_the_nodes() -> None:
     slots.slots([("c", f"n{i}", "GPU-0") for i in range(5)])
     episodes.open(4, "power-capping", 7)
     assert episodes.active(np.arange(5), "power-capping").tolist() == [False] * 4 + [True]
+
+
+def _round(seconds: int, *gpus: int) -> InterpretedBatch:
+    return InterpretedBatch.from_events(
+        [InterpretedEvent(GpuSample("c", "n", f"GPU-{i}", i, "H100", 10**18 + seconds * 10**9, {})) for i in gpus]
+    )
+
+
+def test_the_episodes_of_a_freed_lane_go_unsent_and_its_slots_start_clean() -> None:
+    """An import (a lane behind live) leaves episodes open on its GPU and its node; once its lane is freed, the GPU
+    of the next import that gets the slot and node id has none (a repeat or clear of the old one would be a finding
+    about data never seen), and live's stay."""
+    wall = [0.0]
+    slots = GpuSlots(idle_s=600.0, clock=lambda: wall[0])
+    gpus, nodes = Episodes(slots, ("leak",)), Episodes(slots, ("power-capping",), per="node")
+    assert slots.rows(_round(10_000, 0)).tolist() == [0]  # live
+    assert slots.rows(_round(0, 0)).tolist() == [1]  # the first import
+    gpus.open(0, "leak", 10_000)
+    gpus.open(1, "leak", 5)
+    nodes.open(1, "power-capping", 5)
+    wall[0] = 700.0
+    slots.rows(_round(10_001, 0))
+    assert slots.freed == 1
+    assert slots.rows(_round(50, 0)).tolist() == [1] and slots.node_of[1] == 1  # the next import: slot and node reused
+    assert [(row, name) for row, name, _ in gpus.listed()] == [(0, "leak")] and not nodes
+    assert gpus.active(np.array([0, 1]), "leak").tolist() == [True, False]
+    assert not nodes.is_open(1, "power-capping")
