@@ -74,9 +74,6 @@ NodeKey = tuple[str, str]
 #: round, a node's sources a little apart, a retried message; further behind, it is history with a lane of its own
 #: (a shorter range read again joins its lane, where no time and no counter goes back: nothing is faked)
 BEHIND_S: Final = 30.0
-#: a lane behind another of its node that took no row for this long (s, the table's clock) is freed: an import's
-#: lane once the import is done (an import's messages arrive seconds apart while it runs)
-IDLE_S: Final = 600.0
 #: what a state's rows stand for
 Per = Literal["gpu", "node"]
 S = TypeVar("S")
