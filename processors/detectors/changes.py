@@ -53,7 +53,7 @@ from pipeline.events import PHASES, Finding, Severity
 from processors.detectors.columns import S, col, fmt, lt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import GpuView
-from processors.detectors.jobs import Boundaries, process_signature
+from processors.detectors.jobs import NO_WORK, Boundaries
 from processors.detectors.names import CLIFF, COLLAPSE, PHASE_SHIFT
 from processors.episodes import Description, Episode
 from processors.state import GpuSlots, column
@@ -86,8 +86,6 @@ PEAK_TAU_S: Final = 7200.0
 HOLD_S: Final = 300.0
 _CHECKPOINT: Final = PHASES.index("checkpoint")
 _NONE: Final = -1
-#: process signatures of a GPU with no compute process known to run (none reported, an empty list, a count of 0)
-_NO_WORK: Final = (process_signature(None, math.nan), process_signature((), 0.0), process_signature(None, 0.0))
 
 
 @dataclass(eq=False)
@@ -167,7 +165,7 @@ class Changes:
         st.idle_since[g] = np.where(idle, np.where(begins, ts, since), _NONE)
         cliff = idle & (st.busy_before_idle[g] > 0.8) & (ts - st.idle_since[g] >= IDLE_S * S)
         procs = self.jobs.processes[g]
-        cliff &= ~np.isin(procs, _NO_WORK[1:])  # a process list without compute processes: the work ended
+        cliff &= ~np.isin(procs, NO_WORK[1:])  # a process list without compute processes: the work ended
         # a dip is the job still at work at a fraction of its power; a GPU that idles (a stopped or hung job: the
         # cliff's case) or serves requests (it idles between them) is not in a checkpoint
         dips = self._dips(g, col(m, "power_watts"), dt_s, new_job) & ~lt(util, IDLE_UTIL) & ~serving
@@ -185,13 +183,13 @@ class Changes:
                     "memory_after_bytes": float(used[i]),
                     "checkpoint_share_recent": float(recent[i]),
                     "checkpoint_share_earlier": float(earlier[i]),
-                    "processes_seen": float(procs[i] != _NO_WORK[0]),
+                    "processes_seen": float(procs[i] != NO_WORK[0]),
                 }
                 self.report.transition(int(g[i]), name, True, int(ts[i]), out, detail)
         # a collapse the job may go on from: its compute processes, if known, are watched for CONFIRM_S
         fell = collapsed & ~restarted & ~serving & self.report.gpus.active(g, COLLAPSE)
         fell &= st.fell_at[g] == _NONE
-        fell &= ~np.isin(procs, _NO_WORK) & (self.jobs.job_ts[g] < ts)
+        fell &= ~np.isin(procs, NO_WORK) & (self.jobs.job_ts[g] < ts)
         st.fell_at[g[fell]], st.fell_procs[g[fell]] = ts[fell], procs[fell]
 
     def _went_on(

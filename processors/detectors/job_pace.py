@@ -37,9 +37,8 @@ job runs slower). A brake is info: the same utilization at a fraction of the pow
 (nanoGPT PR #643's co-located run, one job declared over its BF16 training at ~690 W and an FP32 SGEMM at ~390 W, both
 at ~100% utilization; the simulator's healthy jobs 76 times in 95 GPU-days), and utilization and power alone cannot
 tell a held-back GPU from a lighter kernel mix: with an SM clock or clock-event reasons the brake and power rules
-name a real brake. Not while a finding
-that explains a GPU's slowness holds on one of the job's GPUs (a node's power cap, thermal throttling:
-``EXPLAINS_SLOWNESS``): that finding speaks for it.
+name a real brake. Not while a finding that explains a GPU's slowness holds on one of the job's GPUs (a node's power
+cap, thermal throttling: ``EXPLAINS_SLOWNESS``): that finding speaks for it.
 
 The 0.75 power ratio: in nanoGPT PR #643's 8xH100 run (tests/testdata) the busy windows' per-GPU power stays within
 686-692 W; a job-wide drop of a quarter is far outside its own variation, and the brake of issue 38's check (45% of

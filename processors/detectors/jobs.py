@@ -22,8 +22,9 @@ from processors.state import GpuSlots, column
 
 _NEVER: Final = -(2**62)
 _NO_PROCS: Final = -(2**63)
-#: process signatures of a GPU without compute processes (an empty list, a process count of 0); with _NO_PROCS
-_NO_WORK: Final = (_NO_PROCS, hash(()), 0)
+#: process signatures of a GPU with no compute process known to run: none reported (first), an empty list, a process
+#: count of 0
+NO_WORK: Final = (_NO_PROCS, hash(()), 0)
 
 
 def process_signature(processes: tuple[GpuProcess, ...] | None, count: float) -> int:
@@ -103,7 +104,7 @@ class Jobs:
         known = np.flatnonzero(sig != _NO_PROCS)
         last = known[np.r_[s[known][1:] != s[known][:-1], True]] if len(known) else known
         self.at.processes[s[last]] = sig[last]
-        return np.asarray((prev != _NO_PROCS) & (prev != sig) & ~np.isin(sig, _NO_WORK))
+        return np.asarray((prev != _NO_PROCS) & (prev != sig) & ~np.isin(sig, NO_WORK))
 
     def started(self, g: np.ndarray, ts: np.ndarray) -> None:
         """Jobs that the telemetry shows starting on GPUs ``g`` at ``ts``: a job and an application boundary."""
