@@ -9,6 +9,9 @@ utilization and power (nvidia-smi, dcgm-exporter at 1-60 s), over the job's peer
   median power is at most ``BRAKE_RATIO`` of what the job drew in its earlier busy windows (their highest median):
   the same work at a fraction of the power, i.e. clocks held down (a power brake, a facility cap, a lowered limit
   the logs do not carry). A checkpoint dip is not this: in it the GPUs stop computing, their utilization falls too.
+  Where the GPUs log an SM clock, it decides: the job's median busy SM clock (a share of each GPU's maximum) at most
+  ``CLOCK_RATIO`` of the one it ran at busy before confirms the brake (a warning); a clock above that says the power
+  fell with the clocks where they were, i.e. lighter work, and nothing is found.
 - *starved*: at least ``SHARE_OF_GPUS`` of the job's GPUs idle (utilization under ``IDLE_UTIL``) in a share of
   their readings between ``STARVE_MIN`` and ``STARVE_MAX`` over the last ``SUSTAIN`` windows (90 s) together, in at
   least ``STRETCHES`` separate idle stretches (an idle reading after a working one): working in fits and starts,
@@ -33,12 +36,19 @@ silent) breaks the runs and the span: what it did meanwhile is unknown. Two read
 one idle stretch, so starvation is not told at 60 s sampling; at 30 s it takes idle, busy, idle in a row. The
 finding clears after ``CLEAR`` windows without either condition. One finding per job, on the node of the job's
 first GPU (``gpu_uuid`` None), naming every GPU of the job. Starvation is a warning (idle in fits and starts, the
-job runs slower). A brake is info: the same utilization at a fraction of the power is also what lighter work draws
-(nanoGPT PR #643's co-located run, one job declared over its BF16 training at ~690 W and an FP32 SGEMM at ~390 W, both
-at ~100% utilization; the simulator's healthy jobs 76 times in 95 GPU-days), and utilization and power alone cannot
-tell a held-back GPU from a lighter kernel mix: with an SM clock or clock-event reasons the brake and power rules
-name a real brake. Not while a finding that explains a GPU's slowness holds on one of the job's GPUs (a node's power
-cap, thermal throttling: ``EXPLAINS_SLOWNESS``): that finding speaks for it.
+job runs slower). A brake the SM clock confirms is a warning; one without a clock logged is info: the same
+utilization at a fraction of the power is also what lighter work draws (nanoGPT PR #643's co-located run, one job
+declared over its BF16 training at ~690 W and an FP32 SGEMM at ~390 W, both at ~100% utilization; the simulator's
+healthy jobs' evaluation phases, 76 times in 95 GPU-days), and utilization and power alone cannot tell a held-back GPU
+from a lighter kernel mix. Not while a finding that explains a GPU's slowness holds on one of the job's GPUs (a node's
+power cap, thermal throttling: ``EXPLAINS_SLOWNESS``): that finding speaks for it.
+
+The 0.95 clock ratio is the physics of a GPU's power: the dynamic power of CMOS logic is ``C V^2 f`` and across the
+DVFS range the voltage falls with the clock, so power falls at most with the cube of the clock (less where the
+voltage reaches its floor or static power weighs: then nearly in proportion). The same work at ``BRAKE_RATIO`` (0.75)
+of its power therefore runs at a clock of at most 0.75^(1/3) = 0.91 of the one before; a clock within 5% of it
+cannot have taken a quarter of the power away. Lighter (memory-bound) kernels draw less power at the same or a
+higher clock: the power limit no longer holds the clock down.
 
 The 0.75 power ratio: in nanoGPT PR #643's 8xH100 run (tests/testdata) the busy windows' per-GPU power stays within
 686-692 W; a job-wide drop of a quarter is far outside its own variation, and the brake of issue 38's check (45% of
@@ -48,6 +58,7 @@ window) has no reference and is not seen: a known limit.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,6 +78,7 @@ BUSY_UTIL: Final = 80.0
 IDLE_UTIL: Final = 5.0
 SHARE_OF_GPUS: Final = 0.75
 BRAKE_RATIO: Final = 0.75
+CLOCK_RATIO: Final = 0.95
 STARVE_MIN: Final = 0.3
 STARVE_MAX: Final = 0.9
 STRETCHES: Final = 2
@@ -85,6 +97,8 @@ class JobPaceState:
     consecutive windows of each condition."""
 
     reference_watts: float = float("nan")
+    #: the median busy SM clock (a share of the maximum) of its busy windows, the highest (NaN: none logged)
+    reference_clock: float = float("nan")
     busy_windows: int = 0
     #: the newest windows with readings covering SUSTAIN windows of time: per GPU its idle readings, readings and idle
     #: stretches begun, and the windows each stands for
@@ -110,18 +124,28 @@ class JobWindow:
     utilization: float
     idle_share: float
     seconds: float = field(default=0.0)
+    #: the job's median busy SM clock and the one it ran busy at before, shares of the maximum (NaN: not logged)
+    clock: float = field(default=float("nan"))
+    reference_clock: float = field(default=float("nan"))
+
+    @property
+    def clock_confirmed(self) -> bool:
+        """A brake whose lowered SM clock the logs show."""
+        return not (math.isnan(self.clock) or math.isnan(self.reference_clock))
 
 
 @dataclass(frozen=True, slots=True)
 class Readings:
     """One window of a job, per GPU (NaN: no readings in the window): mean utilization, mean power, share of readings
-    idle, readings, idle stretches begun (an idle reading after a working one)."""
+    idle, readings, idle stretches begun (an idle reading after a working one), mean SM clock of its busy readings as
+    a share of its maximum (NaN: none logged)."""
 
     util: np.ndarray
     power: np.ndarray
     idle: np.ndarray
     rows: np.ndarray
     stretches: np.ndarray
+    clock: np.ndarray
 
 
 def span_idle(span: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -165,13 +189,21 @@ def pace_step(state: JobPaceState, w: Readings, explained: bool = False, steps: 
         fits = full and np.count_nonzero(spread) >= SHARE_OF_GPUS * n
         watts = float(np.nanmedian(power))
         mid_util, mid_idle = float(np.nanmedian(util)), float(np.nanmedian(share[seen]))
-    ref = state.reference_watts
+        clocked = np.count_nonzero(~np.isnan(w.clock[seen])) >= SHARE_OF_GPUS * n
+        clock = float(np.nanmedian(w.clock[seen])) if clocked else np.nan
+    ref, ref_clock = state.reference_watts, state.reference_clock
     warm = state.busy_windows >= WARM
-    braked = warm and busy and watts <= BRAKE_RATIO * ref and not explained
+    low_power = warm and busy and watts <= BRAKE_RATIO * ref and not explained
+    # with a clock on both sides, the clock decides: held down (a brake) or where it was (lighter work)
+    clock_known = not (math.isnan(clock) or math.isnan(ref_clock))
+    lighter = low_power and clock_known and clock > CLOCK_RATIO * ref_clock
+    braked = low_power and not lighter
     starved = warm and fits
-    if busy and not braked and not explained and watts == watts:  # noqa: PLR0124 (NaN test)
+    if busy and not low_power and not explained and watts == watts:  # noqa: PLR0124 (NaN test)
         state.reference_watts = watts if ref != ref else max(ref, watts)  # noqa: PLR0124
         state.busy_windows += steps
+        if not math.isnan(clock):
+            state.reference_clock = clock if math.isnan(ref_clock) else max(ref_clock, clock)
     state.brake_run = state.brake_run + steps if braked else 0
     state.starve_run = state.starve_run + steps if starved else 0
     cause = _BRAKE if state.brake_run >= SUSTAIN else _STARVED if starved else 0
@@ -180,7 +212,9 @@ def pace_step(state: JobPaceState, w: Readings, explained: bool = False, steps: 
     clears = state.active and state.quiet >= CLEAR
     state.active = (state.active or starts) and not clears
     run = state.brake_run if cause == _BRAKE else state.starve_run + SUSTAIN - 1
-    return JobWindow(cause, starts, clears, n, watts, ref, mid_util, mid_idle, float(run))
+    known = clock_known and cause == _BRAKE
+    return JobWindow(cause, starts, clears, n, watts, ref, mid_util, mid_idle, float(run),
+                     clock if known else np.nan, ref_clock if known else np.nan)  # fmt: skip
 
 
 class JobPace:
@@ -274,7 +308,18 @@ class JobPace:
         gpus = f"all {w.gpus} GPUs of job {job}" if key.startswith("job:") else f"all {w.gpus} GPUs of one job"
         minutes = fmt(w.seconds * window_s / 60, " min", 1)
         severity = Severity.WARNING
-        if w.cause == _BRAKE:
+        if w.cause == _BRAKE and w.clock_confirmed:
+            what = (
+                f"job slowdown: {gpus} held back for {minutes} at {fmt(w.utilization, '%')} utilization: SM clock "
+                f"{fmt(w.clock * 100, '%')} of max against {fmt(w.reference_clock * 100, '%')} busy before, power "
+                f"{fmt(w.power_watts, ' W')}, {fmt(w.power_watts / w.reference_watts * 100, '%')} of the "
+                f"{fmt(w.reference_watts, ' W')} the job drew busy before: every GPU's clocks held down together"
+            )
+            action = (
+                "check what holds every GPU's clocks down at once: a power brake or cap of the node, rack or facility, "
+                "lowered power limits or application clocks, cooling"
+            )
+        elif w.cause == _BRAKE:
             what = (
                 f"job slowdown: {gpus} held at {fmt(w.power_watts, ' W')} for {minutes} at "
                 f"{fmt(w.utilization, '%')} utilization, {fmt(w.power_watts / w.reference_watts * 100, '%')} of the "
@@ -302,4 +347,6 @@ class JobPace:
             "idle_share": w.idle_share,
             "sustained_s": w.seconds * window_s,
         }
+        if w.clock_confirmed:
+            evidence |= {"sm_clock_ratio": w.clock, "reference_sm_clock_ratio": w.reference_clock}
         return Description(severity, f"{what} (GPUs {gpu_ids})", action, evidence)

@@ -446,7 +446,7 @@ class Stragglers:
         win_ns = int(self.settings.straggler_window_s * S)
         ts = (k + 1) * win_ns
         if self.pace is not None:
-            readings = Readings(util, power, idle, rows, begun)
+            readings = Readings(util, power, idle, rows, begun, clock)
             self.pace.window(key, peers.slots, ts, self.settings.straggler_window_s, readings, out)
         step, by_power = step_proxy(util, clock, power)
         peers.state, verdict = peer_step(peers.state, step, self.params)

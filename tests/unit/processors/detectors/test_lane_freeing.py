@@ -56,8 +56,8 @@ def _slow(gpu: int, since: int) -> Shape:
 
 
 def _brake(t: int, _gpu: int, m: dict[str, float]) -> dict[str, float]:
-    """Every GPU of the job held at 60% of its power from t=600 s, busy as before."""
-    return m | {"power_watts": m["power_watts"] * 0.6} if t >= 600 else m
+    """Every GPU of the job held at 60% of its power and 70% of its SM clock from t=600 s, busy as before."""
+    return m | {"power_watts": m["power_watts"] * 0.6, "sm_clock_mhz": m["sm_clock_mhz"] * 0.7} if t >= 600 else m
 
 
 def _said(found: list[Finding]) -> list[tuple[str, str | None, bool, int, int, str]]:
