@@ -70,6 +70,7 @@ from pipeline.events import Finding, Severity
 from processors.detectors.columns import fmt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import Latest
+from processors.detectors.jobs import group_job
 from processors.detectors.names import JOB_SLOWDOWN
 from processors.episodes import Description
 from processors.state import GpuSlots
@@ -304,8 +305,9 @@ class JobPace:
     def describe_node(self, name: str, slots: np.ndarray) -> Description:
         node = int(self.slots.node_of[int(slots[0])])
         key, members, w, window_s = self._open[node]
-        job = key.split("/", 1)[-1] if key.startswith("job:") else "its processes' job"
-        gpus = f"all {w.gpus} GPUs of job {job}" if key.startswith("job:") else f"all {w.gpus} GPUs of one job"
+        named = group_job(key)
+        job = named.split("/", 1)[-1] if named.startswith("job:") else "its processes' job"
+        gpus = f"all {w.gpus} GPUs of job {job}" if named.startswith("job:") else f"all {w.gpus} GPUs of one job"
         minutes = fmt(w.seconds * window_s / 60, " min", 1)
         severity = Severity.WARNING
         if w.cause == _BRAKE and w.clock_confirmed:

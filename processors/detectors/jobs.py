@@ -25,6 +25,15 @@ _NO_PROCS: Final = -(2**63)
 #: process signatures of a GPU with no compute process known to run: none reported (first), an empty list, a process
 #: count of 0
 NO_WORK: Final = (_NO_PROCS, hash(()), 0)
+#: the start of a straggler peer group's key for a group of a job's GPUs at another time (an import of its history
+#: while it runs live: processors.detectors.stragglers), ``at<window index>:<job's key>``; a job's own key starts
+#: with ``job:`` or ``ranks:``
+GROUP_AT: Final = "at"
+
+
+def group_job(key: str) -> str:
+    """The job's key of a straggler peer group's key."""
+    return key.split(":", 1)[1] if key.startswith(GROUP_AT) else key
 
 
 def process_signature(processes: tuple[GpuProcess, ...] | None, count: float) -> int:

@@ -46,6 +46,7 @@ from processors.detectors.columns import REL, S, col, gt, lt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import GpuView, Latest
 from processors.detectors.job_pace import JobPace, Readings
+from processors.detectors.jobs import GROUP_AT, group_job
 from processors.detectors.names import STRAGGLER
 from processors.episodes import Description, Episode
 from processors.state import GpuSlots, column, grow, take
@@ -190,6 +191,10 @@ _IDLE_UTIL: Final = 5.0
 WORKING_SHARE: Final = 0.5
 #: without an SM clock, a job is judged by power only in windows where its median utilization is at least this
 _JOB_BUSY_UTIL: Final = 50.0
+#: a GPU joins its job's peer group when that group's newest window is at most this many windows from its row: the
+#: judging waits that long for a GPU behind (Stragglers.judge); further apart, the same job's GPUs at another time
+#: make a group of their own
+_JOIN_WINDOWS: Final = 4
 #: the sums of a window per GPU: utilization (sum, rows), busy SM-clock ratio (sum, rows), busy power (sum, rows),
 #: idle rows, idle stretches begun (an idle row after a working one: the job-level starvation rule tells fits from one
 #: stall)
@@ -219,6 +224,7 @@ class _Peers:
     members: set[int]
     state: PeerState
     evaluated: int = -1  # last window index judged
+    joined: int = -1  # the window of the newest row a GPU joined with
 
 
 def job_key(cluster: str, wl: Workload | None) -> str | None:
@@ -353,11 +359,15 @@ class Stragglers:
         group = self.windows.group
         key = job_key(self.slots.key(slot)[0], self.latest.workload[slot]) or ranks
         old = group[slot]
-        if key == old:
-            if key is not None:
-                self._touched.add(key)
+        if key is None and old is None:
             return
+        if key is not None and old is not None and group_job(old) == key:
+            self._touched.add(old)
+            return
+        if key is not None:
+            key = self._group_at(key, ts)
         group[slot] = key
+        self.windows.sums[slot] = 0.0  # the readings of its window so far were its previous job's
         if old is not None and old in self._jobs:
             self._jobs[old].members.discard(slot)
             if not self._jobs[old].members:  # the job ended here: its peer group goes with it
@@ -375,7 +385,23 @@ class Stragglers:
                 peers.slots.append(slot)
                 peers.state.join()
             peers.members.add(slot)
+            peers.joined = max(peers.joined, ts // int(self.settings.straggler_window_s * S))
             self._touched.add(key)
+
+    def _group_at(self, job: str, ts: int) -> str:
+        """The peer group a GPU of ``job`` joins with a row at ``ts``: the job's group whose GPUs are at that time
+        (their newest window within the ``_JOIN_WINDOWS`` the judging waits for), else a new one. The same job's
+        GPUs at another time (an import of its history while it runs live, a range imported twice) are no peers of
+        these: their windows would never be judged together (issue 37)."""
+        win_ns = int(self.settings.straggler_window_s * S)
+        idx = ts // win_ns
+        for key in (k for k in self._jobs if group_job(k) == job):
+            peers = self._jobs[key]
+            # a GPU that joined in this batch has no window yet: the row it joined with stands for it
+            newest = max(int(self.windows.index[list(peers.members)].max(initial=-1)), peers.joined)
+            if abs(newest - idx) <= _JOIN_WINDOWS:
+                return key
+        return job if job not in self._jobs else f"{GROUP_AT}{idx}:{job}"
 
     def peers_of(self, slot: int) -> list[int]:
         """The other GPUs of the slot's job as it runs now (its peer group's members), in slot order."""
@@ -429,7 +455,7 @@ class Stragglers:
                 continue
             idx = self.windows.index[list(peers.members)]
             newest = int(idx.max())
-            ready = int(idx[idx >= newest - 4].min()) - 1
+            ready = int(idx[idx >= newest - _JOIN_WINDOWS].min()) - 1
             for k in range(max(peers.evaluated + 1, newest - _RING + 1), ready + 1):
                 self._judge(key, peers, k, out)
                 peers.evaluated = k

@@ -114,9 +114,10 @@ def test_a_job_slowdown_of_a_freed_lane_goes_unsent_and_the_next_import_is_judge
 
 def test_a_job_slowdown_open_on_a_freed_node_id_goes_with_it_while_the_job_goes_on() -> None:
     """Job 3 runs braked in an import, its finding open on the import lane's node id when it ends; live runs job 3
-    too, still braked (one job key: one peer group and one pace, which outlive the import's GPUs). Once the import's
-    lane is freed its node id holds no finding of the job, and the job's end on live clears nothing there (a clear
-    of an episode the freed lane took with it)."""
+    too, braked from its first sample there (a peer group and a pace of its own: the same job at another time; its
+    first window holds none of job 7's readings before it). Once the import's lane is freed its node id holds no
+    finding of the job, and the job's end on live clears nothing there (a clear of an episode the freed lane took
+    with it)."""
     det, wall = _freeing()
     run(10, start=LIVE, detectors=det)
     run(1200, _brake, job=_job3, detectors=det)
@@ -177,3 +178,24 @@ def test_an_import_onto_a_freed_lanes_slots_finds_only_its_own_and_live_is_untou
     for column in ("ts", "counters", "explained_until"):
         assert np.array_equal(getattr(freeing.latest, column)[:8], getattr(kept.latest, column)[:8], equal_nan=True)
     assert freeing.stragglers.peers_of(0) == kept.stragglers.peers_of(0) == list(range(1, 8))
+
+
+def test_an_import_of_the_job_running_live_is_judged_apart_from_it() -> None:
+    """Job 3 runs live while its older range is imported (GPU-5 slower from 600 to 1200 s, every GPU braked from
+    2400 s): the
+    import's GPUs make a peer group of their own, not the live one's (one job key, two times: their windows would
+    never be judged together), so the import finds what a processor that never saw live finds, and live stays as it
+    was: its 8 GPUs each other's peers, nothing found."""
+
+    def history(t: int, g: int, m: dict[str, float]) -> dict[str, float]:
+        return _slow(5, 600)(t, g, m) if t < 1200 else _brake(t - 1800, g, m)
+
+    det = Detectors(DetectorSettings())
+    live = run(300, start=LIVE, job=_job3, detectors=det)[1]
+    imported = run(3000, history, job=_job3, detectors=det)[1]
+    live += run(60, start=LIVE + 300, job=_job3, detectors=det)[1]
+    alone = run(3000, history, job=_job3)[1]
+    assert kinds(imported) == {("straggler", "GPU-5"), ("job-slowdown", None)}
+    assert _said(imported) == _said(alone)
+    assert live == [] and det.stragglers.peers_of(0) == list(range(1, 8))
+    assert det.stragglers.peers_of(13) == [8, 9, 10, 11, 12, 14, 15]
