@@ -9,7 +9,9 @@ the topic holds *now* has been: a reader that must not act before a record publi
 (the processor, before it labels samples with their workload context) calls it first.
 
 A record that does not decode is counted and logged (with its topic/partition/offset) and skipped: the state
-keeps the key's last good value. The writers of these topics validate before they publish.
+keeps the key's last good value. The writers of these topics validate before they publish. A mirror built with
+``invalid_clears`` takes such a record as a tombstone instead: where the latest record says what holds *now* (a
+GPU's workload context), the value it replaced no longer does, and keeping it would label what follows falsely.
 """
 
 from __future__ import annotations
@@ -64,8 +66,10 @@ class TopicMirror(Generic[V]):
         on_change: Callable[[bytes, V | None], None] | None = None,
         on_record: Callable[[bytes, V | None, int], None] | None = None,
         metadata_wait_s: float = 10.0,
+        invalid_clears: bool = False,
     ) -> None:
         self.topic = topic
+        self._invalid_clears = invalid_clears
         #: how long ``start`` waits for a topic missing from the metadata (or without partition leaders) to appear
         self.metadata_wait_s = metadata_wait_s
         self._decode = decode
@@ -184,8 +188,10 @@ class TopicMirror(Generic[V]):
                 decoded = self._decode(value)
             except InvalidEvent as exc:
                 self.invalid += 1
-                log.error("mirror %s: skipping record %s (%s: %s)", self.topic, where, exc.reason, exc.detail)
-                return
+                done = "clearing its key" if self._invalid_clears else "skipping it"
+                log.error("mirror %s: record %s invalid, %s (%s: %s)", self.topic, where, done, exc.reason, exc.detail)
+                if not self._invalid_clears:
+                    return
         with self._lock:
             if decoded is None:
                 self._data.pop(key, None)

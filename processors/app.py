@@ -52,7 +52,7 @@ from pipeline.topics import wait_for_topics
 from processors.baselines.score import AnomalyTracker, Judgement, Scorer
 from processors.baselines.store import BaselineSet, BaselineStore, decode_baselines_record
 from processors.detectors.stage import Detectors
-from processors.enrich import ContextTimeline, Enricher
+from processors.enrich import ContextTimeline, Enricher, context_record
 from processors.interpret import Interpreter
 from processors.metrics import ProcessorMetrics, faust_lag, quiet_idle_streams
 from processors.normalize import RawMessage, import_run_of
@@ -154,7 +154,7 @@ def build_interpreter(settings: Settings) -> tuple[Interpreter, TopicMirror[GpuC
     kafka = settings.kafka.client_config()
     timeline = ContextTimeline()
     contexts = TopicMirror(
-        kafka, settings.topics.context, lambda v: decode_record(GpuContext, v), on_record=timeline.see
+        kafka, settings.topics.context, context_record, on_record=timeline.see, invalid_clears=True
     ).start()
     topologies = TopicMirror(kafka, settings.topics.topology, lambda v: decode_record(NodeTopology, v)).start()
     store = BaselineStore()

@@ -14,7 +14,12 @@ Per row of a batch:
   row's time (the oldest it knows when the row is older than all). The other half of the race, samples read
   before the mirror has read a context published ahead of them, is closed by the processor: before it
   enriches a batch, the mirror catches up with everything the context topic held when the batch was taken
-  (:meth:`pipeline.mirror.TopicMirror.catch_up`);
+  (:meth:`pipeline.mirror.TopicMirror.catch_up`). A context whose application InfluxDB could not store as a tag
+  (pipeline/identity.py's rule) is read with application ``unknown`` (confidence 0), its job and the rest as sent,
+  and logged (:func:`context_record`): applied as sent, it cost every sample of its GPU at the sink, one
+  ``bad_identity`` dead letter each, for as long as it held; skipped, it left the GPU labelled with the workload it
+  replaced. A record that does not decode at all clears its GPU's context from when it was published (the
+  mirror's ``invalid_clears``);
 - a GPU with no context gets the application the classifier infers from its rolling window of features
   (``source="inferred"`` and the probability as ``confidence``; ``unknown`` below the classifier's
   threshold); before any classifier is published the workload stays None;
@@ -26,6 +31,7 @@ Emits no findings.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,9 +39,11 @@ from typing import Final
 
 import numpy as np
 
+from pipeline.codec import decode_record
 from pipeline.events import PHASES, Finding, GpuContext, InterpretedBatch, Workload, gpu_key
+from pipeline.identity import identity_problem
 from processors.baselines.store import BaselineSet
-from processors.classify import MIN_SAMPLES, WindowBuffer, arrival_ranks, window_inputs
+from processors.classify import MIN_SAMPLES, UNKNOWN, WindowBuffer, arrival_ranks, window_inputs
 from processors.features import features, fill_relative, infer_phase
 from processors.state import GpuSlots
 
@@ -43,6 +51,24 @@ _IDLE = Workload("idle", source="context", confidence=1.0)
 #: records kept per GPU at most: a bound on memory for a GPU whose rows never come (more job changes than this
 #: ahead of its rows, and the rows are labelled with the oldest kept)
 TIMELINE_KEEP: Final = 4096
+
+log = logging.getLogger(__name__)
+
+
+def context_record(payload: bytes) -> GpuContext:
+    """A context record off the context topic (raises InvalidEvent when it does not decode). An application the
+    sink could not store (as the sink judges it: optional, so an empty one passes) is read as ``unknown``: the GPU's
+    job and time range stay as sent, and what runs there is not claimed."""
+    context = decode_record(GpuContext, payload)
+    workload = context.workload
+    if workload is None:
+        return context
+    problem = identity_problem(workload.application, "application", optional=True)
+    if problem is None:
+        return context
+    log.warning("context of %s/%s/%s: %s; read as %s", context.cluster, context.node, context.gpu_uuid, problem,
+                UNKNOWN)  # fmt: skip
+    return dataclasses.replace(context, workload=dataclasses.replace(workload, application=UNKNOWN, confidence=0.0))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,10 +13,10 @@ import msgpack
 import numpy as np
 import pytest
 
-from pipeline.codec import encode_interpreted, encode_samples, sample_columns, sample_rows
+from pipeline.codec import encode_interpreted, encode_record, encode_samples, sample_columns, sample_rows
 from pipeline.config import Settings
 from pipeline.deadletter import headers_dict
-from pipeline.events import METRIC_INDEX, GpuSample, InterpretedBatch, SampleBatch, Workload
+from pipeline.events import METRIC_INDEX, GpuContext, GpuSample, InterpretedBatch, SampleBatch, Workload
 from pipeline.publisher import Publisher
 from pipeline.services.stages import Stage, start_stage, wait_for
 from processors.normalize import RawMessage, process_raw
@@ -146,7 +146,8 @@ def test_hostile_identities_in_a_burst_of_good_samples_cost_only_themselves_acro
 ) -> None:
     """Issue 37: a burst of 1,000 good samples with identities line protocol cannot carry among them stored 0 (the
     whole request refused, the whole batch dead-lettered). Now each hostile item is dead-lettered by the processor
-    with its reason, in both wire forms, and every good sample is stored once, with a sink restart in the middle."""
+    with its reason, in both wire forms, and every good sample is stored once, with a sink restart in the middle. A GPU
+    whose context names an application line protocol cannot carry costs none of its samples: stored as "unknown"."""
     fleet = Fleet(nodes=10, gpus_per_node=4, cluster=settings.cluster, seed=37)
     now_ms = time.time_ns() // 1_000_000
     rounds = [fleet.tick((now_ms - 60_000 + r * 1000) * 1_000_000) for r in range(25)]
@@ -177,6 +178,11 @@ def test_hostile_identities_in_a_burst_of_good_samples_cost_only_themselves_acro
         (masked, "no_reading", 1, 1),
         (nic, "out_of_range", 1, 2),  # the NIC reading; both GPUs' samples are good
     ]
+    # a context whose application line protocol cannot carry, on a good GPU: its samples are stored, as "unknown"
+    context = GpuContext(s0.cluster, s0.node, s0.gpu_uuid, s0.ts_ns - 10**9, Workload("llm-pretraining\\", "job-37"))
+    pub = Publisher(settings.kafka.client_config())
+    pub.publish(settings.topics.context, context.kafka_key, encode_record(context))
+    assert pub.close(30) == 0 and pub.stats.delivered == 1
     payloads = [[(b.kafka_key, encode_samples(b)) for b in r] for r in rounds]
     for i, (body, _, _, _) in enumerate(cases):  # spread through the burst
         payloads[2 + 2 * i].append((b"hostile", msgpack.packb(body)))
@@ -204,6 +210,8 @@ def test_hostile_identities_in_a_burst_of_good_samples_cost_only_themselves_acro
     assert all(headers_dict(m.headers())["hermeneut-stage"] == "processor" for m in letters)
     stored_gpus = {gpu for gpu, _ in keys}
     assert {f"GPU-h-{n}-good" for n in ("bs-rows", "bs-cols", "bs-break", "breaks", "masked", "nic")} <= stored_gpus
+    labelled = [r for r in stored_points(settings) if r["gpu"] == s0.gpu_uuid]
+    assert len(labelled) == len(rounds) and {r.get("application") for r in labelled} == {"unknown"}
 
 
 def _interpreted(fleet: Fleet, ts_ns: int, now_ns: int, settings: Settings) -> list[InterpretedBatch]:

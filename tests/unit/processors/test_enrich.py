@@ -8,12 +8,13 @@ import dataclasses
 import numpy as np
 
 from pipeline.baselines import BaselineManifest
-from pipeline.codec import encode_samples
+from pipeline.codec import encode_record, encode_samples
 from pipeline.config import ValidationSettings
 from pipeline.events import RELATIVE_FIELDS, GpuContext, GpuSample, SampleBatch, Workload, gpu_key
+from pipeline.mirror import TopicMirror
 from processors.baselines.store import BaselineSet
 from processors.classify import MIN_SAMPLES, fit_classifier, history_windows, window_inputs
-from processors.enrich import ContextTimeline, Enricher
+from processors.enrich import ContextTimeline, Enricher, context_record
 from processors.features import FEATURE_INDEX, PHASE_INDEX, features, infer_phase
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet
@@ -248,3 +249,32 @@ def test_the_timeline_drops_what_no_row_to_come_can_need() -> None:
     timeline.at(key, np.array([T0 + 5 * 10**9], dtype=np.int64))  # rows up to app-5's time are labelled
     # rows arrive in time order per GPU: app-0..4 cannot be needed again; an older row gets the oldest kept
     assert timeline.at(key, np.array([T0, T0 + 9 * 10**9], dtype=np.int64)) == [contexts[5], contexts[9]]
+
+
+def test_a_context_whose_application_cannot_be_stored_is_read_as_unknown_with_its_job() -> None:
+    """Applied as sent, an application ending in a backslash cost every sample of its GPU at the sink (a tag line
+    protocol cannot carry); the GPU's job and time stay as sent, what runs there is not claimed."""
+    for bad in ("llm-pretraining\\", "\r\n", "x" * 300):
+        sent = GpuContext("c", "n", "GPU-1", T0, Workload(bad, job_id="job-37", source="slurm", confidence=0.95))
+        read = context_record(encode_record(sent))
+        assert read.workload == Workload("unknown", job_id="job-37", source="slurm", confidence=0.0)
+        assert (read.cluster, read.node, read.gpu_uuid, read.ts_ns) == ("c", "n", "GPU-1", T0)
+    for good in (GpuContext("c", "n", "GPU-1", T0, Workload("llm\\serving", job_id="j")),
+                 GpuContext("c", "n", "GPU-1", T0, Workload("", job_id="j")),
+                 GpuContext("c", "n", "GPU-1", T0, None)):  # fmt: skip
+        assert context_record(encode_record(good)) == good
+
+
+def test_a_context_record_that_does_not_decode_clears_its_gpu_from_when_it_was_published() -> None:
+    """The context mirror takes an undecodable record as a tombstone (``invalid_clears``): rows from its publication
+    on carry no context (inferred), not the workload it replaced."""
+    timeline = ContextTimeline()
+    mirror = TopicMirror({}, "context", context_record, on_record=timeline.see, invalid_clears=True)
+    key = gpu_key("c", "n", "GPU-1")
+    mirror._apply(key, encode_record(GpuContext("c", "n", "GPU-1", T0, Workload("llm-serving", job_id="a"))), "t/0/0",
+                  T0)  # fmt: skip
+    mirror._apply(key, b"\x93not a record", "t/0/1", T0 + 60 * 10**9)
+    assert mirror.invalid == 1 and mirror.get(key) is None
+    before, after = timeline.at(key, np.array([T0 + 30 * 10**9, T0 + 90 * 10**9]))
+    assert before is not None and before.workload is not None and before.workload.job_id == "a"
+    assert after is None
