@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -48,6 +48,9 @@ from pipeline.errors import HermeneutError, ServiceError
 from pipeline.services.stages import Stage, start_stage, wait_for
 from pipeline.topics import ensure_topics, retried, topic_specs, wait_for_topics
 from pipeline.vocab import format_duration
+
+if TYPE_CHECKING:
+    from processors.coverage import DataShape
 
 log = logging.getLogger(__name__)
 
@@ -434,25 +437,31 @@ def run_import(
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
-def blind_lines(r: Any) -> list[str]:
-    """The summary's lines naming the detectors that cannot fire on what was imported, and why (processors.coverage):
-    a quiet import of logs with three columns is not a healthy fleet (issue 38)."""
+def import_shape(r: Any) -> DataShape:
+    """What an import's report says of its data besides its columns (processors.coverage.DataShape)."""
     import statistics
 
-    from processors.coverage import DataShape, blind_detectors
-    from processors.detectors.names import DETECTORS
+    from processors.coverage import DataShape
 
-    if not r.columns:
-        return []  # a checkpoint of an earlier version does not say which columns it read
     per_node = Counter(g.split("/", 1)[0] for g in r.gpus)
-    shape = DataShape(
+    return DataShape(
         interval_s=statistics.median(r.intervals.values()) if r.intervals else None,
         # GPUs per job are known only where one job is named (then it holds every GPU imported)
         job_gpus=0 if not r.jobs else len(r.gpus) if len(r.jobs) == 1 else None,
         node_gpus=max(per_node.values(), default=0),
         events=r.events > 0,
     )
-    blind = blind_detectors(r.columns, shape)
+
+
+def blind_lines(r: Any) -> list[str]:
+    """The summary's lines naming the detectors that cannot fire on what was imported, and why (processors.coverage):
+    a quiet import of logs with three columns is not a healthy fleet (issue 38)."""
+    from processors.coverage import blind_detectors
+    from processors.detectors.names import DETECTORS
+
+    if not r.columns:
+        return []  # a checkpoint of an earlier version does not say which columns it read
+    blind = blind_detectors(r.columns, import_shape(r))
     if not blind:
         return []
     head = f"cannot see       {len(blind)} of {len(DETECTORS)} detectors blind or limited by these columns, intervals:"

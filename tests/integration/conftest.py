@@ -5,12 +5,14 @@ never a skip: in CI a missing server fails the run."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
 
 from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, TopicSettings, load_settings
 from pipeline.services import influxdb, kafka
@@ -107,3 +109,32 @@ def isolated_settings(
 def settings(kafka_server: KafkaServer, influx_server: InfluxServer, defaults: Settings, tmp_path: Path) -> Settings:
     """Settings for one test: its own topics, consumer groups and cluster tag on the shared servers."""
     return isolated_settings(kafka_server, influx_server, defaults, tmp_path / "state")
+
+
+# Chromium for the dashboard tests. A view has rendered. Null-safe: while a navigation (a form post, a link)
+# replaces the document, it has no body yet.
+READY = "document.body?.dataset.ready === '1'"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--no-first-run", "--disable-sync"],
+        )  # fmt: skip
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    p = context.new_page()
+    errors: list[str] = []
+    p.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield p
+    context.close()
+    assert not errors, f"JavaScript errors: {errors}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import threading
 import time
 import urllib.parse
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 from pydantic import SecretStr
 
 from pipeline.config import Settings, WebSettings
@@ -36,15 +35,12 @@ from sinks.retention import backfill, setup
 from tests.webserver import get, get_json
 
 from .alerting_parts import start_manager
-from .conftest import InfluxServer, KafkaServer, isolated_settings
+from .conftest import READY, InfluxServer, KafkaServer, isolated_settings
 from .harness import running_pipeline
 
 pytestmark = pytest.mark.integration
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
-# A view has rendered. Null-safe: while a navigation (a form post, a link) replaces the document, it has no body yet.
-READY = "document.body?.dataset.ready === '1'"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 HISTORY_S = 240
 BROKEN = (0, 3)  # node 0 (an HGX H100 board), GPU 3: in a 4-GPU fine-tuning job on that seed
 
@@ -92,29 +88,6 @@ def scene(
         job = contexts[broken].job_id
         assert job is not None
         yield Scene(url, settings, fleet, broken, job)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--no-first-run", "--disable-sync"],
-        )  # fmt: skip
-        yield b
-        b.close()
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    p = context.new_page()
-    errors: list[str] = []
-    p.on("pageerror", lambda exc: errors.append(str(exc)))
-    yield p
-    context.close()
-    assert not errors, f"JavaScript errors: {errors}"
 
 
 def shot(page: Page, name: str) -> None:

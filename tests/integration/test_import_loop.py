@@ -10,6 +10,7 @@ processor: every finding is one the data holds (a processor of its own on the tr
 from __future__ import annotations
 
 import csv
+import dataclasses
 import threading
 import time
 import uuid
@@ -21,16 +22,18 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer
+from playwright.sync_api import Page, expect
 
 from pipeline.codec import decode_interpreted, encode_samples
 from pipeline.config import Settings
 from pipeline.events import METRIC_INDEX, GpuSample, InterpretedBatch, SampleBatch
 from pipeline.face.cli import cli
-from pipeline.face.importjob import group_members, run_import
+from pipeline.face.importjob import group_members, import_shape, run_import
 from pipeline.face.rightsizing import advise_and_gaps
 from pipeline.face.web.app import create_app, serving
 from pipeline.publisher import Publisher
 from pipeline.services.stages import Stage, wait_for
+from processors.coverage import blind_detectors
 from sinks.query import AnomalyQuery, Scope, Store, anomalies
 from sinks.query.output import iso
 from sinks.query.store import flux_rows
@@ -39,7 +42,7 @@ from tests import TESTDATA
 from tests.fakes.readings import H100, busy_h100
 from tests.webserver import get_json
 
-from .conftest import InfluxServer, KafkaServer
+from .conftest import READY, InfluxServer, KafkaServer
 from .harness import running_pipeline, stored_points, wait_settled
 from .test_import import accounted, import_settings
 
@@ -62,7 +65,7 @@ def pipeline(
         yield s, processor
 
 
-def test_import_train_judge_and_ask_about_the_imported_range(pipeline: tuple[Settings, Stage]) -> None:
+def test_import_train_judge_and_ask_about_the_imported_range(pipeline: tuple[Settings, Stage], page: Page) -> None:
     settings, processor = pipeline
     first = run_import(settings, "table", OPTIONS, (TRACE, MAPPING), pipeline=False, progress=False)
     accounted(first)
@@ -107,12 +110,28 @@ def test_import_train_judge_and_ask_about_the_imported_range(pipeline: tuple[Set
     window = f"start={start}&stop={stop}"
     with serving(create_app(settings)) as url:
         status, job = get_json(f"{url}/api/v1/jobs/{JOB}/history?{window}")
-        assert status == 200 and len(job["gpus"]) == 8 and len(job["series"]) == 8
+        assert status == 200, job
+        assert len(job["gpus"]) == 8 and len(job["series"]) == 8
         assert job["from_ms"] <= r.first_ns // 10**6 < job["to_ms"]
         status, gpu = get_json(f"{url}/api/v1/gpus/g150-gpu1/history?{window}")
         assert status == 200 and gpu["series"]["power_ratio_of_limit"]  # the limit from the catalogue
         status, sizing = get_json(f"{url}/api/v1/rightsizing?{window}")
         assert status == 200 and sizing["items"] == []  # nothing sized, as above
+    # the views of the imported range name the detectors its readings cannot feed, as the import's summary did (but
+    # for the XID detectors: a range without an XID says nothing of whether its source could send them)
+    blind = blind_detectors(r.columns, dataclasses.replace(import_shape(r), events=True))
+    named = {d for d, _ in blind}
+    assert {"thermal-throttling", "memory-leak", "power-capping"} <= named and not {"straggler", "xid"} & named
+    for view in (job, gpu):
+        assert [(c["detector"], c["why"]) for c in view["cannot_see"]] == blind, view["cannot_see"]
+    with serving(create_app(settings)) as url:  # and the views show them (Chromium)
+        for hash_ in (f"/job/{JOB}?{window}", f"/gpu/g150-gpu1?{window}"):
+            page.goto(f"{url}/#{hash_}")
+            page.wait_for_function(READY, timeout=60_000)
+            listed = page.locator("[data-testid=cannot-see] li")
+            expect(listed).to_have_count(len(blind))
+            assert [listed.nth(i).get_attribute("data-detector") for i in range(len(blind))] == [d for d, _ in blind]
+        page.goto("about:blank")  # the live view's event stream ends before the server stops
 
 
 def _findings(settings: Settings) -> list[tuple[str, str, int]]:

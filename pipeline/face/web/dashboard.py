@@ -8,6 +8,8 @@
     GET /api/v1/topology/{cluster}/{node}   a node's interconnect graph with live traffic (pipeline.face.web.topology)
     GET /api/v1/gpus/{uuid}/history         key metrics with their baseline band, and the GPU's timeline
     GET /api/v1/jobs/{job}/history          every GPU of a job side by side, stragglers marked
+                                            (both: ``cannot_see``, the detectors the range's stored readings
+                                            cannot feed, and why: processors.coverage, as an import's summary)
     GET /api/v1/rightsizing                 right-sizing advice per job (pipeline.face.rightsizing)
 
 Live state comes from Kafka (interpreted + alerts topics, and a mirror of the topology topic), history from
@@ -39,6 +41,7 @@ from pipeline.face.web.topology import GpuTraffic, build_graph
 from pipeline.mirror import TopicMirror
 from pipeline.vocab import format_duration
 from sinks.query import Scope, TrendQuery, trend
+from sinks.query.coverage import StoredShape, job_gpus, stored_shape
 from sinks.query.model import check_value, resolve_range
 from sinks.query.timeline import TimelineQuery, gpu_timeline
 
@@ -120,6 +123,17 @@ def _path_value(request: web.Request, key: str, what: str) -> str:
 def _past_gpu(uuid: str) -> dict[str, Any]:
     """A GPU the live state does not know (its job is history), as the job view's card needs it."""
     return {"uuid": uuid, "node": "", "index": "", "verdict": "stored", "values": {}, "relative": {}, "findings": {}}
+
+
+def _cannot_see(shape: StoredShape | None) -> list[dict[str, str]]:
+    """The detectors that cannot fire on stored readings of this shape, each with why (none without readings)."""
+    from processors.coverage import DataShape, blind_detectors
+
+    if shape is None:
+        return []
+    # events=True: an XID is no column, and a range without one says nothing of whether its source could send them
+    data = DataShape(shape.interval_s, shape.job_gpus, shape.node_gpus, events=True)
+    return [{"detector": d, "why": why} for d, why in blind_detectors(shape.columns, data)]
 
 
 def _traffic(state: GpuState, job_findings: bool) -> GpuTraffic:
@@ -236,6 +250,7 @@ def add_routes(app: web.Application, settings: Settings) -> None:
 
         results = await asyncio.gather(*(_thread(functools.partial(series, f)) for f in GPU_CHARTS))
         timeline = await _thread(lambda: gpu_timeline(store, TimelineQuery(uuid, w.range, start=w.start, stop=w.stop)))
+        shape = await _thread(lambda: stored_shape(store, timeline.range, (uuid,)))
         return web.json_response({
             "from_ms": timeline.range.start_ns // 10**6,
             "to_ms": timeline.range.stop_ns // 10**6,
@@ -245,6 +260,7 @@ def add_routes(app: web.Application, settings: Settings) -> None:
                 {"ts_ms": e.time_ns // 10**6, "kind": e.kind, "severity": e.severity, "title": e.title, "text": e.text}
                 for e in timeline.events
             ],
+            "cannot_see": _cannot_see(shape),
         })  # fmt: skip
 
     async def job_history(request: web.Request) -> web.Response:
@@ -257,7 +273,10 @@ def add_routes(app: web.Application, settings: Settings) -> None:
         scope = Scope(cluster=clusters.pop() if len(clusters) == 1 else None, job=job)
         q = TrendQuery("utilization_gpu_percent", "gpu", f"{max(5, w.length_ns // 10**9 // 120)}s", w.range, "mean",
                        scope, start=w.start, stop=w.stop)  # fmt: skip
-        result = await _thread(lambda: trend(request.app[STORE], q))
+        store = request.app[STORE]
+        result = await _thread(lambda: trend(store, q))
+        stored = await _thread(lambda: job_gpus(store, result.range, job, scope.cluster))
+        shape = await _thread(lambda: stored_shape(store, result.range, stored, job=job))
         series: dict[str, list[list[float]]] = {}
         for r in result.rows:
             if r.value is not None:
@@ -270,6 +289,7 @@ def add_routes(app: web.Application, settings: Settings) -> None:
             "from_ms": result.range.start_ns // 10**6, "to_ms": min(now_ms, result.range.stop_ns // 10**6),
             "gpus": cards, "series": series,
             "stragglers": [s.uuid for s in gpus if "straggler" in s.findings],
+            "cannot_see": _cannot_see(shape),
         })  # fmt: skip
 
     async def rightsizing(request: web.Request) -> web.Response:

@@ -187,6 +187,15 @@ function windowQuery(fallback) {
   return query || `range=${fallback}`;
 }
 
+// the detectors the range's stored readings cannot feed (the API's cannot_see), each with why: a quiet view of
+// logs with three columns is not a healthy GPU
+function cannotSee(list) {
+  if (!list || !list.length) return [];
+  return [h("details", { class: "cannot-see", "data-testid": "cannot-see" },
+    h("summary", {}, `Cannot be seen in this range: ${list.length} detectors the stored readings cannot feed`),
+    h("ul", {}, ...list.map((c) => h("li", { "data-detector": c.detector }, h("b", {}, c.detector), ": ", c.why))))];
+}
+
 async function renderGpu(uuid) {
   const g = state.gpus.get(uuid);
   view().replaceChildren(h("h2", {}, `GPU ${uuid}`), h("p", { class: "muted" }, "loading…"));
@@ -210,7 +219,7 @@ async function renderGpu(uuid) {
   const events = h("ul", { class: "events", "data-testid": "events" }, ...data.events.map((e) =>
     h("li", { "data-detector": e.detector || e.kind }, h("time", {}, since(e.ts_ms)), h("span", { class: `badge ${e.severity}` }, e.severity), " ",
       h("b", {}, e.title), " ", h("span", { class: "explain" }, e.text))));
-  view().replaceChildren(h("h2", {}, `GPU ${g ? g.index : ""} on ${g ? g.node : ""}`), ...head, charts,
+  view().replaceChildren(h("h2", {}, `GPU ${g ? g.index : ""} on ${g ? g.node : ""}`), ...head.filter(Boolean), ...cannotSee(data.cannot_see), charts,
     h("h3", {}, "Events (same time axis: the marks on the charts)"),
     data.events.length ? events : h("p", { class: "empty" }, "No events in this window."));
 }
@@ -251,7 +260,7 @@ async function renderJob(job) {
     h("p", {}, `${data.gpus.length} GPUs · ${app || "application unknown"}`,
       stragglers.size ? h("span", { class: "warn", "data-testid": "stragglers" }, ` straggler: ${[...stragglers].map((u) => {
         const g = data.gpus.find((x) => x.uuid === u); return g ? `${g.node} GPU ${g.index}` : u; }).join(", ")}`) : ""),
-    cards);
+    ...cannotSee(data.cannot_see), cards);
 }
 
 // ---------------------------------------------------------------- topology
