@@ -11,7 +11,6 @@ range without one says nothing of whether its source could send them.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Final
 
@@ -79,12 +78,14 @@ def stored_shape(store: Store, tr: TimeRange, gpus: tuple[str, ...], job: str | 
         '|> group(columns: ["_field"]) |> count()'
     )
     pace = _PACE_FIELD if _PACE_FIELD in fields else max(fields, key=lambda f: fields[f])
-    series = store.flux_records(
+    paced = (
         f"{_source(store, tr)} |> filter(fn: (r) => r._measurement == {string(GPU)} and {where} and "
-        f'r._field == {string(pace)}) |> group(columns: ["cluster", "node", "gpu"]) |> elapsed(unit: 1ms) '
-        '|> keep(columns: ["cluster", "node", "gpu", "elapsed"])'
+        f'r._field == {string(pace)}) |> group(columns: ["cluster", "node", "gpu"])'
     )
-    steps = [int(r["elapsed"]) / 1000 for r in series]
+    # the median step between a GPU's samples, taken in InfluxDB: a week of a job at 1 s is millions of rows
+    steps = store.flux_records(f'{paced} |> elapsed(unit: 1ms) |> group() '
+                               '|> median(column: "elapsed", method: "exact_selector")')  # fmt: skip
+    series = store.flux_records(f'{paced} |> last() |> keep(columns: ["cluster", "node"])')
     nodes = {(str(r["cluster"]), str(r["node"])) for r in series}
     on_nodes = " or ".join(f"(r.cluster == {string(c)} and r.node == {string(n)})" for c, n in sorted(nodes))
     neighbours = store.flux_records(
@@ -97,7 +98,7 @@ def stored_shape(store: Store, tr: TimeRange, gpus: tuple[str, ...], job: str | 
         per_node.setdefault((str(r["cluster"]), str(r["node"])), set()).add(str(r["gpu"]))
     return StoredShape(
         columns=frozenset(fields) | {str(r["_field"]) for r in limits},
-        interval_s=statistics.median(steps) if steps else None,
+        interval_s=int(steps[0]["elapsed"]) / 1000 if steps else None,
         job_gpus=len(gpus) if job is not None else _job_gpus_of(store, tr, gpus),
         node_gpus=max((len(v) for v in per_node.values()), default=len(gpus)),
     )

@@ -41,7 +41,7 @@ from pipeline.face.web.topology import GpuTraffic, build_graph
 from pipeline.mirror import TopicMirror
 from pipeline.vocab import format_duration
 from sinks.query import Scope, TrendQuery, trend
-from sinks.query.coverage import StoredShape, job_gpus, stored_shape
+from sinks.query.coverage import StoredShape, stored_shape
 from sinks.query.model import check_value, resolve_range
 from sinks.query.timeline import TimelineQuery, gpu_timeline
 
@@ -275,12 +275,12 @@ def add_routes(app: web.Application, settings: Settings) -> None:
                        scope, start=w.start, stop=w.stop)  # fmt: skip
         store = request.app[STORE]
         result = await _thread(lambda: trend(store, q))
-        stored = await _thread(lambda: job_gpus(store, result.range, job, scope.cluster))
-        shape = await _thread(lambda: stored_shape(store, result.range, stored, job=job))
         series: dict[str, list[list[float]]] = {}
         for r in result.rows:
             if r.value is not None:
                 series.setdefault(r.group[0], []).append([r.time_ns // 10**6, r.value])
+        # the job's GPUs with stored samples in the window: the trend's groups
+        shape = await _thread(lambda: stored_shape(store, result.range, tuple(sorted(series)), job=job))
         now_ms = time.time_ns() // 10**6
         cards = [s.to_json() for s in gpus]
         # a job of the past (imported history) has no live state: its GPUs are those of its stored samples
