@@ -306,8 +306,11 @@ class JobPace:
         node = int(self.slots.node_of[int(slots[0])])
         key, members, w, window_s = self._open[node]
         named = group_job(key)
-        job = named.split("/", 1)[-1] if named.startswith("job:") else "its processes' job"
-        gpus = f"all {w.gpus} GPUs of job {job}" if named.startswith("job:") else f"all {w.gpus} GPUs of one job"
+        gpus = (
+            f"all {w.gpus} GPUs of job {named.split('/', 1)[-1]}"
+            if named.startswith("job:")
+            else (f"all {w.gpus} GPUs of one job")
+        )
         minutes = fmt(w.seconds * window_s / 60, " min", 1)
         severity = Severity.WARNING
         if w.cause == _BRAKE and w.clock_confirmed:

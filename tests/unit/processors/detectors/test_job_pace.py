@@ -13,8 +13,8 @@ from processors.detectors.job_pace import CLOCK_RATIO
 from tests.unit.processors.detectors.driver import T0, S, run, starts
 
 AT = 300
-#: busy_h100's SM clock and power
-CLOCK_MHZ, WATTS = 1830.0, 610.0
+#: busy_h100's SM clock
+CLOCK_MHZ = 1830.0
 
 
 def _job_at(clock_share: float | None, power_share: float = 0.6):
