@@ -205,7 +205,7 @@ def _manager(s: Settings, run_dir: Path) -> Stage:
     stats.unlink(missing_ok=True)
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.face.cli", "-v", "alerts", "run", "--stats-file", str(stats)],
+            [sys.executable, "-m", "hermeneut.cli", "-v", "alerts", "run", "--stats-file", str(stats)],
             env=services.child_env(s),
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.pipeline import bench_settings
+from hermeneut.stages import start_stage
 from pipeline.config import Settings, load_settings
 from pipeline.publisher import Publisher
 from pipeline.services import influxdb, kafka
-from pipeline.services.stages import start_stage, wait_for
+from pipeline.services.stages import wait_for
 from pipeline.sizing import read_limits
 from producers.agent import NodeAgent
 from producers.simulator import Fleet

@@ -29,11 +29,12 @@ import numpy as np
 from playwright.sync_api import Page, sync_playwright
 
 from bench.pipeline import GPUS_PER_NODE, bench_settings
+from hermeneut.stages import start_stage
+from hermeneut.web.app import create_app, serving
 from pipeline.config import load_settings
-from pipeline.face.web.app import create_app, serving
 from pipeline.publisher import Publisher
 from pipeline.services import influxdb, kafka
-from pipeline.services.stages import start_stage, wait_for
+from pipeline.services.stages import wait_for
 from producers.agent import NodeAgent
 from producers.simulator import Fleet
 from producers.simulator.source import SimulatorSource

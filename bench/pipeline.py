@@ -50,14 +50,15 @@ from typing import Any, Final
 from bench.cpu import CENTRAL, CpuMeter, ceiling, central_sum, per_sample_us, rss_bytes
 from bench.profile import record, self_time
 from bench.scoring import fitted
+from hermeneut.jobs.training import publish as publish_baselines
+from hermeneut.stages import start_stage
 from pipeline.baselines import BaselineManifest, BaselineRecord, ClassifierRecord
 from pipeline.codec import encode_record, encode_samples
 from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, TopicSettings, load_settings
 from pipeline.events import METRIC_FIELDS, RELATIVE_OF, GpuContext, InterpretedBatch, node_key
-from pipeline.face.training import publish as publish_baselines
 from pipeline.publisher import Publisher
 from pipeline.services import influxdb, kafka
-from pipeline.services.stages import Stage, start_stage, wait_for
+from pipeline.services.stages import Stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
 from processors.app import interpreter_from
 from processors.baselines.store import BaselineSet

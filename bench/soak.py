@@ -30,9 +30,10 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.cpu import load_average, rss_bytes
+from hermeneut.stages import start_stage
 from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, TopicSettings, load_settings
 from pipeline.services import influxdb, kafka
-from pipeline.services.stages import Stage, start_stage, wait_for
+from pipeline.services.stages import Stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
 from producers.simulator.faults import FaultPlan
 from sinks.query.store import flux_rows

@@ -2,7 +2,7 @@
 jobs, nodes and events decide which detectors (processors.detectors.names.DETECTORS) can fire at all.
 
 One pure function (:func:`blind_detectors`) holds the rules in one table, each with its reason in words, so that an
-import's summary (pipeline/face/importjob.py) can say what a user's logs cannot show: nvidia-smi and dcgm-exporter
+import's summary (hermeneut/jobs/importjob.py) can say what a user's logs cannot show: nvidia-smi and dcgm-exporter
 logs often carry only utilization, power and memory every 1-60 s, and a quiet result from such data is not a healthy
 fleet (issue 38: a straggler needed an SM clock the logs did not have, and nothing said so). A rule says "cannot
 fire" only where the detector's inputs are certainly missing; a detector not named may still be limited by its data.

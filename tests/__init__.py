@@ -1,4 +1,4 @@
-"""hermeneut's tests: ``unit/`` mirrors the packages (``unit/pipeline/`` the core, ``unit/face/`` the CLI, web and
+"""hermeneut's tests: ``unit/`` mirrors the packages (``unit/pipeline/`` the core, ``unit/hermeneut/`` the CLI, web and
 jobs, ``unit/producers/``, ``unit/processors/``, ``unit/sinks/``), ``integration/`` talks to the real Kafka and
 InfluxDB the project starts, ``fakes/`` holds every test double, ``testdata/`` the real captures (:data:`TESTDATA`)."""
 

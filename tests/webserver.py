@@ -1,4 +1,4 @@
-"""A real aiohttp server for tests (``serving``, from pipeline.face.web.app) and small HTTP helpers to read it."""
+"""A real aiohttp server for tests (``serving``, from hermeneut.web.app) and small HTTP helpers to read it."""
 
 from __future__ import annotations
 

@@ -22,7 +22,6 @@ import contextlib
 import json
 import logging
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,9 +189,9 @@ def web_healthy(url: str) -> bool:
     return answers(f"{url}/healthz")
 
 
-def start_web(settings: Settings) -> LocalState:
-    """The dashboard (``hermeneut web``) as a local service on the resolved servers, on ``web.port`` when it is
-    free (else a free port); it stops with ``services down``."""
+def start_web(settings: Settings, entry: tuple[str, ...]) -> LocalState:
+    """The dashboard (``<entry> web``, ``entry`` the face's command line) as a local service on the resolved
+    servers, on ``web.port`` when it is free (else a free port); it stops with ``services down``."""
     state = read_state(settings)
     if state is None:
         raise ServiceError("start the local services first (`hermeneut services up`)")
@@ -204,7 +203,7 @@ def start_web(settings: Settings) -> LocalState:
     m = resolved.metrics
     metrics_port = m.web_port if m.web_port and not port_open(m.web_port, m.host) else free_port()
     log_path = Path(state.run_dir) / "web" / "web.log"
-    cmd = [sys.executable, "-m", "pipeline.face.cli", "web", "--host", host, "--port", str(port)]
+    cmd = [*entry, "web", "--host", host, "--port", str(port)]
     cmd += ["--metrics-port", str(metrics_port)]
     pid = start_daemon(cmd, log_path, env=child_env(resolved))
     url = f"http://{host}:{port}"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,17 +70,19 @@ def start_stage(
     settings: Settings,
     run_dir: Path,
     *extra: str,
+    entry: tuple[str, ...],
     command: tuple[str, ...] | None = None,
     session: bool = False,
 ) -> Stage:
-    """Start ``hermeneut <command or name>`` with the (resolved) settings handed over through the environment and
-    its ``/metrics`` on a free port of ``metrics.host``; ``session``: in a process group of its own, so it can
+    """Start ``<entry> <command or name>`` with the (resolved) settings handed over through the environment and its
+    ``/metrics`` on a free port of ``metrics.host``. ``entry`` is the face's command line (the core does not name
+    the face: hermeneut.stages passes it); ``session``: in a process group of its own, so it can
     outlive the caller and be stopped as a group (pipeline.services.keep_stages)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log, stats = run_dir / f"{name}.log", run_dir / f"{name}.stats.json"
     stats.unlink(missing_ok=True)
     env = child_env(settings) | {"PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, "-m", "pipeline.face.cli", "-v", *(command or (name,)), "--stats-file", str(stats)]
+    argv = [*entry, "-v", *(command or (name,)), "--stats-file", str(stats)]
     metrics_url = None
     if settings.metrics.enabled:
         port = free_port()

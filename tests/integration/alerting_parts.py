@@ -154,7 +154,7 @@ def start_manager(settings: Settings, run_dir: Path, env: dict[str, str] | None 
     child_env = services.child_env(settings) | {"PYTHONUNBUFFERED": "1"} | (env or {})
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "pipeline.face.cli", "-v", "alerts", "run", "--stats-file", str(stats)],
+            [sys.executable, "-m", "hermeneut.cli", "-v", "alerts", "run", "--stats-file", str(stats)],
             env=child_env,
             stdout=out,
             stderr=subprocess.STDOUT,

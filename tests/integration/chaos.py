@@ -31,11 +31,12 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
+from hermeneut.stages import start_stage
 from pipeline.codec import decode_record, encode_samples
 from pipeline.config import Settings
 from pipeline.events import Finding
 from pipeline.publisher import Publisher
-from pipeline.services.stages import Stage, start_stage, wait_for
+from pipeline.services.stages import Stage, wait_for
 from producers.simulator import Fleet
 from producers.simulator.faults import FaultPlan, Injection
 from sinks.alerting.admin import AlertAdmin, make_receiver, make_subscription

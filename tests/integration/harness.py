@@ -11,11 +11,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message
 
+from hermeneut.stages import start_stage
 from pipeline.codec import encode_samples
 from pipeline.config import Settings
 from pipeline.events import SampleBatch
 from pipeline.publisher import Publisher
-from pipeline.services.stages import Stage, start_stage, wait_for
+from pipeline.services.stages import Stage, wait_for
 from sinks.query.store import flux_rows
 
 

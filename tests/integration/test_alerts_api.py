@@ -11,8 +11,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from pydantic import SecretStr
 
+from hermeneut.web.app import create_app
 from pipeline.config import Settings, WebSettings
-from pipeline.face.web.app import create_app
 
 pytestmark = pytest.mark.integration
 

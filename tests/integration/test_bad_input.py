@@ -13,12 +13,13 @@ import msgpack
 import numpy as np
 import pytest
 
+from hermeneut.stages import start_stage
 from pipeline.codec import encode_interpreted, encode_record, encode_samples, sample_columns, sample_rows
 from pipeline.config import Settings
 from pipeline.deadletter import headers_dict
 from pipeline.events import METRIC_INDEX, GpuContext, GpuSample, InterpretedBatch, SampleBatch, Workload
 from pipeline.publisher import Publisher
-from pipeline.services.stages import Stage, start_stage, wait_for
+from pipeline.services.stages import Stage, wait_for
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet
 from sinks.influxdb.write import InfluxWriter

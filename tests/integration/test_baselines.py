@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from hermeneut.cli import cli
 from pipeline.baselines import Feedback
 from pipeline.codec import decode_record, encode_record
 from pipeline.config import Settings
 from pipeline.events import GpuContext, GpuSample, SampleBatch, Workload
-from pipeline.face.cli import cli
 from pipeline.publisher import Publisher
 from pipeline.services.stages import Stage, wait_for
 from processors.classify import MIN_SAMPLES
@@ -220,7 +220,7 @@ def test_training_one_cluster_keeps_every_other_clusters_baselines(settings: Set
     # two clusters running the same applications on the same models: their baselines share ids
     from dataclasses import replace
 
-    from pipeline.face.training import previous_version
+    from hermeneut.jobs.training import previous_version
 
     mine, other = settings.cluster, f"{settings.cluster}-b"
     now_ms = time.time_ns() // 1_000_000

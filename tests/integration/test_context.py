@@ -16,10 +16,10 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from hermeneut.cli import cli
 from pipeline.codec import decode_record
 from pipeline.config import KafkaSettings, ServiceSettings, Settings, TopicSettings, settings_env
 from pipeline.events import GpuContext, Workload, gpu_key
-from pipeline.face.cli import cli
 from pipeline.mirror import TopicMirror
 from pipeline.services import child_env, kafka
 from pipeline.services.stages import read_stats, wait_for
@@ -76,7 +76,7 @@ def watching(settings: Settings, run_dir: Path, *args: str, env: dict[str, str] 
     run_dir.mkdir(parents=True, exist_ok=True)
     stats, log = run_dir / "watch.stats.json", run_dir / "watch.log"
     stats.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "pipeline.face.cli", "-v", "context", "watch", "--node", NODE]
+    command = [sys.executable, "-m", "hermeneut.cli", "-v", "context", "watch", "--node", NODE]
     command += ["--inventory", str(INVENTORY_FILE), "--interval", "0.5", "--stats-file", str(stats), *args]
     with log.open("ab") as out:
         proc = subprocess.Popen(command, env=child_env(settings) | (env or {}), stdout=out, stderr=subprocess.STDOUT)

@@ -23,8 +23,8 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 from pydantic import SecretStr
 
+from hermeneut.web.app import create_app, serving
 from pipeline.config import Settings, WebSettings
-from pipeline.face.web.app import create_app, serving
 from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
 from producers.agent import NodeAgent

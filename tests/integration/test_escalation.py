@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from hermeneut.cli import cli
 from pipeline.codec import encode_record
 from pipeline.config import Settings, settings_env
 from pipeline.events import (
@@ -36,7 +37,6 @@ from pipeline.events import (
     TopologyGpu,
     Workload,
 )
-from pipeline.face.cli import cli
 from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
 from sinks.alerting.admin import AlertAdmin, make_receiver, make_subscription

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hermeneut.jobs.evaljob import run_evaluation, withheld
+from hermeneut.jobs.evaluation import format_table
 from pipeline.codec import encode_record
 from pipeline.config import Settings
 from pipeline.events import FaultRecord, GpuContext, GpuSample, SampleBatch, Workload
-from pipeline.face.evaljob import run_evaluation, withheld
-from pipeline.face.evaluation import format_table
 from pipeline.publisher import Publisher
 
 from .harness import publish_batches

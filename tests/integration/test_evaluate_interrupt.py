@@ -68,8 +68,8 @@ def running(pid: int) -> bool:
 
 
 def stages(processes: dict[int, str]) -> set[str]:
-    """The hermeneut commands among ``processes`` (``python -m pipeline.face.cli -v <command> ...``)."""
-    return {cmd.split()[4] for cmd in processes.values() if " pipeline.face.cli -v " in cmd}
+    """The hermeneut commands among ``processes`` (``python -m hermeneut.cli -v <command> ...``)."""
+    return {cmd.split()[4] for cmd in processes.values() if " hermeneut.cli -v " in cmd}
 
 
 def simulator_of(pid: int) -> int | None:
@@ -80,7 +80,7 @@ def simulator_of(pid: int) -> int | None:
 def evaluate(env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
     """``hermeneut evaluate`` in a session of its own (killed as a group if a test fails midway)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.face.cli", *ARGS],
+        [sys.executable, "-m", "hermeneut.cli", *ARGS],
         env=os.environ | env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

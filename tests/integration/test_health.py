@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from hermeneut.cli import cli
+from hermeneut.stages import start_stage
+from hermeneut.web.app import create_app, serving
 from pipeline.config import Settings, settings_env
 from pipeline.events import Severity
-from pipeline.face.cli import cli
-from pipeline.face.web.app import create_app, serving
-from pipeline.services.stages import start_stage, wait_for
+from pipeline.services.stages import wait_for
 from tests.integration.alerting_parts import fault, publish_findings, start_manager, tail, with_alerts
 from tests.integration.harness import consume_all
 from tests.webserver import get_json

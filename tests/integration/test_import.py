@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from hermeneut.cli import cli
+from hermeneut.jobs.importjob import ImportOutcome, run_import
 from pipeline.config import (
     InfluxSettings,
     KafkaSettings,
@@ -24,8 +26,6 @@ from pipeline.config import (
     TopicSettings,
     settings_env,
 )
-from pipeline.face.cli import cli
-from pipeline.face.importjob import ImportOutcome, run_import
 from pipeline.topics import ensure_topics, topic_specs
 from sinks.query import JobsQuery, Scope, Store, TopQuery, job_summaries, top
 from sinks.query.output import iso
@@ -227,7 +227,7 @@ def test_a_hostile_nvidia_smi_log_stores_every_good_row(settings: Settings, tmp_
     summary's counts add up."""
     import re
 
-    from pipeline.face.importjob import summary
+    from hermeneut.jobs.importjob import summary
     from tests.unit.producers.importers.test_hostile import LIMIT, _nanogpt_as_nvidia_smi
 
     lines = _nanogpt_as_nvidia_smi(80).splitlines()

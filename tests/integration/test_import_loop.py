@@ -24,13 +24,13 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer
 from playwright.sync_api import Page, expect
 
+from hermeneut.cli import cli
+from hermeneut.jobs.importjob import group_members, import_shape, run_import
+from hermeneut.views.rightsizing import advise_and_gaps
+from hermeneut.web.app import create_app, serving
 from pipeline.codec import decode_interpreted, encode_samples
 from pipeline.config import Settings
 from pipeline.events import METRIC_INDEX, GpuSample, InterpretedBatch, SampleBatch
-from pipeline.face.cli import cli
-from pipeline.face.importjob import group_members, import_shape, run_import
-from pipeline.face.rightsizing import advise_and_gaps
-from pipeline.face.web.app import create_app, serving
 from pipeline.publisher import Publisher
 from pipeline.services.stages import Stage, wait_for
 from processors.coverage import blind_detectors

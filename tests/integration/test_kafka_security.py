@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from hermeneut.stages import start_stage
 from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, TopicSettings
 from pipeline.services import child_env, kafka
 from pipeline.services.procs import free_port
-from pipeline.services.stages import start_stage, wait_for
+from pipeline.services.stages import wait_for
 from pipeline.topics import ensure_topics, topic_specs
 from sinks.alerting.admin import AlertAdmin, make_receiver, make_subscription
 
@@ -116,7 +117,7 @@ def test_every_stage_runs_over_the_secured_listener(
 def _start_up_error(s: Settings, *command: str) -> tuple[int, str]:
     """Run ``hermeneut <command>`` with these settings; its exit code and what it wrote on stderr."""
     result = subprocess.run(
-        [sys.executable, "-m", "pipeline.face.cli", *command],
+        [sys.executable, "-m", "hermeneut.cli", *command],
         env=child_env(s) | {"HERMENEUT_METRICS__ENABLED": "false"},
         capture_output=True,
         text=True,

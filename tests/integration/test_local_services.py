@@ -15,10 +15,10 @@ from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient
 
 from bench.pipeline import influxd_cache_bytes
+from hermeneut.cli import cli
 from pipeline import services
 from pipeline.config import ServiceSettings, Settings, settings_env
 from pipeline.errors import ServiceError
-from pipeline.face.cli import cli
 from pipeline.services import influxdb
 from pipeline.services.procs import pid_alive
 from pipeline.services.stages import wait_for

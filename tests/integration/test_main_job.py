@@ -13,10 +13,10 @@ import urllib.request
 import pytest
 from click.testing import CliRunner
 
+from hermeneut.cli import cli as main_cli
+from hermeneut.jobs.mainjob import main_job
 from pipeline import services
 from pipeline.config import Settings
-from pipeline.face.cli import cli as main_cli
-from pipeline.face.mainjob import main_job
 from pipeline.services import child_env
 from pipeline.services.procs import pid_alive
 

@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from hermeneut.stages import start_stage
 from pipeline.codec import encode_interpreted, encode_record
 from pipeline.config import OtlpSettings, Settings
 from pipeline.events import METRIC_INDEX, Finding, InterpretedBatch, Severity
 from pipeline.publisher import Publisher
 from pipeline.services import otelcol
-from pipeline.services.stages import Stage, start_stage, wait_for
+from pipeline.services.stages import Stage, wait_for
 from tests.integration.harness import stored_points
 from tests.unit.sinks.otlp.test_mapping import UUID, h100_batches
 

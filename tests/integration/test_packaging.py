@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 SYSTEMD = ROOT / "deploy" / "systemd"
 #: what the image's build context holds (.dockerignore keeps everything else out)
-CONTEXT = ("pyproject.toml", "README.md", "pipeline", "producers", "processors", "sinks")
-PACKAGES = ("pipeline", "producers", "processors", "sinks")
+CONTEXT = ("pyproject.toml", "README.md", "hermeneut", "pipeline", "producers", "processors", "sinks")
+PACKAGES = ("hermeneut", "pipeline", "producers", "processors", "sinks")
 
 
 def clean_env() -> dict[str, str]:
@@ -93,7 +93,7 @@ def test_every_module_imports_and_the_dependencies_are_consistent(installed: Pat
         "            print(m.name)\n"
     )
     imported = run([python, "-c", script], cwd=installed).stdout.split()
-    assert {"pipeline.metrics", "processors.app", "sinks.runner", "pipeline.face.web.app"} <= set(imported)
+    assert {"pipeline.metrics", "processors.app", "sinks.runner", "hermeneut.web.app"} <= set(imported)
     # every module of the checkout is in the wheel (walk_packages lists what is under each top-level package)
     modules = [
         p for top in PACKAGES for p in (ROOT / top).rglob("*.py") if p.parent != ROOT / top or p.stem != "__init__"

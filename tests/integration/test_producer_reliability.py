@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from hermeneut.stages import start_stage
 from pipeline.codec import decode_record, decode_samples
 from pipeline.config import KafkaSettings, ServiceSettings, Settings, TopicSettings
 from pipeline.events import NodeTopology
 from pipeline.publisher import Publisher
-from pipeline.services.stages import start_stage, wait_for
+from pipeline.services.stages import wait_for
 from pipeline.topics import ensure_topics, topic_specs
 from producers.agent import NodeAgent
 from producers.simulator import Fleet

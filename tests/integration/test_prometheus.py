@@ -19,14 +19,15 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from click.testing import CliRunner
 
+from hermeneut.cli import cli
+from hermeneut.stages import start_stage
+from hermeneut.web.app import create_app
 from pipeline.config import Settings
 from pipeline.deadletter import headers_dict
 from pipeline.events import APPLICATIONS
-from pipeline.face.cli import cli
-from pipeline.face.web.app import create_app
 from pipeline.publisher import Publisher
 from pipeline.services import prometheus
-from pipeline.services.stages import Stage, start_stage, wait_for
+from pipeline.services.stages import Stage, wait_for
 from producers.agent import NodeAgent
 from producers.simulator import Fleet
 from producers.simulator.faults import FaultPlan, Injection

@@ -34,6 +34,9 @@ from click.testing import CliRunner
 from influxdb_client.client.influxdb_client import InfluxDBClient
 from pydantic import SecretStr
 
+from hermeneut.cli import cli
+from hermeneut.stages import start_stage
+from hermeneut.web.app import create_app, serving
 from pipeline.codec import encode_interpreted, encode_record
 from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, TopicSettings, WebSettings
 from pipeline.events import (
@@ -48,11 +51,9 @@ from pipeline.events import (
     Verdict,
     Workload,
 )
-from pipeline.face.cli import cli
-from pipeline.face.web.app import create_app, serving
 from pipeline.publisher import Publisher
 from pipeline.services import kafka
-from pipeline.services.stages import Stage, start_stage, wait_for
+from pipeline.services.stages import Stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
 from sinks.influxdb.write import InfluxWriter
 from sinks.query import (

@@ -18,11 +18,11 @@ import pytest
 from click.testing import CliRunner
 from influxdb_client.domain.task_create_request import TaskCreateRequest
 
+from hermeneut.cli import cli
 from pipeline.codec import encode_interpreted
 from pipeline.config import Settings
 from pipeline.errors import InvalidQuery
 from pipeline.events import GpuSample, InterpretedBatch, InterpretedEvent, Verdict, Workload
-from pipeline.face.cli import cli
 from pipeline.publisher import Publisher
 from pipeline.services import kafka
 from sinks.influxdb.lines import series_tags

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from hermeneut.cli import cli
+from hermeneut.jobs.importjob import run_import
+from hermeneut.web.app import create_app, serving
 from pipeline.config import Settings
 from pipeline.events import GpuSample, InterpretedBatch, InterpretedEvent, Workload
-from pipeline.face.cli import cli
-from pipeline.face.importjob import run_import
-from pipeline.face.web.app import create_app, serving
 from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
 from producers.agent import NodeAgent
@@ -155,7 +155,7 @@ def test_the_three_questions_on_the_simulator_with_the_probes_facts(pipeline: Se
     probed = CliRunner().invoke(cli, ["probe", "links", "--backend", "host", "--node", node, "--repeats", "3"],
                                 obj=obj, catch_exceptions=False)  # fmt: skip
     assert probed.exit_code == 0 and f"published 1 link timings on {settings.topics.topology}" in probed.output
-    from pipeline.face.health import node_topologies
+    from hermeneut.views.health import node_topologies
 
     mine = {t.node: t for t in node_topologies(settings) if t.cluster == settings.cluster}
     assert len(mine[node].link_timings) == 1 and len(mine[node].gpus) == 4  # merged into the collector's topology

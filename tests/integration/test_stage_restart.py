@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from hermeneut.stages import start_stage
 from pipeline.config import Settings
-from pipeline.services.stages import start_stage, wait_for
+from pipeline.services.stages import wait_for
 from producers.simulator import Fleet
 
 from .harness import publish_batches, running_pipeline, stored_points

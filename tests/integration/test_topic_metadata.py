@@ -69,8 +69,8 @@ def test_a_mirror_started_right_after_create_topics_waits_for_the_metadata(kafka
 def test_the_dashboards_live_view_and_an_imports_offsets_right_after_create_topics(kafka_server: KafkaServer) -> None:
     """The same race for the dashboard's live fleet (interpreted and alerts topics) and an import's high
     watermarks: each read the metadata once (``list_topics(...).topics[topic]``: a KeyError, or no partitions)."""
-    from pipeline.face.importjob import _high_watermarks
-    from pipeline.face.web.live import LiveFleet
+    from hermeneut.jobs.importjob import _high_watermarks
+    from hermeneut.web.live import LiveFleet
 
     conf = _conf(kafka_server)
     admin = AdminClient(conf)

@@ -1,11 +1,14 @@
 """The dependency rule, enforced on every import statement of the shipped packages (function-level ones too):
 
-- the **core** (``pipeline`` outside ``pipeline.face``) imports no stage and no face;
+- the **core** (``pipeline``) imports no stage and no face;
 - a **stage** (``producers``, ``processors``, ``sinks``) imports the core and itself, never another stage or the
   face: stages meet only through Kafka topics and the shared schema;
-- the **face** (``pipeline.face``: CLI, web, the jobs) may import everything, and nothing imports it but the
-  entry point (``pyproject.toml``'s ``hermeneut = "pipeline.face.cli:main"``);
+- the **face** (``hermeneut``: CLI, web, the jobs) may import everything, and nothing imports it but the
+  entry point (``pyproject.toml``'s ``hermeneut = "hermeneut.cli:main"``);
 - ``bench`` drives the shipped packages and never imports ``tests``.
+
+Drawn by top-level folders, no folder imports one above it. A module named in a string (``python -m <module>``, a
+``"module:Class"`` plugin) is an edge too: the core and the stages name no face module anywhere.
 """
 
 from __future__ import annotations
@@ -17,14 +20,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STAGES = ("producers", "processors", "sinks")
-FACE = "pipeline.face"
+FACE = "hermeneut"
 
 
 def layer(module: str) -> str:
     """``core``, ``face``, a stage's name, or ``other`` (third-party, the standard library, bench, tests)."""
-    if module == FACE or module.startswith(FACE + "."):
-        return "face"
     top = module.split(".", maxsplit=1)[0]
+    if top == FACE:
+        return "face"
     if top == "pipeline":
         return "core"
     return top if top in (*STAGES, "bench", "tests") else "other"
@@ -73,15 +76,36 @@ def violations(paths: list[Path]) -> list[str]:
 
 
 def shipped_files() -> list[Path]:
-    return sorted(p for top in ("pipeline", *STAGES, "bench") for p in (ROOT / top).rglob("*.py"))
+    return sorted(p for top in (FACE, "pipeline", *STAGES, "bench") for p in (ROOT / top).rglob("*.py"))
 
 
 def test_every_import_follows_the_rule() -> None:
     assert violations(shipped_files()) == []
 
 
+def face_modules_named(path: Path) -> list[str]:
+    """String constants in a file that name a module of the face (``"hermeneut.cli"``, ``"hermeneut.web.app:x"``;
+    not a topic such as ``"hermeneut.samples.raw"``, which only shares the prefix)."""
+    face = {f"{FACE}.{p.stem}" for p in (ROOT / FACE).iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
+    tree = ast.parse(path.read_text(), str(path))
+    named = (n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str))
+    return [
+        f"{path.relative_to(ROOT)}: {s!r}"
+        for s in named
+        if any(s.split(":")[0] == m or s.startswith(m + ".") for m in face - {f"{FACE}.__init__"})
+    ]
+
+
+def test_the_core_and_the_stages_name_no_face_module_in_a_string() -> None:
+    """``python -m <the face's CLI>`` started from the core is an edge no import statement shows; the face passes
+    its command line down instead (hermeneut.stages.ENTRY)."""
+    below = [p for top in ("pipeline", *STAGES) for p in (ROOT / top).rglob("*.py")]
+    assert [hit for path in below for hit in face_modules_named(path)] == []
+    assert face_modules_named(ROOT / FACE / "stages.py") == [f"{FACE}/stages.py: 'hermeneut.cli'"]
+
+
 def test_the_entry_point_is_the_face() -> None:
-    assert 'hermeneut = "pipeline.face.cli:main"' in (ROOT / "pyproject.toml").read_text()
+    assert 'hermeneut = "hermeneut.cli:main"' in (ROOT / "pyproject.toml").read_text()
 
 
 @pytest.mark.parametrize(
@@ -89,9 +113,9 @@ def test_the_entry_point_is_the_face() -> None:
     [
         ("processors/bad.py", "sinks.influxdb"),
         ("sinks/bad.py", "processors.features"),
-        ("producers/bad.py", "pipeline.face.cli"),
+        ("producers/bad.py", "hermeneut.cli"),
         ("pipeline/bad.py", "processors.normalize"),
-        ("pipeline/bad.py", "pipeline.face.mainjob"),
+        ("pipeline/bad.py", "hermeneut.jobs.mainjob"),
         ("bench/bad.py", "tests.fakes"),
     ],
 )
@@ -107,10 +131,10 @@ def test_a_bad_edge_is_caught(tmp_path: Path, source: str, target: str, monkeypa
 def test_allowed_edges_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
     ok = {
-        "pipeline/face/x.py": "from processors.normalize import process_raw\nfrom sinks import runner\n",
+        "hermeneut/x.py": "from processors.normalize import process_raw\nfrom sinks import runner\n",
         "processors/x.py": "from pipeline.events import GpuSample\nimport numpy\nfrom processors import features\n",
         "pipeline/x.py": "from pipeline.codec import encode_record\n",
-        "bench/x.py": "from pipeline.face.web.app import create_app\n",
+        "bench/x.py": "from hermeneut.web.app import create_app\n",
     }
     paths = []
     for name, text in ok.items():

@@ -15,8 +15,8 @@ import click
 import pytest
 import yaml
 
+from hermeneut.cli import cli
 from pipeline.config import CONFIG_FILE_ENV, ENV_PREFIX, env_names, load_settings
-from pipeline.face.cli import cli
 from pipeline.services import influxdb
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -461,7 +461,7 @@ def test_dockerignore_keeps_local_state_out() -> None:
         line.strip().rstrip("/") for line in DOCKERIGNORE.read_text().splitlines() if line.strip() and line[0] != "#"
     }
     assert {".venv", ".git", ".env"} <= patterns, patterns
-    for needed in ("pyproject.toml", "pipeline", "producers", "processors", "sinks", "README.md"):
+    for needed in ("pyproject.toml", "hermeneut", "pipeline", "producers", "processors", "sinks", "README.md"):
         assert needed not in patterns, f"{needed} is needed by `pip install .`"
 
 

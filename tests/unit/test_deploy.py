@@ -18,8 +18,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from hermeneut.cli import cli
 from pipeline.config import METRICS_STAGES, ContextSettings, MetricsSettings, env_names, load_settings
-from pipeline.face.cli import cli
 from tests import TESTDATA
 from tests.kubeconform import KUBERNETES, kind_file, strict
 

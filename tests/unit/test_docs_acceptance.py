@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.face.evaluation import Thresholds
+from hermeneut.jobs.evaluation import Thresholds
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "detectors.md"
 NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
@@ -33,7 +33,7 @@ PERCENT = {"straggler_recall_from"}
 
 def acceptance_text() -> str:
     text = " ".join(DOC.read_text().split())
-    start = text.index("Acceptance (`Thresholds` in `pipeline/face/evaluation.py`")
+    start = text.index("Acceptance (`Thresholds` in `hermeneut/jobs/evaluation.py`")
     return text[start : text.index("The runs below were judged", start)]
 
 

@@ -15,10 +15,10 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
+from hermeneut.jobs.mainjob import metrics_lines
+from hermeneut.web.app import create_app
 from pipeline.config import METRICS_STAGES, MetricsSettings, TopicSettings, WebSettings, env_names, load_settings
 from pipeline.errors import BadSourceData, ServiceError, SourceUnavailable
-from pipeline.face.mainjob import metrics_lines
-from pipeline.face.web.app import create_app
 from pipeline.metrics import StatsView, librdkafka_lag
 from pipeline.services import prometheus
 from pipeline.services.stages import Stage

@@ -1,7 +1,7 @@
 """Real, healthy telemetry judged as a new installation judges it, and as one judges it once it has learned.
 
 Day one is what ``make run`` leaves: baselines learned from the simulator's 16 nodes x 8 GPUs over 15 minutes, read
-every 5 s (pipeline/face/mainjob.py), i.e. from another cluster: priors, which speak only beyond what healthy GPUs
+every 5 s (hermeneut/jobs/mainjob.py), i.e. from another cluster: priors, which speak only beyond what healthy GPUs
 show in the world (processors/baselines/world.py). The real traces (tests/testdata): nanoGPT PR #643's 8xH100
 pre-training run (nvidia-smi every ~0.33 s: utilization, power, temperature), a lent H100 read through the NVML
 source (every reading: 15 s idle, 45 s of a bf16 matmul at its 700 W limit holding 30 GiB, 15 s idle), and the

@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from hermeneut.jobs.evaluation import PAI_LABELS, PAI_WINDOW, pai_result, pai_step_windows
 from pipeline.events import EventKind, GpuEvent, Workload
-from pipeline.face.evaluation import PAI_LABELS, PAI_WINDOW, pai_result, pai_step_windows
 from processors.detectors.stragglers import PeerState, StragglerParams, pair_scores, peer_step, scan
 from tests.fakes.readings import GIB
 from tests.unit.processors.detectors.driver import (

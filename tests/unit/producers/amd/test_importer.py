@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from hermeneut.cli import cli
 from pipeline import registry
 from pipeline.config import Settings
 from pipeline.errors import ConfigError
 from pipeline.events import EventKind
-from pipeline.face.cli import cli
 from producers.importers.rows import Block
 from tests import TESTDATA
 

@@ -101,7 +101,7 @@ def test_a_multi_gpu_log_without_an_identity_column_is_refused_with_the_fix(tmp_
 def test_the_cli_refuses_it_before_anything_starts(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from pipeline.face.cli import cli
+    from hermeneut.cli import cli
 
     path = _write(tmp_path, "g150.csv", _nanogpt_as_nvidia_smi(40))
     result = CliRunner().invoke(cli, ["import", "nvidia-smi-csv", str(path)], obj={"settings": Settings()})

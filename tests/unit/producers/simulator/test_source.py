@@ -84,7 +84,7 @@ def test_samples_only_destination_publishes_nothing_else() -> None:
 def test_cli_refuses_a_bad_fleet_before_touching_kafka() -> None:
     from click.testing import CliRunner
 
-    from pipeline.face.cli import cli
+    from hermeneut.cli import cli
 
     result = CliRunner().invoke(cli, ["simulate", "--mix", "moon"])
     assert result.exit_code == 2 and "unknown fleet mix 'moon'" in result.output

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from pipeline.face.cli import cli
+from hermeneut.cli import cli
 
 COMMANDS = ["run", "subscribe", "unsubscribe", "list", "silence", "unsilence", "ack", "history"]
 

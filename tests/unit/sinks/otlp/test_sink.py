@@ -216,7 +216,7 @@ def test_the_sink_command_chooses_the_plugin_by_name(monkeypatch: pytest.MonkeyP
     """``hermeneut sink --sink otlp`` builds the otlp plugin (which wants an endpoint, not an InfluxDB token)."""
     from click.testing import CliRunner
 
-    from pipeline.face.cli import cli
+    from hermeneut.cli import cli
 
     monkeypatch.setenv("HERMENEUT_KAFKA__BOOTSTRAP_SERVERS", "127.0.0.1:9")
     result = CliRunner().invoke(cli, ["sink", "--sink", "otlp"])
