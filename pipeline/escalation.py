@@ -19,7 +19,7 @@ The state of now (pipeline.health) reads the findings firing at this moment. Som
 
 An episode is one finding from its start to its end (its ``since_ns`` identifies it), so a storm of 40 XIDs is one
 episode, not 40. Every rule is a pure function of the episodes and ``now``; the reasons it gives join the GPU's (or
-node's) reasons in :func:`pipeline.health.assess`, which lifts their state to the one the GPU has now (at least
+node's) reasons in :func:`pipeline.health.fold.assess`, which lifts their state to the one the GPU has now (at least
 degraded) so their remedy is the one shown. They hold for their window: a GPU returned for repair comes back with
 a new UUID, a repaired node stays a lemon until its window passes (NVSentinel asks an operator to clear it).
 
@@ -40,7 +40,8 @@ from dataclasses import dataclass
 
 from pipeline.config import HealthSettings
 from pipeline.events import Finding
-from pipeline.health import APP_XIDS, Escalations, FiringFinding, GpuKey, Health, NodeKey, Reason, Remedy, reason_of
+from pipeline.health.fold import APP_XIDS, Escalations, FiringFinding, GpuKey, NodeKey, Reason, reason_of
+from pipeline.health.states import Health, Remedy
 from pipeline.vocab import NS_PER_S
 
 

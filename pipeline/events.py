@@ -176,26 +176,6 @@ SERVING: Final[frozenset[str]] = frozenset({"llm-serving", "stable-diffusion-inf
 #: Phases of a workload, as far as they can be told apart from telemetry (or are reported by a framework).
 PHASES: Final[tuple[str, ...]] = ("compute", "data-loading", "checkpoint", "eval", "idle")
 
-#: Fault classes: what the simulator injects (ground truth) and what the detectors name.
-FAULTS: Final[tuple[str, ...]] = (
-    "thermal-throttling",
-    "power-capping",
-    "nvlink-down",
-    "pcie-link-degraded",
-    "memory-leak",
-    "straggler",
-    "xid-storm",
-    "ecc-uncorrectable",
-    "fallen-off-bus",
-    "power-brake",
-    "nvlink-crc-storm",
-    "pcie-replay-storm",
-    "ecc-sbe-storm",
-    "hbm-thermal",
-    "row-remap",
-    "pcie-aer-storm",
-)
-
 
 class Verdict(StrEnum):
     """How an interpreted event judges its sample; ``unscored`` until a baseline exists for it."""

@@ -38,7 +38,7 @@ import numpy as np
 
 from pipeline.config import HealthSettings
 from pipeline.escalation import Episode, History
-from pipeline.health import Health
+from pipeline.health.states import Health
 from pipeline.vocab import NS_PER_S
 
 GROUPINGS: Final = ("cluster", "gpu_model", "node")

@@ -1,5 +1,5 @@
 """What the detectors cannot see in a set of data: the columns it has, how often it was sampled, and what it says of
-jobs, nodes and events decide which detectors (processors.detectors.names.DETECTORS) can fire at all.
+jobs, nodes and events decide which detectors (processors.detectors.kinds.DETECTORS) can fire at all.
 
 One pure function (:func:`blind_detectors`) holds the rules in one table, each with its reason in words, so that an
 import's summary (hermeneut/jobs/importjob.py) can say what a user's logs cannot show: nvidia-smi and dcgm-exporter
@@ -14,7 +14,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Final
 
-from processors.detectors import names
+from pipeline import kinds
 
 #: the memory-leak rule's slow route compares per-minute means (processors.detectors.memory)
 _LEAK_PERIOD_S: Final = 60.0
@@ -54,92 +54,92 @@ def blind_detectors(columns: Collection[str], shape: DataShape) -> list[tuple[st
             out[detector] = f"needs {what} ({_names(*alternatives)})"
 
     column_rule(
-        names.THERMAL,
+        kinds.THERMAL,
         ("throttle_reasons_mask",),
         ("temperature_gpu_celsius", "sm_clock_mhz"),
         what="the clock-event reasons, or the temperature with the SM clock",
     )
     column_rule(
-        names.HBM,
+        kinds.HBM,
         ("throttle_reasons_mask",),
         ("temperature_memory_celsius",),
         what="the clock-event reasons or the memory temperature",
     )
-    column_rule(names.POWER, ("power_limit_watts",), what="the power limit, whose lowering it is")
-    column_rule(names.BRAKE, ("throttle_reasons_mask",), what="the clock-event reasons (the HW power brake bit)")
-    column_rule(names.NVLINK, ("nvlink_links_active",), what="the NVLink links active")
+    column_rule(kinds.POWER, ("power_limit_watts",), what="the power limit, whose lowering it is")
+    column_rule(kinds.BRAKE, ("throttle_reasons_mask",), what="the clock-event reasons (the HW power brake bit)")
+    column_rule(kinds.NVLINK, ("nvlink_links_active",), what="the NVLink links active")
     column_rule(
-        names.PCIE,
+        kinds.PCIE,
         ("pcie_link_gen", "pcie_link_gen_max"),
         ("pcie_link_width", "pcie_link_width_max"),
         what="the PCIe link's generation or width with its maximum",
     )
-    column_rule(names.PCIE_NARROW, ("pcie_link_width", "pcie_link_width_max"), what="the PCIe link width")
-    column_rule(names.NVLINK_CRC, ("nvlink_crc_errors_total",), what="the NVLink CRC error counter")
-    column_rule(names.PCIE_REPLAY, ("pcie_replay_total",), what="the PCIe replay counter")
+    column_rule(kinds.PCIE_NARROW, ("pcie_link_width", "pcie_link_width_max"), what="the PCIe link width")
+    column_rule(kinds.NVLINK_CRC, ("nvlink_crc_errors_total",), what="the NVLink CRC error counter")
+    column_rule(kinds.PCIE_REPLAY, ("pcie_replay_total",), what="the PCIe replay counter")
     column_rule(
-        names.PCIE_AER,
+        kinds.PCIE_AER,
         ("pcie_aer_correctable_total",),
         ("pcie_aer_uncorrectable_total",),
         what="the PCIe AER error counters",
     )
-    column_rule(names.SBE, ("ecc_corrected_total",), what="the corrected ECC error counter")
+    column_rule(kinds.SBE, ("ecc_corrected_total",), what="the corrected ECC error counter")
     column_rule(
-        names.REMAP,
+        kinds.REMAP,
         ("row_remap_pending",),
         ("retired_pages_pending",),
         what="the row remapping (or page retirement) pending flag",
     )
     if not shape.events:
         column_rule(
-            names.ECC,
+            kinds.ECC,
             ("ecc_uncorrected_total",),
             ("retired_pages_dbe_total",),
             ("row_remap_failure",),
             what="uncorrectable ECC counters or XID events",
         )
-        out[names.STORM] = out[names.XID] = "needs XID events (the NVML event stream); the data has none"
-    column_rule(names.LEAK, ("memory_used_bytes", "memory_total_bytes"), what="the memory used and total")
-    column_rule(names.COLLAPSE, ("memory_used_bytes", "memory_total_bytes"), what="the memory used and total")
-    column_rule(names.IDLE, ("utilization_gpu_percent",), what="the GPU utilization")
-    column_rule(names.CLIFF, ("utilization_gpu_percent",), what="the GPU utilization")
+        out[kinds.STORM] = out[kinds.XID] = "needs XID events (the NVML event stream); the data has none"
+    column_rule(kinds.LEAK, ("memory_used_bytes", "memory_total_bytes"), what="the memory used and total")
+    column_rule(kinds.COLLAPSE, ("memory_used_bytes", "memory_total_bytes"), what="the memory used and total")
+    column_rule(kinds.IDLE, ("utilization_gpu_percent",), what="the GPU utilization")
+    column_rule(kinds.CLIFF, ("utilization_gpu_percent",), what="the GPU utilization")
     column_rule(
-        names.PHASE_SHIFT,
+        kinds.PHASE_SHIFT,
         ("utilization_gpu_percent", "power_watts"),
         ("pcie_tx_bytes_per_second",),
         what="the utilization with the power (checkpoint dips), or PCIe send (checkpoints)",
     )
     column_rule(
-        names.STRAGGLER,
+        kinds.STRAGGLER,
         ("utilization_gpu_percent", "sm_clock_mhz"),
         ("utilization_gpu_percent", "power_watts"),
         what="the utilization with the SM clock or the power, to compare with the job's peers",
     )
-    column_rule(names.JOB_SLOWDOWN, ("utilization_gpu_percent", "power_watts"), what="the utilization and the power")
+    column_rule(kinds.JOB_SLOWDOWN, ("utilization_gpu_percent", "power_watts"), what="the utilization and the power")
     # what needs a job, its peers or a node's other GPUs
     if shape.job_gpus == 0:
-        for detector in (names.IDLE, names.CLIFF, names.COLLAPSE, names.PHASE_SHIFT):
+        for detector in (kinds.IDLE, kinds.CLIFF, kinds.COLLAPSE, kinds.PHASE_SHIFT):
             out.setdefault(detector, "needs a job a context names (a mapping's [context], --job): none is named")
     if shape.job_gpus is not None and shape.job_gpus < 2:
         why = "needs two GPUs or more of one job named by a context, to compare them: " + (
             "no job is named" if shape.job_gpus == 0 else "each job has one GPU"
         )
-        for detector in (names.STRAGGLER, names.JOB_SLOWDOWN):
+        for detector in (kinds.STRAGGLER, kinds.JOB_SLOWDOWN):
             out.setdefault(detector, why)
     if shape.node_gpus < 2:
-        out.setdefault(names.LOST_BUS, "needs another GPU of the node still reporting: each node has one GPU")
+        out.setdefault(kinds.LOST_BUS, "needs another GPU of the node still reporting: each node has one GPU")
     # what needs a time series, sampled often enough
     if interval is None:
-        for detector in (names.LEAK, names.COLLAPSE, names.STRAGGLER, names.JOB_SLOWDOWN, names.IDLE, names.CLIFF,
-                         names.PHASE_SHIFT, names.LOST_BUS, names.NVLINK_CRC, names.PCIE_REPLAY, names.PCIE_AER,
-                         names.SBE):  # fmt: skip
+        for detector in (kinds.LEAK, kinds.COLLAPSE, kinds.STRAGGLER, kinds.JOB_SLOWDOWN, kinds.IDLE, kinds.CLIFF,
+                         kinds.PHASE_SHIFT, kinds.LOST_BUS, kinds.NVLINK_CRC, kinds.PCIE_REPLAY, kinds.PCIE_AER,
+                         kinds.SBE):  # fmt: skip
             out.setdefault(detector, "needs a time series: the data holds single samples")
     elif interval > _LEAK_PERIOD_S:
-        out.setdefault(names.LEAK, f"needs a sample a minute at least (per-minute means): one every {interval:.3g} s")
+        out.setdefault(kinds.LEAK, f"needs a sample a minute at least (per-minute means): one every {interval:.3g} s")
     elif interval > _FAST_LEAK_PERIOD_S:
         out.setdefault(
-            names.LEAK,
+            kinds.LEAK,
             f"fast leaks (10-s means) need a sample every 10 s: one every {interval:.3g} s leaves the slow route "
             "alone (8 minutes of growth)",
         )
-    return [(d, out[d]) for d in names.DETECTORS if d in out]
+    return [(d, out[d]) for d in kinds.DETECTORS if d in out]

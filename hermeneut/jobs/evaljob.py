@@ -49,7 +49,8 @@ from pipeline import services
 from pipeline.codec import decode_interpreted, decode_record
 from pipeline.config import Settings, TopicSettings
 from pipeline.errors import IncompleteRun, InvalidEvent, RunInterrupted, ServiceError
-from pipeline.events import FAULTS, FaultRecord, Finding, GpuContext
+from pipeline.events import FaultRecord, Finding, GpuContext
+from pipeline.kinds import FAULTS
 from pipeline.publisher import Publisher
 from pipeline.services.stages import Stage, wait_for
 from pipeline.topics import TopicSpec, ensure_topics, topic_specs, wait_for_topics

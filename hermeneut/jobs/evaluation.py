@@ -36,52 +36,27 @@ from typing import Any, Final
 
 import numpy as np
 
-from pipeline.events import FAULTS, FaultRecord, Finding, Severity
-from pipeline.health import BADNESS, FiringFinding, Health, reason_of
+from pipeline.events import FaultRecord, Finding, Severity
+from pipeline.health.fold import FiringFinding, reason_of
+from pipeline.health.states import BADNESS, Health
+from pipeline.kinds import EVENT_KINDS, FAULTS, KINDS, WASTE_KINDS
 
 _S: Final = 1_000_000_000
 DAY_S: Final = 86_400.0
-#: ground truth that is an event (an instant), not a fault with a duration
-EVENT_KINDS: Final = ("xid",)
-#: ground truth of waste rather than of a fault: GPUs a job holds without using them
-WASTE_KINDS: Final = ("idle-capacity",)
 #: finding kinds a user is paged for (their false alarms have the tightest budget)
 PAGING: Final = (Severity.CRITICAL, Severity.WARNING)
-#: how long after a fault ends a detection of it still counts (detectors confirm over time; a power cap is
-#: confirmed after 2 minutes, a leak is seen from its growth), seconds
-GRACE_S: Final[Mapping[str, float]] = {"power-capping": 180.0, "memory-leak": 300.0, "straggler": 180.0}
+#: the evaluation's columns of the one table of kinds (pipeline.kinds.Kind: ``grace_s``, ``min_visible_s``, ``hard``,
+#: ``detected_by``, ``also_shows``): how long after a fault ends a detection of it still counts, the least time a fault
+#: needs to show at all (faults starting closer than this to the end of the run are excluded by rule), the classes
+#: judged against the "hard events" bar, the kinds that detect a class besides its own name (a storm's first XID is
+#: reported at once as an ``xid`` finding), and the kinds a class's signature holds (a link retrained narrower
+#: replays its packets too: its replay-storm finding is one more alert of that fault, not a false replay storm)
+GRACE_S: Final[Mapping[str, float]] = {k.name: k.grace_s for k in KINDS}
 DEFAULT_GRACE_S: Final = 60.0
-#: the least time a fault needs to show in the telemetry at all, whatever the detector (a leak must grow, a
-#: straggler must fall behind for a few steps, a storm needs a second XID), seconds: faults starting closer than
-#: this to the end of the run are excluded by rule
-MIN_VISIBLE_S: Final[Mapping[str, float]] = {
-    "thermal-throttling": 120.0,
-    "power-capping": 150.0,
-    "nvlink-down": 15.0,
-    "pcie-link-degraded": 30.0,
-    "memory-leak": 300.0,
-    "straggler": 180.0,
-    "xid-storm": 120.0,
-    "ecc-uncorrectable": 5.0,
-    "fallen-off-bus": 15.0,
-    "power-brake": 30.0,
-    # the memory heats with the thermal time constant, as the die does
-    "hbm-thermal": 120.0,
-    "row-remap": 5.0,
-    # a storm is judged on whole 60 s windows: the first one wholly inside the fault ends within 120 s
-    "nvlink-crc-storm": 120.0,
-    "pcie-replay-storm": 120.0,
-    "ecc-sbe-storm": 120.0,
-    "pcie-aer-storm": 120.0,
-}
-#: classes whose detection delay is judged against the "hard events" bar
-HARD: Final = ("xid-storm", "ecc-uncorrectable", "fallen-off-bus", "nvlink-down", "row-remap")
-#: finding kinds that detect a class besides its own name: a storm's first XID is reported at once as an ``xid``
-#: finding naming it and its action (the storm finding follows when the XIDs repeat), so the user knows from then
-DETECTED_BY: Final[Mapping[str, tuple[str, ...]]] = {"xid-storm": ("xid-storm", "xid")}
-#: fault classes whose signature holds another class's: a link retrained narrower replays its packets too, so its
-#: replay-storm finding is one more alert of that fault (counted in its alerts per fault), not a false replay storm
-ALSO_SHOWS: Final[Mapping[str, tuple[str, ...]]] = {"pcie-link-degraded": ("pcie-replay-storm",)}
+MIN_VISIBLE_S: Final[Mapping[str, float]] = {k.name: k.min_visible_s for k in KINDS if k.min_visible_s}
+HARD: Final = tuple(k.name for k in KINDS if k.hard)
+DETECTED_BY: Final[Mapping[str, tuple[str, ...]]] = {k.name: k.detected_by for k in KINDS if k.detected_by}
+ALSO_SHOWS: Final[Mapping[str, tuple[str, ...]]] = {k.name: k.also_shows for k in KINDS if k.also_shows}
 
 
 #: the state each hard fault class must give its GPU (issue 12: a hard fault makes it unhealthy within 5 s). An

@@ -457,8 +457,8 @@ def import_shape(r: Any) -> DataShape:
 def blind_lines(r: Any) -> list[str]:
     """The summary's lines naming the detectors that cannot fire on what was imported, and why (processors.coverage):
     a quiet import of logs with three columns is not a healthy fleet (issue 38)."""
+    from pipeline.kinds import DETECTORS
     from processors.coverage import blind_detectors
-    from processors.detectors.names import DETECTORS
 
     if not r.columns:
         return []  # a checkpoint of an earlier version does not say which columns it read

@@ -26,20 +26,12 @@ from hermeneut.stages import ENTRY, start_stage
 from pipeline import services
 from pipeline.config import Settings
 from pipeline.errors import HermeneutError
+from pipeline.kinds import DEMO_FAULTS
 from pipeline.services.stages import Stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
 
 #: the demo's fleet is small and its history short: a baseline of its own needs fewer samples than in production
 MAIN_JOB_MIN_SAMPLES = 100
-#: faults injected in the live part (seconds after it starts), the injector picking a fitting GPU for each
-DEMO_FAULTS = (
-    # the quickly confirmed first, so that a short run shows some; thermal throttling and XID storms take ~40 s
-    ("ecc-uncorrectable", 2.0),
-    ("pcie-link-degraded", 4.0),
-    ("nvlink-down", 6.0),
-    ("thermal-throttling", 8.0),
-    ("xid-storm", 10.0),
-)
 OPERATORS = "local operators"
 
 

@@ -10,7 +10,7 @@ Judged two ways (``learning``): ``day-one`` (no baselines learned from this clus
 has), and ``learned`` (baselines fitted on the first half of the untouched, resampled trace, as ``hermeneut
 baselines train`` would fit them, then the whole faulted trace judged against them).
 
-Scoring is by finding kind, place and time only (:data:`KINDS`, the one place a class meets the detectors' names):
+Scoring is by finding kind, place and time only (:data:`FOUND_BY`, the one place a class meets the detectors' names):
 a fault is found by the first active finding of one of its class's kinds about its GPU (a whole-job fault: any GPU
 of the job, or the job itself, ``gpu_uuid`` None) whose episode starts no earlier than 30 s before the fault and is
 sent before its end + GRACE_S. Delay = when that finding was sent (:meth:`Judged.sent`: a straggler window is
@@ -41,6 +41,7 @@ from hermeneut.jobs.overlay import (
     plan,
     resample,
 )
+from pipeline import kinds
 from pipeline.baselines import BaselineManifest
 from pipeline.codec import encode_samples
 from pipeline.config import Settings
@@ -48,22 +49,21 @@ from pipeline.events import Finding, GpuContext, Severity
 from processors.app import interpreter_from
 from processors.baselines.fit import LabelledRows, fit_version
 from processors.baselines.store import BaselineSet
-from processors.detectors import names
 from processors.enrich import ContextTimeline
 from processors.features import PHASE_INDEX, features_of
 from processors.normalize import RawMessage, process_raw
 from producers.importers.rows import Intervals, Rows, context_changes, node_batches
 
 _S: Final = 1_000_000_000
-#: the finding kinds that report each class (processors/detectors/names.py); a class with no kind yet is missed
-KINDS: Final[dict[str, tuple[str, ...]]] = {
-    "straggler": (names.STRAGGLER,),
-    "slow-from-start": (names.STRAGGLER,),
-    "job-power-brake": (names.BRAKE, names.POWER, names.JOB_SLOWDOWN),
-    "starvation": (names.JOB_SLOWDOWN,),
-    "memory-leak": (names.LEAK,),
-    "stops-reporting": (names.LOST_BUS,),
-    "phase-mix": (names.PHASE_SHIFT,),
+#: the finding kinds that report each class (pipeline/kinds.py); a class with no kind yet is missed
+FOUND_BY: Final[dict[str, tuple[str, ...]]] = {
+    "straggler": (kinds.STRAGGLER,),
+    "slow-from-start": (kinds.STRAGGLER,),
+    "job-power-brake": (kinds.BRAKE, kinds.POWER, kinds.JOB_SLOWDOWN),
+    "starvation": (kinds.JOB_SLOWDOWN,),
+    "memory-leak": (kinds.LEAK,),
+    "stops-reporting": (kinds.LOST_BUS,),
+    "phase-mix": (kinds.PHASE_SHIFT,),
 }
 #: a finding whose episode began this long before the fault started is not about it (hermeneut.jobs.evaluation's)
 BEFORE_S: Final = 30.0
@@ -157,12 +157,12 @@ def learn(batches: list[Any], settings: Settings, trained_ns: int) -> BaselineSe
 def matches(truth: Truth, findings: Iterable[Finding], gpus: Iterable[str]) -> list[Finding]:
     """The active findings of the class's kinds about the fault's GPU (a job's fault: its GPUs or the job) in its
     time (see the module docstring), in the order sent."""
-    kinds = KINDS[truth.cls]
+    wanted = FOUND_BY[truth.cls]
     targets = {truth.gpu_uuid} if truth.gpu_uuid else {*gpus, None}
     lo, hi = truth.start_ns - int(BEFORE_S * _S), truth.end_ns + int(GRACE_S * _S)
     return sorted(
         (f for f in findings
-         if f.active and f.detector in kinds and f.gpu_uuid in targets and f.since_ns >= lo and f.ts_ns <= hi),
+         if f.active and f.detector in wanted and f.gpu_uuid in targets and f.since_ns >= lo and f.ts_ns <= hi),
         key=lambda f: f.ts_ns,
     )  # fmt: skip
 

@@ -1,6 +1,6 @@
 """The fleet's health as the CLI (``hermeneut health``) and the HTTP API (``GET /api/v1/health``) show it: the
 alerts firing now (the alert manager's state, through its compacted topic) folded over the GPUs that reported
-in the lookback (InfluxDB), by :func:`pipeline.health.assess`, with what the stored finding history escalates
+in the lookback (InfluxDB), by :func:`pipeline.health.fold.assess`, with what the stored finding history escalates
 (:func:`pipeline.escalation.escalate`) and what the nodes' topologies say (maintenance windows, racks and switches)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pipeline.config import HealthSettings, Settings
 from pipeline.errors import InvalidQuery, ServiceError
 from pipeline.escalation import History
 from pipeline.events import NodeTopology
-from pipeline.health import FiringFinding, FleetHealth, assess, assessment_json
+from pipeline.health.fold import FiringFinding, FleetHealth, assess, assessment_json
 from pipeline.mirror import TopicMirror
 from pipeline.vocab import NS_PER_S, parse_duration
 from sinks.alerting.admin import AlertAdmin

@@ -57,6 +57,7 @@ import numpy as np
 
 from pipeline.config import BaselineSettings
 from pipeline.events import METRIC_INDEX, PHASES, SERVING, Driver, Finding, InterpretedBatch, Severity, Verdict
+from pipeline.kinds import BASELINE_ANOMALY
 from processors.baselines.explain import explain
 from processors.baselines.model import FLEET, Baseline
 from processors.baselines.store import BaselineSet
@@ -83,8 +84,6 @@ def _diff_bit(d: Driver) -> int:
     return _DIFF_BIT.get((d.feature, d.observed > d.expected), 0)
 
 
-#: the finding of a GPU anomalous against its baseline
-BASELINE_ANOMALY: Final = "baseline-anomaly"
 _ACTION: Final = "compare with the baseline band; mark the event with `hermeneut feedback` if this is expected"
 
 

@@ -16,11 +16,11 @@ import math
 import numpy as np
 
 from pipeline.events import Severity
+from pipeline.kinds import BRAKE
 from pipeline.vocab import HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL
 from processors.detectors.columns import bits, col, fmt, lt
 from processors.detectors.debounce import Level
 from processors.detectors.gpus import GpuView
-from processors.detectors.names import BRAKE
 from processors.detectors.thermal import HOT_WITHIN_C
 from processors.episodes import Description, Episode
 

@@ -50,11 +50,11 @@ from typing import Final
 import numpy as np
 
 from pipeline.events import PHASES, Finding, Severity
+from pipeline.kinds import CLIFF, COLLAPSE, PHASE_SHIFT
 from processors.detectors.columns import S, col, fmt, lt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import GpuView
 from processors.detectors.jobs import NO_WORK, Boundaries
-from processors.detectors.names import CLIFF, COLLAPSE, PHASE_SHIFT
 from processors.episodes import Description, Episode
 from processors.state import GpuSlots, column
 

@@ -15,8 +15,9 @@ from typing import Protocol
 import numpy as np
 
 from pipeline.events import Finding
+from pipeline.kinds import DETECTORS
 from processors.detectors.gpus import GpuView, Latest
-from processors.detectors.names import DETECTORS, EXPLAINS_SLOWNESS, HOLDS_JOB_BACK
+from processors.detectors.names import EXPLAINS_SLOWNESS, HOLDS_JOB_BACK
 from processors.episodes import Description, Episode, Episodes
 from processors.state import GpuSlots
 

@@ -33,10 +33,10 @@ import numpy as np
 
 from pipeline.config import DetectorSettings
 from pipeline.events import METRIC_INDEX, EventKind, Finding, GpuEvent, Severity
+from pipeline.kinds import ECC, LOST_BUS, REMAP, STORM, XID
 from processors.detectors.columns import S, col, fmt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import COUNTER, GpuView, Latest, NodeClock
-from processors.detectors.names import ECC, LOST_BUS, REMAP, STORM, XID
 from processors.episodes import Description, Episode
 from processors.state import GpuSlots, column
 

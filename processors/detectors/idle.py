@@ -12,11 +12,11 @@ from collections.abc import Iterable
 import numpy as np
 
 from pipeline.events import Severity, Workload
+from pipeline.kinds import IDLE
 from pipeline.vocab import IDLE_UTIL_PERCENT
 from processors.detectors.columns import S, col, fmt, lt
 from processors.detectors.debounce import Level
 from processors.detectors.gpus import GpuView
-from processors.detectors.names import IDLE
 from processors.episodes import Description, Episode
 
 LEVEL = Level(IDLE, tau_s=300.0, on=0.9, off=0.3)

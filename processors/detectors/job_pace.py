@@ -67,11 +67,11 @@ from typing import Final
 import numpy as np
 
 from pipeline.events import Finding, Severity
+from pipeline.kinds import JOB_SLOWDOWN
 from processors.detectors.columns import fmt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import Latest
 from processors.detectors.jobs import group_job
-from processors.detectors.names import JOB_SLOWDOWN
 from processors.episodes import Description
 from processors.state import GpuSlots
 

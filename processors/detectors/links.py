@@ -23,10 +23,10 @@ from typing import Final
 import numpy as np
 
 from pipeline.events import METRIC_INDEX, NvLinkSample, Severity
+from pipeline.kinds import NVLINK, PCIE, PCIE_NARROW
 from processors.detectors.columns import S, col, fmt, gt, lt
 from processors.detectors.debounce import Level
 from processors.detectors.gpus import GpuView
-from processors.detectors.names import NVLINK, PCIE, PCIE_NARROW
 from processors.episodes import Description, Episode
 from processors.interpret import TopologyOf
 from processors.state import GpuSlots, column

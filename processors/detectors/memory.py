@@ -27,11 +27,11 @@ import numpy as np
 
 from pipeline.config import DetectorSettings
 from pipeline.events import Finding, Severity
+from pipeline.kinds import LEAK
 from processors.detectors.columns import REL, S, col, fmt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import GpuView
 from processors.detectors.jobs import Boundaries
-from processors.detectors.names import LEAK
 from processors.episodes import Description, Episode
 from processors.state import GpuSlots, column
 

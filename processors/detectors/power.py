@@ -18,12 +18,12 @@ import numpy as np
 
 from pipeline.config import DetectorSettings
 from pipeline.events import Finding, Severity
+from pipeline.kinds import POWER
 from pipeline.vocab import SW_POWER_CAP
 from processors.detectors.columns import REL, S, bits, col, fmt, gt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import GpuView, Latest
 from processors.detectors.jobs import Boundaries
-from processors.detectors.names import POWER
 from processors.episodes import Description, Episode
 from processors.state import GpuSlots, column
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from pipeline.config import DetectorSettings
 from pipeline.events import METRIC_INDEX, SERVING, Finding, GpuEvent, InterpretedBatch, Workload
+from pipeline.kinds import PCIE_NARROW
 from processors.detectors import brake, idle, links, thermal
 from processors.detectors.brake import Brake
 from processors.detectors.changes import Changes
@@ -33,7 +34,6 @@ from processors.detectors.job_pace import JobPace
 from processors.detectors.jobs import Jobs, computing
 from processors.detectors.links import Links
 from processors.detectors.memory import Memory
-from processors.detectors.names import PCIE_NARROW
 from processors.detectors.power import Power
 from processors.detectors.storms import Storms
 from processors.detectors.stragglers import Stragglers, rank_groups

@@ -36,10 +36,10 @@ from typing import Final
 import numpy as np
 
 from pipeline.events import Finding, Severity
+from pipeline.kinds import NVLINK_CRC, PCIE_AER, PCIE_REPLAY, SBE
 from processors.detectors.columns import fmt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import COUNTER, GpuView
-from processors.detectors.names import NVLINK_CRC, PCIE_AER, PCIE_REPLAY, SBE
 from processors.episodes import Description, Episode
 from processors.state import GpuSlots, column
 

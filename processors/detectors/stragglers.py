@@ -42,12 +42,12 @@ import numpy as np
 
 from pipeline.config import DetectorSettings
 from pipeline.events import Finding, GpuProcess, Severity, Workload
+from pipeline.kinds import STRAGGLER
 from processors.detectors.columns import REL, S, col, gt, lt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import GpuView, Latest
 from processors.detectors.job_pace import JobPace, Readings
 from processors.detectors.jobs import GROUP_AT, group_job
-from processors.detectors.names import STRAGGLER
 from processors.episodes import Description, Episode
 from processors.state import GpuSlots, column, grow, take
 

@@ -26,11 +26,11 @@ import math
 import numpy as np
 
 from pipeline.events import Severity
+from pipeline.kinds import HBM, THERMAL
 from pipeline.vocab import HW_SLOWDOWN, HW_THERMAL, SW_THERMAL
 from processors.detectors.columns import REL, bits, col, fmt, lt
 from processors.detectors.debounce import Level
 from processors.detectors.gpus import GpuView
-from processors.detectors.names import HBM, THERMAL
 from processors.episodes import Description, Episode
 
 LEVEL = Level(THERMAL, tau_s=10.0, on=0.6, off=0.15, clear_tau_s=90.0)

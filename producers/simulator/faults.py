@@ -1,7 +1,7 @@
 """The fault injector: seeded faults with physically plausible signatures, and their exact ground truth.
 
 Rates and durations come from the StepFun InfiniteHBD fault trace (584 faults on 400 servers over 349 days, see
-``TRACE_CLASSES`` for how its descriptions map onto :data:`pipeline.events.FAULTS`); the classes it does not tell
+``TRACE_CLASSES`` for how its descriptions map onto :data:`pipeline.kinds.FAULTS`); the classes it does not tell
 apart take Llama 3's rates where its failure table names them (``OTHER_CLASSES``). A fault class occurs per node
 as a Poisson process at the trace's rate times ``FaultPlan.rate_scale`` (the real rates are ~1e-3 per node-day,
 so an evaluation of a small fleet over two hours needs a scale of ~1e4); ``mix="balanced"`` gives every class the
@@ -69,12 +69,32 @@ in ``unplaced``) and for *compound* faults (a share of faults placed on a node t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
 import numpy as np
 
-from pipeline.events import FAULTS, EventKind, FaultRecord, GpuEvent
+from pipeline.events import EventKind, FaultRecord, GpuEvent
+from pipeline.kinds import (
+    BRAKE,
+    ECC,
+    FAULTS,
+    HBM,
+    LEAK,
+    LOST_BUS,
+    NVLINK,
+    NVLINK_CRC,
+    PCIE,
+    PCIE_AER,
+    PCIE_REPLAY,
+    POWER,
+    REMAP,
+    SBE,
+    STORM,
+    STRAGGLER,
+    THERMAL,
+)
 from producers.simulator.profiles import APP_INDEX, BUSY_APPS, L_NVLINK, PROFILES, SYNC_APPS
 from producers.simulator.scheduler import Scheduler
 
@@ -674,7 +694,7 @@ class FaultInjector:
             duration = self.plan.draw_duration_s(fault, rng)
         if fault == "memory-leak" and magnitude is not None:
             duration = magnitude * 60.0  # a graded leak runs out of memory after its magnitude in minutes
-        started: Started = getattr(self, "_start_" + fault.replace("-", "_"))(target, now, duration, magnitude)
+        started = INJECTORS[fault](self, target, now, duration, magnitude)
         node = target if node_level else int(self._node_of[target])
         gpu = None if node_level else target
         record = FaultRecord(
@@ -950,6 +970,28 @@ class FaultInjector:
             detail = f"NVRM: Xid: {code}, {XID_TEXT.get(code, 'unknown')}"
         return GpuEvent(v.cluster, v.nodes[int(self._node_of[g])], v.uuids[g], g % v.gpus_per_node, ts_ns, kind,
                         code, detail)  # fmt: skip
+
+
+#: how the simulator starts each fault class of pipeline.kinds.FAULTS (a test holds the two together): the target (a
+#: GPU's index, a node's for node-level classes), the round, the duration and the magnitude, to what it changed
+INJECTORS: Final[dict[str, Callable[[FaultInjector, int, Now, float, float | None], Started]]] = {
+    THERMAL: FaultInjector._start_thermal_throttling,
+    POWER: FaultInjector._start_power_capping,
+    NVLINK: FaultInjector._start_nvlink_down,
+    PCIE: FaultInjector._start_pcie_link_degraded,
+    LEAK: FaultInjector._start_memory_leak,
+    STRAGGLER: FaultInjector._start_straggler,
+    STORM: FaultInjector._start_xid_storm,
+    ECC: FaultInjector._start_ecc_uncorrectable,
+    REMAP: FaultInjector._start_row_remap,
+    LOST_BUS: FaultInjector._start_fallen_off_bus,
+    HBM: FaultInjector._start_hbm_thermal,
+    BRAKE: FaultInjector._start_power_brake,
+    NVLINK_CRC: FaultInjector._start_nvlink_crc_storm,
+    PCIE_REPLAY: FaultInjector._start_pcie_replay_storm,
+    SBE: FaultInjector._start_ecc_sbe_storm,
+    PCIE_AER: FaultInjector._start_pcie_aer_storm,
+}
 
 
 def _draw_xid(rng: np.random.Generator) -> int:

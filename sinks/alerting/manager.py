@@ -51,7 +51,7 @@ from pipeline.deadletter import DeadLetter, bounded, dead_letter
 from pipeline.errors import DecodeError, RecordTooLarge, ServiceError
 from pipeline.escalation import Episode, History, episode_of
 from pipeline.events import Finding
-from pipeline.health import Escalations, FiringFinding, assess, assessment_json
+from pipeline.health.fold import Escalations, FiringFinding, assess, assessment_json
 from pipeline.metrics import (
     DURATION_BUCKETS,
     ConsumerLag,

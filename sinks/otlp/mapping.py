@@ -242,7 +242,7 @@ class BadHealth(ValueError):
 
 
 def health_metrics(record: Mapping[str, Any]) -> Exported:
-    """A health state (the health topic's JSON, pipeline.health.assessment_json plus ``ts_ns``) as ``hw.status``:
+    """A health state (the health topic's JSON, pipeline.health.fold.assessment_json plus ``ts_ns``) as ``hw.status``:
     one point per state, 1 for the GPU's (or node's) and 0 for the others, as the convention's StateSet stand-in
     asks; the remedy and the first reason go as attributes. A node's own state has ``hw.type`` host."""
     try:

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from pipeline.escalation import Episode
-from pipeline.health import FiringFinding
+from pipeline.health.fold import FiringFinding
 from sinks.alerting.history import MEASUREMENT as NOTIFICATION
 from sinks.query.flux import string, time_literal
 from sinks.query.model import FINDING, GPU

@@ -20,7 +20,8 @@ from hermeneut.jobs.evaluation import (
     score,
     truths,
 )
-from pipeline.events import FAULTS, FaultRecord, Finding, Severity
+from pipeline.events import FaultRecord, Finding, Severity
+from pipeline.kinds import FAULTS
 
 S = 1_000_000_000
 T0 = 1_700_000_000 * S

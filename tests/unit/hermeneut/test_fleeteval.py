@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from hermeneut.jobs.fleeteval import FleetPlan, Outcome, run, seed_line, write_findings
-from pipeline.events import FAULTS, Severity
+from pipeline.events import Severity
+from pipeline.kinds import BY_NAME, FAULTS
 
 PLAN = FleetPlan(3, nodes=4, gpus=2, hours=3.0, interval_s=10.0, learn_hours=0.5, per_class=1)
 #: hard events: found at the sample that shows them, whatever the fleet
@@ -69,3 +70,7 @@ def test_every_finding_and_fault_of_a_run_can_be_read_back_one_by_one(outcome: O
     assert [(f["detector"], f["ts_ns"], f["severity"]) for f in found] == [
         (f.detector, f.ts_ns, str(f.severity)) for f in outcome.findings
     ]
+
+
+def test_every_finding_of_the_run_is_a_kind_of_the_table(outcome: Outcome) -> None:
+    assert outcome.findings and {f.detector for f in outcome.findings} <= set(BY_NAME)

@@ -10,7 +10,7 @@ import pytest
 
 from hermeneut.views.health import HealthQuery, health_json, past_of
 from pipeline.errors import InvalidQuery
-from pipeline.health import assess
+from pipeline.health.fold import assess
 from sinks.query.fleet import findings_open
 
 S = 10**9

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from hermeneut.cli import cli
 from hermeneut.jobs.overlay import CLASSES, Truth
 from hermeneut.jobs.overlayeval import (
-    KINDS,
+    FOUND_BY,
     ClassScore,
     Hit,
     Judged,
@@ -23,8 +23,8 @@ from hermeneut.jobs.overlayeval import (
     score_run,
     wording_problems,
 )
+from pipeline import kinds
 from pipeline.events import Finding, Severity
-from processors.detectors import names
 from tests import TESTDATA
 
 NANOGPT = TESTDATA / "nanogpt-pr643-h100x8-nvsmi-timeseries"
@@ -43,26 +43,26 @@ STRAGGLER = Truth("straggler", False, "g1", "j", T0 + 60 * _S, T0 + 300 * _S, 0.
 
 
 def test_every_class_maps_to_kinds_the_detectors_have() -> None:
-    assert set(KINDS) == set(CLASSES)
-    assert all(k in names.DETECTORS for kinds in KINDS.values() for k in kinds)
+    assert set(FOUND_BY) == set(CLASSES)
+    assert all(k in kinds.DETECTORS for found_by in FOUND_BY.values() for k in found_by)
 
 
 def test_a_fault_is_found_by_its_kind_on_its_gpu_in_its_time_only() -> None:
     findings = [
-        _finding(names.STRAGGLER, "g2", 100),  # another GPU
-        _finding(names.THERMAL, "g1", 100),  # another kind
-        _finding(names.STRAGGLER, "g1", 100, since_s=0),  # an episode that began well before the fault
-        _finding(names.STRAGGLER, "g1", 700),  # after the end + grace
-        _finding(names.STRAGGLER, "g1", 150, active=False),  # a clear
-        _finding(names.STRAGGLER, "g1", 130, "GPU 1: straggler: 25% slower than its peers"),
-        _finding(names.STRAGGLER, "g1", 140),
+        _finding(kinds.STRAGGLER, "g2", 100),  # another GPU
+        _finding(kinds.THERMAL, "g1", 100),  # another kind
+        _finding(kinds.STRAGGLER, "g1", 100, since_s=0),  # an episode that began well before the fault
+        _finding(kinds.STRAGGLER, "g1", 700),  # after the end + grace
+        _finding(kinds.STRAGGLER, "g1", 150, active=False),  # a clear
+        _finding(kinds.STRAGGLER, "g1", 130, "GPU 1: straggler: 25% slower than its peers"),
+        _finding(kinds.STRAGGLER, "g1", 140),
     ]
     found = matches(STRAGGLER, findings, ["g0", "g1", "g2"])
     assert [f.ts_ns for f in found] == [T0 + 130 * _S, T0 + 140 * _S]
     hit = score_run(STRAGGLER, Judged(findings, {}))
     assert hit.found and hit.delay_s == 70.0 and hit.problems == []
     job = Truth("job-power-brake", False, None, "j", T0, T0 + 240 * _S, 0.45, 315.0)
-    assert matches(job, [_finding(names.BRAKE, None, 30), _finding(names.BRAKE, "g9", 40)], ["g0"])[0].ts_ns == (
+    assert matches(job, [_finding(kinds.BRAKE, None, 30), _finding(kinds.BRAKE, "g9", 40)], ["g0"])[0].ts_ns == (
         T0 + 30 * _S
     )  # the job itself or its GPUs, not a GPU outside it
 
@@ -91,7 +91,7 @@ def test_a_silent_gpus_delay_counts_from_the_first_poll_it_missed() -> None:
     seen = {"g0": np.arange(0, 100, 10) * _S + T0, "g1": np.arange(0, 40, 10) * _S + T0}
     gone = Truth("stops-reporting", False, "g1", "j", T0 + 35 * _S, T0 + 110 * _S, 0.0)
     assert evidence_ns(gone, seen) == T0 + 40 * _S
-    hit = score_run(gone, Judged([_finding(names.LOST_BUS, "g1", 70, "silent for 40 s")], seen))
+    hit = score_run(gone, Judged([_finding(kinds.LOST_BUS, "g1", 70, "silent for 40 s")], seen))
     assert hit.delay_s == 30.0 and hit.problems == []
 
 
@@ -101,7 +101,7 @@ def test_a_gpu_slow_from_its_first_sample_is_timed_from_the_first_poll_once_the_
     after the busy start, or a run without a busy start, counts from the fault's start."""
     seen = {"g0": np.arange(0, 300, 10) * _S + T0, "g1": np.arange(0, 300, 10) * _S + T0}
     slow = Truth("slow-from-start", False, "g1", "j", T0, T0 + 300 * _S, 0.85)
-    found = Judged([_finding(names.STRAGGLER, "g1", 100, "straggler: 18% slower")], seen)
+    found = Judged([_finding(kinds.STRAGGLER, "g1", 100, "straggler: 18% slower")], seen)
     assert evidence_ns(slow, seen, T0 + 38 * _S) == T0 + 40 * _S
     assert score_run(slow, found, T0 + 38 * _S).delay_s == 60.0
     assert score_run(slow, found).delay_s == 100.0
@@ -112,7 +112,7 @@ def test_a_gpu_slow_from_its_first_sample_is_timed_from_the_first_poll_once_the_
 def test_a_delay_counts_to_when_the_finding_was_sent_not_to_the_window_it_is_dated_by() -> None:
     """A straggler window is dated at its end (here 130 s) but judged with the first poll after it, which at 60 s
     sampling comes at 180 s: the delay is to the poll that sent it; a finding sent at its own time keeps it."""
-    dated = _finding(names.STRAGGLER, "g1", 130, "straggler: 25% slower")
+    dated = _finding(kinds.STRAGGLER, "g1", 130, "straggler: 25% slower")
     hit = score_run(STRAGGLER, Judged([dated], {}, [], [T0 + 180 * _S]))
     assert hit.found and hit.delay_s == 120.0
     assert score_run(STRAGGLER, Judged([dated], {}, [], [T0 + 130 * _S])).delay_s == 70.0
@@ -135,7 +135,7 @@ def test_the_bars_recall_delay_quiet_and_control() -> None:
     assert Result(10.0, "day-one", classes, []).failures() == []
     classes["straggler"] = _hits("straggler", [70.0] * 8 + [None] * 2, quiet=("info", "warning", ""))
     assert classes["straggler"].recall == 0.8 and classes["straggler"].quiet_alarms == 2
-    control = [_finding(names.STRAGGLER, "g0", 5), _finding(names.IDLE, "g0", 5, severity=Severity.INFO)]
+    control = [_finding(kinds.STRAGGLER, "g0", 5), _finding(kinds.IDLE, "g0", 5, severity=Severity.INFO)]
     assert Result(10.0, "day-one", classes, control).failures() == [
         "10 s, day-one: straggler recall 0.80 < 0.9",
         "10 s, day-one: straggler median delay 70 s > 60 s",

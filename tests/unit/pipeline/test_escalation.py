@@ -7,7 +7,8 @@ import dataclasses
 
 from pipeline.config import HealthSettings
 from pipeline.escalation import Episode, History, escalate
-from pipeline.health import FiringFinding, Health, Remedy, assess
+from pipeline.health.fold import FiringFinding, assess
+from pipeline.health.states import Health, Remedy
 
 H = 3600 * 10**9
 NOW = 1_800_000_000 * 10**9

@@ -7,8 +7,10 @@ import dataclasses
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.events import FAULTS, NodeTopology, Severity
-from pipeline.health import RULES, Assessment, FiringFinding, FleetHealth, Health, Remedy, assess
+from pipeline.events import NodeTopology, Severity
+from pipeline.health.fold import Assessment, FiringFinding, FleetHealth, assess
+from pipeline.health.states import Health, Remedy
+from pipeline.kinds import FAULTS, RULES
 
 NOW = 1_800_000_000 * 10**9
 S = 10**9

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.health import FiringFinding, Health, Remedy, reason_of
+from pipeline.health.fold import FiringFinding, reason_of
+from pipeline.health.states import Health, Remedy
 from tests.unit.processors.detectors.driver import T0, S, Shape, kinds, run, starts
 
 

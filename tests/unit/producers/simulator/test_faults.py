@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from pipeline.codec import decode_record, encode_record
-from pipeline.events import FAULTS, EventKind, FaultRecord, GpuEvent, GpuSample
+from pipeline.events import EventKind, FaultRecord, GpuEvent, GpuSample
+from pipeline.kinds import FAULTS
 from producers.simulator import FaultPlan, Fleet, Injection
 from producers.simulator.faults import (
     OTHER_CLASSES,

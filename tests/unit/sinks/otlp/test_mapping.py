@@ -23,7 +23,7 @@ from pipeline.events import (
     Severity,
     Workload,
 )
-from pipeline.health import Health
+from pipeline.health.states import Health
 from processors.normalize import RawMessage, process_raw
 from sinks.otlp.mapping import (
     HW_STATE,

@@ -7,11 +7,11 @@ quarantines, drains and remediates on fatal errors (NVIDIA/NVSentinel). Here the
 apart from its evidence: it is a pure fold of the findings firing now (the alert manager's alerts) and of when each
 GPU last reported, so it can never disagree with the findings it names.
 
-The rules (:data:`RULES`): a finding kind gives a state at each severity and a remedy. Info findings never change
-a state (they describe a job or a property: an idle GPU, a narrow link from the first sample). A GPU's state is
-the worst of its findings', its remedy the strongest of those that gave that state. A node's state is the worst of
-its GPUs' and of its own findings (a node-level finding has no GPU), its remedy the strongest of the findings
-behind that. A GPU that reported within the lookback but
+The rules (pipeline.kinds: each kind's ``health`` column): a finding kind gives a state at each severity and a
+remedy. Info findings never change a state (they describe a job or a property: an idle GPU, a narrow link from the
+first sample). A GPU's state is the worst of its findings', its remedy the strongest of those that gave that state.
+A node's state is the worst of its GPUs' and of its own findings (a node-level finding has no GPU), its remedy the
+strongest of the findings behind that. A GPU that reported within the lookback but
 not for ``silent_after`` is ``unknown``: no telemetry is no evidence of health, and its reason says where to look
 (``gpu-silent``: its node reports, so the GPU is gone or its collector lost it; ``node-silent``: the node or its
 collector is down; the fallen-off-bus finding says the GPU is gone once it is sure).
@@ -37,107 +37,13 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any, Final
 
 from pipeline.events import NodeTopology, Severity
+from pipeline.health.states import BADNESS, STRENGTH, Health, Remedy
+from pipeline.kinds import RULES
 from pipeline.vocab import NS_PER_S, format_duration
 
-
-class Health(StrEnum):
-    HEALTHY = "healthy"
-    DEGRADED = "degraded"
-    UNHEALTHY = "unhealthy"
-    UNKNOWN = "unknown"
-    #: held out of service on purpose by its scheduler (a drain, a maintenance reservation, a cordon)
-    MAINTENANCE = "maintenance"
-
-
-class Remedy(StrEnum):
-    NONE = "none"
-    RESTART_JOB = "restart job"
-    RESET_GPU = "reset GPU"
-    REBOOT_NODE = "reboot node"
-    DRAIN = "drain"
-    INSPECT = "hardware inspection"
-    RMA = "RMA"
-
-
-#: how bad a state is (unknown sits between: not known healthy, not shown to be ill; maintenance is nobody's alarm)
-BADNESS: Final = {Health.HEALTHY: 0, Health.MAINTENANCE: 1, Health.UNKNOWN: 2, Health.DEGRADED: 3, Health.UNHEALTHY: 4}
-_STRENGTH: Final = {r: i for i, r in enumerate(Remedy)}
-_H, _D, _U = Health.HEALTHY, Health.DEGRADED, Health.UNHEALTHY
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """What a finding kind does to its GPU: the state at warning and at critical severity, the remedy, and why."""
-
-    warning: Health
-    critical: Health
-    remedy: Remedy
-    source: str
-
-
-RULES: Final[dict[str, Rule]] = {
-    "fallen-off-bus": Rule(
-        _U,
-        _U,
-        Remedy.REBOOT_NODE,
-        "XID 79: NVIDIA Xid catalog RESTART_BM (drain the node, reboot; reseat if it recurs)",
-    ),
-    "ecc-uncorrectable": Rule(
-        _U, _U, Remedy.RESET_GPU, "XID 48/94/95: Xid catalog RESET_GPU (the reset retires the page / remaps the row)"
-    ),
-    "row-remap": Rule(
-        _D, _U, Remedy.RESET_GPU, "NVIDIA row remapping: a pending remap takes effect at the next GPU reset"
-    ),
-    "xid": Rule(
-        _D,
-        _U,
-        Remedy.RESET_GPU,
-        "Xid catalog: critical XIDs need RESET_GPU or more; a warning XID is the application's (below)",
-    ),
-    "xid-storm": Rule(
-        _D,
-        _U,
-        Remedy.RESET_GPU,
-        "as one XID: a storm of the application's XIDs (13, 31, 43, ...) is RESTART_APP, the GPU is fine",
-    ),
-    "nvlink-down": Rule(
-        _D, _U, Remedy.RESET_GPU, "XID 74 / inactive links: Xid catalog RESET_GPU; traffic falls back to PCIe meanwhile"
-    ),
-    "pcie-link-degraded": Rule(
-        _D, _U, Remedy.INSPECT, "a link trained below its maximum after running at it: reseat, check the riser"
-    ),
-    "thermal-throttling": Rule(
-        _D, _D, Remedy.INSPECT, "HW/SW thermal slowdown: it works, slower (as DCGM's thermal violations); cooling, fans"
-    ),
-    "hbm-thermal": Rule(
-        _D, _D, Remedy.INSPECT, "HBM above its max operating temperature (DCGM VerifyHBMTemperature, gpud): cooling"
-    ),
-    "power-brake": Rule(
-        _D, _D, Remedy.INSPECT, "HW power brake (external signal from the PSU/BMC): NVSentinel #1666, found after 36 h"
-    ),
-    "power-capping": Rule(_D, _D, Remedy.NONE, "a power cap below the default: a setting, the GPU is fine"),
-    "memory-leak": Rule(_D, _D, Remedy.RESTART_JOB, "the job's memory grows until it fails: the job's to fix"),
-    "straggler": Rule(
-        _D, _D, Remedy.DRAIN, "one GPU slows its whole job: move the job off it, then look (Llama 3: faulty GPUs, 30%)"
-    ),
-    "baseline-anomaly": Rule(_D, _D, Remedy.NONE, "unlike its application's learned behaviour: look, no action"),
-    "nvlink-crc-storm": Rule(
-        _D, _D, Remedy.INSPECT, "DCGM dcgm_gpu_hardware_limits.h: NVLink CRC errors matter at 100+/s (a marginal link)"
-    ),
-    "pcie-replay-storm": Rule(
-        _D, _D, Remedy.INSPECT, "DCGM dcgm_gpu_hardware_limits.h: 8 PCIe replays per minute is RM's maximum; reseat"
-    ),
-    "ecc-sbe-storm": Rule(
-        _D, _D, Remedy.INSPECT, "corrected ECC errors at 10+/s (DCGM's SBE limit; DCGM #313 called 17,700/s healthy)"
-    ),
-    "pcie-aer-storm": Rule(
-        _D, _D, Remedy.INSPECT, "AER errors on the GPU's PCIe link: 8/min (DCGM's replay limit) or any uncorrectable"
-    ),
-}
 #: the circuit breaker (as NVSentinel's against mass quarantine): one finding kind on this share of a cluster's GPUs
 #: at once, and at least INCIDENT_MIN_GPUS of them, is a fleet incident (a driver, a firmware, a cooling loop, a
 #: bad job image): its GPUs keep their state, but get no per-GPU remedy (no drain, no reset of a third of a fleet)
@@ -270,7 +176,7 @@ def _fold(reasons: list[Reason]) -> tuple[Health, Remedy]:
     if not reasons:
         return Health.HEALTHY, Remedy.NONE
     worst = max((r.state for r in reasons), key=BADNESS.__getitem__)
-    remedy = max((r.remedy for r in reasons if r.state is worst), key=_STRENGTH.__getitem__)
+    remedy = max((r.remedy for r in reasons if r.state is worst), key=STRENGTH.__getitem__)
     return worst, remedy
 
 
