@@ -37,6 +37,9 @@ tools:
 wheel: $(STAMP)
 	$(BIN)/python -m pip wheel --no-deps --wheel-dir dist .
 
+# lint, types, the fuzz run, then the unit tests on every core (pytest-xdist; a module's tests stay on one worker,
+# so its fixtures are made once) and the integration tests one at a time (they run stages against one Kafka and one
+# InfluxDB and wait on real time)
 test: $(STAMP) tools
 	@$(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "$(VENV) runs $$($(BIN)/python -V 2>&1), below requires-python 3.11: make clean, then make test"; exit 2; }
 	$(BIN)/ruff check .
@@ -44,7 +47,8 @@ test: $(STAMP) tools
 	$(BIN)/mypy
 	$(call FUZZ,$(TEST_FUZZ_INPUTS))
 	$(BIN)/hermeneut services install
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n auto --dist loadfile tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.pipeline $(ARGS)

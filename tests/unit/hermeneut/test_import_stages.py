@@ -116,7 +116,11 @@ def test_an_import_never_starts_the_dashboard(monkeypatch: pytest.MonkeyPatch, t
 
     settings = _settings(tmp_path)
     started: list[object] = []
+    brought_up: list[object] = []
     monkeypatch.setattr(services, "start_web", lambda *a, **_kw: started.append(a))
+    # the local servers are brought up (services.up starts Kafka and InfluxDB, never the dashboard): counted here,
+    # not started, so the test neither waits for them nor leaves them running
+    monkeypatch.setattr(services, "up", lambda *a, **_kw: brought_up.append(a))
     monkeypatch.setattr(services, "read_state", lambda _s: services.LocalState(run_dir=str(tmp_path)))
     monkeypatch.setattr("hermeneut.cli.importing.resolved", lambda _ctx: settings)
     outcome = importjob.ImportOutcome(ImportReport(), 0, Counter(), True)
@@ -125,4 +129,5 @@ def test_an_import_never_starts_the_dashboard(monkeypatch: pytest.MonkeyPatch, t
     args = ["import", "table", str(nanogpt / "gpu_metrics_f4f827dd.csv"), "--mapping", str(nanogpt / "mapping.toml")]
     result = CliRunner().invoke(cli, args, obj={"settings": settings}, catch_exceptions=False)
     assert result.exit_code == 0, result.output
+    assert len(brought_up) == int(settings.uses_local_kafka or settings.uses_local_influxdb)
     assert started == [] and "dashboard" not in result.output
