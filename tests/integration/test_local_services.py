@@ -75,12 +75,17 @@ def test_a_command_beside_an_unhealthy_local_server_stops_nothing_and_says_how_t
     try:
         assert state.kafka is not None and state.influxdb is not None
         kafka_pid, influx_pid = int(state.kafka["pid"]), int(state.influxdb["pid"])
+        influx_url = str(state.influxdb["url"])
         resolved = services.resolve(settings)
         ensure_topics(resolved.kafka.client_config(), topic_specs(resolved))
         runs = sorted((tmp_path / "state" / "runs").iterdir())
 
         os.kill(influx_pid, signal.SIGSTOP)
         try:
+            # the premise, checked before the commands run: the process is stopped and its port does not answer
+            # (twice today the commands below found it answering; this says so if that is the cause)
+            assert wait_for(lambda: _state(influx_pid) == "T", 30), f"influxd {influx_pid}: {_state(influx_pid)}"
+            assert wait_for(lambda: not influxdb.healthy(influx_url), 30), "a stopped influxd answers"
             for restart in (False, True):
                 with pytest.raises(ServiceError) as caught:
                     services.up(settings, restart=restart)
@@ -122,3 +127,8 @@ def test_a_command_beside_an_unhealthy_local_server_stops_nothing_and_says_how_t
         assert resolved.topics.raw in topics and resolved.topics.alert_config in topics  # its data came back
     finally:
         services.down(settings, quiet=True)
+
+
+def _state(pid: int) -> str:
+    """A process's state letter from /proc (``T``: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
