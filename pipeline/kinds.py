@@ -159,7 +159,8 @@ RULES: Final[Mapping[str, Rule]] = {k.name: k.health for k in KINDS if k.health 
 #: ground truth that is an instant, and ground truth of waste (the evaluation scores both besides the faults)
 EVENT_KINDS: Final = tuple(k.name for k in KINDS if k.thing is Thing.EVENT)
 WASTE_KINDS: Final = tuple(k.name for k in KINDS if k.thing is Thing.WASTE)
-#: faults injected in the main job's live part, by seconds after it starts
+#: faults injected in the main job's live part, by seconds after it starts: the quickly confirmed first, so that a
+#: short run shows some (thermal throttling and XID storms take ~40 s)
 DEMO_FAULTS: Final = tuple(
     sorted(((k.name, k.demo_at_s) for k in KINDS if k.demo_at_s is not None), key=lambda f: f[1])
 )
