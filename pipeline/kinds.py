@@ -26,6 +26,9 @@ from typing import Final
 
 from pipeline.health.states import Health, Remedy, Rule
 
+#: how long after a fault ends a detection of it still counts, unless its row says otherwise, seconds
+DEFAULT_GRACE_S: Final = 60.0
+
 
 class Thing(StrEnum):
     FAULT = "fault"
@@ -46,7 +49,7 @@ class Kind:
     thing: Thing
     health: Rule | None = None
     min_visible_s: float = 0.0
-    grace_s: float = 60.0
+    grace_s: float = DEFAULT_GRACE_S
     hard: bool = False
     demo_at_s: float | None = None
     #: other kinds whose finding detects this one too (a storm's first XID is reported at once as an ``xid``)

@@ -39,7 +39,7 @@ import numpy as np
 from pipeline.events import FaultRecord, Finding, Severity
 from pipeline.health.fold import FiringFinding, reason_of
 from pipeline.health.states import BADNESS, Health
-from pipeline.kinds import EVENT_KINDS, FAULTS, KINDS, WASTE_KINDS
+from pipeline.kinds import DEFAULT_GRACE_S, EVENT_KINDS, FAULTS, KINDS, WASTE_KINDS
 
 _S: Final = 1_000_000_000
 DAY_S: Final = 86_400.0
@@ -52,7 +52,6 @@ PAGING: Final = (Severity.CRITICAL, Severity.WARNING)
 #: reported at once as an ``xid`` finding), and the kinds a class's signature holds (a link retrained narrower
 #: replays its packets too: its replay-storm finding is one more alert of that fault, not a false replay storm)
 GRACE_S: Final[Mapping[str, float]] = {k.name: k.grace_s for k in KINDS}
-DEFAULT_GRACE_S: Final = 60.0
 MIN_VISIBLE_S: Final[Mapping[str, float]] = {k.name: k.min_visible_s for k in KINDS if k.min_visible_s}
 HARD: Final = tuple(k.name for k in KINDS if k.hard)
 DETECTED_BY: Final[Mapping[str, tuple[str, ...]]] = {k.name: k.detected_by for k in KINDS if k.detected_by}
