@@ -17,7 +17,11 @@ and of its batch is stored and committed.
 
 Dead letters are bounded (:func:`pipeline.deadletter.bounded`, sized to the dead-letter topic's limit) and must
 be acknowledged by Kafka before their batch's offsets commit: a batch whose letters were not taken stays at the
-head, uncommitted (later batches wait behind it, in order), and is tried again with backoff. A write that keeps
+head, uncommitted (later batches wait behind it, in order), and is tried again with backoff. **A dead letter is sent
+once**: a commit may stay behind what was stored (the sink's marks: an open rollup minute), so a restart reads
+messages again whose letters were sent; every commit's metadata says how far letters were sent (``lettered``:
+:func:`commit_metadata`), and a message read again below it sends none (counted ``dead_letters_resent_not``). Only
+a crash between Kafka's acknowledgement of a batch's letters and its commit sends them twice. A write that keeps
 failing (InfluxDB's, or the dead letters') makes the runner *stalled* in its stats (:class:`pipeline.stats.Stall`:
 one log line with the batch's size and source offsets), never a crash or a restart.
 
@@ -80,6 +84,11 @@ RUNNER_FIELDS: tuple[Field, ...] = (
     counter("batches", "hermeneut_sink_batches_total", "Batches stored and committed."),
     counter("write_retries", "hermeneut_sink_write_retries_total", "Flushes retried after a transient failure."),
     counter("commits", "hermeneut_sink_commits_total", "Offset commits."),
+    counter(
+        "letters_not_resent",
+        "hermeneut_sink_letters_not_resent_total",
+        "Dead letters of messages read again after a restart, sent by an earlier run and not sent again.",
+    ),
     gauge("assigned", "hermeneut_sink_assigned", "1 once the consumer has joined its group."),
 )
 #: sample -> stored, seconds: a live sample takes a fraction of a second, a backfill or an outage much longer
@@ -129,6 +138,8 @@ class SinkStats:
     batches: int = 0
     write_retries: int = 0
     dead_lettered: int = 0
+    #: letters of messages read again that an earlier run had sent (not sent again)
+    letters_not_resent: int = 0
     commits: int = 0
     assigned: bool = False
     latency_p50_s: float | None = None
@@ -238,6 +249,8 @@ class SinkRunner(Generic[T]):
         self._closing = threading.Event()
         self._give_up_at: float | None = None
         self._reset_pending()
+        #: per partition: the offset below which every message's dead letters were sent (by this run or an earlier)
+        self._lettered: dict[tuple[str, int], int] = {}
         self._dead_letters = dead_letters(registry)
         self._batch_size = Histogram("hermeneut_sink_batch_size", "The sink's units per batch (influxdb: samples).",
                                      buckets=SIZE_BUCKETS, registry=registry)  # fmt: skip
@@ -273,10 +286,17 @@ class SinkRunner(Generic[T]):
         self._first_pending = 0.0
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
-        """Each assigned partition resumes from its last commit (with the commit's metadata for the sink)."""
+        """Each assigned partition resumes from its last commit (with the commit's metadata for the sink, and how
+        far dead letters were sent)."""
         if partitions:
             for tp in consumer.committed(partitions, timeout=30):
-                self.sink.resume(str(tp.topic), int(tp.partition), tp.metadata)
+                lettered, metadata = parse_metadata(tp.metadata)
+                key = (str(tp.topic), int(tp.partition))
+                if lettered is None:
+                    self._lettered.pop(key, None)
+                else:
+                    self._lettered[key] = lettered
+                self.sink.resume(*key, metadata)
         self.stats.assigned = True
         self.write_stats()
 
@@ -299,6 +319,7 @@ class SinkRunner(Generic[T]):
         """The counters of the runner and its sink (no latency summary: that is the stats file's, on demand)."""
         s = self.stats
         runner = {"messages": s.messages, "batches": s.batches, "write_retries": s.write_retries}
+        runner |= {"letters_not_resent": s.letters_not_resent}
         return runner | {"commits": s.commits, "assigned": s.assigned} | self.sink.stats()
 
     def run(self, stop: threading.Event) -> None:
@@ -350,12 +371,12 @@ class SinkRunner(Generic[T]):
             at = Position(str(msg.topic()), int(msg.partition() or 0), int(msg.offset() or 0))
             prepared = self.sink.prepare(at.topic, msg.value() or b"", at)
         except DecodeError as exc:
-            self._letters.append(self._letter(msg, exc.reason, exc.detail))
+            self._letters += self._letters_of(msg, [(exc.reason, exc.detail, None)])
             return
         self._prepared.append(prepared)
         self._sources.append(msg)
         self._size += prepared.size
-        self._letters += [self._letter(msg, r.reason, r.detail, r) for r in prepared.refused]
+        self._letters += self._letters_of(msg, [(r.reason, r.detail, r) for r in prepared.refused])
 
     def _hand_off(self) -> None:
         """Queue the pending batch for the writer, pausing consumption while the queue is full."""
@@ -478,14 +499,17 @@ class SinkRunner(Generic[T]):
             letters = list(job.letters)
             if job.rejected is not None:
                 log.error("%s rejected a batch of %d messages: %s", self.sink.name, len(job.messages), job.rejected)
-                letters = [self._letter(m, f"{self.sink.name}_rejected", job.rejected) for m in job.messages]
+                reason = f"{self.sink.name}_rejected"
+                letters = [x for m in job.messages for x in self._letters_of(m, [(reason, job.rejected, None)])]
             else:
                 if job.refused:
                     first = job.refused[0]
                     log.warning("%s refused %d items of a batch of %d messages (stored the rest); first: %s: %s",
                                 self.sink.name, len(job.refused), len(job.messages), first.reason,
                                 first.detail[:300])  # fmt: skip
-                letters += [self._letter(job.sources[r.item], r.reason, r.detail, r) for r in job.refused]
+                letters += [
+                    x for r in job.refused for x in self._letters_of(job.sources[r.item], [(r.reason, r.detail, r)])
+                ]
                 stamps = [p.ts_ns for p in job.prepared if p.ts_ns is not None]
                 if stamps:
                     ts_ns = np.concatenate(stamps)
@@ -513,6 +537,16 @@ class SinkRunner(Generic[T]):
         job.delay_s = min(job.delay_s * 2, 10.0)
         return False
 
+    def _letters_of(self, msg: Message, items: list[tuple[str, str, Refusal | None]]) -> list[DeadLetter]:
+        """The dead letters of ``msg``'s refused items; none when an earlier run sent them (module docstring)."""
+        if not items:
+            return []
+        key = (str(msg.topic()), int(msg.partition() or 0))
+        if int(msg.offset() or 0) < self._lettered.get(key, 0):
+            self.stats.letters_not_resent += len(items)
+            return []
+        return [self._letter(msg, reason, detail, refusal) for reason, detail, refusal in items]
+
     def _letter(self, msg: Message, reason: str, detail: str, refusal: Refusal | None = None) -> DeadLetter:
         source = f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
         if refusal is None:
@@ -528,12 +562,34 @@ class SinkRunner(Generic[T]):
         commits = []
         for (topic, partition), last in offsets.items():
             held, metadata = marks.get((topic, partition), (last + 1, ""))
-            commits.append(TopicPartition(topic, partition, min(last + 1, held), metadata=metadata))
+            lettered = self._lettered[topic, partition] = max(last + 1, self._lettered.get((topic, partition), 0))
+            commits.append(
+                TopicPartition(topic, partition, min(last + 1, held), metadata=commit_metadata(lettered, metadata))
+            )
         try:
             self.consumer.commit(offsets=commits, asynchronous=False)
             self.stats.commits += 1
         except Exception as exc:  # e.g. partitions revoked meanwhile: they will be re-read, and overwrite
             log.warning("offset commit failed (%s); those messages will be replayed idempotently", exc)
+
+
+#: how a commit's metadata starts when it says how far dead letters were sent: ``lettered=<offset>;<the sink's>``
+_LETTERED = "lettered="
+
+
+def commit_metadata(lettered: int, sink: str) -> str:
+    """A commit's metadata: the offset below which every message's dead letters were sent, then the sink's own."""
+    return f"{_LETTERED}{lettered};{sink}"
+
+
+def parse_metadata(metadata: str | None) -> tuple[int | None, str | None]:
+    """(how far dead letters were sent, the sink's metadata) of a commit; a commit made before letters were marked
+    (or by something else) is the sink's alone."""
+    if metadata and metadata.startswith(_LETTERED):
+        offset, sep, rest = metadata.removeprefix(_LETTERED).partition(";")
+        if sep and offset.isdigit():
+            return int(offset), rest
+    return None, metadata
 
 
 def _offsets(messages: list[Message]) -> str:

@@ -16,7 +16,9 @@ class ScriptedSink:
     ``outcomes`` (an exception instance to raise, or None: written), then succeeds once they run out; a batch
     holding a value of ``reject`` is refused as data; a value of ``refuse`` is refused alone by the destination
     (the rest of its batch written), and one of ``refuse_prepared`` when prepared. Written batches go to
-    ``written``, and every flush to ``events`` (shared with a fake consumer)."""
+    ``written``, and every flush to ``events`` (shared with a fake consumer). With ``hold`` set, its marks hold every
+    partition's commit at that offset (as an open rollup minute does) with the metadata ``"held"``; the metadata
+    each partition resumed with goes to ``resumed``."""
 
     name = "fake"
     topics = ("in",)
@@ -28,6 +30,7 @@ class ScriptedSink:
         reject: frozenset[bytes] = frozenset(),
         refuse: frozenset[bytes] = frozenset(),
         refuse_prepared: frozenset[bytes] = frozenset(),
+        hold: int | None = None,
     ) -> None:
         self.outcomes = list(outcomes)
         self.reject, self.refuse, self.refuse_prepared = reject, refuse, refuse_prepared
@@ -36,8 +39,12 @@ class ScriptedSink:
         self.written: list[list[bytes]] = []
         self.flushes = 0
         self.closed = False
+        self.hold = hold
+        self.seen: set[tuple[str, int]] = set()
+        self.resumed: list[str | None] = []
 
     def prepare(self, topic: str, value: bytes, at: Position) -> Prepared[bytes]:
+        self.seen.add((at.topic, at.partition))
         if value == b"bad":
             raise DecodeError("malformed", "not what this sink stores")
         if value in self.refuse_prepared:
@@ -64,10 +71,10 @@ class ScriptedSink:
         return refused
 
     def marks(self) -> dict[tuple[str, int], tuple[int, str]]:
-        return {}
+        return {} if self.hold is None else dict.fromkeys(self.seen, (self.hold, "held"))
 
     def resume(self, topic: str, partition: int, metadata: str | None) -> None:
-        """Holds nothing across batches."""
+        self.resumed.append(metadata)
 
     def forget(self, topic: str, partition: int) -> None:
         """Holds nothing across batches."""

@@ -15,7 +15,7 @@ from confluent_kafka import TopicPartition
 
 from pipeline.deadletter import headers_dict
 from pipeline.errors import SinkBackpressure, TransientWriteError
-from sinks.runner import RunnerConfig, SinkRunner, SinkStats
+from sinks.runner import RunnerConfig, SinkRunner, SinkStats, commit_metadata, parse_metadata
 from tests.fakes.kafka import FakeConsumer, FakeMessage, RecordingPublisher
 from tests.fakes.sinks import ScriptedSink
 
@@ -121,6 +121,36 @@ def test_an_item_refused_alone_costs_only_itself_and_its_batch_is_stored_and_com
     assert sorted(v for batch in sink.written for v in batch) == [b"a", b"b", b"d", b"f"]
     assert consumer.committed() == {("in", 0): 6} and runner.stats.dead_lettered == 2
     assert flushed_before_commit(events)
+
+
+def test_a_message_read_again_after_a_restart_does_not_send_its_dead_letter_again() -> None:
+    """Issue 37: the sink's commit stays at the first message of an open rollup minute, so a restart reads again
+    messages whose items were dead-lettered, and refused them a second time. A commit now says how far letters
+    were sent: a message read again below it sends none; one past it (never lettered) does."""
+    values = (b"a", b"b", b"c", b"d")
+    first = FakeConsumer(messages(*values))
+    sink = ScriptedSink(refuse_prepared=frozenset({b"b", b"e"}), hold=0)
+    runner, dlq = run_until(sink, first, lambda: bool(first.commits) and first.positions.get(("in", 0)) == 4)
+    assert [m[2] for m in dlq.on("dlq")] == [b"b"] and runner.stats.dead_lettered == 1  # its letter, once
+    assert first.committed() == {("in", 0): 0}  # held: everything is read again
+    assert first.metadata[("in", 0)] == "lettered=4;held"
+
+    again = FakeConsumer(messages(*values, b"e"))  # the restart: read from the held commit, one message more
+    again.commits, again.metadata = first.commits, first.metadata
+    sink = ScriptedSink(refuse_prepared=frozenset({b"b", b"e"}), hold=0)
+    runner, dlq = run_until(sink, again, lambda: again.metadata[("in", 0)] == "lettered=5;held")
+    assert sink.resumed == ["held"]  # the sink gets its own metadata back
+    letters = [headers_dict(m[3]) for m in dlq.on("dlq")]
+    assert [h["hermeneut-source"] for h in letters] == ["in/0/4"]  # e's; b's was sent by the first run
+    assert runner.stats.dead_lettered == 1 and runner.stats.letters_not_resent == 1
+    assert sorted(v for batch in sink.written for v in batch) == [b"a", b"c", b"d"]
+
+
+def test_a_commit_made_before_letters_were_marked_is_the_sinks_alone() -> None:
+    assert parse_metadata(commit_metadata(17, "rollup:3")) == (17, "rollup:3")
+    assert parse_metadata(commit_metadata(0, "")) == (0, "")
+    for old in ("rollup:3", "", None, "lettered=x;y", "lettered=5"):
+        assert parse_metadata(old) == (None, old)
 
 
 def test_a_batch_is_handed_off_as_soon_as_it_is_full_not_after_the_whole_consume_call() -> None:
