@@ -5,7 +5,8 @@
 1. the importer plugin (registry kind ``importer``), validated before anything is connected;
 2. topics and buckets (idempotent); a processor and a sink as child processes unless the pipeline already runs
    elsewhere (``pipeline=False``) or one runs already: the main job's (``hermeneut run`` leaves them running with
-   the local services) or any in the stage's consumer group. A second processor in the same group would take half
+   the local services) or any in the stage's consumer group. Imports through one state folder run one at a time
+   (:class:`ImportLock`). A second processor in the same group would take half
    the partitions from the running one, so the import goes through the running stages instead and says so; a
    SIGTERM to the import stops the stages it started;
 3. :class:`producers.importers.driver.ImportDriver` publishes the blocks (progress bar: rows/s, ETA), resuming
@@ -22,9 +23,11 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import logging
 import math
+import os
 import signal
 import threading
 import time
@@ -127,6 +130,42 @@ def pipeline_used(own: list[str], running: dict[str, int], run_dir: Path | None,
     if found:
         parts.append(f"the running {' and '.join(found)}")
     return "; ".join(parts) or "a pipeline running elsewhere (--no-pipeline)"
+
+
+class ImportLock:
+    """Imports through one state folder run one at a time (an advisory lock the kernel frees when its holder
+    dies). Two at once went wrong two ways: a second import of a range read what was stored before the first's
+    points were, so its rows' verdicts overwrote the first's instead of merging by field; and it went through the
+    stages the first had started, found in their consumer groups, which the first stopped when it was done, so
+    the second's messages were never processed. The second waits, saying for whom."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self, holder: str, echo: Callable[[str], Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                other = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another import"
+                echo(f"waiting for {other} to finish: imports through one state folder ({self.path.parent}) run "
+                     "one at a time, so that one of the same range merges with what the other stored")  # fmt: skip
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{holder} (pid {os.getpid()})".encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.close(self._fd)  # frees the lock
+            self._fd = None
 
 
 class _Terminated(SystemExit):
@@ -389,18 +428,20 @@ def run_import(
     storage_setup(settings)
     run_id = f"{key}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:6]}"
     stages: list[Stage] = []
-    running = running_stages(settings) if pipeline else {}
-    joined = group_members(settings) if pipeline else {}
-    # a stage already in its consumer group (the main job's, one started by hand) keeps the group's partitions: the
-    # import goes through it, never a second one that would take half of them
-    own = [name for name in ("process", "sink") if pipeline and name not in running and not joined.get(name)]
-    run_dir = settings.services.state_dir / "imports" / key / run_id if own else None
-    through = pipeline_used(own, running, run_dir, joined)
-    if pipeline and len(own) < 2:
-        echo(f"the import goes through {through}")
+    lock = ImportLock(settings.services.state_dir / "imports" / "running.lock")
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
+        lock.acquire(f"the import {key}", echo)
+        running = running_stages(settings) if pipeline else {}
+        joined = group_members(settings) if pipeline else {}
+        # a stage already in its consumer group (the main job's, one started by hand) keeps the group's partitions:
+        # the import goes through it, never a second one that would take half of them
+        own = [name for name in ("process", "sink") if pipeline and name not in running and not joined.get(name)]
+        run_dir = settings.services.state_dir / "imports" / key / run_id if own else None
+        through = pipeline_used(own, running, run_dir, joined)
+        if pipeline and len(own) < 2:
+            echo(f"the import goes through {through}")
         if run_dir is not None:
             stages = [start_stage(name, settings, run_dir) for name in own]
             if not wait_for(lambda: all(s.stats().get("assigned") or not s.alive() for s in stages), 120):
@@ -434,6 +475,7 @@ def run_import(
     finally:
         for stage in reversed(stages):
             stage.stop()
+        lock.release()
         if main_thread:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 

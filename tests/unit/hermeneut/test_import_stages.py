@@ -1,6 +1,6 @@
 """Which stages an import starts and that it stops them: none where the main job left its processor and sink
 running (a second processor in their consumer group would take half the partitions), and a SIGTERM to the import
-stops the ones it started (issue 37: they stayed up)."""
+stops the ones it started (issue 37: they stayed up); imports run one at a time, a second waiting for the first."""
 
 from __future__ import annotations
 
@@ -76,6 +76,51 @@ def test_sigterm_stops_the_processor_and_sink_the_import_started(started: list[S
     assert [s.name for s in started] == ["process", "sink"]
     assert [s.proc.poll() for s in started] == [-signal.SIGTERM, -signal.SIGTERM]  # stopped, not left running
     assert signal.getsignal(signal.SIGTERM) == before
+    said: list[str] = []
+    lock = importjob.ImportLock(tmp_path / "state" / "imports" / "running.lock")
+    lock.acquire("next", said.append)
+    lock.release()
+    assert said == []  # the import's lock went with it
+
+
+def test_a_second_import_waits_for_the_first_and_says_for_whom(tmp_path: Path) -> None:
+    """Issue 37: imports of the same range merge by field only once the first import's points are stored; two at
+    once (and a second going through the first's stages, stopped when the first is done) did not. A real second
+    process holds the lock: this one waits until it lets go, and says whom it waits for."""
+    path, done = tmp_path / "imports" / "running.lock", tmp_path / "first-done"
+    first = _holder(path, f"time.sleep(1.0); pathlib.Path({str(done)!r}).touch(); lock.release(); time.sleep(60)")
+    try:
+        said: list[str] = []
+        lock = importjob.ImportLock(path)
+        lock.acquire("the import second", said.append)
+        assert done.exists()  # not before the first let go
+        assert len(said) == 1 and said[0].startswith(f"waiting for the import first (pid {first.pid}) to finish")
+        lock.release()
+    finally:
+        first.kill()
+        first.wait()
+
+
+def test_an_import_killed_holding_the_lock_frees_it(tmp_path: Path) -> None:
+    path = tmp_path / "imports" / "running.lock"
+    first = _holder(path, "time.sleep(60)")
+    first.kill()
+    first.wait()
+    said: list[str] = []
+    lock = importjob.ImportLock(path)
+    lock.acquire("the import second", said.append)
+    lock.release()
+    assert said == []
+
+
+def _holder(path: Path, then: str) -> subprocess.Popen[str]:
+    """Another process that takes the import lock as "the import first", says so, then runs ``then``."""
+    code = (f"import pathlib, time\nfrom hermeneut.jobs.importjob import ImportLock\n"
+            f"lock = ImportLock(pathlib.Path({str(path)!r}))\nlock.acquire('the import first', print)\n"
+            f"print('held', flush=True)\n{then.replace('; ', chr(10))}\n")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
 
 
 def test_an_import_uses_the_stages_the_main_job_left_running(
