@@ -421,9 +421,10 @@ class DetectorSettings(_Section):
     #: a job change within this long of a power-limit change makes the change a setting, not a fault
     job_boundary_s: float = Field(default=120.0, ge=0.0, le=3600.0)
     #: the processor's per-GPU state of an import (a lane behind its node's live data) is freed once no row came to
-    #: it for this long (s, wall time): an import's messages come seconds apart while it runs, so 10 minutes idle is
-    #: an import done; kept, every import of older data would grow the state for good (processors/state.py). What
-    #: the freed lane had open goes without a message (its findings are history). 0: never freed
+    #: it for this long (s, wall time while data flows: a pause with no data at all, e.g. Kafka down, counts at most
+    #: 30 s): an import's messages come seconds apart while it runs, so 10 minutes idle is an import done; kept,
+    #: every import of older data would grow the state for good (processors/state.py). What the freed lane had open
+    #: goes without a message (its findings are history). 0: never freed
     lane_idle_s: float = Field(default=600.0, ge=0.0, le=86_400.0)
 
 

@@ -36,9 +36,13 @@ a finding of a history lane is about the same GPU, dated at its own time.
 
 **A lane that is done is freed.** Every import of older data (every import of a range again) opens lanes; kept,
 they would grow the state with every import. With ``idle_s`` set, a lane that took no row for ``idle_s`` of the
-table's own clock (wall time: an import finishes, its lane stays idle) while another lane of its node is ahead of it
-in event time is freed: its slots and node id are handed out again, every attached state's rows of them are filled
-anew, and the stages that keep more per slot than attached columns are told (:meth:`GpuSlots.on_free`). The lane
+table's own clock while another lane of its node is ahead of it in event time is freed. The table's clock is wall
+time while data flows: a pause between two batches counts at most :data:`QUIET_S`, so an outage (Kafka down, the
+processor stopped in a debugger) ages no lane, and an import that stalls with everything else resumes its lane.
+An import that stalls alone while live data flows for ``idle_s`` is taken for done, and its rest starts a lane
+from nothing, as an interrupted import resumed later does. When a lane is freed, its slots and node id are handed
+out again, every attached state's rows of them are filled anew, and the stages that keep more per slot than
+attached columns are told (:meth:`GpuSlots.on_free`). The lane
 ahead in event time of every other of its node (the live one) is never freed, nor the only lane of a node: a node
 that goes silent keeps its state, and its silence stays evidence. A freed lane's number is never reused: a later
 import starts a new lane, from nothing, as it would have anyway. The processor frees lanes idle for
@@ -74,6 +78,9 @@ NodeKey = tuple[str, str]
 #: round, a node's sources a little apart, a retried message; further behind, it is history with a lane of its own
 #: (a shorter range read again joins its lane, where no time and no counter goes back: nothing is faked)
 BEHIND_S: Final = 30.0
+#: the most (s) a pause between two batches adds to the table's clock, by which lanes are idle: live data comes
+#: every few seconds at most, so a longer pause is no data at all, and no lane's doing
+QUIET_S: Final = 30.0
 #: what a state's rows stand for
 Per = Literal["gpu", "node"]
 S = TypeVar("S")
@@ -157,7 +164,9 @@ class GpuSlots:
         self._attached: list[tuple[weakref.ref[Any], Per]] = []
         self._last: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], np.ndarray] | None = None
         self._idle_s, self._clock = idle_s, clock
-        self._swept = clock()
+        #: the table's clock (s; module docstring), and the wall time it last moved on
+        self._work, self._seen = 0.0, clock()
+        self._swept = 0.0
         #: slots and node ids of freed lanes, handed out again lowest first; node ids handed out so far
         self._free_slots: list[int] = []
         self._free_nodes: list[int] = []
@@ -241,8 +250,10 @@ class GpuSlots:
         if last is not None and last[0] is batch.gpu_uuid and last[1] is batch.node and last[2] is batch.cluster:
             return last[3]
         now = self._clock()
-        if self._idle_s is not None and now - self._swept >= self._idle_s / 4:
-            self._sweep(now)
+        self._work += min(max(now - self._seen, 0.0), QUIET_S)
+        self._seen = now
+        if self._idle_s is not None and self._work - self._swept >= self._idle_s / 4:
+            self._sweep(self._work)
         keys = list(zip(batch.cluster, batch.node, batch.gpu_uuid, strict=True))
         out = self._continuing(keys, batch.ts_ns) if not batch.gpu_events else None
         if out is None:
@@ -264,7 +275,7 @@ class GpuSlots:
         if clocks.shared[node].any() or (ts < clocks.clock[node] - self._behind_ns).any():
             return None
         np.maximum.at(clocks.clock, node, ts)
-        clocks.used[node] = self._clock()
+        clocks.used[node] = self._work
         self._placed = {}
         return slots
 
@@ -319,7 +330,7 @@ class GpuSlots:
             self._clocks.shared[list(lanes.ids.values())] = len(lanes.ids) > 1
         i = lanes.ids[lane]
         self._clocks.clock[i] = max(int(self._clocks.clock[i]), ts_ns)
-        self._clocks.used[i] = self._clock()
+        self._clocks.used[i] = self._work
         lanes.last = lane
         return lane
 

@@ -66,8 +66,9 @@ def test_the_episodes_of_a_freed_lane_go_unsent_and_its_slots_start_clean() -> N
     gpus.open(0, "leak", 10_000)
     gpus.open(1, "leak", 5)
     nodes.open(1, "power-capping", 5)
-    wall[0] = 700.0
-    slots.rows(_round(10_001, 0))
+    for t in range(10_001, 10_071):  # live goes on for 700 s: the import is done
+        wall[0] += 10.0
+        slots.rows(_round(t, 0))
     assert slots.freed == 1
     assert slots.rows(_round(50, 0)).tolist() == [1] and slots.node_of[1] == 1  # the next import: slot and node reused
     assert [(row, name) for row, name, _ in gpus.listed()] == [(0, "leak")] and not nodes

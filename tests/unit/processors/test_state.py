@@ -117,6 +117,31 @@ def test_a_gpu_event_goes_to_the_lane_of_its_time() -> None:
     assert slots.rows(_at("n1", 10_004, 7)).tolist() == [2]
 
 
+def test_an_outage_ages_no_lane_and_an_import_that_stalls_with_everything_resumes_its_lane() -> None:
+    """Issue 37: an import stalled over ``idle_s`` had its lane freed mid-way, its rest starting from nothing. The
+    table's clock moves only while batches come (a pause counts at most ``QUIET_S``): 20 minutes of no data at all
+    (Kafka down) free nothing and the import goes on in its lane; the same import silent while live reports for 700 s
+    is taken for done (a stall of the import alone, as the module docstring says)."""
+    wall = [0.0]
+    slots = GpuSlots(behind_s=30, idle_s=600.0, clock=lambda: wall[0])
+    state = slots.attach(_PerGpu())
+    for t in range(100):
+        wall[0] += 1.0
+        slots.rows(_at("n1", 100_000 + t, 0))
+        state.count[slots.rows(_at("n1", t, 0))] += 1  # the import, in lane 1
+    wall[0] += 1200.0  # the outage: nothing comes
+    for t in range(100, 200):
+        wall[0] += 1.0
+        slots.rows(_at("n1", 100_000 + t, 0))
+        assert slots.rows(_at("n1", t, 0)).tolist() == [1]  # the import's rest: its lane, its state
+        state.count[1] += 1
+    assert slots.freed == 0 and state.count[1] == 200
+    for t in range(200, 900):  # the import stalls alone: live reports on
+        wall[0] += 1.0
+        slots.rows(_at("n1", 100_000 + t, 0))
+    assert slots.freed == 1 and slots.lanes_of(("c", "n1")) == 1
+
+
 def test_lanes_that_are_done_are_freed_and_the_live_lane_never() -> None:
     """A live node reports every round while the same range of its history is imported 50 times (each import 100
     rounds, then idle): with ``idle_s`` the table holds at most the live lane and two imports' lanes, every attached

@@ -25,15 +25,23 @@ def _job3(_t: int, _gpu: int) -> Workload:
 
 
 def _freeing() -> tuple[Detectors, list[float]]:
-    """Detectors over a table that frees lanes idle for IDLE_S of a clock the test moves (wall time)."""
-    wall = [0.0]
-    return Detectors(DetectorSettings(), slots=GpuSlots(idle_s=IDLE_S, clock=lambda: wall[0])), wall
+    """Detectors over a table that frees lanes idle for IDLE_S of a clock the test moves: ``wall[0]`` (s), moved
+    on by ``wall[1]`` each time the table reads it (once a batch)."""
+    wall = [0.0, 0.0]
+
+    def clock() -> float:
+        wall[0] += wall[1]
+        return wall[0]
+
+    return Detectors(DetectorSettings(), slots=GpuSlots(idle_s=IDLE_S, clock=clock)), wall
 
 
 def _free(det: Detectors, wall: list[float], live_at: int, gpus: int = 8) -> list[Finding]:
-    """The imports are done: the wall clock moves past IDLE_S and the live node reports on (its lane frees theirs)."""
-    wall[0] += IDLE_S + 100
+    """The imports are done: the live node reports on for 60 rounds while the wall clock moves past IDLE_S (the
+    table's clock moves only while batches come: processors.state), and its lane frees theirs."""
+    wall[1] = (IDLE_S + 100) / 60
     found = run(60, start=live_at, gpus=gpus, detectors=det)[1]
+    wall[1] = 0.0
     assert det.slots.freed >= 1
     return found
 
@@ -123,8 +131,9 @@ def test_a_job_slowdown_open_on_a_freed_node_id_goes_with_it_while_the_job_goes_
     run(1200, _brake, job=_job3, detectors=det)
     run(120, _brake, start=LIVE + 10, job=_job3, detectors=det)
     assert det.report.nodes.is_open(1, "job-slowdown") and 1 in det.pace._open
-    wall[0] += IDLE_S + 100
+    wall[1] = (IDLE_S + 100) / 60
     run(60, _brake, start=LIVE + 130, job=_job3, detectors=det)
+    wall[1] = 0.0
     assert det.slots.freed == 1 and det.stragglers.peers_of(0) == list(range(1, 8))
     assert 1 not in det.pace._open and not det.report.nodes.is_open(1, "job-slowdown")
     ended = run(60, start=LIVE + 190, job=lambda _t, _g: None, detectors=det)[1]  # the job ends
@@ -159,8 +168,9 @@ def test_an_import_onto_a_freed_lanes_slots_finds_only_its_own_and_live_is_untou
     for det in (freeing, kept):
         found = run(300, start=LIVE, detectors=det)[1]
         first.append(run(1800, _slow(5, 600), job=_job3, events=_xids(100, 150, 200), detectors=det)[1])
-        wall[0] += IDLE_S + 100
+        wall[1] = (IDLE_S + 100) / 60  # the wall clock moves on while live reports
         found += run(60, start=LIVE + 300, detectors=det)[1]
+        wall[1] = 0.0
         if det is freeing:
             second, batches = second_import(det)
         found += run(60, start=LIVE + 360, detectors=det)[1]
