@@ -33,7 +33,7 @@ from pipeline.services.stages import wait_for
 from pipeline.sizing import read_limits
 from producers.agent import NodeAgent
 from producers.simulator import Fleet
-from producers.simulator.faults import FaultPlan
+from producers.simulator.plan import FaultPlan
 from producers.simulator.source import SimulatorSource
 
 

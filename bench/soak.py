@@ -35,7 +35,7 @@ from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Sett
 from pipeline.services import influxdb, kafka
 from pipeline.services.stages import Stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
-from producers.simulator.faults import FaultPlan
+from producers.simulator.plan import FaultPlan
 from sinks.query.store import flux_rows
 
 MIB = 2**20

@@ -454,7 +454,7 @@ class FaultRecord:
     start_ns: int
     end_ns: int
     detail: str = ""
-    #: how strong the fault is, in its class's own unit (producers.simulator.faults.MAGNITUDES); None: not graded
+    #: how strong the fault is, in its class's own unit (producers.simulator.plan.MAGNITUDES); None: not graded
     magnitude: float | None = None
 
     @property

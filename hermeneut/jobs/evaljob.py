@@ -430,7 +430,7 @@ def simulator_producer(
 ) -> Callable[[Settings, Path], int]:
     """The simulator as the producer: fast-forwarded history with a balanced fault mix (each class expected
     ``faults_per_class`` times over the run), as a child process."""
-    from producers.simulator.faults import FaultPlan
+    from producers.simulator.plan import FaultPlan
 
     plan = FaultPlan.for_evaluation(nodes, hours * 3600, faults_per_class)
 

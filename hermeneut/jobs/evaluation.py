@@ -22,7 +22,7 @@ fleet scale, hermeneut/jobs/fleeteval.py). The rules are built so that the score
 - **Undetectable tails are excluded by rule and counted**: a fault that starts less than its class's
   :data:`MIN_VISIBLE_S` before the run ends cannot have shown its signature yet; it leaves the denominator and the
   report says how many did.
-- Recall is also reported per magnitude band of graded faults (producers.simulator.faults.MAGNITUDES), and the
+- Recall is also reported per magnitude band of graded faults (producers.simulator.plan.MAGNITUDES), and the
   plan's injections that never found a target are reported, not silently dropped.
 """
 

@@ -61,7 +61,7 @@ from processors.enrich import ContextTimeline
 from processors.features import PHASE_INDEX, features_of
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet
-from producers.simulator.faults import MAGNITUDES, FaultPlan
+from producers.simulator.plan import MAGNITUDES, FaultPlan
 
 _S: Final = 1_000_000_000
 T0: Final = 1_800_000_000 * _S

@@ -95,7 +95,7 @@ def main_job(
     from pipeline.publisher import Publisher
     from producers.agent import AgentReport, NodeAgent
     from producers.simulator import Fleet
-    from producers.simulator.faults import FaultPlan, Injection
+    from producers.simulator.plan import FaultPlan, Injection
     from producers.simulator.source import SimulatorSource
     from sinks.retention import setup as storage_setup
 

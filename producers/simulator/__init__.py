@@ -5,9 +5,9 @@ applications and their phases, scheduler.py the jobs, faults.py the fault inject
 source.py the fleet as a source of the node agent (producers/agent.py publishes it, real time or fast-forward).
 """
 
-from producers.simulator.faults import FaultPlan, Injection
 from producers.simulator.fleet import Fleet, SimRound
 from producers.simulator.hardware import MIXES, MODELS, NODE_KINDS, GpuModel, NodeKind
+from producers.simulator.plan import FaultPlan, Injection
 from producers.simulator.profiles import PROFILES, Profile
 
 __all__ = [

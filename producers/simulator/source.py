@@ -22,8 +22,8 @@ from pipeline.config import Settings
 from pipeline.errors import ConfigError
 from pipeline.events import METRIC_NAMES, GpuContext, NodeTopology
 from pipeline.registry import with_options
-from producers.simulator.faults import FaultPlan
 from producers.simulator.fleet import Fleet, assign_kinds
+from producers.simulator.plan import FaultPlan
 from producers.source import Record, check_names
 
 Withhold = Callable[[GpuContext], bool]

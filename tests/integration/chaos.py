@@ -38,7 +38,7 @@ from pipeline.events import Finding
 from pipeline.publisher import Publisher
 from pipeline.services.stages import Stage, wait_for
 from producers.simulator import Fleet
-from producers.simulator.faults import FaultPlan, Injection
+from producers.simulator.plan import FaultPlan, Injection
 from sinks.alerting.admin import AlertAdmin, make_receiver, make_subscription
 from sinks.alerting.model import fingerprint
 from sinks.influxdb.rollup import LATENESS_MIN, MINUTE_NS

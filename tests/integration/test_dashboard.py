@@ -29,7 +29,7 @@ from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
 from producers.agent import NodeAgent
 from producers.simulator import Fleet
-from producers.simulator.faults import FaultPlan, Injection
+from producers.simulator.plan import FaultPlan, Injection
 from producers.simulator.source import SimulatorSource
 from sinks.retention import backfill, setup
 from tests.webserver import get, get_json

@@ -30,7 +30,7 @@ from pipeline.services import prometheus
 from pipeline.services.stages import Stage, wait_for
 from producers.agent import NodeAgent
 from producers.simulator import Fleet
-from producers.simulator.faults import FaultPlan, Injection
+from producers.simulator.plan import FaultPlan, Injection
 from producers.simulator.source import SimulatorSource
 from sinks.query.store import flux_rows
 

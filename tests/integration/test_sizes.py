@@ -24,7 +24,7 @@ from pipeline.services.stages import wait_for
 from producers.nvml import NvmlCollector
 from producers.nvml.replay import ReplayNvml
 from producers.simulator import Fleet
-from producers.simulator.faults import FaultPlan
+from producers.simulator.plan import FaultPlan
 
 from .harness import consume_all, publish, running_pipeline, wait_stored
 

@@ -40,7 +40,7 @@ from pipeline.events import (
     Workload,
 )
 from producers.simulator import Fleet
-from producers.simulator.faults import FaultPlan
+from producers.simulator.plan import FaultPlan
 from sinks.base import Position
 from sinks.influxdb.lines import InfoTracker, batch_lines
 from sinks.influxdb.sink import InfluxDBConfig, InfluxDBSink

@@ -32,7 +32,7 @@ from processors.interpret import Interpreter
 from processors.normalize import Origins, RawMessage
 from processors.writes import TakeResult, TakeWriter
 from producers.simulator import Fleet
-from producers.simulator.faults import FaultPlan
+from producers.simulator.plan import FaultPlan
 from tests.fuzzing import count
 
 TOPICS = TopicSettings()

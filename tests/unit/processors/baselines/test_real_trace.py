@@ -41,7 +41,7 @@ from processors.baselines.world import world_band
 from processors.features import FEATURE_INDEX, features, features_of, fill_relative, infer_phase
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet
-from producers.simulator.faults import FaultPlan
+from producers.simulator.plan import FaultPlan
 from tests import TESTDATA
 from tests.unit.processors.history import T0
 

@@ -15,7 +15,7 @@ from pipeline.codec import decode_record, encode_record
 from pipeline.events import EventKind, FaultRecord, GpuEvent, GpuSample
 from pipeline.kinds import FAULTS
 from producers.simulator import FaultPlan, Fleet, Injection
-from producers.simulator.faults import (
+from producers.simulator.plan import (
     OTHER_CLASSES,
     REPAIR_QUANTILES,
     TRACE_CLASSES,

@@ -21,7 +21,7 @@ from pipeline.events import (
 )
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet
-from producers.simulator.faults import FaultPlan
+from producers.simulator.plan import FaultPlan
 from sinks.influxdb.lines import InfoTracker, batch_lines, finding_line
 
 

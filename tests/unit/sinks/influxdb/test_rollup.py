@@ -18,7 +18,7 @@ from pipeline.config import ValidationSettings
 from pipeline.events import METRIC_INDEX, InterpretedBatch, Verdict, Workload
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet
-from producers.simulator.faults import FaultPlan
+from producers.simulator.plan import FaultPlan
 from sinks.influxdb.lines import series_tags
 from sinks.influxdb.rollup import IDLE_MIN, MINUTE_NS, MinuteRollups, SeriesIndex, rollup_lines, rollup_values
 from sinks.query.model import ROLLUP_FIELDS
