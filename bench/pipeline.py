@@ -67,7 +67,8 @@ from producers.agent import NodeAgent
 from producers.dcgm_exporter import PromSample, parse_exposition
 from producers.simulator import Fleet
 from producers.simulator.source import SimulatorSource
-from sinks.influxdb.lines import INFO_REFRESH_NS, MEASUREMENT, InfoTracker, batch_lines
+from sinks.influxdb.lines import INFO_REFRESH_NS, InfoTracker, batch_lines
+from sinks.influxdb.schema import GPU
 from sinks.influxdb.write import InfluxWriter
 
 GPUS_PER_NODE = 8
@@ -255,7 +256,7 @@ def field_budget(lines: list[str]) -> dict[str, float]:
     samples = 0
     for line in lines:
         head, fields, _ = _parts(line)
-        if not head.startswith(f"{MEASUREMENT},"):
+        if not head.startswith(f"{GPU},"):
             continue
         if head not in seen:
             seen.add(head)
@@ -285,7 +286,7 @@ def on_change(lines: list[str]) -> list[str]:
     out: list[str] = []
     for line in lines:
         series, fields, ts = _parts(line)
-        if series.split(",", 1)[0] != MEASUREMENT:
+        if series.split(",", 1)[0] != GPU:
             out.append(line)
             continue
         period = int(ts) * 1_000_000 // INFO_REFRESH_NS  # the sink writes milliseconds

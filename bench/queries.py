@@ -33,6 +33,7 @@ from pipeline.services import influxdb
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet
 from sinks.influxdb.lines import batch_lines
+from sinks.influxdb.schema import GPU
 from sinks.influxdb.write import InfluxWriter
 from sinks.query import (
     COMPARE_FEATURES,
@@ -51,7 +52,6 @@ from sinks.query import (
 )
 from sinks.query.model import (
     BENIGN_MASKS,
-    GPU,
     Aggregate,
     Expr,
     FieldEquals,

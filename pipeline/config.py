@@ -208,6 +208,8 @@ class TopicSettings(_Section):
     alert_state: str = "hermeneut.alerts.state"
     alert_config: str = "hermeneut.alerts.config"
     notifications: str = "hermeneut.notifications"
+    #: every delivery attempt and every held notification, for the InfluxDB sink to store (pipeline.notifications)
+    notification_history: str = "hermeneut.notifications.history"
     health: str = "hermeneut.health"
     partitions: int = Field(default=6, ge=1, le=1024)
     replication_factor: int = Field(default=1, ge=1, le=16)

@@ -66,6 +66,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(t.alert_state, 1, rf, compact),
         TopicSpec(t.alert_config, 1, rf, compact),
         TopicSpec(t.notifications, 1, rf, common | {"retention.ms": str(7 * 24 * _HOUR_MS)}),
+        TopicSpec(t.notification_history, 1, rf, common | {"retention.ms": str(7 * 24 * _HOUR_MS)}),
         TopicSpec(t.health, 1, rf, compact),
     ]
 

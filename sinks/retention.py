@@ -48,10 +48,11 @@ from pipeline.errors import ConfigError, ServiceError
 from pipeline.events import METRIC_INDEX, RELATIVE_FIELDS, Verdict
 from sinks.influxdb.lines import series_tags
 from sinks.influxdb.rollup import rollup_rows
+from sinks.influxdb.schema import JOB_FIELDS, ROLLUP_FIELDS
 from sinks.influxdb.write import InfluxWriter
 from sinks.query.flux import jobs_range_flux, jobs_task_flux
 from sinks.query.history import StoredRows, stored_rows
-from sinks.query.model import JOB_FIELDS, NS, ROLLUP_FIELDS
+from sinks.query.model import NS
 from sinks.query.store import Store
 
 DAY_S: Final = 86400

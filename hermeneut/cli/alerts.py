@@ -73,16 +73,12 @@ def _stored_episodes(settings: Settings) -> list[Episode]:
 def run_cmd(ctx: click.Context, stats_file: Path | None, metrics_port: int | None) -> None:
     """The alert manager: findings in, notifications out, until SIGTERM/Ctrl-C (then it drains)."""
     from pipeline.publisher import Publisher
-    from sinks.alerting.history import HistoryWriter
     from sinks.alerting.manager import AlertManager
     from sinks.alerting.receivers import EmailSender, HttpSender, KafkaSender, Sender
     from sinks.alerting.targets import TargetPolicy
-    from sinks.influxdb.write import InfluxWriter
 
     settings = resolved(ctx)
     a = settings.alerts
-    writer = InfluxWriter.from_settings(settings.influxdb)
-    history = HistoryWriter(writer)
     http = HttpSender(a.external_url, a.http_timeout_s, policy=TargetPolicy.parse(a.allowed_targets))
     kafka_out = Publisher(settings.kafka.client_config(), linger_ms=0)
     senders: dict[str, Sender] = {
@@ -95,14 +91,12 @@ def run_cmd(ctx: click.Context, stats_file: Path | None, metrics_port: int | Non
     exposed = expose(settings, "alerts", metrics_port)
     with errors():
         past = _stored_episodes(settings)
-        manager = AlertManager(settings, senders, history, stats_file, registry=exposed.registry, past=past)
+        manager = AlertManager(settings, senders, stats_file, registry=exposed.registry, past=past)
         manager.start()
     try:
         manager.run(stop)
     finally:
         kafka_out.close(10)
-        history.close(grace_s=settings.influxdb.shutdown_grace_s)
-        writer.close()
         exposed.close()
 
 

@@ -8,9 +8,11 @@ Then one loop, in this order (the order is the crash-safety argument):
 
 1. consume findings (consumer group ``<group_prefix>-alerting``); undecodable ones go to the dead-letter topic;
 2. apply them to the lifecycle and run the timers; evaluate every subscription's groups; each notification
-   becomes one outbox :class:`Delivery` per receiver; suppressed/damped ones become history records;
-3. publish every changed state record (alerts, groups, new outbox entries, tombstones of finished ones) and
-   wait for Kafka's acknowledgement;
+   becomes one outbox :class:`Delivery` per receiver; suppressed/damped ones become history records
+   (:class:`pipeline.notifications.NotificationRecord`, as every delivery attempt does);
+3. publish every changed state record (alerts, groups, new outbox entries, tombstones of finished ones), the
+   health changes and the history records, and wait for Kafka's acknowledgement (the InfluxDB sink stores the
+   history from its topic, committing after its flush);
 4. only then commit the findings' offsets and hand the new deliveries to the workers.
 
 A crash before 3 loses nothing (the findings are consumed again; applying an old finding is a no-op); a crash
@@ -63,6 +65,7 @@ from pipeline.metrics import (
     librdkafka_lag,
 )
 from pipeline.mirror import TopicMirror
+from pipeline.notifications import NotificationRecord, UniqueTimes
 from pipeline.publisher import Publisher, Record
 from pipeline.sizing import read_limits
 from pipeline.stats import Stall, write_stats
@@ -70,7 +73,6 @@ from pipeline.vocab import NS_PER_S
 from sinks.alerting.delivery import Attempt, DeliveryPool
 from sinks.alerting.engine import AlertEngine
 from sinks.alerting.grouping import DAMPED, Notification, Suppressed
-from sinks.alerting.history import HistoryWriter, NotificationRecord
 from sinks.alerting.inhibit import INHIBITED, MAINTENANCE, SILENCED, parse_inhibit_rules
 from sinks.alerting.lifecycle import LifecycleConfig
 from sinks.alerting.model import (
@@ -125,8 +127,8 @@ class ManagerStats:
     commits: int = 0
     outbox: int = 0
     recovered_deliveries: int = 0
-    history_written: int = 0
-    history_dropped: int = 0
+    #: notification records (delivery attempts, held notifications) published for the sink to store
+    history_records: int = 0
     #: state records over their topic's limit: refused before they were queued, logged
     too_large: int = 0
     #: health changes published on the health topic (pipeline.health)
@@ -163,8 +165,11 @@ MANAGER_FIELDS: tuple[Field, ...] = (
     gauge("shadow_escalations", "hermeneut_alerts_shadow_escalations", "Reasons shadow escalation rules would give."),
     gauge("outbox", "hermeneut_alerts_outbox", "Deliveries not finished yet."),
     counter("recovered_deliveries", "hermeneut_alerts_recovered_deliveries_total", "Deliveries resumed at start."),
-    counter("history_written", "hermeneut_alerts_history_written_total", "Notification records written to InfluxDB."),
-    counter("history_dropped", "hermeneut_alerts_history_dropped_total", "Notification records InfluxDB refused."),
+    counter(
+        "history_records",
+        "hermeneut_alerts_history_records_total",
+        "Notification records (attempts, held notifications) published for the sink to store.",
+    ),
 )
 
 
@@ -175,7 +180,6 @@ class AlertManager:
         self,
         settings: Settings,
         senders: dict[str, Sender],
-        history: HistoryWriter | None,
         stats_file: Path | None = None,
         clock_ns: Callable[[], int] = time.time_ns,
         registry: CollectorRegistry | None = None,
@@ -187,7 +191,9 @@ class AlertManager:
         self.cfg = settings.alerts
         self.engine = AlertEngine(self.cfg, parse_inhibit_rules(self.cfg.inhibit_rules))
         self.clock_ns = clock_ns
-        self.history = history
+        #: history records to publish, each at a millisecond of its own in its series
+        self._history: list[NotificationRecord] = []
+        self._unique_times = UniqueTimes()
         self.stats = ManagerStats()
         self.stats_file = stats_file
         self._kafka = settings.kafka.client_config()
@@ -225,7 +231,7 @@ class AlertManager:
     def start(self, timeout_s: float = 120.0) -> None:
         """Rebuild state and config from Kafka, then join the findings consumer group."""
         t = self.settings.topics
-        limits = read_limits(self._kafka, (t.alert_state, t.dead_letter), timeout_s)
+        limits = read_limits(self._kafka, (t.alert_state, t.notification_history, t.dead_letter), timeout_s)
         self._pub = Publisher(self._kafka, linger_ms=2, limits=limits)
         state: TopicMirror[StateRecord] = TopicMirror(self._kafka, self.settings.topics.alert_state, decode_state)
         state.start()
@@ -448,9 +454,7 @@ class AlertManager:
         if not held:
             return
         self.stats.suppressed += len(held)
-        if self.history is None:
-            return
-        self.history.add(
+        self._history += self._unique_times(
             [
                 NotificationRecord(
                     now_ns,
@@ -511,8 +515,7 @@ class AlertManager:
             if a.final:
                 self._finish(a.delivery)
             records.extend(self._attempt_records(a))
-        if records and self.history is not None:
-            self.history.add(records)
+        self._history += self._unique_times(records)
 
     def _attempt_records(self, a: Attempt) -> list[NotificationRecord]:
         sub = self.engine.subscriptions.get(a.delivery.subscription_id)
@@ -543,7 +546,8 @@ class AlertManager:
 
     def _persist_and_commit(self) -> None:
         """Publish changed state (and dead letters), wait for Kafka, then commit findings and start deliveries."""
-        if not (self._dirty or self._health_dirty or self._letters or self._uncommitted or self._to_submit):
+        if not (self._dirty or self._health_dirty or self._history or self._letters or self._uncommitted
+                or self._to_submit):  # fmt: skip
             return
         topics = self.settings.topics
         records: list[Record] = []
@@ -556,6 +560,15 @@ class AlertManager:
                 continue
             records.append((topics.alert_state, key, value, None))
         records += [(topics.health, key, value, None) for key, value in self._health_dirty.items()]
+        history = len(self._history)
+        for r in self._history:
+            value = encode_record(r)
+            if self._pub.limits and not self._pub.limits.fits(topics.notification_history, None, value):
+                self.stats.too_large += 1
+                log.error("notification record of %d bytes is over the %s limit; not stored", len(value),
+                          topics.notification_history)  # fmt: skip
+                continue
+            records.append((topics.notification_history, None, value, None))
         limit = self._pub.limits.limit(topics.dead_letter) if self._pub.limits else 1_048_588
         records += [(topics.dead_letter, x.key, x.value, x.headers) for x in bounded(self._letters, limit)]
         try:
@@ -572,6 +585,8 @@ class AlertManager:
         self.stall.ok()
         self.stats.state_records += len(self._dirty)
         self.stats.health_records += len(self._health_dirty)
+        self.stats.history_records += history
+        del self._history[:history]
         self._dirty.clear()
         self._health_dirty.clear()
         self._letters.clear()
@@ -602,8 +617,5 @@ class AlertManager:
         return asdict(self.stats) | {"alerts": self._by_state, "shadow_by_kind": self.shadow.counts.alerts}
 
     def _write_stats(self) -> None:
-        if self.history is not None:
-            self.stats.history_written = self.history.written
-            self.stats.history_dropped = self.history.dropped
         shadow = {"shadow_by_kind": self.shadow.counts.alerts, "shadow_findings_by_kind": self.shadow.counts.findings}
         write_stats(self.stats_file, asdict(self.stats) | self.stall.values() | shadow)

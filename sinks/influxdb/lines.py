@@ -1,42 +1,7 @@
 """Interpreted events, findings, baselines and feedback as InfluxDB line protocol: pure functions, no I/O
 (:mod:`sinks.influxdb.write` sends the lines).
 
-Schema (the README has the cardinality budget):
-
-``gpu`` - one point per GPU sample, timestamp in milliseconds.
-  tags   ``cluster``, ``node``, ``gpu`` (uuid), ``gpu_index``, ``gpu_model``, ``application`` (when known).
-         Together they identify one GPU (application adds at most a handful of series per GPU over a retention
-         period). Nothing job-scoped is a tag: job ids and users would multiply series without bound.
-  fields every sample: its moving readings (float, units in the name; the ``FieldSpec``s that are neither a
-         limit nor a state), ``verdict`` (string), ``score`` (float, when scored), ``job_id`` (when known).
-         On change, and at each GPU's first sample of every 10 minutes: the state and counter readings
-         (``FieldSpec.state``: P-state, PCIe link, error totals, process count, memory clock) and the
-         interpretation: ``phase``, ``baseline`` (the id it was judged against), ``user``, ``app_source`` /
-         ``app_confidence`` (who said which application, e.g. ``inferred`` 0.93); a reader fills them forward
-         per GPU. A row that is not normal carries ``explanation``, ``drivers``, ``phase`` and ``baseline``
-         every time. Relative values (``*_ratio*``) are not stored: they are a reading over a limit of
-         ``gpu_info``, divided per point by the query layer (the 1-minute rollups keep them). docs/performance.md
-         has the per-sample field budget and how it was measured.
-``gpu_info`` - the GPU's limits (``FieldSpec.limit``: memory total, power limit, max clocks, thermal
-  thresholds, max PCIe link), same tags but ``application``, written when they change and every 10 minutes.
-  Repeating them every second cost InfluxDB a quarter of its per-point work for values that never change.
-``gpu_event`` - one point per discrete event (XID, ECC, row remap, GPU lost...): GPU tags plus ``kind`` and
-  ``code`` (both bounded); fields ``detail``, ``dedup_key``.
-``nic`` - one point per InfiniBand/RoCE port reading: tags ``cluster``, ``node``, ``device``, ``port``.
-``nvlink`` - per link (tag ``link``): state, error counters and throughput, written when the state or an error
-  counter changes and every 10 minutes (per-GPU NVLink totals are in ``gpu`` every sample).
-``gpu_process`` - the processes on a GPU (``count``, ``processes`` as "pid name MiB; ..."), on change and every
-  10 minutes.
-``finding`` - every detector finding (from the alerts topic): tags ``cluster``, ``node``, ``gpu``, ``detector``,
-  ``severity``, ``application`` (when known); fields ``active`` (1/0), ``summary``, ``action``, ``since_ns``,
-  ``job_id``, ``maintenance`` (why its node was out of service on purpose, when it was), and the evidence as
-  ``ev_<name>``.
-
-``baseline`` - the learned bands, written by ``hermeneut baselines train``: tags ``application``, ``gpu_model``
-  (``*`` for priors), ``phase``, ``feature`` (the stored field it describes); fields ``p01`` ``p05`` ``p50``
-  ``p95`` ``p99`` (in that field's units), ``n``, ``version``; timestamp = training time.
-``feedback`` - operators' verdicts on events (``hermeneut feedback``): tags ``cluster``, ``gpu``,
-  ``application``, ``gpu_model``; fields ``verdict``, ``note``, ``user``, ``event_ts_ms``, ``event_id``.
+The schema, every measurement with its tags and fields, is :mod:`sinks.influxdb.schema`.
 
 A replayed event has the same measurement, tags and timestamp, so InfluxDB overwrites instead of duplicating.
 
@@ -71,16 +36,20 @@ from pipeline.events import (
     Verdict,
 )
 from pipeline.identity import BAD_IDENTITY, identity_problem
+from pipeline.notifications import NotificationRecord
+from sinks.influxdb.schema import (
+    BASELINE,
+    FEEDBACK,
+    FINDING,
+    GPU,
+    GPU_EVENT,
+    GPU_INFO,
+    GPU_PROCESS,
+    NIC,
+    NOTIFICATION,
+    NVLINK,
+)
 
-MEASUREMENT: Final = "gpu"
-INFO_MEASUREMENT: Final = "gpu_info"
-EVENT_MEASUREMENT: Final = "gpu_event"
-NIC_MEASUREMENT: Final = "nic"
-NVLINK_MEASUREMENT: Final = "nvlink"
-PROCESS_MEASUREMENT: Final = "gpu_process"
-FINDING_MEASUREMENT: Final = "finding"
-BASELINE_MEASUREMENT: Final = "baseline"
-FEEDBACK_MEASUREMENT: Final = "feedback"
 _TAG_ESCAPES = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ ", "\n": "", "\r": ""})
 
 
@@ -236,7 +205,7 @@ class InfoTracker:
         ts_ms = (b.ts_ns // 1_000_000).tolist()
         rows = np.flatnonzero(changes.limits)
         for i, fields in zip(rows.tolist(), _field_parts(_LIMIT_KEYS, b.metrics[rows][:, _LIMIT_COLS]), strict=True):
-            out.append(f"{INFO_MEASUREMENT},{self.tags[slots[i]]} {fields} {ts_ms[i]}")
+            out.append(f"{GPU_INFO},{self.tags[slots[i]]} {fields} {ts_ms[i]}")
         refresh = changes.refresh.tolist()
         for i, (links, procs) in enumerate(zip(b.links, b.processes, strict=True)):
             if links:
@@ -278,7 +247,7 @@ def _process_line(gpu_tags: str, procs: tuple[GpuProcess, ...], ts_ms: int) -> s
     described = "; ".join(
         f"{p.pid} {p.name}" + ("" if p.used_memory_bytes is None else f" {p.used_memory_bytes >> 20}MiB") for p in procs
     )
-    return f"{PROCESS_MEASUREMENT},{gpu_tags} count={float(len(procs))!r},processes={string_field(described)} {ts_ms}"
+    return f"{GPU_PROCESS},{gpu_tags} count={float(len(procs))!r},processes={string_field(described)} {ts_ms}"
 
 
 def _link_line(gpu_tags: str, link: NvLinkSample, ts_ms: int) -> str:
@@ -291,7 +260,7 @@ def _link_line(gpu_tags: str, link: NvLinkSample, ts_ms: int) -> str:
         value = getattr(link, name)
         if value is not None:
             fields.append(f"{name}={float(value)!r}")
-    return f"{NVLINK_MEASUREMENT},{gpu_tags},link={link.link} {','.join(fields)} {ts_ms}"
+    return f"{NVLINK},{gpu_tags},link={link.link} {','.join(fields)} {ts_ms}"
 
 
 def extra_lines(b: InterpretedBatch) -> list[str]:
@@ -299,7 +268,7 @@ def extra_lines(b: InterpretedBatch) -> list[str]:
     out = []
     for e in b.gpu_events:
         out.append(
-            f"{EVENT_MEASUREMENT},cluster={tag(e.cluster)},code={e.code},gpu={tag(e.gpu_uuid)},"
+            f"{GPU_EVENT},cluster={tag(e.cluster)},code={e.code},gpu={tag(e.gpu_uuid)},"
             f"gpu_index={e.gpu_index},kind={e.kind.value},node={tag(e.node)} "
             f"detail={string_field(e.detail)},dedup_key={string_field(e.dedup_key)} {e.ts_ns // 1_000_000}"
         )
@@ -307,7 +276,7 @@ def extra_lines(b: InterpretedBatch) -> list[str]:
         fields = ",".join(f"{k}={float(n.metrics[k])!r}" for k in NIC_NAMES if k in n.metrics)
         if fields:
             out.append(
-                f"{NIC_MEASUREMENT},cluster={tag(n.cluster)},device={tag(n.device)},node={tag(n.node)},"
+                f"{NIC},cluster={tag(n.cluster)},device={tag(n.device)},node={tag(n.node)},"
                 f"port={n.port} {fields} {n.ts_ns // 1_000_000}"
             )
     return out
@@ -379,7 +348,7 @@ def batch_lines(batches: Iterable[InterpretedBatch], info: InfoTracker | None = 
                 fields.append(f"explanation={string_field(b.explanation[i])}")
             if b.drivers[i]:
                 fields.append(f"drivers={string_field(drivers_text(b.drivers[i]))}")
-            append(f"{MEASUREMENT},{app}{tags[slot]} {','.join(fields)} {ts_ms[i]}")
+            append(f"{GPU},{app}{tags[slot]} {','.join(fields)} {ts_ms[i]}")
         if info is not None:
             lines.extend(info.lines(b, slots, changes))
         lines.extend(extra_lines(b))
@@ -484,7 +453,7 @@ def baseline_band_line(band: BaselineBand) -> str:
         f"{name}={float(getattr(band, name))!r}" for name in ("p01", "p05", "p50", "p95", "p99", "n", "version")
     )
     return (
-        f"{BASELINE_MEASUREMENT},application={tag(band.application)},feature={tag(band.feature)},"
+        f"{BASELINE},application={tag(band.application)},feature={tag(band.feature)},"
         f"gpu_model={tag(band.gpu_model)},phase={tag(band.phase)} {fields} {band.ts_ns // 1_000_000}"
     )
 
@@ -500,7 +469,7 @@ def feedback_line(fb: Feedback) -> str:
         f"verdict={string_field(fb.verdict)},note={string_field(fb.note)},user={string_field(fb.user)},"
         f"event_ts_ms={float(fb.event_ts_ms)!r},event_id={string_field(fb.event_id)}"
     )
-    return f"{FEEDBACK_MEASUREMENT},{tags} {fields} {fb.ts_ns // 1_000_000}"
+    return f"{FEEDBACK},{tags} {fields} {fb.ts_ns // 1_000_000}"
 
 
 def finding_line(f: Finding) -> str:
@@ -521,7 +490,22 @@ def finding_line(f: Finding) -> str:
     # evidence that is not a finite number is left out (InfluxDB refuses ``inf``, and with it the finding)
     fields += [f"ev_{k}={float(v)!r}" for k, v in sorted(f.evidence.items()) if math.isfinite(v)]
     return (
-        f"{FINDING_MEASUREMENT},{app}cluster={tag(f.cluster)},detector={tag(f.detector)},"
+        f"{FINDING},{app}cluster={tag(f.cluster)},detector={tag(f.detector)},"
         f"gpu={tag(f.gpu_uuid or '-')},node={tag(f.node)},severity={f.severity.value} "
         f"{','.join(fields)} {f.ts_ns // 1_000_000}"
     )
+
+
+def notification_line(r: NotificationRecord) -> str:
+    """One ``notification`` point, at the record's time (made unique in its series by the alert manager)."""
+    tags = (
+        f"cluster={tag(r.cluster) or '-'},detector={tag(r.detector) or '-'},outcome={tag(r.outcome)},"
+        f"receiver_kind={tag(r.receiver_kind)},status={tag(r.status)},subscription={tag(r.subscription)}"
+    )
+    fields = (
+        f"dedup_key={string_field(r.dedup_key)},fingerprint={string_field(r.fingerprint)},attempt={r.attempt}i,"
+        f"http_status={r.http_status}i,error={string_field(r.error)},latency_ms={float(r.latency_ms)!r},"
+        f"group_key={string_field(r.group_key)},summary={string_field(r.summary)},receiver={string_field(r.receiver)},"
+        f"owner={string_field(r.owner)},delivery_id={string_field(r.delivery_id)},reason={string_field(r.reason)}"
+    )
+    return f"{NOTIFICATION},{tags} {fields} {r.ts_ns // 1_000_000}"

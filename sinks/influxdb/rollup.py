@@ -35,7 +35,7 @@ import numpy as np
 from pipeline.events import METRIC_INDEX, RELATIVE_FIELDS, InterpretedBatch, Verdict
 from pipeline.vocab import CLOCK_REASONS
 from sinks.influxdb.lines import series_tags
-from sinks.query.model import ROLLUP_FIELDS
+from sinks.influxdb.schema import ROLLUP_FIELDS
 
 MINUTE_NS: Final = 60 * 10**9
 #: a partition's minute closes once it has seen a sample this many whole minutes later

@@ -1,7 +1,8 @@
 """The InfluxDB sink plugin (registered as ``influxdb``): interpreted events and findings into InfluxDB 2.x.
 
-Stores the interpreted topic (``gpu``, ``gpu_info``, ``gpu_event``, ``nic``, ``nvlink``, ``gpu_process`` points)
-and the alerts topic (``finding`` points); :mod:`sinks.influxdb.lines` has the schema. The 1-minute rollups are
+Stores the interpreted topic (``gpu``, ``gpu_info``, ``gpu_event``, ``nic``, ``nvlink``, ``gpu_process`` points),
+the alerts topic (``finding`` points) and the alert manager's notification history (``notification`` points);
+:mod:`sinks.influxdb.schema` has the schema, :mod:`sinks.influxdb.lines` the lines. The 1-minute rollups are
 computed from the same messages (:mod:`sinks.influxdb.rollup`) and written to ``<bucket>_1m`` with them; the
 offsets the runner commits keep every open minute re-readable after a restart. A replayed message becomes
 the same points (same measurement, tags and timestamp), so InfluxDB overwrites instead of duplicating and the
@@ -28,9 +29,10 @@ from pipeline.codec import decode_interpreted, decode_record
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, DecodeError, PermanentWriteError
 from pipeline.events import Finding, InterpretedBatch
+from pipeline.notifications import NotificationRecord
 from pipeline.registry import with_options
 from sinks.base import Position, Prepared, Refusal
-from sinks.influxdb.lines import InfoTracker, Refused, batch_lines, finding_line, refusals
+from sinks.influxdb.lines import InfoTracker, Refused, batch_lines, finding_line, notification_line, refusals
 from sinks.influxdb.rollup import MinuteRollups, SeriesIndex
 from sinks.influxdb.write import InfluxWriter
 
@@ -49,6 +51,7 @@ class InfluxDBConfig:
     batch_size: int = 5000
     interpreted_topic: str = "hermeneut.events.interpreted"
     alerts_topic: str = "hermeneut.alerts"
+    notification_history_topic: str = "hermeneut.notifications.history"
     #: where the 1-minute rollups go ("": ``<bucket>_1m``), and the retention it is created with when missing
     rollup_bucket: str = ""
     rollup_retention_s: int = 90 * 86400
@@ -66,6 +69,7 @@ class Lines:
     lines: list[str]
     points: int = 0
     findings: int = 0
+    notifications: int = 0
     rollups: list[str] = field(default_factory=list)
     positions: tuple[int, ...] | None = None
     gpus: tuple[str, ...] = ()
@@ -76,6 +80,8 @@ class Lines:
             return Refusal(REJECTED, detail, item, part="rollup", position=line)
         if self.findings:
             return Refusal(REJECTED, detail, item, part="finding")
+        if self.notifications:
+            return Refusal(REJECTED, detail, item, part="notification")
         if line < self.points:
             position = line if self.positions is None else self.positions[line]
             return Refusal(REJECTED, detail, item, self.gpus[line] if self.gpus else None, position)
@@ -111,7 +117,7 @@ class InfluxDBSink:
     ) -> None:
         self.config = config
         self.clock = clock
-        self.topics = (config.interpreted_topic, config.alerts_topic)
+        self.topics = (config.interpreted_topic, config.alerts_topic, config.notification_history_topic)
         self.writer, self.rollup_writer = writer, rollup_writer
         self._info = InfoTracker()
         self._series = SeriesIndex()
@@ -129,6 +135,7 @@ class InfluxDBSink:
         self._closed = False
         self.points_written = 0
         self.findings_written = 0
+        self.notifications_written = 0
         #: the largest request written (a request is at most ``batch_size`` lines; resent unchanged when retried)
         self.max_request_lines = 0
         #: lines InfluxDB refused (each dead-lettered alone), and the requests split to find them
@@ -139,7 +146,10 @@ class InfluxDBSink:
     def configure(cls, settings: Settings, **options: Any) -> InfluxDBConfig:
         i, t = settings.influxdb, settings.topics
         token = i.token.get_secret_value() if i.token else ""
-        config = InfluxDBConfig(i.url or "", token, i.org, i.bucket, i.timeout_s, i.batch_size, t.interpreted, t.alerts)
+        config = InfluxDBConfig(
+            i.url or "", token, i.org, i.bucket, i.timeout_s, i.batch_size, t.interpreted, t.alerts,
+            t.notification_history,
+        )  # fmt: skip
         config = replace(config, max_future_s=2 * settings.validation.max_future_skew_s)
         return with_options(config, options, "the influxdb sink")
 
@@ -153,6 +163,8 @@ class InfluxDBSink:
             raise ConfigError("invalid configuration: influxdb sink: no token (HERMENEUT_INFLUXDB__TOKEN)")
         if not (config.org and config.bucket and config.interpreted_topic and config.alerts_topic):
             raise ConfigError("invalid configuration: influxdb sink: org, bucket and both topics must be named")
+        if not config.notification_history_topic:
+            raise ConfigError("invalid configuration: influxdb sink: the notification history topic must be named")
         if not config.timeout_s > 0:
             raise ConfigError(f"invalid configuration: influxdb sink: timeout must be > 0 s, got {config.timeout_s}")
         if not config.batch_size >= 1:
@@ -180,6 +192,9 @@ class InfluxDBSink:
     def prepare(self, topic: str, value: bytes, at: Position) -> Prepared[Lines]:
         if topic == self.config.alerts_topic:
             return Prepared(Lines([finding_line(decode_record(Finding, value))], findings=1))
+        if topic == self.config.notification_history_topic:
+            record = decode_record(NotificationRecord, value)
+            return Prepared(Lines([notification_line(record)], notifications=1))
         if topic != self.config.interpreted_topic:
             raise DecodeError("wrong_topic", f"the influxdb sink does not store {topic}")
         batch = decode_interpreted(value)
@@ -236,9 +251,12 @@ class InfluxDBSink:
                     self._refused.append(self._refusal(request, str(exc)))
                 self._written += 1
                 self.max_request_lines = max(self.max_request_lines, len(lines))
-            lost = [r for r in self._refused if r.part in ("sample", "finding")]
+            lost = [r for r in self._refused if r.part in ("sample", "finding", "notification")]
             self.points_written += sum(p.points for p in self._batch) - sum(r.part == "sample" for r in lost)
             self.findings_written += sum(p.findings for p in self._batch) - sum(r.part == "finding" for r in lost)
+            self.notifications_written += sum(p.notifications for p in self._batch) - sum(
+                r.part == "notification" for r in lost
+            )
             self.lines_refused += len(self._refused)
             refused += self._refused
             self._batch, self._requests, self._shares, self._refused = [], None, {}, []
@@ -276,6 +294,7 @@ class InfluxDBSink:
         return {
             "points_written": self.points_written,
             "findings_written": self.findings_written,
+            "notifications_written": self.notifications_written,
             "max_request_lines": self.max_request_lines,
             "lines_refused": self.lines_refused,
             "requests_split": self.requests_split,

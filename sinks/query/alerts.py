@@ -16,8 +16,9 @@ from typing import Any, Final
 
 from pipeline.config import Settings
 from pipeline.errors import InvalidQuery
+from pipeline.notifications import OUTCOMES
 from pipeline.vocab import format_duration, parse_duration
-from sinks.alerting.history import MEASUREMENT, OUTCOMES
+from sinks.influxdb.schema import NOTIFICATION
 from sinks.query.store import flux_rows
 
 _VALUE = re.compile(r"^[A-Za-z0-9._:/-]{1,200}$")
@@ -52,7 +53,7 @@ class HistoryQuery:
 
     def flux(self, bucket: str) -> str:
         self.validate()
-        conds = [f'r._measurement == "{MEASUREMENT}"']
+        conds = [f'r._measurement == "{NOTIFICATION}"']
         for tag in ("subscription", "detector", "outcome", "status", "cluster"):
             value = getattr(self, tag)
             if value is not None:

@@ -5,18 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.vocab import format_duration
-from sinks.query.model import (
-    FINDING,
-    GPU,
-    Aggregate,
-    AggRow,
-    AnomalyQuery,
-    Expr,
-    FieldEquals,
-    Points,
-    TagIn,
-    TimeRange,
-)
+from sinks.influxdb.schema import FINDING, GPU
+from sinks.query.model import Aggregate, AggRow, AnomalyQuery, Expr, FieldEquals, Points, TagIn, TimeRange
 from sinks.query.output import Table, iso
 from sinks.query.scope import gpu_filter, scope_filters
 from sinks.query.store import Store, now_ns

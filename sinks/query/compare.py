@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.vocab import format_duration
+from sinks.influxdb.schema import GPU
 from sinks.query.model import (
-    GPU,
     Aggregate,
     CompareJobQuery,
     CompareModelsQuery,

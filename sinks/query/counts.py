@@ -3,7 +3,8 @@ against: every row read is stored or dead-lettered)."""
 
 from __future__ import annotations
 
-from sinks.query.model import GPU, Aggregate, Expr, TagIn, TimeRange
+from sinks.influxdb.schema import GPU
+from sinks.query.model import Aggregate, Expr, TagIn, TimeRange
 from sinks.query.store import Store
 
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from sinks.influxdb.schema import GPU, GPU_INFO
 from sinks.query.flux import string, time_literal
-from sinks.query.model import GPU, GPU_INFO, TimeRange, check_value
+from sinks.query.model import TimeRange, check_value
 from sinks.query.store import Store
 
 #: the reading whose timestamps give the sampling interval (every sample carries it), else the most frequent one

@@ -11,9 +11,8 @@ from typing import Any
 
 from pipeline.escalation import Episode
 from pipeline.health.fold import FiringFinding
-from sinks.alerting.history import MEASUREMENT as NOTIFICATION
+from sinks.influxdb.schema import FINDING, GPU, NOTIFICATION
 from sinks.query.flux import string, time_literal
-from sinks.query.model import FINDING, GPU
 from sinks.query.store import Store
 
 #: a field every stored GPU sample has (the verdict is written for each row, scored or not)

@@ -18,10 +18,10 @@ from typing import Any, Final
 from influxdb_client.client.influxdb_client import InfluxDBClient
 
 from pipeline.vocab import format_duration
+from sinks.influxdb.schema import TAGS
 from sinks.query.model import (
     NS,
     QUANTILES,
-    TAGS,
     Aggregate,
     AggRow,
     Expr,

@@ -24,14 +24,8 @@ from pipeline.config import Settings
 from pipeline.errors import InvalidQuery
 from pipeline.events import METRIC_INDEX, METRIC_LIMIT, METRIC_NAMES, RELATIVE_OF, relative_values
 from pipeline.vocab import format_duration, parse_duration
-from sinks.influxdb.lines import (
-    FEEDBACK_MEASUREMENT,
-    FINDING_MEASUREMENT,
-    INFO_MEASUREMENT,
-    INFO_REFRESH_NS,
-    MEASUREMENT,
-)
-from sinks.query.model import ROLLUP_FIELDS
+from sinks.influxdb.lines import INFO_REFRESH_NS
+from sinks.influxdb.schema import FEEDBACK, FINDING, GPU, GPU_INFO, ROLLUP_FIELDS
 from sinks.query.store import Store, flux_rows
 
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:@/ -]{1,200}$")
@@ -108,7 +102,7 @@ def history_flux(bucket: str, start_ns: int, stop_ns: int, stride: str | None, c
     return (
         f'from(bucket: "{bucket}")\n'
         f"  |> range(start: {_flux_time(start_ns)}, stop: {_flux_time(stop_ns)})\n"
-        f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}" and exists r.application{where})\n'
+        f'  |> filter(fn: (r) => r._measurement == "{GPU}" and exists r.application{where})\n'
         # OR-ed equalities are pushed down to storage; contains() over the list is not (measured 400x slower)
         f"  |> filter(fn: (r) => {' or '.join(f'r._field == {json.dumps(f)}' for f in fields)})\n"
         f"{window}"
@@ -125,7 +119,7 @@ def limits_flux(bucket: str, start_ns: int, stop_ns: int, cluster: str | None, g
     return (
         f'from(bucket: "{bucket}")\n'
         f"  |> range(start: {_flux_time(start_ns - INFO_REFRESH_NS)}, stop: {_flux_time(stop_ns)})\n"
-        f'  |> filter(fn: (r) => r._measurement == "{INFO_MEASUREMENT}"{where})\n'
+        f'  |> filter(fn: (r) => r._measurement == "{GPU_INFO}"{where})\n'
         f"  |> filter(fn: (r) => {' or '.join(f'r._field == {json.dumps(f)}' for f in _LIMIT_NAMES)})\n"
         '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
         "  |> group()"
@@ -149,7 +143,7 @@ def rollup_source_flux(bucket: str, start_ns: int, stop_ns: int) -> str:
     return (
         f'from(bucket: "{bucket}")\n'
         f"  |> range(start: {_flux_time(start_ns)}, stop: {_flux_time(stop_ns)})\n"
-        f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}")\n'
+        f'  |> filter(fn: (r) => r._measurement == "{GPU}")\n'
         f"  |> filter(fn: (r) => {' or '.join(f'r._field == {json.dumps(f)}' for f in _ROLLUP_READS)})\n"
         '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
         "  |> group()"
@@ -335,7 +329,7 @@ def carry_flux(bucket: str, start_ns: int, cluster: str | None) -> str:
     return (
         f'from(bucket: "{bucket}")\n'
         f"  |> range(start: {_flux_time(start_ns - INFO_REFRESH_NS)}, stop: {_flux_time(start_ns)})\n"
-        f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}" and exists r.application{where})\n'
+        f'  |> filter(fn: (r) => r._measurement == "{GPU}" and exists r.application{where})\n'
         f"  |> filter(fn: (r) => {fields})\n"
         '  |> group(columns: ["cluster", "gpu", "_field"])\n'
         "  |> last()\n"
@@ -440,7 +434,7 @@ def stored_event(settings: Settings, gpu: str, ts_ms: int) -> StoredEvent | None
     flux = (
         f'from(bucket: "{i.bucket}")\n'
         f"  |> range(start: {_flux_time(start)}, stop: {_flux_time(start + 1_000_000)})\n"
-        f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}" and r.gpu == "{_checked_value("gpu", gpu)}")\n'
+        f'  |> filter(fn: (r) => r._measurement == "{GPU}" and r.gpu == "{_checked_value("gpu", gpu)}")\n'
         '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
         "  |> group()"
     )
@@ -487,7 +481,7 @@ def feedback_rows(settings: Settings, range_: str = "30d") -> list[FeedbackRow]:
     flux = (
         f'from(bucket: "{i.bucket}")\n'
         f"  |> range(start: -{_checked_duration('range', range_)})\n"
-        f'  |> filter(fn: (r) => r._measurement == "{FEEDBACK_MEASUREMENT}")\n'
+        f'  |> filter(fn: (r) => r._measurement == "{FEEDBACK}")\n'
         '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
         '  |> group()\n  |> sort(columns: ["_time"])'
     )
@@ -531,7 +525,7 @@ def finding_windows(settings: Settings, start_ns: int, stop_ns: int, repeat_s: f
     flux = (
         f'from(bucket: "{i.bucket}")\n'
         f"  |> range(start: {_flux_time(start_ns)}, stop: {_flux_time(stop_ns)})\n"
-        f'  |> filter(fn: (r) => r._measurement == "{FINDING_MEASUREMENT}" and '
+        f'  |> filter(fn: (r) => r._measurement == "{FINDING}" and '
         '(r._field == "active" or r._field == "since_ns"))\n'
         '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
         "  |> group()"

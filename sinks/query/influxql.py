@@ -20,9 +20,9 @@ import urllib3
 
 from pipeline.errors import ServiceError
 from pipeline.vocab import format_duration
+from sinks.influxdb.schema import TAGS
 from sinks.query.model import (
     QUANTILES,
-    TAGS,
     Aggregate,
     AggRow,
     Expr,

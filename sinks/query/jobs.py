@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from pipeline.reliability import JobSpan
+from sinks.influxdb.schema import JOB, JOB_FIELDS
 from sinks.query.flux import string, time_literal
-from sinks.query.model import JOB, JOB_FIELDS, Aggregate, Expr, JobsQuery, TagIn, TimeRange
+from sinks.query.model import Aggregate, Expr, JobsQuery, TagIn, TimeRange
 from sinks.query.output import Table, iso
 from sinks.query.store import Store, now_ns
 

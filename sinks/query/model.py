@@ -18,6 +18,7 @@ from typing import Final, Literal
 from pipeline.errors import InvalidQuery
 from pipeline.events import APPLICATIONS, METRIC_FIELDS, PHASES, RELATIVE_FIELDS
 from pipeline.vocab import CLOCK_REASONS, IDLE_UTIL_PERCENT, NS_PER_S, format_duration, parse_duration
+from sinks.influxdb.schema import GPU, TAGS
 
 NS: Final = NS_PER_S
 #: tag values and job ids: what GPU models, uuids, node names, Slurm/Kubernetes job ids are made of
@@ -32,22 +33,6 @@ Fn = Literal[
 ]  # fmt: skip
 QUANTILES: Final = {"p05": 5, "p50": 50, "p90": 90, "p95": 95, "p99": 99}
 
-GPU: Final = "gpu"
-GPU_INFO: Final = "gpu_info"
-GPU_EVENT: Final = "gpu_event"
-FINDING: Final = "finding"
-BASELINE: Final = "baseline"
-#: per-job summaries in the jobs bucket (sinks/retention.py)
-JOB: Final = "job"
-#: the tags of each measurement (sinks/influxdb.py; ``baseline`` is written by the training job)
-TAGS: Final[dict[str, tuple[str, ...]]] = {
-    GPU: ("cluster", "node", "gpu", "gpu_index", "gpu_model", "application"),
-    GPU_INFO: ("cluster", "node", "gpu", "gpu_index", "gpu_model"),
-    GPU_EVENT: ("cluster", "node", "gpu", "gpu_index", "kind", "code"),
-    FINDING: ("cluster", "node", "gpu", "detector", "severity", "application"),
-    BASELINE: ("application", "gpu_model", "phase", "feature"),
-    JOB: ("job_id", "application", "gpu_model", "cluster"),
-}
 READING_FIELDS: Final = tuple(f.name for f in METRIC_FIELDS if not f.limit)
 LIMIT_FIELDS: Final = tuple(f.name for f in METRIC_FIELDS if f.limit)
 #: numeric fields of ``gpu`` a trend may aggregate
@@ -55,26 +40,6 @@ NUMERIC_FIELDS: Final = (*READING_FIELDS, *RELATIVE_FIELDS, "score")
 GROUP_TAGS: Final = TAGS[GPU]
 SCOPE_KEYS: Final = ("cluster", "node", "gpu", "job", "application", "gpu_model")
 
-#: the fields kept in the 1-minute rollups, each as <field>_mean, _max, _min and _count
-ROLLUP_FIELDS: Final = (
-    "utilization_gpu_percent",
-    "utilization_memory_percent",
-    "memory_used_bytes",
-    "sm_clock_mhz",
-    "temperature_gpu_celsius",
-    "temperature_memory_celsius",
-    "power_watts",
-    "sm_active_percent",
-    "tensor_active_percent",
-    "dram_active_percent",
-    "power_ratio_of_limit",
-    "memory_used_ratio",
-    "sm_clock_ratio_of_max",
-    "temperature_ratio_of_slowdown",
-    "score",
-)
-#: the fields summarized per job (p50/p95/max per 10 minutes) in the jobs bucket
-JOB_FIELDS: Final = ("utilization_gpu_percent", "memory_used_bytes", "power_watts")
 #: NVML clocks-event reasons that do not slow a busy GPU down (pipeline.vocab), as every mask made of them alone:
 #: a value filter can exclude them (measured: a per-row bit test in Flux costs 35x a filter).
 _BENIGN_BITS: Final = tuple(r.bit for r in CLOCK_REASONS if not r.throttles)

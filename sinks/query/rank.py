@@ -10,10 +10,9 @@ import numpy as np
 
 from pipeline.events import APPLICATIONS
 from pipeline.usage import gpu_hours
+from sinks.influxdb.schema import GPU, GPU_EVENT
 from sinks.query.model import (
     BENIGN_MASKS,
-    GPU,
-    GPU_EVENT,
     NS,
     TOP_KINDS,
     Aggregate,

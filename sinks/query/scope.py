@@ -7,24 +7,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from pipeline.errors import InvalidQuery
-from sinks.query.model import (
-    BASELINE,
-    FINDING,
-    GPU,
-    GPU_INFO,
-    NS,
-    ROLLUP_FIELDS,
-    TAGS,
-    Aggregate,
-    Expr,
-    FieldEquals,
-    Filter,
-    Fn,
-    Scope,
-    TagIn,
-    TimeRange,
-    auto_window,
-)
+from sinks.influxdb.schema import BASELINE, FINDING, GPU, GPU_INFO, ROLLUP_FIELDS, TAGS
+from sinks.query.model import NS, Aggregate, Expr, FieldEquals, Filter, Fn, Scope, TagIn, TimeRange, auto_window
 from sinks.query.store import MINUTE_NS, Store
 
 #: more GPUs than this in a job's extent and the tag filter would cost more than it saves

@@ -28,22 +28,10 @@ from pipeline.errors import InvalidQuery, ServiceError
 from pipeline.events import RELATIVE_OF
 from pipeline.vocab import format_duration
 from sinks.influxdb.lines import INFO_REFRESH_NS
+from sinks.influxdb.schema import GPU, GPU_INFO, TAGS
 from sinks.query.flux import FluxBackend
 from sinks.query.influxql import InfluxQLBackend
-from sinks.query.model import (
-    GPU,
-    GPU_INFO,
-    NS,
-    TAGS,
-    Aggregate,
-    AggRow,
-    FieldEquals,
-    PointRow,
-    Points,
-    Scale,
-    TagIn,
-    TimeRange,
-)
+from sinks.query.model import NS, Aggregate, AggRow, FieldEquals, PointRow, Points, Scale, TagIn, TimeRange
 
 T = TypeVar("T")
 DAY_NS: Final = 86400 * NS

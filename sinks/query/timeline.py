@@ -14,17 +14,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from pipeline.errors import InvalidQuery
-from sinks.query.model import (
-    FINDING,
-    GPU,
-    GPU_EVENT,
-    FieldEquals,
-    Points,
-    TagIn,
-    TimeRange,
-    check_value,
-    resolve_range,
-)
+from sinks.influxdb.schema import FINDING, GPU, GPU_EVENT
+from sinks.query.model import FieldEquals, Points, TagIn, TimeRange, check_value, resolve_range
 from sinks.query.store import Store, now_ns
 
 KINDS: Final = ("finding", "gpu_event", "anomalous")

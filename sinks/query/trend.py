@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.vocab import format_duration
-from sinks.query.model import GPU, QUANTILES, Aggregate, Expr, TimeRange, TrendQuery, check_fn
+from sinks.influxdb.schema import GPU
+from sinks.query.model import QUANTILES, Aggregate, Expr, TimeRange, TrendQuery, check_fn
 from sinks.query.output import Table, iso
 from sinks.query.scope import (
     Band,

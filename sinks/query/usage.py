@@ -20,7 +20,7 @@ from pipeline.errors import InvalidQuery
 from pipeline.events import APPLICATIONS
 from pipeline.usage import GpuLimits, UsageSample, UsageStats, usage_stats
 from pipeline.vocab import format_duration, parse_duration
-from sinks.influxdb.lines import INFO_MEASUREMENT, MEASUREMENT
+from sinks.influxdb.schema import GPU, GPU_INFO
 from sinks.query.flux import time_literal
 from sinks.query.model import check_range, resolve_range
 from sinks.query.store import flux_rows
@@ -86,7 +86,7 @@ class UsageQuery:
         self.validate()
         return (
             f'from(bucket: "{bucket}")\n  |> range({self.range_flux()})\n'
-            f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}"{self._filters()} and '
+            f'  |> filter(fn: (r) => r._measurement == "{GPU}"{self._filters()} and '
             f"{_any_field(_FIELDS)})\n"
             "  |> aggregateWindow(every: 1m, fn: max, createEmpty: false)\n"
             '  |> pivot(rowKey: ["_time"], columnKey: ["_field"], valueColumn: "_value")\n'
@@ -99,7 +99,7 @@ class UsageQuery:
         self.validate()
         return (
             f'from(bucket: "{bucket}")\n  |> range({self.range_flux()})\n'
-            f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}"{self._filters()} and '
+            f'  |> filter(fn: (r) => r._measurement == "{GPU}"{self._filters()} and '
             'r._field == "utilization_gpu_percent")\n'
             "  |> aggregateWindow(every: 1m, fn: count, createEmpty: false)\n"
             '  |> group()\n  |> keep(columns: ["_time", "gpu", "application", "_value"])'
@@ -111,7 +111,7 @@ class UsageQuery:
         job = f'\n  |> filter(fn: (r) => r._value == "{self.job}")' if self.job else ""
         return (
             f'from(bucket: "{bucket}")\n  |> range({self.range_flux()})\n'
-            f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}"{self._filters()} and r._field == "job_id")'
+            f'  |> filter(fn: (r) => r._measurement == "{GPU}"{self._filters()} and r._field == "job_id")'
             f"{job}\n"
             "  |> aggregateWindow(every: 1m, fn: last, createEmpty: false)\n"
             '  |> group()\n  |> keep(columns: ["_time", "gpu", "_value"])'
@@ -123,7 +123,7 @@ class UsageQuery:
         cluster = f' and r.cluster == "{self.cluster}"' if self.cluster else ""
         return (
             f'from(bucket: "{bucket}")\n  |> range({self.range_flux()})\n'
-            f'  |> filter(fn: (r) => r._measurement == "{INFO_MEASUREMENT}"{cluster} and '
+            f'  |> filter(fn: (r) => r._measurement == "{GPU_INFO}"{cluster} and '
             '(r._field == "memory_total_bytes" or r._field == "power_limit_watts" or '
             'r._field == "sample_interval_seconds"))\n'
             '  |> last()\n  |> drop(columns: ["_time"])\n'
@@ -246,7 +246,7 @@ def link_throughput_flux(bucket: str, query: UsageQuery) -> str:
     where = f' and r.cluster == "{query.cluster}"' if query.cluster else ""
     return (
         f'from(bucket: "{bucket}")\n  |> range({query.range_flux()})\n'
-        f'  |> filter(fn: (r) => r._measurement == "{MEASUREMENT}"{where} and {_any_field(_LINK_FIELDS)})\n'
+        f'  |> filter(fn: (r) => r._measurement == "{GPU}"{where} and {_any_field(_LINK_FIELDS)})\n'
         "  |> max()\n"
         '  |> group(columns: ["gpu_model", "_field"])\n  |> max()\n  |> group()\n'
         '  |> keep(columns: ["gpu_model", "_field", "_value"])'

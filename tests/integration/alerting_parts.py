@@ -12,6 +12,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from typing import Any
 from aiohttp import web
 from aiosmtpd.controller import Controller
 
+from hermeneut.stages import start_stage
 from pipeline import services
 from pipeline.codec import encode_record
 from pipeline.config import AlertSettings, Settings
@@ -165,6 +168,18 @@ def start_manager(settings: Settings, run_dir: Path, env: dict[str, str] | None 
     ready = wait_for(lambda: bool(stage.stats().get("assigned")) or not stage.alive(), 90)
     assert ready and stage.alive(), tail(stage)
     return stage
+
+
+@contextmanager
+def storing_history(settings: Settings, run_dir: Path) -> Iterator[Stage]:
+    """The InfluxDB sink as a child process (``hermeneut sink``): it stores the manager's notification history from
+    its topic, as it does in every deployment."""
+    sink = start_stage("sink", settings, run_dir)
+    try:
+        assert wait_for(lambda: bool(sink.stats().get("assigned")) or not sink.alive(), 90) and sink.alive(), tail(sink)
+        yield sink
+    finally:
+        sink.stop()
 
 
 def tail(stage: Stage) -> str:

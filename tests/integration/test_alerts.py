@@ -29,6 +29,7 @@ from tests.integration.alerting_parts import (
     publish_findings_raw,
     signed_ok,
     start_manager,
+    storing_history,
     tail,
     wait_history,
     with_alerts,
@@ -45,6 +46,12 @@ def http() -> Iterator[HttpReceiver]:
     receiver = HttpReceiver().start()
     yield receiver
     receiver.stop()
+
+
+@pytest.fixture
+def history_sink(settings: Settings, tmp_path: Path) -> Iterator[Stage]:
+    with storing_history(settings, tmp_path / "sink") as sink:
+        yield sink
 
 
 @pytest.fixture
@@ -74,7 +81,12 @@ def _webhook_sub(settings: Settings, admin: AlertAdmin, url: str, match: list[st
 
 
 def test_fault_notifies_every_matching_subscription_once_and_resolves(
-    settings: Settings, http: HttpReceiver, admin: AlertAdmin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    settings: Settings,
+    http: HttpReceiver,
+    admin: AlertAdmin,
+    history_sink: Stage,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings = with_alerts(settings)
     smtp = SmtpReceiver().start()
@@ -153,7 +165,12 @@ def test_fault_notifies_every_matching_subscription_once_and_resolves(
 
 
 def test_silenced_and_inhibited_alerts_send_nothing_and_still_resolve(
-    settings: Settings, http: HttpReceiver, admin: AlertAdmin, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    settings: Settings,
+    http: HttpReceiver,
+    admin: AlertAdmin,
+    history_sink: Stage,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings = with_alerts(settings)
     sub = _webhook_sub(settings, admin, http.url("/all"), [], group_by=["..."])
@@ -215,7 +232,7 @@ def test_silenced_and_inhibited_alerts_send_nothing_and_still_resolve(
 
 
 def test_a_flapping_signal_is_damped_to_one_summary(
-    settings: Settings, http: HttpReceiver, admin: AlertAdmin, tmp_path: Path
+    settings: Settings, http: HttpReceiver, admin: AlertAdmin, history_sink: Stage, tmp_path: Path
 ) -> None:
     settings = with_alerts(settings)
     sub = _webhook_sub(settings, admin, http.url("/flap"), [], group_wait="0s", group_interval="0s")
@@ -246,7 +263,7 @@ def test_a_flapping_signal_is_damped_to_one_summary(
 
 
 def test_a_dead_receiver_is_retried_and_does_not_hold_up_the_others(
-    settings: Settings, http: HttpReceiver, admin: AlertAdmin, tmp_path: Path
+    settings: Settings, http: HttpReceiver, admin: AlertAdmin, history_sink: Stage, tmp_path: Path
 ) -> None:
     settings = with_alerts(settings)
     down = HttpReceiver()  # its port stays closed until the receiver comes back

@@ -44,7 +44,14 @@ from sinks.query.fleet import finding_episodes
 from sinks.query.store import Store
 from sinks.retention import backfill, setup
 from tests.fakes.readings import H100, busy_h100
-from tests.integration.alerting_parts import HttpReceiver, history, start_manager, tail, with_alerts
+from tests.integration.alerting_parts import (
+    HttpReceiver,
+    start_manager,
+    storing_history,
+    tail,
+    wait_history,
+    with_alerts,
+)
 
 from .harness import consume_all, publish_batches, running_pipeline, wait_settled, wait_stored
 
@@ -381,7 +388,10 @@ def test_a_drained_node_is_in_maintenance_its_faults_page_nobody_and_make_no_inc
     assert shown["incidents"] == [], shown["incidents"]
     assert "node " + c + "/m1: maintenance, remedy: none" in text, text
     assert told == ["m0"], told  # the drained node paged nobody
-    held = {(r.outcome, r.dedup_key.split("/")[2]) for r in history(settings, subscription=sub.id)}
+    with storing_history(settings, tmp_path / "history"):  # the sink stores what the manager published
+        rows = wait_history(settings, lambda r: any(x.outcome == "suppressed-maintenance" for x in r),
+                            subscription=sub.id)  # fmt: skip
+    held = {(r.outcome, r.dedup_key.split("/")[2]) for r in rows}
     assert ("suppressed-maintenance", "m1") in held and ("suppressed-maintenance", "m0") not in held, held
     # the stored findings say which began in the window: escalation and reliability leave those out
     with Store.from_settings(settings) as store:

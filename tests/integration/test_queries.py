@@ -680,9 +680,10 @@ def test_one_gpu_hour_in_jobs_rightsize_and_top_wasted(jobs: JobData, jstore: St
     """The same stored rows give the same GPU-hours in the job summaries (the jobs bucket's task, run over the
     range), right-sizing's usage and top wasted's allocated hours; and that is each job's samples times their
     interval, computed here from the rows (pipeline.usage: the one definition)."""
+    from sinks.influxdb.schema import JOB_FIELDS
     from sinks.query.flux import jobs_range_flux
     from sinks.query.jobs import job_summaries
-    from sinks.query.model import JOB_FIELDS, JobsQuery
+    from sinks.query.model import JobsQuery
     from sinks.query.usage import UsageQuery, usage
 
     settings, cluster = jobs.settings, jobs.settings.cluster
@@ -741,7 +742,7 @@ def test_top_wasted_over_a_day_of_a_thousand_gpus_reads_the_rollups_in_time(
     30 s read timeout, with the wasted and allocated GPU-hours computed here from the same minutes (a tenth of the
     GPUs idle: not allocated)."""
     from sinks.influxdb.rollup import rollup_rows
-    from sinks.query.model import ROLLUP_FIELDS
+    from sinks.influxdb.schema import ROLLUP_FIELDS
 
     settings = _settings(kafka_server, influx_server, defaults, tmp_path, bucket=_own_bucket(influx_server))
     _bucket_named(settings, f"{settings.influxdb.bucket}_1m")

@@ -26,6 +26,7 @@ from pipeline.events import GpuSample, InterpretedBatch, InterpretedEvent, Verdi
 from pipeline.publisher import Publisher
 from pipeline.services import kafka
 from sinks.influxdb.lines import series_tags
+from sinks.influxdb.schema import ROLLUP_FIELDS, TAGS
 from sinks.influxdb.write import InfluxWriter
 from sinks.query import (
     AnomalyQuery,
@@ -40,7 +41,7 @@ from sinks.query import (
     trend,
 )
 from sinks.query.flux import string
-from sinks.query.model import BENIGN_MASKS, ROLLUP_FIELDS, TAGS
+from sinks.query.model import BENIGN_MASKS
 from sinks.query.output import iso
 from sinks.retention import backfill, retired_task_names, run_task, task_specs
 

@@ -36,11 +36,12 @@ from pipeline.events import (
     SampleBatch,
     Severity,
 )
+from pipeline.notifications import NotificationRecord
 from processors.normalize import RawMessage, process_raw
 from producers.nvml.replay import ReplayNvml
 from producers.simulator import FaultPlan, Fleet, Injection
 from sinks.base import Position
-from sinks.influxdb.lines import InfoTracker, batch_lines, finding_line
+from sinks.influxdb.lines import InfoTracker, batch_lines, finding_line, notification_line
 from tests import TESTDATA
 from tests.fakes.nvml import capture_names, load_capture
 
@@ -249,13 +250,17 @@ def test_every_sink_runs_against_the_contract(name: str) -> None:
     s, deps = SINKS[name]()
     sink = registry.create("sink", name, s, deps)
     writer = deps["writer"]
-    assert sink.name == name and sink.topics == (s.topics.interpreted, s.topics.alerts)
+    assert sink.name == name and sink.topics == (s.topics.interpreted, s.topics.alerts, s.topics.notification_history)
     batches = _interpreted(Fleet(2, 4, cluster="dc1", seed=2, extras=True))
     finding = Finding("thermal-throttling", Severity.WARNING, True, "dc1", "node-0000", "GPU-1", "H100", T0, T0, "hot")
     interpreted = [Position(s.topics.interpreted, 0, offset) for offset in range(len(batches))]
     prepared = [sink.prepare(at.topic, encode_interpreted(b), at) for at, b in zip(interpreted, batches, strict=True)]
     prepared.append(sink.prepare(s.topics.alerts, encode_record(finding), Position(s.topics.alerts, 0, 0)))
-    assert [p.size for p in prepared] == [len(b) for b in batches] + [0]
+    note = NotificationRecord(T0, "dc1", "-", "sub", "thermal-throttling", "firing", "damped", "k", "f", "g", "hot",
+                              "", "alice", "damped")  # fmt: skip
+    at = Position(s.topics.notification_history, 0, 0)
+    prepared.append(sink.prepare(at.topic, encode_record(note), at))
+    assert [p.size for p in prepared] == [len(b) for b in batches] + [0, 0]
     assert all((p.ts_ns == b.ts_ns).all() for p, b in zip(prepared, batches, strict=False))
     for topic, value in ((s.topics.interpreted, b"\x00garbage"), ("elsewhere", encode_record(finding))):
         with pytest.raises(DecodeError):
@@ -268,8 +273,9 @@ def test_every_sink_runs_against_the_contract(name: str) -> None:
     assert writer.lines == []  # kept for the retry
     sink.add(prepared[1:])
     sink.flush()
-    assert writer.lines == [*batch_lines(batches, InfoTracker()), finding_line(finding)]
+    assert writer.lines == [*batch_lines(batches, InfoTracker()), finding_line(finding), notification_line(note)]
     assert sink.stats()["points_written"] == sum(len(b) for b in batches) and sink.stats()["findings_written"] == 1
+    assert sink.stats()["notifications_written"] == 1
     # one minute of samples: still open, so the runner may commit no further than its first message
     assert sink.marks() == {(s.topics.interpreted, 0): (0, f"hermeneut-rollups-closed-before={T0 // 60 // 10**9}")}
 

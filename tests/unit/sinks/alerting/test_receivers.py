@@ -9,7 +9,6 @@ import socket
 import pytest
 
 from sinks.alerting.delivery import backoff_s
-from sinks.alerting.history import NotificationRecord, UniqueTimes
 from sinks.alerting.model import AlertStatus, AlertView, Delivery, Receiver, fingerprint
 from sinks.alerting.receivers import (
     HttpSender,
@@ -101,36 +100,6 @@ def test_backoff_grows_exponentially_with_jitter_and_a_ceiling() -> None:
     assert backoff_s(1, 1.0, 60.0, rand=lambda: 0.0) == 0.5
     assert backoff_s(4, 1.0, 60.0, rand=lambda: 1.0) == 8.5
     assert backoff_s(20, 1.0, 60.0, rand=lambda: 1.0) == 60.5
-
-
-def test_history_lines_keep_every_attempt() -> None:
-    rec = NotificationRecord(
-        1_700_000_000_123_456_789,
-        "c1",
-        "webhook",
-        "sub1",
-        "thermal-throttling",
-        "firing",
-        "retrying",
-        "thermal-throttling/c1/n1/GPU-1",
-        "abcd",
-        '{cluster="c1"}',
-        'GPU "1" hot',
-        "webhook http://127.0.0.1:9",
-        "alice",
-        "firing",
-        attempt=2,
-        http_status=503,
-        error="HTTP 503",
-        latency_ms=1.5,
-    )
-    first, second = UniqueTimes().lines([rec, rec])
-    assert first.startswith(
-        "notification,cluster=c1,detector=thermal-throttling,outcome=retrying,receiver_kind=webhook,"
-        "status=firing,subscription=sub1 "
-    )
-    assert 'summary="GPU \\"1\\" hot"' in first and "attempt=2i" in first and "http_status=503i" in first
-    assert first.endswith(" 1700000000123") and second.endswith(" 1700000000124")  # not merged by InfluxDB
 
 
 def test_a_failed_delivery_never_reports_the_url_path(unused_port: int) -> None:

@@ -21,7 +21,7 @@ from producers.simulator import Fleet
 from producers.simulator.plan import FaultPlan
 from sinks.influxdb.lines import series_tags
 from sinks.influxdb.rollup import IDLE_MIN, MINUTE_NS, MinuteRollups, SeriesIndex, rollup_lines, rollup_values
-from sinks.query.model import ROLLUP_FIELDS
+from sinks.influxdb.schema import ROLLUP_FIELDS
 
 T0 = 1_800_000_030_000_000_000  # half a minute past a whole minute
 Points = dict[tuple[str, int], dict[str, float]]
