@@ -37,6 +37,10 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
+from alerting.admin import AlertAdmin, make_receiver, make_subscription
+from alerting.engine import AlertEngine
+from alerting.inhibit import parse_inhibit_rules
+from alerting.model import Subscription
 from pipeline import services
 from pipeline.codec import decode_record, encode_record
 from pipeline.config import (
@@ -53,10 +57,6 @@ from pipeline.publisher import Publisher
 from pipeline.services import influxdb, kafka
 from pipeline.services.stages import Stage, read_stats, wait_for
 from pipeline.topics import ensure_topics, topic_specs
-from sinks.alerting.admin import AlertAdmin, make_receiver, make_subscription
-from sinks.alerting.engine import AlertEngine
-from sinks.alerting.inhibit import parse_inhibit_rules
-from sinks.alerting.model import Subscription
 
 S = 1_000_000_000
 DETECTORS = ("thermal-throttling", "power-capping", "xid", "baseline-anomaly", "straggler")

@@ -51,7 +51,7 @@ def _short(file: str) -> str:
         if marker in file:
             return file.split(marker, 1)[1]
     parts = Path(file).parts
-    for root in ("hermeneut", "pipeline", "processors", "sinks", "producers"):
+    for root in ("hermeneut", "pipeline", "processors", "sinks", "alerting", "producers"):
         if root in parts:
             return "/".join(parts[parts.index(root) :])
     return file

@@ -261,7 +261,7 @@ class ServiceSettings(_Section):
     state_dir: Path = Field(default_factory=_default_state_dir)
 
 
-#: Default inhibition rules (``;``-separated, see sinks/alerting/model.py ``parse_inhibit_rule``): a node that
+#: Default inhibition rules (``;``-separated, see alerting/model.py ``parse_inhibit_rule``): a node that
 #: stopped reporting mutes its other alerts; a GPU that fell off the bus mutes that GPU's other alerts.
 DEFAULT_INHIBIT_RULES = (
     'detector="node-silent" -> detector!="node-silent" on cluster,node; '
@@ -277,7 +277,7 @@ class AlertSettings(_Section):
     #: how long a cleared alert keeps firing, so a short clear does not resolve and re-fire
     keep_firing_s: float = Field(default=0.0, ge=0, le=86_400)
     #: an alert whose finding is not repeated for this long is marked stale and stays open (findings repeat every
-    #: 60 s; silence is no evidence that it cleared: sinks/alerting/lifecycle.py)
+    #: 60 s; silence is no evidence that it cleared: alerting/lifecycle.py)
     stale_after_s: float = Field(default=180.0, gt=0, le=86_400)
     #: resolved alerts are forgotten (and their state tombstoned) after this long
     forget_after_s: float = Field(default=86_400.0, gt=0)
@@ -305,9 +305,9 @@ class AlertSettings(_Section):
     email_from: str = "hermeneut@localhost"
     #: webhook and Slack targets (comma-separated host names, addresses or networks such as 127.0.0.1 or
     #: 10.0.0.0/8) allowed although they are loopback, link-local or a cloud metadata address, which are refused
-    #: otherwise (sinks/alerting/targets.py): a self-service subscription must not make the manager an SSRF proxy
+    #: otherwise (alerting/targets.py): a self-service subscription must not make the manager an SSRF proxy
     allowed_targets: str = ""
-    #: finding kinds run store-only (shadow mode, sinks/alerting/shadow.py): stored, never alerted, notified or
+    #: finding kinds run store-only (shadow mode, alerting/shadow.py): stored, never alerted, notified or
     #: counted in a GPU's health; the alerts they would have raised are counted (comma-separated, e.g. "power-brake")
     shadow: str = Field(default="", pattern=r"^[a-z0-9, -]*$")
 

@@ -506,7 +506,7 @@ class Finding:
     rack: str = ""
     switch: str = ""
     #: why its node is out of service on purpose, from the node's topology ("": in service): stored and shown, never
-    #: paged (sinks.alerting), and its GPUs' health is ``maintenance`` (pipeline.health)
+    #: paged (alerting), and its GPUs' health is ``maintenance`` (pipeline.health)
     maintenance: str = ""
 
     @property

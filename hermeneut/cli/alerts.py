@@ -72,10 +72,10 @@ def _stored_episodes(settings: Settings) -> list[Episode]:
 @click.pass_context
 def run_cmd(ctx: click.Context, stats_file: Path | None, metrics_port: int | None) -> None:
     """The alert manager: findings in, notifications out, until SIGTERM/Ctrl-C (then it drains)."""
+    from alerting.manager import AlertManager
+    from alerting.receivers import EmailSender, HttpSender, KafkaSender, Sender
+    from alerting.targets import TargetPolicy
     from pipeline.publisher import Publisher
-    from sinks.alerting.manager import AlertManager
-    from sinks.alerting.receivers import EmailSender, HttpSender, KafkaSender, Sender
-    from sinks.alerting.targets import TargetPolicy
 
     settings = resolved(ctx)
     a = settings.alerts
@@ -142,7 +142,7 @@ def subscribe_cmd(
     no_resolved: bool,
 ) -> None:
     """Subscribe a person or team to the alerts matching --match (all must match; none: every alert)."""
-    from sinks.alerting.admin import AlertAdmin, make_receiver, make_subscription
+    from alerting.admin import AlertAdmin, make_receiver, make_subscription
 
     with _usage():
         receivers = [make_receiver("webhook", url, secret_env=secret_env) for url in webhook]
@@ -186,7 +186,7 @@ def subscribe_cmd(
 @click.pass_context
 def unsubscribe_cmd(ctx: click.Context, subscription_id: str) -> None:
     """Delete a subscription (its pending notifications are dropped)."""
-    from sinks.alerting.admin import AlertAdmin
+    from alerting.admin import AlertAdmin
 
     settings = resolved(ctx, influxdb=False)
     with _usage():
@@ -218,8 +218,8 @@ def _when(ns: int) -> str:
 @click.pass_context
 def list_cmd(ctx: click.Context, what: str, fmt: str) -> None:
     """List subscriptions, silences or alerts."""
-    from sinks.alerting.admin import AlertAdmin, silence_json, subscription_json
-    from sinks.alerting.model import AlertStatus
+    from alerting.admin import AlertAdmin, silence_json, subscription_json
+    from alerting.model import AlertStatus
 
     settings = resolved(ctx, influxdb=False)
     with _usage():
@@ -283,7 +283,7 @@ def list_cmd(ctx: click.Context, what: str, fmt: str) -> None:
 @click.pass_context
 def silence_cmd(ctx: click.Context, match: tuple[str, ...], duration: str, comment: str, by: str | None) -> None:
     """Mute matching alerts for a while (they still resolve, and what was told still gets its resolved notice)."""
-    from sinks.alerting.admin import AlertAdmin, make_silence
+    from alerting.admin import AlertAdmin, make_silence
 
     with _usage():
         silence = make_silence(list(match), duration, by or _user(), comment)
@@ -303,7 +303,7 @@ def silence_cmd(ctx: click.Context, match: tuple[str, ...], duration: str, comme
 @click.pass_context
 def unsilence_cmd(ctx: click.Context, silence_id: str) -> None:
     """End a silence now."""
-    from sinks.alerting.admin import AlertAdmin
+    from alerting.admin import AlertAdmin
 
     settings = resolved(ctx, influxdb=False)
     with _usage():
@@ -322,7 +322,7 @@ def unsilence_cmd(ctx: click.Context, silence_id: str) -> None:
 @click.pass_context
 def ack_cmd(ctx: click.Context, alert: str, by: str | None, comment: str) -> None:
     """Acknowledge a firing ALERT (fingerprint or dedup key): no repeats until it resolves (that still notifies)."""
-    from sinks.alerting.admin import AlertAdmin
+    from alerting.admin import AlertAdmin
 
     settings = resolved(ctx, influxdb=False)
     with _usage():
@@ -342,7 +342,7 @@ def ack_cmd(ctx: click.Context, alert: str, by: str | None, comment: str) -> Non
 def shadow_cmd(ctx: click.Context, range_: str, cluster: str | None, fmt: str) -> None:
     """What the store-only kinds (alerts.shadow) would have raised over the range, from their stored findings: per
     kind, the alerts (one per episode), their severity, and the GPUs and nodes they were on."""
-    from sinks.alerting.shadow import report
+    from alerting.shadow import report
     from sinks.query.fleet import finding_episodes
     from sinks.query.store import Store
 

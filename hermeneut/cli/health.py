@@ -51,8 +51,8 @@ def health_cmd(
     GPU: healthy, degraded, unhealthy, unknown or maintenance, the findings behind it and the remedy. Now (the
     alert manager's alerts), or at or over a time in the past (the stored findings). An empty selection (no GPU
     reported, nothing fired) says so and exits with 4."""
+    from alerting.admin import AlertAdmin
     from hermeneut.views.health import HealthQuery, counted, fleet_health, health_json, node_topologies, past_of
-    from sinks.alerting.admin import AlertAdmin
     from sinks.query.store import Store
 
     now = time.time_ns()

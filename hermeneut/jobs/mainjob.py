@@ -38,7 +38,7 @@ OPERATORS = "local operators"
 def ensure_operator_subscription(settings: Settings) -> None:
     """A subscription for the people running this: every warning or critical alert to the notifications topic
     (created once; see it with ``hermeneut alerts list --subscriptions``)."""
-    from sinks.alerting.admin import AlertAdmin, subscription_from_json
+    from alerting.admin import AlertAdmin, subscription_from_json
 
     admin = AlertAdmin(settings, state=False).start()
     try:
@@ -296,8 +296,8 @@ def report(
 def print_health(settings: Settings) -> None:
     """The health of this run's fleet now: GPUs and nodes by state, and each GPU that is not healthy with its
     remedy and the findings behind it (``hermeneut health``)."""
+    from alerting.admin import AlertAdmin
     from hermeneut.views.health import HealthQuery, counted, fleet_health, health_json, node_topologies
-    from sinks.alerting.admin import AlertAdmin
     from sinks.query import Store
 
     q = HealthQuery(cluster=settings.cluster)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from alerting.admin import AlertAdmin
+from alerting.model import AlertStatus
 from pipeline.codec import decode_record
 from pipeline.config import HealthSettings, Settings
 from pipeline.errors import InvalidQuery, ServiceError
@@ -19,8 +21,6 @@ from pipeline.events import NodeTopology
 from pipeline.health.fold import FiringFinding, FleetHealth, assess, assessment_json
 from pipeline.mirror import TopicMirror
 from pipeline.vocab import NS_PER_S, parse_duration
-from sinks.alerting.admin import AlertAdmin
-from sinks.alerting.model import AlertStatus
 from sinks.query.fleet import finding_episodes, last_reports, open_findings
 from sinks.query.model import parse_time
 from sinks.query.store import Store

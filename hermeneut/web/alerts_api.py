@@ -33,6 +33,14 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from alerting.admin import (
+    AlertAdmin,
+    silence_from_json,
+    silence_json,
+    subscription_from_json,
+    subscription_json,
+)
+from alerting.model import AlertStatus
 from hermeneut.views.health import HealthQuery, fleet_health, health_json, past_of
 from hermeneut.views.reliability import ReliabilityQuery, fleet_reliability
 from hermeneut.web.dashboard import TOPOLOGY
@@ -41,14 +49,6 @@ from pipeline.config import Settings
 from pipeline.errors import AlertConfigError, ConfigError, InvalidInput, InvalidQuery, ServiceError
 from pipeline.reliability import report_json
 from pipeline.vocab import parse_seconds
-from sinks.alerting.admin import (
-    AlertAdmin,
-    silence_from_json,
-    silence_json,
-    subscription_from_json,
-    subscription_json,
-)
-from sinks.alerting.model import AlertStatus
 from sinks.query.alerts import HistoryQuery, row_json, run_history
 from sinks.query.store import Store
 

@@ -19,7 +19,7 @@ collector is down; the fallen-off-bus finding says the GPU is gone once it is su
 Maintenance windows: a node its scheduler holds out of service on purpose (``maintenance``: a Slurm drain, a
 maintenance reservation or reboot, a Kubernetes cordon; producers.context.nodestate, carried by the node's topology
 and its findings) is ``maintenance``, remedy none, whatever fires on it: its silence is expected, its findings are
-listed as reasons (kept, never paged: sinks.alerting mutes them) and left out of fleet incidents.
+listed as reasons (kept, never paged: alerting mutes them) and left out of fleet incidents.
 
 The circuit breaker: one finding kind on :data:`INCIDENT_SHARE` of a cluster's GPUs at once (a driver, a firmware,
 a cooling loop, a bad job image) is one fleet :class:`Incident` naming what the GPUs share, and none of them gets a

@@ -21,6 +21,7 @@ from typing import Any
 from aiohttp import web
 from aiosmtpd.controller import Controller
 
+from alerting.receivers import SIGNATURE_HEADER, verify_signature
 from hermeneut.stages import start_stage
 from pipeline import services
 from pipeline.codec import encode_record
@@ -28,7 +29,6 @@ from pipeline.config import AlertSettings, Settings
 from pipeline.events import Finding, Severity, Workload
 from pipeline.publisher import Publisher
 from pipeline.services.stages import Stage, wait_for
-from sinks.alerting.receivers import SIGNATURE_HEADER, verify_signature
 from sinks.query.alerts import HistoryQuery, NotificationRow, run_history
 
 

@@ -31,6 +31,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 
+from alerting.admin import AlertAdmin, make_receiver, make_subscription
+from alerting.model import fingerprint
 from hermeneut.stages import start_stage
 from pipeline.codec import decode_record, encode_samples
 from pipeline.config import Settings
@@ -39,8 +41,6 @@ from pipeline.publisher import Publisher
 from pipeline.services.stages import Stage, wait_for
 from producers.simulator import Fleet
 from producers.simulator.plan import FaultPlan, Injection
-from sinks.alerting.admin import AlertAdmin, make_receiver, make_subscription
-from sinks.alerting.model import fingerprint
 from sinks.influxdb.rollup import LATENESS_MIN, MINUTE_NS
 from sinks.query.store import flux_rows
 

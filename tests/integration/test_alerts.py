@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from alerting.admin import AlertAdmin, make_receiver, make_subscription
+from alerting.model import AlertStatus, Subscription
 from hermeneut.cli import cli
 from pipeline.config import Settings, settings_env
 from pipeline.deadletter import headers_dict
 from pipeline.events import Severity
 from pipeline.services.stages import Stage, wait_for
 from pipeline.topics import TopicSpec, ensure_topics
-from sinks.alerting.admin import AlertAdmin, make_receiver, make_subscription
-from sinks.alerting.model import AlertStatus, Subscription
 from tests.integration.alerting_parts import (
     HttpReceiver,
     SmtpReceiver,

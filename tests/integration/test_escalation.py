@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from alerting.admin import AlertAdmin, make_receiver, make_subscription
 from hermeneut.cli import cli
 from pipeline.codec import encode_record
 from pipeline.config import Settings, settings_env
@@ -39,7 +40,6 @@ from pipeline.events import (
 )
 from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
-from sinks.alerting.admin import AlertAdmin, make_receiver, make_subscription
 from sinks.query.fleet import finding_episodes
 from sinks.query.store import Store
 from sinks.retention import backfill, setup

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from alerting.admin import AlertAdmin, make_receiver, make_subscription
 from hermeneut.stages import start_stage
 from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, TopicSettings
 from pipeline.services import child_env, kafka
 from pipeline.services.procs import free_port
 from pipeline.services.stages import wait_for
 from pipeline.topics import ensure_topics, topic_specs
-from sinks.alerting.admin import AlertAdmin, make_receiver, make_subscription
 
 from .alerting_parts import HttpReceiver, fault, publish_findings, start_manager, tail, with_alerts
 from .conftest import InfluxServer

@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 SYSTEMD = ROOT / "deploy" / "systemd"
 #: what the image's build context holds (.dockerignore keeps everything else out)
-CONTEXT = ("pyproject.toml", "README.md", "hermeneut", "pipeline", "producers", "processors", "sinks")
-PACKAGES = ("hermeneut", "pipeline", "producers", "processors", "sinks")
+CONTEXT = ("pyproject.toml", "README.md", "hermeneut", "pipeline", "producers", "processors", "sinks", "alerting")
+PACKAGES = ("hermeneut", "pipeline", "producers", "processors", "sinks", "alerting")
 
 
 def clean_env() -> dict[str, str]:

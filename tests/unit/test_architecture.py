@@ -1,8 +1,8 @@
 """The dependency rule, enforced on every import statement of the shipped packages (function-level ones too):
 
 - the **core** (``pipeline``) imports no stage and no face;
-- a **stage** (``producers``, ``processors``, ``sinks``) imports the core and itself, never another stage or the
-  face: stages meet only through Kafka topics and the shared schema;
+- a **stage** (``producers``, ``processors``, ``sinks``, ``alerting``) imports the core and itself, never another
+  stage or the face: stages meet only through Kafka topics and the shared schema;
 - the **face** (``hermeneut``: CLI, web, the jobs) may import everything, and nothing imports it but the
   entry point (``pyproject.toml``'s ``hermeneut = "hermeneut.cli:main"``);
 - ``bench`` drives the shipped packages and never imports ``tests``.
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-STAGES = ("producers", "processors", "sinks")
+STAGES = ("producers", "processors", "sinks", "alerting")
 FACE = "hermeneut"
 
 

@@ -461,7 +461,16 @@ def test_dockerignore_keeps_local_state_out() -> None:
         line.strip().rstrip("/") for line in DOCKERIGNORE.read_text().splitlines() if line.strip() and line[0] != "#"
     }
     assert {".venv", ".git", ".env"} <= patterns, patterns
-    for needed in ("pyproject.toml", "hermeneut", "pipeline", "producers", "processors", "sinks", "README.md"):
+    for needed in (
+        "pyproject.toml",
+        "hermeneut",
+        "pipeline",
+        "producers",
+        "processors",
+        "sinks",
+        "alerting",
+        "README.md",
+    ):
         assert needed not in patterns, f"{needed} is needed by `pip install .`"
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ("hermeneut", "pipeline", "producers", "processors", "sinks")
+SHIPPED = ("hermeneut", "pipeline", "producers", "processors", "sinks", "alerting")
 FIRST_PARTY = frozenset({*SHIPPED, "bench", "tests"})
 #: modules only type checkers know (typeshed's private stubs), imported under ``if TYPE_CHECKING:``
 TYPING_ONLY = frozenset({"_typeshed"})

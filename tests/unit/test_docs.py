@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
-PACKAGES = ("hermeneut", "pipeline", "producers", "processors", "sinks")
+PACKAGES = ("hermeneut", "pipeline", "producers", "processors", "sinks", "alerting")
 
 
 @cache

@@ -170,10 +170,10 @@ def test_a_missing_prometheus_says_how_to_install_it(monkeypatch: pytest.MonkeyP
 def test_docs_name_every_metric_the_stages_expose(tmp_path: Path) -> None:
     """docs/metrics.md lists each hermeneut_* metric a stage registers (the collector's per-source counters as the
     pattern it documents, with each source's names)."""
+    from alerting.manager import MANAGER_FIELDS
     from pipeline.config import KafkaSettings, ServiceSettings, Settings
     from processors.app import create_app as processor_app
     from producers.agent import AGENT_FIELDS
-    from sinks.alerting.manager import MANAGER_FIELDS
     from sinks.runner import RUNNER_FIELDS
 
     registries = [CollectorRegistry() for _ in range(3)]

@@ -4,7 +4,7 @@ parameter, any JSON (or not JSON) body of every POST, any Host / Origin / Refere
 InfluxDB, deliberately unreachable here, would have had to answer) and, for an error, JSON ``{"error": "<one
 line>"}`` (or aiohttp's own plain 400 for a request its HTTP parser refuses before any handler runs); never a
 500, never a stack trace. Receivers' URLs come from the URL check's own strategy
-(tests/unit/sinks/alerting/test_targets_properties.py): a subscription the API accepts names no refused target.
+(tests/unit/alerting/test_targets_properties.py): a subscription the API accepts names no refused target.
 
 The server is the real application on loopback (``serving``); the alerting admin is the real ``AlertAdmin`` with
 its Kafka writes applied in memory, and the dashboard's Kafka-fed parts are the real, unstarted ones (empty), so
@@ -25,6 +25,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import SecretStr
 
+from alerting.admin import AlertAdmin
+from alerting.model import Subscription
+from alerting.targets import refused_address
 from hermeneut.web.alerts_api import ADMIN, _Admin
 from hermeneut.web.app import create_app, serving
 from hermeneut.web.dashboard import LIVE, TOPOLOGY, Lazy
@@ -34,11 +37,8 @@ from pipeline.codec import decode_record
 from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, WebSettings
 from pipeline.events import NodeTopology
 from pipeline.mirror import TopicMirror
-from sinks.alerting.admin import AlertAdmin
-from sinks.alerting.model import Subscription
-from sinks.alerting.targets import refused_address
 from tests.fuzzing import FANOUT, SEEDS, count, text_mutations
-from tests.unit.sinks.alerting.test_targets_properties import _HOSTS, _URLS, _readings
+from tests.unit.alerting.test_targets_properties import _HOSTS, _URLS, _readings
 
 TOKEN = "s3cret-token"
 

@@ -6,9 +6,7 @@ import threading
 
 import pytest
 
-from pipeline.codec import encode_record
-from pipeline.errors import AlertConfigError, DecodeError
-from sinks.alerting.admin import (
+from alerting.admin import (
     make_receiver,
     make_silence,
     make_subscription,
@@ -17,7 +15,7 @@ from sinks.alerting.admin import (
     subscription_from_json,
     subscription_json,
 )
-from sinks.alerting.model import (
+from alerting.model import (
     Matcher,
     MatchOp,
     Receiver,
@@ -29,7 +27,9 @@ from sinks.alerting.model import (
     parse_matcher,
     parse_matchers,
 )
-from tests.unit.sinks.alerting.helpers import finding
+from pipeline.codec import encode_record
+from pipeline.errors import AlertConfigError, DecodeError
+from tests.unit.alerting.helpers import finding
 
 
 @pytest.mark.parametrize(

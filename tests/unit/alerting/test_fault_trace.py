@@ -8,13 +8,13 @@ import csv
 from collections import Counter
 from dataclasses import replace
 
+from alerting.admin import make_receiver, make_subscription
+from alerting.engine import AlertEngine
+from alerting.inhibit import parse_inhibit_rules
+from alerting.model import AlertStatus
 from pipeline.events import Finding, Severity
-from sinks.alerting.admin import make_receiver, make_subscription
-from sinks.alerting.engine import AlertEngine
-from sinks.alerting.inhibit import parse_inhibit_rules
-from sinks.alerting.model import AlertStatus
 from tests import TESTDATA
-from tests.unit.sinks.alerting.helpers import S, settings
+from tests.unit.alerting.helpers import S, settings
 
 TRACE = TESTDATA / "stepfun-fault-trace" / "gpu_fault_events.csv"
 DAY_S = 86_400

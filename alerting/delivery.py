@@ -18,9 +18,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from alerting.model import Delivery, Receiver
+from alerting.receivers import Sender, SendResult
 from pipeline.config import AlertSettings
-from sinks.alerting.model import Delivery, Receiver
-from sinks.alerting.receivers import Sender, SendResult
 
 log = logging.getLogger(__name__)
 

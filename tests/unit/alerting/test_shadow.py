@@ -3,11 +3,11 @@ they would have raised; the report counts the stored episodes per kind."""
 
 from __future__ import annotations
 
+from alerting.lifecycle import LifecycleConfig
+from alerting.shadow import Shadow, ShadowRow, report
 from pipeline.escalation import Episode
 from pipeline.events import Severity
-from sinks.alerting.lifecycle import LifecycleConfig
-from sinks.alerting.shadow import Shadow, ShadowRow, report
-from tests.unit.sinks.alerting.helpers import S, finding, settings
+from tests.unit.alerting.helpers import S, finding, settings
 
 
 def test_the_ledger_counts_each_alert_it_would_have_raised_once() -> None:

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from alerting.model import LABELS, decode_config, decode_state, parse_matchers
 from pipeline.errors import AlertConfigError, DecodeError
-from sinks.alerting.model import LABELS, decode_config, decode_state, parse_matchers
 from tests.fuzzing import SEEDS, VALUES, count, mutations, text_mutations
 
 _TEXT = st.text(max_size=30) | st.sampled_from(['"', "\\", "{", "}", ",", "=~", "!~", "!=", "=", ".*", "(", "["])

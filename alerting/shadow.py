@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from alerting.lifecycle import LifecycleConfig, apply_finding, forgettable, tick
+from alerting.model import AlertState, AlertStatus
 from pipeline.escalation import Episode, worse
 from pipeline.events import Finding
-from sinks.alerting.lifecycle import LifecycleConfig, apply_finding, forgettable, tick
-from sinks.alerting.model import AlertState, AlertStatus
 
 
 @dataclass

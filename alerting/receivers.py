@@ -31,10 +31,10 @@ from typing import Any, Protocol
 
 import urllib3
 
+from alerting.model import AlertStatus, AlertView, Delivery, Receiver
+from alerting.targets import TargetPolicy
 from pipeline.errors import AlertConfigError
 from pipeline.publisher import Publisher
-from sinks.alerting.model import AlertStatus, AlertView, Delivery, Receiver
-from sinks.alerting.targets import TargetPolicy
 
 SIGNATURE_HEADER = "X-Hermeneut-Signature"
 DELIVERY_HEADER = "X-Hermeneut-Delivery"
@@ -152,7 +152,7 @@ class Sender(Protocol):
 class HttpSender:
     """Webhook and Slack receivers over one urllib3 pool (connections are reused per address).
 
-    Each request goes to an address :class:`~sinks.alerting.targets.TargetPolicy` checked (loopback, link-local and
+    Each request goes to an address :class:`~alerting.targets.TargetPolicy` checked (loopback, link-local and
     metadata targets refused unless allowed), with the URL's name as Host header and TLS server name."""
 
     def __init__(

@@ -9,12 +9,12 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
+from alerting.grouping import Notification, Suppressed, evaluate_group, group_of, timers
+from alerting.inhibit import INHIBITED, MAINTENANCE, SILENCED, Inhibitor, InhibitRule, silenced_by
+from alerting.lifecycle import LifecycleConfig, apply_finding, forgettable, tick
+from alerting.model import Ack, AlertState, AlertStatus, GroupState, Silence, Subscription, matches_all
 from pipeline.config import AlertSettings
 from pipeline.events import Finding
-from sinks.alerting.grouping import Notification, Suppressed, evaluate_group, group_of, timers
-from sinks.alerting.inhibit import INHIBITED, MAINTENANCE, SILENCED, Inhibitor, InhibitRule, silenced_by
-from sinks.alerting.lifecycle import LifecycleConfig, apply_finding, forgettable, tick
-from sinks.alerting.model import Ack, AlertState, AlertStatus, GroupState, Silence, Subscription, matches_all
 
 
 @dataclass

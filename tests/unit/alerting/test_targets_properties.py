@@ -17,8 +17,8 @@ import urllib3
 from hypothesis import given
 from hypothesis import strategies as st
 
+from alerting.targets import IPAddress, TargetPolicy, refused_address
 from pipeline.errors import AlertConfigError
-from sinks.alerting.targets import IPAddress, TargetPolicy, refused_address
 from tests.fuzzing import SEEDS, count, text_mutations
 
 _V4 = st.integers(min_value=0, max_value=2**32 - 1).map(ipaddress.IPv4Address)

@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from alerting.model import AlertState, AlertStatus, finding_labels
 from pipeline.config import AlertSettings
 from pipeline.events import Finding
-from sinks.alerting.model import AlertState, AlertStatus, finding_labels
 
 _NS = 1_000_000_000
 

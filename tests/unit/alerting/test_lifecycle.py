@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sinks.alerting.lifecycle import LifecycleConfig, apply_finding, flap_note, forgettable, stale_note, tick
-from sinks.alerting.model import AlertState, AlertStatus
-from tests.unit.sinks.alerting.helpers import S, finding, settings
+from alerting.lifecycle import LifecycleConfig, apply_finding, flap_note, forgettable, stale_note, tick
+from alerting.model import AlertState, AlertStatus
+from tests.unit.alerting.helpers import S, finding, settings
 
 
 def _run(cfg: LifecycleConfig, events: list[tuple[bool, float]]) -> AlertState:

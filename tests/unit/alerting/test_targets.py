@@ -7,12 +7,12 @@ import socket
 
 import pytest
 
+from alerting.model import Receiver
+from alerting.receivers import HttpSender
+from alerting.targets import TargetPolicy
 from pipeline.config import AlertSettings
 from pipeline.errors import AlertConfigError
-from sinks.alerting.model import Receiver
-from sinks.alerting.receivers import HttpSender
-from sinks.alerting.targets import TargetPolicy
-from tests.unit.sinks.alerting.test_receivers import _delivery
+from tests.unit.alerting.test_receivers import _delivery
 
 
 @pytest.mark.parametrize(

@@ -469,7 +469,7 @@ class AlertState:
     seen_at_ns: int = 0
     changed_at_ns: int = 0
     #: its finding stopped repeating: the event time of the last one (0: fresh). Silence is no evidence of health,
-    #: so a stale alert stays open (sinks.alerting.lifecycle); the next finding, a repeat or a clear, ends the mark
+    #: so a stale alert stays open (alerting.lifecycle); the next finding, a repeat or a clear, ends the mark
     stale_since_ns: int = 0
 
     @property

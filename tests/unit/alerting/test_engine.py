@@ -6,14 +6,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from alerting.admin import make_receiver, make_silence, make_subscription
+from alerting.engine import AlertEngine
+from alerting.grouping import Notification
+from alerting.inhibit import parse_inhibit_rules
+from alerting.model import Ack, AlertStatus, Silence, Subscription
 from pipeline.config import DEFAULT_INHIBIT_RULES, AlertSettings
 from pipeline.events import Finding, Severity
-from sinks.alerting.admin import make_receiver, make_silence, make_subscription
-from sinks.alerting.engine import AlertEngine
-from sinks.alerting.grouping import Notification
-from sinks.alerting.inhibit import parse_inhibit_rules
-from sinks.alerting.model import Ack, AlertStatus, Silence, Subscription
-from tests.unit.sinks.alerting.helpers import S, finding, settings
+from tests.unit.alerting.helpers import S, finding, settings
 
 
 def sub(match: list[str], **kwargs: object) -> Subscription:

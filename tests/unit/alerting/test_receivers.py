@@ -8,9 +8,9 @@ import socket
 
 import pytest
 
-from sinks.alerting.delivery import backoff_s
-from sinks.alerting.model import AlertStatus, AlertView, Delivery, Receiver, fingerprint
-from sinks.alerting.receivers import (
+from alerting.delivery import backoff_s
+from alerting.model import AlertStatus, AlertView, Delivery, Receiver, fingerprint
+from alerting.receivers import (
     HttpSender,
     headline,
     sign,
@@ -19,7 +19,7 @@ from sinks.alerting.receivers import (
     verify_signature,
     webhook_payload,
 )
-from sinks.alerting.targets import TargetPolicy
+from alerting.targets import TargetPolicy
 
 S = 1_000_000_000
 

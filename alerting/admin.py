@@ -4,7 +4,7 @@ Reads the current subscriptions/silences/acks (``topics.alert_config``) and aler
 through topic mirrors; writes validated config records (or tombstones) to ``topics.alert_config`` and waits until
 its own mirror shows them, so a caller reads its own write. The input builders turn user input (CLI options or
 API JSON) into records or raise :class:`AlertConfigError` with one line; they keep no control character in the
-free text people type (:func:`sinks.alerting.model.clean_text`).
+free text people type (:func:`alerting.model.clean_text`).
 """
 
 from __future__ import annotations
@@ -14,13 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.config import Settings
-from pipeline.errors import AlertConfigError, ServiceError
-from pipeline.mirror import TopicMirror
-from pipeline.publisher import Publisher
-from pipeline.vocab import parse_duration, parse_seconds
-from sinks.alerting.inhibit import Inhibitor, parse_inhibit_rules, silenced_by
-from sinks.alerting.model import (
+from alerting.inhibit import Inhibitor, parse_inhibit_rules, silenced_by
+from alerting.model import (
     Ack,
     AlertState,
     AlertStatus,
@@ -36,7 +31,12 @@ from sinks.alerting.model import (
     new_id,
     parse_matchers,
 )
-from sinks.alerting.targets import TargetPolicy
+from alerting.targets import TargetPolicy
+from pipeline.config import Settings
+from pipeline.errors import AlertConfigError, ServiceError
+from pipeline.mirror import TopicMirror
+from pipeline.publisher import Publisher
+from pipeline.vocab import parse_duration, parse_seconds
 
 _RECEIVER_KEYS = {
     "kind",
@@ -369,7 +369,7 @@ class AlertAdmin:
 
     def add(self, record: Subscription | Silence | Ack) -> None:
         """Write a validated record; a subscription's webhook and Slack URLs must name a host that
-        ``alerts.allowed_targets`` allows (sinks/alerting/targets.py), else AlertConfigError."""
+        ``alerts.allowed_targets`` allows (alerting/targets.py), else AlertConfigError."""
         if isinstance(record, Subscription):
             for r in record.receivers:
                 if r.kind in ("webhook", "slack"):

@@ -47,6 +47,28 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from prometheus_client import CollectorRegistry, Histogram
 
+from alerting.delivery import Attempt, DeliveryPool
+from alerting.engine import AlertEngine
+from alerting.grouping import DAMPED, Notification, Suppressed
+from alerting.inhibit import INHIBITED, MAINTENANCE, SILENCED, parse_inhibit_rules
+from alerting.lifecycle import LifecycleConfig
+from alerting.model import (
+    Ack,
+    AlertState,
+    AlertStatus,
+    ConfigRecord,
+    Delivery,
+    GroupState,
+    Receiver,
+    Silence,
+    StateRecord,
+    Subscription,
+    decode_config,
+    decode_state,
+    new_id,
+)
+from alerting.receivers import Sender
+from alerting.shadow import Shadow
 from pipeline.codec import decode_record, encode_record
 from pipeline.config import Settings
 from pipeline.deadletter import DeadLetter, bounded, dead_letter
@@ -70,28 +92,6 @@ from pipeline.publisher import Publisher, Record
 from pipeline.sizing import read_limits
 from pipeline.stats import Stall, write_stats
 from pipeline.vocab import NS_PER_S
-from sinks.alerting.delivery import Attempt, DeliveryPool
-from sinks.alerting.engine import AlertEngine
-from sinks.alerting.grouping import DAMPED, Notification, Suppressed
-from sinks.alerting.inhibit import INHIBITED, MAINTENANCE, SILENCED, parse_inhibit_rules
-from sinks.alerting.lifecycle import LifecycleConfig
-from sinks.alerting.model import (
-    Ack,
-    AlertState,
-    AlertStatus,
-    ConfigRecord,
-    Delivery,
-    GroupState,
-    Receiver,
-    Silence,
-    StateRecord,
-    Subscription,
-    decode_config,
-    decode_state,
-    new_id,
-)
-from sinks.alerting.receivers import Sender
-from sinks.alerting.shadow import Shadow
 
 log = logging.getLogger(__name__)
 

@@ -18,15 +18,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from pipeline.config import AlertSettings
-from sinks.alerting.lifecycle import flap_note, stale_note
-from sinks.alerting.model import (
+from alerting.lifecycle import flap_note, stale_note
+from alerting.model import (
     AlertState,
     AlertStatus,
     AlertView,
     GroupState,
     Subscription,
 )
+from pipeline.config import AlertSettings
 
 _NS = 1_000_000_000
 DAMPED = "damped"

@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from pipeline.errors import AlertConfigError, ConfigError
-from sinks.alerting.model import (
+from alerting.model import (
     LABELS,
     AlertState,
     AlertStatus,
@@ -24,6 +23,7 @@ from sinks.alerting.model import (
     matches_all,
     parse_matchers,
 )
+from pipeline.errors import AlertConfigError, ConfigError
 
 SILENCED = "silence"
 INHIBITED = "inhibited"
