@@ -33,7 +33,6 @@ detector and severity, delivery times per receiver kind and the findings consume
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
@@ -50,12 +49,12 @@ from prometheus_client import CollectorRegistry, Histogram
 from alerting.delivery import Attempt, DeliveryPool
 from alerting.engine import AlertEngine
 from alerting.grouping import DAMPED, Notification, Suppressed
+from alerting.health import HealthBook, health_key
 from alerting.inhibit import INHIBITED, MAINTENANCE, SILENCED, parse_inhibit_rules
 from alerting.lifecycle import LifecycleConfig
 from alerting.model import (
     Ack,
     AlertState,
-    AlertStatus,
     ConfigRecord,
     Delivery,
     GroupState,
@@ -73,9 +72,8 @@ from pipeline.codec import decode_record, encode_record
 from pipeline.config import Settings
 from pipeline.deadletter import DeadLetter, bounded, dead_letter
 from pipeline.errors import DecodeError, RecordTooLarge, ServiceError
-from pipeline.escalation import Episode, History, episode_of
+from pipeline.escalation import Episode
 from pipeline.events import Finding
-from pipeline.health.fold import Escalations, FiringFinding, assess, assessment_json
 from pipeline.metrics import (
     DURATION_BUCKETS,
     ConsumerLag,
@@ -91,7 +89,6 @@ from pipeline.notifications import NotificationRecord, UniqueTimes
 from pipeline.publisher import Publisher, Record
 from pipeline.sizing import read_limits
 from pipeline.stats import Stall, write_stats
-from pipeline.vocab import NS_PER_S
 
 log = logging.getLogger(__name__)
 
@@ -102,11 +99,6 @@ _OUTCOME = {
     MAINTENANCE: "suppressed-maintenance",
     DAMPED: "damped",
 }
-
-
-def _health_key(labels: dict[str, str]) -> tuple[str, str, str]:
-    """Whose health an alert speaks of: (cluster, node, GPU or "-" for the node)."""
-    return labels.get("cluster", ""), labels.get("node", ""), labels.get("gpu") or "-"
 
 
 @dataclass
@@ -209,15 +201,9 @@ class AlertManager:
         self._config_version = -1
         self._consumer: Consumer | None = None
         self._by_state: dict[tuple[str, str, str], int] = {}
-        #: health (pipeline.health) per GPU (or node: gpu "-") as last published, and the ones to look at again
-        self._health: dict[tuple[str, str, str], tuple[str, str, tuple[str, ...]]] = {}
-        self._touched: set[tuple[str, str, str]] = set()
-        self._health_dirty: dict[bytes, bytes] = {}
-        self.episodes = History(settings.health, past)
+        #: the health published per GPU and node (alerting.health)
+        self.health = HealthBook(settings.health, past)
         self.shadow = Shadow(self.cfg.shadow_kinds, LifecycleConfig.of(self.cfg))
-        #: keys whose published health names a reason from the history: looked at again every minute (it expires)
-        self._escalated: set[tuple[str, str, str]] = set()
-        self._history_checked_ns = 0
         self._dead_letters = dead_letters(registry)
         self._delivery_seconds = Histogram("hermeneut_alerts_delivery_seconds", "Seconds per delivery attempt.",
                                            ["receiver"], buckets=DURATION_BUCKETS, registry=registry)  # fmt: skip
@@ -273,7 +259,7 @@ class AlertManager:
     def _rebuild(self, records: list[StateRecord]) -> None:
         alerts = [r for r in records if isinstance(r, AlertState)]
         self.engine.restore(alerts, [r for r in records if isinstance(r, GroupState)])
-        self._touched.update(_health_key(a.labels) for a in alerts)  # published again: a restart loses nothing
+        self.health.touch(health_key(a.labels) for a in alerts)  # published again: a restart loses nothing
         self.outbox = {r.id: r for r in records if isinstance(r, Delivery)}
 
     def _on_assign(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
@@ -349,9 +335,8 @@ class AlertManager:
         new = self.engine.apply(finding, self.clock_ns())
         if new is not None:
             self._dirty[new.key] = encode_record(new)
-            self._touched.add(_health_key(new.labels))
-        if self.episodes.add(episode_of(finding)):
-            self._touched.add((finding.cluster, finding.node, finding.gpu_uuid or "-"))
+            self.health.touch([health_key(new.labels)])
+        self.health.seen(finding)
 
     def step(self, now_ns: int) -> None:
         """Timers and every subscription's groups; queues state records, notifications and history records."""
@@ -363,8 +348,9 @@ class AlertManager:
             self._dirty[a.key] = encode_record(a)
         for a in result.forgotten:
             self._dirty[a.key] = None
-        self._touched.update(_health_key(a.labels) for a in (*result.alerts, *result.forgotten))
-        self._assess_health(now_ns)
+        self.health.touch(health_key(a.labels) for a in (*result.alerts, *result.forgotten))
+        self.health.assess(self.engine.alerts.values(), now_ns)
+        self.stats.shadow_escalations = self.health.shadow_escalations
         for g in result.groups:
             self._dirty[g.key] = encode_record(g)
         for g in result.dropped_groups:
@@ -386,49 +372,6 @@ class AlertManager:
                 for a in self.engine.alerts.values()
             )
         )
-
-    def _assess_health(self, now_ns: int) -> None:
-        """The health of each GPU (or node) whose alerts changed, from its alerts firing now (the manager sees no
-        samples: none is "unknown" here); a change is published on the health topic (compacted, keyed
-        cluster/node/gpu) for remediation systems to act on."""
-        if now_ns - self._history_checked_ns >= 60 * NS_PER_S:
-            self._history_checked_ns = now_ns
-            self.episodes.forget(now_ns)
-            self._touched |= self._escalated
-        if not self._touched:
-            return
-        escalated = self.episodes.escalate(now_ns)
-        self.stats.shadow_escalations = sum(len(r) for r in escalated.shadow.values())
-        self._touched.update((cluster, node, "-") for cluster, node in escalated.nodes)
-        firing: dict[tuple[str, str, str], list[FiringFinding]] = {}
-        for a in self.engine.alerts.values():
-            key = _health_key(a.labels)
-            if a.status is AlertStatus.FIRING and key in self._touched:
-                firing.setdefault(key, []).append(
-                    FiringFinding(a.labels, a.summary, a.starts_ns, a.evidence, a.stale_since_ns)
-                )
-        for key in sorted(self._touched):
-            cluster, node, gpu = key
-            if gpu == "-":
-                past = Escalations(nodes={(cluster, node): escalated.nodes.get((cluster, node), [])})
-            else:
-                past = Escalations(gpus={key: escalated.gpus.get(key, [])})
-            h = assess(firing.get(key, []), [(cluster, node, gpu, now_ns)] if gpu != "-" else [], now_ns, history=past)
-            one = h.gpus[0] if gpu != "-" else next(n for n in h.nodes if n.node == node)
-            if any(past.gpus.values()) or any(past.nodes.values()):
-                self._escalated.add(key)
-            else:
-                self._escalated.discard(key)
-            said = (one.state.value, one.remedy.value, tuple(sorted({r.detector for r in one.reasons})))
-            if self._health.get(key) != said:
-                self._health[key] = said
-                record = assessment_json(one) | {
-                    "gpu": None if gpu == "-" else gpu,
-                    "last_seen_ns": None,
-                    "ts_ns": now_ns,
-                }
-                self._health_dirty[f"{cluster}/{node}/{gpu}".encode()] = json.dumps(record).encode()
-        self._touched.clear()
 
     def _notify(self, sub: Subscription, note: Notification, now_ns: int) -> None:
         self.stats.notifications += 1
@@ -546,7 +489,7 @@ class AlertManager:
 
     def _persist_and_commit(self) -> None:
         """Publish changed state (and dead letters), wait for Kafka, then commit findings and start deliveries."""
-        if not (self._dirty or self._health_dirty or self._history or self._letters or self._uncommitted
+        if not (self._dirty or self.health.dirty or self._history or self._letters or self._uncommitted
                 or self._to_submit):  # fmt: skip
             return
         topics = self.settings.topics
@@ -559,7 +502,7 @@ class AlertManager:
                 del self._dirty[key]
                 continue
             records.append((topics.alert_state, key, value, None))
-        records += [(topics.health, key, value, None) for key, value in self._health_dirty.items()]
+        records += [(topics.health, key, value, None) for key, value in self.health.dirty.items()]
         history = len(self._history)
         for r in self._history:
             value = encode_record(r)
@@ -584,11 +527,11 @@ class AlertManager:
             return  # everything stays dirty and is published again next round (idempotent: latest value wins)
         self.stall.ok()
         self.stats.state_records += len(self._dirty)
-        self.stats.health_records += len(self._health_dirty)
+        self.stats.health_records += len(self.health.dirty)
         self.stats.history_records += history
         del self._history[:history]
         self._dirty.clear()
-        self._health_dirty.clear()
+        self.health.dirty.clear()
         self._letters.clear()
         if self._uncommitted:
             self._commit(self._uncommitted)

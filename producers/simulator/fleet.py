@@ -47,7 +47,8 @@ from pipeline.events import (
     SampleBatch,
 )
 from pipeline.vocab import CLOCK_REASONS, GPU_IDLE, HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, SW_POWER_CAP, SW_THERMAL
-from producers.simulator.faults import FaultInjector, GpuView, Now
+from producers.simulator.effects import GpuView, Now
+from producers.simulator.faults import FaultInjector
 from producers.simulator.hardware import MIXES, MODELS, NODE_KINDS, GpuModel, NodeKind, kind_fits, node_topology
 from producers.simulator.hardware import nic_names as kind_nic_names
 from producers.simulator.hardware import nvlink_links as kind_nvlink_links
