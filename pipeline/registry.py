@@ -16,6 +16,10 @@ What a plugin class offers (tests/unit/pipeline/test_registry.py loads every ent
     from_config(config, **deps) -> plugin       classmethod: builds it (dependencies such as a fake NVML may be
                                                 injected); connects to nothing (a source's ``open()`` does)
 
+A Config field declared with :func:`setting` is also a command-line option: ``hermeneut import <name>`` builds each
+importer's subcommand from its Config's flags (help, required, choices, bounds, whether it names input files),
+so an importer's settings are declared once, with their defaults, in its Config.
+
 Sources then follow :class:`producers.source.Source` (open / collect / close), importers
 :class:`producers.importers.driver.Importer` (open / blocks / close) and sinks :class:`sinks.base.Sink`
 (add / flush / close). :func:`create` does configure, validate and from_config in that order, so a bad value
@@ -61,6 +65,28 @@ PLUGINS: Final[Mapping[Kind, Mapping[str, str]]] = {
 }
 
 C = TypeVar("C", bound="DataclassInstance")
+#: the metadata key of a Config field's :class:`Flag`
+FLAG: Final = "hermeneut.flag"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Flag:
+    """How a plugin setting is given on the command line: ``--<name>`` (underscores as dashes), or the positional
+    arguments (``argument``: the files or folders to read)."""
+
+    help: str
+    required: bool = False
+    choices: tuple[str, ...] = ()
+    #: the smallest number allowed
+    minimum: int | None = None
+    #: names input files: they identify the import with its options (its checkpoint), and must exist
+    input: bool = False
+    argument: bool = False
+
+
+def setting(default: Any, help: str, **how: Any) -> Any:
+    """A Config field with ``default`` that is also a command-line option (:class:`Flag`)."""
+    return dataclasses.field(default=default, metadata={FLAG: Flag(help, **how)})
 
 
 class PluginClass(Protocol):

@@ -8,30 +8,27 @@ for (stored or dead-lettered), 1 when some are not (yet).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final
 
 import click
 
 from hermeneut.cli.base import cli, errors, resolved, settings_of
 from pipeline import registry, services
-from pipeline.events import APPLICATIONS
+from pipeline.registry import FLAG, Flag
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-_PATHS = click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-
-
-def common(f: F) -> F:
-    """What every import takes: the cluster, resuming or starting over, and whether a pipeline runs already."""
-    patience = "Seconds without progress before the import stops waiting for the pipeline."
-    f = click.option("--patience", default=120.0, show_default=True, type=click.FloatRange(1), help=patience)(f)
-    own = "Start a processor and a sink for the import (--no-pipeline: they already run)."
-    f = click.option("--pipeline/--no-pipeline", default=True, show_default=True, help=own)(f)
-    again = "Send everything again instead of resuming (after training: judge the history anew)."
-    f = click.option("--restart", is_flag=True, help=again)(f)
-    return click.option("--cluster", default=None, help="Cluster tag of the imported GPUs [default: settings].")(f)
+#: what every import takes besides its importer's settings: the cluster, resuming or starting over, whether a
+#: pipeline runs already, how long to wait for it
+COMMON: Final = (
+    click.Option(["--cluster"], default=None, help="Cluster tag of the imported GPUs [default: settings]."),
+    click.Option(["--restart"], is_flag=True,
+                 help="Send everything again instead of resuming (after training: judge the history anew)."),
+    click.Option(["--pipeline/--no-pipeline"], default=True, show_default=True,
+                 help="Start a processor and a sink for the import (--no-pipeline: they already run)."),
+    click.Option(["--patience"], default=120.0, show_default=True, type=click.FloatRange(1),
+                 help="Seconds without progress before the import stops waiting for the pipeline."),
+)  # fmt: skip
 
 
 @cli.group("import")
@@ -69,83 +66,43 @@ def _import(
         ctx.exit(1)
 
 
-@import_group.command("nvidia-smi-csv")
-@_PATHS
-@click.option("--node", help="The node the GPUs are on [default: each file's name].")
-@click.option("--columns", help="The --query-gpu list of a log written with noheader (comma-separated).")
-@click.option("--timezone", default="UTC", show_default=True, help="nvidia-smi prints local time: which zone.")
-@click.option(
-    "--gpus-per-timestamp",
-    type=click.IntRange(1),
-    help="A log without index/uuid/pci.bus_id: each time's N lines are GPUs 0..N-1 (nvidia-smi's order).",
-)
-@common
-@click.pass_context
-def nvsmi_csv_cmd(ctx: click.Context, /, paths: tuple[Path, ...], **kw: Any) -> None:
-    """nvidia-smi --query-gpu=... --format=csv logs (any columns, with or without units and header)."""
-    names = ("node", "columns", "timezone", "gpus_per_timestamp")
-    _import(ctx, "nvidia-smi-csv", {"paths": paths} | {n: kw.pop(n) for n in names}, paths, kw)
+def importer_command(name: str) -> click.Command:
+    """``hermeneut import <name>``, built from the importer's Config: each field declared with
+    :func:`pipeline.registry.setting` is an option (or the positional files), with its help, choices and bounds."""
+    plugin = registry.load("importer", name)
+    flags = [(f.name, f.metadata[FLAG], f.default) for f in dataclasses.fields(plugin.Config) if FLAG in f.metadata]
+    params: list[click.Parameter] = [_parameter(field, flag, default) for field, flag, default in flags]
+
+    @click.pass_context
+    def run(ctx: click.Context, /, **kw: Any) -> None:
+        options = {field: kw.pop(field) for field, _, _ in flags}
+        inputs = tuple(p for field, flag, _ in flags if flag.input for p in _paths(options[field]))
+        _import(ctx, name, options, inputs, kw)
+
+    return click.Command(name, callback=run, params=[*params, *COMMON], help=getattr(plugin, "description", None))
 
 
-@import_group.command("nvidia-smi-xml")
-@_PATHS
-@click.option("--node", help="The node the captures are from [default: each capture's folder name].")
-@click.option("--timezone", default="UTC", show_default=True, help="nvidia-smi prints local time: which zone.")
-@common
-@click.pass_context
-def nvsmi_xml_cmd(ctx: click.Context, /, paths: tuple[Path, ...], **kw: Any) -> None:
-    """Folders (or files) of nvidia-smi -q -x captures, replayed through the NVML collector."""
-    _import(ctx, "nvidia-smi-xml", {"paths": paths, "node": kw.pop("node"), "timezone": kw.pop("timezone")}, paths, kw)
+def _parameter(field: str, flag: Flag, default: Any) -> click.Parameter:
+    """A Config field's command-line parameter (not given: None, so the Config's default holds)."""
+    if flag.argument:
+        return click.Argument([field], nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+    kind: click.ParamType | None = None
+    if flag.choices:
+        kind = click.Choice(flag.choices)
+    elif flag.input:
+        kind = click.Path(exists=True, path_type=Path)
+    elif isinstance(default, int) and not isinstance(default, bool):
+        kind = click.IntRange(flag.minimum) if flag.minimum is not None else click.INT
+    elif isinstance(default, float):
+        kind = click.FloatRange(flag.minimum) if flag.minimum is not None else click.FLOAT
+    told = f" [default: {default}]" if default not in ("", None, 0) and not flag.required else ""
+    return click.Option([f"--{field.replace('_', '-')}", field], type=kind, required=flag.required, default=None,
+                        help=flag.help + told)  # fmt: skip
 
 
-@import_group.command("dcgm-exporter")
-@_PATHS
-@click.option("--node", help="The node of series without a Hostname label [default: each file's name].")
-@click.option("--time", "time_", help="The time of files without timestamps (RFC 3339) [default: file mtime].")
-@click.option("--application", type=click.Choice(APPLICATIONS), help="Application of the jobs the labels name.")
-@common
-@click.pass_context
-def dcgm_cmd(ctx: click.Context, /, paths: tuple[Path, ...], **kw: Any) -> None:
-    """Saved dcgm-exporter scrapes (one per file, or timestamped lines)."""
-    options = {"paths": paths, "node": kw.pop("node"), "time": kw.pop("time_"), "application": kw.pop("application")}
-    _import(ctx, "dcgm-exporter", options, paths, kw)
+def _paths(value: Any) -> tuple[Path, ...]:
+    return tuple(value) if isinstance(value, tuple) else (value,) if value is not None else ()
 
 
-@import_group.command("amd-exporter")
-@_PATHS
-@click.option("--node", help="The node of series without a hostname label [default: each file's name].")
-@click.option("--time", "time_", help="The time of files without timestamps (RFC 3339) [default: file mtime].")
-@click.option("--application", type=click.Choice(APPLICATIONS), help="Application of the jobs the labels name.")
-@common
-@click.pass_context
-def amd_cmd(ctx: click.Context, /, paths: tuple[Path, ...], **kw: Any) -> None:
-    """Saved AMD device-metrics-exporter scrapes (one scrape per file)."""
-    options = {"paths": paths, "node": kw.pop("node"), "time": kw.pop("time_"), "application": kw.pop("application")}
-    _import(ctx, "amd-exporter", options, paths, kw)
-
-
-@import_group.command("table")
-@_PATHS
-@click.option("--mapping", required=True, type=click.Path(exists=True, path_type=Path), help="The TOML mapping.")
-@common
-@click.pass_context
-def table_cmd(ctx: click.Context, /, paths: tuple[Path, ...], **kw: Any) -> None:
-    """CSV or parquet traces, read through a mapping file (time, GPU or pod, fields and units, context)."""
-    mapping = kw.pop("mapping")
-    _import(ctx, "table", {"paths": paths, "mapping": mapping}, (*paths, mapping), kw)
-
-
-@import_group.command("prometheus")
-@click.option("--url", required=True, help="The Prometheus server, e.g. http://prometheus:9090.")
-@click.option("--start", required=True, help="Start of the range (RFC 3339).")
-@click.option("--end", required=True, help="End of the range (RFC 3339).")
-@click.option("--step", help="A regular grid (e.g. 60s) instead of the samples as stored.")
-@click.option("--selector", help='Narrow every query, e.g. {Hostname=~"gpu0.*"}.')
-@click.option("--node", help="The node of series without a Hostname label.")
-@click.option("--application", type=click.Choice(APPLICATIONS), help="Application of the jobs the labels name.")
-@common
-@click.pass_context
-def prometheus_cmd(ctx: click.Context, /, **kw: Any) -> None:
-    """dcgm-exporter series (DCGM_FI_DEV_*, DCGM_FI_PROF_*) from a Prometheus server's HTTP API."""
-    names = ("url", "start", "end", "step", "selector", "node", "application")
-    _import(ctx, "prometheus", {n: kw.pop(n) for n in names}, (), kw)
+for _name in registry.names("importer"):
+    import_group.add_command(importer_command(_name))

@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, DecodeError
 from pipeline.events import APPLICATIONS, GpuEvent, GpuSample, Workload
-from pipeline.registry import with_options
+from pipeline.registry import setting, with_options
 from producers.amd.exporter import ExporterState, ScrapeStats, identity, to_batches
 from producers.dcgm_exporter import PromSample, parse_exposition
 from producers.importers.exposition import workload_of
@@ -41,14 +41,14 @@ _WORKLOAD: Final = {"pod": "pod", "namespace": "namespace", "container": "contai
 class AmdFilesConfig:
     """The ``amd-exporter`` importer's settings."""
 
-    paths: tuple[Path, ...] = ()
+    paths: tuple[Path, ...] = setting((), "Saved scrapes, or folders of them.", input=True, argument=True)
     cluster: str = "local"
     #: the node of series without a ``hostname`` label; empty: each file's name without its suffix
-    node: str = ""
+    node: str = setting("", "The node of series without a hostname label [default: each file's name].")
     #: the time of a file without timestamps (RFC 3339); empty: the file's modification time
-    time: str = ""
+    time: str = setting("", "The time of files without timestamps (RFC 3339) [default: file mtime].")
     #: the application of the jobs the workload labels name (pod, job_id); empty: unknown
-    application: str = ""
+    application: str = setting("", "Application of the jobs the labels name.", choices=APPLICATIONS)
 
 
 def scrape_files(paths: tuple[Path, ...]) -> list[Path]:
@@ -82,6 +82,8 @@ class AmdFilesImporter:
     name: str = "amd-exporter"
 
     Config = AmdFilesConfig
+    #: what it reads: the help of its ``hermeneut import`` subcommand
+    description: ClassVar[str] = "Saved AMD device-metrics-exporter scrapes (one scrape per file)."
 
     @classmethod
     def configure(cls, settings: Settings, **options: Any) -> AmdFilesConfig:

@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from pipeline.codec import INT64_MAX
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, DecodeError
 from pipeline.events import APPLICATIONS
-from pipeline.registry import with_options
+from pipeline.registry import setting, with_options
 from producers.dcgm_exporter import PromSample, parse_exposition
 from producers.importers.exposition import Scrapes
 from producers.importers.parse import BadValue, timestamp_ns
@@ -48,14 +48,14 @@ def _first_long_line(data: bytes) -> int | None:
 class DcgmFilesConfig:
     """The ``dcgm-exporter`` importer's settings."""
 
-    paths: tuple[Path, ...] = ()
+    paths: tuple[Path, ...] = setting((), "Saved scrapes, or folders of them.", input=True, argument=True)
     cluster: str = "local"
     #: the node of series without a ``Hostname`` label; empty: each file's name without its suffix
-    node: str = ""
+    node: str = setting("", "The node of series without a Hostname label [default: each file's name].")
     #: the time of a file without timestamps (RFC 3339); empty: the file's modification time
-    time: str = ""
+    time: str = setting("", "The time of files without timestamps (RFC 3339) [default: file mtime].")
     #: the application of the jobs the workload labels name (pod, hpc_job); empty: unknown
-    application: str = ""
+    application: str = setting("", "Application of the jobs the labels name.", choices=APPLICATIONS)
 
 
 def scrape_files(paths: tuple[Path, ...]) -> list[Path]:
@@ -74,6 +74,8 @@ class DcgmFilesImporter:
     name: str = "dcgm-exporter"
 
     Config = DcgmFilesConfig
+    #: what it reads: the help of its ``hermeneut import`` subcommand
+    description: ClassVar[str] = "Saved dcgm-exporter scrapes (one per file, or timestamped lines)."
 
     @classmethod
     def configure(cls, settings: Settings, **options: Any) -> DcgmFilesConfig:

@@ -29,13 +29,13 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import numpy as np
 
 from pipeline.config import Settings
 from pipeline.errors import ConfigError
-from pipeline.registry import with_options
+from pipeline.registry import setting, with_options
 from producers.importers.parse import (
     UNITS,
     BadValue,
@@ -187,16 +187,18 @@ def unidentified_repeat(text: str, columns: str = "") -> tuple[int, int] | None:
 class NvsmiCsvConfig:
     """The ``nvidia-smi-csv`` importer's settings."""
 
-    paths: tuple[Path, ...] = ()
+    paths: tuple[Path, ...] = setting((), "nvidia-smi CSV logs.", input=True, argument=True)
     cluster: str = "local"
     #: the node the GPUs are on (nvidia-smi does not print it); empty: each file's name without its suffix
-    node: str = ""
+    node: str = setting("", "The node the GPUs are on [default: each file's name].")
     #: the --query-gpu list of a log written with ``noheader``, comma-separated
-    columns: str = ""
-    timezone: str = "UTC"
+    columns: str = setting("", "The --query-gpu list of a log written with noheader (comma-separated).")
+    timezone: str = setting("UTC", "nvidia-smi prints local time: which zone.")
     #: GPUs per time in a log without index/uuid/pci.bus_id: each time's lines are GPUs 0..N-1 in nvidia-smi's
     #: order; 0: such a log is refused when a time repeats
-    gpus_per_timestamp: int = 0
+    gpus_per_timestamp: int = setting(
+        0, "A log without index/uuid/pci.bus_id: each time's N lines are GPUs 0..N-1 (nvidia-smi's order).", minimum=1
+    )
 
 
 @dataclass
@@ -208,6 +210,10 @@ class NvsmiCsvImporter:
     name: str = "nvidia-smi-csv"
 
     Config = NvsmiCsvConfig
+    #: what it reads: the help of its ``hermeneut import`` subcommand
+    description: ClassVar[str] = (
+        "nvidia-smi --query-gpu=... --format=csv logs (any columns, with or without units and header)."
+    )
 
     @classmethod
     def configure(cls, settings: Settings, **options: Any) -> NvsmiCsvConfig:

@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pipeline.config import Settings
 from pipeline.errors import ConfigError
-from pipeline.registry import with_options
+from pipeline.registry import setting, with_options
 from producers.importers.parse import zone
 from producers.importers.rows import Block, Rejection, empty_rows, rows_of
 from producers.nvml.capture import gpu_from_xml
@@ -38,11 +38,11 @@ class NvsmiXmlConfig:
     """The ``nvidia-smi-xml`` importer's settings."""
 
     #: capture files, or folders of them (every ``*.xml`` inside)
-    paths: tuple[Path, ...] = ()
+    paths: tuple[Path, ...] = setting((), "nvidia-smi -q -x captures, or folders of them.", input=True, argument=True)
     cluster: str = "local"
     #: the node the captures are from; empty: each capture's folder name
-    node: str = ""
-    timezone: str = "UTC"
+    node: str = setting("", "The node the captures are from [default: each capture's folder name].")
+    timezone: str = setting("UTC", "nvidia-smi prints local time: which zone.")
 
 
 def capture_files(paths: tuple[Path, ...]) -> list[Path]:
@@ -61,6 +61,8 @@ class NvsmiXmlImporter:
     name: str = "nvidia-smi-xml"
 
     Config = NvsmiXmlConfig
+    #: what it reads: the help of its ``hermeneut import`` subcommand
+    description: ClassVar[str] = "Folders (or files) of nvidia-smi -q -x captures, replayed through the NVML collector."
 
     @classmethod
     def configure(cls, settings: Settings, **options: Any) -> NvsmiXmlConfig:

@@ -31,13 +31,13 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from pipeline.codec import INT64_MAX
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, InvalidInput, ServiceError
 from pipeline.events import APPLICATIONS
-from pipeline.registry import with_options
+from pipeline.registry import setting, with_options
 from pipeline.vocab import parse_duration
 from producers.dcgm_exporter import READ_METRICS, PromSample
 from producers.importers.exposition import Scrapes
@@ -56,17 +56,17 @@ _NS: Final = 1_000_000_000
 class PrometheusConfig:
     """The ``prometheus`` importer's settings."""
 
-    url: str = "http://127.0.0.1:9090"
-    start: str = ""
-    end: str = ""
+    url: str = setting("http://127.0.0.1:9090", "The Prometheus server, e.g. http://prometheus:9090.", required=True)
+    start: str = setting("", "Start of the range (RFC 3339).", required=True)
+    end: str = setting("", "End of the range (RFC 3339).", required=True)
     #: a regular grid instead of the stored samples (Prometheus duration, e.g. 60s); empty: the samples as stored
-    step: str = ""
+    step: str = setting("", "A regular grid (e.g. 60s) instead of the samples as stored.")
     #: a label selector every query is narrowed by, e.g. {Hostname="gpu01"}
-    selector: str = ""
+    selector: str = setting("", 'Narrow every query, e.g. {Hostname=~"gpu0.*"}.')
     cluster: str = "local"
     #: the node of series without a ``Hostname`` label
-    node: str = "prometheus"
-    application: str = ""
+    node: str = setting("prometheus", "The node of series without a Hostname label.")
+    application: str = setting("", "Application of the jobs the labels name.", choices=APPLICATIONS)
     timeout_s: float = 60.0
 
 
@@ -96,6 +96,10 @@ class PrometheusImporter:
     name: str = "prometheus"
 
     Config = PrometheusConfig
+    #: what it reads: the help of its ``hermeneut import`` subcommand
+    description: ClassVar[str] = (
+        "dcgm-exporter series (DCGM_FI_DEV_*, DCGM_FI_PROF_*) from a Prometheus server's HTTP API."
+    )
 
     def __post_init__(self) -> None:
         self.scrapes = Scrapes(self.config.cluster, self.config.node, self.config.application)

@@ -45,14 +45,14 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import numpy as np
 
 from pipeline.config import Settings
 from pipeline.errors import ConfigError
 from pipeline.events import APPLICATIONS, METRIC_INDEX, Workload
-from pipeline.registry import with_options
+from pipeline.registry import setting, with_options
 from producers.importers.parse import (
     TIME_FORMATS,
     BadValue,
@@ -189,8 +189,8 @@ def _jobs_file(path: Path, where: str) -> dict[str, str]:
 class TableConfig:
     """The ``table`` importer's settings."""
 
-    paths: tuple[Path, ...] = ()
-    mapping: Path | None = None
+    paths: tuple[Path, ...] = setting((), "CSV or parquet files.", input=True, argument=True)
+    mapping: Path | None = setting(None, "The TOML mapping.", required=True, input=True)
     cluster: str = "local"
 
 
@@ -208,6 +208,10 @@ class TableImporter:
     _outside: dict[tuple[str, ...], str] = field(default_factory=dict)
 
     Config = TableConfig
+    #: what it reads: the help of its ``hermeneut import`` subcommand
+    description: ClassVar[str] = (
+        "CSV or parquet traces, read through a mapping file (time, GPU or pod, fields and units, context)."
+    )
 
     @classmethod
     def configure(cls, settings: Settings, **options: Any) -> TableConfig:
