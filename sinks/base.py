@@ -115,3 +115,17 @@ class Sink(Protocol[T]):
 
     def stats(self) -> dict[str, int]:
         """Counters of what it wrote, for the stats file."""
+
+
+class Stateless:
+    """For a sink that holds nothing across batches (each batch is written whole): no marks, so the runner commits
+    every batch it stored, and nothing to resume or forget when partitions move."""
+
+    def marks(self) -> dict[tuple[str, int], tuple[int, str]]:
+        return {}
+
+    def resume(self, topic: str, partition: int, metadata: str | None) -> None:
+        """Nothing held, nothing to pick up."""
+
+    def forget(self, topic: str, partition: int) -> None:
+        """Nothing held, nothing to drop."""

@@ -32,7 +32,7 @@ from pipeline.config import Settings
 from pipeline.errors import ConfigError, DecodeError, PermanentWriteError
 from pipeline.events import Finding
 from pipeline.registry import with_options
-from sinks.base import Position, Prepared, Refusal
+from sinks.base import Position, Prepared, Refusal, Stateless
 from sinks.otlp.mapping import (
     BadHealth,
     Exported,
@@ -86,7 +86,7 @@ def parse_headers(text: str) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-class OtlpSink:
+class OtlpSink(Stateless):
     """OTLP/JSON from each message (prepared on the runner's consumer thread), sent per batch."""
 
     name = "otlp"
@@ -155,15 +155,6 @@ class OtlpSink:
             except (ValueError, BadHealth) as exc:  # BadHealth is a ValueError; JSONDecodeError too
                 raise DecodeError("bad_health", str(exc)[:300]) from exc
         raise DecodeError("wrong_topic", f"the otlp sink does not export {topic}")
-
-    def marks(self) -> dict[tuple[str, int], tuple[int, str]]:
-        return {}  # nothing is held in memory across batches
-
-    def resume(self, topic: str, partition: int, metadata: str | None) -> None:
-        pass
-
-    def forget(self, topic: str, partition: int) -> None:
-        pass
 
     def add(self, batch: Sequence[Prepared[Exported]]) -> None:
         self._pending.extend(p.payload for p in batch)
