@@ -30,7 +30,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -263,6 +263,55 @@ class OpenAtStart(mode.Service):
         await self.connections.ready()
 
 
+async def deliver_all(
+    writes: list[Write], send: Callable[[Write], Awaitable[asyncio.Future[Any]]], stall: Stall
+) -> None:
+    """Send ``writes`` and wait until every one is acknowledged; resend what failed, with backoff, for as long as
+    it takes (``stall`` says so after a few attempts, or while an acknowledgement is awaited past its time).
+    ``send`` hands a write to the producer and returns the future of its acknowledgement."""
+    pending, delay = writes, 0.2
+    while pending:
+        sent: list[tuple[Write, Any]] = []
+        for w in pending:
+            try:
+                sent.append((w, await send(w)))
+            except Exception as exc:  # refused before it left (e.g. by the client's own checks)
+                sent.append((w, exc))
+        futures = [f for _, f in sent if not isinstance(f, BaseException)]
+        while futures:
+            _, waiting = await asyncio.wait(futures, timeout=stall.after_s)
+            if not waiting:
+                break
+            w = next(w for w, f in sent if f in waiting)
+            stall.waiting(w.topic, len(w.value), w.source)
+        failed = []
+        for w, f in sent:
+            error = f if isinstance(f, BaseException) else f.exception()
+            if error is not None:
+                failed.append(w)
+                stall.failed(w.topic, len(w.value), w.source, f"{type(error).__name__}: {error}")
+        if not failed:
+            stall.ok()
+            return
+        # only what failed goes again: interpreted parts may then arrive out of order, which nothing after depends
+        # on (every point carries its own timestamp); nothing is acked meanwhile
+        pending = failed
+        await asyncio.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, _RETRY_MAX_S)
+
+
+def _sender(topics: dict[str, Any]) -> Callable[[Write], Awaitable[asyncio.Future[Any]]]:
+    """A write handed to its faust topic's producer."""
+
+    async def send(w: Write) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = await topics[w.topic].send(
+            key=w.key, value=w.value, headers=w.headers or None, partition=w.partition
+        )
+        return future
+
+    return send
+
+
 def create_app(
     settings: Settings,
     stats_file: Path | None = None,
@@ -315,38 +364,7 @@ def create_app(
         metrics.conclusions.findings(result.sent_findings)
 
     async def deliver(writes: list[Write]) -> None:
-        """Send ``writes`` and wait until every one is acknowledged; resend what failed, with backoff, for as long
-        as it takes (the stall watch says so after a few attempts)."""
-        pending, delay = writes, 0.2
-        while pending:
-            sent: list[tuple[Write, Any]] = []
-            for w in pending:
-                try:
-                    sent.append((w, await out[w.topic].send(key=w.key, value=w.value, headers=w.headers or None,
-                                                            partition=w.partition)))  # fmt: skip
-                except Exception as exc:  # refused before it left (e.g. by the client's own checks)
-                    sent.append((w, exc))
-            futures = [f for _, f in sent if not isinstance(f, BaseException)]
-            while futures:
-                _, waiting = await asyncio.wait(futures, timeout=stats.stall.after_s)
-                if not waiting:
-                    break
-                w = next(w for w, f in sent if f in waiting)
-                stats.stall.waiting(w.topic, len(w.value), w.source)
-            failed = []
-            for w, f in sent:
-                error = f if isinstance(f, BaseException) else f.exception()
-                if error is not None:
-                    failed.append(w)
-                    stats.stall.failed(w.topic, len(w.value), w.source, f"{type(error).__name__}: {error}")
-            if not failed:
-                stats.stall.ok()
-                return
-            # only what failed goes again: interpreted parts may then arrive out of order, which nothing after
-            # depends on (every point carries its own timestamp); nothing is acked meanwhile
-            pending = failed
-            await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, _RETRY_MAX_S)
+        await deliver_all(writes, _sender(out), stats.stall)
 
     @app.agent(raw, name="interpret")  # type: ignore[arg-type]  # noack_take is on Stream, not StreamT
     async def interpret(stream: faust.Stream[bytes]) -> None:
