@@ -29,7 +29,8 @@ import numpy as np
 from pipeline.baselines import BaselineManifest, BaselineRecord, ClassifierRecord
 from pipeline.codec import encode_samples
 from pipeline.config import Settings, ValidationSettings
-from pipeline.events import GpuContext, InterpretedBatch, NodeTopology, Verdict, Workload, gpu_key, node_key
+from pipeline.events import GpuContext, InterpretedBatch, Verdict, Workload, gpu_key, node_key
+from pipeline.topology import NodeTopology
 from processors.app import BATCH_MAX, interpreter_from
 from processors.baselines.fit import LabelledRows, fit_version
 from processors.baselines.store import BaselineSet

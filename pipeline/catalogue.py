@@ -338,7 +338,7 @@ PUBLISHED_LINKS: Final[dict[str, LinkFigures]] = {
     ),
 }  # fmt: skip
 
-#: nvidia-smi topo's path kinds (pipeline.events.TopologyLink.kind) as the link kinds above
+#: nvidia-smi topo's path kinds (pipeline.topology.TopologyLink.kind) as the link kinds above
 TOPO_LINK_KIND: Final[dict[str, str]] = {"PIX": "pcie", "PXB": "pcie", "PHB": "pcie", "NODE": "pcie", "SYS": "sys"}
 
 

@@ -44,11 +44,12 @@ from prometheus_client import CollectorRegistry
 from pipeline.codec import decode_record
 from pipeline.config import Settings
 from pipeline.errors import ServiceError
-from pipeline.events import GpuContext, NodeTopology, node_key
+from pipeline.events import GpuContext, node_key
 from pipeline.mirror import TopicMirror
 from pipeline.sizing import read_limits
 from pipeline.stats import Stall, write_stats
 from pipeline.topics import wait_for_topics
+from pipeline.topology import NodeTopology
 from processors.baselines.score import AnomalyTracker, Judgement, Scorer
 from processors.baselines.store import BaselineSet, BaselineStore, decode_baselines_record
 from processors.detectors.stage import Detectors

@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
-from pipeline.events import Finding, InterpretedBatch, NodeTopology
+from pipeline.events import Finding, InterpretedBatch
+from pipeline.topology import NodeTopology
 
 TopologyOf = Callable[[str, str], NodeTopology | None]
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from pipeline.catalogue import PUBLISHED_LINKS, SPECS, GpuSpec, LinkFigures, ModelDims, lookup
-from pipeline.events import LinkTiming
+from pipeline.topology import LinkTiming
 from pipeline.usage import UsageStats
 from pipeline.vocab import IDLE_UTIL_PERCENT
 

@@ -49,11 +49,12 @@ from pipeline.codec import CONTENT_TYPE, encode_record, encode_samples
 from pipeline.config import TopicSettings
 from pipeline.deadletter import DeadLetter, bounded, dead_letter
 from pipeline.errors import BadSourceData, SourceUnavailable
-from pipeline.events import EventKind, FaultRecord, GpuContext, NodeTopology, SampleBatch
+from pipeline.events import EventKind, FaultRecord, GpuContext, SampleBatch
 from pipeline.metrics import DURATION_BUCKETS, PUBLISHER_FIELDS, Field, StatsView, counter, dead_letters
 from pipeline.publisher import Headers, Publisher
 from pipeline.sizing import Cut, Limits, fit
 from pipeline.stats import write_stats
+from pipeline.topology import NodeTopology
 from producers.source import INTERVAL_FIELD, Record, Source
 
 if TYPE_CHECKING:  # the readers (and the Slurm and Kubernetes modules) load where one is configured: cli/collect.py

@@ -45,8 +45,9 @@ from typing import Any, Final
 from pipeline import catalogue
 from pipeline.config import Settings
 from pipeline.errors import BadSourceData, ConfigError, DecodeError, SourceUnavailable
-from pipeline.events import METRIC_FIELDS, EventKind, GpuEvent, GpuSample, NodeTopology, SampleBatch, TopologyGpu
+from pipeline.events import METRIC_FIELDS, EventKind, GpuEvent, GpuSample, SampleBatch
 from pipeline.registry import with_options
+from pipeline.topology import NodeTopology, TopologyGpu
 from producers.dcgm_names import DRIVER_LABELS, FREE, HOST_LABELS, IGNORED, NAMES, XID, Name, first_label
 from producers.nvml.collector import sysfs_bus_id
 from producers.source import check_names

@@ -17,7 +17,8 @@ import re
 from pathlib import Path
 from typing import Final
 
-from pipeline.events import NicSample, TopologyNic
+from pipeline.events import NicSample
+from pipeline.topology import TopologyNic
 from producers.rates import CounterRates
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ the activations a split hands on (tens of KB to a few MB) the last two dominate,
 probe times synchronised copies from 4 KiB to 64 MiB on each path and fits ``time = latency + overhead + bytes /
 bandwidth`` (:func:`fit`); the overhead alone is the time of a synchronised copy of nothing.
 
-Paths (:class:`pipeline.events.LinkTiming.path`):
+Paths (:class:`pipeline.topology.LinkTiming.path`):
 
 - ``d2d``: a peer copy between two GPUs (cudaMemcpyPeerAsync; the driver stages it through the host where the pair
   has no peer access, as on GeForce boards), per ordered GPU pair;
@@ -17,7 +17,7 @@ Backends: :class:`HostCopier` (numpy, always there) and :class:`CudaCopier` (the
 ``cuda-python``). The CUDA path is small on purpose and has NOT been run on hardware (no GPU was lent while it was
 written): the timing, fitting and publishing around it are the tested parts.
 
-Emits :class:`pipeline.events.LinkTiming` records; ``hermeneut probe links`` puts them on the node's topology
+Emits :class:`pipeline.topology.LinkTiming` records; ``hermeneut probe links`` puts them on the node's topology
 (``NodeTopology.link_timings``, the topology topic), where ``hermeneut rightsize`` reads them.
 """
 
@@ -31,7 +31,7 @@ from typing import Any, Final, Protocol
 import numpy as np
 
 from pipeline.catalogue import link_kind_of
-from pipeline.events import LinkTiming, TopologyLink
+from pipeline.topology import LinkTiming, TopologyLink
 
 #: 4 KiB to 64 MiB in steps of 4x: from one activation of a short prompt to a large gradient bucket
 SIZES: Final = tuple(4096 * 4**i for i in range(8))

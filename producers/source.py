@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from typing import Final, Protocol
 
 from pipeline.errors import ConfigError
-from pipeline.events import FaultRecord, GpuContext, NodeTopology, SampleBatch
+from pipeline.events import FaultRecord, GpuContext, SampleBatch
+from pipeline.topology import NodeTopology
 
 #: what one round of a source may hold
 Record = SampleBatch | GpuContext | FaultRecord

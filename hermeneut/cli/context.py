@@ -15,7 +15,8 @@ from hermeneut.cli.base import cli, cluster_limits, errors, expose, fail, metric
 from pipeline.codec import decode_record, encode_record
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, HermeneutError
-from pipeline.events import GpuContext, NodeTopology, Workload, gpu_key, node_key
+from pipeline.events import GpuContext, Workload, gpu_key, node_key
+from pipeline.topology import NodeTopology
 
 
 @cli.group("context")

@@ -15,7 +15,8 @@ import click
 from hermeneut.cli.base import cli, errors, fail, resolved
 from pipeline.codec import CONTENT_TYPE, decode_record, encode_record
 from pipeline.config import Settings
-from pipeline.events import LinkTiming, NodeTopology, node_key
+from pipeline.events import node_key
+from pipeline.topology import LinkTiming, NodeTopology
 
 
 @cli.group("probe")

@@ -50,10 +50,10 @@ from pipeline.events import (
     Finding,
     GpuContext,
     InterpretedBatch,
-    NodeTopology,
     SampleBatch,
     node_key,
 )
+from pipeline.topology import NodeTopology
 from processors.app import interpreter_from
 from processors.baselines.fit import LabelledRows, fit_version
 from processors.baselines.store import BaselineSet

@@ -17,9 +17,9 @@ from pipeline.codec import decode_record
 from pipeline.config import HealthSettings, Settings
 from pipeline.errors import InvalidQuery, ServiceError
 from pipeline.escalation import History
-from pipeline.events import NodeTopology
 from pipeline.health.fold import FiringFinding, FleetHealth, assess, assessment_json
 from pipeline.mirror import TopicMirror
+from pipeline.topology import NodeTopology
 from pipeline.vocab import NS_PER_S, parse_duration
 from sinks.query.fleet import finding_episodes, last_reports, open_findings
 from sinks.query.model import parse_time

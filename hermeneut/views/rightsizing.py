@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from pipeline.catalogue import PUBLISHED_LINKS, ModelDims, link_kind_of
 from pipeline.config import Settings
 from pipeline.errors import HermeneutError
-from pipeline.events import NodeTopology
+from pipeline.topology import NodeTopology
 
 if TYPE_CHECKING:
     from processors.rightsize import Link, Recommendation

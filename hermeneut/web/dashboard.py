@@ -37,8 +37,9 @@ from hermeneut.web.topology import GpuTraffic, build_graph
 from pipeline.codec import decode_record
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, InvalidQuery, ServiceError
-from pipeline.events import RELATIVE_FIELDS, NodeTopology, node_key
+from pipeline.events import RELATIVE_FIELDS, node_key
 from pipeline.mirror import TopicMirror
+from pipeline.topology import NodeTopology
 from pipeline.vocab import format_duration
 from sinks.query import Scope, TrendQuery, trend
 from sinks.query.coverage import StoredShape, stored_shape

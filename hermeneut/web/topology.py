@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.events import NodeTopology
+from pipeline.topology import NodeTopology
 
 #: NVLink traffic below this (bytes/s) counts as idle; PCIe traffic above it counts as busy
 IDLE_BYTES_PER_SECOND = 50e6

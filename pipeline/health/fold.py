@@ -39,9 +39,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from pipeline.events import NodeTopology, Severity
+from pipeline.events import Severity
 from pipeline.health.states import BADNESS, STRENGTH, Health, Remedy
 from pipeline.kinds import RULES
+from pipeline.topology import NodeTopology
 from pipeline.vocab import NS_PER_S, format_duration
 
 #: the circuit breaker (as NVSentinel's against mass quarantine): one finding kind on this share of a cluster's GPUs
@@ -53,7 +54,7 @@ INCIDENT_MIN_GPUS: Final = 4
 #: is that place's incident (a rack's power or cooling, a switch), whatever share of the cluster that is. Independent
 #: faults run at ~2e-3 per node-day (the StepFun trace): three at once in one rack is not chance
 INCIDENT_MIN_NODES: Final = 3
-#: where a node sits, as its topology names it (pipeline.events.NodeTopology)
+#: where a node sits, as its topology names it (pipeline.topology.NodeTopology)
 PLACES: Final = ("rack", "switch")
 _SHARED_LABELS: Final = ("driver_version", *PLACES, "gpu_model", "application", "job")
 #: warning-severity XIDs are the application's (Xid catalog RESTART_APP): the job is restarted, the GPU is fine

@@ -59,8 +59,9 @@ from typing import Any, Final
 from pipeline import catalogue
 from pipeline.config import Settings
 from pipeline.errors import BadSourceData, ConfigError, DecodeError, SourceUnavailable
-from pipeline.events import EventKind, GpuEvent, GpuSample, NodeTopology, SampleBatch, TopologyGpu
+from pipeline.events import EventKind, GpuEvent, GpuSample, SampleBatch
 from pipeline.registry import with_options
+from pipeline.topology import NodeTopology, TopologyGpu
 from pipeline.vocab import CLOCK_REASONS
 from producers.amd.afid import describe
 from producers.dcgm_exporter import PromSample, parse_exposition

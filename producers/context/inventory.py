@@ -3,7 +3,7 @@
 Schedulers name GPUs differently: Slurm by index (``SLURM_JOB_GPUS=0,1``, ``GRES=gpu:4(IDX:0-3)``), the NVIDIA
 device plugin by uuid (or ``GPU-...::2`` for a time-sliced replica), CUDA by either. The context topic is keyed
 by uuid, so every source resolves through one :class:`GpuInventory` of the node. It is built from what the
-node agent already knows (a :class:`~pipeline.events.NodeTopology` from the collector) or from ``nvidia-smi``
+node agent already knows (a :class:`~pipeline.topology.NodeTopology` from the collector) or from ``nvidia-smi``
 output (``-L`` text or ``-q -x`` XML).
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from pipeline.errors import ConfigError
-from pipeline.events import NodeTopology
+from pipeline.topology import NodeTopology
 
 _GPU_LINE: Final = re.compile(r"^GPU (\d+): .*\(UUID: (GPU-[^)\s]+)\)\s*$")
 _MIG_LINE: Final = re.compile(r"^\s+MIG .*\(UUID: (MIG-[^)\s]+)\)\s*$")

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from pipeline.config import Settings
-from pipeline.events import METRIC_NAMES, EventKind, GpuEvent, NodeTopology, SampleBatch
+from pipeline.events import METRIC_NAMES, EventKind, GpuEvent, SampleBatch
 from pipeline.registry import with_options
+from pipeline.topology import NodeTopology
 from producers.infiniband import InfinibandReader
 from producers.nvml.aer import AerReader
 from producers.nvml.collector import NvmlCollector

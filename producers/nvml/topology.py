@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from pipeline.events import NodeTopology, TopologyGpu, TopologyLink, TopologyNic
+from pipeline.topology import NodeTopology, TopologyGpu, TopologyLink, TopologyNic
 from producers.infiniband import InfinibandReader
 from producers.nvml.collector import Device
 

@@ -42,10 +42,10 @@ from pipeline.events import (
     GpuProcess,
     GpuSample,
     NicSample,
-    NodeTopology,
     NvLinkSample,
     SampleBatch,
 )
+from pipeline.topology import NodeTopology
 from pipeline.vocab import CLOCK_REASONS, GPU_IDLE, HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, SW_POWER_CAP, SW_THERMAL
 from producers.simulator.effects import GpuView, Now
 from producers.simulator.faults import FaultInjector

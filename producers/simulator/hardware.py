@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from pipeline.catalogue import GpuSpec, lookup
-from pipeline.events import NodeTopology, TopologyGpu, TopologyLink, TopologyNic
+from pipeline.topology import NodeTopology, TopologyGpu, TopologyLink, TopologyNic
 
 
 @dataclass(frozen=True, slots=True)

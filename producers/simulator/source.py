@@ -20,8 +20,9 @@ from typing import Any, Final
 
 from pipeline.config import Settings
 from pipeline.errors import ConfigError
-from pipeline.events import METRIC_NAMES, GpuContext, NodeTopology
+from pipeline.events import METRIC_NAMES, GpuContext
 from pipeline.registry import with_options
+from pipeline.topology import NodeTopology
 from producers.simulator.fleet import Fleet, assign_kinds
 from producers.simulator.plan import FaultPlan
 from producers.source import Record, check_names

@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from pipeline.events import NodeTopology, SampleBatch
+from pipeline.events import SampleBatch
+from pipeline.topology import NodeTopology
 
 
 class ScriptedSource:

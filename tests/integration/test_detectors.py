@@ -17,19 +17,10 @@ import pytest
 
 from pipeline.codec import decode_interpreted, encode_record
 from pipeline.config import Settings
-from pipeline.events import (
-    EventKind,
-    GpuContext,
-    GpuEvent,
-    GpuSample,
-    NodeTopology,
-    SampleBatch,
-    TopologyGpu,
-    TopologyLink,
-    Workload,
-)
+from pipeline.events import EventKind, GpuContext, GpuEvent, GpuSample, SampleBatch, Workload
 from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
+from pipeline.topology import NodeTopology, TopologyGpu, TopologyLink
 from tests.fakes.readings import GIB, H100, busy_h100
 
 from .harness import consume_all, publish_batches, running_pipeline, stored_points, wait_settled, wait_stored

@@ -28,18 +28,10 @@ from alerting.admin import AlertAdmin, make_receiver, make_subscription
 from hermeneut.cli import cli
 from pipeline.codec import encode_record
 from pipeline.config import Settings, settings_env
-from pipeline.events import (
-    EventKind,
-    GpuContext,
-    GpuEvent,
-    GpuSample,
-    NodeTopology,
-    SampleBatch,
-    TopologyGpu,
-    Workload,
-)
+from pipeline.events import EventKind, GpuContext, GpuEvent, GpuSample, SampleBatch, Workload
 from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
+from pipeline.topology import NodeTopology, TopologyGpu
 from sinks.query.fleet import finding_episodes
 from sinks.query.store import Store
 from sinks.retention import backfill, setup

@@ -17,10 +17,10 @@ import pytest
 from hermeneut.stages import start_stage
 from pipeline.codec import decode_record, decode_samples
 from pipeline.config import KafkaSettings, ServiceSettings, Settings, TopicSettings
-from pipeline.events import NodeTopology
 from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
 from pipeline.topics import ensure_topics, topic_specs
+from pipeline.topology import NodeTopology
 from producers.agent import NodeAgent
 from producers.simulator import Fleet
 from producers.simulator.source import SimulatorSource

@@ -11,9 +11,10 @@ import pytest
 
 from pipeline.codec import decode_record, decode_samples
 from pipeline.config import Settings
-from pipeline.events import FaultRecord, GpuContext, NodeTopology, node_key
+from pipeline.events import FaultRecord, GpuContext, node_key
 from pipeline.kinds import FAULTS
 from pipeline.publisher import Publisher
+from pipeline.topology import NodeTopology
 from processors.normalize import RawMessage, process_raw
 from producers.agent import NodeAgent
 from producers.simulator import FaultPlan, Fleet, Injection

@@ -14,7 +14,7 @@ from hermeneut.cli.rightsize import parse_model_dims
 from hermeneut.views.rightsizing import links_of
 from pipeline.catalogue import PUBLISHED_LINKS
 from pipeline.codec import decode_record, encode_record
-from pipeline.events import LinkTiming, NodeTopology, TopologyGpu, TopologyLink
+from pipeline.topology import LinkTiming, NodeTopology, TopologyGpu, TopologyLink
 
 TIMING = LinkTiming("G0", "G1", "d2d", "nvlink", 40e9, 3e-6, 7e-6, 8, "probe cuda-python")
 

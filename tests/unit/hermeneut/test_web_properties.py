@@ -35,8 +35,8 @@ from hermeneut.web.live import LiveFleet
 from hermeneut.web.query_api import COMMON, SCOPE
 from pipeline.codec import decode_record
 from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, WebSettings
-from pipeline.events import NodeTopology
 from pipeline.mirror import TopicMirror
+from pipeline.topology import NodeTopology
 from tests.fuzzing import FANOUT, SEEDS, count, text_mutations
 from tests.unit.alerting.test_targets_properties import _HOSTS, _URLS, _readings
 

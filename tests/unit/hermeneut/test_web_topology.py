@@ -4,7 +4,7 @@ flag raised only where NVLink should carry a multi-GPU job's traffic but PCIe do
 from __future__ import annotations
 
 from hermeneut.web.topology import GpuTraffic, build_graph, falls_back_to_pcie
-from pipeline.events import NodeTopology, TopologyGpu, TopologyLink, TopologyNic
+from pipeline.topology import NodeTopology, TopologyGpu, TopologyLink, TopologyNic
 
 
 def _hgx(nvswitches: int = 4) -> NodeTopology:

@@ -30,16 +30,14 @@ from pipeline.events import (
     InterpretedBatch,
     InterpretedEvent,
     NicSample,
-    NodeTopology,
     NvLinkSample,
     SampleBatch,
     Severity,
-    TopologyGpu,
-    TopologyLink,
     Verdict,
     Workload,
     metric_matrix,
 )
+from pipeline.topology import NodeTopology, TopologyGpu, TopologyLink
 
 
 def _sample(**metrics: float) -> GpuSample:

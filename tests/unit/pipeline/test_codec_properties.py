@@ -25,20 +25,8 @@ from pipeline.codec import (
     sample_rows,
 )
 from pipeline.errors import DecodeError
-from pipeline.events import (
-    Driver,
-    FaultRecord,
-    Finding,
-    GpuContext,
-    InterpretedBatch,
-    NodeTopology,
-    Severity,
-    TopologyGpu,
-    TopologyLink,
-    TopologyNic,
-    Verdict,
-    Workload,
-)
+from pipeline.events import Driver, FaultRecord, Finding, GpuContext, InterpretedBatch, Severity, Verdict, Workload
+from pipeline.topology import NodeTopology, TopologyGpu, TopologyLink, TopologyNic
 from producers.simulator import Fleet
 from producers.simulator.plan import FaultPlan
 from sinks.base import Position

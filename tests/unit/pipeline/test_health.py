@@ -7,10 +7,11 @@ import dataclasses
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.events import NodeTopology, Severity
+from pipeline.events import Severity
 from pipeline.health.fold import Assessment, FiringFinding, FleetHealth, assess
 from pipeline.health.states import Health, Remedy
 from pipeline.kinds import FAULTS, RULES
+from pipeline.topology import NodeTopology
 
 NOW = 1_800_000_000 * 10**9
 S = 10**9

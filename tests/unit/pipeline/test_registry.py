@@ -27,16 +27,9 @@ from pipeline import registry
 from pipeline.codec import decode_samples, encode_interpreted, encode_record, encode_samples
 from pipeline.config import InfluxSettings, Settings
 from pipeline.errors import ConfigError, DecodeError, PermanentWriteError, TransientWriteError
-from pipeline.events import (
-    METRIC_NAMES,
-    FaultRecord,
-    Finding,
-    GpuContext,
-    NodeTopology,
-    SampleBatch,
-    Severity,
-)
+from pipeline.events import METRIC_NAMES, FaultRecord, Finding, GpuContext, SampleBatch, Severity
 from pipeline.notifications import NotificationRecord
+from pipeline.topology import NodeTopology
 from processors.normalize import RawMessage, process_raw
 from producers.nvml.replay import ReplayNvml
 from producers.simulator import FaultPlan, Fleet, Injection

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from pipeline.catalogue import PUBLISHED_LINKS, lookup, model_dims
-from pipeline.events import LinkTiming
+from pipeline.topology import LinkTiming
 from pipeline.usage import UsageStats
 from processors.rightsize import (
     Link,

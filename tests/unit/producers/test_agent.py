@@ -15,8 +15,9 @@ from pipeline.codec import CONTENT_TYPE, decode_record, decode_samples
 from pipeline.config import TopicSettings
 from pipeline.deadletter import headers_dict
 from pipeline.errors import BadSourceData, SourceUnavailable
-from pipeline.events import EventKind, GpuEvent, GpuProcess, GpuSample, NodeTopology, SampleBatch, TopologyGpu
+from pipeline.events import EventKind, GpuEvent, GpuProcess, GpuSample, SampleBatch
 from pipeline.sizing import Limits
+from pipeline.topology import NodeTopology, TopologyGpu
 from producers.agent import NodeAgent
 from tests.fakes.kafka import RecordingPublisher
 from tests.fakes.sources import ScriptedSource

@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from pipeline.events import TopologyLink
+from pipeline.topology import TopologyLink
 from producers.linkprobe import SIZES, HostCopier, Reading, fit, measure, probe, time_copies, topology_kind
 
 

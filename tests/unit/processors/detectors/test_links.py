@@ -9,15 +9,8 @@ import numpy as np
 import pytest
 
 from pipeline.config import DetectorSettings
-from pipeline.events import (
-    GpuSample,
-    InterpretedEvent,
-    NodeTopology,
-    NvLinkSample,
-    Severity,
-    TopologyGpu,
-    TopologyLink,
-)
+from pipeline.events import GpuSample, InterpretedEvent, NvLinkSample, Severity
+from pipeline.topology import NodeTopology, TopologyGpu, TopologyLink
 from processors.detectors.stage import Detectors
 from producers.nvml.collector import NvmlCollector
 from producers.nvml.replay import ReplayNvml

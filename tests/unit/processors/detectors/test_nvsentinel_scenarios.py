@@ -14,7 +14,7 @@ import numpy as np
 import pynvml
 
 from pipeline.config import DetectorSettings
-from pipeline.events import NodeTopology, TopologyGpu, TopologyLink
+from pipeline.topology import NodeTopology, TopologyGpu, TopologyLink
 from processors.detectors.stage import Detectors
 from tests.unit.processors.detectors.driver import MODEL, SW_POWER_CAP, T0, S, kinds, run, starts
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import ConfigError
-from pipeline.events import NodeTopology, TopologyGpu
+from pipeline.topology import NodeTopology, TopologyGpu
 from producers.context.inventory import GpuInventory, InventoryGpu
 from tests import TESTDATA
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pynvml
 
 from pipeline.codec import decode_record, encode_record
-from pipeline.events import NodeTopology
+from pipeline.topology import NodeTopology
 from producers.infiniband import InfinibandReader
 from producers.nvml import NvmlCollector
 from producers.nvml.capture import CapturedGpu, CapturedLink, CapturedMig

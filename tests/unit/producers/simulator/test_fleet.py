@@ -11,14 +11,8 @@ import pytest
 from pipeline.catalogue import lookup
 from pipeline.codec import decode_record, encode_record, encode_samples
 from pipeline.config import ValidationSettings
-from pipeline.events import (
-    APPLICATIONS,
-    METRIC_INDEX,
-    PHASES,
-    GpuContext,
-    NodeTopology,
-    SampleBatch,
-)
+from pipeline.events import APPLICATIONS, METRIC_INDEX, PHASES, GpuContext, SampleBatch
+from pipeline.topology import NodeTopology
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import MIXES, MODELS, NODE_KINDS, FaultPlan, Fleet
 

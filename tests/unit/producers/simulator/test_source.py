@@ -8,7 +8,8 @@ import threading
 
 from pipeline.codec import decode_record, decode_samples
 from pipeline.config import TopicSettings
-from pipeline.events import FaultRecord, GpuContext, NodeTopology
+from pipeline.events import FaultRecord, GpuContext
+from pipeline.topology import NodeTopology
 from producers.agent import AgentReport, NodeAgent
 from producers.simulator import FaultPlan, Fleet, Injection
 from producers.simulator.source import SimulatorSource, Withhold
