@@ -49,7 +49,7 @@ from pipeline.events import METRIC_FIELDS, EventKind, GpuEvent, GpuSample, Sampl
 from pipeline.registry import with_options
 from pipeline.topology import NodeTopology, TopologyGpu
 from producers.dcgm_names import DRIVER_LABELS, FREE, HOST_LABELS, IGNORED, NAMES, XID, Name, first_label
-from producers.nvml.collector import sysfs_bus_id
+from producers.nvml.readings import sysfs_bus_id
 from producers.source import check_names
 
 log = logging.getLogger(__name__)

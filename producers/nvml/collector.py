@@ -50,15 +50,13 @@ from typing import Any, Final
 from pipeline import catalogue
 from pipeline.events import EventKind, GpuEvent, GpuProcess, GpuSample, NvLinkSample
 from producers.nvml.aer import AerReader
+from producers.nvml.readings import KIB, Reading, limit_readings, readings, sysfs_bus_id, text
 from producers.rates import CounterRates
 
 log = logging.getLogger(__name__)
 
 #: a reading that failed transiently this round (kept apart from "no value")
 _FAILED: Final = object()
-#: NVML's "unknown P-state"
-_PSTATE_UNKNOWN: Final = 32
-_KIB: Final = 1024.0
 
 
 class GpuLost(Exception):
@@ -115,158 +113,6 @@ class CollectorStats:
     empty_samples: int = 0
     #: (device, reading) pairs read only every ``costly_every`` rounds for their CPU cost
     costly_readings: int = 0
-
-
-Reader = Callable[[Any], dict[str, float]]
-
-
-@dataclass(frozen=True, slots=True)
-class Reading:
-    """One NVML call and the fields it yields; ``after``: only tried once that other reading is unsupported."""
-
-    key: str
-    read: Reader
-    after: str | None = None
-
-
-def _text(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def sysfs_bus_id(nvml_bus_id: Any) -> str:
-    """NVML's ``00000000:3B:00.0`` as Linux writes it (``0000:3b:00.0``); other forms are returned lower-cased."""
-    text = _text(nvml_bus_id).strip()
-    parts = text.split(":")
-    if len(parts) == 3:
-        try:
-            return f"{int(parts[0], 16):04x}:{parts[1]}:{parts[2]}".lower()
-        except ValueError:
-            pass
-    return text.lower()
-
-
-def _pair(fn: Callable[..., Any], *args: Any, name: str, scale: float = 1.0) -> Reader:
-    """A reader of one NVML call returning one number (``fn`` and ``args`` bound once, not looked up per call)."""
-    if scale == 1.0:
-        return lambda h: {name: fn(h, *args)}
-    return lambda h: {name: fn(h, *args) * scale}
-
-
-def readings(n: Any) -> tuple[Reading, ...]:
-    """What is read every round, in order, bound to the NVML module ``n``."""
-    memory = n.nvmlDeviceGetMemoryInfo
-    version = n.nvmlMemory_v2
-    utilization = n.nvmlDeviceGetUtilizationRates
-    pstate = n.nvmlDeviceGetPerformanceState
-    remapped = n.nvmlDeviceGetRemappedRows
-    retired = n.nvmlDeviceGetRetiredPages
-    # the "event reasons" name arrived with driver 535; older bindings only have the "throttle" one
-    reasons = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or n.nvmlDeviceGetCurrentClocksThrottleReasons
-    ecc = n.nvmlDeviceGetTotalEccErrors
-    clock = n.nvmlDeviceGetClockInfo
-    sampled = n.nvmlDeviceGetPcieThroughput
-
-    def _utilization(h: Any) -> dict[str, float]:
-        u = utilization(h)
-        return {"utilization_gpu_percent": u.gpu, "utilization_memory_percent": u.memory}
-
-    def _memory_v2(h: Any) -> dict[str, float]:
-        m = memory(h, version)
-        return {"memory_used_bytes": m.used, "memory_total_bytes": m.total, "memory_reserved_bytes": m.reserved}
-
-    def _memory_v1(h: Any) -> dict[str, float]:
-        m = memory(h)
-        return {"memory_used_bytes": m.used, "memory_total_bytes": m.total}
-
-    def _pstate(h: Any) -> dict[str, float]:
-        state = pstate(h)
-        return {} if state == _PSTATE_UNKNOWN else {"performance_state": state}
-
-    def _row_remap(h: Any) -> dict[str, float]:
-        corrected, uncorrected, pending, failure = remapped(h)
-        return {
-            "row_remap_correctable_total": corrected,
-            "row_remap_uncorrectable_total": uncorrected,
-            "row_remap_pending": int(bool(pending)),
-            "row_remap_failure": int(bool(failure)),
-        }
-
-    def _retired(cause: int, name: str) -> Reader:
-        return lambda h: {name: len(retired(h, cause))}
-
-    return (
-        Reading("utilization", _utilization),
-        Reading("memory_v2", _memory_v2),
-        Reading("memory", _memory_v1, after="memory_v2"),
-        Reading("sm_clock", _pair(clock, n.NVML_CLOCK_SM, name="sm_clock_mhz")),
-        Reading("graphics_clock", _pair(clock, n.NVML_CLOCK_GRAPHICS, name="graphics_clock_mhz")),
-        Reading("memory_clock", _pair(clock, n.NVML_CLOCK_MEM, name="memory_clock_mhz")),
-        Reading(
-            "temperature", _pair(n.nvmlDeviceGetTemperature, n.NVML_TEMPERATURE_GPU, name="temperature_gpu_celsius")
-        ),
-        Reading("power", _pair(n.nvmlDeviceGetPowerUsage, name="power_watts", scale=1e-3)),
-        Reading("power_limit", _pair(n.nvmlDeviceGetEnforcedPowerLimit, name="power_limit_watts", scale=1e-3)),
-        Reading("energy", _pair(n.nvmlDeviceGetTotalEnergyConsumption, name="energy_joules", scale=1e-3)),
-        Reading("fan", _pair(n.nvmlDeviceGetFanSpeed, name="fan_speed_percent")),
-        Reading("pstate", _pstate),
-        Reading("reasons", _pair(reasons, name="throttle_reasons_mask")),
-        Reading(
-            "ecc_corrected",
-            _pair(ecc, n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_AGGREGATE_ECC, name="ecc_corrected_total"),
-        ),
-        Reading(
-            "ecc_uncorrected",
-            _pair(ecc, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_AGGREGATE_ECC, name="ecc_uncorrected_total"),
-        ),
-        Reading(
-            "retired_sbe",
-            _retired(n.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS, "retired_pages_sbe_total"),
-        ),
-        Reading("retired_dbe", _retired(n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR, "retired_pages_dbe_total")),
-        Reading("retired_pending", _pair(n.nvmlDeviceGetRetiredPagesPendingStatus, name="retired_pages_pending")),
-        Reading("row_remap", _row_remap),
-        Reading("pcie_gen", _pair(n.nvmlDeviceGetCurrPcieLinkGeneration, name="pcie_link_gen")),
-        Reading("pcie_width", _pair(n.nvmlDeviceGetCurrPcieLinkWidth, name="pcie_link_width")),
-        Reading("pcie_replay", _pair(n.nvmlDeviceGetPcieReplayCounter, name="pcie_replay_total")),
-        Reading(
-            "pcie_tx_sampled",
-            _pair(sampled, n.NVML_PCIE_UTIL_TX_BYTES, name="pcie_tx_bytes_per_second", scale=_KIB),
-            after="pcie_counters",
-        ),
-        Reading(
-            "pcie_rx_sampled",
-            _pair(sampled, n.NVML_PCIE_UTIL_RX_BYTES, name="pcie_rx_bytes_per_second", scale=_KIB),
-            after="pcie_counters",
-        ),
-    )
-
-
-def limit_readings(n: Any) -> tuple[Reading, ...]:
-    """The device's limits, read when the collector opens."""
-    max_clock, threshold = n.nvmlDeviceGetMaxClockInfo, n.nvmlDeviceGetTemperatureThreshold
-    return (
-        Reading("sm_clock_max", _pair(max_clock, n.NVML_CLOCK_SM, name="sm_clock_max_mhz")),
-        Reading("graphics_clock_max", _pair(max_clock, n.NVML_CLOCK_GRAPHICS, name="graphics_clock_max_mhz")),
-        Reading("memory_clock_max", _pair(max_clock, n.NVML_CLOCK_MEM, name="memory_clock_max_mhz")),
-        Reading(
-            "temp_shutdown",
-            _pair(threshold, n.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, name="temperature_shutdown_celsius"),
-        ),
-        Reading(
-            "temp_slowdown",
-            _pair(threshold, n.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, name="temperature_slowdown_celsius"),
-        ),
-        Reading(
-            "temp_memory_max",
-            _pair(threshold, n.NVML_TEMPERATURE_THRESHOLD_MEM_MAX, name="temperature_memory_max_celsius"),
-        ),
-        Reading(
-            "power_default_limit",
-            _pair(n.nvmlDeviceGetPowerManagementDefaultLimit, name="power_default_limit_watts", scale=1e-3),
-        ),
-        Reading("pcie_gen_max", _pair(n.nvmlDeviceGetMaxPcieLinkGeneration, name="pcie_link_gen_max")),
-        Reading("pcie_width_max", _pair(n.nvmlDeviceGetMaxPcieLinkWidth, name="pcie_link_width_max")),
-    )
 
 
 #: what a vGPU guest reports as 0 instead of NOT_SUPPORTED
@@ -398,8 +244,8 @@ class NvmlCollector:
         device = Device(
             handle,
             index,
-            _text(n.nvmlDeviceGetUUID(handle)),
-            _text(n.nvmlDeviceGetName(handle)),
+            text(n.nvmlDeviceGetUUID(handle)),
+            text(n.nvmlDeviceGetName(handle)),
             sysfs_bus_id(n.nvmlDeviceGetPciInfo_v3(handle).busId),
         )
         mode = self._plain(device, "virtualization", n.nvmlDeviceGetVirtualizationMode, handle)
@@ -428,8 +274,8 @@ class NvmlCollector:
             mig = Device(
                 handle,
                 parent.index,
-                _text(n.nvmlDeviceGetUUID(handle)),
-                _text(n.nvmlDeviceGetName(handle)),
+                text(n.nvmlDeviceGetUUID(handle)),
+                text(n.nvmlDeviceGetName(handle)),
                 parent.pci_bus_id,
                 parent_uuid=parent.uuid,
             )
@@ -682,7 +528,7 @@ class NvmlCollector:
             for link in device.links:
                 value = found.get((ids[field_key], link))
                 if value is not None:
-                    rate = self._rates.rate((device.uuid, field_key, link), value, ts_ns, _KIB)
+                    rate = self._rates.rate((device.uuid, field_key, link), value, ts_ns, KIB)
                     if rate is not None:
                         link_rates[(ids[field_key], link)] = rate
         return link_rates
@@ -750,7 +596,7 @@ class NvmlCollector:
         name = device.process_names.get(pid)
         if name is None:
             try:
-                name = _text(self._nvml.nvmlSystemGetProcessName(pid))
+                name = text(self._nvml.nvmlSystemGetProcessName(pid))
             except self._nvml.NVMLError:
                 name = ""  # it exited between the two calls, or we may not see it
             device.process_names[pid] = name

@@ -23,7 +23,7 @@ from producers.nvml.capture import (
     gpu_from_xml,
     parse_mig_text,
 )
-from producers.nvml.collector import readings, sysfs_bus_id
+from producers.nvml.readings import readings, sysfs_bus_id
 from producers.nvml.replay import ReplayNvml
 from tests.fakes.nvml import CAPTURES, capture_names, load_capture
 
