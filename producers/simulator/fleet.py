@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Final
 
 import numpy as np
 
@@ -41,7 +40,6 @@ from pipeline.events import (
     GpuEvent,
     GpuProcess,
     GpuSample,
-    NicSample,
     NvLinkSample,
     SampleBatch,
 )
@@ -49,10 +47,10 @@ from pipeline.topology import NodeTopology
 from pipeline.vocab import CLOCK_REASONS, GPU_IDLE, HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, SW_POWER_CAP, SW_THERMAL
 from producers.simulator.effects import GpuView, Now
 from producers.simulator.faults import FaultInjector
-from producers.simulator.hardware import MIXES, MODELS, NODE_KINDS, GpuModel, NodeKind, kind_fits, node_topology
-from producers.simulator.hardware import nic_names as kind_nic_names
+from producers.simulator.hardware import MODELS, GpuModel, assign_kinds, node_topology
 from producers.simulator.hardware import nvlink_links as kind_nvlink_links
 from producers.simulator.hardware import pci_bus_id as kind_pci_bus_id
+from producers.simulator.nics import NicRails
 from producers.simulator.plan import FaultPlan
 from producers.simulator.profiles import (
     APP_INDEX,
@@ -103,11 +101,6 @@ _INTERACTIVE = np.array([a in PROFILES and PROFILES[a].dynamics == "interactive"
 #: requests per second at full load (bursty) and of an interactive session, and how long one runs on average
 _REQUEST_RATE, _SESSION_RATE, _REQUEST_S = 0.35, 0.01, 4.0
 _XORG = "/usr/lib/xorg/Xorg"
-_NIC_FIELDS = (
-    "rx_bytes_per_second", "tx_bytes_per_second", "rx_packets_per_second", "tx_packets_per_second",
-    "symbol_errors_total", "link_downed_total", "link_error_recovery_total", "rcv_errors_total",
-    "xmit_discards_total", "port_state_active", "rate_gbps",
-)  # fmt: skip
 
 
 def _col(name: str) -> int:
@@ -122,44 +115,6 @@ class SimRound:
     batches: list[SampleBatch]
     contexts: list[GpuContext]
     ground_truth: list[FaultRecord]
-
-
-#: the mix whose proportions the fleet's seed draws: node kinds and each kind's applications around the defaults
-SEEDED: Final = "seeded"
-
-
-def seeded_mix(seed: int) -> tuple[tuple[NodeKind, float], ...]:
-    """Node kinds with weights drawn around the default mix, each kind's application weights drawn around its
-    own (Dirichlet, concentration 4 times the default weights: every kind and application stays possible, the
-    proportions change from seed to seed), so each evaluation seed judges another fleet."""
-    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
-    kinds = MIXES["default"]
-    weights = rng.dirichlet([4 * 10 * w for _, w in kinds])
-    out = []
-    for (name, _), weight in zip(kinds, weights, strict=True):
-        kind = NODE_KINDS[name]
-        apps = rng.dirichlet([4 * 10 * w for _, w in kind.apps])
-        out.append((replace(kind, apps=tuple((a, float(w)) for (a, _), w in zip(kind.apps, apps, strict=True))),
-                    float(weight)))  # fmt: skip
-    return tuple(out)
-
-
-def assign_kinds(nodes: int, gpus_per_node: int, mix: str, seed: int = 0) -> list[NodeKind]:
-    """Node kinds in contiguous racks, in the mix's proportions (largest remainder, so small fleets are mixed);
-    ``mix="seeded"`` draws the proportions from ``seed`` (:func:`seeded_mix`)."""
-    if mix == SEEDED:
-        drawn = seeded_mix(seed)
-    elif mix in MIXES:
-        drawn = tuple((NODE_KINDS[k], w) for k, w in MIXES[mix])
-    else:
-        raise ValueError(f"unknown fleet mix {mix!r}; known: {', '.join((*MIXES, SEEDED))}")
-    entries = [(kind, w) for kind, w in drawn if kind_fits(kind, gpus_per_node)]
-    total = sum(w for _, w in entries)
-    exact = [nodes * w / total for _, w in entries]
-    counts = [math.floor(x) for x in exact]
-    for i in sorted(range(len(entries)), key=lambda i: counts[i] - exact[i])[: nodes - sum(counts)]:
-        counts[i] += 1
-    return [kind for (kind, _), count in zip(entries, counts, strict=True) for _ in range(count)]
 
 
 def _uuid(rng: np.random.Generator) -> str:
@@ -224,7 +179,7 @@ class Fleet:
         self._link_cache: list[tuple[NvLinkSample, ...] | None] = [None] * n
         self._proc_key: np.ndarray | None = None
         self._proc_cache: list[tuple[GpuProcess, ...]] = [()] * n
-        self._nic_tables()
+        self._rails = NicRails(self.kinds, self.gpus_per_node)
 
     # --- construction -----------------------------------------------------------------------------------
     def _static(self, rng: np.random.Generator) -> None:
@@ -282,33 +237,6 @@ class Fleet:
         )
         self._operator_limit = self._base_limit.copy()
         self._node_of = np.arange(n) // gpn
-
-    def _nic_tables(self) -> None:
-        """Every NIC port of the fleet as flat arrays: its node, name, rate and the GPUs on its rail."""
-        gpn = self.gpus_per_node
-        node: list[int] = []
-        name: list[str] = []
-        rate: list[float] = []
-        gpus: list[int] = []
-        starts: list[int] = []
-        span: list[int] = []
-        for i, kind in enumerate(self.kinds):
-            names = kind_nic_names(kind)
-            for k, nic in enumerate(names):
-                rail = [i * gpn + g for g in range(gpn) if g * len(names) // gpn == k] or [i * gpn]
-                node.append(i)
-                name.append(nic)
-                rate.append(kind.nic_rate_gbps)
-                starts.append(len(gpus))
-                span.append(len(rail))
-                gpus += rail
-        self._nic_node, self._nic_name = node, name
-        self._nic_gpus = np.array(gpus, dtype=np.int64)
-        self._nic_starts = np.array(starts, dtype=np.int64)
-        self._nic_span = np.array(span, dtype=np.float64)
-        self._nic_bytes = np.array(rate) * 1e9 / 8
-        # error counters stay at zero on healthy ports; state ACTIVE; the port's rate
-        self._nic_static = np.column_stack([np.zeros((len(node), 5)), np.ones(len(node)), np.array(rate)])
 
     def _view(self) -> GpuView:
         lanes = _LANE_BYTES[self._gen_max.astype(int)] * self._width_max
@@ -682,7 +610,11 @@ class Fleet:
         by_node: dict[int, list[GpuEvent]] = {}
         for at, event in events:
             by_node.setdefault(at, []).append(event)
-        nics = self._nics(ts_ns) if self.extras else [()] * len(self.nodes)
+        nics = (
+            self._rails.samples(self._ib, self._rng, self.cluster, self.nodes, ts_ns)
+            if self.extras
+            else [()] * len(self.nodes)
+        )
         batches = []
         for i, name in enumerate(self.nodes):
             mine = samples[i * gpn : (i + 1) * gpn]
@@ -742,19 +674,3 @@ class Fleet:
                 procs.append(GpuProcess(job.pid + job.gpus.index(g), name, used, "compute"))
             self._proc_cache[g] = tuple(procs)
         return self._proc_cache
-
-    def _nics(self, ts_ns: int) -> list[tuple[NicSample, ...]]:
-        """One NicSample per port; the load of NIC k is the mean InfiniBand level of the GPUs on its rail."""
-        if not len(self._nic_node):
-            return [()] * len(self.nodes)
-        load = np.add.reduceat(self._ib[self._nic_gpus], self._nic_starts) / self._nic_span
-        noise = 1 + 0.02 * self._rng.standard_normal((len(load), 2))
-        rx = np.maximum(load * self._nic_bytes * noise[:, 0], 0.0).round() + 2e5
-        tx = np.maximum(load * self._nic_bytes * noise[:, 1], 0.0).round() + 2e5
-        rows = np.column_stack([rx, tx, (rx / 4096).round(), (tx / 4096).round(), self._nic_static]).tolist()
-        out: list[list[NicSample]] = [[] for _ in self.nodes]
-        for k, row in enumerate(rows):
-            node = self._nic_node[k]
-            out[node].append(NicSample(self.cluster, self.nodes[node], self._nic_name[k], 1, ts_ns,
-                                       dict(zip(_NIC_FIELDS, row, strict=True))))  # fmt: skip
-        return [tuple(ports) for ports in out]

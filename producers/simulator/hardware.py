@@ -19,8 +19,11 @@ cube mesh, PCIe servers (L40S, A10G) and workstations/rigs of consumer cards (RT
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Final
+
+import numpy as np
 
 from pipeline.catalogue import GpuSpec, lookup
 from pipeline.topology import NodeTopology, TopologyGpu, TopologyLink, TopologyNic
@@ -285,3 +288,41 @@ def _affinity(numa: int, cores: int, sockets: int) -> str:
     lo = numa * per
     # hyperthread siblings follow all physical cores, as Linux numbers them
     return f"{lo}-{lo + per - 1},{cores + lo}-{cores + lo + per - 1}"
+
+
+#: the mix whose proportions the fleet's seed draws: node kinds and each kind's applications around the defaults
+SEEDED: Final = "seeded"
+
+
+def seeded_mix(seed: int) -> tuple[tuple[NodeKind, float], ...]:
+    """Node kinds with weights drawn around the default mix, each kind's application weights drawn around its
+    own (Dirichlet, concentration 4 times the default weights: every kind and application stays possible, the
+    proportions change from seed to seed), so each evaluation seed judges another fleet."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
+    kinds = MIXES["default"]
+    weights = rng.dirichlet([4 * 10 * w for _, w in kinds])
+    out = []
+    for (name, _), weight in zip(kinds, weights, strict=True):
+        kind = NODE_KINDS[name]
+        apps = rng.dirichlet([4 * 10 * w for _, w in kind.apps])
+        out.append((replace(kind, apps=tuple((a, float(w)) for (a, _), w in zip(kind.apps, apps, strict=True))),
+                    float(weight)))  # fmt: skip
+    return tuple(out)
+
+
+def assign_kinds(nodes: int, gpus_per_node: int, mix: str, seed: int = 0) -> list[NodeKind]:
+    """Node kinds in contiguous racks, in the mix's proportions (largest remainder, so small fleets are mixed);
+    ``mix="seeded"`` draws the proportions from ``seed`` (:func:`seeded_mix`)."""
+    if mix == SEEDED:
+        drawn = seeded_mix(seed)
+    elif mix in MIXES:
+        drawn = tuple((NODE_KINDS[k], w) for k, w in MIXES[mix])
+    else:
+        raise ValueError(f"unknown fleet mix {mix!r}; known: {', '.join((*MIXES, SEEDED))}")
+    entries = [(kind, w) for kind, w in drawn if kind_fits(kind, gpus_per_node)]
+    total = sum(w for _, w in entries)
+    exact = [nodes * w / total for _, w in entries]
+    counts = [math.floor(x) for x in exact]
+    for i in sorted(range(len(entries)), key=lambda i: counts[i] - exact[i])[: nodes - sum(counts)]:
+        counts[i] += 1
+    return [kind for (kind, _), count in zip(entries, counts, strict=True) for _ in range(count)]

@@ -23,7 +23,8 @@ from pipeline.errors import ConfigError
 from pipeline.events import METRIC_NAMES, GpuContext
 from pipeline.registry import with_options
 from pipeline.topology import NodeTopology
-from producers.simulator.fleet import Fleet, assign_kinds
+from producers.simulator.fleet import Fleet
+from producers.simulator.hardware import assign_kinds
 from producers.simulator.plan import FaultPlan
 from producers.source import Record, check_names
 
