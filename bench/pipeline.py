@@ -45,9 +45,10 @@ import urllib.request
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from bench.cpu import CENTRAL, CpuMeter, ceiling, central_sum, per_sample_us, rss_bytes
+from bench.fields import field_budget, fields_in, on_change
 from bench.profile import record, self_time
 from bench.scoring import fitted
 from hermeneut.jobs.training import publish as publish_baselines
@@ -55,7 +56,7 @@ from hermeneut.stages import start_stage
 from pipeline.baselines import BaselineManifest, BaselineRecord, ClassifierRecord
 from pipeline.codec import encode_record, encode_samples
 from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, TopicSettings, load_settings
-from pipeline.events import METRIC_FIELDS, RELATIVE_OF, GpuContext, InterpretedBatch, node_key
+from pipeline.events import GpuContext, InterpretedBatch, node_key
 from pipeline.publisher import Publisher
 from pipeline.services import influxdb, kafka
 from pipeline.services.stages import Stage, wait_for
@@ -67,8 +68,7 @@ from producers.agent import NodeAgent
 from producers.dcgm_exporter import PromSample, parse_exposition
 from producers.simulator import Fleet
 from producers.simulator.source import SimulatorSource
-from sinks.influxdb.lines import INFO_REFRESH_NS, InfoTracker, batch_lines
-from sinks.influxdb.schema import GPU
+from sinks.influxdb.lines import InfoTracker, batch_lines
 from sinks.influxdb.write import InfluxWriter
 
 GPUS_PER_NODE = 8
@@ -217,94 +217,6 @@ def interpreted_lines(fleet: Fleet, rounds: int, start_ns: int, learned: Learned
     return batch_lines(interpreted_batches(fleet, rounds, start_ns, learned), InfoTracker())
 
 
-_SPECS: Final = {f.name: f for f in METRIC_FIELDS}
-_BUDGET: Final = (
-    "moving readings", "states and counters", "relative values", "verdict, score, job id",
-    "interpretation (phase, baseline, user, source)", "explanation, drivers", "other",
-)  # fmt: skip
-
-
-def _kind(field: str) -> str:
-    spec = _SPECS.get(field)
-    if spec is not None:
-        return "states and counters" if spec.state else "moving readings"
-    if field in RELATIVE_OF:
-        return "relative values"
-    if field in ("verdict", "score", "job_id"):
-        return "verdict, score, job id"
-    if field in ("phase", "baseline", "user", "app_source", "app_confidence"):
-        return "interpretation (phase, baseline, user, source)"
-    return "explanation, drivers" if field in ("explanation", "drivers") else "other"
-
-
-#: a field of a line: its name and its value (a string in quotes may hold commas and escaped quotes)
-_FIELD: Final = re.compile(r'([^=,]+)=("(?:[^"\\]|\\.)*"|[^,]*)')
-
-
-def _parts(line: str) -> tuple[str, str, str]:
-    """A line's series key (measurement and tags; a tag's spaces are escaped), its fields and its timestamp."""
-    head, rest = re.split(r"(?<!\\) ", line, maxsplit=1)
-    fields, ts = rest.rsplit(" ", 1)
-    return head, fields, ts
-
-
-def field_budget(lines: list[str]) -> dict[str, float]:
-    """Fields per sample of the ``gpu`` points by kind (each GPU's first point, which carries everything, left
-    out: the steady state)."""
-    counts = dict.fromkeys(_BUDGET, 0)
-    seen: set[str] = set()
-    samples = 0
-    for line in lines:
-        head, fields, _ = _parts(line)
-        if not head.startswith(f"{GPU},"):
-            continue
-        if head not in seen:
-            seen.add(head)
-            continue
-        samples += 1
-        for m in _FIELD.finditer(fields):
-            counts[_kind(m.group(1))] += 1
-    return {kind: n / max(samples, 1) for kind, n in counts.items()}
-
-
-def _fields(line: str) -> int:
-    """Field values in a line."""
-    return len(_FIELD.findall(_parts(line)[1]))
-
-
-#: the readings the sink writes with every sample (neither a limit of ``gpu_info`` nor a state written on change)
-MOVING: Final = tuple(f.name for f in METRIC_FIELDS if not f.limit and not f.state)
-
-
-def on_change(lines: list[str]) -> list[str]:
-    """``lines`` as they would be if the moving readings were written on change, as the states are: in each
-    ``gpu`` line, a moving reading equal to its series' previous value is left out, except at the series' first
-    point of a 10-minute refresh period. Other measurements' lines as they are."""
-    last: dict[tuple[str, str], str] = {}
-    period_of: dict[str, int] = {}
-    moving = frozenset(MOVING)
-    out: list[str] = []
-    for line in lines:
-        series, fields, ts = _parts(line)
-        if series.split(",", 1)[0] != GPU:
-            out.append(line)
-            continue
-        period = int(ts) * 1_000_000 // INFO_REFRESH_NS  # the sink writes milliseconds
-        refresh = period_of.get(series) != period
-        period_of[series] = period
-        kept = []
-        for m in _FIELD.finditer(fields):
-            name, value = m.group(1), m.group(2)
-            if name in moving:
-                if not refresh and last.get((series, name)) == value:
-                    continue
-                last[(series, name)] = value
-            kept.append(m.group(0))
-        if kept:
-            out.append(f"{series} {','.join(kept)} {ts}")
-    return out
-
-
 def raw_fleet(cluster: str) -> Fleet:
     """The 1,000 GPUs whose lines the raw InfluxDB write sends (``bench.repeats`` counts the same fleet's readings)."""
     return Fleet(125, GPUS_PER_NODE, cluster=cluster, seed=2)
@@ -330,13 +242,13 @@ def influx_ceiling(s: Settings, points: int, i: influxdb.InfluxProcess, learned:
     cluster = f"{s.cluster}-raw"
     fleet = raw_fleet(cluster)
     lines = interpreted_lines(fleet, max(1, points // fleet.size), time.time_ns() - 3600 * 10**9, learned)
-    fields = sum(_fields(line) for line in lines)
+    fields = sum(fields_in(line) for line in lines)
     meter, settle_s = _raw_write(s, lines, i)
     tag = f",cluster={cluster},"
     if not all(tag in line for line in lines):
         raise RuntimeError(f"not every line has the tag cluster={cluster}")
     changes = on_change([line.replace(tag, f",cluster={cluster}-changes,", 1) for line in lines])
-    change_fields = sum(_fields(line) for line in changes)
+    change_fields = sum(fields_in(line) for line in changes)
     change_meter, _ = _raw_write(s, changes, i)
     return {
         "points": len(lines),
