@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from bench.pipeline import MOVING, raw_fleet
+from bench.fields import MOVING
+from bench.pipeline import raw_fleet
 from producers.importers.table import TableConfig, TableImporter
 from sinks.influxdb.lines import INFO_REFRESH_NS
 

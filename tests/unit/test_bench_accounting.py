@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from bench.cpu import CpuMeter, ceiling, central_sum, cpu_seconds, per_sample_us, rss_bytes
-from bench.pipeline import field_budget
+from bench.fields import field_budget
 from bench.profile import self_time
 from bench.soak import MIB, Series
 

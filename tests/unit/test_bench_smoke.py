@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from bench import codec, collector, context, detectors, kafka_clients, metrics, pipeline, repeats, simulator
+from bench import codec, collector, context, detectors, fields, kafka_clients, metrics, pipeline, repeats, simulator
 from producers.simulator import Fleet
 from sinks.influxdb.lines import INFO_REFRESH_NS
 
@@ -93,7 +93,7 @@ def test_repeats_benchmark_reads_the_real_captures(capsys: pytest.CaptureFixture
 
 
 def _fields(line: str) -> dict[str, str]:
-    return {m.group(1): m.group(2) for m in pipeline._FIELD.finditer(pipeline._parts(line)[1])}
+    return {m.group(1): m.group(2) for m in fields._FIELD.finditer(fields._parts(line)[1])}
 
 
 def test_on_change_leaves_out_only_what_filling_forward_restores() -> None:
@@ -101,17 +101,17 @@ def test_on_change_leaves_out_only_what_filling_forward_restores() -> None:
     every line's values; other lines and fields are untouched; a new 10-minute period writes every reading again."""
     start = (time.time_ns() // INFO_REFRESH_NS - 1) * INFO_REFRESH_NS - 20 * 10**9  # refresh: round 20
     lines = pipeline.interpreted_lines(Fleet(2, 4, seed=5), 40, start, None)
-    changed = pipeline.on_change(lines)
+    changed = fields.on_change(lines)
     assert len(changed) == len(lines)
     last: dict[str, dict[str, str]] = {}
     for before, after in zip(lines, changed, strict=True):
-        series, _, ts = pipeline._parts(before)
-        assert pipeline._parts(after)[::2] == (series, ts)
+        series, _, ts = fields._parts(before)
+        assert fields._parts(after)[::2] == (series, ts)
         if not series.startswith("gpu,"):
             assert after == before
             continue
         kept = _fields(after)
-        assert {k: v for k, v in _fields(before).items() if k not in pipeline.MOVING}.items() <= kept.items()
+        assert {k: v for k, v in _fields(before).items() if k not in fields.MOVING}.items() <= kept.items()
         last[series] = {**last.get(series, {}), **kept}
         assert {k: last[series][k] for k in _fields(before)} == _fields(before)
     written = [sum(len(_fields(line)) for line in ls if line.startswith("gpu,")) for ls in (lines, changed)]
@@ -122,7 +122,7 @@ def test_on_change_leaves_out_only_what_filling_forward_restores() -> None:
         'gpu,cluster=c,gpu=g power_watts=1,verdict="unusual",explanation="a, b = c" 2',
         f'gpu,cluster=c,gpu=g power_watts=1,verdict="normal" {ms}',
     ]
-    assert pipeline.on_change(hand) == [
+    assert fields.on_change(hand) == [
         hand[0],
         'gpu,cluster=c,gpu=g verdict="unusual",explanation="a, b = c" 2',
         hand[2],
