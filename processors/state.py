@@ -78,8 +78,8 @@ NodeKey = tuple[str, str]
 #: round, a node's sources a little apart, a retried message; further behind, it is history with a lane of its own
 #: (a shorter range read again joins its lane, where no time and no counter goes back: nothing is faked)
 BEHIND_S: Final = 30.0
-#: the most (s) a pause between two batches adds to the table's clock, by which lanes are idle: live data comes
-#: every few seconds at most, so a longer pause is no data at all, and no lane's doing
+#: the most (s) a pause between two batches adds to the table's clock, by which lanes are idle: a longer pause is
+#: an outage, no lane's doing (where the fleet samples less often than this, lanes are freed later, never sooner)
 QUIET_S: Final = 30.0
 #: what a state's rows stand for
 Per = Literal["gpu", "node"]

@@ -20,7 +20,7 @@ be acknowledged by Kafka before their batch's offsets commit: a batch whose lett
 head, uncommitted (later batches wait behind it, in order), and is tried again with backoff. **A dead letter is sent
 once**: a commit may stay behind what was stored (the sink's marks: an open rollup minute), so a restart reads
 messages again whose letters were sent; every commit's metadata says how far letters were sent (``lettered``:
-:func:`commit_metadata`), and a message read again below it sends none (counted ``dead_letters_resent_not``). Only
+:func:`commit_metadata`), and a message read again below it sends none (counted ``letters_not_resent``). Only
 a crash between Kafka's acknowledgement of a batch's letters and its commit sends them twice. A write that keeps
 failing (InfluxDB's, or the dead letters') makes the runner *stalled* in its stats (:class:`pipeline.stats.Stall`:
 one log line with the batch's size and source offsets), never a crash or a restart.
