@@ -40,7 +40,6 @@ from pipeline.events import (
     GpuEvent,
     GpuProcess,
     GpuSample,
-    NvLinkSample,
     SampleBatch,
 )
 from pipeline.topology import NodeTopology
@@ -50,6 +49,7 @@ from producers.simulator.faults import FaultInjector
 from producers.simulator.hardware import MODELS, GpuModel, assign_kinds, node_topology
 from producers.simulator.hardware import nvlink_links as kind_nvlink_links
 from producers.simulator.hardware import pci_bus_id as kind_pci_bus_id
+from producers.simulator.links import NvLinkRows
 from producers.simulator.nics import NicRails
 from producers.simulator.plan import FaultPlan
 from producers.simulator.profiles import (
@@ -175,8 +175,6 @@ class Fleet:
         self._layouts = self._field_layouts()
         self._gpu_node = [node for node in self.nodes for _ in range(gpus_per_node)]
         self._model_name = [m.name for m in self.model]
-        self._link_state: np.ndarray | None = None
-        self._link_cache: list[tuple[NvLinkSample, ...] | None] = [None] * n
         self._proc_key: np.ndarray | None = None
         self._proc_cache: list[tuple[GpuProcess, ...]] = [()] * n
         self._rails = NicRails(self.kinds, self.gpus_per_node)
@@ -217,6 +215,7 @@ class Fleet:
             self._link_remote += kind_nvlink_links(kind, gpn)
         self._nvlinks = col([len(r) for r in self._link_remote], dtype=np.float64)
         self._has_nvlink = self._nvlinks > 0
+        self._link_rows = NvLinkRows(self._link_remote, self._has_nvlink)
         self._link_bytes = col([s.nvlink_gbytes_per_second * 1e9 for s in spec])
         self._bus_ids = [kind_pci_bus_id(k, g) for k in self.kinds for g in range(gpn)]
         # persistent offsets: power efficiency, cooling, inlet air by node and chassis position, boost clock
@@ -377,6 +376,80 @@ class Fleet:
         return np.where(job >= 0, sched.job_phase[np.maximum(job, 0)], P_IDLE)
 
     def _physics(self, now_s: float, dt: float, first: bool) -> dict[str, np.ndarray]:
+        """Every GPU's readings this round: what its job asks of it (:meth:`_workload_levels`), then what the
+        hardware makes of that (power, clocks and heat; memory; PCIe and NVLink; the clocks-event reasons)."""
+        sched, e = self._sched, self._injector.effects
+        n = self.size
+        app, has_job = sched.gpu_app, sched.gpu_job >= 0
+        lv, white = self._workload_levels(now_s, dt)
+        util = lv[:, L_UTIL]
+        active = (util > 0.005) | (lv[:, L_POWER] > 0.05)
+        power, limit, capped, clock, temp, throttled = self._power_and_heat(lv, active, dt, first, white)
+        memory = self._memory(now_s, has_job)
+        gen, width, tx, rx, nvl, links_active = self._interconnect(lv, active)
+        mask = self._clock_events(active, capped, throttled, app)
+        fan = np.where(self._fan == "curve", np.where(temp < 45, 0.0, np.clip(30 + (temp - 45) * 2.0, 30, 100)), 0.0)
+        self._ib = lv[:, L_IB] * sched.multi_node
+        return {
+            "utilization_gpu_percent": np.round(util * 100),
+            "utilization_memory_percent": np.round(lv[:, L_DRAM] * 100),
+            "memory_used_bytes": memory,
+            "memory_total_bytes": self._mem_total,
+            "memory_reserved_bytes": self._reserved,
+            "sm_clock_mhz": np.round(clock),
+            "sm_clock_max_mhz": self._clock_max,
+            "graphics_clock_mhz": np.round(clock),
+            "graphics_clock_max_mhz": self._clock_max,
+            "memory_clock_mhz": np.where(has_job | active, self._mclock_busy, self._mclock_idle),
+            "memory_clock_max_mhz": self._mclock_max,
+            "temperature_gpu_celsius": np.round(temp),
+            "temperature_memory_celsius": np.round(0.7 * temp + 21 + self._hbm_excess),
+            "temperature_memory_max_celsius": self._mem_max,
+            "temperature_slowdown_celsius": self._slowdown,
+            "temperature_shutdown_celsius": self._shutdown,
+            "power_watts": np.round(power, 2),
+            "power_limit_watts": limit,
+            "power_default_limit_watts": self._default_w,
+            "energy_joules": np.round(self._energy, 3),
+            "fan_speed_percent": np.round(fan),
+            "performance_state": np.where(has_job | active, self._busy_pstate, self._idle_pstate),
+            "throttle_reasons_mask": mask,
+            "pcie_link_gen": gen,
+            "pcie_link_gen_max": self._gen_max,
+            "pcie_link_width": width,
+            "pcie_link_width_max": self._width_max,
+            "pcie_tx_bytes_per_second": np.round(tx),
+            "pcie_rx_bytes_per_second": np.round(rx),
+            "pcie_replay_total": e.pcie_replay,
+            "pcie_aer_correctable_total": e.aer_correctable,
+            "pcie_aer_uncorrectable_total": e.aer_uncorrectable,
+            "nvlink_tx_bytes_per_second": np.round(nvl),
+            "nvlink_rx_bytes_per_second": np.round(nvl * (1 + 0.01 * white[:, 1])).clip(0),
+            "nvlink_links_active": links_active,
+            "nvlink_links_max": self._nvlinks,
+            "nvlink_crc_errors_total": e.nvl_crc.sum(axis=1),
+            "nvlink_replay_errors_total": e.nvl_replay.sum(axis=1),
+            "nvlink_recovery_errors_total": e.nvl_recovery.sum(axis=1),
+            "sm_active_percent": np.round(lv[:, L_SM] * 100, 1),
+            "tensor_active_percent": np.round(lv[:, L_TENSOR] * 100, 1),
+            "dram_active_percent": np.round(lv[:, L_DRAM] * 100, 1),
+            "ecc_corrected_total": e.ecc_corrected,
+            "ecc_uncorrected_total": e.ecc_uncorrected,
+            "row_remap_correctable_total": e.remap_correctable,
+            "row_remap_uncorrectable_total": e.remap_uncorrectable,
+            "row_remap_pending": e.remap_pending,
+            "row_remap_failure": e.remap_failure,
+            "retired_pages_sbe_total": e.retired_sbe,
+            "retired_pages_dbe_total": e.retired_dbe,
+            "retired_pages_pending": e.retired_pending,
+            "process_count": has_job.astype(np.float64)
+            + (self._workstation & (np.arange(n) % self.gpus_per_node == 0)),
+        }
+
+    def _workload_levels(self, now_s: float, dt: float) -> tuple[np.ndarray, np.ndarray]:
+        """What each GPU's job asks of it this round, as levels in [0, 1] per profile column (the phase's, the
+        load curve's, the request bursts', its intensity and wobble, a straggler's peers waiting, a host-side
+        straggler's duty, restarts), and the round's white noise (three draws per GPU)."""
         sched, e, rng = self._sched, self._injector.effects, self._rng
         n = self.size
         app, job = sched.gpu_app, sched.gpu_job
@@ -454,10 +527,14 @@ class Fleet:
             clock = lv[:, L_CLOCK].copy()
             lv = np.where(stalled[:, None], 0.0, lv)
             lv[:, L_CLOCK] = np.where(stalled, 0.0, clock)
-        lv = np.clip(lv, 0.0, 1.0)
-        util = lv[:, L_UTIL]
-        active = (util > 0.005) | (lv[:, L_POWER] > 0.05)
+        return np.clip(lv, 0.0, 1.0), white
 
+    def _power_and_heat(
+        self, lv: np.ndarray, active: np.ndarray, dt: float, first: bool, white: np.ndarray
+    ) -> tuple[np.ndarray, ...]:
+        """Power (against the limits in force), SM clock, die temperature and the thermal controllers (die and
+        memory) this round: (power, limit, capped, clock, temperature as read, throttled)."""
+        e = self._injector.effects
         # power, limits, clocks
         demand = np.maximum(self._idle_w, lv[:, L_POWER] * self._default_w * self._efficiency)
         demand *= e.clock_factor**2  # a GPU held at a lower clock also runs at a lower voltage
@@ -498,92 +575,49 @@ class Fleet:
         self._energy += power * dt
         alpha = 1 - math.exp(-dt / _POWER_EWMA_S) if dt > 0 else 1.0
         self._power_ewma += (power / self._default_w - self._power_ewma) * alpha
+        return power, limit, capped, clock, temp, throttled
 
-        # memory: ramps to the job's level after it (re)starts, plus a leak; a few MiB when nothing runs
+    def _memory(self, now_s: float, has_job: np.ndarray) -> np.ndarray:
+        """Memory used: ramps to the job's level after it (re)starts, plus a leak; a few MiB when nothing runs."""
+        sched, e, n = self._sched, self._injector.effects, self.size
         since = now_s - np.maximum(sched.job_start, e.restarted_at)
         ramp = 1 - np.exp(-np.maximum(since, 0) / sched.mem_tau)
         job_mem = self._usable * sched.mem_target * ramp + e.leak_bytes
         idle_mem = np.where(self._workstation & (np.arange(n) % self.gpus_per_node == 0), 22, 3) * _MIB
-        memory = np.where(has_job, np.maximum(job_mem, 300 * _MIB), idle_mem)
-        memory = np.minimum(np.floor(memory / _MIB) * _MIB, self._usable)
+        wanted = np.where(has_job, np.maximum(job_mem, 300 * _MIB), idle_mem)
+        memory: np.ndarray = np.minimum(np.floor(wanted / _MIB) * _MIB, self._usable)
         self._memory_frac = memory / self._usable
+        return memory
 
-        # PCIe: Gen1 at idle (link power saving), a fault may have trained it lower or narrower
+    def _interconnect(self, lv: np.ndarray, active: np.ndarray) -> tuple[np.ndarray, ...]:
+        """PCIe (Gen1 at idle for link power saving; a fault may have trained it lower or narrower) and NVLink
+        traffic, NVLink falling back to PCIe where its links are down: (gen, width, tx, rx, nvlink, links up)."""
+        sched, e, n = self._sched, self._injector.effects, self.size
         gen = np.where(active, np.minimum(self._gen_max, e.gen_cap), 1.0)
         width = np.minimum(self._width_max, e.width_cap)
         full_bw = _LANE_BYTES[self._gen_max.astype(int)] * self._width_max
         now_bw = _LANE_BYTES[gen.astype(int)] * width
         nvl_wanted = lv[:, L_NVLINK] * self._nvlinks * self._link_bytes * sched.multi
         fallback = np.where(e.nvlink_fallback, nvl_wanted, 0.0)
-        background = rng.uniform(0, 1e6, (n, 2))
+        background = self._rng.uniform(0, 1e6, (n, 2))
         tx = np.minimum(lv[:, L_PCIE_TX] * full_bw + fallback, 0.9 * now_bw) + background[:, 0]
         rx = np.minimum(lv[:, L_PCIE_RX] * full_bw + fallback, 0.9 * now_bw) + background[:, 1]
         nvl = np.where(e.nvlink_fallback, 0.0, nvl_wanted)
         links_active = (e.link_up & e.link_exists).sum(axis=1) if e.links else np.zeros(n)
+        return gen, width, tx, rx, nvl, links_active
 
+    def _clock_events(
+        self, active: np.ndarray, capped: np.ndarray, throttled: np.ndarray, app: np.ndarray
+    ) -> np.ndarray:
+        """NVML's clocks-event reasons as a mask per GPU."""
+        e = self._injector.effects
         mask = np.where(active, 0.0, _BIT_IDLE)
         mask += np.where(capped & active, _BIT_POWER_CAP, 0.0)
         mask += np.where(throttled, _BIT_SW_THERMAL, 0.0)
         mask += np.where(self._temp >= self._slowdown, _BIT_HW_THERMAL, 0.0)
         mask += np.where((app == _HASHING) & active, _BIT_APP_CLOCKS, 0.0)
         mask += np.where(e.brake, _BIT_BRAKE, 0.0)
-        fan = np.where(self._fan == "curve", np.where(temp < 45, 0.0, np.clip(30 + (temp - 45) * 2.0, 30, 100)), 0.0)
-        self._ib = lv[:, L_IB] * sched.multi_node
-        return {
-            "utilization_gpu_percent": np.round(util * 100),
-            "utilization_memory_percent": np.round(lv[:, L_DRAM] * 100),
-            "memory_used_bytes": memory,
-            "memory_total_bytes": self._mem_total,
-            "memory_reserved_bytes": self._reserved,
-            "sm_clock_mhz": np.round(clock),
-            "sm_clock_max_mhz": self._clock_max,
-            "graphics_clock_mhz": np.round(clock),
-            "graphics_clock_max_mhz": self._clock_max,
-            "memory_clock_mhz": np.where(has_job | active, self._mclock_busy, self._mclock_idle),
-            "memory_clock_max_mhz": self._mclock_max,
-            "temperature_gpu_celsius": np.round(temp),
-            "temperature_memory_celsius": np.round(0.7 * temp + 21 + self._hbm_excess),
-            "temperature_memory_max_celsius": self._mem_max,
-            "temperature_slowdown_celsius": self._slowdown,
-            "temperature_shutdown_celsius": self._shutdown,
-            "power_watts": np.round(power, 2),
-            "power_limit_watts": limit,
-            "power_default_limit_watts": self._default_w,
-            "energy_joules": np.round(self._energy, 3),
-            "fan_speed_percent": np.round(fan),
-            "performance_state": np.where(has_job | active, self._busy_pstate, self._idle_pstate),
-            "throttle_reasons_mask": mask,
-            "pcie_link_gen": gen,
-            "pcie_link_gen_max": self._gen_max,
-            "pcie_link_width": width,
-            "pcie_link_width_max": self._width_max,
-            "pcie_tx_bytes_per_second": np.round(tx),
-            "pcie_rx_bytes_per_second": np.round(rx),
-            "pcie_replay_total": e.pcie_replay,
-            "pcie_aer_correctable_total": e.aer_correctable,
-            "pcie_aer_uncorrectable_total": e.aer_uncorrectable,
-            "nvlink_tx_bytes_per_second": np.round(nvl),
-            "nvlink_rx_bytes_per_second": np.round(nvl * (1 + 0.01 * white[:, 1])).clip(0),
-            "nvlink_links_active": links_active,
-            "nvlink_links_max": self._nvlinks,
-            "nvlink_crc_errors_total": e.nvl_crc.sum(axis=1),
-            "nvlink_replay_errors_total": e.nvl_replay.sum(axis=1),
-            "nvlink_recovery_errors_total": e.nvl_recovery.sum(axis=1),
-            "sm_active_percent": np.round(lv[:, L_SM] * 100, 1),
-            "tensor_active_percent": np.round(lv[:, L_TENSOR] * 100, 1),
-            "dram_active_percent": np.round(lv[:, L_DRAM] * 100, 1),
-            "ecc_corrected_total": e.ecc_corrected,
-            "ecc_uncorrected_total": e.ecc_uncorrected,
-            "row_remap_correctable_total": e.remap_correctable,
-            "row_remap_uncorrectable_total": e.remap_uncorrectable,
-            "row_remap_pending": e.remap_pending,
-            "row_remap_failure": e.remap_failure,
-            "retired_pages_sbe_total": e.retired_sbe,
-            "retired_pages_dbe_total": e.retired_dbe,
-            "retired_pages_pending": e.retired_pending,
-            "process_count": has_job.astype(np.float64)
-            + (self._workstation & (np.arange(n) % self.gpus_per_node == 0)),
-        }
+        return mask
 
     # --- assembly -----------------------------------------------------------------------------------------
     def _batches(
@@ -594,7 +628,7 @@ class Fleet:
         for name, column in values.items():
             matrix[:, METRIC_INDEX[name]] = column
         lost = self._injector.effects.lost
-        links = self._links() if self.extras else [None] * n
+        links = self._link_rows.samples(self._injector.effects) if self.extras else [None] * n
         procs: list[tuple[GpuProcess, ...]] | list[None] = (
             self._processes(values["memory_used_bytes"]) if self.extras else [None] * n
         )
@@ -627,32 +661,6 @@ class Fleet:
                 nics[i],
             ))  # fmt: skip
         return batches
-
-    def _links(self) -> list[tuple[NvLinkSample, ...] | None]:
-        """Per-link state and error counters; the tuples are rebuilt only for GPUs where something changed.
-
-        Per-link throughput is left None: the GPU's totals carry it (building 18 link objects per GPU per
-        round would cost more than the rest of the round, and the sink stores link points only on change).
-        """
-        e = self._injector.effects
-        if not e.links:
-            return [None] * self.size
-        state = np.concatenate([e.link_up & e.link_exists, e.nvl_crc, e.nvl_replay, e.nvl_recovery], axis=1)
-        if self._link_state is None or self._link_state.shape != state.shape:
-            dirty = np.flatnonzero(self._has_nvlink)
-        else:
-            dirty = np.flatnonzero((state != self._link_state).any(axis=1) & self._has_nvlink)
-        self._link_state = state
-        if len(dirty):
-            up = e.link_up[dirty].tolist()
-            crc, replay, recovery = (a[dirty].astype(np.int64).tolist() for a in (e.nvl_crc, e.nvl_replay,
-                                                                                  e.nvl_recovery))  # fmt: skip
-            for row, g in enumerate(dirty.tolist()):
-                self._link_cache[g] = tuple(
-                    NvLinkSample(k, up[row][k], None, None, crc[row][k], replay[row][k], recovery[row][k], end)
-                    for k, end in enumerate(self._link_remote[g])
-                )
-        return self._link_cache
 
     def _processes(self, memory: np.ndarray) -> list[tuple[GpuProcess, ...]]:
         """Processes per GPU (Xorg on a workstation's first GPU, one per rank of a job); reused while unchanged."""
