@@ -183,8 +183,8 @@ class AlertManager:
         self.cfg = settings.alerts
         self.engine = AlertEngine(self.cfg, parse_inhibit_rules(self.cfg.inhibit_rules))
         self.clock_ns = clock_ns
-        #: history records to publish, each at a millisecond of its own in its series
-        self._history: list[NotificationRecord] = []
+        #: history records to publish, encoded (each at a millisecond of its own in its series: _queue_history)
+        self._history: list[bytes] = []
         self._unique_times = UniqueTimes()
         self.stats = ManagerStats()
         self.stats_file = stats_file
@@ -397,7 +397,7 @@ class AlertManager:
         if not held:
             return
         self.stats.suppressed += len(held)
-        self._history += self._unique_times(
+        self._queue_history(
             [
                 NotificationRecord(
                     now_ns,
@@ -458,7 +458,25 @@ class AlertManager:
             if a.final:
                 self._finish(a.delivery)
             records.extend(self._attempt_records(a))
-        self._history += self._unique_times(records)
+        self._queue_history(records)
+
+    def _queue_history(self, records: list[NotificationRecord]) -> None:
+        """History records for the next publish, each moved to a millisecond of its own in its series and encoded
+        once; one over its topic's limit is refused here, counted once."""
+        topic = self.settings.topics.notification_history
+        for r in self._unique_times(records):
+            value = encode_record(r)
+            if self._fits(topic, None, value, "notification record"):
+                self._history.append(value)
+
+    def _fits(self, topic: str, key: bytes | None, value: bytes, what: str) -> bool:
+        """Whether a record is within its topic's limit (read at start-up); one that is not is counted
+        (``too_large``) and logged, so it can neither crash the loop nor hold it."""
+        if self._pub.limits is None or self._pub.limits.fits(topic, key, value):
+            return True
+        self.stats.too_large += 1
+        log.error("%s of %d bytes is over the %s limit; not kept", what, len(value), topic)
+        return False
 
     def _attempt_records(self, a: Attempt) -> list[NotificationRecord]:
         sub = self.engine.subscriptions.get(a.delivery.subscription_id)
@@ -495,23 +513,12 @@ class AlertManager:
         topics = self.settings.topics
         records: list[Record] = []
         for key, value in list(self._dirty.items()):
-            if value is not None and self._pub.limits and not self._pub.limits.fits(topics.alert_state, key, value):
-                self.stats.too_large += 1
-                log.error("alert state record %r of %d bytes is over the %s limit; not kept", key, len(value),
-                          topics.alert_state)  # fmt: skip
+            if value is not None and not self._fits(topics.alert_state, key, value, f"alert state record {key!r}"):
                 del self._dirty[key]
                 continue
             records.append((topics.alert_state, key, value, None))
         records += [(topics.health, key, value, None) for key, value in self.health.dirty.items()]
-        history = len(self._history)
-        for r in self._history:
-            value = encode_record(r)
-            if self._pub.limits and not self._pub.limits.fits(topics.notification_history, None, value):
-                self.stats.too_large += 1
-                log.error("notification record of %d bytes is over the %s limit; not stored", len(value),
-                          topics.notification_history)  # fmt: skip
-                continue
-            records.append((topics.notification_history, None, value, None))
+        records += [(topics.notification_history, None, value, None) for value in self._history]
         limit = self._pub.limits.limit(topics.dead_letter) if self._pub.limits else 1_048_588
         records += [(topics.dead_letter, x.key, x.value, x.headers) for x in bounded(self._letters, limit)]
         try:
@@ -528,8 +535,8 @@ class AlertManager:
         self.stall.ok()
         self.stats.state_records += len(self._dirty)
         self.stats.health_records += len(self.health.dirty)
-        self.stats.history_records += history
-        del self._history[:history]
+        self.stats.history_records += len(self._history)
+        self._history.clear()
         self._dirty.clear()
         self.health.dirty.clear()
         self._letters.clear()
