@@ -47,6 +47,7 @@ from pipeline.events import SampleBatch
 from producers.nvml import NvmlCollector
 from producers.nvml.aer import AerReader
 from producers.nvml.capture import CapturedGpu, CapturedLink, parse_capture
+from producers.nvml.collector import Costly
 from producers.nvml.events import EventWatcher
 from producers.nvml.replay import ReplayNvml
 
@@ -128,11 +129,16 @@ class Recording:
         return call
 
 
+def _costly(every: int) -> Costly | None:
+    """The collector's costly readings every ``every`` rounds, over the settings' default bound."""
+    return Costly(CollectorSettings().costly_read_us, every) if every > 1 else None
+
+
 def _round_calls(nvml: Any, ts: Iterator[int], costly_every: int) -> list[tuple[str, tuple[Any, ...]]]:
     """The NVML calls of ``costly_every`` steady-state rounds (after four warm-up rounds: the collector times its
     readings in rounds 2-4) of a collector reading ``nvml``."""
     recording = Recording(nvml) if not isinstance(nvml, ReplayNvml) else nvml
-    collector = NvmlCollector(recording, "bench", "node-1", costly_every=costly_every)
+    collector = NvmlCollector(recording, "bench", "node-1", costly=_costly(costly_every))
     collector.open()
     for _ in range(4):
         collector.collect(next(ts))
@@ -148,7 +154,7 @@ def measure(config: str, nvml: Any, rounds: int, sysfs: Path | None = None, cost
     ``sysfs``); ``costly_every``: the collector's (1: every reading every round)."""
     ts = iter(range(T0, T0 + (rounds + costly_every + 20) * 10**9, 10**9))
     calls = _round_calls(nvml, ts, costly_every)
-    collector = NvmlCollector(nvml, "bench", "node-1", costly_every=costly_every)
+    collector = NvmlCollector(nvml, "bench", "node-1", costly=_costly(costly_every))
     collector.open()
     watcher = EventWatcher(nvml, "bench", "node-1")
     watcher.open(collector.devices)

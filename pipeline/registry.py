@@ -20,10 +20,15 @@ A Config field declared with :func:`setting` is also a command-line option: ``he
 importer's subcommand from its Config's flags (help, required, choices, bounds, whether it names input files),
 so an importer's settings are declared once, with their defaults, in its Config.
 
+A plugin setting that lives in the settings (a section with bounds, the environment, TOML and the settings
+reference: say ``context.kubelet_socket``) is declared there once: its Config field takes the default from it
+(:func:`from_section`) and ``configure`` its value (:func:`section_config`).
+
 Sources then follow :class:`producers.source.Source` (open / collect / close), importers
-:class:`producers.importers.driver.Importer` (open / blocks / close) and sinks :class:`sinks.base.Sink`
-(add / flush / close). :func:`create` does configure, validate and from_config in that order, so a bad value
-stops start-up with one line before anything is connected.
+:class:`producers.importers.driver.Importer` (open / blocks / close), context sources
+:class:`producers.context.base.ContextSource` (poll; built with ``node`` and ``inventory``: this node's GPUs) and
+sinks :class:`sinks.base.Sink` (add / flush / close). :func:`create` does configure, validate and from_config in
+that order, so a bad value stops start-up with one line before anything is connected.
 """
 
 from __future__ import annotations
@@ -37,10 +42,11 @@ from pipeline.errors import ConfigError
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
+    from pydantic import BaseModel
 
     from pipeline.config import Settings
 
-Kind = Literal["source", "sink", "importer"]
+Kind = Literal["source", "sink", "importer", "context"]
 
 #: kind -> name -> "module:Class"
 PLUGINS: Final[Mapping[Kind, Mapping[str, str]]] = {
@@ -61,6 +67,14 @@ PLUGINS: Final[Mapping[Kind, Mapping[str, str]]] = {
         "nvidia-smi-csv": "producers.importers.nvsmi_csv:NvsmiCsvImporter",
         "nvidia-smi-xml": "producers.importers.nvsmi_xml:NvsmiXmlImporter",
         "table": "producers.importers.table:TableImporter",
+    },
+    # workload context (``hermeneut context watch --<name>``): which job runs on which GPU of a node
+    "context": {
+        "static": "producers.context.static:StaticSource",
+        "slurm-dir": "producers.context.slurm:SlurmFileSource",
+        "squeue": "producers.context.slurm:SlurmCommandSource",
+        "kubernetes": "producers.context.kubernetes:KubernetesSource",
+        "processes": "producers.context.processes:ProcessSource",
     },
 }
 
@@ -89,6 +103,26 @@ def setting(default: Any, help: str, **how: Any) -> Any:
     return dataclasses.field(default=default, metadata={FLAG: Flag(help, **how)})
 
 
+def from_section(section: type[BaseModel], name: str, help: str | None = None, **how: Any) -> Any:
+    """A Config field whose default is the settings section's field ``name`` (declared there once, with bounds);
+    with ``help``, also a command-line option (:func:`setting`)."""
+    default = section_default(section, name)
+    return dataclasses.field(default=default) if help is None else setting(default, help, **how)
+
+
+def section_default(section: type[BaseModel], name: str) -> Any:
+    """The default of the settings section's field ``name`` (a plugin default derived from a setting's)."""
+    return section.model_fields[name].get_default(call_default_factory=True)
+
+
+def section_config(config: type[C], section: BaseModel, plugin: str, **options: Any) -> C:
+    """``config`` with the values ``section`` holds for its fields, overlaid with the options that were given."""
+    held = {
+        f.name: getattr(section, f.name) for f in dataclasses.fields(config) if f.name in type(section).model_fields
+    }
+    return with_options(config(**held), options, plugin)
+
+
 class PluginClass(Protocol):
     """What :func:`load` returns: a plugin class (see the module docstring)."""
 
@@ -103,6 +137,14 @@ class PluginClass(Protocol):
 
     @classmethod
     def from_config(cls, config: Any, **deps: Any) -> Any: ...
+
+
+class ContextPluginClass(PluginClass, Protocol):
+    """A context source's class: also what it says (two sources that say the same are two ways to one answer, and
+    a watch takes one of them) and a line of help."""
+
+    covers: str
+    description: str
 
 
 def names(kind: Kind) -> tuple[str, ...]:

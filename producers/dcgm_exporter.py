@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pipeline import catalogue
-from pipeline.config import Settings
+from pipeline.config import CollectorSettings, Settings
 from pipeline.errors import BadSourceData, ConfigError, DecodeError, SourceUnavailable
 from pipeline.events import METRIC_FIELDS, EventKind, GpuEvent, GpuSample, SampleBatch
-from pipeline.registry import with_options
+from pipeline.registry import from_section, with_options
 from pipeline.topology import NodeTopology, TopologyGpu
 from producers.dcgm_names import DRIVER_LABELS, FREE, HOST_LABELS, IGNORED, NAMES, XID, Name, first_label
 from producers.nvml.readings import sysfs_bus_id
@@ -332,11 +332,11 @@ def _http_get(url: str, timeout_s: float) -> bytes:
 class DcgmExporterConfig:
     """The ``dcgm-exporter`` source's settings."""
 
-    url: str = "http://127.0.0.1:9400/metrics"
-    cluster: str = "local"
+    url: str = from_section(CollectorSettings, "dcgm_exporter_url")
+    cluster: str = from_section(Settings, "cluster")
     #: the node of series without a ``hostname``/``Hostname`` label; empty: this host's name
     node: str = ""
-    timeout_s: float = 5.0
+    timeout_s: float = from_section(CollectorSettings, "scrape_timeout_s")
 
 
 class DcgmExporterSource:

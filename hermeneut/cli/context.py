@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
-from hermeneut.cli.base import cli, cluster_limits, errors, expose, fail, metrics_port_option, resolved, stop_event
+from hermeneut.cli.base import (
+    cli,
+    cluster_limits,
+    errors,
+    expose,
+    fail,
+    metrics_port_option,
+    resolved,
+    settings_of,
+    stop_event,
+)
+from pipeline import registry
 from pipeline.codec import decode_record, encode_record
 from pipeline.config import Settings
 from pipeline.errors import ConfigError, HermeneutError
 from pipeline.events import GpuContext, Workload, gpu_key, node_key
+from pipeline.registry import FLAG
 from pipeline.topology import NodeTopology
 
 
@@ -180,57 +193,52 @@ def _inventory(settings: Settings, node: str, path: Path | None) -> Any:
     )
 
 
-def _sources(
-    settings: Settings,
-    node: str,
-    inventory: Any,
-    static_file: Path | None,
-    slurm_dir: str | None,
-    squeue: bool,
-    kubernetes: bool,
-    processes: bool,
-) -> list[Any]:
-    from producers.context import kubernetes as k8s
-    from producers.context.podresources import PodResourcesClient
-    from producers.context.processes import ProcessSource, nvidia_smi_lister
-    from producers.context.slurm import SlurmCommandSource, SlurmFileSource
-    from producers.context.static import StaticSource
+def _source_options(f: Any) -> Any:
+    """``--<name>`` per context source in the registry: a switch, or the value of its one flagged setting (optional
+    when that setting has a default)."""
+    for name in reversed(registry.names("context")):
+        plugin = registry.load("context", name)
+        flags = [field.metadata[FLAG] for field in dataclasses.fields(plugin.Config) if FLAG in field.metadata]
+        how: dict[str, Any] = {"is_flag": True}
+        if flags:  # given alone, an optional value is the setting's (the settings', else its default)
+            how = {"type": click.Path(path_type=Path)} | (
+                {} if flags[0].required else {"is_flag": False, "flag_value": ""}
+            )
+        f = click.option(f"--{name}", _dest(name), default=None, help=getattr(plugin, "description", None), **how)(f)
+    return f
 
-    c = settings.context
-    sources: list[Any] = []
-    if static_file is not None:
-        sources.append(StaticSource(static_file, node, inventory))
-    if slurm_dir is not None:
-        sources.append(SlurmFileSource(Path(slurm_dir) if slurm_dir else c.slurm_dir, inventory))
-    if squeue:
-        sources.append(SlurmCommandSource(node, inventory, timeout_s=c.command_timeout_s))
-    if kubernetes:
-        api = k8s.ApiServer.in_cluster(
-            c.kubernetes_api, c.kubernetes_token_file, c.kubernetes_ca_file, c.command_timeout_s
-        )
-        kubelet = PodResourcesClient(c.kubelet_socket, c.command_timeout_s)
-        sources.append(k8s.KubernetesSource(node, inventory, kubelet, api))
-    if processes:
-        if shutil.which("nvidia-smi") is None:
-            raise ConfigError("--processes needs nvidia-smi on PATH to list each GPU's processes")
-        sources.append(ProcessSource(nvidia_smi_lister(c.command_timeout_s), inventory, c.proc_root))
-    return sources
+
+def _dest(name: str) -> str:
+    return name.replace("-", "_")
+
+
+def _chosen(settings: Settings, given: dict[str, Any]) -> list[tuple[registry.PluginClass, Any]]:
+    """The context sources asked for, configured and validated (nothing is connected): ConfigError when none is, or
+    when two of them are two ways to the same answer."""
+    chosen = [name for name in registry.names("context") if given[_dest(name)] not in (None, False)]
+    if not chosen:
+        flags = [f"--{name}" for name in registry.names("context")]
+        raise ConfigError(f"no source: give {', '.join(flags[:-1])} and/or {flags[-1]}")
+    configured: list[tuple[registry.PluginClass, Any]] = []
+    covered: dict[str, str] = {}
+    for name in chosen:
+        plugin = cast(registry.ContextPluginClass, registry.load("context", name))
+        if plugin.covers in covered:
+            raise ConfigError(f"--{covered[plugin.covers]} and --{name} are two ways to the same jobs: choose one")
+        covered[plugin.covers] = name
+        flagged = [field.name for field in dataclasses.fields(plugin.Config) if FLAG in field.metadata]
+        value = given[_dest(name)]
+        options = {flagged[0]: value} if flagged and value not in (True, "") else {}
+        config = plugin.configure(settings, **options)
+        plugin.validate(config)
+        configured.append((plugin, config))
+    return configured
 
 
 @context_group.command("watch")
 @click.option("--node", help="This node's name (default: the host's short name; Slurm/Kubernetes node name).")
 @click.option("--inventory", type=click.Path(path_type=Path), help="nvidia-smi -L or -q -x output of the node.")
-@click.option("--static", "static_file", type=click.Path(path_type=Path), help="TOML/CSV file of GPU -> workload.")
-@click.option(
-    "--slurm-dir",
-    is_flag=False,
-    flag_value="",
-    default=None,
-    help="Jobs from the prolog's <jobid>.env files (default dir: context.slurm_dir).",
-)
-@click.option("--squeue", is_flag=True, help="Jobs from squeue + scontrol -d show job.")
-@click.option("--kubernetes", is_flag=True, help="Pods from the kubelet's pod-resources socket + API server.")
-@click.option("--processes", is_flag=True, help="Infer from the command lines of the GPUs' processes.")
+@_source_options
 @click.option("--interval", "interval_s", type=click.FloatRange(0.5), help="Seconds between polls.")
 @click.option("--once", is_flag=True, help="Poll once, publish what changed, exit.")
 @click.option("--stats-file", type=click.Path(path_type=Path))
@@ -238,38 +246,29 @@ def _sources(
 @click.pass_context
 def watch_cmd(
     ctx: click.Context,
+    /,
     node: str | None,
     inventory: Path | None,
-    static_file: Path | None,
-    slurm_dir: str | None,
-    squeue: bool,
-    kubernetes: bool,
-    processes: bool,
     interval_s: float | None,
     once: bool,
     stats_file: Path | None,
     metrics_port: int | None,
+    **given: Any,
 ) -> None:
     """Poll this node's context sources and publish every change to the context topic (until Ctrl-C)."""
     from pipeline.metrics import StatsView
     from pipeline.publisher import Publisher
     from pipeline.stats import write_stats
     from producers.context.base import MANUAL
-    from producers.context.static import load
     from producers.context.watch import WATCH_FIELDS, Watcher
 
     with errors():  # validate early, connect late
-        if not (static_file or slurm_dir is not None or squeue or kubernetes or processes):
-            raise ConfigError("no source: give --static, --slurm-dir, --squeue, --kubernetes and/or --processes")
-        if slurm_dir is not None and squeue:
-            raise ConfigError("--slurm-dir and --squeue are two ways to the same jobs: choose one")
-        if static_file is not None:
-            load(static_file)
+        chosen = _chosen(settings_of(ctx), given)
     settings = resolved(ctx, influxdb=False)
     node = node or socket.gethostname().split(".", 1)[0]
     with errors():
         gpus = _inventory(settings, node, inventory)
-        sources = _sources(settings, node, gpus, static_file, slurm_dir, squeue, kubernetes, processes)
+        sources = [plugin.from_config(config, node=node, inventory=gpus) for plugin, config in chosen]
         mirror = _mirror(settings, settings.topics.context, GpuContext, settings.kafka.request_timeout_s)
 
     def on_node(manual_only: bool) -> dict[str, Workload]:

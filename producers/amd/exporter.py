@@ -57,10 +57,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pipeline import catalogue
-from pipeline.config import Settings
+from pipeline.config import CollectorSettings, Settings
 from pipeline.errors import BadSourceData, ConfigError, DecodeError, SourceUnavailable
 from pipeline.events import EventKind, GpuEvent, GpuSample, SampleBatch
-from pipeline.registry import with_options
+from pipeline.registry import from_section, with_options
 from pipeline.topology import NodeTopology, TopologyGpu
 from pipeline.vocab import CLOCK_REASONS
 from producers.amd.afid import describe
@@ -419,10 +419,10 @@ class AmdExporterConfig:
     """The ``amd-exporter`` source's settings."""
 
     url: str = "http://127.0.0.1:5000/metrics"
-    cluster: str = "local"
+    cluster: str = from_section(Settings, "cluster")
     #: the node of series without a ``hostname`` label; empty: this host's name
     node: str = ""
-    timeout_s: float = 5.0
+    timeout_s: float = from_section(CollectorSettings, "scrape_timeout_s")
 
 
 class AmdExporterSource:

@@ -39,10 +39,12 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from pipeline.config import ContextSettings
 from pipeline.errors import ConfigError, SourceUnavailable
 from pipeline.events import Workload
+from pipeline.registry import from_section, section_config
 from producers.context.base import (
     DECLARED_CONFIDENCE,
     HINT_CONFIDENCE_CAP,
@@ -52,7 +54,10 @@ from producers.context.base import (
 )
 from producers.context.inference import EVIDENCE_ENV, Evidence, capped, infer
 from producers.context.inventory import GpuInventory
-from producers.context.podresources import PodResources
+from producers.context.podresources import PodResources, PodResourcesClient
+
+if TYPE_CHECKING:
+    from pipeline.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -276,10 +281,50 @@ def _holds_gpu(pod: PodResources) -> bool:
     return any(is_gpu_resource(d.resource_name) for c in pod.containers for d in c.devices if d.device_ids)
 
 
+@dataclass(frozen=True, slots=True)
+class KubernetesConfig:
+    """The ``kubernetes`` context source's settings (the ``context`` section's)."""
+
+    kubelet_socket: Path = from_section(ContextSettings, "kubelet_socket")
+    kubernetes_api: str | None = from_section(ContextSettings, "kubernetes_api")
+    kubernetes_token_file: Path | None = from_section(ContextSettings, "kubernetes_token_file")
+    kubernetes_ca_file: Path | None = from_section(ContextSettings, "kubernetes_ca_file")
+    command_timeout_s: float = from_section(ContextSettings, "command_timeout_s")
+
+
 class KubernetesSource:
-    """GPU -> pod from the kubelet, pod -> workload from the API server (``api`` None: kubelet only)."""
+    """GPU -> pod from the kubelet, pod -> workload from the API server (``api`` None: kubelet only); registered as
+    ``kubernetes``."""
 
     name = "kubernetes"
+    description = "Pods from the kubelet's pod-resources socket + API server."
+    covers = "Kubernetes pods"
+    Config = KubernetesConfig
+
+    @classmethod
+    def configure(cls, settings: Settings, **options: object) -> KubernetesConfig:
+        return section_config(KubernetesConfig, settings.context, "the kubernetes context source", **options)
+
+    @classmethod
+    def validate(cls, config: KubernetesConfig) -> None:
+        """The bounds are the settings'; the API server is found when built (in a pod: from its service account)."""
+
+    @classmethod
+    def from_config(
+        cls,
+        config: KubernetesConfig,
+        node: str,
+        inventory: GpuInventory,
+        kubelet: PodResourcesLister | None = None,
+        api: ApiServer | None = None,
+    ) -> KubernetesSource:
+        """Built, not connected: the kubelet's socket and the API server are first asked at the first poll."""
+        timeout_s = config.command_timeout_s
+        if api is None:
+            api = ApiServer.in_cluster(
+                config.kubernetes_api, config.kubernetes_token_file, config.kubernetes_ca_file, timeout_s
+            )
+        return cls(node, inventory, kubelet or PodResourcesClient(config.kubelet_socket, timeout_s), api)
 
     def __init__(
         self,

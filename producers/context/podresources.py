@@ -28,7 +28,6 @@ import grpc
 from pipeline.errors import DecodeError, SourceUnavailable
 
 LIST_METHOD: Final = "/v1.PodResourcesLister/List"
-DEFAULT_SOCKET: Final = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
@@ -144,7 +143,7 @@ def decode_list_response(data: bytes) -> tuple[PodResources, ...]:
 class PodResourcesClient:
     """A gRPC client of the kubelet's socket; every failure (socket missing, kubelet restarting) is transient."""
 
-    def __init__(self, socket_path: Path = DEFAULT_SOCKET, timeout_s: float = 10.0) -> None:
+    def __init__(self, socket_path: Path, timeout_s: float = 10.0) -> None:
         self.socket_path, self.timeout_s = socket_path, timeout_s
         self._channel: grpc.Channel | None = None
         self._call: Any = None

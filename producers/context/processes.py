@@ -15,17 +15,24 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pipeline.errors import DecodeError, SourceUnavailable
+from pipeline.config import ContextSettings
+from pipeline.errors import ConfigError, DecodeError, SourceUnavailable
 from pipeline.events import GpuProcess, Workload
+from pipeline.registry import from_section, section_config
 from producers.context.base import PROCESS_CONFIDENCE_CAP, Observation
 from producers.context.inference import EVIDENCE_ENV, Evidence, infer_many
 from producers.context.inventory import GpuInventory
+
+if TYPE_CHECKING:
+    from pipeline.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -126,12 +133,42 @@ def infer_gpu(processes: Sequence[ProcessInfo]) -> Workload | None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ProcessesConfig:
+    """The ``processes`` context source's settings (the ``context`` section's)."""
+
+    proc_root: Path = from_section(ContextSettings, "proc_root")
+    command_timeout_s: float = from_section(ContextSettings, "command_timeout_s")
+
+
 class ProcessSource:
-    """Per GPU of the node, what its processes look like."""
+    """Per GPU of the node, what its processes look like (registered as ``processes``)."""
 
-    name = "process"
+    name = "processes"
+    description = "Infer from the command lines of the GPUs' processes."
+    covers = "the GPUs' processes"
+    Config = ProcessesConfig
 
-    def __init__(self, lister: GpuProcessLister, inventory: GpuInventory, proc_root: Path = Path("/proc")) -> None:
+    @classmethod
+    def configure(cls, settings: Settings, **options: object) -> ProcessesConfig:
+        return section_config(ProcessesConfig, settings.context, "the processes context source", **options)
+
+    @classmethod
+    def validate(cls, config: ProcessesConfig) -> None:
+        """The bounds are the settings'."""
+
+    @classmethod
+    def from_config(
+        cls, config: ProcessesConfig, node: str, inventory: GpuInventory, lister: GpuProcessLister | None = None
+    ) -> ProcessSource:
+        """Built with ``nvidia-smi`` (which must be on PATH) listing the processes, or ``lister``'s stand-in."""
+        if lister is None:
+            if shutil.which("nvidia-smi") is None:
+                raise ConfigError("--processes needs nvidia-smi on PATH to list each GPU's processes")
+            lister = nvidia_smi_lister(config.command_timeout_s)
+        return cls(lister, inventory, config.proc_root)
+
+    def __init__(self, lister: GpuProcessLister, inventory: GpuInventory, proc_root: Path) -> None:
         self.lister, self.inventory, self.proc_root = lister, inventory, proc_root
 
     def poll(self) -> Observation:

@@ -30,10 +30,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
+from pipeline.config import ContextSettings
 from pipeline.errors import ConfigError, SourceUnavailable
 from pipeline.events import Workload
+from pipeline.registry import from_section, section_config
 from producers.context.base import (
     DECLARED_CONFIDENCE,
     HINT_CONFIDENCE_CAP,
@@ -42,6 +44,9 @@ from producers.context.base import (
 )
 from producers.context.inference import Evidence, capped, infer
 from producers.context.inventory import GpuInventory
+
+if TYPE_CHECKING:
+    from pipeline.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -215,10 +220,44 @@ def parse_env_file(text: str, where: str) -> SlurmJob:
     )
 
 
-class SlurmFileSource:
-    """Jobs from the prolog's ``<dir>/<jobid>.env`` files; a file is parsed again only when it changes."""
+#: what both Slurm sources say: two ways to the same answer
+SLURM_JOBS: Final = "Slurm's jobs"
 
-    name = "slurm"
+
+@dataclass(frozen=True, slots=True)
+class SlurmDirConfig:
+    """The ``slurm-dir`` context source's settings."""
+
+    slurm_dir: Path = from_section(ContextSettings, "slurm_dir", "Where the prolog writes <jobid>.env files.")
+
+
+@dataclass(frozen=True, slots=True)
+class SqueueConfig:
+    """The ``squeue`` context source's settings."""
+
+    command_timeout_s: float = from_section(ContextSettings, "command_timeout_s")
+
+
+class SlurmFileSource:
+    """Jobs from the prolog's ``<dir>/<jobid>.env`` files (registered as ``slurm-dir``); a file is parsed again only
+    when it changes."""
+
+    name = "slurm-dir"
+    description = "Jobs from the prolog's <jobid>.env files (default dir: context.slurm_dir)."
+    covers = SLURM_JOBS
+    Config = SlurmDirConfig
+
+    @classmethod
+    def configure(cls, settings: Settings, **options: object) -> SlurmDirConfig:
+        return section_config(SlurmDirConfig, settings.context, "the slurm-dir context source", **options)
+
+    @classmethod
+    def validate(cls, config: SlurmDirConfig) -> None:
+        """Nothing to check before it runs: the folder appears with the first job."""
+
+    @classmethod
+    def from_config(cls, config: SlurmDirConfig, node: str, inventory: GpuInventory) -> SlurmFileSource:
+        return cls(config.slurm_dir, inventory)
 
     def __init__(self, directory: Path, inventory: GpuInventory) -> None:
         self.directory, self.inventory = directory, inventory
@@ -340,9 +379,28 @@ def parse_squeue_ids(text: str) -> list[str]:
 
 
 class SlurmCommandSource:
-    """Jobs from ``squeue`` (which jobs run here) and ``scontrol -d show job`` (which GPUs, asked once per job)."""
+    """Jobs from ``squeue`` (which jobs run here) and ``scontrol -d show job`` (which GPUs, asked once per job);
+    registered as ``squeue``."""
 
-    name = "slurm"
+    name = "squeue"
+    description = "Jobs from squeue + scontrol -d show job."
+    covers = SLURM_JOBS
+    Config = SqueueConfig
+
+    @classmethod
+    def configure(cls, settings: Settings, **options: object) -> SqueueConfig:
+        return section_config(SqueueConfig, settings.context, "the squeue context source", **options)
+
+    @classmethod
+    def validate(cls, config: SqueueConfig) -> None:
+        """The bounds are the settings' (context.command_timeout_s)."""
+
+    @classmethod
+    def from_config(
+        cls, config: SqueueConfig, node: str, inventory: GpuInventory, runner: Runner | None = None
+    ) -> SlurmCommandSource:
+        """Built with the real commands (which must be on PATH), or ``runner``'s stand-ins."""
+        return cls(node, inventory, runner or run_command, timeout_s=config.command_timeout_s)
 
     def __init__(
         self,

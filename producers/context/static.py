@@ -28,12 +28,16 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from pipeline.errors import ConfigError
 from pipeline.events import APPLICATIONS, Workload
+from pipeline.registry import setting, with_options
 from producers.context.base import Observation, is_application
 from producers.context.inventory import GpuInventory
+
+if TYPE_CHECKING:
+    from pipeline.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -210,10 +214,37 @@ def observe(
     return {uuid: w for uuid, (_, w) in out.items()}, unmatched
 
 
+@dataclass(frozen=True, slots=True)
+class StaticConfig:
+    """The ``static`` context source's settings."""
+
+    path: Path | None = setting(None, "TOML/CSV file of GPU -> workload.", required=True)
+
+
 class StaticSource:
-    """The static file as a context source; re-read when it changes."""
+    """The static file as a context source (registered as ``static``); re-read when it changes."""
 
     name = "static"
+    description = "Workloads from a TOML/CSV file of GPU -> workload, re-read when it changes."
+    #: what it says: two sources that say the same are two ways to one answer (the watch takes one)
+    covers = "a file's workloads"
+    Config = StaticConfig
+
+    @classmethod
+    def configure(cls, settings: Settings, **options: object) -> StaticConfig:
+        return with_options(StaticConfig(), options, "the static context source")
+
+    @classmethod
+    def validate(cls, config: StaticConfig) -> None:
+        """The file is read and checked: a bad line is a ConfigError naming it."""
+        if config.path is None:
+            raise ConfigError("invalid configuration: the static context source needs its file (--static FILE)")
+        load(config.path)
+
+    @classmethod
+    def from_config(cls, config: StaticConfig, node: str, inventory: GpuInventory) -> StaticSource:
+        assert config.path is not None  # validate's check
+        return cls(config.path, node, inventory)
 
     def __init__(self, path: Path, node: str, inventory: GpuInventory) -> None:
         self.path, self.node, self.inventory = path, node, inventory

@@ -24,8 +24,8 @@ NVML is injected (the real ``pynvml`` module in production, a fake in tests): no
   unless disabled.
 - *Costly readings less often.* In rounds 2-4 (the first in steady state) the CPU time of each reading is
   measured (``time.thread_time_ns``: this thread's, so a busy machine does not inflate it); one whose cheapest of
-  the three reads costs more than ``costly_read_us`` (so one slow read does not count) is read every
-  ``costly_every`` rounds from then on, and its field is absent in the rounds between (absent, never stale). On a
+  the three reads costs more than :class:`Costly`'s bound (so one slow read does not count) is read every
+  ``Costly.every`` rounds from then on, and its field is absent in the rounds between (absent, never stale). On a
   real H100 (driver 580.159.04, in a virtual machine) the total energy counter cost 3.9 ms of CPU per read, 85 %
   of the collector's cost, and the PCIe replay counter 0.17 ms (tests/testdata/nvml-h100-lent); the judged
   counters' rises are taken against their last known value (processors/detectors/gpus.py), so a replay storm is
@@ -42,6 +42,7 @@ NVML is injected (the real ``pynvml`` module in production, a fake in tests): no
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,6 +58,15 @@ log = logging.getLogger(__name__)
 
 #: a reading that failed transiently this round (kept apart from "no value")
 _FAILED: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Costly:
+    """A reading that costs more than ``read_us`` of CPU per read (its cheapest in the timed rounds) is read every
+    ``every`` rounds (the settings: ``collector.costly_read_us`` and ``costly_read_interval_s``)."""
+
+    read_us: float
+    every: int
 
 
 class GpuLost(Exception):
@@ -91,7 +101,7 @@ class Device:
     lost: bool = False
     #: rounds read so far
     rounds: int = 0
-    #: each reading's cheapest read in the timed rounds (CPU µs), and those over ``costly_read_us``: read less often
+    #: each reading's cheapest read in the timed rounds (CPU µs), and those over ``Costly.read_us``: read less often
     costs: dict[str, float] = field(default_factory=dict)
     costly: dict[str, float] = field(default_factory=dict)
 
@@ -111,7 +121,7 @@ class CollectorStats:
     lost_gpus: int = 0
     #: device rounds that produced no value at all (not published)
     empty_samples: int = 0
-    #: (device, reading) pairs read only every ``costly_every`` rounds for their CPU cost
+    #: (device, reading) pairs read only every ``Costly.every`` rounds for their CPU cost
     costly_readings: int = 0
 
 
@@ -149,16 +159,14 @@ class NvmlCollector:
         pcie_throughput_fallback: bool = True,
         processes: bool = True,
         aer: AerReader | None = None,
-        costly_read_us: float = 100.0,
-        costly_every: int = 1,
+        costly: Costly | None = None,
         clock: Callable[[], int] = time.thread_time_ns,
     ) -> None:
-        """``costly_every`` rounds between reads of a reading that cost more than ``costly_read_us`` of CPU when
-        measured (1: every reading every round); ``clock``: CPU nanoseconds of this thread (a fake in tests)."""
+        """``costly``: how often a reading that cost more than its bound of CPU is read (None: every reading every
+        round); ``clock``: CPU nanoseconds of this thread (a fake in tests)."""
         self._nvml = nvml
         self._aer = aer
-        self._costly_us = costly_read_us
-        self._costly_every = costly_every
+        self._costly_us, self._costly_every = (costly.read_us, costly.every) if costly else (math.inf, 1)
         self._clock = clock
         self.cluster, self.node = cluster, node
         self._pcie_fallback = pcie_throughput_fallback

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from pipeline.config import Settings
+from pipeline.config import CollectorSettings, Settings
 from pipeline.events import METRIC_NAMES, EventKind, GpuEvent, SampleBatch
-from pipeline.registry import with_options
+from pipeline.registry import from_section, section_config, section_default
 from pipeline.topology import NodeTopology
 from producers.infiniband import InfinibandReader
 from producers.nvml.aer import AerReader
-from producers.nvml.collector import NvmlCollector
+from producers.nvml.collector import Costly, NvmlCollector
 from producers.nvml.events import EventWatcher
 from producers.nvml.topology import TopologyReader
 from producers.source import check_names
@@ -30,19 +30,24 @@ FIELDS: Final = frozenset(METRIC_NAMES) - {"sm_active_percent", "tensor_active_p
 
 @dataclass(frozen=True, slots=True)
 class NvmlConfig:
-    """The ``nvml`` source's settings (defaults: this node as ``hermeneut collect`` sees it)."""
+    """The ``nvml`` source's settings (defaults: this node as ``hermeneut collect`` sees it; those of the
+    ``collector`` section are declared there, with their bounds)."""
 
-    cluster: str = "local"
+    cluster: str = from_section(Settings, "cluster")
     #: the node name samples carry; empty: this host's name
     node: str = ""
-    #: where sysfs is (InfiniBand ports, PCI paths and AER counters, NUMA); a folder for tests and containers
-    sysfs_root: Path = Path("/sys")
-    pcie_throughput_fallback: bool = True
+    sysfs_root: Path = from_section(CollectorSettings, "sysfs_root")
+    pcie_throughput_fallback: bool = from_section(CollectorSettings, "pcie_throughput_fallback")
     infiniband: bool = True
-    #: a reading that costs more CPU than this per read (its cheapest in rounds 2-4) is read every
-    #: ``costly_every`` rounds
-    costly_read_us: float = 100.0
-    costly_every: int = 1
+    costly_read_us: float = from_section(CollectorSettings, "costly_read_us")
+    #: rounds between reads of a costly reading (``collector.costly_read_interval_s`` in rounds; 1: every round)
+    costly_every: int = max(
+        1,
+        round(
+            section_default(CollectorSettings, "costly_read_interval_s")
+            / section_default(Settings, "sample_interval_s")
+        ),
+    )
 
 
 class NvmlSource:
@@ -55,16 +60,10 @@ class NvmlSource:
     @classmethod
     def configure(cls, settings: Settings, **options: Any) -> NvmlConfig:
         c = settings.collector
-        every = max(1, round(c.costly_read_interval_s / settings.sample_interval_s))
-        config = NvmlConfig(
-            settings.cluster,
-            c.node or "",
-            c.sysfs_root,
-            c.pcie_throughput_fallback,
-            costly_read_us=c.costly_read_us,
-            costly_every=every,
-        )
-        return with_options(config, options, "the nvml source")
+        every = max(1, round(c.costly_read_interval_s / settings.sample_interval_s))  # as the default's
+        given = {"cluster": settings.cluster, "node": c.node or "", "costly_every": every}
+        given |= {k: v for k, v in options.items() if v is not None}
+        return section_config(NvmlConfig, c, "the nvml source", **given)
 
     @classmethod
     def validate(cls, config: NvmlConfig) -> None:
@@ -85,8 +84,7 @@ class NvmlSource:
             sysfs_root=config.sysfs_root,
             pcie_throughput_fallback=config.pcie_throughput_fallback,
             infiniband=config.infiniband,
-            costly_read_us=config.costly_read_us,
-            costly_every=config.costly_every,
+            costly=Costly(config.costly_read_us, config.costly_every) if config.costly_every > 1 else None,
         )
 
     def __init__(
@@ -98,8 +96,7 @@ class NvmlSource:
         sysfs_root: Path = Path("/sys"),
         pcie_throughput_fallback: bool = True,
         infiniband: bool = True,
-        costly_read_us: float = 100.0,
-        costly_every: int = 1,
+        costly: Costly | None = None,
     ) -> None:
         self.cluster, self.node = cluster, node
         self.collector = NvmlCollector(
@@ -108,8 +105,7 @@ class NvmlSource:
             node,
             pcie_throughput_fallback=pcie_throughput_fallback,
             aer=AerReader(sysfs_root),
-            costly_read_us=costly_read_us,
-            costly_every=costly_every,
+            costly=costly,
         )
         self.events = EventWatcher(nvml, cluster, node)
         self.ib = InfinibandReader(sysfs_root) if infiniband else None

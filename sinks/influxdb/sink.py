@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from pipeline.codec import decode_interpreted, decode_record
-from pipeline.config import Settings
+from pipeline.config import InfluxSettings, Settings, StorageSettings, TopicSettings, ValidationSettings
 from pipeline.errors import ConfigError, DecodeError, PermanentWriteError
 from pipeline.events import Finding, InterpretedBatch
 from pipeline.notifications import NotificationRecord
-from pipeline.registry import with_options
+from pipeline.registry import from_section, section_default, with_options
 from sinks.base import Position, Prepared, Refusal
 from sinks.influxdb.lines import InfoTracker, Refused, batch_lines, finding_line, notification_line, refusals
 from sinks.influxdb.rollup import MinuteRollups, SeriesIndex
@@ -44,20 +44,21 @@ class InfluxDBConfig:
     url: str = ""
     #: never shown: left out of repr and of every error message
     token: str = field(default="", repr=False)
-    org: str = "hermeneut"
-    bucket: str = "telemetry"
-    timeout_s: float = 10.0
-    #: lines per write request at most (``influxdb.batch_size``)
-    batch_size: int = 5000
-    interpreted_topic: str = "hermeneut.events.interpreted"
-    alerts_topic: str = "hermeneut.alerts"
-    notification_history_topic: str = "hermeneut.notifications.history"
+    org: str = from_section(InfluxSettings, "org")
+    bucket: str = from_section(InfluxSettings, "bucket")
+    timeout_s: float = from_section(InfluxSettings, "timeout_s")
+    #: lines per write request at most
+    batch_size: int = from_section(InfluxSettings, "batch_size")
+    interpreted_topic: str = from_section(TopicSettings, "interpreted")
+    alerts_topic: str = from_section(TopicSettings, "alerts")
+    notification_history_topic: str = from_section(TopicSettings, "notification_history")
     #: where the 1-minute rollups go ("": ``<bucket>_1m``), and the retention it is created with when missing
+    #: (``storage.rollup_retention_days``: the retention service's)
     rollup_bucket: str = ""
-    rollup_retention_s: int = 90 * 86400
+    rollup_retention_s: int = round(section_default(StorageSettings, "rollup_retention_days") * 86_400)
     #: a row this far ahead of the sink's clock is refused (twice ``validation.max_future_skew_s``: the hosts of
     #: the processor and the sink may differ by some seconds, so what the processor accepted is not refused here)
-    max_future_s: float = 600.0
+    max_future_s: float = 2 * section_default(ValidationSettings, "max_future_skew_s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +148,18 @@ class InfluxDBSink:
         i, t = settings.influxdb, settings.topics
         token = i.token.get_secret_value() if i.token else ""
         config = InfluxDBConfig(
-            i.url or "", token, i.org, i.bucket, i.timeout_s, i.batch_size, t.interpreted, t.alerts,
+            i.url or "",
+            token,
+            i.org,
+            i.bucket,
+            i.timeout_s,
+            i.batch_size,
+            t.interpreted,
+            t.alerts,
             t.notification_history,
-        )  # fmt: skip
-        config = replace(config, max_future_s=2 * settings.validation.max_future_skew_s)
+            rollup_retention_s=round(settings.storage.rollup_retention_days * 86_400),
+            max_future_s=2 * settings.validation.max_future_skew_s,
+        )
         return with_options(config, options, "the influxdb sink")
 
     @classmethod

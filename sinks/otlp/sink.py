@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.codec import decode_interpreted, decode_record
-from pipeline.config import Settings
+from pipeline.config import OtlpSettings, Settings, TopicSettings
 from pipeline.errors import ConfigError, DecodeError, PermanentWriteError
 from pipeline.events import Finding
-from pipeline.registry import with_options
+from pipeline.registry import from_section, with_options
 from sinks.base import Position, Prepared, Refusal, Stateless
 from sinks.otlp.mapping import (
     BadHealth,
@@ -58,12 +58,12 @@ class OtlpConfig:
     endpoint: str = ""
     #: request headers (an API key of a hosted endpoint): never shown, left out of repr and errors
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-    timeout_s: float = 10.0
+    timeout_s: float = from_section(OtlpSettings, "timeout_s")
     #: data points + log records per request at most
-    max_request_items: int = 10_000
-    interpreted_topic: str = "hermeneut.events.interpreted"
-    alerts_topic: str = "hermeneut.alerts"
-    health_topic: str = "hermeneut.health"
+    max_request_items: int = from_section(OtlpSettings, "max_request_items")
+    interpreted_topic: str = from_section(TopicSettings, "interpreted")
+    alerts_topic: str = from_section(TopicSettings, "alerts")
+    health_topic: str = from_section(TopicSettings, "health")
 
 
 @dataclass(frozen=True, slots=True)

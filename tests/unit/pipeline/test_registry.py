@@ -6,7 +6,10 @@
   NVML on the NVML replay of real ``nvidia-smi -q -x`` captures, dcgm-exporter on a recorded ``/metrics`` served
   over local HTTP, amd-exporter on AMD's documented exposition examples, the simulator as it is; and emits only the
   fields it declares;
-- every sink validates its config (one line, no secret in it), prepares real messages, adds, flushes and closes.
+- every sink validates its config (one line, no secret in it), prepares real messages, adds, flushes and closes;
+- every context source is built for a node's GPUs (the nvidia-smi -L of a real 8xH100 node) without connecting, and
+  polled on its stand-in (the real Slurm prolog's files, recorded squeue and scontrol output, the kubelet's pods,
+  the command lines of live processes) answers with workloads of those GPUs only.
 
 A plugin added to the registry without a case here fails :func:`test_every_plugin_has_a_conformance_case`.
 """
@@ -15,7 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import http.server
+import os
 import socket
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,15 +32,18 @@ from pipeline import registry
 from pipeline.codec import decode_samples, encode_interpreted, encode_record, encode_samples
 from pipeline.config import InfluxSettings, Settings
 from pipeline.errors import ConfigError, DecodeError, PermanentWriteError, TransientWriteError
-from pipeline.events import METRIC_NAMES, FaultRecord, Finding, GpuContext, SampleBatch, Severity
+from pipeline.events import METRIC_NAMES, FaultRecord, Finding, GpuContext, GpuProcess, SampleBatch, Severity
 from pipeline.notifications import NotificationRecord
 from pipeline.topology import NodeTopology
 from processors.normalize import RawMessage, process_raw
+from producers.context.slurm import PROLOG
 from producers.nvml.replay import ReplayNvml
 from producers.simulator import FaultPlan, Fleet, Injection
 from sinks.base import Position
 from sinks.influxdb.lines import InfoTracker, batch_lines, finding_line, notification_line
 from tests import TESTDATA
+from tests.fakes.context import FakeSlurm
+from tests.fakes.kubernetes import INVENTORY, POD_RESOURCES
 from tests.fakes.nvml import capture_names, load_capture
 
 T0 = 1_800_000_000_000_000_000
@@ -133,9 +141,69 @@ SINKS: dict[str, Callable[[], tuple[Settings, dict[str, Any]]]] = {
 SINK_CASES_ELSEWHERE = {"otlp": "tests/unit/sinks/otlp/test_sink.py::test_the_plugin_runs_against_the_contract"}
 
 
+class Pods:
+    """The kubelet's stand-in: the pods of tests/fakes/kubernetes.py, without the gRPC socket."""
+
+    def list(self) -> list[Any]:
+        return list(POD_RESOURCES)
+
+
+def _slurm_job(tmp: Path) -> Path:
+    """A job on GPUs 0 and 1, written by the shipped prolog as Slurm runs it."""
+    env = {"PATH": os.environ["PATH"], "HERMENEUT_SLURM_DIR": str(tmp), "SLURM_JOB_ID": "77", "SLURM_JOB_GPUS": "0,1"}
+    subprocess.run(["bash", str(PROLOG)], env=env, check=True, capture_output=True)
+    return tmp
+
+
+#: per context source: options for configure, and the stand-ins it is built with (besides node and inventory)
+CONTEXT: dict[str, Callable[[Path], tuple[dict[str, Any], dict[str, Any]]]] = {
+    "static": lambda tmp: ({"path": _written(tmp / "jobs.csv", "node,gpu,application\ngpu01,0,rendering\n")}, {}),
+    "slurm-dir": lambda tmp: ({"slurm_dir": _slurm_job(tmp)}, {}),
+    "squeue": lambda _tmp: (
+        {},
+        {"runner": FakeSlurm((TESTDATA / "context" / "squeue-gpu01.txt").read_text(), SCONTROL)},
+    ),
+    "kubernetes": lambda _tmp: ({"kubernetes_api": "http://127.0.0.1:9"}, {"kubelet": Pods()}),
+    # a renderer on GPU 2, gone from /proc (beyond pid_max): nvidia-smi's command line is the evidence
+    "processes": lambda _tmp: ({}, {"lister": lambda: {"2": [GpuProcess(2**22 + 1, "/usr/bin/blender -b a.blend")]}}),
+}
+SCONTROL = (TESTDATA / "context" / "scontrol-show-job-d.txt").read_text()
+
+
+def _written(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
 def test_every_plugin_has_a_conformance_case() -> None:
     assert set(registry.names("source")) == set(SOURCES)
     assert set(registry.names("sink")) == set(SINKS) | set(SINK_CASES_ELSEWHERE)
+    assert set(registry.names("context")) == set(CONTEXT)
+
+
+@pytest.mark.parametrize("name", sorted(CONTEXT))
+def test_every_context_source_is_built_without_connecting_and_polls_its_gpus(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options, deps = CONTEXT[name](tmp_path)
+    with monkeypatch.context() as m:
+        m.setattr(socket.socket, "connect", lambda *_a: pytest.fail(f"{name} connected while being built"))
+        source = registry.create(
+            "context", name, settings(), {"node": "gpu01", "inventory": INVENTORY, **deps}, **options
+        )
+    assert source.name == name
+    if name == "kubernetes":
+        source.api = None  # the kubelet's answer alone: the API server's part has its own tests
+    observed = source.poll()
+    assert observed, f"{name} saw no workload on its stand-in"
+    assert set(observed) <= set(INVENTORY.uuids) and all(w.application for w in observed.values())
+
+
+@pytest.mark.parametrize(("kind", "name"), PLUGINS)
+def test_a_plugins_defaults_are_the_settings_defaults(kind: registry.Kind, name: str) -> None:
+    """A setting is declared once: configured from the default settings, a plugin has its default Config (a
+    default written twice, in the settings and in the plugin, would drift apart)."""
+    assert registry.load(kind, name).configure(Settings()) == registry.load(kind, name).Config()
 
 
 @pytest.mark.parametrize(("kind", "name"), PLUGINS)

@@ -23,6 +23,7 @@ from producers.nvml.capture import (
     gpu_from_xml,
     parse_mig_text,
 )
+from producers.nvml.collector import Costly
 from producers.nvml.readings import readings, sysfs_bus_id
 from producers.nvml.replay import ReplayNvml
 from tests.fakes.nvml import CAPTURES, capture_names, load_capture
@@ -400,7 +401,7 @@ def test_a_costly_reading_is_read_every_nth_round_and_absent_between(every: int)
 
     calls: list[int] = []
     fake.nvmlDeviceGetPowerUsage = once_slow  # type: ignore[method-assign]
-    collector = NvmlCollector(fake, "dc1", "n1", costly_read_us=100.0, costly_every=every, clock=clock)
+    collector = NvmlCollector(fake, "dc1", "n1", costly=Costly(100.0, every), clock=clock)
     collector.open()
     rounds = [collector.collect(T0 + r * 10**9)[0][0].metrics for r in range(65)]
     with_energy = [r for r, m in enumerate(rounds) if "energy_joules" in m]
