@@ -205,8 +205,13 @@ class AlertManager:
         self.health = HealthBook(settings.health, past)
         self.shadow = Shadow(self.cfg.shadow_kinds, LifecycleConfig.of(self.cfg))
         self._dead_letters = dead_letters(registry)
-        self._delivery_seconds = Histogram("hermeneut_alerts_delivery_seconds", "Seconds per delivery attempt.",
-                                           ["receiver"], buckets=DURATION_BUCKETS, registry=registry)  # fmt: skip
+        self._delivery_seconds = Histogram(
+            "hermeneut_alerts_delivery_seconds",
+            "Seconds per delivery attempt.",
+            ["receiver"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
         self.lag = ConsumerLag("alert manager")
         if registry is not None:
             registry.register(StatsView(self.values, MANAGER_FIELDS))
@@ -507,8 +512,9 @@ class AlertManager:
 
     def _persist_and_commit(self) -> None:
         """Publish changed state (and dead letters), wait for Kafka, then commit findings and start deliveries."""
-        if not (self._dirty or self.health.dirty or self._history or self._letters or self._uncommitted
-                or self._to_submit):  # fmt: skip
+        if not (
+            self._dirty or self.health.dirty or self._history or self._letters or self._uncommitted or self._to_submit
+        ):
             return
         topics = self.settings.topics
         records: list[Record] = []
@@ -528,8 +534,7 @@ class AlertManager:
         else:
             error = f"{len(failed)} records not acknowledged"
         if failed:
-            self.stall.failed(topics.alert_state, sum(len(records[i][2] or b"") for i in failed[:1]), "findings",
-                              error)  # fmt: skip
+            self.stall.failed(topics.alert_state, sum(len(records[i][2] or b"") for i in failed[:1]), "findings", error)
             log.error("alert state not acknowledged by Kafka; retrying before anything is committed or sent")
             return  # everything stays dirty and is published again next round (idempotent: latest value wins)
         self.stall.ok()

@@ -518,8 +518,12 @@ def finding_labels(f: Finding) -> dict[str, str]:
                 labels[name] = value
     if f.detector == "baseline-anomaly":
         labels["verdict"] = Verdict.ANOMALOUS.value
-    for name, value in (("driver_version", f.driver_version), ("rack", f.rack), ("switch", f.switch),
-                        ("maintenance", f.maintenance)):  # fmt: skip
+    for name, value in (
+        ("driver_version", f.driver_version),
+        ("rack", f.rack),
+        ("switch", f.switch),
+        ("maintenance", f.maintenance),
+    ):
         if value:
             labels[name] = value
     return labels

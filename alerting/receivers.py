@@ -208,9 +208,14 @@ class HttpSender:
         pool = self._http.connection_from_host(address, port, scheme, pool_kwargs=pool_kwargs)
         netloc = host if parsed.port is None else f"{host}:{parsed.port}"
         return pool.urlopen(
-            "POST", parsed.request_uri, body=body, headers=headers | {"Host": netloc}, timeout=self._timeout,
-            retries=False, redirect=False,
-        )  # fmt: skip
+            "POST",
+            parsed.request_uri,
+            body=body,
+            headers=headers | {"Host": netloc},
+            timeout=self._timeout,
+            retries=False,
+            redirect=False,
+        )
 
 
 def _scrub(text: str, url: str) -> str:

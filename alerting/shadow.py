@@ -93,8 +93,15 @@ def report(points: Iterable[Episode], kinds: frozenset[str]) -> list[ShadowRow]:
     for kind in sorted(kinds):
         mine = {k: sev for k, sev in worst.items() if k[3] == kind}
         by = list(mine.values())
-        rows.append(ShadowRow(
-            kind, len(mine), by.count("critical"), by.count("warning"), by.count("info"),
-            len({(c, n, g) for c, n, g, _, _ in mine if g}), len({(c, n) for c, n, _, _, _ in mine}),
-        ))  # fmt: skip
+        rows.append(
+            ShadowRow(
+                kind,
+                len(mine),
+                by.count("critical"),
+                by.count("warning"),
+                by.count("info"),
+                len({(c, n, g) for c, n, g, _, _ in mine if g}),
+                len({(c, n) for c, n, _, _, _ in mine}),
+            )
+        )
     return rows

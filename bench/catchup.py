@@ -50,8 +50,16 @@ def preload(s: Settings, samples: int, nodes: int, gpus: int, seed: int, progres
     return {"samples": report.samples, "messages": report.messages, "events": report.events, "nics": report.nics}
 
 
-def catch_up(s: Settings, run_dir: Path, samples: int, nodes: int = 16, gpus: int = 8, seed: int = 31337,
-             timeout_s: float = 3600.0, progress: bool = False) -> dict[str, Any]:  # fmt: skip
+def catch_up(
+    s: Settings,
+    run_dir: Path,
+    samples: int,
+    nodes: int = 16,
+    gpus: int = 8,
+    seed: int = 31337,
+    timeout_s: float = 3600.0,
+    progress: bool = False,
+) -> dict[str, Any]:
     """Preload the backlog, drain it through processor and sink, and return the counts (see module docstring)."""
     loaded = preload(s, samples, nodes, gpus, seed, progress)
     stages = [start_stage("process", s, run_dir), start_stage("sink", s, run_dir)]

@@ -82,8 +82,11 @@ def nvlink_node() -> list[CapturedGpu]:
             CapturedLink(f"00000000:0{link % 4 + 5}:00.0", remote_type=pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
             for link in range(18)
         ]
-        gpus.append(dataclasses.replace(base, uuid=f"GPU-{i:08x}", pci_bus_id=f"00000000:{i + 16:02X}:00.0",
-                                        values=values, links=links))  # fmt: skip
+        gpus.append(
+            dataclasses.replace(
+                base, uuid=f"GPU-{i:08x}", pci_bus_id=f"00000000:{i + 16:02X}:00.0", values=values, links=links
+            )
+        )
     return gpus
 
 

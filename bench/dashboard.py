@@ -92,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"1/3 a minute of history for {fleet.size} GPUs, then live at 1 Hz")
         assert wait_for(lambda: stages[1].stats().get("points_written", 0) >= 60 * fleet.size, 600)
         with serving(create_app(s)) as url, sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium",
-                                        args=CHROMIUM_ARGS)  # fmt: skip
+            browser = p.chromium.launch(
+                executable_path=shutil.which("chromium") or "/usr/bin/chromium", args=CHROMIUM_ARGS
+            )
             page = browser.new_page(viewport={"width": 1600, "height": 1200})
             print("2/3 page loads")
             _ready(page, "/fleet", url, "a.tile", fleet.size)  # warm: the live state's first catch-up
@@ -132,14 +133,18 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"{'measure (' + str(r['gpus']) + ' GPUs)':44} {'median ms':>10}  baseline in the same run")
     ratio = r["fleet_view_ms"] / r["fleet_json_ms"]
-    print(f"{'fleet view: navigation -> every tile drawn':44} {r['fleet_view_ms']:>10.0f}  "
-          f"/api/v1/fleet JSON alone {r['fleet_json_ms']:.0f} ms (x{ratio:.1f})")  # fmt: skip
+    print(
+        f"{'fleet view: navigation -> every tile drawn':44} {r['fleet_view_ms']:>10.0f}  "
+        f"/api/v1/fleet JSON alone {r['fleet_json_ms']:.0f} ms (x{ratio:.1f})"
+    )
     print(f"{'GPU view: 7 trends + timeline drawn':44} {r['gpu_view_ms']:>10.0f}")
     print(f"{'topology view drawn':44} {r['topology_view_ms']:>10.0f}")
     if r["update_p50_ms"] is not None:
         stored = f"sample -> stored p50 {r['sink_p50_ms']:.0f} / p99 {r['sink_p99_ms']:.0f} ms"
-        print(f"{'update: sample -> tile redrawn p50 / p99':44} {r['update_p50_ms']:>10.0f}  / "
-              f"{r['update_p99_ms']:.0f} ms; {stored}")  # fmt: skip
+        print(
+            f"{'update: sample -> tile redrawn p50 / p99':44} {r['update_p50_ms']:>10.0f}  / "
+            f"{r['update_p99_ms']:.0f} ms; {stored}"
+        )
     print(f"{'GPU updates drawn in ' + str(int(args.seconds)) + ' s':44} {r['updates']:>10}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -92,8 +92,9 @@ def context_cost(msgs: list[RawMessage], per_batch: int, profiles: dict[str, str
     """CPU seconds of the context attachment alone (subtracted from the with-detectors run)."""
     limits = ValidationSettings()
     now = time.time_ns()
-    batches = [b for i in range(0, len(msgs), per_batch) for _p, b in process_raw(msgs[i : i + per_batch], now,
-                                                                                   limits).forward]  # fmt: skip
+    batches = [
+        b for i in range(0, len(msgs), per_batch) for _p, b in process_raw(msgs[i : i + per_batch], now, limits).forward
+    ]
     gc.collect()
     start = time.process_time()
     for b in batches:

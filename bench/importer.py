@@ -160,8 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"{'measure':52} {'rows/s':>10} {'CPU-us/row':>11}")
     print(f"{'Kafka ProducerPerformance (x8 samples/record)':52} {kc['producer_samples_per_s']:>10,.0f}")
-    print(f"{'importer, parse + encode only (table, CSV)':52} {parsed['rows_per_s']:>10,.0f} "
-          f"{parsed['cpu_us_per_row']:>11.1f}")  # fmt: skip
+    print(
+        f"{'importer, parse + encode only (table, CSV)':52} {parsed['rows_per_s']:>10,.0f} "
+        f"{parsed['cpu_us_per_row']:>11.1f}"
+    )
     print(f"{'import into Kafka (delivered)':52} {imp['rows_per_s']:>10,.0f} {imp['cpu_us_per_row']:>11.1f}")
     print(f"{'  ratio to the Kafka producer':52} {results['import_ratio_to_kafka']:>10.2f}")
     print(f"{'pipeline saturated drain into InfluxDB':52} {drain['samples_per_s']:>10,.0f}")

@@ -152,9 +152,13 @@ async def consume_aiokafka(k: kafka.KafkaProcess, topic: str, count: int, extra:
     # faust's consumer (faust/transport/drivers/aiokafka.py): CRC checks on, 1 MiB per partition, 1.5 s max wait
     conf: dict[str, Any] = {"check_crcs": True, "max_partition_fetch_bytes": 2**20, "fetch_max_wait_ms": 1500}
     consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=k.bootstrap_servers, group_id=None, enable_auto_commit=False,
-        auto_offset_reset="earliest", **(conf | extra),
-    )  # fmt: skip
+        topic,
+        bootstrap_servers=k.bootstrap_servers,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **(conf | extra),
+    )
     await consumer.start()
     seen, deadline = 0, time.monotonic() + READ_S
     try:
@@ -168,10 +172,16 @@ async def consume_aiokafka(k: kafka.KafkaProcess, topic: str, count: int, extra:
 
 def consume_confluent(k: kafka.KafkaProcess, topic: str, count: int, extra: dict[str, Any]) -> int:
     # the sink's consumer (sinks/runner.py): 50 ms max wait, up to 1,000 messages per call
-    consumer = Consumer({
-        "bootstrap.servers": k.bootstrap_servers, "group.id": f"bench-{topic}", "enable.auto.commit": False,
-        "auto.offset.reset": "earliest", "fetch.wait.max.ms": 50, **extra,
-    })  # fmt: skip
+    consumer = Consumer(
+        {
+            "bootstrap.servers": k.bootstrap_servers,
+            "group.id": f"bench-{topic}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 50,
+            **extra,
+        }
+    )
     consumer.subscribe([topic])
     seen, deadline = 0, time.monotonic() + READ_S
     try:

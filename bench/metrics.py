@@ -116,20 +116,26 @@ def main() -> None:
 
     runs = [processor(msgs, profiles) for _ in range(args.repeats)]
     base, added = min(r[0] for r in runs), min(r[1] for r in runs)
-    print(f"processor  normalize + detectors {samples / base:>10,.0f} samples/s; + metrics "
-          f"{samples / (base + added):>10,.0f}; ratio {base / (base + added):.3f}; metrics "
-          f"{added / samples * 1e6:.2f} us/sample")  # fmt: skip
+    print(
+        f"processor  normalize + detectors {samples / base:>10,.0f} samples/s; + metrics "
+        f"{samples / (base + added):>10,.0f}; ratio {base / (base + added):.3f}; metrics "
+        f"{added / samples * 1e6:.2f} us/sample"
+    )
 
     batches = interpreted(msgs, profiles)
     runs = [sink(batches) for _ in range(args.repeats)]
     lines, bulk, single = (min(r[i] for r in runs) for i in range(3))
-    print(f"sink       lines {samples / lines:>10,.0f} samples/s; + latency histogram "
-          f"{samples / (lines + bulk):>10,.0f}; ratio {lines / (lines + bulk):.3f}; histogram "
-          f"{bulk / samples * 1e6:.3f} us/sample (one observe() per sample: {single / samples * 1e6:.3f})")  # fmt: skip
+    print(
+        f"sink       lines {samples / lines:>10,.0f} samples/s; + latency histogram "
+        f"{samples / (lines + bulk):>10,.0f}; ratio {lines / (lines + bulk):.3f}; histogram "
+        f"{bulk / samples * 1e6:.3f} us/sample (one observe() per sample: {single / samples * 1e6:.3f})"
+    )
 
     seconds, size = min(scrape(batches) for _ in range(args.repeats))
-    print(f"scrape     {NODES * GPUS} GPUs: {seconds * 1e3:.1f} ms CPU, {size / 1e6:.2f} MB per scrape; "
-          f"{seconds / 15 * 100:.2f}% of a core at a 15 s interval")  # fmt: skip
+    print(
+        f"scrape     {NODES * GPUS} GPUs: {seconds * 1e3:.1f} ms CPU, {size / 1e6:.2f} MB per scrape; "
+        f"{seconds / 15 * 100:.2f}% of a core at a 15 s interval"
+    )
 
 
 if __name__ == "__main__":

@@ -157,22 +157,45 @@ def kafka_ceiling(base: Settings, k: kafka.KafkaProcess, s: Settings, records: i
     ]
     produce = subprocess.run(
         kafka.java_cmd(
-            cache, version, "org.apache.kafka.tools.ProducerPerformance",
-            "--topic", s.topics.raw, "--num-records", str(records), "--record-size", str(record_size),
-            "--throughput", "-1", "--producer-props", *props,
+            cache,
+            version,
+            "org.apache.kafka.tools.ProducerPerformance",
+            "--topic",
+            s.topics.raw,
+            "--num-records",
+            str(records),
+            "--record-size",
+            str(record_size),
+            "--throughput",
+            "-1",
+            "--producer-props",
+            *props,
         ),
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     summary = [line for line in produce.stdout.splitlines() if "records sent" in line][-1]
     produced_per_s = float(re.search(r"([\d.]+) records/sec", summary).group(1))  # type: ignore[union-attr]
     consume = subprocess.run(
         kafka.java_cmd(
-            cache, version, "org.apache.kafka.tools.ConsumerPerformance",
-            "--bootstrap-server", k.bootstrap_servers, "--topic", s.topics.raw, "--messages", str(records),
-            "--timeout", "60000", "--hide-header",
+            cache,
+            version,
+            "org.apache.kafka.tools.ConsumerPerformance",
+            "--bootstrap-server",
+            k.bootstrap_servers,
+            "--topic",
+            s.topics.raw,
+            "--messages",
+            str(records),
+            "--timeout",
+            "60000",
+            "--hide-header",
         ),
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     row = [line for line in consume.stdout.splitlines() if line.count(",") >= 5][-1].split(",")
     consumed_per_s = float(row[5])
     return {
@@ -337,9 +360,15 @@ def _least(stages: list[Stage], key: str) -> int:
 
 
 def saturation(
-    s: Settings, run_dir: Path, samples: int, k: kafka.KafkaProcess, i: influxdb.InfluxProcess, workers: int,
-    learned: Learned | None, profile_s: float = 0.0,
-) -> dict[str, Any]:  # fmt: skip
+    s: Settings,
+    run_dir: Path,
+    samples: int,
+    k: kafka.KafkaProcess,
+    i: influxdb.InfluxProcess,
+    workers: int,
+    learned: Learned | None,
+    profile_s: float = 0.0,
+) -> dict[str, Any]:
     baselines = load_baselines(s, learned) if learned else 0
     loaded = preload(s, samples, k.pid)
     total = loaded["samples"]
@@ -400,9 +429,15 @@ def saturation(
 
 
 def live(
-    s: Settings, run_dir: Path, gpus: int, duration_s: float, k: kafka.KafkaProcess, i: influxdb.InfluxProcess,
-    workers: int, learned: Learned | None,
-) -> dict[str, Any]:  # fmt: skip
+    s: Settings,
+    run_dir: Path,
+    gpus: int,
+    duration_s: float,
+    k: kafka.KafkaProcess,
+    i: influxdb.InfluxProcess,
+    workers: int,
+    learned: Learned | None,
+) -> dict[str, Any]:
     nodes = max(1, gpus // GPUS_PER_NODE)
     fleet = Fleet(nodes, GPUS_PER_NODE, cluster=s.cluster, seed=4)
     baselines = load_baselines(s, learned) if learned else 0
@@ -494,9 +529,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=60.0, help="live phase seconds (0: no live phase)")
     ap.add_argument("--backlog", type=int, default=200_000, help="samples for the saturation phase")
     ap.add_argument(
-        "--workers", type=int, nargs="+", default=[1], help="processors and sinks (each its group's member); several: "
-        "a saturation phase per count, compared with the first"
-    )  # fmt: skip
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="processors and sinks (each its group's member); several: "
+        "a saturation phase per count, compared with the first",
+    )
     ap.add_argument(
         "--learn-nodes", type=int, default=512, help=f"nodes of {GPUS_PER_NODE} GPUs the baselines learn from"
     )
@@ -512,9 +551,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"starting local Kafka {base.kafka.version} and InfluxDB {base.influxdb.version} in {run_dir}")
     k = kafka.start(base.services.cache_dir, base.kafka.version, run_dir / "kafka", heap_mb=1024)
     i = influxdb.start(
-        base.services.cache_dir, base.influxdb.version, run_dir / "influxdb", "hermeneut", "telemetry",
+        base.services.cache_dir,
+        base.influxdb.version,
+        run_dir / "influxdb",
+        "hermeneut",
+        "telemetry",
         env={"INFLUXD_STORAGE_CACHE_SNAPSHOT_WRITE_COLD_DURATION": SETTLE_COLD},
-    )  # fmt: skip
+    )
     results: dict[str, Any] = {"kafka_version": k.version, "influxdb_version": i.version, "cores": os.cpu_count()}
     learned = learn(args.learn_nodes, args.learn_rounds) if args.learn_rounds else None
     try:
@@ -530,16 +573,28 @@ def main(argv: list[str] | None = None) -> int:
             print(f"3/4 saturation: draining a backlog of {args.backlog} samples through {n} processor(s) and sink(s)")
             results["saturation"].append(
                 saturation(
-                    bench_settings(base, k, i, f"sat{n}"), run_dir / f"sat{n}", args.backlog, k, i, n,
-                    learned, args.profile,
+                    bench_settings(base, k, i, f"sat{n}"),
+                    run_dir / f"sat{n}",
+                    args.backlog,
+                    k,
+                    i,
+                    n,
+                    learned,
+                    args.profile,
                 )
-            )  # fmt: skip
+            )
         if args.duration > 0:
             print(f"4/4 live: {args.gpus} GPUs at 1 Hz for {args.duration:.0f}s")
             results["live"] = live(
-                bench_settings(base, k, i, "live"), run_dir / "live", args.gpus, args.duration, k, i,
-                args.workers[0], learned,
-            )  # fmt: skip
+                bench_settings(base, k, i, "live"),
+                run_dir / "live",
+                args.gpus,
+                args.duration,
+                k,
+                i,
+                args.workers[0],
+                learned,
+            )
     finally:
         k.stop()
         i.stop()
@@ -595,10 +650,11 @@ def report(results: dict[str, Any]) -> None:
             print(f"{'ratio to the slower ceiling':52} {results['ratio_to_slower_ceiling']:>12.2f}")
         _verdict_line(sat["verdicts"])
         _cpu_table(
-            "saturated", sat["us_per_sample"],
+            "saturated",
+            sat["us_per_sample"],
             f"broker ingest {sat['broker_ingest_us_per_sample']:.1f} more; influxd writing out its cache after the "
             f"drain {sat['influxd_settle_us_per_sample']:.1f} of it",
-        )  # fmt: skip
+        )
         if sat is not first:
             cpu = sat["us_per_sample"]["processor"] / first["us_per_sample"]["processor"]
             drain = (sat["processor_drain_samples_per_s"] or 0.0) / (first["processor_drain_samples_per_s"] or 1.0)

@@ -127,8 +127,10 @@ def main() -> None:
     rng = np.random.default_rng(0)
     withheld = set(np.array(fleet.uuids)[rng.random(fleet.size) < args.withheld].tolist())
     # what the context mirror holds while each take is processed: the jobs of the take's last round
-    per_take = [_contexts(fleet, truth[min(len(truth) - 1, (i + 1) * len(take) // len(fleet.nodes))], withheld)
-                for i, take in enumerate(work)]  # fmt: skip
+    per_take = [
+        _contexts(fleet, truth[min(len(truth) - 1, (i + 1) * len(take) // len(fleet.nodes))], withheld)
+        for i, take in enumerate(work)
+    ]
     mirrored: list[dict[bytes, GpuContext]] = [per_take[0]]
     topologies = {t.kafka_key: t for t in fleet.topologies(now)}
 

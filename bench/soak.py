@@ -118,9 +118,22 @@ def run(gpus: int, minutes: float, interval_s: float, warmup: float, bound: floa
         nodes = max(1, gpus // GPUS_PER_NODE)
         # faults at a rate that brings each class FAULTS_PER_CLASS times over the run: findings and alerts flow
         scale = FaultPlan.for_evaluation(nodes, duration_s, per_class=FAULTS_PER_CLASS).rate_scale
-        producer = start_stage("simulate", s, run_dir / "stages", "--nodes", str(nodes), "--gpus", str(GPUS_PER_NODE),
-                               "--duration", str(duration_s), "--faults", "--fault-mix", "balanced",
-                               "--fault-rate-scale", f"{scale:.1f}")  # fmt: skip
+        producer = start_stage(
+            "simulate",
+            s,
+            run_dir / "stages",
+            "--nodes",
+            str(nodes),
+            "--gpus",
+            str(GPUS_PER_NODE),
+            "--duration",
+            str(duration_s),
+            "--faults",
+            "--fault-mix",
+            "balanced",
+            "--fault-rate-scale",
+            f"{scale:.1f}",
+        )
         stages.append(producer)
         series = [Series("broker", k.pid), Series("influxd", i.pid)] + [Series(st.name, st.proc.pid) for st in stages]
         start = time.monotonic()
@@ -167,15 +180,21 @@ def run(gpus: int, minutes: float, interval_s: float, warmup: float, bound: floa
 
 
 def report(r: dict[str, Any]) -> None:
-    print(f"\nsoak: {r['gpus']} GPUs at 1 Hz for {r['minutes']:g} min (load {r['load'][0]:.1f}); memory every "
-          f"{r['interval_s']:.0f} s, growth counted after the first {r['warmup_share']:.0%}")  # fmt: skip
-    print(f"  samples: {r['samples_produced']:,} produced, {r['samples_stored']:,} stored, {r['dead_lettered']} "
-          f"dead-lettered; {r['findings']} findings, {r['alerts']} alerts")  # fmt: skip
+    print(
+        f"\nsoak: {r['gpus']} GPUs at 1 Hz for {r['minutes']:g} min (load {r['load'][0]:.1f}); memory every "
+        f"{r['interval_s']:.0f} s, growth counted after the first {r['warmup_share']:.0%}"
+    )
+    print(
+        f"  samples: {r['samples_produced']:,} produced, {r['samples_stored']:,} stored, {r['dead_lettered']} "
+        f"dead-lettered; {r['findings']} findings, {r['alerts']} alerts"
+    )
     print(f"  {'process':10} {'warm MiB':>9} {'end MiB':>8} {'max MiB':>8} {'growth MiB':>11} {'MiB/h 2nd half':>15}")
     for name, m in r["memory"].items():
         flag = "bounded" if m["bounded"] else f"GREW past {r['bound_per_hour']:.0%}/h"
-        print(f"  {name:10} {m['warm_mib']:9.1f} {m['end_mib']:8.1f} {m['max_mib']:8.1f} "
-              f"{m['growth_after_warmup_mib']:11.1f} {m['slope_second_half_mib_per_h']:15.1f}  {flag}")  # fmt: skip
+        print(
+            f"  {name:10} {m['warm_mib']:9.1f} {m['end_mib']:8.1f} {m['max_mib']:8.1f} "
+            f"{m['growth_after_warmup_mib']:11.1f} {m['slope_second_half_mib_per_h']:15.1f}  {flag}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -102,9 +102,14 @@ def _seven(gb: tuple[int, int, int, int, int]) -> tuple[tuple[str, int, int], ..
     media engines), 1g with 2/8, 2g, 3g and 4g with 4/8 of it, 7g with all (``gb``: the sizes in the names)."""
     eighth, quarter, _, half, whole = gb
     return (
-        (f"1g.{eighth}gb", 1, 1), (f"1g.{eighth}gb+me", 1, 1), (f"1g.{quarter}gb", 1, 2), (f"2g.{quarter}gb", 2, 2),
-        (f"3g.{half}gb", 3, 4), (f"4g.{half}gb", 4, 4), (f"7g.{whole}gb", 7, 8),
-    )  # fmt: skip
+        (f"1g.{eighth}gb", 1, 1),
+        (f"1g.{eighth}gb+me", 1, 1),
+        (f"1g.{quarter}gb", 1, 2),
+        (f"2g.{quarter}gb", 2, 2),
+        (f"3g.{half}gb", 3, 4),
+        (f"4g.{half}gb", 4, 4),
+        (f"7g.{whole}gb", 7, 8),
+    )
 
 
 # NVIDIA's Multi-Instance GPU User Guide, "Supported MIG Profiles"

@@ -92,8 +92,19 @@ def episode_of(f: Finding) -> Episode:
     """The episode a finding belongs to (its start identifies it), as it stands after this finding."""
     xids = frozenset(int(v) for k in ("xid", "last_xid") if (v := f.evidence.get(k)) is not None and v == v)  # noqa: PLR0124
     job = f.workload.job_id if f.workload else None
-    return Episode(f.cluster, f.node, f.gpu_uuid, f.detector, f.severity.value, f.since_ns, job, xids, f.active,
-                   f.ts_ns, bool(f.maintenance))  # fmt: skip
+    return Episode(
+        f.cluster,
+        f.node,
+        f.gpu_uuid,
+        f.detector,
+        f.severity.value,
+        f.since_ns,
+        job,
+        xids,
+        f.active,
+        f.ts_ns,
+        bool(f.maintenance),
+    )
 
 
 class History:
@@ -122,8 +133,19 @@ class History:
             return False
         if old is not None:
             severity = worse(old.severity, e.severity)
-            e = Episode(e.cluster, e.node, e.gpu, e.detector, severity, e.since_ns, old.job or e.job,
-                        old.xids | e.xids, e.open, max(old.seen_ns, e.seen_ns), old.maintenance)  # fmt: skip
+            e = Episode(
+                e.cluster,
+                e.node,
+                e.gpu,
+                e.detector,
+                severity,
+                e.since_ns,
+                old.job or e.job,
+                old.xids | e.xids,
+                e.open,
+                max(old.seen_ns, e.seen_ns),
+                old.maintenance,
+            )
         self._episodes[key] = e
         changed = old is None or (old.severity, old.job, old.xids, old.open) != (e.severity, e.job, e.xids, e.open)
         return changed and not e.maintenance
@@ -150,8 +172,9 @@ def worse(a: str, b: str) -> str:
 
 def escalate(history: Iterable[Episode], now_ns: int, rules: HealthSettings) -> Escalations:
     """Every escalation and correlation rule (module docstring) over the episodes of the history."""
-    episodes = sorted({(e.cluster, e.node, e.gpu, e.detector, e.since_ns): e for e in history}.values(),
-                      key=lambda e: e.since_ns)  # fmt: skip
+    episodes = sorted(
+        {(e.cluster, e.node, e.gpu, e.detector, e.since_ns): e for e in history}.values(), key=lambda e: e.since_ns
+    )
     by_gpu: dict[GpuKey, list[Episode]] = defaultdict(list)
     by_node: dict[NodeKey, list[Episode]] = defaultdict(list)
     for e in episodes:
@@ -186,11 +209,16 @@ def _fatal(key: GpuKey, mine: list[Episode], now_ns: int, rules: HealthSettings,
     fatal = [e for e in _within(mine, now_ns, rules.fatal_window_s) if (r := e.reason) and r.state is Health.UNHEALTHY]
     if len(fatal) >= rules.fatal_count:
         hours = rules.fatal_window_s / 3600
-        out.gpus[key].append(Reason(
-            "repeated-fatal", "critical",
-            f"{len(fatal)} fatal errors on this GPU within {hours:g} h ({_count_words(fatal)}): return it (RMA)",
-            fatal[0].since_ns, Health.UNHEALTHY, Remedy.RMA,
-        ))  # fmt: skip
+        out.gpus[key].append(
+            Reason(
+                "repeated-fatal",
+                "critical",
+                f"{len(fatal)} fatal errors on this GPU within {hours:g} h ({_count_words(fatal)}): return it (RMA)",
+                fatal[0].since_ns,
+                Health.UNHEALTHY,
+                Remedy.RMA,
+            )
+        )
 
 
 def _recurring(key: GpuKey, mine: list[Episode], now_ns: int, rules: HealthSettings, out: Escalations) -> None:
@@ -202,12 +230,17 @@ def _recurring(key: GpuKey, mine: list[Episode], now_ns: int, rules: HealthSetti
     for detector, seen in sorted(kinds.items()):
         if len(seen) >= rules.recur_count:
             days = rules.recur_window_s / 86_400
-            out.gpus[key].append(Reason(
-                "recurring-fault", "warning",
-                f"{detector} came back {len(seen) - 1} times after its reset within {days:g} d: the reset does not "
-                "mend it; inspect the hardware",
-                seen[0].since_ns, Health.DEGRADED, Remedy.INSPECT,
-            ))  # fmt: skip
+            out.gpus[key].append(
+                Reason(
+                    "recurring-fault",
+                    "warning",
+                    f"{detector} came back {len(seen) - 1} times after its reset within {days:g} d: the reset does not "
+                    "mend it; inspect the hardware",
+                    seen[0].since_ns,
+                    Health.DEGRADED,
+                    Remedy.INSPECT,
+                )
+            )
 
 
 def _lemon(key: NodeKey, mine: list[Episode], now_ns: int, rules: HealthSettings, out: Escalations) -> None:
@@ -215,12 +248,18 @@ def _lemon(key: NodeKey, mine: list[Episode], now_ns: int, rules: HealthSettings
     if len(fixes) >= rules.lemon_count:
         gpus = len({e.gpu for e in fixes if e.gpu})
         days = rules.lemon_window_s / 86_400
-        out.nodes[key].append(Reason(
-            "lemon-node", "warning",
-            f"{len(fixes)} remediations on this node within {days:g} d, on {gpus} of its GPUs ({_count_words(fixes)}):"
-            " a lemon node; drain it and inspect the node (board, power, cooling), not GPU by GPU",
-            fixes[0].since_ns, Health.DEGRADED, Remedy.INSPECT,
-        ))  # fmt: skip
+        out.nodes[key].append(
+            Reason(
+                "lemon-node",
+                "warning",
+                f"{len(fixes)} remediations on this node within {days:g} d, on {gpus} of its GPUs "
+                f"({_count_words(fixes)}): a lemon node; drain it and inspect the node (board, power, cooling), "
+                "not GPU by GPU",
+                fixes[0].since_ns,
+                Health.DEGRADED,
+                Remedy.INSPECT,
+            )
+        )
 
 
 def _application_xids(episodes: list[Episode], now_ns: int, rules: HealthSettings, out: Escalations) -> None:
@@ -238,18 +277,29 @@ def _application_xids(episodes: list[Episode], now_ns: int, rules: HealthSetting
         for e in with_code:
             key, spread = (e.cluster, e.node, str(e.gpu)), len(gpus_of_job[str(e.job)])
             if e.open and spread >= rules.correlate_count:
-                out.gpus[key].append(Reason(
-                    "xid-across-job", "warning",
-                    f"XID {code} on {spread} GPUs of job {e.job}: the application's, not this GPU's; restart the job",
-                    e.since_ns, Health.DEGRADED, Remedy.RESTART_JOB,
-                ))  # fmt: skip
+                out.gpus[key].append(
+                    Reason(
+                        "xid-across-job",
+                        "warning",
+                        f"XID {code} on {spread} GPUs of job {e.job}: the application's, not this GPU's; "
+                        "restart the job",
+                        e.since_ns,
+                        Health.DEGRADED,
+                        Remedy.RESTART_JOB,
+                    )
+                )
         for key, jobs in sorted(jobs_of_gpu.items()):
             alone = sorted(j for j in jobs if gpus_of_job[j] == {key})
             if len(alone) >= rules.correlate_count and len(alone) == len(jobs):
                 first = min(e.since_ns for e in with_code if (e.cluster, e.node, e.gpu) == key)
-                out.gpus[key].append(Reason(
-                    "xid-follows-gpu", "warning",
-                    f"XID {code} on this GPU in {len(alone)} different jobs ({', '.join(alone)}) and on no other GPU "
-                    "of them: the GPU's, not the application's; run diagnostics (dcgmi diag -r 3)",
-                    first, Health.DEGRADED, Remedy.INSPECT,
-                ))  # fmt: skip
+                out.gpus[key].append(
+                    Reason(
+                        "xid-follows-gpu",
+                        "warning",
+                        f"XID {code} on this GPU in {len(alone)} different jobs ({', '.join(alone)}) and on no "
+                        "other GPU of them: the GPU's, not the application's; run diagnostics (dcgmi diag -r 3)",
+                        first,
+                        Health.DEGRADED,
+                        Remedy.INSPECT,
+                    )
+                )

@@ -69,8 +69,12 @@ def stage_registry(stage: str) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=True)
     for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
         registry.register(collector)
-    info = Gauge("hermeneut_build_info", "Always 1: which stage and version this process runs.",
-                 ["stage", "version"], registry=registry)  # fmt: skip
+    info = Gauge(
+        "hermeneut_build_info",
+        "Always 1: which stage and version this process runs.",
+        ["stage", "version"],
+        registry=registry,
+    )
     info.labels(stage, _version()).set(1)
     return registry
 
@@ -111,8 +115,9 @@ PUBLISHER_FIELDS: tuple[Field, ...] = (
 def dead_letters(registry: CollectorRegistry | None) -> Counter:
     """``hermeneut_dead_letters_total{reason}``: items a stage sent to the dead-letter topic (reasons: README's
     "Bad input"); the same name in every stage, whose stats file counts their sum."""
-    return Counter("hermeneut_dead_letters", "Items sent to the dead-letter topic, by reason.", ["reason"],
-                   registry=registry)  # fmt: skip
+    return Counter(
+        "hermeneut_dead_letters", "Items sent to the dead-letter topic, by reason.", ["reason"], registry=registry
+    )
 
 
 class StatsView:
@@ -213,8 +218,14 @@ class ConsumerLag:
                 progress[tp] = _Progress(position, now)
             elif not p.stalled and now - p.since >= self.stall_after_s:
                 p.stalled = True
-                log.error("%s: %s/%d stalled: %d messages waiting, none read for %.0f s",
-                          self.stage, tp[0], tp[1], lag, now - p.since)  # fmt: skip
+                log.error(
+                    "%s: %s/%d stalled: %d messages waiting, none read for %.0f s",
+                    self.stage,
+                    tp[0],
+                    tp[1],
+                    lag,
+                    now - p.since,
+                )
         with self._lock:
             self._lag = {tp: max(lag, 0) for tp, (lag, _) in measured.items()}
             self._progress = progress
@@ -228,13 +239,15 @@ class ConsumerLag:
             lag = dict(self._lag)
             stalled = {tp: p.stalled for tp, p in self._progress.items()}
         lag_family = GaugeMetricFamily(
-            "hermeneut_consumer_lag_messages", "Messages in the partition this consumer has not read yet.",
+            "hermeneut_consumer_lag_messages",
+            "Messages in the partition this consumer has not read yet.",
             labels=["topic", "partition"],
-        )  # fmt: skip
+        )
         stall_family = GaugeMetricFamily(
-            "hermeneut_consumer_stalled", "1 while messages wait in the partition and none was read for a while.",
+            "hermeneut_consumer_stalled",
+            "1 while messages wait in the partition and none was read for a while.",
             labels=["topic", "partition"],
-        )  # fmt: skip
+        )
         for (topic, partition), value in sorted(lag.items()):
             lag_family.add_metric([topic, str(partition)], value)
             stall_family.add_metric([topic, str(partition)], float(stalled.get((topic, partition), False)))

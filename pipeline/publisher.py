@@ -132,8 +132,9 @@ class Publisher:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             try:
-                self._producer.produce(topic, value, key, headers=list(headers) if headers else None,
-                                       on_delivery=on_delivery)  # fmt: skip
+                self._producer.produce(
+                    topic, value, key, headers=list(headers) if headers else None, on_delivery=on_delivery
+                )
                 break
             except BufferError:
                 if deadline is not None and time.monotonic() >= deadline:

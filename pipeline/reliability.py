@@ -167,22 +167,36 @@ def reliability(
         mine = incidents.get(key, [])
         repairs = np.array([(e.seen_ns - e.since_ns) / 60 / NS_PER_S for e in mine if not e.open])
         tells = [t for e in mine if (t := tell.get(_identity(e))) is not None]
-        rows.append(Row(
-            key, gpus.get(key, 0), round(hours.get(key, 0.0), 3), len(mine), degraded.get(key, 0),
-            round(hours[key] / len(mine), 3) if mine and hours.get(key) else None,
-            round(float(np.median(repairs)), 3) if len(repairs) else None,
-            round(float(np.quantile(repairs, 0.9)), 3) if len(repairs) else None,
-            sum(1 for e in mine if e.open),
-            round(float(np.median(tells)), 3) if tells else None, len(tells),
-        ))  # fmt: skip
+        rows.append(
+            Row(
+                key,
+                gpus.get(key, 0),
+                round(hours.get(key, 0.0), 3),
+                len(mine),
+                degraded.get(key, 0),
+                round(hours[key] / len(mine), 3) if mine and hours.get(key) else None,
+                round(float(np.median(repairs)), 3) if len(repairs) else None,
+                round(float(np.quantile(repairs, 0.9)), 3) if len(repairs) else None,
+                sum(1 for e in mine if e.open),
+                round(float(np.median(tells)), 3) if tells else None,
+                len(tells),
+            )
+        )
     lemons = tuple(
         (c, n, r.summary)
         for (c, n), reasons in sorted(History(rules, episodes).escalate(stop_ns).nodes.items())
         for r in reasons
         if r.detector == "lemon-node"
     )
-    return Report(by, start_ns, stop_ns, tuple(rows), lemons, tuple((d, v[0], v[1]) for d, v in sorted(days.items())),
-                  job_times(jobs, merged, start_ns, stop_ns))  # fmt: skip
+    return Report(
+        by,
+        start_ns,
+        stop_ns,
+        tuple(rows),
+        lemons,
+        tuple((d, v[0], v[1]) for d, v in sorted(days.items())),
+        job_times(jobs, merged, start_ns, stop_ns),
+    )
 
 
 def _identity(e: Episode) -> tuple[str, str, str | None, str, int]:
@@ -228,8 +242,17 @@ def job_times(jobs: Sequence[JobSpan], episodes: Iterable[Episode], start_ns: in
         spans = [(max(a, lo), min(b, hi), kind) for a, b, kind in costly.get((cluster, job), []) if b > lo and a < hi]
         by_kind = {k: _hours([(a, b) for a, b, x in spans if x == k]) for k in {kind for _, _, kind in spans}}
         causes = sorted(by_kind.items(), key=lambda c: (-c[1], c[0]))
-        out.append(JobTime(cluster, job, app, round((hi - lo) / 3600 / NS_PER_S, 3), round(gpu_hours, 3),
-                           _hours([(a, b) for a, b, _ in spans]), tuple(causes)))  # fmt: skip
+        out.append(
+            JobTime(
+                cluster,
+                job,
+                app,
+                round((hi - lo) / 3600 / NS_PER_S, 3),
+                round(gpu_hours, 3),
+                _hours([(a, b) for a, b, _ in spans]),
+                tuple(causes),
+            )
+        )
     return tuple(sorted(out, key=lambda j: (j.effective, -j.gpu_hours, j.job)))
 
 
@@ -250,19 +273,35 @@ def report_json(r: Report) -> dict[str, Any]:
         "start_ns": r.start_ns,
         "stop_ns": r.stop_ns,
         "rows": [
-            {"group": x.group, "gpus": x.gpus, "gpu_hours": x.gpu_hours, "incidents": x.incidents,
-             "degradations": x.degradations, "mtbi_hours": x.mtbi_hours, "repair_median_min": x.repair_median_min,
-             "repair_p90_min": x.repair_p90_min, "open_incidents": x.open_incidents, "tell_median_s": x.tell_median_s,
-             "told": x.told}
+            {
+                "group": x.group,
+                "gpus": x.gpus,
+                "gpu_hours": x.gpu_hours,
+                "incidents": x.incidents,
+                "degradations": x.degradations,
+                "mtbi_hours": x.mtbi_hours,
+                "repair_median_min": x.repair_median_min,
+                "repair_p90_min": x.repair_p90_min,
+                "open_incidents": x.open_incidents,
+                "tell_median_s": x.tell_median_s,
+                "told": x.told,
+            }
             for x in r.rows
         ],
         "lemon_nodes": [{"cluster": c, "node": n, "why": why} for c, n, why in r.lemons],
         "days": [{"day_ns": d, "incidents": i, "degradations": g} for d, i, g in r.days],
         "notes": list(r.notes),
         "jobs": [
-            {"cluster": j.cluster, "job": j.job, "application": j.application, "hours": j.hours,
-             "gpu_hours": j.gpu_hours, "lost_hours": j.lost_hours, "effective": round(j.effective, 4),
-             "causes": [{"detector": k, "hours": h} for k, h in j.causes]}
+            {
+                "cluster": j.cluster,
+                "job": j.job,
+                "application": j.application,
+                "hours": j.hours,
+                "gpu_hours": j.gpu_hours,
+                "lost_hours": j.lost_hours,
+                "effective": round(j.effective, 4),
+                "causes": [{"detector": k, "hours": h} for k, h in j.causes],
+            }
             for j in r.jobs
         ],
-    }  # fmt: skip
+    }

@@ -112,8 +112,9 @@ def wait_for_topics(client: MetadataSource, names: Sequence[str], timeout_s: flo
 
 
 #: what a partition's leader answers for a moment after the metadata shows it led (it is still loading the log)
-_NOT_YET: Final = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                             KafkaError.UNKNOWN_TOPIC_OR_PART})  # fmt: skip
+_NOT_YET: Final = frozenset(
+    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
+)
 T = TypeVar("T")
 
 

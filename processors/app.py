@@ -313,21 +313,13 @@ def _sender(topics: dict[str, Any]) -> Callable[[Write], Awaitable[asyncio.Futur
     return send
 
 
-def create_app(
-    settings: Settings,
-    stats_file: Path | None = None,
-    connections: Connections | None = None,
-    registry: CollectorRegistry | None = None,
-) -> faust.App:
-    """Build the faust app for resolved settings (Kafka bootstrap servers known); connects to nothing.
-
-    ``connections`` are opened at worker start-up (:class:`OpenAtStart`), else when the agent first runs; the
-    processor's metrics register on ``registry`` (processors.metrics)."""
+def _faust_app(settings: Settings) -> faust.App:
+    """The faust application: its broker, state folder, serializers and the producer and consumer tuning."""
     assert settings.kafka.bootstrap_servers, "resolve local services before creating the app"
     datadir = settings.services.state_dir / "faust" / f"{settings.group_prefix}-processor"
     datadir.parent.mkdir(parents=True, exist_ok=True)
     brokers = ";".join(f"kafka://{s.strip()}" for s in settings.kafka.bootstrap_servers.split(","))
-    app = faust.App(
+    return faust.App(
         f"{settings.group_prefix}-processor",
         # faust keeps table state here; never in the working directory
         datadir=str(datadir),
@@ -351,6 +343,33 @@ def create_app(
         broker_session_timeout=settings.kafka.session_timeout_s,
         broker_heartbeat_interval=min(3.0, settings.kafka.session_timeout_s / 3),
     )
+
+
+def _raw_messages(events: Sequence[EventT[bytes]]) -> list[RawMessage]:
+    """The taken events as the interpreter reads them: key, value, where they came from, their import run."""
+    return [
+        RawMessage(
+            e.message.key,
+            e.message.value or b"",
+            f"{e.message.topic}/{e.message.partition}/{e.message.offset}",
+            e.message.partition,
+            import_run_of(e.message.headers),
+        )
+        for e in events
+    ]
+
+
+def create_app(
+    settings: Settings,
+    stats_file: Path | None = None,
+    connections: Connections | None = None,
+    registry: CollectorRegistry | None = None,
+) -> faust.App:
+    """Build the faust app for resolved settings (Kafka bootstrap servers known); connects to nothing.
+
+    ``connections`` are opened at worker start-up (:class:`OpenAtStart`), else when the agent first runs; the
+    processor's metrics register on ``registry`` (processors.metrics)."""
+    app = _faust_app(settings)
     raw = app.topic(settings.topics.raw, key_type=bytes, value_type=bytes, internal=False)
     t = settings.topics
     out = {name: app.topic(name, key_type=bytes, value_type=bytes) for name in (t.interpreted, t.dead_letter, t.alerts)}
@@ -375,16 +394,7 @@ def create_app(
         try:
             # noack_take yields the events themselves (its buffer holds them), typed as values upstream
             async for events in stream.noack_take(BATCH_MAX, within=BATCH_WITHIN_S):  # type: ignore[assignment]
-                messages = [
-                    RawMessage(
-                        e.message.key,
-                        e.message.value or b"",
-                        f"{e.message.topic}/{e.message.partition}/{e.message.offset}",
-                        e.message.partition,
-                        import_run_of(e.message.headers),
-                    )
-                    for e in events
-                ]
+                messages = _raw_messages(events)
                 await asyncio.get_running_loop().run_in_executor(None, connections.contexts_caught_up)
                 took_at = time.perf_counter()
                 result = writer.take(messages, time.time_ns())

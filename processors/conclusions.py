@@ -99,8 +99,11 @@ class Conclusions:
             return
         now = self.clock()
         wasted, _ = idle.condition(batch.metrics, idle.allocated(batch.workload))
-        apps = np.fromiter((_NO_APP if w is None else _APP_CODE.get(w.application, _NO_APP) for w in batch.workload),
-                           dtype=np.int64, count=n)  # fmt: skip
+        apps = np.fromiter(
+            (_NO_APP if w is None else _APP_CODE.get(w.application, _NO_APP) for w in batch.workload),
+            dtype=np.int64,
+            count=n,
+        )
         verdicts = np.fromiter((_VERDICT_CODE[v] for v in batch.verdict), dtype=np.int64, count=n)
         with self._lock:
             rows = self._rows(batch, now)
@@ -154,15 +157,17 @@ class Conclusions:
             "1 for the latest verdict of the GPU, 0 for the others.",
             labels=[*GPU_LABELS, "verdict"],
         )
-        score = GaugeMetricFamily("hermeneut_gpu_score", "The GPU's latest score against its baseline.",
-                                  labels=GPU_LABELS)  # fmt: skip
+        score = GaugeMetricFamily(
+            "hermeneut_gpu_score", "The GPU's latest score against its baseline.", labels=GPU_LABELS
+        )
         for gpu, code, value in gpus:
             for i, v in enumerate(VERDICTS):
                 verdict.add_metric([*gpu, v], 1.0 if code == i else 0.0)
             if value == value:  # noqa: PLR0124  # not NaN: scored
                 score.add_metric(list(gpu), value)
-        opened = GaugeMetricFamily("hermeneut_finding_open", "1 per open finding (gpu is empty for a node's).",
-                                   labels=FINDING_LABELS)  # fmt: skip
+        opened = GaugeMetricFamily(
+            "hermeneut_finding_open", "1 per open finding (gpu is empty for a node's).", labels=FINDING_LABELS
+        )
         for labels in sorted(open_findings):
             opened.add_metric(list(labels), 1.0)
         samples = CounterMetricFamily("hermeneut_processor_verdicts", "Samples judged, by verdict.", labels=["verdict"])
@@ -170,9 +175,10 @@ class Conclusions:
             samples.add_metric([v], float(count))
         seen = CounterMetricFamily("hermeneut_gpu_seconds", "GPU time seen, per application.", labels=["application"])
         wasted = CounterMetricFamily(
-            "hermeneut_gpu_idle_seconds", "GPU time held by a job but idle (< 5% utilization), per application.",
+            "hermeneut_gpu_idle_seconds",
+            "GPU time held by a job but idle (< 5% utilization), per application.",
             labels=["application"],
-        )  # fmt: skip
+        )
         for app, total, held_idle in zip(APPLICATIONS, gpu_s, idle_s, strict=True):
             if total:
                 seen.add_metric([app], total)

@@ -66,8 +66,9 @@ def context_record(payload: bytes) -> GpuContext:
     problem = identity_problem(workload.application, "application", optional=True)
     if problem is None:
         return context
-    log.warning("context of %s/%s/%s: %s; read as %s", context.cluster, context.node, context.gpu_uuid, problem,
-                UNKNOWN)  # fmt: skip
+    log.warning(
+        "context of %s/%s/%s: %s; read as %s", context.cluster, context.node, context.gpu_uuid, problem, UNKNOWN
+    )
     return dataclasses.replace(context, workload=dataclasses.replace(workload, application=UNKNOWN, confidence=0.0))
 
 

@@ -135,6 +135,18 @@ class Episodes:
         self._rows.last_sent[row, col] = ts_ns
         cluster, node, uuid, model = where
         return Finding(
-            detector, said.severity, active, cluster, node, uuid, model, ts_ns, episode.since_ns, said.summary,
-            said.action, said.evidence, workload, gpu_index,
-        )  # fmt: skip
+            detector,
+            said.severity,
+            active,
+            cluster,
+            node,
+            uuid,
+            model,
+            ts_ns,
+            episode.since_ns,
+            said.summary,
+            said.action,
+            said.evidence,
+            workload,
+            gpu_index,
+        )

@@ -61,5 +61,6 @@ def _with_node_facts(f: Finding, topo: NodeTopology | None) -> Finding:
     scheduler holds it out of service (a finding in a maintenance window is kept, never paged)."""
     if topo is None or not (topo.driver_version or topo.rack or topo.switch or topo.maintenance):
         return f
-    return replace(f, driver_version=topo.driver_version, rack=topo.rack, switch=topo.switch,
-                   maintenance=topo.maintenance)  # fmt: skip
+    return replace(
+        f, driver_version=topo.driver_version, rack=topo.rack, switch=topo.switch, maintenance=topo.maintenance
+    )

@@ -60,11 +60,15 @@ class ProcessorMetrics:
         stall_after_s: float = 60.0,
     ) -> None:
         self.dead_letters = dead_letters(registry)
-        self.take_messages = Histogram("hermeneut_processor_take_messages", "Raw messages per take.",
-                                       buckets=SIZE_BUCKETS, registry=registry)  # fmt: skip
-        self.take_seconds = Histogram("hermeneut_processor_take_seconds",
-                                      "Seconds from a take to its last output sent.", buckets=DURATION_BUCKETS,
-                                      registry=registry)  # fmt: skip
+        self.take_messages = Histogram(
+            "hermeneut_processor_take_messages", "Raw messages per take.", buckets=SIZE_BUCKETS, registry=registry
+        )
+        self.take_seconds = Histogram(
+            "hermeneut_processor_take_seconds",
+            "Seconds from a take to its last output sent.",
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
         self.lag = ConsumerLag("processor", stall_after_s)
         self.conclusions = Conclusions(stale_after_s)
         if registry is not None:

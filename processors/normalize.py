@@ -436,10 +436,17 @@ def process_raw(messages: list[RawMessage], now_ns: int, limits: ValidationSetti
         msg = messages[rows.owner[row]]
         out.dead.append(
             dead_letter(
-                msg.key, msg.value, reason, detail, STAGE, msg.source, rows.uuid[row], rows.position[row],
+                msg.key,
+                msg.value,
+                reason,
+                detail,
+                STAGE,
+                msg.source,
+                rows.uuid[row],
+                rows.position[row],
                 import_run=msg.import_run,
             )
-        )  # fmt: skip
+        )
     partition = np.array([msg.partition for msg in messages], dtype=np.int64)[owners]
     for part in sorted(set(partition[good].tolist()) | set(extras)):
         picked = np.flatnonzero(good & (partition == part)).tolist()  # ascending: the order the samples arrived in

@@ -141,8 +141,14 @@ def pipeline_split(
     of the activation comes back), one after the other, so their times add."""
     passes = 2 if training else 1
     hand_offs = (k - 1) * passes
-    return split_cost("pipeline", k, link, hand_offs * dims.activation_bytes(tokens, batch), hand_offs,
-                      bytes_from or f"model {dims.name}")  # fmt: skip
+    return split_cost(
+        "pipeline",
+        k,
+        link,
+        hand_offs * dims.activation_bytes(tokens, batch),
+        hand_offs,
+        bytes_from or f"model {dims.name}",
+    )
 
 
 def _ring(nbytes: float, k: int) -> tuple[float, int]:
@@ -177,8 +183,10 @@ def split_costs(
     """The costs the evidence supports: per parallelism kind from the model's dimensions (data parallelism only in
     training), else from the job's measured NVLink or PCIe traffic, else none (the caller says what is missing)."""
     if dims is not None:
-        costs = [pipeline_split(dims, tokens, k, link, training=training),
-                 tensor_split(dims, tokens, k, link, training=training)]  # fmt: skip
+        costs = [
+            pipeline_split(dims, tokens, k, link, training=training),
+            tensor_split(dims, tokens, k, link, training=training),
+        ]
         return costs + ([data_split(dims, k, link)] if training else [])
     if stats is not None and stats.nvlink_p99_bytes_per_second:
         return [traffic_split(stats.nvlink_p99_bytes_per_second, k, link, "NVLink")]
@@ -196,8 +204,9 @@ def catalogue_link(spec: GpuSpec) -> Link:
     and overhead of that kind."""
     if spec.nvlink_links and spec.nvlink_gbytes_per_second:
         f = PUBLISHED_LINKS["nvlink"]
-        return Link("nvlink", spec.nvlink_links * spec.nvlink_gbytes_per_second * 1e9, f.latency_s, f.source,
-                    f.overhead_s)  # fmt: skip
+        return Link(
+            "nvlink", spec.nvlink_links * spec.nvlink_gbytes_per_second * 1e9, f.latency_s, f.source, f.overhead_s
+        )
     if not spec.data_center:
         f = PUBLISHED_LINKS["pcie-staged"]
         return Link(f.kind, f.bytes_per_second, f.latency_s, f.source, f.overhead_s)
@@ -409,8 +418,10 @@ def answer(
         note = f"bytes from {costs[0].bytes_from}; {tokens} tokens per sequence" if model else costs[0].bytes_from
     else:
         fixed = ", ".join(f"{kind} {(lk.latency_s + lk.overhead_s) * 1e6:.0f} us" for kind, lk in links.items())
-        note = ("no model dimensions (--model / --model-dims) and no measured link traffic: per hand-off, latency + "
-                f"overhead alone: {fixed}")  # fmt: skip
+        note = (
+            "no model dimensions (--model / --model-dims) and no measured link traffic: per hand-off, latency + "
+            f"overhead alone: {fixed}"
+        )
     return Answers(smallest, detail, splits, f"{k} x {name}", costs, note)
 
 

@@ -176,8 +176,12 @@ class NodeAgent:
         self._topologies: dict[bytes, NodeTopology] = {}
         self._source_failing = False
         self._dead_letters = dead_letters(registry)
-        self._read_seconds = Histogram("hermeneut_collector_round_read_seconds", "Seconds one round's read took.",
-                                       buckets=DURATION_BUCKETS, registry=registry)  # fmt: skip
+        self._read_seconds = Histogram(
+            "hermeneut_collector_round_read_seconds",
+            "Seconds one round's read took.",
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
         if registry is not None:
             registry.register(StatsView(self.values, AGENT_FIELDS + source_fields(source)))
 
@@ -238,8 +242,12 @@ class NodeAgent:
         """Each node's topology, where it is new or changed since the agent last published it."""
         maintenance = self._maintenance_now()
         for found in self.source.topologies(ts_ns):
-            topology = dataclasses.replace(found, rack=found.rack or self.rack, switch=found.switch or self.switch,
-                                           maintenance=found.maintenance or maintenance)  # fmt: skip
+            topology = dataclasses.replace(
+                found,
+                rack=found.rack or self.rack,
+                switch=found.switch or self.switch,
+                maintenance=found.maintenance or maintenance,
+            )
             key = topology.kafka_key
             if _same_topology(self._topologies.get(key), topology):
                 continue
@@ -262,8 +270,18 @@ class NodeAgent:
         value = encode_record(record)
         if limits.fits(topic, record.kafka_key, value, _HEADERS):
             return [(topic, record.kafka_key, value)]
-        self._too_large([dead_letter(record.kafka_key, value, "too_large", f"{type(record).__name__} over the "
-                                     f"{topic} budget", STAGE, f"{self.source.name}/{topic}")])  # fmt: skip
+        self._too_large(
+            [
+                dead_letter(
+                    record.kafka_key,
+                    value,
+                    "too_large",
+                    f"{type(record).__name__} over the {topic} budget",
+                    STAGE,
+                    f"{self.source.name}/{topic}",
+                )
+            ]
+        )
         return []
 
     def _split(self, batch: SampleBatch, budget: int) -> list[bytes]:
@@ -272,8 +290,9 @@ class NodeAgent:
 
         def encode(cut: Cut) -> bytes:
             samples, events, nics = cut
-            return encode_samples(SampleBatch(batch.cluster, batch.node, batch.samples[samples], batch.events[events],
-                                              batch.nics[nics]))  # fmt: skip
+            return encode_samples(
+                SampleBatch(batch.cluster, batch.node, batch.samples[samples], batch.events[events], batch.nics[nics])
+            )
 
         fitted = fit((len(batch.samples), len(batch.events), len(batch.nics)), encode, budget)
         self.report.split_messages += 1
@@ -284,10 +303,19 @@ class NodeAgent:
             for which, item in fitted.too_large:
                 listed = (batch.samples, batch.events, batch.nics)[which][item]
                 uuid = getattr(listed, "gpu_uuid", None)
-                letters.append(dead_letter(batch.kafka_key, whole, "too_large", f"one {parts[which]} alone is over the "
-                                           f"{self.topics.raw} budget of {budget} bytes", STAGE,
-                                           f"{self.source.name}/{batch.cluster}/{batch.node}", uuid, item,
-                                           parts[which]))  # fmt: skip
+                letters.append(
+                    dead_letter(
+                        batch.kafka_key,
+                        whole,
+                        "too_large",
+                        f"one {parts[which]} alone is over the {self.topics.raw} budget of {budget} bytes",
+                        STAGE,
+                        f"{self.source.name}/{batch.cluster}/{batch.node}",
+                        uuid,
+                        item,
+                        parts[which],
+                    )
+                )
             self._too_large(letters)
         return fitted.parts
 
@@ -336,8 +364,14 @@ class NodeAgent:
         ts = self.clock() - int(history_s * 1e9)
         self._publish_topologies(ts, stop)
         last_stats = time.monotonic()
-        with tqdm(total=round(history_s / self.interval_s), desc="fast-forward (rounds)", unit="",
-                  disable=not progress, dynamic_ncols=True, mininterval=0.5) as bar:  # fmt: skip
+        with tqdm(
+            total=round(history_s / self.interval_s),
+            desc="fast-forward (rounds)",
+            unit="",
+            disable=not progress,
+            dynamic_ncols=True,
+            mininterval=0.5,
+        ) as bar:
             while ts <= self.clock() and not stop.is_set():
                 if self.round(stop, ts):
                     self._publish_topologies(ts, stop)

@@ -422,9 +422,13 @@ class DcgmExporterSource:
     def stats(self) -> dict[str, int]:
         s = self.scrape_stats
         return {
-            "scraped_series": s.samples, "unmapped_series": s.unmapped, "ignored_series": s.ignored,
-            "unknown_fields": len(s.unknown), "duplicate_series": s.duplicate, "blank_values": s.blank,
-        }  # fmt: skip
+            "scraped_series": s.samples,
+            "unmapped_series": s.unmapped,
+            "ignored_series": s.ignored,
+            "unknown_fields": len(s.unknown),
+            "duplicate_series": s.duplicate,
+            "blank_values": s.blank,
+        }
 
     def close(self) -> None:
         """Nothing held between scrapes."""

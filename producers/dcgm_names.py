@@ -162,13 +162,23 @@ TABLE: Final[tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...]] = (
 #: fields of the default counters the schema has no place for (counted as ``ignored``, not named in the log):
 #: encoder/decoder load, the graphics-engine ratio (sm_active says more), the vGPU licence, NVLink's summed
 #: throughput (the schema keeps TX and RX), the used share of memory (used and total are mapped), SM occupancy
-IGNORED: Final = frozenset({
-    "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_ENC_UTIL_RATIO", "DCGM_FI_DEV_DEC_UTIL", "DCGM_FI_DEV_DEC_UTIL_RATIO",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO", "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND",
-    "DCGM_FI_DEV_FB_USED_PERCENT", "DCGM_FI_DEV_FB_USED_RATIO",
-    "DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_SM_OCCUPANCY_RATIO",
-})  # fmt: skip
+IGNORED: Final = frozenset(
+    {
+        "DCGM_FI_DEV_ENC_UTIL",
+        "DCGM_FI_DEV_ENC_UTIL_RATIO",
+        "DCGM_FI_DEV_DEC_UTIL",
+        "DCGM_FI_DEV_DEC_UTIL_RATIO",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO",
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND",
+        "DCGM_FI_DEV_FB_USED_PERCENT",
+        "DCGM_FI_DEV_FB_USED_RATIO",
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "DCGM_FI_PROF_SM_OCCUPANCY_RATIO",
+    }
+)
 
 #: the node's label, newest first (``hostname`` from 4.8.3, ``Hostname`` before)
 HOST_LABELS: Final = ("hostname", "Hostname")

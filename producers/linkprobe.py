@@ -107,8 +107,17 @@ def measure(
     costs), the latency what the fitted intercept has beyond it."""
     overhead = time_copies(copier.copy, (0,), repeats, clock=clock)[0].median_s
     bandwidth, intercept = fit(time_copies(copier.copy, sizes, repeats, clock=clock))
-    return LinkTiming(copier.a, copier.b, copier.path, copier.kind, bandwidth, max(0.0, intercept - overhead),
-                      overhead, len(sizes), source)  # fmt: skip
+    return LinkTiming(
+        copier.a,
+        copier.b,
+        copier.path,
+        copier.kind,
+        bandwidth,
+        max(0.0, intercept - overhead),
+        overhead,
+        len(sizes),
+        source,
+    )
 
 
 @dataclass(frozen=True, slots=True)

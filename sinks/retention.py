@@ -335,8 +335,14 @@ def backfill(
     writer = InfluxWriter.from_settings(settings.influxdb.model_copy(update={"bucket": f"{raw}_1m"}))
     started = time.monotonic()
     try:
-        with tqdm(total=len(rollup_chunks) + len(jobs), desc="rollups and job summaries", unit="query",
-                  disable=not progress, dynamic_ncols=True, mininterval=0.5) as bar:  # fmt: skip
+        with tqdm(
+            total=len(rollup_chunks) + len(jobs),
+            desc="rollups and job summaries",
+            unit="query",
+            disable=not progress,
+            dynamic_ncols=True,
+            mininterval=0.5,
+        ) as bar:
             for a, b in rollup_chunks:
                 for rows in stored_rows(store, raw, a, b):
                     writer.write(_rollups_of(rows))

@@ -252,22 +252,41 @@ class SinkRunner(Generic[T]):
         #: per partition: the offset below which every message's dead letters were sent (by this run or an earlier)
         self._lettered: dict[tuple[str, int], int] = {}
         self._dead_letters = dead_letters(registry)
-        self._batch_size = Histogram("hermeneut_sink_batch_size", "The sink's units per batch (influxdb: samples).",
-                                     buckets=SIZE_BUCKETS, registry=registry)  # fmt: skip
-        self._flush_seconds = Histogram("hermeneut_sink_flush_seconds", "Seconds per flush attempt.", ["outcome"],
-                                        buckets=DURATION_BUCKETS, registry=registry)  # fmt: skip
-        self._latency = BulkHistogram("hermeneut_sink_sample_stored_seconds",
-                                      "Seconds from a sample's time to its batch being stored.", LATENCY_BUCKETS,
-                                      registry)  # fmt: skip
+        self._batch_size = Histogram(
+            "hermeneut_sink_batch_size",
+            "The sink's units per batch (influxdb: samples).",
+            buckets=SIZE_BUCKETS,
+            registry=registry,
+        )
+        self._flush_seconds = Histogram(
+            "hermeneut_sink_flush_seconds",
+            "Seconds per flush attempt.",
+            ["outcome"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self._latency = BulkHistogram(
+            "hermeneut_sink_sample_stored_seconds",
+            "Seconds from a sample's time to its batch being stored.",
+            LATENCY_BUCKETS,
+            registry,
+        )
         self.lag = ConsumerLag(f"{sink.name} sink")
         #: when the writer took the batch it has not stored yet (None: it waits for one); a destination that hangs
         #: or fails holds it here while the consumer pauses, so this, not the lag, tells stuck from idle
         self._writing_since: float | None = None
-        unstored = Gauge("hermeneut_sink_oldest_unstored_seconds", "Seconds the batch being written has waited to "
-                         "be stored (0: none).", registry=registry)  # fmt: skip
+        unstored = Gauge(
+            "hermeneut_sink_oldest_unstored_seconds",
+            "Seconds the batch being written has waited to be stored (0: none).",
+            registry=registry,
+        )
         unstored.set_function(self.unstored_s)
-        stalled = Gauge("hermeneut_sink_write_stalled", "1 while a batch has not been stored for the stall time "
-                        "(the destination is down, hung or refusing): stuck, not idle.", registry=registry)  # fmt: skip
+        stalled = Gauge(
+            "hermeneut_sink_write_stalled",
+            "1 while a batch has not been stored for the stall time "
+            "(the destination is down, hung or refusing): stuck, not idle.",
+            registry=registry,
+        )
         stalled.set_function(lambda: float(self.unstored_s() >= self.lag.stall_after_s))
         if registry is not None:
             plugin = tuple(
@@ -504,9 +523,14 @@ class SinkRunner(Generic[T]):
             else:
                 if job.refused:
                     first = job.refused[0]
-                    log.warning("%s refused %d items of a batch of %d messages (stored the rest); first: %s: %s",
-                                self.sink.name, len(job.refused), len(job.messages), first.reason,
-                                first.detail[:300])  # fmt: skip
+                    log.warning(
+                        "%s refused %d items of a batch of %d messages (stored the rest); first: %s: %s",
+                        self.sink.name,
+                        len(job.refused),
+                        len(job.messages),
+                        first.reason,
+                        first.detail[:300],
+                    )
                 letters += [
                     x for r in job.refused for x in self._letters_of(job.sources[r.item], [(r.reason, r.detail, r)])
                 ]

@@ -360,8 +360,10 @@ def shadow_cmd(ctx: click.Context, range_: str, cluster: str | None, fmt: str) -
         return
     click.echo(f"shadow mode (store-only, never alerted) over {range_}: what it would have raised")
     for r in rows:
-        click.echo(f"  {r.kind}: {r.episodes} alerts ({r.critical} critical, {r.warning} warning, {r.info} info) "
-                   f"on {r.gpus} GPUs of {r.nodes} nodes")  # fmt: skip
+        click.echo(
+            f"  {r.kind}: {r.episodes} alerts ({r.critical} critical, {r.warning} warning, {r.info} info) "
+            f"on {r.gpus} GPUs of {r.nodes} nodes"
+        )
 
 
 @alerts_group.command("history")

@@ -122,10 +122,20 @@ def topics_cmd(ctx: click.Context) -> None:
 @metrics_port_option
 @click.pass_context
 def simulate_cmd(
-    ctx: click.Context, nodes: int, gpus: int, duration: float | None, seed: int, mix: str, faults: bool,
-    fault_rate_scale: float, fault_mix: str, fast_forward_s: float, extras: bool, stats_file: Path | None,
+    ctx: click.Context,
+    nodes: int,
+    gpus: int,
+    duration: float | None,
+    seed: int,
+    mix: str,
+    faults: bool,
+    fault_rate_scale: float,
+    fault_mix: str,
+    fast_forward_s: float,
+    extras: bool,
+    stats_file: Path | None,
     metrics_port: int | None,
-) -> None:  # fmt: skip
+) -> None:
     """Publish a simulated fleet (samples, context, topology, ground truth) in real time or fast-forward."""
     from pipeline.publisher import Publisher
     from pipeline.topics import ensure_topics, topic_specs
@@ -134,9 +144,18 @@ def simulate_cmd(
 
     with errors():  # a bad fleet is refused before Kafka is touched
         source: Source = registry.create(
-            "source", "simulator", settings_of(ctx), nodes=nodes, gpus=gpus, seed=seed, mix=mix, faults=faults,
-            fault_rate_scale=fault_rate_scale, fault_mix=fault_mix, extras=extras,
-        )  # fmt: skip
+            "source",
+            "simulator",
+            settings_of(ctx),
+            nodes=nodes,
+            gpus=gpus,
+            seed=seed,
+            mix=mix,
+            faults=faults,
+            fault_rate_scale=fault_rate_scale,
+            fault_mix=fault_mix,
+            extras=extras,
+        )
         source.open()
     settings = resolved(ctx, influxdb=False)
     with errors():
@@ -148,9 +167,14 @@ def simulate_cmd(
         duration = 0.0
     exposed = expose(settings, "collect", metrics_port)  # the simulator is a source of the collector agent
     agent = NodeAgent(
-        source, publisher, settings.topics, settings.sample_interval_s, shutdown_grace_s=60.0, stats_file=stats_file,
+        source,
+        publisher,
+        settings.topics,
+        settings.sample_interval_s,
+        shutdown_grace_s=60.0,
+        stats_file=stats_file,
         registry=exposed.registry,
-    )  # fmt: skip
+    )
     try:
         report = agent.run(stop_event(), duration, fast_forward_s=fast_forward_s, progress=True)
     finally:
@@ -218,8 +242,13 @@ def sink_cmd(ctx: click.Context, sink_name: str, stats_file: Path | None, metric
 @click.option("--nodes", default=16, show_default=True, type=click.IntRange(1))
 @click.option("--gpus", default=8, show_default=True, type=click.IntRange(1, 64), help="GPUs per node.")
 @click.option("--duration", default=60.0, show_default=True, type=click.FloatRange(1), help="Live seconds.")
-@click.option("--learn-minutes", default=15.0, show_default=True, type=click.FloatRange(2, 24 * 60),
-              help="Simulated minutes of healthy history the baselines are learned from first.")  # fmt: skip
+@click.option(
+    "--learn-minutes",
+    default=15.0,
+    show_default=True,
+    type=click.FloatRange(2, 24 * 60),
+    help="Simulated minutes of healthy history the baselines are learned from first.",
+)
 @click.option("--seed", default=0, show_default=True, help="The simulated fleet's seed.")
 @click.option("--down/--keep", default=False, help="Stop the local services at the end (default: keep, to look).")
 @click.pass_context

@@ -31,36 +31,81 @@ if TYPE_CHECKING:
 
 
 @cli.command("evaluate")
-@click.option("--offline", is_flag=True,
-              help="Fleet scale, in this process (no Kafka, no InfluxDB), over --seeds.")  # fmt: skip
+@click.option("--offline", is_flag=True, help="Fleet scale, in this process (no Kafka, no InfluxDB), over --seeds.")
 @click.option("--nodes", default=None, type=click.IntRange(1), help="Nodes (default 16; offline 64).")
 @click.option("--gpus", default=8, show_default=True, type=click.IntRange(1, 64), help="GPUs per node.")
-@click.option("--hours", default=2.0, show_default=True, type=click.FloatRange(0.1, 48),
-              help="Simulated history (through Kafka).")  # fmt: skip
+@click.option(
+    "--hours", default=2.0, show_default=True, type=click.FloatRange(0.1, 48), help="Simulated history (through Kafka)."
+)
 @click.option("--seed", default=0, show_default=True, help="Seed (through Kafka; overlay: the faults' draws).")
-@click.option("--faults-per-class", default=6.0, show_default=True, type=click.FloatRange(0, min_open=True),
-              help="Injected faults per class (offline: the quota per seed).")  # fmt: skip
-@click.option("--withhold", default=0.25, show_default=True, type=click.FloatRange(0, 1),
-              help="Share of nodes whose context is withheld (classification is measured there).")  # fmt: skip
-@click.option("--learn-hours", default=None, type=click.FloatRange(0, 48),
-              help="Labelled, fault-free history learned from first (default 0.5; offline: day one, 3).")  # fmt: skip
-@click.option("--seeds", default="4242,5353,6464,7575,8686", show_default=True,
-              help="Offline: comma-separated seeds, one fleet each.")  # fmt: skip
-@click.option("--gpu-days", default=1000.0, show_default=True, type=click.FloatRange(1),
-              help="Offline: GPU-days judged after learning, per seed.")  # fmt: skip
-@click.option("--interval", default=10.0, show_default=True, type=click.FloatRange(1, 60),
-              help="Offline: seconds between samples.")  # fmt: skip
+@click.option(
+    "--faults-per-class",
+    default=6.0,
+    show_default=True,
+    type=click.FloatRange(0, min_open=True),
+    help="Injected faults per class (offline: the quota per seed).",
+)
+@click.option(
+    "--withhold",
+    default=0.25,
+    show_default=True,
+    type=click.FloatRange(0, 1),
+    help="Share of nodes whose context is withheld (classification is measured there).",
+)
+@click.option(
+    "--learn-hours",
+    default=None,
+    type=click.FloatRange(0, 48),
+    help="Labelled, fault-free history learned from first (default 0.5; offline: day one, 3).",
+)
+@click.option(
+    "--seeds",
+    default="4242,5353,6464,7575,8686",
+    show_default=True,
+    help="Offline: comma-separated seeds, one fleet each.",
+)
+@click.option(
+    "--gpu-days",
+    default=1000.0,
+    show_default=True,
+    type=click.FloatRange(1),
+    help="Offline: GPU-days judged after learning, per seed.",
+)
+@click.option(
+    "--interval",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(1, 60),
+    help="Offline: seconds between samples.",
+)
 @click.option("--jobs", default=1, show_default=True, type=click.IntRange(1, 8), help="Offline: seeds run at once.")
-@click.option("--findings", type=click.Path(file_okay=False, writable=True, path_type=Path), default=None,
-              help="Offline: write every finding and the ground truth of each seed to DIR/seed-N.jsonl.")  # fmt: skip
-@click.option("--overlay", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Lay faults over this real healthy trace (any table 'import table' reads).")  # fmt: skip
-@click.option("--mapping", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Overlay: the trace's mapping file (as for 'hermeneut import table').")  # fmt: skip
-@click.option("--intervals", default="1,10,30,60", show_default=True,
-              help="Overlay: comma-separated sampling intervals (s).")  # fmt: skip
-@click.option("--learning", default="day-one,learned", show_default=True,
-              help="Overlay: day-one (nothing learned), learned (from the untouched trace's first half).")  # fmt: skip
+@click.option(
+    "--findings",
+    type=click.Path(file_okay=False, writable=True, path_type=Path),
+    default=None,
+    help="Offline: write every finding and the ground truth of each seed to DIR/seed-N.jsonl.",
+)
+@click.option(
+    "--overlay",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Lay faults over this real healthy trace (any table 'import table' reads).",
+)
+@click.option(
+    "--mapping",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Overlay: the trace's mapping file (as for 'hermeneut import table').",
+)
+@click.option(
+    "--intervals", default="1,10,30,60", show_default=True, help="Overlay: comma-separated sampling intervals (s)."
+)
+@click.option(
+    "--learning",
+    default="day-one,learned",
+    show_default=True,
+    help="Overlay: day-one (nothing learned), learned (from the untouched trace's first half).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 def evaluate_cmd(
@@ -95,14 +140,30 @@ def evaluate_cmd(
         except ValueError:
             raise click.BadParameter(f"{seeds!r} is not a list of integers", param_hint="--seeds") from None
         _offline(
-            nodes or 64, gpus, seed_list, gpu_days, interval, 3.0 if learn_hours is None else learn_hours,
-            max(1, round(faults_per_class)), withhold, jobs, as_json, findings,
-        )  # fmt: skip
+            nodes or 64,
+            gpus,
+            seed_list,
+            gpu_days,
+            interval,
+            3.0 if learn_hours is None else learn_hours,
+            max(1, round(faults_per_class)),
+            withhold,
+            jobs,
+            as_json,
+            findings,
+        )
     else:
         _through_kafka(
-            ctx, nodes or 16, gpus, hours, seed, faults_per_class, withhold,
-            0.5 if learn_hours is None else learn_hours, as_json,
-        )  # fmt: skip
+            ctx,
+            nodes or 16,
+            gpus,
+            hours,
+            seed,
+            faults_per_class,
+            withhold,
+            0.5 if learn_hours is None else learn_hours,
+            as_json,
+        )
 
 
 def _numbers(text: str, hint: str) -> list[float]:
@@ -124,8 +185,9 @@ def _ways(text: str) -> list[str]:
     return ways
 
 
-def _overlay(trace_path: Path, mapping: Path, intervals: list[float], ways: list[str], seed: int,
-             as_json: bool) -> None:  # fmt: skip
+def _overlay(
+    trace_path: Path, mapping: Path, intervals: list[float], ways: list[str], seed: int, as_json: bool
+) -> None:
     from hermeneut.jobs.overlay import read_trace
     from hermeneut.jobs.overlayeval import evaluate, format_result, to_json
 
@@ -152,9 +214,19 @@ def _overlay(trace_path: Path, mapping: Path, intervals: list[float], ways: list
     bar.close()
     missed = [m for r in results for m in r.failures()]
     if as_json:
-        click.echo(json.dumps({"mode": "offline, overlay", "trace": str(trace_path), "mapping": str(mapping),
-                               "seconds": time.monotonic() - started, "results": [to_json(r) for r in results],
-                               "failures": missed}, indent=2))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {
+                    "mode": "offline, overlay",
+                    "trace": str(trace_path),
+                    "mapping": str(mapping),
+                    "seconds": time.monotonic() - started,
+                    "results": [to_json(r) for r in results],
+                    "failures": missed,
+                },
+                indent=2,
+            )
+        )
     else:
         for r in results:
             click.echo("\n" + format_result(r, trace))
@@ -187,7 +259,8 @@ def _offline(
     as_json: bool,
     findings: Path | None = None,
 ) -> None:
-    from hermeneut.jobs.evaluation import Thresholds, failures, format_table, to_json
+    from hermeneut.jobs.evalreport import format_table, to_json
+    from hermeneut.jobs.evaluation import Thresholds, failures
     from hermeneut.jobs.fleeteval import FleetPlan, combined, in_workers, seed_line
 
     hours = gpu_days * 24.0 / (nodes * gpus)
@@ -207,15 +280,28 @@ def _offline(
     missed = failures(after, Thresholds())
     day_one_missed = [m for m in failures(day_one, Thresholds()) if "false alarms" in m]
     if as_json:
-        click.echo(json.dumps({
-            "mode": "offline", "seeds": seeds, "nodes": nodes, "gpus": gpus, "hours_after_learning": hours,
-            "day_one_hours": learn_hours, "interval_s": interval, "per_class": per_class,
-            "samples": sum(o.samples for o in outcomes), "dead_lettered": sum(o.dead_lettered for o in outcomes),
-            "seconds": time.monotonic() - started,
-            "day_one": to_json(day_one), "after_learning": to_json(after),
-            "per_seed": [{"seed": o.plan.seed, "after_learning": to_json(o.after)} for o in outcomes],
-            "failures": missed + [f"day one: {m}" for m in day_one_missed],
-        }, indent=2))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {
+                    "mode": "offline",
+                    "seeds": seeds,
+                    "nodes": nodes,
+                    "gpus": gpus,
+                    "hours_after_learning": hours,
+                    "day_one_hours": learn_hours,
+                    "interval_s": interval,
+                    "per_class": per_class,
+                    "samples": sum(o.samples for o in outcomes),
+                    "dead_lettered": sum(o.dead_lettered for o in outcomes),
+                    "seconds": time.monotonic() - started,
+                    "day_one": to_json(day_one),
+                    "after_learning": to_json(after),
+                    "per_seed": [{"seed": o.plan.seed, "after_learning": to_json(o.after)} for o in outcomes],
+                    "failures": missed + [f"day one: {m}" for m in day_one_missed],
+                },
+                indent=2,
+            )
+        )
     else:
         for o in outcomes:
             click.echo(seed_line(o))
@@ -242,7 +328,8 @@ def _through_kafka(
     as_json: bool,
 ) -> None:
     from hermeneut.jobs.evaljob import learning_producer, local_services, run_evaluation, simulator_producer
-    from hermeneut.jobs.evaluation import Thresholds, failures, format_table, to_json
+    from hermeneut.jobs.evalreport import format_table, to_json
+    from hermeneut.jobs.evaluation import Thresholds, failures
 
     settings = settings_of(ctx)
     with errors():
@@ -264,17 +351,32 @@ def _through_kafka(
     if not outcome.pai:
         missed.append("PAI straggler data not found")
     elif not pai_ok:
-        missed.append("PAI stragglers: " + "; ".join(
-            f"job {r.job}: flagged {sorted(r.flagged)}, labelled {sorted(r.expected)}" for r in outcome.pai if not r.ok
-        ))  # fmt: skip
+        missed.append(
+            "PAI stragglers: "
+            + "; ".join(
+                f"job {r.job}: flagged {sorted(r.flagged)}, labelled {sorted(r.expected)}"
+                for r in outcome.pai
+                if not r.ok
+            )
+        )
     if as_json:
-        click.echo(json.dumps(to_json(outcome.evaluation) | {
-            "mode": "through kafka",
-            "pai": [{"job": r.job, "flagged": sorted(r.flagged), "labelled": sorted(r.expected), "ok": r.ok}
-                    for r in outcome.pai],
-            "samples": outcome.samples, "stored": outcome.stored, "dead_lettered": outcome.dead_lettered,
-            "failures": missed,
-        }, indent=2))  # fmt: skip
+        click.echo(
+            json.dumps(
+                to_json(outcome.evaluation)
+                | {
+                    "mode": "through kafka",
+                    "pai": [
+                        {"job": r.job, "flagged": sorted(r.flagged), "labelled": sorted(r.expected), "ok": r.ok}
+                        for r in outcome.pai
+                    ],
+                    "samples": outcome.samples,
+                    "stored": outcome.stored,
+                    "dead_lettered": outcome.dead_lettered,
+                    "failures": missed,
+                },
+                indent=2,
+            )
+        )
     else:
         click.echo(format_table(outcome.evaluation))
         for r in outcome.pai:

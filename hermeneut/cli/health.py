@@ -32,8 +32,12 @@ def _span(start_ns: int | None, at_ns: int) -> str:
 @click.option("--lookback", default="24h", show_default=True, help="GPUs that reported within this are the fleet.")
 @click.option("--silent-after", default="2m", show_default=True, help="A GPU silent this long is 'unknown'.")
 @click.option("--at", "at", help="Judge the past at this time (RFC 3339, or a duration ago: 3d): imported history.")
-@click.option("--range", "range_", help="Judge the past over A..B (each RFC 3339 or a duration ago: 7d..6d), or "
-              "the last D (a duration): every finding open at some moment of it.")  # fmt: skip
+@click.option(
+    "--range",
+    "range_",
+    help="Judge the past over A..B (each RFC 3339 or a duration ago: 7d..6d), or "
+    "the last D (a duration): every finding open at some moment of it.",
+)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.pass_context
 def health_cmd(
@@ -60,8 +64,15 @@ def health_cmd(
         start_ns, stop_ns = past_of(at, range_, now)
     settings = resolved(ctx, kafka=stop_ns is None)
     with errors():
-        q = HealthQuery(cluster, node, gpu, parse_seconds(lookback, "--lookback"),
-                        parse_seconds(silent_after, "--silent-after"), start_ns, stop_ns)  # fmt: skip
+        q = HealthQuery(
+            cluster,
+            node,
+            gpu,
+            parse_seconds(lookback, "--lookback"),
+            parse_seconds(silent_after, "--silent-after"),
+            start_ns,
+            stop_ns,
+        )
         q.validate()
         topologies = node_topologies(settings) if not q.past else []
         admin = AlertAdmin(settings).start() if not q.past else None
@@ -88,8 +99,10 @@ def health_cmd(
     click.echo(counted(data["nodes_by_state"], "nodes"))
     for i in data["incidents"]:
         shared = ", ".join(f"{k}={v}" for k, v in i["shared"].items()) or "nothing but the cluster"
-        click.echo(f"fleet incident: {i['detector']} on {i['gpus']} of {i['of_gpus']} GPUs of {i['cluster']} at once "
-                   f"(shared: {shared}): look at what they share; no per-GPU remedy")  # fmt: skip
+        click.echo(
+            f"fleet incident: {i['detector']} on {i['gpus']} of {i['of_gpus']} GPUs of {i['cluster']} at once "
+            f"(shared: {shared}): look at what they share; no per-GPU remedy"
+        )
     for n in data["nodes"]:
         click.echo(f"node {n['cluster']}/{n['node']}: {n['state']}, remedy: {n['remedy']}")
     for a in data["gpus"]:
@@ -134,28 +147,40 @@ def reliability_cmd(ctx: click.Context, range_: str, by: str, cluster: str | Non
     def num(v: float | None) -> str:
         return "-" if v is None else f"{v:g}"
 
-    click.echo(f"reliability over {range_} by {by}: incidents = GPUs made unhealthy; MTBI in GPU-hours per "
-               "incident; repair in minutes, finding start to clear; tell in seconds, finding start to the first "
-               "notification a receiver took (told: of how many incidents)")  # fmt: skip
-    click.echo(f"{by:28} {'GPUs':>5} {'GPU-h':>9} {'incid.':>6} {'MTBI h':>8} {'repair p50':>10} {'p90':>8} "
-               f"{'open':>5} {'degr.':>6} {'tell p50':>8} {'told':>5}")  # fmt: skip
+    click.echo(
+        f"reliability over {range_} by {by}: incidents = GPUs made unhealthy; MTBI in GPU-hours per "
+        "incident; repair in minutes, finding start to clear; tell in seconds, finding start to the first "
+        "notification a receiver took (told: of how many incidents)"
+    )
+    click.echo(
+        f"{by:28} {'GPUs':>5} {'GPU-h':>9} {'incid.':>6} {'MTBI h':>8} {'repair p50':>10} {'p90':>8} "
+        f"{'open':>5} {'degr.':>6} {'tell p50':>8} {'told':>5}"
+    )
     for r in data["rows"]:
-        click.echo(f"{r['group'][:28]:28} {r['gpus']:>5} {r['gpu_hours']:>9g} {r['incidents']:>6} "
-                   f"{num(r['mtbi_hours']):>8} {num(r['repair_median_min']):>10} {num(r['repair_p90_min']):>8} "
-                   f"{r['open_incidents']:>5} {r['degradations']:>6} {num(r['tell_median_s']):>8} "
-                   f"{r['told']:>5}")  # fmt: skip
+        click.echo(
+            f"{r['group'][:28]:28} {r['gpus']:>5} {r['gpu_hours']:>9g} {r['incidents']:>6} "
+            f"{num(r['mtbi_hours']):>8} {num(r['repair_median_min']):>10} {num(r['repair_p90_min']):>8} "
+            f"{r['open_incidents']:>5} {r['degradations']:>6} {num(r['tell_median_s']):>8} "
+            f"{r['told']:>5}"
+        )
     for lemon in data["lemon_nodes"]:
         click.echo(f"lemon node {lemon['cluster']}/{lemon['node']}: {lemon['why']}")
     if data["days"]:
-        click.echo("per day (UTC): " + ", ".join(
-            f"{time.strftime('%Y-%m-%d', time.gmtime(d['day_ns'] / 1e9))} {d['incidents']} incidents, "
-            f"{d['degradations']} degradations" for d in data["days"]
-        ))  # fmt: skip
+        click.echo(
+            "per day (UTC): "
+            + ", ".join(
+                f"{time.strftime('%Y-%m-%d', time.gmtime(d['day_ns'] / 1e9))} {d['incidents']} incidents, "
+                f"{d['degradations']} degradations"
+                for d in data["days"]
+            )
+        )
     for note in data["notes"]:
         click.echo(f"note: {note}")
     if data["jobs"]:
         click.echo("effective time per job (its GPUs all healthy and busy), least effective first:")
     for j in data["jobs"][:_JOBS_SHOWN]:
         causes = ", ".join(f"{c['detector']} {c['hours']:g} h" for c in j["causes"]) or "nothing"
-        click.echo(f"  {j['cluster']}/{j['job']} ({j['application']}): {j['effective']:.1%} of {j['hours']:g} h "
-                   f"({j['gpu_hours']:g} GPU-h); lost {j['lost_hours']:g} h to {causes}")  # fmt: skip
+        click.echo(
+            f"  {j['cluster']}/{j['job']} ({j['application']}): {j['effective']:.1%} of {j['hours']:g} h "
+            f"({j['gpu_hours']:g} GPU-h); lost {j['lost_hours']:g} h to {causes}"
+        )

@@ -58,9 +58,15 @@ def _import(
         web = state.web if state is not None else None
         dashboard = web["url"] if web and services.web_healthy(web["url"]) else None
         outcome = run_import(
-            settings, name, options, inputs, pipeline=kw["pipeline"], restart=kw["restart"],
-            patience_s=kw["patience"], echo=click.echo,
-        )  # fmt: skip
+            settings,
+            name,
+            options,
+            inputs,
+            pipeline=kw["pipeline"],
+            restart=kw["restart"],
+            patience_s=kw["patience"],
+            echo=click.echo,
+        )
     click.echo("\n".join(summary(outcome, settings, dashboard)))
     if not outcome.complete:
         ctx.exit(1)
@@ -96,8 +102,9 @@ def _parameter(field: str, flag: Flag, default: Any) -> click.Parameter:
     elif isinstance(default, float):
         kind = click.FloatRange(flag.minimum) if flag.minimum is not None else click.FLOAT
     told = f" [default: {default}]" if default not in ("", None, 0) and not flag.required else ""
-    return click.Option([f"--{field.replace('_', '-')}", field], type=kind, required=flag.required, default=None,
-                        help=flag.help + told)  # fmt: skip
+    return click.Option(
+        [f"--{field.replace('_', '-')}", field], type=kind, required=flag.required, default=None, help=flag.help + told
+    )
 
 
 def _paths(value: Any) -> tuple[Path, ...]:

@@ -51,13 +51,18 @@ def links_cmd(ctx: click.Context, backend: str, node: str | None, repeats: int, 
         else:
             try:
                 uuids = [g.uuid for g in sorted(current.gpus, key=lambda g: g.index)] if current else []
-                run = probe(cuda_copiers(uuids, current.links if current else ()), repeats=repeats,
-                            source="probe cuda-python")  # fmt: skip
+                run = probe(
+                    cuda_copiers(uuids, current.links if current else ()), repeats=repeats, source="probe cuda-python"
+                )
             except RuntimeError as exc:
                 fail(f"GPU probe: {exc}", 1)
     if fmt == "json":
-        out = {"node": node, "cpu_s": run.cpu_s, "wall_s": run.wall_s,
-               "timings": [dataclasses.asdict(t) for t in run.timings]}  # fmt: skip
+        out = {
+            "node": node,
+            "cpu_s": run.cpu_s,
+            "wall_s": run.wall_s,
+            "timings": [dataclasses.asdict(t) for t in run.timings],
+        }
         click.echo(json.dumps(out, indent=2))
     else:
         click.echo(format_timings(run.timings))
@@ -83,8 +88,9 @@ def _topology(settings: Settings, node: str) -> NodeTopology | None:
     """The node's topology as the collector published it (its GPUs and paths), or None."""
     from pipeline.mirror import TopicMirror
 
-    mirror = TopicMirror(settings.kafka.client_config(), settings.topics.topology,
-                         lambda v: decode_record(NodeTopology, v)).start()  # fmt: skip
+    mirror = TopicMirror(
+        settings.kafka.client_config(), settings.topics.topology, lambda v: decode_record(NodeTopology, v)
+    ).start()
     try:
         if not mirror.wait_ready(settings.kafka.request_timeout_s):
             fail(f"could not read {settings.topics.topology} within {settings.kafka.request_timeout_s:.0f}s", 1)
@@ -98,7 +104,8 @@ def _publish(settings: Settings, topology: NodeTopology) -> None:
     from pipeline.publisher import Publisher
 
     publisher = Publisher(settings.kafka.client_config(), linger_ms=0)
-    publisher.publish(settings.topics.topology, topology.kafka_key, encode_record(topology),
-                      [("content-type", CONTENT_TYPE)])  # as the collector sends it  # fmt: skip
+    publisher.publish(
+        settings.topics.topology, topology.kafka_key, encode_record(topology), [("content-type", CONTENT_TYPE)]
+    )  # as the collector sends it
     if publisher.close(settings.kafka.request_timeout_s) or publisher.stats.failed:
         fail(f"not delivered to {settings.topics.topology}: {publisher.last_error or 'timed out'}", 1)

@@ -55,9 +55,12 @@ def time_options(default_range: str) -> Callable[[F], F]:
 
 def output_options(f: F) -> F:
     f = click.option(
-        "--backend", default="auto", show_default=True, type=click.Choice(["auto", "flux", "influxql"]),
+        "--backend",
+        default="auto",
+        show_default=True,
+        type=click.Choice(["auto", "flux", "influxql"]),
         help="Query language; auto picks per query (docs/queries.md).",
-    )(f)  # fmt: skip
+    )(f)
     return click.option(
         "--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json", "csv"])
     )(f)
@@ -133,9 +136,18 @@ def trend_cmd(ctx: click.Context, /, **kw: Any) -> None:
 
     scope = _scope(kw)
     q = TrendQuery(
-        kw["field_"], kw["by"], kw["every"], kw["range_"], kw["fn"], scope, kw["band"], kw["phase"],
-        kw["start"], kw["stop"], kw["backend"],
-    )  # fmt: skip
+        kw["field_"],
+        kw["by"],
+        kw["every"],
+        kw["range_"],
+        kw["fn"],
+        scope,
+        kw["band"],
+        kw["phase"],
+        kw["start"],
+        kw["stop"],
+        kw["backend"],
+    )
     _check(q.validate)
     with _store(ctx) as store:
         result = trend(store, q)
@@ -205,16 +217,28 @@ def compare_job_cmd(ctx: click.Context, /, job: str, features: tuple[str, ...], 
 @click.option("--format", "fmt", default="table", show_default=True, type=click.Choice(["table", "json", "csv"]))
 @click.pass_context
 def compare_models_cmd(
-    ctx: click.Context, /, model_a: str, model_b: str, application: str, cluster: str | None, features: tuple[str, ...],
+    ctx: click.Context,
+    /,
+    model_a: str,
+    model_b: str,
+    application: str,
+    cluster: str | None,
+    features: tuple[str, ...],
     **kw: Any,
-) -> None:  # fmt: skip
+) -> None:
     """MODEL_A against MODEL_B running one application: normalized features, so the comparison is fair."""
     from sinks.query import COMPARE_FEATURES, CompareModelsQuery, compare_models
 
     q = CompareModelsQuery(
-        application, model_a, model_b, kw["range_"], features or COMPARE_FEATURES, cluster, kw["start"],
+        application,
+        model_a,
+        model_b,
+        kw["range_"],
+        features or COMPARE_FEATURES,
+        cluster,
+        kw["start"],
         kw["stop"],
-    )  # fmt: skip
+    )
     _check(q.validate)
     with _store(ctx) as store:
         result = compare_models(store, q)

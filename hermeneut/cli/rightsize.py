@@ -101,8 +101,20 @@ def rightsize_cmd(
             notes.append(note)
             return found
 
-        advice, gaps = advise_and_gaps(settings, range_ or (None if start else "7d"), job, application, cluster,
-                                       headroom, start, stop, model, tokens, training, links)  # fmt: skip
+        advice, gaps = advise_and_gaps(
+            settings,
+            range_ or (None if start else "7d"),
+            job,
+            application,
+            cluster,
+            headroom,
+            start,
+            stop,
+            model,
+            tokens,
+            training,
+            links,
+        )
     links_note = notes[0] if notes else ""
     for key, minutes in sorted(gaps.items()):
         click.echo(

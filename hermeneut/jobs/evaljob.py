@@ -35,15 +35,8 @@ import numpy as np
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from tqdm import tqdm
 
-from hermeneut.jobs.evaluation import (
-    Classification,
-    Evaluation,
-    PaiResult,
-    classify_score,
-    pai_result,
-    pai_step_windows,
-    score,
-)
+from hermeneut.jobs.evaluation import Classification, Evaluation, classify_score, score
+from hermeneut.jobs.paistragglers import PaiResult, pai_result, pai_step_windows
 from hermeneut.stages import start_stage
 from pipeline import services
 from pipeline.codec import decode_interpreted, decode_record
@@ -128,9 +121,13 @@ class ContextRelay:
     def _run(self) -> None:
         conf = self.settings.kafka.client_config()
         consumer = Consumer(
-            conf | {"group.id": f"relay-{uuid.uuid4().hex[:8]}", "auto.offset.reset": "earliest",
-                    "enable.auto.commit": False}
-        )  # fmt: skip
+            conf
+            | {
+                "group.id": f"relay-{uuid.uuid4().hex[:8]}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
         consumer.subscribe([truth_topic(self.settings)])
         publisher = Publisher(conf)
         try:
@@ -361,8 +358,9 @@ def run_evaluation(
             raise RuntimeError(f"processor/sink did not join their groups within 120 s; see {run_dir}")
         pair = (stages[0], stages[1])
         learned = learn(ev, pair, run_dir, *learn_from, drain_timeout_s) if learn_from else 0
-        samples = produce(replace_settings(ev, topics=ev.topics.model_copy(update={"context": truth_topic(ev)})),
-                          run_dir)  # fmt: skip
+        samples = produce(
+            replace_settings(ev, topics=ev.topics.model_copy(update={"context": truth_topic(ev)})), run_dir
+        )
         stored, dead = _drain(pair, learned + samples, drain_timeout_s)
         if stored + dead < learned + samples:
             died = [s.name for s in stages if not s.alive()]
@@ -417,9 +415,18 @@ def learning_producer(nodes: int, gpus: int, hours: float, seed: int) -> Callabl
     def produce(settings: Settings, run_dir: Path) -> int:
         history_s = int(hours * 3600)
         sim = start_stage(
-            "simulate", settings, run_dir, "--nodes", str(nodes), "--gpus", str(gpus), "--seed", str(seed),
-            "--fast-forward", str(history_s),
-        )  # fmt: skip
+            "simulate",
+            settings,
+            run_dir,
+            "--nodes",
+            str(nodes),
+            "--gpus",
+            str(gpus),
+            "--seed",
+            str(seed),
+            "--fast-forward",
+            str(history_s),
+        )
         return simulated(sim, history_s / settings.sample_interval_s, "the learning simulator")
 
     return produce
@@ -437,10 +444,23 @@ def simulator_producer(
     def produce(settings: Settings, run_dir: Path) -> int:
         history_s = int(hours * 3600)
         sim = start_stage(
-            "simulate", settings, run_dir, "--nodes", str(nodes), "--gpus", str(gpus), "--seed", str(seed),
-            "--fast-forward", str(history_s), "--faults", "--fault-mix", "balanced",
-            "--fault-rate-scale", repr(plan.rate_scale),
-        )  # fmt: skip
+            "simulate",
+            settings,
+            run_dir,
+            "--nodes",
+            str(nodes),
+            "--gpus",
+            str(gpus),
+            "--seed",
+            str(seed),
+            "--fast-forward",
+            str(history_s),
+            "--faults",
+            "--fault-mix",
+            "balanced",
+            "--fault-rate-scale",
+            repr(plan.rate_scale),
+        )
         return simulated(sim, history_s / settings.sample_interval_s, "the simulator")
 
     return produce
@@ -463,8 +483,11 @@ class Interrupt:
         if self.signum:
             return
         self.signum = signum
-        raise RunInterrupted(signum, f"interrupted by {signal.Signals(signum).name}: every process this evaluation "
-                                     "started is stopped; nothing is scored")  # fmt: skip
+        raise RunInterrupted(
+            signum,
+            f"interrupted by {signal.Signals(signum).name}: every process this evaluation "
+            "started is stopped; nothing is scored",
+        )
 
     def install(self) -> Interrupt:
         for sig in (signal.SIGINT, signal.SIGTERM):

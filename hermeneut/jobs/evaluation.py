@@ -30,9 +30,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Final
+from dataclasses import dataclass, field
+from typing import Final
 
 import numpy as np
 
@@ -114,8 +113,9 @@ class Episode:
     def health(self) -> Health:
         """The state this episode gives its GPU (pipeline.health): healthy when it changes none."""
         evidence = {} if self.xid is None else {"xid": self.xid}
-        reason = reason_of(FiringFinding({"detector": self.detector, "severity": self.severity.value}, "",
-                                         self.start_ns, evidence))  # fmt: skip
+        reason = reason_of(
+            FiringFinding({"detector": self.detector, "severity": self.severity.value}, "", self.start_ns, evidence)
+        )
         return Health.HEALTHY if reason is None else reason.state
 
 
@@ -372,31 +372,54 @@ def score(
             if kind in FAULTS:
                 seen = t.record.start_ns, t.grace_end_ns
                 alerts.append(sum(1 for i in near if t.touches(eps[i]) and eps[i].overlaps(*seen)))
-        edges = (magnitudes or {}).get(kind, ())
-        bands = []
-        for j, (lo, hi) in enumerate(itertools.pairwise(edges)):
-            band = [k for k, t in enumerate(mine) if visible[k] and _in_band(t, lo, hi, j == len(edges) - 2)]
-            bands.append((lo, hi, len(band), sum(1 for k in band if hit[k])))
+        bands = _bands(mine, visible, hit, (magnitudes or {}).get(kind, ()))
         classes.append(
-            ClassScore(kind, sum(visible), sum(1 for v, h in zip(visible, hit, strict=True) if v and h), len(found),
-                       sum(1 for i in found if i in matched), tuple(delays), len(mine) - sum(visible), tuple(bands),
-                       tuple(alerts))
-        )  # fmt: skip
-    false: dict[tuple[str, Severity], int] = {}
-    examples: list[Episode] = []
-    false_unhealthy = 0
-    for i, e in enumerate(eps):
-        if i in matched or inside[i]:
-            continue
-        false[(e.detector, e.severity)] = false.get((e.detector, e.severity), 0) + 1
-        false_unhealthy += e.health is Health.UNHEALTHY
-        if len(examples) < 20:
-            examples.append(e)
+            ClassScore(
+                kind,
+                sum(visible),
+                sum(1 for v, h in zip(visible, hit, strict=True) if v and h),
+                len(found),
+                sum(1 for i in found if i in matched),
+                tuple(delays),
+                len(mine) - sum(visible),
+                bands,
+                tuple(alerts),
+            )
+        )
+    unexplained = [e for i, e in enumerate(eps) if i not in matched and not inside[i]]
+    false, examples, false_unhealthy = _false_alarms(unexplained)
     faults = [t for ts in faults_at.values() for t in ts]
     return Evaluation(
-        tuple(classes), false, healthy_gpu_days(observed, faults), classification, tuple(examples),
-        dict(unplaced or {}), _health_scores(eps, truth, by_node, tol, run_end_ns), false_unhealthy,
-    )  # fmt: skip
+        tuple(classes),
+        false,
+        healthy_gpu_days(observed, faults),
+        classification,
+        examples,
+        dict(unplaced or {}),
+        _health_scores(eps, truth, by_node, tol, run_end_ns),
+        false_unhealthy,
+    )
+
+
+def _bands(
+    mine: list[Truth], visible: list[bool], hit: list[bool], edges: tuple[float, ...]
+) -> tuple[tuple[float, float, int, int], ...]:
+    """Per magnitude band of a graded class: (low edge, high edge, visible faults in it, found); the top band
+    holds its high edge."""
+    out = []
+    for j, (lo, hi) in enumerate(itertools.pairwise(edges)):
+        band = [k for k, t in enumerate(mine) if visible[k] and _in_band(t, lo, hi, j == len(edges) - 2)]
+        out.append((lo, hi, len(band), sum(1 for k in band if hit[k])))
+    return tuple(out)
+
+
+def _false_alarms(false_eps: list[Episode]) -> tuple[dict[tuple[str, Severity], int], tuple[Episode, ...], int]:
+    """The episodes neither matched to a fault nor inside one, counted by (detector, severity); the first 20 as
+    examples; how many made a GPU unhealthy."""
+    counts: dict[tuple[str, Severity], int] = {}
+    for e in false_eps:
+        counts[(e.detector, e.severity)] = counts.get((e.detector, e.severity), 0) + 1
+    return counts, tuple(false_eps[:20]), sum(e.health is Health.UNHEALTHY for e in false_eps)
 
 
 def _health_scores(
@@ -411,10 +434,12 @@ def _health_scores(
         delays = []
         for t in shown:
             starts = [
-                eps[i].start_ns for i in by_node.get((t.record.cluster, t.record.node), ())
-                if t.touches(eps[i]) and eps[i].overlaps(t.record.start_ns - tol, t.grace_end_ns)
+                eps[i].start_ns
+                for i in by_node.get((t.record.cluster, t.record.node), ())
+                if t.touches(eps[i])
+                and eps[i].overlaps(t.record.start_ns - tol, t.grace_end_ns)
                 and BADNESS[eps[i].health] >= BADNESS[expected]
-            ]  # fmt: skip
+            ]
             if starts:
                 delays.append(max(0.0, (min(starts) - t.record.start_ns) / _S))
         out.append(HealthScore(kind, expected, len(shown), tuple(delays)))
@@ -437,12 +462,19 @@ def combine(evs: Sequence[Evaluation]) -> Evaluation:
             for lo, hi, n, d in c.bands:
                 n0, d0 = bands.get((lo, hi), (0, 0))
                 bands[(lo, hi)] = (n0 + n, d0 + d)
-        classes.append(ClassScore(
-            kind, sum(c.faults for c in cs), sum(c.detected for c in cs), sum(c.episodes for c in cs),
-            sum(c.true_episodes for c in cs), tuple(d for c in cs for d in c.delays_s), sum(c.excluded for c in cs),
-            tuple((lo, hi, n, d) for (lo, hi), (n, d) in bands.items()),
-            tuple(a for c in cs for a in c.alerts_per_fault),
-        ))  # fmt: skip
+        classes.append(
+            ClassScore(
+                kind,
+                sum(c.faults for c in cs),
+                sum(c.detected for c in cs),
+                sum(c.episodes for c in cs),
+                sum(c.true_episodes for c in cs),
+                tuple(d for c in cs for d in c.delays_s),
+                sum(c.excluded for c in cs),
+                tuple((lo, hi, n, d) for (lo, hi), (n, d) in bands.items()),
+                tuple(a for c in cs for a in c.alerts_per_fault),
+            )
+        )
     false: dict[tuple[str, Severity], int] = {}
     unplaced: dict[str, int] = {}
     for e in evs:
@@ -458,8 +490,16 @@ def combine(evs: Sequence[Evaluation]) -> Evaluation:
         for h in evs[0].health
         for hs in [[x for e in evs for x in e.health if x.fault == h.fault]]
     )
-    return Evaluation(tuple(classes), false, sum(e.healthy_gpu_days for e in evs), classification, examples, unplaced,
-                      health, sum(e.false_unhealthy for e in evs))  # fmt: skip
+    return Evaluation(
+        tuple(classes),
+        false,
+        sum(e.healthy_gpu_days for e in evs),
+        classification,
+        examples,
+        unplaced,
+        health,
+        sum(e.false_unhealthy for e in evs),
+    )
 
 
 def _in_band(t: Truth, lo: float, hi: float, last: bool) -> bool:
@@ -502,6 +542,10 @@ def classify_score(pairs: Iterable[tuple[str | None, str]]) -> Classification:
     return Classification(rows, correct, confusion)
 
 
+def number(value: float | None, fmt: str = ".2f") -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
 def failures(ev: Evaluation, thresholds: Thresholds, milder_above: Mapping[str, bool] | None = None) -> list[str]:
     """Every acceptance threshold the evaluation missed, one line each (empty: accepted)."""
     out = []
@@ -523,162 +567,49 @@ def failures(ev: Evaluation, thresholds: Thresholds, milder_above: Mapping[str, 
         median = straggler.delay_median_s
         if median is None or median > thresholds.straggler_delay_median_s:
             out.append(
-                f"straggler: median detection delay {_num(median, '.0f')} s > {thresholds.straggler_delay_median_s:g} s"
+                f"straggler: median detection delay {number(median, '.0f')} s "
+                f"> {thresholds.straggler_delay_median_s:g} s"
             )
         recall = straggler.recall_from(thresholds.straggler_recall_from)
         if straggler.bands and (recall is None or recall < thresholds.straggler_recall_min):
-            out.append(f"straggler: recall {_num(recall)} for stragglers >= {thresholds.straggler_recall_from:.0%} "
-                       f"slow < {thresholds.straggler_recall_min}")  # fmt: skip
+            out.append(
+                f"straggler: recall {number(recall)} for stragglers >= {thresholds.straggler_recall_from:.0%} "
+                f"slow < {thresholds.straggler_recall_min}"
+            )
     paging = ev.false_alarm_rate(severities=PAGING)
     if paging is None:
         out.append("no healthy GPU time observed")
     else:
         if paging > thresholds.paging_false_alarms_per_gpu_day_max:
-            out.append(f"paging false alarms {paging:.2g} per healthy GPU-day > "
-                       f"{thresholds.paging_false_alarms_per_gpu_day_max:g}")  # fmt: skip
+            out.append(
+                f"paging false alarms {paging:.2g} per healthy GPU-day > "
+                f"{thresholds.paging_false_alarms_per_gpu_day_max:g}"
+            )
         for kind in sorted({k for k, _ in ev.false_alarms}):
             rate = ev.false_alarm_rate([kind]) or 0.0
             if rate > thresholds.kind_false_alarms_per_gpu_day_max:
-                out.append(f"{kind}: {rate:.3f} false alarms per healthy GPU-day > "
-                           f"{thresholds.kind_false_alarms_per_gpu_day_max:g}")  # fmt: skip
+                out.append(
+                    f"{kind}: {rate:.3f} false alarms per healthy GPU-day > "
+                    f"{thresholds.kind_false_alarms_per_gpu_day_max:g}"
+                )
     for h in ev.health:
         late = h.faults - h.in_time(thresholds.health_delay_s)
         if late:
-            out.append(f"{h.fault}: {late} of {h.faults} GPUs not {h.expected.value} (or worse) within "
-                       f"{thresholds.health_delay_s:g} s")  # fmt: skip
+            out.append(
+                f"{h.fault}: {late} of {h.faults} GPUs not {h.expected.value} (or worse) within "
+                f"{thresholds.health_delay_s:g} s"
+            )
     if (
         ev.healthy_gpu_days > 0
         and ev.false_unhealthy / ev.healthy_gpu_days > thresholds.false_unhealthy_per_gpu_day_max
     ):
-        out.append(f"false unhealthy {ev.false_unhealthy / ev.healthy_gpu_days:.2g} per healthy GPU-day > "
-                   f"{thresholds.false_unhealthy_per_gpu_day_max:g}")  # fmt: skip
+        out.append(
+            f"false unhealthy {ev.false_unhealthy / ev.healthy_gpu_days:.2g} per healthy GPU-day > "
+            f"{thresholds.false_unhealthy_per_gpu_day_max:g}"
+        )
     acc = ev.classification.accuracy if ev.classification else None
     if acc is None:
         out.append("workload classification was not measured (no withheld context)")
     elif acc < thresholds.classification_min:
         out.append(f"workload classification {acc:.3f} < {thresholds.classification_min}")
     return out
-
-
-def to_json(ev: Evaluation) -> dict[str, Any]:
-    """An evaluation as plain data (the CLI's ``--json``)."""
-    return {
-        "classes": [
-            asdict(c)
-            | {"precision": c.precision, "recall": c.recall, "f1": c.f1, "delay_median_s": c.delay_median_s,
-               "delay_p95_s": c.delay_p95_s, "alerts_mean": c.alerts_mean}
-            for c in ev.classes
-        ],
-        "false_alarms": [
-            {"kind": kind, "severity": sev.value, "episodes": n} for (kind, sev), n in sorted(ev.false_alarms.items())
-        ],
-        "healthy_gpu_days": ev.healthy_gpu_days,
-        "paging_false_alarms_per_gpu_day": ev.false_alarm_rate(severities=PAGING),
-        "false_alarms_per_gpu_day": ev.false_alarm_rate(),
-        "classification_accuracy": ev.classification.accuracy if ev.classification else None,
-        "unplaced": ev.unplaced,
-        "health": [
-            {"fault": h.fault, "expected": h.expected.value, "faults": h.faults, "reached": len(h.delays_s),
-             "delay_median_s": h.delay_median_s, "delays_s": list(h.delays_s)}
-            for h in ev.health
-        ],
-        "false_unhealthy": ev.false_unhealthy,
-    }  # fmt: skip
-
-
-def _num(value: float | None, fmt: str = ".2f") -> str:
-    return "n/a" if value is None else format(value, fmt)
-
-
-def format_table(ev: Evaluation) -> str:
-    """The evaluation as Markdown (it goes into the README as it is): per class, then false alarms per kind."""
-    lines = [
-        "| finding kind | faults | excluded (tail) | detected | episodes | precision | recall | F1 | "
-        "alerts per fault | delay median (s) | delay p95 (s) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for c in ev.classes:
-        if not (c.faults or c.episodes or c.excluded):
-            continue
-        lines.append(
-            f"| {c.fault} | {c.faults} | {c.excluded} | {c.detected} | {c.episodes} | {_num(c.precision)} | "
-            f"{_num(c.recall)} | {_num(c.f1)} | {_num(c.alerts_mean)} | {_num(c.delay_median_s, '.0f')} | "
-            f"{_num(c.delay_p95_s, '.0f')} |"
-        )
-    graded = [c for c in ev.classes if c.bands and c.faults]
-    if graded:
-        lines += ["", "| graded class | magnitude band | faults | detected | recall |", "|---|---|---:|---:|---:|"]
-        for c in graded:
-            for lo, hi, n, d in c.bands:
-                lines.append(f"| {c.fault} | {lo:g}-{hi:g} | {n} | {d} | {_num(d / n if n else None)} |")
-    days = ev.healthy_gpu_days
-    lines += [
-        "",
-        f"Healthy GPU-days: {days:.1f}",
-        "",
-        "| false alarms: finding kind | severity | episodes | per healthy GPU-day |",
-        "|---|---|---:|---:|",
-    ]
-    for (kind, sev), n in sorted(ev.false_alarms.items(), key=lambda kv: (-kv[1], kv[0][0])):
-        lines.append(f"| {kind} | {sev.value} | {n} | {_num(n / days if days else None, '.4f')} |")
-    lines.append(
-        f"| **paging (critical + warning)** | | {ev.paging_false_alarms} | "
-        f"{_num(ev.false_alarm_rate(severities=PAGING), '.4f')} |"
-    )
-    if ev.health:
-        limit = Thresholds().health_delay_s
-        lines += ["", f"| hard fault class | state it must give | faults | reached | within {limit:g} s | "
-                      "delay median (s) |", "|---|---|---:|---:|---:|---:|"]  # fmt: skip
-        for h in ev.health:
-            lines.append(f"| {h.fault} | {h.expected.value} | {h.faults} | {len(h.delays_s)} | {h.in_time(limit)} | "
-                         f"{_num(h.delay_median_s, '.0f')} |")  # fmt: skip
-        rate = ev.false_unhealthy / days if days else None
-        lines += ["", f"Healthy GPUs called unhealthy: {ev.false_unhealthy} ({_num(rate, '.4f')} per healthy GPU-day)"]
-    if ev.unplaced and any(ev.unplaced.values()):
-        lines.append("")
-        lines.append("Injections never placed: " + ", ".join(f"{k} {v}" for k, v in sorted(ev.unplaced.items()) if v))
-    if ev.classification is not None:
-        cl = ev.classification
-        lines.append("")
-        lines.append(f"Workload classification (context withheld): {_num(cl.accuracy, '.3f')} over {cl.rows} rows")
-    return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------------------------- PAI stragglers
-#: the stragglers the Alibaba PAI 2020 mini-batch README names, per job (every other worker must stay unflagged)
-PAI_LABELS: Final[dict[int, frozenset[int]]] = {
-    1: frozenset({6}),
-    2: frozenset(),
-    3: frozenset({0, 1}),
-    4: frozenset({0, 5, 6, 7, 8}),
-}
-#: time-index units per window: 10 steps (the index advances by 10 per step)
-PAI_WINDOW: Final = 100
-
-
-def pai_step_windows(csv: Path) -> np.ndarray:
-    """Per worker, the median mini-batch time of each window of 10 steps: (10 workers, windows), NaN if missing."""
-    data = np.genfromtxt(csv, delimiter=",", skip_header=1)
-    worker, time, step = data[:, 0].astype(int), data[:, 2], data[:, 3]
-    k = ((time - 1) // PAI_WINDOW).astype(int)
-    out = np.full((int(worker.max()) + 1, int(k.max()) + 1), np.nan)
-    for w in np.unique(worker).tolist():
-        for window in np.unique(k[worker == w]).tolist():
-            out[w, window] = np.median(step[(worker == w) & (k == window)])
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class PaiResult:
-    job: int
-    flagged: frozenset[int]
-    expected: frozenset[int]
-
-    @property
-    def ok(self) -> bool:
-        return self.flagged == self.expected
-
-
-def pai_result(job: int, flags: np.ndarray) -> PaiResult:
-    """Compare a (workers, windows) flag matrix for a PAI job with its labels."""
-    return PaiResult(job, frozenset(int(w) for w in np.flatnonzero(flags.any(axis=1))), PAI_LABELS[job])

@@ -170,6 +170,53 @@ class _Truth:
         return seen[k][1] if k >= 0 else None
 
 
+def _fleet(plan: FleetPlan, cluster: str, learn_s: float) -> Fleet:
+    """The seeded fleet, its faults drawn by grade and class quota into the judged hours (none while it learns)."""
+    window = (learn_s + 600.0, max(learn_s + 601.0, learn_s + plan.hours * 3600 - plan.tail_s))
+    faults = FaultPlan(
+        rate_scale=0.0,
+        graded=True,
+        quota=plan.per_class,
+        quota_window_s=window,
+        compound=plan.compound,
+        min_duration_s=300.0,
+        max_duration_s=2400.0,
+    )
+    return Fleet(plan.nodes, plan.gpus, cluster, plan.seed, faults=faults, extras=True, mix="seeded")
+
+
+def _scores(
+    fleet: Fleet,
+    truth: _Truth,
+    findings: list[Finding],
+    observed: list[dict[tuple[str, str, str], tuple[int, int]]],
+    times: tuple[int, int, int],
+    pairs: list[tuple[str | None, str]],
+    classified: bool,
+) -> tuple[Evaluation, Evaluation]:
+    """Day one and after learning scored apart: ``times`` is (the first judged round, the last round, a round's
+    length) in ns; the classification is scored where nodes were withheld from their context."""
+    split, end_ns, dt = times
+    day_one = score(
+        [f for f in findings if f.since_ns < split],
+        [t for t in truth.records if t.start_ns < split],
+        observed[0],
+        run_end_ns=split - dt,
+        peers=truth.peers,
+    )
+    after = score(
+        [f for f in findings if f.since_ns >= split],
+        [t for t in truth.records if t.start_ns >= split],
+        observed[1],
+        run_end_ns=end_ns,
+        peers=truth.peers,
+        classification=classify_score(pairs) if classified else None,
+        unplaced=fleet.injector.unplaced,
+        magnitudes={k: m.bands for k, m in MAGNITUDES.items()},
+    )
+    return day_one, after
+
+
 def run(plan: FleetPlan, settings: Settings | None = None, progress: bool = True) -> Outcome:
     """One offline evaluation run (see the module docstring)."""
     settings = settings or Settings()
@@ -177,12 +224,8 @@ def run(plan: FleetPlan, settings: Settings | None = None, progress: bool = True
     dt = int(plan.interval_s * _S)
     learn_rounds = max(1, round(plan.learn_hours * 3600 / plan.interval_s))
     judged_rounds = max(1, round(plan.hours * 3600 / plan.interval_s))
-    learn_s = learn_rounds * plan.interval_s
-    window = (learn_s + 600.0, max(learn_s + 601.0, learn_s + plan.hours * 3600 - plan.tail_s))
-    faults = FaultPlan(rate_scale=0.0, graded=True, quota=plan.per_class, quota_window_s=window,
-                       compound=plan.compound, min_duration_s=300.0, max_duration_s=2400.0)  # fmt: skip
     cluster = f"offline-{plan.seed}"
-    fleet = Fleet(plan.nodes, plan.gpus, cluster, plan.seed, faults=faults, extras=True, mix="seeded")
+    fleet = _fleet(plan, cluster, learn_rounds * plan.interval_s)
     hidden = sorted({n for n in fleet.nodes if withheld(n, plan.withhold, plan.seed)})
     truth = _Truth(cluster, fleet.nodes, fleet.uuids, plan.gpus, plan.interval_s)
 
@@ -247,18 +290,8 @@ def run(plan: FleetPlan, settings: Settings | None = None, progress: bool = True
         findings += interpreter.tick(ts)
         bar.update(1)
     bar.close()
-    end_ns = T0 + (total - 1) * dt
     split = T0 + learn_rounds * dt
-    magnitudes = {k: m.bands for k, m in MAGNITUDES.items()}
-    day_one = score(
-        [f for f in findings if f.since_ns < split], [t for t in truth.records if t.start_ns < split], observed[0],
-        run_end_ns=split - dt, peers=truth.peers,
-    )  # fmt: skip
-    after = score(
-        [f for f in findings if f.since_ns >= split], [t for t in truth.records if t.start_ns >= split], observed[1],
-        run_end_ns=end_ns, peers=truth.peers, classification=classify_score(pairs) if hidden else None,
-        unplaced=fleet.injector.unplaced, magnitudes=magnitudes,
-    )  # fmt: skip
+    day_one, after = _scores(fleet, truth, findings, observed, (split, T0 + (total - 1) * dt, dt), pairs, bool(hidden))
     baselines = 0 if current[0] is None else len(current[0].baselines)
     return Outcome(
         plan, day_one, after, samples, dead, baselines, time.monotonic() - started, hidden, findings, truth.records

@@ -120,8 +120,11 @@ def pipeline_used(own: list[str], running: dict[str, int], run_dir: Path | None,
     started (``own``), the main job's (``running``, name -> pid), ones found in their consumer groups (``joined``,
     name -> members), or a pipeline run elsewhere."""
     kept = [f"{name} (pid {running[name]})" for name in ("process", "sink") if name in running]
-    found = [f"{name} ({n} in its consumer group)" for name in ("process", "sink") if name not in running
-             and name not in own and (n := joined.get(name, 0))]  # fmt: skip
+    found = [
+        f"{name} ({n} in its consumer group)"
+        for name in ("process", "sink")
+        if name not in running and name not in own and (n := joined.get(name, 0))
+    ]
     parts = []
     if own:
         parts.append(f"the import's own {' and '.join(own)} (logs in {run_dir})")
@@ -151,8 +154,10 @@ class ImportLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 other = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another import"
-                echo(f"waiting for {other} to finish: imports through one state folder ({self.path.parent}) run "
-                     "one at a time, so that one of the same range merges with what the other stored")  # fmt: skip
+                echo(
+                    f"waiting for {other} to finish: imports through one state folder ({self.path.parent}) run "
+                    "one at a time, so that one of the same range merges with what the other stored"
+                )
                 fcntl.flock(fd, fcntl.LOCK_EX)
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{holder} (pid {os.getpid()})".encode(), 0)
@@ -186,8 +191,10 @@ def merge_stored(rows: Any, stored: dict[Point, dict[str, float]]) -> tuple[Any,
     temperatures) are then one sample per point, judged whole: the second import's verdicts are about everything
     the point holds, not about its own half, and a reading the row has is never replaced."""
     n = len(rows)
-    found = [stored.get((node, gpu, ts // 1_000_000)) for node, gpu, ts in
-             zip(rows.node, rows.gpu_uuid, rows.ts_ns.tolist(), strict=True)]  # fmt: skip
+    found = [
+        stored.get((node, gpu, ts // 1_000_000))
+        for node, gpu, ts in zip(rows.node, rows.gpu_uuid, rows.ts_ns.tolist(), strict=True)
+    ]
     names = sorted({name for point in found if point for name in point})
     if not names:
         return rows, 0
@@ -381,8 +388,15 @@ def wait_accounted(
     the same range, merged with it field by field in InfluxDB), which the summary notes."""
     expected = report.rows_read
     last, still_since = (-1, False), time.monotonic()
-    with tqdm(total=expected, desc="stored or dead-lettered", unit=" rows", unit_scale=True, disable=not progress,
-              dynamic_ncols=True, mininterval=0.5) as bar:  # fmt: skip
+    with tqdm(
+        total=expected,
+        desc="stored or dead-lettered",
+        unit=" rows",
+        unit_scale=True,
+        disable=not progress,
+        dynamic_ncols=True,
+        mininterval=0.5,
+    ) as bar:
         while True:
             caught_up = not raw_ends or _caught_up(settings, raw_ends)
             stored = _stored(settings, cluster, report)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tqdm import tqdm
 
@@ -29,6 +29,10 @@ from pipeline.errors import HermeneutError
 from pipeline.kinds import DEMO_FAULTS
 from pipeline.services.stages import Stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
+
+if TYPE_CHECKING:
+    from hermeneut.jobs.training import TrainingReport
+    from producers.simulator import Fleet
 
 #: the demo's fleet is small and its history short: a baseline of its own needs fewer samples than in production
 MAIN_JOB_MIN_SAMPLES = 100
@@ -80,6 +84,45 @@ def _drain(stages: list[Stage], produced: int, timeout_s: float) -> int:
     return accounted()
 
 
+def _demo_fleet(settings: Settings, nodes: int, gpus: int, seed: int, learn_s: float) -> Fleet:
+    """The simulated fleet: healthy while it is learned, then the demo's faults, each for half an hour."""
+    from producers.simulator import Fleet
+    from producers.simulator.plan import FaultPlan, Injection
+
+    injections = tuple(Injection(fault, learn_s + at_s, 1800.0) for fault, at_s in DEMO_FAULTS)
+    plan = FaultPlan(rate_scale=0.0, injections=injections)
+    return Fleet(nodes, gpus, cluster=settings.cluster, seed=seed, faults=plan, extras=True)
+
+
+def _learned(settings: Settings, processor: Stage, learn_s: float) -> TrainingReport | str:
+    """Baselines learned from the healthy history and taken up by the running processor, or why not."""
+    from hermeneut.jobs.training import TrainingReport, train
+
+    try:
+        training = train(settings, learn_s + 60, MAIN_JOB_MIN_SAMPLES, "5s", progress=True, echo=lambda _l: None)
+    except HermeneutError as exc:
+        return f"training failed: {exc}"
+    if isinstance(training, TrainingReport):
+        wait_for(lambda: processor.stats().get("baselines_version") == training.version, 60)
+    return training
+
+
+def _live(sim: threading.Thread, stop: threading.Event, stages: list[Stage], duration_s: float) -> list[str]:
+    """Run the live simulation to its end with a progress bar; the stages that died under it (then it stops)."""
+    sim.start()
+    with _bar(round(duration_s), "simulating (s)") as bar:
+        started = time.monotonic()
+        while sim.is_alive():
+            sim.join(0.5)
+            bar.update(min(round(time.monotonic() - started), round(duration_s)) - bar.n)
+            dead = [s.name for s in stages if not s.alive()]
+            if dead:
+                stop.set()
+                sim.join()
+                return dead
+    return []
+
+
 def main_job(
     settings: Settings,
     nodes: int,
@@ -91,11 +134,8 @@ def main_job(
 ) -> bool:
     """Run the whole system once (see module docstring); True when every produced sample was delivered and is
     accounted for (stored or dead-lettered)."""
-    from hermeneut.jobs.training import TrainingReport, train
     from pipeline.publisher import Publisher
     from producers.agent import AgentReport, NodeAgent
-    from producers.simulator import Fleet
-    from producers.simulator.plan import FaultPlan, Injection
     from producers.simulator.source import SimulatorSource
     from sinks.retention import setup as storage_setup
 
@@ -123,49 +163,33 @@ def main_job(
             print(f"the stages did not join their consumer groups within 120 s; see {run_dir}")
             return False
         ensure_operator_subscription(settings)
-        injections = tuple(Injection(fault, learn_s + at_s, 1800.0) for fault, at_s in DEMO_FAULTS)
-        fleet = Fleet(
-            nodes, gpus, cluster=settings.cluster, seed=seed, faults=FaultPlan(rate_scale=0.0, injections=injections),
-            extras=True,
-        )  # fmt: skip
         stop = threading.Event()
-        source = SimulatorSource.of(fleet)
+        source = SimulatorSource.of(_demo_fleet(settings, nodes, gpus, seed, learn_s))
         reports: list[AgentReport] = []
 
         def simulate(duration_s: float, **kwargs: Any) -> None:
             publishers.append(Publisher(settings.kafka.client_config()))
             agent = NodeAgent(
-                source, publishers[-1], settings.topics, settings.sample_interval_s, shutdown_grace_s=60.0,
+                source,
+                publishers[-1],
+                settings.topics,
+                settings.sample_interval_s,
+                shutdown_grace_s=60.0,
                 stats_file=run_dir / "simulate.stats.json",
-            )  # fmt: skip
+            )
             reports.append(agent.run(stop, duration_s, **kwargs))
 
         print(f"3/6 learning: {learn_s / 60:.0f} simulated minutes of healthy history from {nodes} nodes x {gpus} GPUs")
         simulate(fast_forward_s=learn_s, duration_s=0.0, progress=True)
         _drain(stages, reports[0].samples, 300)
-        training: TrainingReport | str
-        try:
-            training = train(settings, learn_s + 60, MAIN_JOB_MIN_SAMPLES, "5s", progress=True, echo=lambda _l: None)
-        except HermeneutError as exc:
-            training = f"training failed: {exc}"
-        if isinstance(training, TrainingReport):
-            version = training.version
-            wait_for(lambda: stages[0].stats().get("baselines_version") == version, 60)
+        training = _learned(settings, stages[0], learn_s)
         print(f"4/6 live: {duration_s:.0f}s in real time, with {len(DEMO_FAULTS)} faults injected")
         live_from_ns = time.time_ns()
         sim = threading.Thread(target=simulate, kwargs={"duration_s": duration_s}, name="simulator")
-        sim.start()
-        with _bar(round(duration_s), "simulating (s)") as bar:
-            started = time.monotonic()
-            while sim.is_alive():
-                sim.join(0.5)
-                bar.update(min(round(time.monotonic() - started), round(duration_s)) - bar.n)
-                dead = [s.name for s in stages if not s.alive()]
-                if dead:
-                    stop.set()
-                    sim.join()
-                    print(f"stage {', '.join(dead)} exited early; see {run_dir}")
-                    return False
+        dead = _live(sim, stop, stages, duration_s)
+        if dead:
+            print(f"stage {', '.join(dead)} exited early; see {run_dir}")
+            return False
         produced = sum(r.samples for r in reports)
         print("5/6 draining: waiting until every sample is stored or dead-lettered")
         accounted = _drain(stages, produced, 180)
@@ -176,8 +200,19 @@ def main_job(
         print("6/6 report")
         keep = not stop_services
         web = (state.web or {}).get("metrics")
-        report(settings, stats, reports, produced, published, delivered, training, live_from_ns, url, run_dir,
-               metrics_lines(stages, web, keep))  # fmt: skip
+        report(
+            settings,
+            stats,
+            reports,
+            produced,
+            published,
+            delivered,
+            training,
+            live_from_ns,
+            url,
+            run_dir,
+            metrics_lines(stages, web, keep),
+        )
         ok = delivered == published and accounted == produced
         if keep:
             services.keep_stages(settings, [stage.kept() for stage in stages])

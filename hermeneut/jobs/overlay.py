@@ -270,8 +270,11 @@ def memory_total(trace: Trace) -> float:
 def invisible(trace: Trace, interval_s: float) -> dict[str, str]:
     """The classes this trace cannot show, each with why (the columns it lacks, a sampling coarser than asked)."""
     have = trace.columns
-    out = {c: f"no column {', '.join(n for n in need if n not in have)}" for c, need in NEEDS.items()
-           if any(n not in have for n in need)}  # fmt: skip
+    out = {
+        c: f"no column {', '.join(n for n in need if n not in have)}"
+        for c, need in NEEDS.items()
+        if any(n not in have for n in need)
+    }
     own = trace.median_interval_s()
     if own > 1.5 * interval_s:
         out = dict.fromkeys(CLASSES, f"the trace samples every {own:g} s, coarser than {interval_s:g} s")

@@ -115,8 +115,9 @@ def judge(rows: Rows, settings: Settings, baselines: BaselineSet | None, keep_un
             c = pending.pop(0)
             contexts[c.kafka_key] = c
             timeline.see(c.kafka_key, c)
-        outcome = process_raw([RawMessage(batch.kafka_key, encode_samples(batch), f"overlay/0/{i}")], now,
-                              settings.validation)  # fmt: skip
+        outcome = process_raw(
+            [RawMessage(batch.kafka_key, encode_samples(batch), f"overlay/0/{i}")], now, settings.validation
+        )
         for _part, normalized in outcome.forward:
             interpreted, f = interpreter.apply(normalized, now)
             found += f
@@ -161,10 +162,13 @@ def matches(truth: Truth, findings: Iterable[Finding], gpus: Iterable[str]) -> l
     targets = {truth.gpu_uuid} if truth.gpu_uuid else {*gpus, None}
     lo, hi = truth.start_ns - int(BEFORE_S * _S), truth.end_ns + int(GRACE_S * _S)
     return sorted(
-        (f for f in findings
-         if f.active and f.detector in wanted and f.gpu_uuid in targets and f.since_ns >= lo and f.ts_ns <= hi),
+        (
+            f
+            for f in findings
+            if f.active and f.detector in wanted and f.gpu_uuid in targets and f.since_ns >= lo and f.ts_ns <= hi
+        ),
         key=lambda f: f.ts_ns,
-    )  # fmt: skip
+    )
 
 
 _NUMBER = r"(\d+(?:\.\d+)?)"
@@ -389,10 +393,18 @@ def format_result(r: Result, trace: Trace) -> str:
             f"{c.quiet_alarms}/{len(c.quiet)} ({c.quiet_paging}) |"
         )
     notes = [f"- missed: {h.truth.detail}" for c in r.classes.values() for h in c.faults if not h.found]
-    notes += [f"- untrue wording ({h.truth.detail}): {'; '.join(h.problems)}: \"{h.summary}\""
-              for c in r.classes.values() for h in c.faults if h.problems]  # fmt: skip
-    notes += [f"- quiet raised ({h.truth.detail}): {h.severity} \"{h.summary}\""
-              for c in r.classes.values() for h in c.quiet if h.found]  # fmt: skip
+    notes += [
+        f'- untrue wording ({h.truth.detail}): {"; ".join(h.problems)}: "{h.summary}"'
+        for c in r.classes.values()
+        for h in c.faults
+        if h.problems
+    ]
+    notes += [
+        f'- quiet raised ({h.truth.detail}): {h.severity} "{h.summary}"'
+        for c in r.classes.values()
+        for h in c.quiet
+        if h.found
+    ]
     if notes:
         lines += ["", *_summarized(notes)]
     lines += ["", f"control (untouched trace): {len(r.control)} finding record(s)"]
@@ -413,9 +425,18 @@ def to_json(r: Result) -> dict[str, Any]:
     """One result as plain data (every fault's outcome and every control finding)."""
 
     def hit(h: Hit) -> dict[str, Any]:
-        return {"detail": h.truth.detail, "gpu": h.truth.gpu_uuid, "start_ns": h.truth.start_ns,
-                "end_ns": h.truth.end_ns, "factor": h.truth.factor, "found": h.found, "delay_s": h.delay_s,
-                "severity": h.severity, "summary": h.summary, "wording_problems": h.problems}  # fmt: skip
+        return {
+            "detail": h.truth.detail,
+            "gpu": h.truth.gpu_uuid,
+            "start_ns": h.truth.start_ns,
+            "end_ns": h.truth.end_ns,
+            "factor": h.truth.factor,
+            "found": h.found,
+            "delay_s": h.delay_s,
+            "severity": h.severity,
+            "summary": h.summary,
+            "wording_problems": h.problems,
+        }
 
     return {
         "mode": "offline, overlay",

@@ -44,7 +44,8 @@ from pipeline.errors import ServiceError
 from pipeline.events import PHASES
 
 if TYPE_CHECKING:
-    from sinks.query.history import History
+    from processors.baselines.fit import LabelledRows
+    from sinks.query.history import FeedbackRow, History
 
 log = logging.getLogger(__name__)
 
@@ -126,9 +127,65 @@ def left_out(
     """Which rows of ``h`` training uses (known applications outside fault windows and marked events), and how
     many of the known rows were left out for each reason (pure)."""
     in_fault, in_marked = _excluded(h, faults), _excluded(h, marked)
-    why = Counter({"fault findings": int((known & in_fault).sum()),
-                   "marked anomalous": int((known & in_marked & ~in_fault).sum())})  # fmt: skip
+    why = Counter(
+        {
+            "fault findings": int((known & in_fault).sum()),
+            "marked anomalous": int((known & in_marked & ~in_fault).sum()),
+        }
+    )
     return known & ~in_fault & ~in_marked, why
+
+
+def _labelled(
+    history: dict[tuple[str, str], History],
+    faults: list[Window],
+    marked: list[Window],
+    report: TrainingReport,
+) -> list[LabelledRows]:
+    """Each (application, model)'s stored rows as features with their phase, less what is left out (counted)."""
+    from processors.baselines.fit import LabelledRows
+    from processors.features import PHASE_INDEX, features, fill_relative, infer_phase
+
+    parts: list[LabelledRows] = []
+    for (app, model), h in history.items():
+        report.rows += len(h)
+        known = np.array([s != "inferred" for s in h.source], dtype=bool)
+        report.rows_inferred += int((~known).sum())
+        use, why = left_out(h, known, faults, marked)
+        report.rows_excluded += int((known & ~use).sum())
+        report.excluded_by.update(why)
+        if not use.any():
+            continue
+        models = (model,) * len(h)
+        f = features(h.metrics, fill_relative(h.metrics, h.relative, models), models)
+        stored_phase = np.array([PHASE_INDEX.get(p or "", -1) for p in h.phase], dtype=np.int64)
+        phase = np.where(stored_phase < 0, infer_phase(f), stored_phase)
+        gpu = np.unique(np.asarray(h.gpu, dtype=object), return_inverse=True)[1]
+        clusters = frozenset(np.asarray(h.cluster, dtype=object)[use].tolist())
+        parts.append(LabelledRows(app, model, f[use], phase[use], gpu[use], h.ts_ns[use], clusters))
+    return parts
+
+
+def _kept(settings: Settings, feedback: list[FeedbackRow], report: TrainingReport) -> dict[str, list[np.ndarray]]:
+    """The rows operators marked not anomalous, as features by the baseline that judged them (kept in its band)."""
+    from processors.baselines.model import baseline_id
+    from processors.features import features, fill_relative, infer_phase
+    from sinks.query.history import stored_event
+
+    keep: dict[str, list[np.ndarray]] = {}
+    for fb in feedback:
+        if fb.verdict != "not-anomalous":
+            continue
+        event = stored_event(settings, fb.gpu, fb.event_ts_ms)
+        if event is None or not event.application:
+            continue
+        models = (event.gpu_model,)
+        one = event.metrics[None, :]
+        f = features(one, fill_relative(one, event.relative[None, :], models), models)
+        phase_name = PHASES[int(infer_phase(f)[0])]
+        keep.setdefault(event.baseline or baseline_id(event.application, event.gpu_model, phase_name), []).append(f)
+        report.feedback_used += 1
+    return keep
 
 
 def train(
@@ -143,11 +200,9 @@ def train(
 ) -> TrainingReport:
     """Learn from the last ``range_s`` seconds of history (of one cluster tag, or all) and publish a new version
     (see module docstring)."""
-    from processors.baselines.fit import LabelledRows, fit_version
-    from processors.baselines.model import baseline_id
+    from processors.baselines.fit import fit_version
     from processors.baselines.store import merged
-    from processors.features import PHASE_INDEX, features, fill_relative, infer_phase
-    from sinks.query.history import feedback_rows, finding_windows, stored_event, training_history
+    from sinks.query.history import feedback_rows, finding_windows, training_history
 
     cfg = settings.baselines
     min_samples = cfg.min_samples if min_samples is None else min_samples
@@ -169,40 +224,15 @@ def train(
         if fb.verdict == "anomalous"
     ]
 
-    parts: list[LabelledRows] = []
-    for (app, model), h in history.items():
-        report.rows += len(h)
-        known = np.array([s != "inferred" for s in h.source], dtype=bool)
-        report.rows_inferred += int((~known).sum())
-        use, why = left_out(h, known, faults, marked)
-        report.rows_excluded += int((known & ~use).sum())
-        report.excluded_by.update(why)
-        if not use.any():
-            continue
-        models = (model,) * len(h)
-        f = features(h.metrics, fill_relative(h.metrics, h.relative, models), models)
-        stored_phase = np.array([PHASE_INDEX.get(p or "", -1) for p in h.phase], dtype=np.int64)
-        phase = np.where(stored_phase < 0, infer_phase(f), stored_phase)
-        gpu = np.unique(np.asarray(h.gpu, dtype=object), return_inverse=True)[1]
-        clusters = frozenset(np.asarray(h.cluster, dtype=object)[use].tolist())
-        parts.append(LabelledRows(app, model, f[use], phase[use], gpu[use], h.ts_ns[use], clusters))
+    parts = _labelled(history, faults, marked, report)
+    keep = _kept(settings, feedback, report)
 
-    keep: dict[str, list[np.ndarray]] = {}
-    for fb in feedback:
-        if fb.verdict != "not-anomalous":
-            continue
-        event = stored_event(settings, fb.gpu, fb.event_ts_ms)
-        if event is None or not event.application:
-            continue
-        models = (event.gpu_model,)
-        one = event.metrics[None, :]
-        f = features(one, fill_relative(one, event.relative[None, :], models), models)
-        phase_name = PHASES[int(infer_phase(f)[0])]
-        keep.setdefault(event.baseline or baseline_id(event.application, event.gpu_model, phase_name), []).append(f)
-        report.feedback_used += 1
-
-    log.info("training: %d of %d known rows left out: %s", report.rows_excluded, report.rows,
-             dict(report.excluded_by) or "none")  # fmt: skip
+    log.info(
+        "training: %d of %d known rows left out: %s",
+        report.rows_excluded,
+        report.rows,
+        dict(report.excluded_by) or "none",
+    )
     trained_ns = time.time_ns()
     fitted = fit_version(
         parts, version, trained_ns, min_samples, cfg.classifier_window, cfg.classifier_min_confidence, keep

@@ -117,12 +117,14 @@ def past_of(
 
 def node_topologies(settings: Settings) -> list[NodeTopology]:
     """Every node's topology now, from the compacted topology topic (what the CLI and the main job fold with)."""
-    mirror = TopicMirror(settings.kafka.client_config(), settings.topics.topology,
-                         lambda v: decode_record(NodeTopology, v)).start()  # fmt: skip
+    mirror = TopicMirror(
+        settings.kafka.client_config(), settings.topics.topology, lambda v: decode_record(NodeTopology, v)
+    ).start()
     try:
         if not mirror.wait_ready(settings.kafka.request_timeout_s):
-            raise ServiceError(f"could not read {settings.topics.topology} within "
-                               f"{settings.kafka.request_timeout_s:.0f}s")  # fmt: skip
+            raise ServiceError(
+                f"could not read {settings.topics.topology} within {settings.kafka.request_timeout_s:.0f}s"
+            )
         return list(mirror.snapshot().values())
     finally:
         mirror.stop()
@@ -156,8 +158,7 @@ def fleet_health(
         ]
     fleet = last_reports(store, q.members_from(at), at + NS_PER_S, q.cluster)
     past = finding_episodes(store, at - back, at + NS_PER_S, q.cluster)
-    return assess(firing, fleet, at, int(q.silent_after_s * NS_PER_S), History(rules, past).escalate(at),
-                  topologies)  # fmt: skip
+    return assess(firing, fleet, at, int(q.silent_after_s * NS_PER_S), History(rules, past).escalate(at), topologies)
 
 
 def health_json(h: FleetHealth, q: HealthQuery) -> dict[str, Any]:
@@ -199,12 +200,19 @@ def health_json(h: FleetHealth, q: HealthQuery) -> dict[str, Any]:
         "gpus": [assessment_json(a) for a in gpus],
         # what rules in shadow mode (health.shadow) would have added; they changed nothing above
         "shadow": [
-            {"cluster": c, "node": n, "gpu": g, "rule": r.detector, "state": r.state.value, "remedy": r.remedy.value,
-             "summary": r.summary}
+            {
+                "cluster": c,
+                "node": n,
+                "gpu": g,
+                "rule": r.detector,
+                "state": r.state.value,
+                "remedy": r.remedy.value,
+                "summary": r.summary,
+            }
             for (c, n, g), r in h.shadow
             if (not q.gpu or g == q.gpu) and (not q.node or n == q.node)
         ],
-    }  # fmt: skip
+    }
 
 
 def _utc(ns: int) -> str:

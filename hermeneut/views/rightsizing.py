@@ -37,8 +37,9 @@ def advise(
 ) -> list[Recommendation]:
     """Advice per job (or per application across its runs) from what it actually used over ``range_`` back from
     ``stop`` (default now), or from ``start`` to ``stop`` (RFC 3339)."""
-    return advise_and_gaps(settings, range_, job, application, cluster, headroom, start, stop, model, tokens,
-                           training, links)[0]  # fmt: skip
+    return advise_and_gaps(
+        settings, range_, job, application, cluster, headroom, start, stop, model, tokens, training, links
+    )[0]
 
 
 def advise_and_gaps(

@@ -44,7 +44,7 @@ from alerting.model import AlertStatus
 from hermeneut.views.health import HealthQuery, fleet_health, health_json, past_of
 from hermeneut.views.reliability import ReliabilityQuery, fleet_reliability
 from hermeneut.web.dashboard import TOPOLOGY
-from hermeneut.web.query_api import Params
+from hermeneut.web.query_api import SETTINGS, Params
 from pipeline.config import Settings
 from pipeline.errors import AlertConfigError, ConfigError, InvalidInput, InvalidQuery, ServiceError
 from pipeline.reliability import report_json
@@ -153,135 +153,153 @@ def add_routes(app: web.Application, settings: Settings, admin: AlertAdmin | Non
 
     app.on_cleanup.append(stop)
 
-    @_guard
-    async def list_alerts(request: web.Request) -> web.Response:
-        raw = request.query.get("status")
-        if raw is not None and raw not in {s.value for s in AlertStatus}:
-            raise AlertConfigError(f"status {raw!r} is not one of pending, firing, resolved")
-        status = AlertStatus(raw) if raw else None
-        adm = await request.app[ADMIN].get()
-        return web.json_response(await _run(lambda: adm.alerts_json(status)))
+    app.router.add_get("/api/v1/health", _health)
+    app.router.add_get("/api/v1/reliability", _reliability)
+    app.router.add_get("/api/v1/alerts", _list_alerts)
+    app.router.add_get("/api/v1/alerts/subscriptions", _list_subscriptions)
+    app.router.add_post("/api/v1/alerts/subscriptions", _add_subscription)
+    app.router.add_delete("/api/v1/alerts/subscriptions/{id}", _delete_subscription)
+    app.router.add_get("/api/v1/alerts/silences", _list_silences)
+    app.router.add_post("/api/v1/alerts/silences", _add_silence)
+    app.router.add_delete("/api/v1/alerts/silences/{id}", _delete_silence)
+    app.router.add_get("/api/v1/alerts/history", _history)
+    app.router.add_post("/api/v1/alerts/{alert}/ack", _ack)
 
-    @_guard
-    async def ack(request: web.Request) -> web.Response:
-        body = await _body(request)
-        if not isinstance(body, dict) or not isinstance(body.get("by"), str):
-            raise AlertConfigError('an acknowledgement needs {"by": "<name>"}')
-        comment = body.get("comment", "")
-        if not isinstance(comment, str):
-            raise AlertConfigError("'comment' must be a string")
-        ref = request.match_info["alert"]
-        adm = await request.app[ADMIN].get()
-        done = await _run(lambda: adm.ack(ref, body["by"], comment))
-        return web.json_response({"dedup_key": done.dedup_key, "by": done.by, "at_ns": done.at_ns})
 
-    @_guard
-    async def list_subscriptions(request: web.Request) -> web.Response:
-        adm = await request.app[ADMIN].get()
-        subs = await _run(adm.subscriptions)
-        return web.json_response([subscription_json(s) for s in subs])
+@_guard
+async def _list_alerts(request: web.Request) -> web.Response:
+    raw = request.query.get("status")
+    if raw is not None and raw not in {s.value for s in AlertStatus}:
+        raise AlertConfigError(f"status {raw!r} is not one of pending, firing, resolved")
+    status = AlertStatus(raw) if raw else None
+    adm = await request.app[ADMIN].get()
+    return web.json_response(await _run(lambda: adm.alerts_json(status)))
 
-    @_guard
-    async def add_subscription(request: web.Request) -> web.Response:
-        sub = subscription_from_json(await _body(request))
-        adm = await request.app[ADMIN].get()
-        await _run(lambda: adm.add(sub))
-        return web.json_response(subscription_json(sub), status=201)
 
-    @_guard
-    async def delete_subscription(request: web.Request) -> web.Response:
-        sub_id = request.match_info["id"]
-        adm = await request.app[ADMIN].get()
-        await _run(lambda: adm.remove_subscription(sub_id))
-        return web.json_response({"deleted": sub_id})
+@_guard
+async def _ack(request: web.Request) -> web.Response:
+    body = await _body(request)
+    if not isinstance(body, dict) or not isinstance(body.get("by"), str):
+        raise AlertConfigError('an acknowledgement needs {"by": "<name>"}')
+    comment = body.get("comment", "")
+    if not isinstance(comment, str):
+        raise AlertConfigError("'comment' must be a string")
+    ref = request.match_info["alert"]
+    adm = await request.app[ADMIN].get()
+    done = await _run(lambda: adm.ack(ref, body["by"], comment))
+    return web.json_response({"dedup_key": done.dedup_key, "by": done.by, "at_ns": done.at_ns})
 
-    @_guard
-    async def list_silences(request: web.Request) -> web.Response:
-        admin = await request.app[ADMIN].get()
-        sils = await _run(admin.silences)
-        now = admin.clock_ns()
-        return web.json_response([silence_json(s, now) for s in sils])
 
-    @_guard
-    async def add_silence(request: web.Request) -> web.Response:
-        silence = silence_from_json(await _body(request))
-        admin = await request.app[ADMIN].get()
-        await _run(lambda: admin.add(silence))
-        return web.json_response(silence_json(silence, admin.clock_ns()), status=201)
+@_guard
+async def _list_subscriptions(request: web.Request) -> web.Response:
+    adm = await request.app[ADMIN].get()
+    subs = await _run(adm.subscriptions)
+    return web.json_response([subscription_json(s) for s in subs])
 
-    @_guard
-    async def delete_silence(request: web.Request) -> web.Response:
-        silence_id = request.match_info["id"]
-        adm = await request.app[ADMIN].get()
-        await _run(lambda: adm.remove_silence(silence_id))
-        return web.json_response({"deleted": silence_id})
 
-    @_guard
-    async def history(request: web.Request) -> web.Response:
-        q = request.query
-        limit = q.get("limit", "1000")
-        if not limit.isdigit():
-            raise InvalidQuery(f"limit {limit!r} is not a whole number")
-        query = HistoryQuery(
-            q.get("range", "24h"),
-            q.get("subscription"),
-            q.get("detector"),
-            q.get("outcome"),
-            q.get("status"),
-            q.get("cluster"),
-            q.get("dedup_key"),
-            int(limit),
-        )
-        query.validate()
-        rows = await _run(lambda: run_history(settings, query))
-        return web.json_response([row_json(r) for r in rows])
+@_guard
+async def _add_subscription(request: web.Request) -> web.Response:
+    sub = subscription_from_json(await _body(request))
+    adm = await request.app[ADMIN].get()
+    await _run(lambda: adm.add(sub))
+    return web.json_response(subscription_json(sub), status=201)
 
-    @_guard
-    async def health(request: web.Request) -> web.Response:
-        p = Params(request.query, request.query.getall, HEALTH_PARAMS)
-        now = time.time_ns()
-        start_ns, stop_ns = past_of(p.text("at"), p.text("range"), now, ("at", "range"))
-        query = HealthQuery(p.text("cluster") or None, p.text("node") or None, p.text("gpu") or None,
-                            parse_seconds(p.text("lookback", "24h") or "", "lookback", error=InvalidQuery),
-                            parse_seconds(p.text("silent_after", "2m") or "", "silent_after", error=InvalidQuery),
-                            start_ns, stop_ns)  # fmt: skip
-        query.validate()
-        # the past is read from InfluxDB alone (the stored findings), as the CLI reads it: no Kafka needed
-        adm = None if query.past else await request.app[ADMIN].get()
-        topologies = (
-            (await request.app[TOPOLOGY].get()).snapshot().values()
-            if TOPOLOGY in request.app and not query.past
-            else ()
-        )
 
-        def look() -> dict[str, Any]:
-            with Store.from_settings(settings) as store:
-                found = fleet_health(adm, store, query, now, settings.health, topologies, settings.alerts.stale_after_s)
-                return health_json(found, query)
+@_guard
+async def _delete_subscription(request: web.Request) -> web.Response:
+    sub_id = request.match_info["id"]
+    adm = await request.app[ADMIN].get()
+    await _run(lambda: adm.remove_subscription(sub_id))
+    return web.json_response({"deleted": sub_id})
 
-        return web.json_response(await _run(look))
 
-    @_guard
-    async def reliability_(request: web.Request) -> web.Response:
-        q = request.query
-        query = ReliabilityQuery(parse_seconds(q.get("range", "7d"), "range", error=InvalidQuery),
-                                 q.get("by", "gpu_model"), q.get("cluster"))  # fmt: skip
-        query.validate(settings.storage.raw_retention_days)
+@_guard
+async def _list_silences(request: web.Request) -> web.Response:
+    admin = await request.app[ADMIN].get()
+    sils = await _run(admin.silences)
+    now = admin.clock_ns()
+    return web.json_response([silence_json(s, now) for s in sils])
 
-        def look() -> dict[str, Any]:
-            with Store.from_settings(settings) as store:
-                return report_json(fleet_reliability(store, query, time.time_ns(), settings.health))
 
-        return web.json_response(await _run(look))
+@_guard
+async def _add_silence(request: web.Request) -> web.Response:
+    silence = silence_from_json(await _body(request))
+    admin = await request.app[ADMIN].get()
+    await _run(lambda: admin.add(silence))
+    return web.json_response(silence_json(silence, admin.clock_ns()), status=201)
 
-    app.router.add_get("/api/v1/health", health)
-    app.router.add_get("/api/v1/reliability", reliability_)
-    app.router.add_get("/api/v1/alerts", list_alerts)
-    app.router.add_get("/api/v1/alerts/subscriptions", list_subscriptions)
-    app.router.add_post("/api/v1/alerts/subscriptions", add_subscription)
-    app.router.add_delete("/api/v1/alerts/subscriptions/{id}", delete_subscription)
-    app.router.add_get("/api/v1/alerts/silences", list_silences)
-    app.router.add_post("/api/v1/alerts/silences", add_silence)
-    app.router.add_delete("/api/v1/alerts/silences/{id}", delete_silence)
-    app.router.add_get("/api/v1/alerts/history", history)
-    app.router.add_post("/api/v1/alerts/{alert}/ack", ack)
+
+@_guard
+async def _delete_silence(request: web.Request) -> web.Response:
+    silence_id = request.match_info["id"]
+    adm = await request.app[ADMIN].get()
+    await _run(lambda: adm.remove_silence(silence_id))
+    return web.json_response({"deleted": silence_id})
+
+
+@_guard
+async def _history(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    q = request.query
+    limit = q.get("limit", "1000")
+    if not limit.isdigit():
+        raise InvalidQuery(f"limit {limit!r} is not a whole number")
+    query = HistoryQuery(
+        q.get("range", "24h"),
+        q.get("subscription"),
+        q.get("detector"),
+        q.get("outcome"),
+        q.get("status"),
+        q.get("cluster"),
+        q.get("dedup_key"),
+        int(limit),
+    )
+    query.validate()
+    rows = await _run(lambda: run_history(settings, query))
+    return web.json_response([row_json(r) for r in rows])
+
+
+@_guard
+async def _health(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    p = Params(request.query, request.query.getall, HEALTH_PARAMS)
+    now = time.time_ns()
+    start_ns, stop_ns = past_of(p.text("at"), p.text("range"), now, ("at", "range"))
+    query = HealthQuery(
+        p.text("cluster") or None,
+        p.text("node") or None,
+        p.text("gpu") or None,
+        parse_seconds(p.text("lookback", "24h") or "", "lookback", error=InvalidQuery),
+        parse_seconds(p.text("silent_after", "2m") or "", "silent_after", error=InvalidQuery),
+        start_ns,
+        stop_ns,
+    )
+    query.validate()
+    # the past is read from InfluxDB alone (the stored findings), as the CLI reads it: no Kafka needed
+    adm = None if query.past else await request.app[ADMIN].get()
+    topologies = (
+        (await request.app[TOPOLOGY].get()).snapshot().values() if TOPOLOGY in request.app and not query.past else ()
+    )
+
+    def look() -> dict[str, Any]:
+        with Store.from_settings(settings) as store:
+            found = fleet_health(adm, store, query, now, settings.health, topologies, settings.alerts.stale_after_s)
+            return health_json(found, query)
+
+    return web.json_response(await _run(look))
+
+
+@_guard
+async def _reliability(request: web.Request) -> web.Response:
+    settings = request.app[SETTINGS]
+    q = request.query
+    query = ReliabilityQuery(
+        parse_seconds(q.get("range", "7d"), "range", error=InvalidQuery), q.get("by", "gpu_model"), q.get("cluster")
+    )
+    query.validate(settings.storage.raw_retention_days)
+
+    def look() -> dict[str, Any]:
+        with Store.from_settings(settings) as store:
+            return report_json(fleet_reliability(store, query, time.time_ns(), settings.health))
+
+    return web.json_response(await _run(look))

@@ -228,10 +228,19 @@ def metrics_middleware(registry: CollectorRegistry | None) -> Middleware:
     """Counts every answered request (``hermeneut_web_requests_total{route,method,status}``) and times it
     (``hermeneut_web_request_seconds{route}``); ``route`` is the matched route's pattern (``/api/v1/gpu/{uuid}``),
     never the path itself, or ``unmatched``."""
-    requests = Counter("hermeneut_web_requests", "HTTP requests answered, by route, method and status.",
-                       ["route", "method", "status"], registry=registry)  # fmt: skip
-    seconds = Histogram("hermeneut_web_request_seconds", "Seconds to answer a request, by route.", ["route"],
-                        buckets=DURATION_BUCKETS, registry=registry)  # fmt: skip
+    requests = Counter(
+        "hermeneut_web_requests",
+        "HTTP requests answered, by route, method and status.",
+        ["route", "method", "status"],
+        registry=registry,
+    )
+    seconds = Histogram(
+        "hermeneut_web_request_seconds",
+        "Seconds to answer a request, by route.",
+        ["route"],
+        buckets=DURATION_BUCKETS,
+        registry=registry,
+    )
 
     @web.middleware
     async def count(request: web.Request, handler: Handler) -> web.StreamResponse:

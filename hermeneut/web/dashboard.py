@@ -32,7 +32,7 @@ from typing import Any, Final, Generic, TypeVar
 from aiohttp import web
 
 from hermeneut.web.live import GpuState, LiveFleet
-from hermeneut.web.query_api import STORE
+from hermeneut.web.query_api import SETTINGS, STORE
 from hermeneut.web.topology import GpuTraffic, build_graph
 from pipeline.codec import decode_record
 from pipeline.config import Settings
@@ -180,151 +180,202 @@ def add_routes(app: web.Application, settings: Settings) -> None:
 
     app.on_cleanup.append(close)
 
-    async def index(_request: web.Request) -> web.FileResponse:
-        return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+    app.router.add_get("/", _index)
+    app.router.add_static("/static/", STATIC, append_version=False)
+    app.router.add_get("/api/v1/fleet", _fleet)
+    app.router.add_get("/api/v1/live", _stream)
+    app.router.add_get("/api/v1/topology", _topology_index)
+    app.router.add_get("/api/v1/topology/{cluster}/{node}", _topology)
+    app.router.add_get("/api/v1/gpus/{uuid}/history", _gpu_history)
+    app.router.add_get("/api/v1/jobs/{job}/history", _job_history)
+    app.router.add_get("/api/v1/rightsizing", _rightsizing)
 
-    async def fleet(request: web.Request) -> web.Response:
-        live = await request.app[LIVE].get()
-        version, states = live.changes_since(0)
-        return web.json_response({"version": version, "gpus": [s.to_json() for s in states]})
 
-    async def stream(request: web.Request) -> web.StreamResponse:
-        live = await request.app[LIVE].get()
-        since = request.query.get("since", "0")
-        if not since.isdigit():
-            raise InvalidQuery(f"since {since!r} is not a version number")
-        version = int(since)
-        response = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+async def _index(_request: web.Request) -> web.FileResponse:
+    return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+async def _fleet(request: web.Request) -> web.Response:
+    live = await request.app[LIVE].get()
+    version, states = live.changes_since(0)
+    return web.json_response({"version": version, "gpus": [s.to_json() for s in states]})
+
+
+async def _stream(request: web.Request) -> web.StreamResponse:
+    live = await request.app[LIVE].get()
+    since = request.query.get("since", "0")
+    if not since.isdigit():
+        raise InvalidQuery(f"since {since!r} is not a version number")
+    version = int(since)
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+    await response.prepare(request)
+    last_beat = time.monotonic()
+    try:
+        while True:
+            version, changed = live.changes_since(version)
+            if changed:
+                data = json.dumps({"version": version, "gpus": [s.to_json() for s in changed]})
+                await response.write(f"event: update\ndata: {data}\n\n".encode())
+            elif time.monotonic() - last_beat > 15:
+                await response.write(b": keep-alive\n\n")
+                last_beat = time.monotonic()
+            await asyncio.sleep(1.0)
+    except ConnectionResetError:  # the browser left: the normal end of a stream
+        return response
+
+
+async def _topology_index(request: web.Request) -> web.Response:
+    mirror, live = await request.app[TOPOLOGY].get(), await request.app[LIVE].get()
+    nodes = []
+    for topo in sorted(mirror.snapshot().values(), key=lambda t: (t.cluster, t.node)):
+        graph = _graph_json(topo, live)
+        nodes.append(
+            {
+                "cluster": topo.cluster,
+                "node": topo.node,
+                "gpus": len(topo.gpus),
+                "nvswitches": topo.nvswitches,
+                "nics": len(topo.nics),
+                "fallback": bool(graph["fallback_gpus"]),
+            }
         )
-        await response.prepare(request)
-        last_beat = time.monotonic()
-        try:
-            while True:
-                version, changed = live.changes_since(version)
-                if changed:
-                    data = json.dumps({"version": version, "gpus": [s.to_json() for s in changed]})
-                    await response.write(f"event: update\ndata: {data}\n\n".encode())
-                elif time.monotonic() - last_beat > 15:
-                    await response.write(b": keep-alive\n\n")
-                    last_beat = time.monotonic()
-                await asyncio.sleep(1.0)
-        except ConnectionResetError:  # the browser left: the normal end of a stream
-            return response
+    return web.json_response({"nodes": nodes})
 
-    async def topology_index(request: web.Request) -> web.Response:
-        mirror, live = await request.app[TOPOLOGY].get(), await request.app[LIVE].get()
-        nodes = []
-        for topo in sorted(mirror.snapshot().values(), key=lambda t: (t.cluster, t.node)):
-            graph = _graph_json(topo, live)
-            nodes.append({
-                "cluster": topo.cluster, "node": topo.node, "gpus": len(topo.gpus), "nvswitches": topo.nvswitches,
-                "nics": len(topo.nics), "fallback": bool(graph["fallback_gpus"]),
-            })  # fmt: skip
-        return web.json_response({"nodes": nodes})
 
-    async def topology(request: web.Request) -> web.Response:
-        cluster = _path_value(request, "cluster", "cluster")
-        node = _path_value(request, "node", "node")
-        mirror, live = await request.app[TOPOLOGY].get(), await request.app[LIVE].get()
-        topo = mirror.get(node_key(cluster, node))
-        if topo is None:
-            raise web.HTTPNotFound(reason=f"no topology published for {cluster}/{node}")
-        return web.json_response(_graph_json(topo, live))
+async def _topology(request: web.Request) -> web.Response:
+    cluster = _path_value(request, "cluster", "cluster")
+    node = _path_value(request, "node", "node")
+    mirror, live = await request.app[TOPOLOGY].get(), await request.app[LIVE].get()
+    topo = mirror.get(node_key(cluster, node))
+    if topo is None:
+        raise web.HTTPNotFound(reason=f"no topology published for {cluster}/{node}")
+    return web.json_response(_graph_json(topo, live))
 
-    async def gpu_history(request: web.Request) -> web.Response:
-        uuid = _path_value(request, "uuid", "gpu")
-        w = _window(request)
-        store = request.app[STORE]
-        every = f"{max(5, w.length_ns // 10**9 // 120)}s"
 
-        def series(field: str) -> tuple[str, list[list[float]], dict[str, Any] | None]:
-            q = TrendQuery(
-                field, "gpu", every, w.range, "mean", Scope(gpu=uuid), field in RELATIVE_FIELDS,
-                start=w.start, stop=w.stop,
-            )  # fmt: skip
-            result = trend(store, q)
-            points = [[r.time_ns // 10**6, r.value] for r in result.rows if r.value is not None]
-            band = next((r.band for r in result.rows if r.band is not None), None)
-            band_json = None if band is None else {"p05": band.p05, "p50": band.p50, "p95": band.p95, "baseline": ""}
-            return field, points, band_json
+async def _gpu_history(request: web.Request) -> web.Response:
+    uuid = _path_value(request, "uuid", "gpu")
+    w = _window(request)
+    store = request.app[STORE]
+    every = f"{max(5, w.length_ns // 10**9 // 120)}s"
 
-        results = await asyncio.gather(*(_thread(functools.partial(series, f)) for f in GPU_CHARTS))
-        timeline = await _thread(lambda: gpu_timeline(store, TimelineQuery(uuid, w.range, start=w.start, stop=w.stop)))
-        shape = await _thread(lambda: stored_shape(store, timeline.range, (uuid,)))
-        return web.json_response({
+    def series(field: str) -> tuple[str, list[list[float]], dict[str, Any] | None]:
+        q = TrendQuery(
+            field,
+            "gpu",
+            every,
+            w.range,
+            "mean",
+            Scope(gpu=uuid),
+            field in RELATIVE_FIELDS,
+            start=w.start,
+            stop=w.stop,
+        )
+        result = trend(store, q)
+        points = [[r.time_ns // 10**6, r.value] for r in result.rows if r.value is not None]
+        band = next((r.band for r in result.rows if r.band is not None), None)
+        band_json = None if band is None else {"p05": band.p05, "p50": band.p50, "p95": band.p95, "baseline": ""}
+        return field, points, band_json
+
+    results = await asyncio.gather(*(_thread(functools.partial(series, f)) for f in GPU_CHARTS))
+    timeline = await _thread(lambda: gpu_timeline(store, TimelineQuery(uuid, w.range, start=w.start, stop=w.stop)))
+    shape = await _thread(lambda: stored_shape(store, timeline.range, (uuid,)))
+    return web.json_response(
+        {
             "from_ms": timeline.range.start_ns // 10**6,
             "to_ms": timeline.range.stop_ns // 10**6,
             "series": {f: points for f, points, _ in results if points},
             "band": {f: band for f, _, band in results if band},
             "events": [
-                {"ts_ms": e.time_ns // 10**6, "kind": e.kind, "severity": e.severity, "title": e.title, "text": e.text}
+                {
+                    "ts_ms": e.time_ns // 10**6,
+                    "kind": e.kind,
+                    "severity": e.severity,
+                    "title": e.title,
+                    "text": e.text,
+                }
                 for e in timeline.events
             ],
             "cannot_see": _cannot_see(shape),
-        })  # fmt: skip
+        }
+    )
 
-    async def job_history(request: web.Request) -> web.Response:
-        job = _path_value(request, "job", "job")
-        w = _window(request)
-        live = await request.app[LIVE].get()
-        gpus = sorted((s for s in live.snapshot() if s.job_id == job), key=lambda s: (s.node, s.index))
-        # job ids repeat across clusters (each scheduler counts its own): a running job is the one of its cluster
-        clusters = {s.cluster for s in gpus}
-        scope = Scope(cluster=clusters.pop() if len(clusters) == 1 else None, job=job)
-        q = TrendQuery("utilization_gpu_percent", "gpu", f"{max(5, w.length_ns // 10**9 // 120)}s", w.range, "mean",
-                       scope, start=w.start, stop=w.stop)  # fmt: skip
-        store = request.app[STORE]
-        result = await _thread(lambda: trend(store, q))
-        series: dict[str, list[list[float]]] = {}
-        for r in result.rows:
-            if r.value is not None:
-                series.setdefault(r.group[0], []).append([r.time_ns // 10**6, r.value])
-        # the job's GPUs with stored samples in the window: the trend's groups
-        shape = await _thread(lambda: stored_shape(store, result.range, tuple(sorted(series)), job=job))
-        now_ms = time.time_ns() // 10**6
-        cards = [s.to_json() for s in gpus]
-        # a job of the past (imported history) has no live state: its GPUs are those of its stored samples
-        cards += [_past_gpu(uuid) for uuid in sorted(series) if uuid not in {s.uuid for s in gpus}]
-        return web.json_response({
-            "from_ms": result.range.start_ns // 10**6, "to_ms": min(now_ms, result.range.stop_ns // 10**6),
-            "gpus": cards, "series": series,
+
+async def _job_history(request: web.Request) -> web.Response:
+    job = _path_value(request, "job", "job")
+    w = _window(request)
+    live = await request.app[LIVE].get()
+    gpus = sorted((s for s in live.snapshot() if s.job_id == job), key=lambda s: (s.node, s.index))
+    # job ids repeat across clusters (each scheduler counts its own): a running job is the one of its cluster
+    clusters = {s.cluster for s in gpus}
+    scope = Scope(cluster=clusters.pop() if len(clusters) == 1 else None, job=job)
+    q = TrendQuery(
+        "utilization_gpu_percent",
+        "gpu",
+        f"{max(5, w.length_ns // 10**9 // 120)}s",
+        w.range,
+        "mean",
+        scope,
+        start=w.start,
+        stop=w.stop,
+    )
+    store = request.app[STORE]
+    result = await _thread(lambda: trend(store, q))
+    series: dict[str, list[list[float]]] = {}
+    for r in result.rows:
+        if r.value is not None:
+            series.setdefault(r.group[0], []).append([r.time_ns // 10**6, r.value])
+    # the job's GPUs with stored samples in the window: the trend's groups
+    shape = await _thread(lambda: stored_shape(store, result.range, tuple(sorted(series)), job=job))
+    now_ms = time.time_ns() // 10**6
+    cards = [s.to_json() for s in gpus]
+    # a job of the past (imported history) has no live state: its GPUs are those of its stored samples
+    cards += [_past_gpu(uuid) for uuid in sorted(series) if uuid not in {s.uuid for s in gpus}]
+    return web.json_response(
+        {
+            "from_ms": result.range.start_ns // 10**6,
+            "to_ms": min(now_ms, result.range.stop_ns // 10**6),
+            "gpus": cards,
+            "series": series,
             "stragglers": [s.uuid for s in gpus if "straggler" in s.findings],
             "cannot_see": _cannot_see(shape),
-        })  # fmt: skip
+        }
+    )
 
-    async def rightsizing(request: web.Request) -> web.Response:
-        from hermeneut.views.rightsizing import advise, answer_lines, links_of
 
-        w = _window(request, "24h")
-        # the fleet's link kinds and probe timings when the topology mirror is up (the topology or health view
-        # started it), else the published figures: this view does not wait for Kafka
-        lazy = request.app.get(TOPOLOGY)
-        links = links_of(lazy.value.snapshot().values())[0] if lazy is not None and lazy.value is not None else None
-        advice = await _thread(lambda: advise(settings, w.range, start=w.start, stop=w.stop, links=links))
-        items = []
-        for a in sorted(advice, key=lambda a: -a.wasted_gpu_hours):
-            s, best = a.stats, a.options[0]
-            items.append({
-                "job_id": s.key if s.scope == "job" else None, "application": s.application or "unknown",
-                "gpus": s.gpus, "gpu_model": s.gpu_model, "memory_p95_bytes": s.memory_p95_bytes,
-                "memory_allocated_bytes": s.memory_total_bytes, "sm_p95_percent": s.sm_active_p95_percent
-                if s.sm_active_p95_percent is not None else s.utilization_p95_percent,
-                "gpu_hours": s.gpu_hours, "wasted_gpu_hours": a.wasted_gpu_hours, "idle_gpu_hours": s.idle_gpu_hours,
-                "recommendation": f"{best.kind}: {best.target} ({best.detail})", "summary": a.summary,
+async def _rightsizing(request: web.Request) -> web.Response:
+    from hermeneut.views.rightsizing import advise, answer_lines, links_of
+
+    w = _window(request, "24h")
+    # the fleet's link kinds and probe timings when the topology mirror is up (the topology or health view
+    # started it), else the published figures: this view does not wait for Kafka
+    lazy = request.app.get(TOPOLOGY)
+    links = links_of(lazy.value.snapshot().values())[0] if lazy is not None and lazy.value is not None else None
+    advice = await _thread(lambda: advise(request.app[SETTINGS], w.range, start=w.start, stop=w.stop, links=links))
+    items = []
+    for a in sorted(advice, key=lambda a: -a.wasted_gpu_hours):
+        s, best = a.stats, a.options[0]
+        items.append(
+            {
+                "job_id": s.key if s.scope == "job" else None,
+                "application": s.application or "unknown",
+                "gpus": s.gpus,
+                "gpu_model": s.gpu_model,
+                "memory_p95_bytes": s.memory_p95_bytes,
+                "memory_allocated_bytes": s.memory_total_bytes,
+                "sm_p95_percent": s.sm_active_p95_percent
+                if s.sm_active_p95_percent is not None
+                else s.utilization_p95_percent,
+                "gpu_hours": s.gpu_hours,
+                "wasted_gpu_hours": a.wasted_gpu_hours,
+                "idle_gpu_hours": s.idle_gpu_hours,
+                "recommendation": f"{best.kind}: {best.target} ({best.detail})",
+                "summary": a.summary,
                 "answers": answer_lines(a),
-            })  # fmt: skip
-        return web.json_response({"items": items})
-
-    app.router.add_get("/", index)
-    app.router.add_static("/static/", STATIC, append_version=False)
-    app.router.add_get("/api/v1/fleet", fleet)
-    app.router.add_get("/api/v1/live", stream)
-    app.router.add_get("/api/v1/topology", topology_index)
-    app.router.add_get("/api/v1/topology/{cluster}/{node}", topology)
-    app.router.add_get("/api/v1/gpus/{uuid}/history", gpu_history)
-    app.router.add_get("/api/v1/jobs/{job}/history", job_history)
-    app.router.add_get("/api/v1/rightsizing", rightsizing)
+            }
+        )
+    return web.json_response({"items": items})
 
 
 def _started_topology(settings: Settings) -> TopicMirror[NodeTopology]:

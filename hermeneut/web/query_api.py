@@ -44,6 +44,8 @@ from sinks.query import (
 )
 
 STORE: Final = web.AppKey("query_store", Store)
+#: the settings the application was made with (every area's handlers read them from the request)
+SETTINGS: Final = web.AppKey("settings", Settings)
 T = TypeVar("T")
 SCOPE: Final = ("cluster", "node", "gpu", "job", "application", "gpu_model")
 COMMON: Final = ("range", "start", "stop", "format", "backend")
@@ -106,10 +108,18 @@ async def _run(request: web.Request, call: Callable[[Store], list[Table]], p: Pa
 async def trend_handler(request: web.Request) -> web.Response:
     p = _params(request, "field", "by", "every", "fn", "band", "phase", *SCOPE)
     q = TrendQuery(
-        p.text("field", "power_watts") or "", p.text("by", "gpu_model") or "", p.text("every"),
-        p.text("range"), p.text("fn", "mean") or "", p.scope(), p.flag("band"),
-        p.text("phase", "compute") or "", p.text("start"), p.text("stop"), p.text("backend", "auto") or "",
-    )  # fmt: skip
+        p.text("field", "power_watts") or "",
+        p.text("by", "gpu_model") or "",
+        p.text("every"),
+        p.text("range"),
+        p.text("fn", "mean") or "",
+        p.scope(),
+        p.flag("band"),
+        p.text("phase", "compute") or "",
+        p.text("start"),
+        p.text("stop"),
+        p.text("backend", "auto") or "",
+    )
     q.validate()
     return await _run(request, lambda store: trend(store, q).tables(), p)
 
@@ -117,10 +127,16 @@ async def trend_handler(request: web.Request) -> web.Response:
 async def top_handler(request: web.Request) -> web.Response:
     p = _params(request, "n", "fn", "threshold", *SCOPE)
     q = TopQuery(
-        request.match_info["kind"], p.number("n", 10, int), p.text("range"),
-        p.scope(), p.text("fn", "max") or "", p.number("threshold", 10.0, float), p.text("start"), p.text("stop"),
+        request.match_info["kind"],
+        p.number("n", 10, int),
+        p.text("range"),
+        p.scope(),
+        p.text("fn", "max") or "",
+        p.number("threshold", 10.0, float),
+        p.text("start"),
+        p.text("stop"),
         p.text("backend", "auto") or "",
-    )  # fmt: skip
+    )
     q.validate()
     return await _run(request, lambda store: top(store, q).tables(), p)
 
@@ -131,9 +147,13 @@ async def compare_job_handler(request: web.Request) -> web.Response:
     if not job:
         raise InvalidQuery("parameter job is required")
     q = CompareJobQuery(
-        job, p.text("range"), p.many("feature") or COMPARE_FEATURES,
-        p.text("phase", "compute") or "", p.text("start"), p.text("stop"),
-    )  # fmt: skip
+        job,
+        p.text("range"),
+        p.many("feature") or COMPARE_FEATURES,
+        p.text("phase", "compute") or "",
+        p.text("start"),
+        p.text("stop"),
+    )
     q.validate()
     return await _run(request, lambda store: compare_job(store, q).tables(), p)
 
@@ -144,10 +164,15 @@ async def compare_models_handler(request: web.Request) -> web.Response:
     if missing:
         raise InvalidQuery(f"parameter(s) {', '.join(missing)} required")
     q = CompareModelsQuery(
-        p.text("application") or "", p.text("a") or "", p.text("b") or "",
-        p.text("range"), p.many("feature") or COMPARE_FEATURES, p.text("cluster"),
-        p.text("start"), p.text("stop"),
-    )  # fmt: skip
+        p.text("application") or "",
+        p.text("a") or "",
+        p.text("b") or "",
+        p.text("range"),
+        p.many("feature") or COMPARE_FEATURES,
+        p.text("cluster"),
+        p.text("start"),
+        p.text("stop"),
+    )
     q.validate()
     return await _run(request, lambda store: compare_models(store, q).tables(), p)
 
@@ -158,9 +183,15 @@ async def anomalies_handler(request: web.Request) -> web.Response:
     if part not in ("both", "windows", "findings"):
         raise InvalidQuery(f"part {part!r} is not one of both, windows, findings")
     q = AnomalyQuery(
-        p.text("range"), p.text("every"), p.scope(), p.text("detector"),
-        p.number("limit", 200, int), p.text("start"), p.text("stop"), p.text("backend", "auto") or "",
-    )  # fmt: skip
+        p.text("range"),
+        p.text("every"),
+        p.scope(),
+        p.text("detector"),
+        p.number("limit", 200, int),
+        p.text("start"),
+        p.text("stop"),
+        p.text("backend", "auto") or "",
+    )
     q.validate()
     return await _run(request, lambda store: anomalies(store, q).tables(part), p)
 
@@ -176,7 +207,7 @@ def add_routes(app: web.Application, settings: Settings, store: Store | None = N
     """The query endpoints on ``app``; the store is created from ``settings`` unless given (then it is the
     caller's to close)."""
     own = store is None
-    app[STORE] = store or Store.from_settings(settings)
+    app[SETTINGS], app[STORE] = settings, store or Store.from_settings(settings)
 
     async def close(app: web.Application) -> None:
         if own:

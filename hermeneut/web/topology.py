@@ -142,9 +142,15 @@ def build_graph(topo: NodeTopology, gpus: dict[str, GpuTraffic], nics: dict[str,
                 t = gpus.get(g.uuid)
                 state = _nvlink_state(t)
                 edges.append(
-                    GraphEdge(g.uuid, "nvswitch", "nvlink", t.nvlink_bytes_per_second if t else None, state,
-                              f"NV{g.nvlink_links}")
-                )  # fmt: skip
+                    GraphEdge(
+                        g.uuid,
+                        "nvswitch",
+                        "nvlink",
+                        t.nvlink_bytes_per_second if t else None,
+                        state,
+                        f"NV{g.nvlink_links}",
+                    )
+                )
     else:
         for link in topo.links:
             if link.kind.startswith("NV") and link.a in has_nvlink and link.b in has_nvlink:

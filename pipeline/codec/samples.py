@@ -206,9 +206,18 @@ def _row_samples(
         for names, rows in groups.items()
     ]
     columns = RawSamples(
-        cluster, node, [s.gpu_uuid for s in good], [s.gpu_index for s in good], [s.gpu_model for s in good],
-        [s.ts_ns for s in good], values, [s.links for s in good], [s.processes for s in good], position, *node_level,
-    )  # fmt: skip
+        cluster,
+        node,
+        [s.gpu_uuid for s in good],
+        [s.gpu_index for s in good],
+        [s.gpu_model for s in good],
+        [s.ts_ns for s in good],
+        values,
+        [s.links for s in good],
+        [s.processes for s in good],
+        position,
+        *node_level,
+    )
     return columns, rejected
 
 
@@ -266,8 +275,9 @@ def _column_samples(
     bad: dict[int, InvalidEvent] = {}
     for at in range(n) if not clean else ():
         try:
-            decode_sample({"uuid": uuid[at], "index": index[at], "model": model[at], "ts_ns": ts_ns[at], "m": {}},
-                           cluster, node)  # fmt: skip
+            decode_sample(
+                {"uuid": uuid[at], "index": index[at], "model": model[at], "ts_ns": ts_ns[at], "m": {}}, cluster, node
+            )
         except InvalidEvent as exc:
             bad[at] = exc
     for column, decode, into in ((raw_links, decode_links, links), (raw_procs, decode_processes, procs)):

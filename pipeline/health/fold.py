@@ -260,8 +260,14 @@ def assess(
 
 
 def _maintenance(why: str) -> Reason:
-    return Reason("maintenance", "info", f"held out of service on purpose ({why}): its findings are kept, not paged",
-                  0, Health.MAINTENANCE, Remedy.NONE)  # fmt: skip
+    return Reason(
+        "maintenance",
+        "info",
+        f"held out of service on purpose ({why}): its findings are kept, not paged",
+        0,
+        Health.MAINTENANCE,
+        Remedy.NONE,
+    )
 
 
 def _silence(now_ns: int, last: int | None, node_last: int, silent_after_ns: int) -> Reason:
@@ -274,11 +280,23 @@ def _silence(now_ns: int, last: int | None, node_last: int, silent_after_ns: int
             if last is None
             else f"for {format_duration(max(0, now_ns - last) // NS_PER_S * NS_PER_S)}"
         )
-        return Reason("gpu-silent", "warning", f"no sample {age} while its node reports: gone from the bus, or its "
-                      "collector lost it", last or 0, Health.UNKNOWN, Remedy.NONE)  # fmt: skip
+        return Reason(
+            "gpu-silent",
+            "warning",
+            f"no sample {age} while its node reports: gone from the bus, or its collector lost it",
+            last or 0,
+            Health.UNKNOWN,
+            Remedy.NONE,
+        )
     age = format_duration(max(0, now_ns - node_last) // NS_PER_S * NS_PER_S)
-    return Reason("node-silent", "warning", f"no sample from any GPU of its node for {age}: the node, or its "
-                  "collector, is down", node_last, Health.UNKNOWN, Remedy.NONE)  # fmt: skip
+    return Reason(
+        "node-silent",
+        "warning",
+        f"no sample from any GPU of its node for {age}: the node, or its collector, is down",
+        node_last,
+        Health.UNKNOWN,
+        Remedy.NONE,
+    )
 
 
 def _by_badness(reasons: list[Reason]) -> list[Reason]:
@@ -364,8 +382,14 @@ def assessment_json(a: Assessment) -> dict[str, Any]:
         "remedy": a.remedy.value,
         "last_seen_ns": a.last_seen_ns,
         "reasons": [
-            {"detector": r.detector, "severity": r.severity, "state": r.state.value, "remedy": r.remedy.value,
-             "since_ns": r.since_ns, "summary": r.summary}
+            {
+                "detector": r.detector,
+                "severity": r.severity,
+                "state": r.state.value,
+                "remedy": r.remedy.value,
+                "since_ns": r.since_ns,
+                "summary": r.summary,
+            }
             for r in a.reasons
         ],
-    }  # fmt: skip
+    }

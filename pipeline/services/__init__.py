@@ -141,17 +141,26 @@ def _restart_kafka(settings: Settings, info: dict[str, Any]) -> kafka.KafkaProce
     """The recorded broker again, on its own folder (data kept), port and controller port."""
     controller = info.get("controller_port")
     return kafka.start(
-        settings.services.cache_dir, str(info["version"]), _folder(info), port=int(info["port"]),
-        controller_port=int(controller) if controller else None, heap_mb=settings.kafka.heap_mb,
-    )  # fmt: skip
+        settings.services.cache_dir,
+        str(info["version"]),
+        _folder(info),
+        port=int(info["port"]),
+        controller_port=int(controller) if controller else None,
+        heap_mb=settings.kafka.heap_mb,
+    )
 
 
 def _restart_influx(settings: Settings, info: dict[str, Any]) -> influxdb.InfluxProcess:
     """The recorded influxd again, on its own folder (data, org, bucket and token kept) and port."""
     return influxdb.start(
-        settings.services.cache_dir, str(info["version"]), _folder(info), str(info["org"]), str(info["bucket"]),
-        str(info["token"]), port=int(info["port"]),
-    )  # fmt: skip
+        settings.services.cache_dir,
+        str(info["version"]),
+        _folder(info),
+        str(info["org"]),
+        str(info["bucket"]),
+        str(info["token"]),
+        port=int(info["port"]),
+    )
 
 
 def unhealthy_line(name: str, info: dict[str, Any], condition: str) -> str:

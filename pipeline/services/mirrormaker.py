@@ -45,12 +45,19 @@ def install(cache_dir: Path, version: str) -> Path:
     pom = home / "mirrormaker-pom.xml"
     pom.write_text(_POM.format(version=version, logging=kafka.logging_dependencies(version)))
     run_logged(
-        ["mvn", "-B", "-f", str(pom), f"{kafka.MAVEN_DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime",
-         f"-DoutputDirectory={libs}"],
+        [
+            "mvn",
+            "-B",
+            "-f",
+            str(pom),
+            f"{kafka.MAVEN_DEPENDENCY_PLUGIN}:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={libs}",
+        ],
         home / "mirrormaker-install.log",
         f"downloading MirrorMaker 2 {version} jars (count)",
         progress=lambda line: 1 if "Downloaded from" in line and ".jar (" in line else 0,
-    )  # fmt: skip
+    )
     if not any(libs.glob("connect-mirror-*.jar")):
         raise ServiceError(f"MirrorMaker 2 {version} jars did not resolve; see {home / 'mirrormaker-install.log'}")
     marker.touch()
@@ -73,11 +80,15 @@ def properties(sources: dict[str, str], target: tuple[str, str], topics: str) ->
     lines += [
         f"{name} = 1"
         for name in (
-            "replication.factor", "checkpoints.topic.replication.factor", "heartbeats.topic.replication.factor",
-            "offset-syncs.topic.replication.factor", "offset.storage.replication.factor",
-            "status.storage.replication.factor", "config.storage.replication.factor",
+            "replication.factor",
+            "checkpoints.topic.replication.factor",
+            "heartbeats.topic.replication.factor",
+            "offset-syncs.topic.replication.factor",
+            "offset.storage.replication.factor",
+            "status.storage.replication.factor",
+            "config.storage.replication.factor",
         )
-    ]  # fmt: skip
+    ]
     # new topics are found within seconds (the default looks every 10 minutes)
     lines += ["refresh.topics.interval.seconds = 2", "sync.topic.acls.enabled = false", ""]
     return "\n".join(lines)

@@ -140,8 +140,9 @@ class JobConsensus:
             self._anomalous[key] = seen
             wl = batch.workload[mine[0]]
             assert wl is not None
-            size = wl.job_gpus or len({batch.gpu_uuid[i] for i, w in enumerate(batch.workload)
-                                       if w is not None and w.job_id == key[1]})  # fmt: skip
+            size = wl.job_gpus or len(
+                {batch.gpu_uuid[i] for i, w in enumerate(batch.workload) if w is not None and w.job_id == key[1]}
+            )
             if size < 2 or len(seen) < self.share * size:
                 continue
             note = f"; so are {len(seen)} of {size} GPUs of job {key[1]}: the job differs from its baseline, not a GPU"

@@ -303,9 +303,15 @@ class Changes:
             f"{fmt(earlier * 100, '%', 1)} of the job's earlier time"
         )
         action = "check the checkpoint path (file system throughput) and the size of the job's state"
-        return Description(Severity.INFO, what, action, {
-            "checkpoint_share_recent": recent, "checkpoint_share_earlier": earlier,
-        })  # fmt: skip
+        return Description(
+            Severity.INFO,
+            what,
+            action,
+            {
+                "checkpoint_share_recent": recent,
+                "checkpoint_share_earlier": earlier,
+            },
+        )
 
     @staticmethod
     def _collapse(d: dict[str, float], used: float) -> Description:
@@ -336,7 +342,15 @@ class Changes:
             f"{fmt(after / _GIB, ' GiB', 1)} between two samples{now} while a job holds the GPU: {why}"
         )
         severity = Severity.WARNING if restart or lost else Severity.INFO
-        return Description(severity, what, action, {
-            "memory_used_bytes": used, "memory_before_bytes": before, "memory_after_bytes": after,
-            "restarted": float(restart), "went_on_s": went_on if lost else nan,
-        })  # fmt: skip
+        return Description(
+            severity,
+            what,
+            action,
+            {
+                "memory_used_bytes": used,
+                "memory_before_bytes": before,
+                "memory_after_bytes": after,
+                "restarted": float(restart),
+                "went_on_s": went_on if lost else nan,
+            },
+        )

@@ -63,37 +63,97 @@ CATALOGUE: Final[dict[int, Xid]] = {
     x.code: x
     for x in (
         Xid(8, "GPU stopped processing (channel idle timeout)", _W, _RESTART_APP, "app"),
-        Xid(13, "graphics engine exception (illegal instruction or address in a kernel)", _W,
-            "check the application (out-of-bounds access, bad kernel); restart it", "app"),
-        Xid(31, "GPU memory page fault (illegal memory access by the application)", _W,
-            "check the application for an illegal memory access; restart it", "app"),
+        Xid(
+            13,
+            "graphics engine exception (illegal instruction or address in a kernel)",
+            _W,
+            "check the application (out-of-bounds access, bad kernel); restart it",
+            "app",
+        ),
+        Xid(
+            31,
+            "GPU memory page fault (illegal memory access by the application)",
+            _W,
+            "check the application for an illegal memory access; restart it",
+            "app",
+        ),
         Xid(32, "invalid or corrupted push buffer stream", _W, _RESTART_APP, "driver"),
         Xid(38, "driver firmware error", _C, _RESET, "driver"),
-        Xid(43, "GPU stopped processing (a channel was reset after an application error)", _W,
-            "the GPU is usually fine: restart the application", "app"),
-        Xid(45, "preemptive cleanup after a channel error or process kill", _W,
-            "usually follows another XID or a killed process; look at the XID before it", "app"),
+        Xid(
+            43,
+            "GPU stopped processing (a channel was reset after an application error)",
+            _W,
+            "the GPU is usually fine: restart the application",
+            "app",
+        ),
+        Xid(
+            45,
+            "preemptive cleanup after a channel error or process kill",
+            _W,
+            "usually follows another XID or a killed process; look at the XID before it",
+            "app",
+        ),
         Xid(46, "GPU stopped processing", _C, _RESET, "hardware"),
-        Xid(48, "double-bit (uncorrectable) ECC error", _C,
+        Xid(
+            48,
+            "double-bit (uncorrectable) ECC error",
+            _C,
             "drain the GPU and reset it to retire the page / remap the row; replace it if it recurs",
-            "memory", memory=True),
+            "memory",
+            memory=True,
+        ),
         Xid(61, "internal micro-controller breakpoint/warning", _C, _RESET, "driver"),
         Xid(62, "internal micro-controller halt", _C, _RESET, "driver"),
-        Xid(63, "ECC page retirement or row remapping recorded (reset to activate)", _W,
-            "schedule a GPU reset at the next drain to activate the retirement/remap", "memory", memory=True),
-        Xid(64, "ECC page retirement or row remapping failure", _C,
-            "drain the GPU: the bad memory could not be retired; replace the GPU", "memory", memory=True),
+        Xid(
+            63,
+            "ECC page retirement or row remapping recorded (reset to activate)",
+            _W,
+            "schedule a GPU reset at the next drain to activate the retirement/remap",
+            "memory",
+            memory=True,
+        ),
+        Xid(
+            64,
+            "ECC page retirement or row remapping failure",
+            _C,
+            "drain the GPU: the bad memory could not be retired; replace the GPU",
+            "memory",
+            memory=True,
+        ),
         Xid(68, "video processor exception", _W, _RESTART_APP, "hardware"),
         Xid(69, "graphics engine class error", _W, _RESTART_APP, "app"),
         Xid(74, "NVLink error", _C, "drain the node; check NVLink/NVSwitch and reset the GPUs", "hardware"),
-        Xid(79, "GPU has fallen off the bus", _C,
-            "drain the node and reboot it; reseat the GPU / check its power and riser if it recurs", "hardware"),
-        Xid(92, "high single-bit ECC error rate", _W,
-            "watch the GPU's ECC counters; plan a replacement if the rate keeps rising", "memory", memory=True),
-        Xid(94, "contained uncorrectable ECC error (the application using the memory was stopped)", _C,
-            "restart the application; reset the GPU at the next drain to remap the row", "memory", memory=True),
-        Xid(95, "uncontained uncorrectable ECC error", _C,
-            "drain the GPU and reset it now: every application on it is affected", "memory", memory=True),
+        Xid(
+            79,
+            "GPU has fallen off the bus",
+            _C,
+            "drain the node and reboot it; reseat the GPU / check its power and riser if it recurs",
+            "hardware",
+        ),
+        Xid(
+            92,
+            "high single-bit ECC error rate",
+            _W,
+            "watch the GPU's ECC counters; plan a replacement if the rate keeps rising",
+            "memory",
+            memory=True,
+        ),
+        Xid(
+            94,
+            "contained uncorrectable ECC error (the application using the memory was stopped)",
+            _C,
+            "restart the application; reset the GPU at the next drain to remap the row",
+            "memory",
+            memory=True,
+        ),
+        Xid(
+            95,
+            "uncontained uncorrectable ECC error",
+            _C,
+            "drain the GPU and reset it now: every application on it is affected",
+            "memory",
+            memory=True,
+        ),
         Xid(109, "context switch timeout", _W, _RESTART_APP, "app"),
         Xid(119, "GSP RPC timeout", _C, _RESET, "driver"),
         Xid(120, "GSP error", _C, _RESET, "driver"),
@@ -101,7 +161,7 @@ CATALOGUE: Final[dict[int, Xid]] = {
         Xid(140, "ECC unrecovered error", _C, _RESET, "memory", memory=True),
         Xid(154, "GPU recovery action changed (reset or reboot required)", _C, _REBOOT, "driver"),
     )
-}  # fmt: skip
+}
 
 #: XIDs that mean the GPU is gone from the bus (the fallen-off-bus detector owns them)
 LOST: Final = frozenset({79})
@@ -334,9 +394,12 @@ class HardErrors:
                 else "the job keeps crashing on this GPU: stop it and check the application; reset the GPU if it "
                 "persists"
             )
-            return Description(Severity.CRITICAL, what, action, {
-                "xids_in_window": float(count), "distinct_xids": float(len(codes)), "last_xid": float(last.code)
-            })  # fmt: skip
+            return Description(
+                Severity.CRITICAL,
+                what,
+                action,
+                {"xids_in_window": float(count), "distinct_xids": float(len(codes)), "last_xid": float(last.code)},
+            )
         what = f"XID {last.code}: {last.meaning} ({last.cause} error)"
         return Description(last.severity, what, last.action, {"xid": float(last.code), "xids_in_window": float(count)})
 
@@ -353,12 +416,19 @@ def _ecc_words(gpu: GpuView, episode: Episode) -> Description:
         "drain the GPU and reset it to apply the row remap / page retirement; replace it if errors recur or the "
         "remap failed"
     )
-    return Description(Severity.CRITICAL, what, action, {
-        "ecc_uncorrected_total": c["ecc_uncorrected_total"],
-        "row_remap_uncorrectable_total": c["row_remap_uncorrectable_total"],
-        "retired_pages_dbe_total": c["retired_pages_dbe_total"],
-        "remap_pending": pending, "remap_failure": gpu.row.get("row_remap_failure", math.nan), "xid": xid or math.nan,
-    })  # fmt: skip
+    return Description(
+        Severity.CRITICAL,
+        what,
+        action,
+        {
+            "ecc_uncorrected_total": c["ecc_uncorrected_total"],
+            "row_remap_uncorrectable_total": c["row_remap_uncorrectable_total"],
+            "retired_pages_dbe_total": c["retired_pages_dbe_total"],
+            "remap_pending": pending,
+            "remap_failure": gpu.row.get("row_remap_failure", math.nan),
+            "xid": xid or math.nan,
+        },
+    )
 
 
 def _remap_words(gpu: GpuView, episode: Episode) -> Description:
@@ -367,8 +437,13 @@ def _remap_words(gpu: GpuView, episode: Episode) -> Description:
         f"memory row remap / page retirement waiting for a GPU reset (correctable remaps "
         f"{fmt(c['row_remap_correctable_total'])})"
     )
-    return Description(Severity.WARNING, what, "reset the GPU at its next drain to activate the remap", {
-        "row_remap_correctable_total": c["row_remap_correctable_total"],
-        "remap_pending": gpu.row.get("row_remap_pending", gpu.row.get("retired_pages_pending", math.nan)),
-        "xid": episode.detail.get("xid", math.nan),
-    })  # fmt: skip
+    return Description(
+        Severity.WARNING,
+        what,
+        "reset the GPU at its next drain to activate the remap",
+        {
+            "row_remap_correctable_total": c["row_remap_correctable_total"],
+            "remap_pending": gpu.row.get("row_remap_pending", gpu.row.get("retired_pages_pending", math.nan)),
+            "xid": episode.detail.get("xid", math.nan),
+        },
+    )

@@ -51,8 +51,13 @@ class Idle:
             f"{fmt(rel.get('memory_used_ratio', math.nan) * 100, '%')} for the last {hours * 60:.0f}+ min"
         )
         action = "release the GPU or give the job work: it holds a GPU that others could use"
-        return Description(Severity.INFO, what, action, {
-            "utilization_percent": row.get("utilization_gpu_percent", math.nan),
-            "memory_used_ratio": rel.get("memory_used_ratio", math.nan),
-            "idle_gpu_hours": hours,
-        })  # fmt: skip
+        return Description(
+            Severity.INFO,
+            what,
+            action,
+            {
+                "utilization_percent": row.get("utilization_gpu_percent", math.nan),
+                "memory_used_ratio": rel.get("memory_used_ratio", math.nan),
+                "idle_gpu_hours": hours,
+            },
+        )

@@ -176,8 +176,10 @@ def pace_step(state: JobPaceState, w: Readings, explained: bool = False, steps: 
     if steps > MAX_STEP:  # the job was silent: its runs and span start again
         state.brake_run, state.starve_run, state.span = 0, 0, []
     steps = min(steps, MAX_STEP)
-    span = [*state.span, (np.where(seen, w.idle * w.rows, 0.0), np.where(seen, w.rows, 0.0),
-                          np.where(seen, w.stretches, 0.0), steps)]  # fmt: skip
+    span = [
+        *state.span,
+        (np.where(seen, w.idle * w.rows, 0.0), np.where(seen, w.rows, 0.0), np.where(seen, w.stretches, 0.0), steps),
+    ]
     while len(span) > 1 and sum(e[3] for e in span[1:]) >= SUSTAIN:
         span.pop(0)
     state.span = span
@@ -214,8 +216,19 @@ def pace_step(state: JobPaceState, w: Readings, explained: bool = False, steps: 
     state.active = (state.active or starts) and not clears
     run = state.brake_run if cause == _BRAKE else state.starve_run + SUSTAIN - 1
     known = clock_known and cause == _BRAKE
-    return JobWindow(cause, starts, clears, n, watts, ref, mid_util, mid_idle, float(run),
-                     clock if known else np.nan, ref_clock if known else np.nan)  # fmt: skip
+    return JobWindow(
+        cause,
+        starts,
+        clears,
+        n,
+        watts,
+        ref,
+        mid_util,
+        mid_idle,
+        float(run),
+        clock if known else np.nan,
+        ref_clock if known else np.nan,
+    )
 
 
 class JobPace:

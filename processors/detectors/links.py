@@ -204,10 +204,19 @@ class Links:
             "drain the GPU's jobs, reset the GPU; if links stay down check the NVLink bridge / NVSwitch tray and "
             "report to support"
         )
-        return Description(Severity.CRITICAL, what, action, {
-            "links_active": active, "links_expected": expected, "nvlink_bytes_per_second": nvl,
-            "pcie_bytes_per_second": pcie, "nvlink_crc_errors_total": crc, "nvlink_recovery_errors_total": recovery,
-        })  # fmt: skip
+        return Description(
+            Severity.CRITICAL,
+            what,
+            action,
+            {
+                "links_active": active,
+                "links_expected": expected,
+                "nvlink_bytes_per_second": nvl,
+                "pcie_bytes_per_second": pcie,
+                "nvlink_crc_errors_total": crc,
+                "nvlink_recovery_errors_total": recovery,
+            },
+        )
 
     def _peers(self, gpu: GpuView) -> str:
         """Which peers lost their NVLink path to this GPU and what their traffic crosses now (from the topology)."""
@@ -251,17 +260,33 @@ def _pcie(gpu: GpuView, property_: bool = False) -> Description:
             f"({fmt(width / width_max * 100, '%')} of its lanes): how its slot, riser or VM is built, not a fault"
         )
         action = "none if this slot or VM has that many lanes; if it should have them all, check the riser and slot"
-        return Description(Severity.INFO, what, action, {
-            "pcie_width": width, "pcie_width_max": width_max, "utilization_percent": util,
-        })  # fmt: skip
+        return Description(
+            Severity.INFO,
+            what,
+            action,
+            {
+                "pcie_width": width,
+                "pcie_width_max": width_max,
+                "utilization_percent": util,
+            },
+        )
     busy = f"while busy (util {fmt(util, '%')})" if util > _PCIE_BUSY_UTIL else f"(util {fmt(util, '%')} now)"
     what = (
         f"PCIe link trained at Gen{fmt(gen)} x{fmt(width)} of Gen{fmt(gen_max)} x{fmt(width_max)} {busy} "
         f"({fmt(share * 100, '%')} of its bandwidth), replay counter {fmt(replay)}"
     )
     action = "reseat the GPU and check the riser/slot and its retimer; a link that keeps retraining low needs service"
-    return Description(Severity.WARNING, what, action, {
-        "pcie_gen": gen, "pcie_gen_max": gen_max, "pcie_width": width, "pcie_width_max": width_max,
-        "bandwidth_share": share, "pcie_replay_total": replay,
-        "utilization_percent": row.get("utilization_gpu_percent", nan),
-    })  # fmt: skip
+    return Description(
+        Severity.WARNING,
+        what,
+        action,
+        {
+            "pcie_gen": gen,
+            "pcie_gen_max": gen_max,
+            "pcie_width": width,
+            "pcie_width_max": width_max,
+            "bandwidth_share": share,
+            "pcie_replay_total": replay,
+            "utilization_percent": row.get("utilization_gpu_percent", nan),
+        },
+    )

@@ -245,9 +245,12 @@ class Memory:
             if start[i]:
                 used = float(y[i])
                 detail = {
-                    "slope_per_min": float(rate[i]), "growing_since_ns": float(since[i]),
-                    "pace_now_per_min": float(rate[i]), "top_ratio": used, "top_ns": float(ts[i]),
-                }  # fmt: skip
+                    "slope_per_min": float(rate[i]),
+                    "growing_since_ns": float(since[i]),
+                    "pace_now_per_min": float(rate[i]),
+                    "top_ratio": used,
+                    "top_ns": float(ts[i]),
+                }
             else:  # memory freed (a drop, a new job) or growth stopped: no longer growing
                 detail = {"pace_now_per_min": 0.0}
             self.report.transition(int(g[i]), LEAK, bool(start[i]), int(ts[i]), out, detail)
@@ -294,7 +297,14 @@ class Memory:
             "it will hit OOM"
         )
         severity = Severity.CRITICAL if minutes_left < 15 else Severity.WARNING
-        return Description(severity, what, action, {
-            "memory_used_ratio": used, "growth_per_min": slope, "minutes_to_full": minutes_left,
-            "growing_min": grown_for,
-        })  # fmt: skip
+        return Description(
+            severity,
+            what,
+            action,
+            {
+                "memory_used_ratio": used,
+                "growth_per_min": slope,
+                "minutes_to_full": minutes_left,
+                "growing_min": grown_for,
+            },
+        )

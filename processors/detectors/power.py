@@ -143,11 +143,19 @@ class Power:
             "and restore it"
         )
         busy = row.get("utilization_gpu_percent", 0.0) > BUSY_UTIL
-        return Description(Severity.WARNING if busy else Severity.INFO, what, action, {
-            "power_limit_w": limit, "previous_limit_w": before, "default_limit_w": default,
-            "power_w": row.get("power_watts", nan), "sm_clock_ratio": rel.get("sm_clock_ratio_of_max", nan),
-            "sw_power_cap": float(capped),
-        })  # fmt: skip
+        return Description(
+            Severity.WARNING if busy else Severity.INFO,
+            what,
+            action,
+            {
+                "power_limit_w": limit,
+                "previous_limit_w": before,
+                "default_limit_w": default,
+                "power_w": row.get("power_watts", nan),
+                "sm_clock_ratio": rel.get("sm_clock_ratio_of_max", nan),
+                "sw_power_cap": float(capped),
+            },
+        )
 
     def describe_node(self, name: str, slots: np.ndarray) -> Description:
         """A node's GPUs whose limits were lowered together (those still waiting for their confirmation too: the
@@ -171,15 +179,28 @@ class Power:
         what = (
             f"power capping on {len(members)} of {len(slots)} GPUs at once (GPU {indexes}): limit lowered mid-job to "
             f"{watts} from {fmt(was, ' W')} ({fmt(share * 100, '%')} of default)"
-            + (f"; {int(capped.sum())} busy GPUs held by the SW power cap, SM clock {fmt(busy_clock * 100, '%')} of "
-               "max" if capped.any() else "")
-        )  # fmt: skip
+            + (
+                f"; {int(capped.sum())} busy GPUs held by the SW power cap, SM clock {fmt(busy_clock * 100, '%')} of "
+                "max"
+                if capped.any()
+                else ""
+            )
+        )
         action = (
             "one cause for the node: check its power supplies (BMC / ipmitool sdr: a failed or degraded PSU), the PDU "
             "or rack power budget, or a node-wide power policy; restore the limits once it is fixed"
         )
-        return Description(Severity.WARNING if busy.any() else Severity.INFO, what, action, {
-            "gpus_capped": float(len(members)), "gpus_on_node": float(len(slots)),
-            "busy_gpus_capped": float(capped.sum()), "power_limit_w": lo, "previous_limit_w": was,
-            "limit_ratio_of_default": share, "sm_clock_ratio": busy_clock,
-        })  # fmt: skip
+        return Description(
+            Severity.WARNING if busy.any() else Severity.INFO,
+            what,
+            action,
+            {
+                "gpus_capped": float(len(members)),
+                "gpus_on_node": float(len(slots)),
+                "busy_gpus_capped": float(capped.sum()),
+                "power_limit_w": lo,
+                "previous_limit_w": was,
+                "limit_ratio_of_default": share,
+                "sm_clock_ratio": busy_clock,
+            },
+        )

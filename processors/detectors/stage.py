@@ -141,9 +141,11 @@ class Detectors:
         self._post(out)
         if len(batch) and (self.report.gpus or self.report.nodes):
             explanation = self.report.explain(
-                self.slots.rows(batch), batch.ts_ns, batch.explanation,
+                self.slots.rows(batch),
+                batch.ts_ns,
+                batch.explanation,
                 self.power.speaking_for() + self.report.waited_on(),
-            )  # fmt: skip
+            )
             if explanation != batch.explanation:
                 batch = replace(batch, explanation=explanation)
         return batch, out

@@ -144,8 +144,12 @@ class Storms:
             f"{fmt(peak * scale, unit, 1)}; DCGM's limit {storm.limit * scale:g}{unit}), {fmt(total)} in total"
         )
         evidence = {
-            "rate_per_s": rate, "peak_per_s": peak, "limit_per_s": storm.limit, "window_s": WINDOW_S, "total": total,
-        }  # fmt: skip
+            "rate_per_s": rate,
+            "peak_per_s": peak,
+            "limit_per_s": storm.limit,
+            "window_s": WINDOW_S,
+            "total": total,
+        }
         if storm.severe is not None:
             severe = episode.detail.get("severe", 0.0)
             severe_total = gpu.counters.get(storm.severe, float("nan"))

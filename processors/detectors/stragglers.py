@@ -438,10 +438,18 @@ class Stragglers:
         idle = lt(util, _IDLE_UTIL)
         begun = idle & ~w.idle[g]
         w.idle[g] = np.where(np.isnan(util), w.idle[g], idle)
-        w.sums[g] += np.column_stack([
-            np.nan_to_num(util), ~np.isnan(util), np.where(busy, clock, 0.0), busy,
-            np.where(drawing, power, 0.0), drawing, idle, begun,
-        ])  # fmt: skip
+        w.sums[g] += np.column_stack(
+            [
+                np.nan_to_num(util),
+                ~np.isnan(util),
+                np.where(busy, clock, 0.0),
+                busy,
+                np.where(drawing, power, 0.0),
+                drawing,
+                idle,
+                begun,
+            ]
+        )
 
     def judge(self, out: list[Finding]) -> None:
         """Judge the jobs seen in this batch, window by window: a window once every live GPU of the job is past it.
@@ -548,11 +556,19 @@ class Stragglers:
         action = (
             "the whole job runs at this GPU's pace: check its clocks, cooling and PCIe/NVLink, or move the rank off it"
         )
-        return Description(Severity.WARNING, what, action, {
-            "slower_than_median": d.get("slower_than_median", nan), "median_slower": d.get("median_slower", nan),
-            "robust_z": d.get("robust_z", nan), "peers": d.get("peers", nan),
-            "sm_clock_ratio": gpu.rel.get("sm_clock_ratio_of_max", nan),
-            "utilization_percent": gpu.row.get("utilization_gpu_percent", nan),
-            "power_watts": d.get("power_watts", nan), "peer_power_watts": d.get("peer_power_watts", nan),
-            "now_slower": d.get("now_slower", nan),
-        })  # fmt: skip
+        return Description(
+            Severity.WARNING,
+            what,
+            action,
+            {
+                "slower_than_median": d.get("slower_than_median", nan),
+                "median_slower": d.get("median_slower", nan),
+                "robust_z": d.get("robust_z", nan),
+                "peers": d.get("peers", nan),
+                "sm_clock_ratio": gpu.rel.get("sm_clock_ratio_of_max", nan),
+                "utilization_percent": gpu.row.get("utilization_gpu_percent", nan),
+                "power_watts": d.get("power_watts", nan),
+                "peer_power_watts": d.get("peer_power_watts", nan),
+                "now_slower": d.get("now_slower", nan),
+            },
+        )

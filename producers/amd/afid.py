@@ -45,14 +45,23 @@ class CperSeverity:
 SEVERITIES: Final[dict[str, CperSeverity]] = {
     s.label: s
     for s in (
-        CperSeverity("fatal", 1, "fatal hardware error", Severity.CRITICAL,
-                     "drain the GPU and reset it; follow the AFID's service action"),
-        CperSeverity("non_fatal_uncorrected", 0, "uncorrected error, contained (recoverable)", Severity.CRITICAL,
-                     "restart the affected application; reset the GPU at the next drain"),
-        CperSeverity("non_fatal_corrected", 2, "corrected error", Severity.WARNING,
-                     "watch the GPU; act if it recurs"),
+        CperSeverity(
+            "fatal",
+            1,
+            "fatal hardware error",
+            Severity.CRITICAL,
+            "drain the GPU and reset it; follow the AFID's service action",
+        ),
+        CperSeverity(
+            "non_fatal_uncorrected",
+            0,
+            "uncorrected error, contained (recoverable)",
+            Severity.CRITICAL,
+            "restart the affected application; reset the GPU at the next drain",
+        ),
+        CperSeverity("non_fatal_corrected", 2, "corrected error", Severity.WARNING, "watch the GPU; act if it recurs"),
     )
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,11 +134,13 @@ NOT_MAPPED: Final[tuple[tuple[re.Pattern[str], str], ...]] = tuple(
         (r"^gpu_ecc_deferred_total$", "deferred errors: no field in the schema yet"),
         (r"^gpu_ecc_(correct|uncorrect|deferred)_(?!total$)\w+$", "per-block breakdown of the totals"),
         (r"^gpu_xgmi_\w+$", "XGMI link traffic: not mapped in this slice"),
-        (r"^gpu_violation_(low_utilization|gfx_clock_below_host_limit_\w+?)_(percentage|accumulated)$",
-         "a consequence (clock below the host's limit, low utilization), not a cause of throttling"),
+        (
+            r"^gpu_violation_(low_utilization|gfx_clock_below_host_limit_\w+?)_(percentage|accumulated)$",
+            "a consequence (clock below the host's limit, low utilization), not a cause of throttling",
+        ),
         (r"^gpu_prof_\w+$", "profiler counters (off by default; they block application profiling)"),
     )
-)  # fmt: skip
+)
 #: what the source may emit: the mapped fields, and the limits the catalogue fills in
 FIELDS: Final = (
     frozenset(name for name, _, _ in METRICS.values())
@@ -146,10 +148,15 @@ FIELDS: Final = (
     | frozenset(PCIE_SPEEDS.values())
     | {"throttle_reasons_mask"}
     | frozenset(
-        {"power_limit_watts", "power_default_limit_watts", "temperature_slowdown_celsius",
-         "temperature_shutdown_celsius", "pcie_link_width_max"}
+        {
+            "power_limit_watts",
+            "power_default_limit_watts",
+            "temperature_slowdown_celsius",
+            "temperature_shutdown_celsius",
+            "pcie_link_width_max",
+        }
     )
-)  # fmt: skip
+)
 _NA: Final = frozenset({65535.0, 4294967295.0, 18446744073709551615.0})
 _NO_ZERO: Final = frozenset({"temperature_gpu_celsius", "temperature_memory_celsius", "power_watts"})
 _WHOLE: Final = frozenset({"", "spx", "none", "na"})
@@ -497,10 +504,14 @@ class AmdExporterSource:
     def stats(self) -> dict[str, int]:
         s = self.scrape_stats
         return {
-            "scraped_series": s.samples, "mapped_series": s.mapped, "unmapped_series": s.unmapped,
-            "unknown_series": s.unknown, "blank_values": s.blank, "anonymous_series": s.anonymous,
+            "scraped_series": s.samples,
+            "mapped_series": s.mapped,
+            "unmapped_series": s.unmapped,
+            "unknown_series": s.unknown,
+            "blank_values": s.blank,
+            "anonymous_series": s.anonymous,
             "unconvertible_values": s.unconvertible,
-        }  # fmt: skip
+        }
 
     def close(self) -> None:
         """Nothing held between scrapes."""

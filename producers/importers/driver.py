@@ -230,8 +230,15 @@ class ImportDriver:
             self._seen[name] = set(getattr(report, name))
         done = self.checkpoint.blocks_done
         total = self.importer.total_rows()
-        with tqdm(total=total, desc=f"import {self.importer.name}", unit=" rows", unit_scale=True,
-                  disable=not self.progress, dynamic_ncols=True, mininterval=0.5) as bar:  # fmt: skip
+        with tqdm(
+            total=total,
+            desc=f"import {self.importer.name}",
+            unit=" rows",
+            unit_scale=True,
+            disable=not self.progress,
+            dynamic_ncols=True,
+            mininterval=0.5,
+        ) as bar:
             bar.update(report.rows_read if done else 0)
             for index, block in enumerate(self.importer.blocks()):
                 if stop is not None and stop.is_set():
@@ -279,8 +286,9 @@ class ImportDriver:
         report.rows_read += len(rows) + len(rejected)
         for r in rejected:
             report.rejected[r.reason] = report.rejected.get(r.reason, 0) + 1
-            letter = dead_letter(None, r.original, r.reason, r.detail, STAGE, r.origin, r.gpu_uuid,
-                                 import_run=self.run_id)  # fmt: skip
+            letter = dead_letter(
+                None, r.original, r.reason, r.detail, STAGE, r.origin, r.gpu_uuid, import_run=self.run_id
+            )
             self._send(self.topics.dead_letter, letter.key, letter.value, letter.headers)
         bar.update(len(rejected))
         if not len(rows):

@@ -27,9 +27,13 @@ def workload_of(labels: dict[str, str] | None, application: str) -> Workload | N
     if job is None:
         return None
     return Workload(
-        application or "unknown", job_id=job, source="import", confidence=1.0 if application else 0.0,
-        tenant=namespace, framework=None,
-    )  # fmt: skip
+        application or "unknown",
+        job_id=job,
+        source="import",
+        confidence=1.0 if application else 0.0,
+        tenant=namespace,
+        framework=None,
+    )
 
 
 @dataclass

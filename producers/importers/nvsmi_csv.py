@@ -305,8 +305,12 @@ class NvsmiCsvImporter:
             else:
                 for line, cells, record, _at in pending:
                     why = csv_refusal(record) + "; and " if cells is None else ""
-                    reject(line, f"{why}{len(pending)} lines at this time for --gpus-per-timestamp {per_time}: "
-                                 "which line is which GPU cannot be told", record)  # fmt: skip
+                    reject(
+                        line,
+                        f"{why}{len(pending)} lines at this time for --gpus-per-timestamp {per_time}: "
+                        "which line is which GPU cannot be told",
+                        record,
+                    )
             pending[:] = carried
 
         last_time: str | None = None
@@ -338,26 +342,37 @@ class NvsmiCsvImporter:
                     settle()
                 pending.append((line, cells, record, known))
             elif at and at == last_time:
-                reject(line, "no index, uuid or pci.bus_id column and this line repeats the time of the one "
-                             "before: which GPU it is cannot be told (add index to --query-gpu, or give "
-                             "--gpus-per-timestamp)", record)  # fmt: skip
+                reject(
+                    line,
+                    "no index, uuid or pci.bus_id column and this line repeats the time of the one "
+                    "before: which GPU it is cannot be told (add index to --query-gpu, or give "
+                    "--gpus-per-timestamp)",
+                    record,
+                )
             else:
                 take(line, cells, record, None)
             last_time = at
         while pending:
             settle()
-        fields = dict.fromkeys(name for row in read for name in row[4])
-        rows = Rows(
-            node=(node,) * len(read),
-            gpu_uuid=tuple(r[1] for r in read),
-            gpu_index=tuple(r[2] for r in read),
-            gpu_model=tuple(r[3] for r in read),
-            ts_ns=np.array([r[0] for r in read], dtype=np.int64),
-            metrics={f: np.array([r[4].get(f, math.nan) for r in read], dtype=np.float64) for f in fields},
-            origin=tuple(origins),
-            original=tuple(originals),
-        )
-        return Block(rows, tuple(rejected), source)
+        return Block(_rows(node, read, origins, originals), tuple(rejected), source)
+
+
+def _rows(
+    node: str, read: list[tuple[int, str, int, str, dict[str, float]]], origins: list[str], originals: list[bytes]
+) -> Rows:
+    """The rows read from one file, (time, uuid, index, model, fields) each, as columns (NaN where a row lacks a
+    field another has)."""
+    fields = dict.fromkeys(name for row in read for name in row[4])
+    return Rows(
+        node=(node,) * len(read),
+        gpu_uuid=tuple(r[1] for r in read),
+        gpu_index=tuple(r[2] for r in read),
+        gpu_model=tuple(r[3] for r in read),
+        ts_ns=np.array([r[0] for r in read], dtype=np.int64),
+        metrics={f: np.array([r[4].get(f, math.nan) for r in read], dtype=np.float64) for f in fields},
+        origin=tuple(origins),
+        original=tuple(originals),
+    )
 
 
 def _readable(cell: str, tz: Any) -> bool:

@@ -116,8 +116,11 @@ class NvsmiXmlImporter:
                 gpus.append(gpu_from_xml(element, source))
             except (ValueError, OverflowError) as exc:  # a value past what an int or a float holds
                 name = element.get("id") or f"<gpu> {number_}"
-                bad.append(Rejection("malformed", f"{name}: a value cannot be read: {str(exc)[:200]}",
-                                     f"{source}:gpu {name}", data))  # fmt: skip
+                bad.append(
+                    Rejection(
+                        "malformed", f"{name}: a value cannot be read: {str(exc)[:200]}", f"{source}:gpu {name}", data
+                    )
+                )
         if not gpus:
             return Block(empty_rows(), tuple(bad), source)
         collector = NvmlCollector(ReplayNvml(gpus), self.config.cluster, node, processes=True)

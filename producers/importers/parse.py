@@ -22,11 +22,24 @@ from pipeline.errors import ConfigError
 #: what nvidia-smi, DCGM and traces print where there is no value: the field is absent, never zero
 NO_VALUE: Final = frozenset(
     {
-        "", "n/a", "[n/a]", "na", "nan", "none", "null", "-", "[not supported]", "not supported", "[unknown error]",
-        "[requested functionality has been deprecated]", "[insufficient permissions]", "[gpu is lost]",
-        "[no data]", "unknown error",
+        "",
+        "n/a",
+        "[n/a]",
+        "na",
+        "nan",
+        "none",
+        "null",
+        "-",
+        "[not supported]",
+        "not supported",
+        "[unknown error]",
+        "[requested functionality has been deprecated]",
+        "[insufficient permissions]",
+        "[gpu is lost]",
+        "[no data]",
+        "unknown error",
     }
-)  # fmt: skip
+)
 
 #: unit -> factor to the canonical unit of its kind (bytes, W, %, MHz, Celsius, seconds, J)
 UNITS: Final[dict[str, float]] = {

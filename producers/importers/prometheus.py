@@ -191,10 +191,15 @@ class PrometheusImporter:
         if step_ns:
             step = f"{step_ns // 1_000_000}ms"  # PromQL durations are whole units
             last = max(start_ns, end_ns - 1_000_000)  # the grid points before the chunk's end (the next has it)
-            data = self._get("/api/v1/query_range", {
-                "query": f"last_over_time({selector}[{step}])", "start": _seconds(start_ns), "end": _seconds(last),
-                "step": step,
-            })  # fmt: skip
+            data = self._get(
+                "/api/v1/query_range",
+                {
+                    "query": f"last_over_time({selector}[{step}])",
+                    "start": _seconds(start_ns),
+                    "end": _seconds(last),
+                    "step": step,
+                },
+            )
         else:
             window = f"{(end_ns - start_ns) // 1_000_000}ms"
             data = self._get("/api/v1/query", {"query": f"{selector}[{window}]", "time": _seconds(end_ns)})
@@ -220,8 +225,11 @@ def answer_series(data: Any, metric: str, origin: str) -> tuple[list[Series], li
             or not isinstance(values, list)
             or not all(isinstance(v, str) for v in names.values())
         ):
-            bad.append(Rejection("malformed", f"{metric}: a series without string labels and a list of values",
-                                 origin, _json(result)))  # fmt: skip
+            bad.append(
+                Rejection(
+                    "malformed", f"{metric}: a series without string labels and a list of values", origin, _json(result)
+                )
+            )
             continue
         labels = {str(k): v for k, v in names.items() if k != "__name__"}
         points = []

@@ -210,11 +210,16 @@ def node_batches(rows: Rows, cluster: str, interval_s: np.ndarray) -> Iterator[S
         node, at = rows.node[first], int(rows.ts_ns[first])
         samples = tuple(
             GpuSample(
-                cluster, node, rows.gpu_uuid[i], rows.gpu_index[i], rows.gpu_model[i], at,
+                cluster,
+                node,
+                rows.gpu_uuid[i],
+                rows.gpu_index[i],
+                rows.gpu_model[i],
+                at,
                 {k: v for k, v in zip(with_interval, values[i], strict=True) if v == v},  # noqa: PLR0124 (NaN)
             )
             for i in part.tolist()
-        )  # fmt: skip
+        )
         events = tuple(e for e in pending if e.node == node and e.ts_ns <= at)
         if events:
             pending = [e for e in pending if e not in events]

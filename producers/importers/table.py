@@ -270,8 +270,9 @@ class TableImporter:
         for line, cells, original in records:
             origin = f"{source}:{line}"
             if cells is None:
-                rejected.append(Rejection("malformed", f"line {line}: {csv_refusal(original.decode())}", origin,
-                                          original))  # fmt: skip
+                rejected.append(
+                    Rejection("malformed", f"line {line}: {csv_refusal(original.decode())}", origin, original)
+                )
                 continue
             try:
                 row = self._row(cells, tz)
@@ -346,10 +347,15 @@ class TableImporter:
             self._outside[key] = application
             application = "unknown"
         return Workload(
-            application, job_id=job, user=given.get("user") or None, source="import",
-            confidence=1.0 if application != "unknown" else 0.0, tenant=given.get("tenant") or None,
-            model=given.get("model") or None, framework=given.get("framework") or None,
-        )  # fmt: skip
+            application,
+            job_id=job,
+            user=given.get("user") or None,
+            source="import",
+            confidence=1.0 if application != "unknown" else 0.0,
+            tenant=given.get("tenant") or None,
+            model=given.get("model") or None,
+            framework=given.get("framework") or None,
+        )
 
 
 def _is_parquet(path: Path) -> bool:

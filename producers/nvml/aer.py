@@ -111,8 +111,10 @@ class AerReader:
         parent = Path(os.path.realpath(gpu)).parent
         if _BDF.match(parent.name):
             dirs.append(parent)
-        found = {kind: [(d / f, t) for d in dirs for f, t in kinds] for kind, kinds in (
-            ("correctable", _CORRECTABLE), ("uncorrectable", _UNCORRECTABLE))}  # fmt: skip
+        found = {
+            kind: [(d / f, t) for d in dirs for f, t in kinds]
+            for kind, kinds in (("correctable", _CORRECTABLE), ("uncorrectable", _UNCORRECTABLE))
+        }
         opened: dict[str, list[tuple[int, bytes]]] = {"correctable": [], "uncorrectable": []}
         for kind, paths in found.items():
             for path, total in paths:

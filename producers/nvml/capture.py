@@ -221,9 +221,10 @@ def _profile_by_memory(board: str, memory: int | None) -> str:
     if memory is None:
         return "unknown"
     fits = {
-        p.name for p in (spec.mig_profiles if spec else ()) if not p.name.endswith("+me")
-        and abs(p.memory_bytes - memory) <= 0.08 * p.memory_bytes
-    }  # fmt: skip
+        p.name
+        for p in (spec.mig_profiles if spec else ())
+        if not p.name.endswith("+me") and abs(p.memory_bytes - memory) <= 0.08 * p.memory_bytes
+    }
     return fits.pop() if len(fits) == 1 else f"{round(memory / 2**30)}gb"
 
 

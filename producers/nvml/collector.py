@@ -359,8 +359,12 @@ class NvmlCollector:
         costs = ", ".join(f"{key} {us:,.0f} µs" for key, us in device.costly.items())
         log.info(
             "GPU %d (%s): %s of CPU per read (over %.0f µs): read every %d rounds",
-            device.index, device.uuid, costs, self._costly_us, self._costly_every,
-        )  # fmt: skip
+            device.index,
+            device.uuid,
+            costs,
+            self._costly_us,
+            self._costly_every,
+        )
 
     def _timed_read(self, device: Device, reading: Reading, out: dict[str, float]) -> None:
         """:meth:`_read`, keeping the cheapest CPU time the reading took in the timed rounds."""

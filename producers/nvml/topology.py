@@ -138,9 +138,15 @@ class TopologyReader:
         links += self._nic_links(gpus, nics, numa)
         driver = self._call(self._nvml.nvmlSystemGetDriverVersion)
         return NodeTopology(
-            cluster, node, ts_ns, tuple(entries), tuple(x for x in links if x is not None), nics, len(switches),
+            cluster,
+            node,
+            ts_ns,
+            tuple(entries),
+            tuple(x for x in links if x is not None),
+            nics,
+            len(switches),
             driver.decode() if isinstance(driver, bytes) else str(driver or ""),
-        )  # fmt: skip
+        )
 
     @staticmethod
     def _is_switch(device: Device, link: int, by_bus: dict[str, Device]) -> bool:

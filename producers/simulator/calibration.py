@@ -57,9 +57,14 @@ class Comparison:
 
 
 def llm_cluster_batches(
-    day_ns: int, seed: int = 0, nodes: int = 128, windows: int = 8, warmup_s: int = 600, window_s: int = 1200,
+    day_ns: int,
+    seed: int = 0,
+    nodes: int = 128,
+    windows: int = 8,
+    warmup_s: int = 600,
+    window_s: int = 1200,
     step_s: int = 30,
-) -> list[SampleBatch]:  # fmt: skip
+) -> list[SampleBatch]:
     """Samples of ``mix="llm-a100"`` fleets over windows spread evenly over one day (AcmeTrace covers months, so
     every hour counts: serving load follows the time of day), each after a warm-up, every ``step_s``."""
     out: list[SampleBatch] = []

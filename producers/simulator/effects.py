@@ -87,9 +87,20 @@ class Effects:
         self.sbe_rate = np.zeros(n)
         self.aer_rate = np.zeros(n)
         self.crc_rate = np.zeros((n, links))
-        for name in ("ecc_corrected", "ecc_uncorrected", "remap_correctable", "remap_uncorrectable",
-                     "remap_pending", "remap_failure", "retired_sbe", "retired_dbe", "retired_pending",
-                     "pcie_replay", "aer_correctable", "aer_uncorrectable"):  # fmt: skip
+        for name in (
+            "ecc_corrected",
+            "ecc_uncorrected",
+            "remap_correctable",
+            "remap_uncorrectable",
+            "remap_pending",
+            "remap_failure",
+            "retired_sbe",
+            "retired_dbe",
+            "retired_pending",
+            "pcie_replay",
+            "aer_correctable",
+            "aer_uncorrectable",
+        ):
             setattr(self, name, np.zeros(n))
         self.nvl_crc = np.zeros((n, links))
         self.nvl_replay = np.zeros((n, links))

@@ -243,8 +243,17 @@ class FaultInjector:
                 node = int(self._node_of[g])
                 out.events.append((node, self._event(g, now.ts_ns, EventKind.XID, code)))
                 v = self.view
-                out.records.append(FaultRecord(v.cluster, v.nodes[node], v.uuids[g], BENIGN_XID, now.ts_ns, now.ts_ns,
-                                               f"application XID {code}: a user's bug, not the GPU's"))  # fmt: skip
+                out.records.append(
+                    FaultRecord(
+                        v.cluster,
+                        v.nodes[node],
+                        v.uuids[g],
+                        BENIGN_XID,
+                        now.ts_ns,
+                        now.ts_ns,
+                        f"application XID {code}: a user's bug, not the GPU's",
+                    )
+                )
 
     # --- starting and ending faults -----------------------------------------------------------------------
     def eligible(self, fault: str, now: Now) -> np.ndarray:
@@ -319,9 +328,15 @@ class FaultInjector:
         node = target if node_level else int(self._node_of[target])
         gpu = None if node_level else target
         record = FaultRecord(
-            v.cluster, v.nodes[node], None if gpu is None else v.uuids[gpu], fault, now.ts_ns,
-            now.ts_ns + round(duration * 1e9), started.detail, magnitude,
-        )  # fmt: skip
+            v.cluster,
+            v.nodes[node],
+            None if gpu is None else v.uuids[gpu],
+            fault,
+            now.ts_ns,
+            now.ts_ns + round(duration * 1e9),
+            started.detail,
+            magnitude,
+        )
         self.active.append(ActiveFault(record, node, gpu, now.now_s + duration, started.peers))
         if gpu is None:
             self.node_fault[node] = True
@@ -427,8 +442,9 @@ class FaultInjector:
         wanted = self._nvlink_level[now.sched.gpu_app[g]] * v.nvlink_bytes_per_s[g]
         wait = float(np.clip(1 - 0.85 * v.pcie_bytes_per_s[g] / max(wanted, 1.0), 0.1, 0.6))
         self._wait([g, *peers], wait)
-        return Started(f"{down} of {count} NVLinks inactive: peer traffic falls back to PCIe, job waits ~{wait:.0%}",
-                       peers)  # fmt: skip
+        return Started(
+            f"{down} of {count} NVLinks inactive: peer traffic falls back to PCIe, job waits ~{wait:.0%}", peers
+        )
 
     def _start_pcie_link_degraded(self, g: int, _now: Now, _duration: float, magnitude: float | None) -> Started:
         v, e, rng = self.view, self.effects, self.rng
@@ -509,8 +525,10 @@ class FaultInjector:
         if v.ecc[g] == "remap":
             e.remap_correctable[g] += 1
             e.remap_pending[g] = 1
-            events = [(node, self._event(g, ts, EventKind.XID, 63)),
-                      (node, self._event(g, ts, EventKind.ROW_REMAP, 1, "row remap pending"))]  # fmt: skip
+            events = [
+                (node, self._event(g, ts, EventKind.XID, 63)),
+                (node, self._event(g, ts, EventKind.ROW_REMAP, 1, "row remap pending")),
+            ]
             what = "a row remapped for correctable errors, pending until reset"
         else:
             e.retired_sbe[g] += 1
@@ -589,8 +607,9 @@ class FaultInjector:
         v = self.view
         if kind == EventKind.XID and not detail:
             detail = f"NVRM: Xid: {code}, {XID_TEXT.get(code, 'unknown')}"
-        return GpuEvent(v.cluster, v.nodes[int(self._node_of[g])], v.uuids[g], g % v.gpus_per_node, ts_ns, kind,
-                        code, detail)  # fmt: skip
+        return GpuEvent(
+            v.cluster, v.nodes[int(self._node_of[g])], v.uuids[g], g % v.gpus_per_node, ts_ns, kind, code, detail
+        )
 
 
 #: how the simulator starts each fault class of pipeline.kinds.FAULTS (a test holds the two together): the target (a

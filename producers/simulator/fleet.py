@@ -46,7 +46,7 @@ from pipeline.topology import NodeTopology
 from pipeline.vocab import CLOCK_REASONS, GPU_IDLE, HW_POWER_BRAKE, HW_SLOWDOWN, HW_THERMAL, SW_POWER_CAP, SW_THERMAL
 from producers.simulator.effects import GpuView, Now
 from producers.simulator.faults import FaultInjector
-from producers.simulator.hardware import MODELS, GpuModel, assign_kinds, node_topology
+from producers.simulator.hardware import MODELS, GpuModel, assign_kinds, node_topology, reported_fields
 from producers.simulator.hardware import nvlink_links as kind_nvlink_links
 from producers.simulator.hardware import pci_bus_id as kind_pci_bus_id
 from producers.simulator.links import NvLinkRows
@@ -240,46 +240,31 @@ class Fleet:
     def _view(self) -> GpuView:
         lanes = _LANE_BYTES[self._gen_max.astype(int)] * self._width_max
         return GpuView(
-            self.cluster, self.nodes, self.uuids, self.gpus_per_node, self._has_nvlink, self._nvlinks.astype(int),
-            [m.ecc for m in self.model], self._default_w, self._min_w, self._gen_max, self._width_max, self._usable,
-            np.array([m.thermal_rise_c for m in self.model]), self._slowdown, lanes, self._nvlinks * self._link_bytes,
+            self.cluster,
+            self.nodes,
+            self.uuids,
+            self.gpus_per_node,
+            self._has_nvlink,
+            self._nvlinks.astype(int),
+            [m.ecc for m in self.model],
+            self._default_w,
+            self._min_w,
+            self._gen_max,
+            self._width_max,
+            self._usable,
+            np.array([m.thermal_rise_c for m in self.model]),
+            self._slowdown,
+            lanes,
+            self._nvlinks * self._link_bytes,
             self._mem_max,
-        )  # fmt: skip
+        )
 
     def _field_layouts(self) -> list[tuple[np.ndarray, np.ndarray, tuple[str, ...]]]:
         """GPUs grouped by the fields their model reports: (GPU indices, metric columns, field names)."""
-        always = [
-            "utilization_gpu_percent", "utilization_memory_percent", "memory_used_bytes", "memory_total_bytes",
-            "memory_reserved_bytes", "sm_clock_mhz", "sm_clock_max_mhz", "graphics_clock_mhz",
-            "graphics_clock_max_mhz", "memory_clock_mhz", "memory_clock_max_mhz", "temperature_gpu_celsius",
-            "temperature_slowdown_celsius", "temperature_shutdown_celsius", "power_watts", "power_limit_watts",
-            "power_default_limit_watts", "energy_joules", "performance_state", "throttle_reasons_mask",
-            "pcie_link_gen", "pcie_link_gen_max", "pcie_link_width", "pcie_link_width_max",
-            "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second", "pcie_replay_total", "pcie_aer_correctable_total",
-            "pcie_aer_uncorrectable_total", "process_count",
-        ]  # fmt: skip
-        groups: dict[tuple[object, ...], list[int]] = {}
+        groups: dict[tuple[str, ...], list[int]] = {}
         for g, m in enumerate(self.model):
-            groups.setdefault((m.fan, m.hbm, m.profiling, m.ecc, bool(self._has_nvlink[g])), []).append(g)
-        out = []
-        for (fan, hbm, profiling, ecc, nvlink), members in groups.items():
-            names = list(always)
-            names += ["fan_speed_percent"] if fan else []
-            names += ["temperature_memory_celsius", "temperature_memory_max_celsius"] if hbm else []
-            names += ["sm_active_percent", "tensor_active_percent", "dram_active_percent"] if profiling else []
-            names += ["ecc_corrected_total", "ecc_uncorrected_total"] if ecc else []
-            if ecc == "remap":
-                names += ["row_remap_correctable_total", "row_remap_uncorrectable_total", "row_remap_pending",
-                          "row_remap_failure"]  # fmt: skip
-            elif ecc == "retire":
-                names += ["retired_pages_sbe_total", "retired_pages_dbe_total", "retired_pages_pending"]
-            if nvlink:
-                names += ["nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second", "nvlink_links_active",
-                          "nvlink_links_max", "nvlink_crc_errors_total", "nvlink_replay_errors_total",
-                          "nvlink_recovery_errors_total"]  # fmt: skip
-            ordered = tuple(n for n in METRIC_NAMES if n in names)
-            out.append((np.array(members), np.array([_col(n) for n in ordered]), ordered))
-        return out
+            groups.setdefault(reported_fields(m, bool(self._has_nvlink[g])), []).append(g)
+        return [(np.array(members), np.array([_col(n) for n in names]), names) for names, members in groups.items()]
 
     # --- public API ---------------------------------------------------------------------------------------
     @property
@@ -355,20 +340,23 @@ class Fleet:
             contexts = self.contexts(ts_ns)
         else:
             contexts = [
-                GpuContext(self.cluster, self.nodes[g // self.gpus_per_node], self.uuids[g], ts_ns,
-                           sched.workload_of(g))
+                GpuContext(
+                    self.cluster, self.nodes[g // self.gpus_per_node], self.uuids[g], ts_ns, sched.workload_of(g)
+                )
                 for g in dict.fromkeys(changed)
-            ]  # fmt: skip
+            ]
         return SimRound(ts_ns, batches, contexts, faults.records)
 
     # --- physics ------------------------------------------------------------------------------------------
     def _on_job_change(self, gpus: np.ndarray) -> None:
         # miners set a lower power limit when they start (a state, not a fault) and lock the core clock
         hashing = self._sched.gpu_app[gpus] == _HASHING
-        capped = np.maximum(np.round(self._default_w[gpus] * self._rng.uniform(0.65, 0.8, len(gpus))),
-                            self._min_w[gpus])  # fmt: skip
-        self._operator_limit[gpus] = np.where(hashing, np.minimum(capped, self._base_limit[gpus]),
-                                              self._base_limit[gpus])  # fmt: skip
+        capped = np.maximum(
+            np.round(self._default_w[gpus] * self._rng.uniform(0.65, 0.8, len(gpus))), self._min_w[gpus]
+        )
+        self._operator_limit[gpus] = np.where(
+            hashing, np.minimum(capped, self._base_limit[gpus]), self._base_limit[gpus]
+        )
 
     def _phase(self) -> np.ndarray:
         sched = self._sched
@@ -546,8 +534,9 @@ class Fleet:
         power = np.where(capped, limit * np.clip(1 + 0.03 * white[:, 1], 0.94, 1.1), demand)
         cap_factor = np.where(capped, (limit / demand) ** 0.45, 1.0)
         clock_frac = np.where(active, lv[:, L_CLOCK], 0.0)
-        clock = np.maximum(self._clock_max * clock_frac * self._boost * cap_factor * heat * e.clock_factor,
-                           self._idle_clock)  # fmt: skip
+        clock = np.maximum(
+            self._clock_max * clock_frac * self._boost * cap_factor * heat * e.clock_factor, self._idle_clock
+        )
         clock = np.minimum(clock, self._clock_max)
         # temperature: first-order lag towards inlet + R * power; the slowdown controller holds the threshold
         inlet = self._inlet + e.inlet_add
@@ -637,8 +626,17 @@ class Fleet:
         for members, cols, names in self._layouts:
             rows = matrix[np.ix_(members, cols)].tolist()
             for g, row in zip(members.tolist(), rows, strict=True):
-                samples[g] = GpuSample(cluster, gpu_node[g], uuids[g], g % gpn, model_name[g], ts_ns,
-                                       dict(zip(names, row, strict=True)), links[g], procs[g])  # fmt: skip
+                samples[g] = GpuSample(
+                    cluster,
+                    gpu_node[g],
+                    uuids[g],
+                    g % gpn,
+                    model_name[g],
+                    ts_ns,
+                    dict(zip(names, row, strict=True)),
+                    links[g],
+                    procs[g],
+                )
         for g in np.flatnonzero(lost).tolist():  # fallen off the bus: no reading
             samples[g] = None
         by_node: dict[int, list[GpuEvent]] = {}
@@ -653,13 +651,15 @@ class Fleet:
         for i, name in enumerate(self.nodes):
             mine = samples[i * gpn : (i + 1) * gpn]
             node_events = by_node.get(i)
-            batches.append(SampleBatch(
-                cluster,
-                name,
-                tuple(s for s in mine if s is not None) if None in mine else tuple(mine),  # type: ignore[arg-type]
-                tuple(sorted(node_events, key=lambda e: (e.ts_ns, e.gpu_index))) if node_events else (),
-                nics[i],
-            ))  # fmt: skip
+            batches.append(
+                SampleBatch(
+                    cluster,
+                    name,
+                    tuple(s for s in mine if s is not None) if None in mine else tuple(mine),  # type: ignore[arg-type]
+                    tuple(sorted(node_events, key=lambda e: (e.ts_ns, e.gpu_index))) if node_events else (),
+                    nics[i],
+                )
+            )
         return batches
 
     def _processes(self, memory: np.ndarray) -> list[tuple[GpuProcess, ...]]:

@@ -26,6 +26,7 @@ from typing import Final
 import numpy as np
 
 from pipeline.catalogue import GpuSpec, lookup
+from pipeline.events import METRIC_NAMES
 from pipeline.topology import NodeTopology, TopologyGpu, TopologyLink, TopologyNic
 
 
@@ -67,8 +68,40 @@ class GpuModel:
         return float(self.spec.power_default_watts or 0.0)
 
 
-def _model(name: str, idle: float, rise: float, *, dc: bool, hbm: bool, ecc: str, fan: str, reserved: float,
-           idle_clock: float) -> GpuModel:  # fmt: skip
+#: the fields every simulated GPU reports, whatever its model
+_ALWAYS: Final = (
+    "utilization_gpu_percent", "utilization_memory_percent", "memory_used_bytes", "memory_total_bytes",
+    "memory_reserved_bytes", "sm_clock_mhz", "sm_clock_max_mhz", "graphics_clock_mhz", "graphics_clock_max_mhz",
+    "memory_clock_mhz", "memory_clock_max_mhz", "temperature_gpu_celsius", "temperature_slowdown_celsius",
+    "temperature_shutdown_celsius", "power_watts", "power_limit_watts", "power_default_limit_watts", "energy_joules",
+    "performance_state", "throttle_reasons_mask", "pcie_link_gen", "pcie_link_gen_max", "pcie_link_width",
+    "pcie_link_width_max", "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second", "pcie_replay_total",
+    "pcie_aer_correctable_total", "pcie_aer_uncorrectable_total", "process_count",
+)  # fmt: skip
+_ECC: Final = {
+    "remap": "row_remap_correctable_total row_remap_uncorrectable_total row_remap_pending row_remap_failure",
+    "retire": "retired_pages_sbe_total retired_pages_dbe_total retired_pages_pending",
+    "": "",
+}
+_NVLINK: Final = """nvlink_tx_bytes_per_second nvlink_rx_bytes_per_second nvlink_links_active nvlink_links_max
+    nvlink_crc_errors_total nvlink_replay_errors_total nvlink_recovery_errors_total"""
+
+
+def reported_fields(model: GpuModel, nvlink: bool) -> tuple[str, ...]:
+    """The sample fields a GPU of this model reports (wired with NVLink or not), in schema order."""
+    names = set(_ALWAYS)
+    names |= {"fan_speed_percent"} if model.fan else set()
+    names |= {"temperature_memory_celsius", "temperature_memory_max_celsius"} if model.hbm else set()
+    names |= {"sm_active_percent", "tensor_active_percent", "dram_active_percent"} if model.profiling else set()
+    names |= {"ecc_corrected_total", "ecc_uncorrected_total"} if model.ecc else set()
+    names |= set(_ECC[model.ecc].split())
+    names |= set(_NVLINK.split()) if nvlink else set()
+    return tuple(n for n in METRIC_NAMES if n in names)
+
+
+def _model(
+    name: str, idle: float, rise: float, *, dc: bool, hbm: bool, ecc: str, fan: str, reserved: float, idle_clock: float
+) -> GpuModel:
     spec = lookup(name)
     if spec is None or spec.power_default_watts is None or spec.sm_clock_max_mhz is None:
         raise LookupError(f"{name} is not in the GPU catalogue with its limits")
@@ -85,12 +118,14 @@ MODELS: Final[dict[str, GpuModel]] = {
         _model("Tesla V100-SXM2-32GB", 42, 40, dc=True, hbm=True, ecc="retire", fan="", reserved=306, idle_clock=135),
         _model("NVIDIA L40S", 35, 45, dc=True, hbm=False, ecc="remap", fan="", reserved=531, idle_clock=210),
         _model("NVIDIA A10G", 25.6, 42, dc=True, hbm=False, ecc="remap", fan="zero", reserved=435, idle_clock=210),
-        _model("NVIDIA GeForce RTX 3090", 27.2, 45, dc=False, hbm=False, ecc="", fan="curve", reserved=450,
-               idle_clock=210),
-        _model("NVIDIA GeForce GTX 1080 Ti", 14, 48, dc=False, hbm=False, ecc="", fan="curve", reserved=180,
-               idle_clock=139),
+        _model(
+            "NVIDIA GeForce RTX 3090", 27.2, 45, dc=False, hbm=False, ecc="", fan="curve", reserved=450, idle_clock=210
+        ),
+        _model(
+            "NVIDIA GeForce GTX 1080 Ti", 14, 48, dc=False, hbm=False, ecc="", fan="curve", reserved=180, idle_clock=139
+        ),
     )
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,34 +167,148 @@ _DC_SHARED = (
 NODE_KINDS: Final[dict[str, NodeKind]] = {
     k.name: k
     for k in (
-        NodeKind("hgx-h100", "NVIDIA H100 80GB HBM3", "nvswitch", 4, 8, 400, "InfiniBand", _HGX_H100_BUS,
-                 _DC_SHARED, pretraining_share=0.5),
-        NodeKind("hgx-h200", "NVIDIA H200", "nvswitch", 4, 8, 400, "InfiniBand", _HGX_H100_BUS, _DC_SHARED,
-                 pretraining_share=0.5),
-        NodeKind("hgx-a100-80", "NVIDIA A100-SXM4-80GB", "nvswitch", 6, 8, 200, "InfiniBand", _HGX_A100_BUS,
-                 _DC_SHARED, pretraining_share=0.5),
-        NodeKind("hgx-a100-40", "NVIDIA A100-SXM4-40GB", "nvswitch", 6, 8, 200, "InfiniBand", _HGX_A100_BUS,
-                 _DC_SHARED, pretraining_share=0.3),
-        NodeKind("dgx1-v100", "Tesla V100-SXM2-32GB", "cube-mesh", 0, 4, 100, "InfiniBand", _DGX1_BUS,
-                 (("bert-training", 0.35), ("resnet-training", 0.35), ("llm-finetuning", 0.15), ("idle", 0.15))),
-        NodeKind("pcie-l40s", "NVIDIA L40S", "pcie", 0, 2, 100, "Ethernet", _PCIE_BUS,
-                 (("llm-serving", 0.3), ("stable-diffusion-inference", 0.25), ("rendering", 0.2),
-                  ("llm-finetuning", 0.1), ("bert-training", 0.05), ("resnet-training", 0.05), ("idle", 0.05))),
-        NodeKind("pcie-a10g", "NVIDIA A10G", "pcie", 0, 1, 100, "Ethernet", _PCIE_BUS,
-                 (("llm-serving", 0.35), ("stable-diffusion-inference", 0.3), ("bert-training", 0.1),
-                  ("resnet-training", 0.1), ("llm-finetuning", 0.05), ("idle", 0.1))),
-        NodeKind("ws-rtx3090", "NVIDIA GeForce RTX 3090", "workstation", 0, 0, 0, "", _WS_BUS,
-                 (("hashing", 0.3), ("rendering", 0.25), ("stable-diffusion-inference", 0.25),
-                  ("resnet-training", 0.1), ("idle", 0.1)), idle_gap_s=2400.0),
-        NodeKind("ws-1080ti", "NVIDIA GeForce GTX 1080 Ti", "workstation", 0, 0, 0, "", _WS_BUS,
-                 (("hashing", 0.45), ("rendering", 0.3), ("resnet-training", 0.15), ("idle", 0.1)),
-                 idle_gap_s=2400.0),
+        NodeKind(
+            "hgx-h100",
+            "NVIDIA H100 80GB HBM3",
+            "nvswitch",
+            4,
+            8,
+            400,
+            "InfiniBand",
+            _HGX_H100_BUS,
+            _DC_SHARED,
+            pretraining_share=0.5,
+        ),
+        NodeKind(
+            "hgx-h200",
+            "NVIDIA H200",
+            "nvswitch",
+            4,
+            8,
+            400,
+            "InfiniBand",
+            _HGX_H100_BUS,
+            _DC_SHARED,
+            pretraining_share=0.5,
+        ),
+        NodeKind(
+            "hgx-a100-80",
+            "NVIDIA A100-SXM4-80GB",
+            "nvswitch",
+            6,
+            8,
+            200,
+            "InfiniBand",
+            _HGX_A100_BUS,
+            _DC_SHARED,
+            pretraining_share=0.5,
+        ),
+        NodeKind(
+            "hgx-a100-40",
+            "NVIDIA A100-SXM4-40GB",
+            "nvswitch",
+            6,
+            8,
+            200,
+            "InfiniBand",
+            _HGX_A100_BUS,
+            _DC_SHARED,
+            pretraining_share=0.3,
+        ),
+        NodeKind(
+            "dgx1-v100",
+            "Tesla V100-SXM2-32GB",
+            "cube-mesh",
+            0,
+            4,
+            100,
+            "InfiniBand",
+            _DGX1_BUS,
+            (("bert-training", 0.35), ("resnet-training", 0.35), ("llm-finetuning", 0.15), ("idle", 0.15)),
+        ),
+        NodeKind(
+            "pcie-l40s",
+            "NVIDIA L40S",
+            "pcie",
+            0,
+            2,
+            100,
+            "Ethernet",
+            _PCIE_BUS,
+            (
+                ("llm-serving", 0.3),
+                ("stable-diffusion-inference", 0.25),
+                ("rendering", 0.2),
+                ("llm-finetuning", 0.1),
+                ("bert-training", 0.05),
+                ("resnet-training", 0.05),
+                ("idle", 0.05),
+            ),
+        ),
+        NodeKind(
+            "pcie-a10g",
+            "NVIDIA A10G",
+            "pcie",
+            0,
+            1,
+            100,
+            "Ethernet",
+            _PCIE_BUS,
+            (
+                ("llm-serving", 0.35),
+                ("stable-diffusion-inference", 0.3),
+                ("bert-training", 0.1),
+                ("resnet-training", 0.1),
+                ("llm-finetuning", 0.05),
+                ("idle", 0.1),
+            ),
+        ),
+        NodeKind(
+            "ws-rtx3090",
+            "NVIDIA GeForce RTX 3090",
+            "workstation",
+            0,
+            0,
+            0,
+            "",
+            _WS_BUS,
+            (
+                ("hashing", 0.3),
+                ("rendering", 0.25),
+                ("stable-diffusion-inference", 0.25),
+                ("resnet-training", 0.1),
+                ("idle", 0.1),
+            ),
+            idle_gap_s=2400.0,
+        ),
+        NodeKind(
+            "ws-1080ti",
+            "NVIDIA GeForce GTX 1080 Ti",
+            "workstation",
+            0,
+            0,
+            0,
+            "",
+            _WS_BUS,
+            (("hashing", 0.45), ("rendering", 0.3), ("resnet-training", 0.15), ("idle", 0.1)),
+            idle_gap_s=2400.0,
+        ),
         # AcmeTrace's clusters: A100-SXM4-80GB HGX nodes used for LLM development only (calibration mix)
-        NodeKind("acme-a100", "NVIDIA A100-SXM4-80GB", "nvswitch", 6, 8, 200, "InfiniBand", _HGX_A100_BUS,
-                 (("llm-finetuning", 0.35), ("llm-serving", 0.35), ("idle", 0.3)), pretraining_share=0.4,
-                 idle_gap_s=7200.0),
+        NodeKind(
+            "acme-a100",
+            "NVIDIA A100-SXM4-80GB",
+            "nvswitch",
+            6,
+            8,
+            200,
+            "InfiniBand",
+            _HGX_A100_BUS,
+            (("llm-finetuning", 0.35), ("llm-serving", 0.35), ("idle", 0.3)),
+            pretraining_share=0.4,
+            idle_gap_s=7200.0,
+        ),
     )
-}  # fmt: skip
+}
 
 #: Fleet mixes: node kind -> share of nodes. "default" is a mixed GPU cloud; "llm-a100" mimics AcmeTrace's clusters.
 MIXES: Final[dict[str, tuple[tuple[str, float], ...]]] = {
@@ -305,8 +454,9 @@ def seeded_mix(seed: int) -> tuple[tuple[NodeKind, float], ...]:
     for (name, _), weight in zip(kinds, weights, strict=True):
         kind = NODE_KINDS[name]
         apps = rng.dirichlet([4 * 10 * w for _, w in kind.apps])
-        out.append((replace(kind, apps=tuple((a, float(w)) for (a, _), w in zip(kind.apps, apps, strict=True))),
-                    float(weight)))  # fmt: skip
+        out.append(
+            (replace(kind, apps=tuple((a, float(w)) for (a, _), w in zip(kind.apps, apps, strict=True))), float(weight))
+        )
     return tuple(out)
 
 

@@ -31,8 +31,9 @@ class NvLinkRows:
         self._state = state
         if len(dirty):
             up = e.link_up[dirty].tolist()
-            crc, replay, recovery = (a[dirty].astype(np.int64).tolist() for a in (e.nvl_crc, e.nvl_replay,
-                                                                                  e.nvl_recovery))  # fmt: skip
+            crc, replay, recovery = (
+                a[dirty].astype(np.int64).tolist() for a in (e.nvl_crc, e.nvl_replay, e.nvl_recovery)
+            )
             for row, g in enumerate(dirty.tolist()):
                 self._cache[g] = tuple(
                     NvLinkSample(k, up[row][k], None, None, crc[row][k], replay[row][k], recovery[row][k], end)

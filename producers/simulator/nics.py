@@ -63,6 +63,7 @@ class NicRails:
         out: list[list[NicSample]] = [[] for _ in nodes]
         for k, row in enumerate(rows):
             node = self._node[k]
-            out[node].append(NicSample(cluster, nodes[node], self._name[k], 1, ts_ns,
-                                       dict(zip(NIC_FIELDS, row, strict=True))))  # fmt: skip
+            out[node].append(
+                NicSample(cluster, nodes[node], self._name[k], 1, ts_ns, dict(zip(NIC_FIELDS, row, strict=True)))
+            )
         return [tuple(ports) for ports in out]

@@ -74,30 +74,58 @@ TRACE_CLASSES: Final[dict[str, TraceClass]] = {
     t.fault: t
     for t in (
         # overheating: the GPU's own alarm, and the chassis fans failing
-        TraceClass(THERMAL, ((_HW, "GPU", "GPU Temperature High"), (_HW, "Fan", None)), 35,
-                   (0.27, 14.56, 26.19, 82.15, 234.05, 1337.11, 2199.69)),
+        TraceClass(
+            THERMAL,
+            ((_HW, "GPU", "GPU Temperature High"), (_HW, "Fan", None)),
+            35,
+            (0.27, 14.56, 26.19, 82.15, 234.05, 1337.11, 2199.69),
+        ),
         # a failed power supply: the node's GPUs are power-limited until it is replaced
-        TraceClass(POWER, ((_HW, "Power Supply", None),), 26,
-                   (8.72, 19.28, 45.23, 351.1, 493.23, 1315.42, 1367.01), scope="node"),
-        TraceClass(NVLINK, ((_HW, "GPU", "GPU P2P Bandwidth Low"),), 3,
-                   (841.13, 851.02, 865.85, 890.58, 1548.7, 1943.57, 2206.82)),
-        TraceClass(PCIE, ((_HW, "GPU", "GPU PCI link width low"),), 25,
-                   (0.2, 0.75, 17.12, 71.98, 246.56, 409.44, 1079.28)),
+        TraceClass(
+            POWER,
+            ((_HW, "Power Supply", None),),
+            26,
+            (8.72, 19.28, 45.23, 351.1, 493.23, 1315.42, 1367.01),
+            scope="node",
+        ),
+        TraceClass(
+            NVLINK,
+            ((_HW, "GPU", "GPU P2P Bandwidth Low"),),
+            3,
+            (841.13, 851.02, 865.85, 890.58, 1548.7, 1943.57, 2206.82),
+        ),
+        TraceClass(
+            PCIE, ((_HW, "GPU", "GPU PCI link width low"),), 25, (0.2, 0.75, 17.12, 71.98, 246.56, 409.44, 1079.28)
+        ),
         # the trace has no memory-leak class; the closest is its software failures (rate and repair times)
-        TraceClass(LEAK, (("Software Failure", None, None),), 24,
-                   (0.19, 1.05, 4.09, 19.11, 48.79, 163.17, 290.77)),
+        TraceClass(LEAK, (("Software Failure", None, None),), 24, (0.19, 1.05, 4.09, 19.11, 48.79, 163.17, 290.77)),
         # machines the training job itself flagged as suspect (typically slow workers)
-        TraceClass(STRAGGLER, (("Other Failure", "Training Task Troubleshooting", None),), 14,
-                   (1.57, 2.44, 3.69, 16.53, 38.57, 58.0, 93.77)),
-        TraceClass(STORM, ((_HW, "GPU", "GPU xid Error"), (_HW, "GPU", "GPU device unknow error")), 51,
-                   (0.18, 0.2, 0.23, 1.56, 32.57, 89.43, 410.0)),
-        TraceClass(ECC, ((_HW, "GPU", "GPU DBE(Double Bit ECC) > Threshold"),), 60,
-                   (0.07, 0.21, 0.21, 3.21, 51.04, 540.7, 2124.07)),
-        TraceClass(LOST_BUS, ((_HW, "GPU", "GPU Lost"), (_HW, "GPU", "GPU device not found"),
-                                      (_HW, "GPU", "nvidia-smi Timeout")), 15,
-                   (1.48, 3.92, 22.02, 37.3, 68.08, 84.55, 623.97)),
+        TraceClass(
+            STRAGGLER,
+            (("Other Failure", "Training Task Troubleshooting", None),),
+            14,
+            (1.57, 2.44, 3.69, 16.53, 38.57, 58.0, 93.77),
+        ),
+        TraceClass(
+            STORM,
+            ((_HW, "GPU", "GPU xid Error"), (_HW, "GPU", "GPU device unknow error")),
+            51,
+            (0.18, 0.2, 0.23, 1.56, 32.57, 89.43, 410.0),
+        ),
+        TraceClass(
+            ECC,
+            ((_HW, "GPU", "GPU DBE(Double Bit ECC) > Threshold"),),
+            60,
+            (0.07, 0.21, 0.21, 3.21, 51.04, 540.7, 2124.07),
+        ),
+        TraceClass(
+            LOST_BUS,
+            ((_HW, "GPU", "GPU Lost"), (_HW, "GPU", "GPU device not found"), (_HW, "GPU", "nvidia-smi Timeout")),
+            15,
+            (1.48, 3.92, 22.02, 37.3, 68.08, 84.55, 623.97),
+        ),
     )
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True, slots=True)

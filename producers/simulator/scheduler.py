@@ -303,8 +303,17 @@ class Scheduler:
             job_gpus=len(gpus),
         )
         index = None if part is None else self.partitions.index(part)
-        job = Job(slot, workload.job_id or "", app, list(gpus), start_s, start_s + length_s, workload,
-                  int(rng.integers(1_000, 4_000_000)), partition=index)  # fmt: skip
+        job = Job(
+            slot,
+            workload.job_id or "",
+            app,
+            list(gpus),
+            start_s,
+            start_s + length_s,
+            workload,
+            int(rng.integers(1_000, 4_000_000)),
+            partition=index,
+        )
         if app == "idle":
             job.phase = P_IDLE
         elif fresh and profile.loading is not None:

@@ -377,14 +377,18 @@ _FINITE_NAMES: Final = (*METRIC_NAMES, *RELATIVE_FIELDS, "score")
 def _not_finite(values: np.ndarray, names: tuple[str, ...]) -> dict[int, str]:
     """Per row holding an infinite value (NaN is an absent one), which."""
     inf = np.isinf(values)
-    return {int(r): f"{names[int(np.flatnonzero(inf[r])[0])]}={float(values[r][inf[r]][0])!r} is not finite"
-            for r in np.flatnonzero(inf.any(axis=1))}  # fmt: skip
+    return {
+        int(r): f"{names[int(np.flatnonzero(inf[r])[0])]}={float(values[r][inf[r]][0])!r} is not finite"
+        for r in np.flatnonzero(inf.any(axis=1))
+    }
 
 
 def _future(ts_ns: np.ndarray, newest_ns: int) -> dict[int, str]:
-    return {int(r): f"ts_ns {int(ts_ns[r])} is {(int(ts_ns[r]) - newest_ns) / 1e9:.0f} s beyond the newest time "
-            "the sink accepts (twice validation.max_future_skew_s ahead of its clock)"
-            for r in np.flatnonzero(ts_ns > newest_ns)}  # fmt: skip
+    return {
+        int(r): f"ts_ns {int(ts_ns[r])} is {(int(ts_ns[r]) - newest_ns) / 1e9:.0f} s beyond the newest time "
+        "the sink accepts (twice validation.max_future_skew_s ahead of its clock)"
+        for r in np.flatnonzero(ts_ns > newest_ns)
+    }
 
 
 def refusals(b: InterpretedBatch, newest_ns: int) -> tuple[list[Refused], list[Refused], list[Refused]]:
@@ -394,8 +398,13 @@ def refusals(b: InterpretedBatch, newest_ns: int) -> tuple[list[Refused], list[R
     years ahead and leave every real row late). Vectorized over the rows; identities judged once per value."""
     n = len(b)
     apps = tuple((w.application or "") if w else "" for w in b.workload)
-    named = (("cluster", b.cluster, False), ("node", b.node, False), ("uuid", b.gpu_uuid, False),
-             ("model", b.gpu_model, True), ("application", apps, True))  # fmt: skip
+    named = (
+        ("cluster", b.cluster, False),
+        ("node", b.node, False),
+        ("uuid", b.gpu_uuid, False),
+        ("model", b.gpu_model, True),
+        ("application", apps, True),
+    )
     found: dict[int, tuple[str, str]] = {i: (BAD_IDENTITY, d) for i, d in _identities(named, n).items()}
     inf = np.isinf(b.metrics).any(axis=1) | np.isinf(b.relative).any(axis=1) | np.isinf(b.score)
     bad = np.flatnonzero(inf)  # the columns are put together for those rows only: a copy per message costs

@@ -379,8 +379,9 @@ def rollup_rows(
     the end."""
     rollups = MinuteRollups()
     index: dict[str, int] = {}
-    series = np.fromiter((index.get(t) if t in index else index.setdefault(t, rollups.series(t)) for t in tags),
-                         np.int64, len(tags))  # fmt: skip
+    series = np.fromiter(
+        (index.get(t) if t in index else index.setdefault(t, rollups.series(t)) for t in tags), np.int64, len(tags)
+    )
     order = np.argsort(ts_ns, kind="stable")
     return rollups.add_values(ts_ns[order], values[order], mask[order], verdict[order], series[order], 0, 0) + (
         rollups.close_all()

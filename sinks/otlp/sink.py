@@ -201,8 +201,12 @@ class OtlpSink(Stateless):
             self.records_exported += sum(p.records for p in parts) - answer.rejected
             self.records_rejected += answer.rejected
         if answer.rejected:
-            log.warning("the OTLP endpoint rejected %d of a request's %s: %s", answer.rejected, request.signal,
-                        answer.message[:300] or "(no message)")  # fmt: skip
+            log.warning(
+                "the OTLP endpoint rejected %d of a request's %s: %s",
+                answer.rejected,
+                request.signal,
+                answer.message[:300] or "(no message)",
+            )
 
     def _cut(self, batch: list[Exported]) -> list[_Request]:
         """The batch as requests of at most ``max_request_items`` items each (a message bigger than that is a

@@ -123,11 +123,18 @@ def anomalies(store: Store, q: AnomalyQuery, now: int | None = None) -> AnomalyH
         points, _ = store.points(Points(store.buckets.raw, FINDING, FINDING_FIELDS, tr, ffilters, q.limit))
         findings = tuple(
             FindingRow(
-                p.time_ns, p.tag("detector"), p.tag("severity"), bool(p.get("active")), p.tag("cluster"),
-                p.tag("node"), p.tag("gpu"), str(p.get("summary") or ""), _int(p.get("since_ns")),
+                p.time_ns,
+                p.tag("detector"),
+                p.tag("severity"),
+                bool(p.get("active")),
+                p.tag("cluster"),
+                p.tag("node"),
+                p.tag("gpu"),
+                str(p.get("summary") or ""),
+                _int(p.get("since_ns")),
             )
             for p in points
-        )  # fmt: skip
+        )
     notes = ("findings are kept with the raw data only: older ones have expired",) if source == "1m" else ()
     return AnomalyHistory(tr, window, windows, findings, backend, source, q.scope.describe(), notes)
 

@@ -58,17 +58,32 @@ class JobComparison:
 
     def tables(self) -> list[Table]:
         columns = (
-            "feature", "application", "gpu_model", "samples", "job_p50", "job_p95",
-            "base_p05", "base_p50", "base_p95", "position",
-        )  # fmt: skip
+            "feature",
+            "application",
+            "gpu_model",
+            "samples",
+            "job_p50",
+            "job_p95",
+            "base_p05",
+            "base_p50",
+            "base_p95",
+            "position",
+        )
         rows = tuple(
             (
-                r.feature, r.application, r.gpu_model, r.samples, r.p50, r.p95,
-                r.band.p05 if r.band else None, r.band.p50 if r.band else None, r.band.p95 if r.band else None,
+                r.feature,
+                r.application,
+                r.gpu_model,
+                r.samples,
+                r.p50,
+                r.p95,
+                r.band.p05 if r.band else None,
+                r.band.p50 if r.band else None,
+                r.band.p95 if r.band else None,
                 r.position,
             )
             for r in self.rows
-        )  # fmt: skip
+        )
         title = (
             f"job {self.job} against its {self.phase} baseline, {iso(self.range.start_ns)} .. {iso(self.range.stop_ns)}"
         )

@@ -84,8 +84,9 @@ def stored_shape(store: Store, tr: TimeRange, gpus: tuple[str, ...], job: str | 
         f'r._field == {string(pace)}) |> group(columns: ["cluster", "node", "gpu"])'
     )
     # the median step between a GPU's samples, taken in InfluxDB: a week of a job at 1 s is millions of rows
-    steps = store.flux_records(f'{paced} |> elapsed(unit: 1ms) |> group() '
-                               '|> median(column: "elapsed", method: "exact_selector")')  # fmt: skip
+    steps = store.flux_records(
+        f'{paced} |> elapsed(unit: 1ms) |> group() |> median(column: "elapsed", method: "exact_selector")'
+    )
     series = store.flux_records(f'{paced} |> last() |> keep(columns: ["cluster", "node"])')
     nodes = {(str(r["cluster"]), str(r["node"])) for r in series}
     on_nodes = " or ".join(f"(r.cluster == {string(c)} and r.node == {string(n)})" for c, n in sorted(nodes))

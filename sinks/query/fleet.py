@@ -69,10 +69,21 @@ def finding_episodes(store: Store, start_ns: int, stop_ns: int, cluster: str | N
         since, gpu, job = r.get("since_ns"), r.get("gpu", "-"), r.get("job_id")
         if since is not None:
             xids = frozenset(int(x) for x in (r.get("ev_xid"), r.get("ev_last_xid")) if x is not None and x == x)  # noqa: PLR0124
-            out.append(Episode(str(r.get("cluster", "")), str(r.get("node", "")), None if gpu == "-" else str(gpu),
-                               str(r.get("detector", "")), str(r.get("severity", "info")), int(since),
-                               str(job) if job else None, xids, bool(r.get("active")), _ns(r["_time"]),
-                               bool(r.get("maintenance"))))  # fmt: skip
+            out.append(
+                Episode(
+                    str(r.get("cluster", "")),
+                    str(r.get("node", "")),
+                    None if gpu == "-" else str(gpu),
+                    str(r.get("detector", "")),
+                    str(r.get("severity", "info")),
+                    int(since),
+                    str(job) if job else None,
+                    xids,
+                    bool(r.get("active")),
+                    _ns(r["_time"]),
+                    bool(r.get("maintenance")),
+                )
+            )
     return out
 
 

@@ -151,8 +151,10 @@ def _scaled(scale: Scale, name: str) -> list[str]:
     limit = f"dict.get(dict: limits_{name}, key: r.gpu, default: 0.0)"
     for gpu, segments in scale.limits:
         if len(segments) > 1:  # the limit changed in the range: the value in force at the point's time
-            steps = " else ".join(f"if r._time < {time_literal(t)} then {v!r}" for (t, _), (_, v) in
-                                  zip(segments[1:], segments[:-1], strict=True))  # fmt: skip
+            steps = " else ".join(
+                f"if r._time < {time_literal(t)} then {v!r}"
+                for (t, _), (_, v) in zip(segments[1:], segments[:-1], strict=True)
+            )
             limit = f"(if r.gpu == {string(gpu)} then ({steps} else {segments[-1][1]!r}) else {limit})"
     return [
         f"  |> filter(fn: (r) => dict.get(dict: limits_{name}, key: r.gpu, default: 0.0) > 0.0)",

@@ -70,8 +70,11 @@ def job_summaries(store: Store, q: JobsQuery, now: int | None = None) -> JobSumm
     for r in rows:
         v = r.values
         stats = tuple((v[1 + 3 * i], v[2 + 3 * i], v[3 + 3 * i]) for i in range(len(JOB_FIELDS)))
-        out.append(JobSummary(r.tag("job_id"), r.tag("application"), r.tag("gpu_model"), r.tag("cluster"),
-                              (v[0] or 0.0) / 3600, stats))  # fmt: skip
+        out.append(
+            JobSummary(
+                r.tag("job_id"), r.tag("application"), r.tag("gpu_model"), r.tag("cluster"), (v[0] or 0.0) / 3600, stats
+            )
+        )
     out.sort(key=lambda s: (-s.gpu_hours, s.job))
     return JobSummaries(tr, tuple(out), backend)
 
@@ -92,7 +95,13 @@ def job_spans(store: Store, start_ns: int, stop_ns: int, cluster: str | None = N
         "hi: if r.t > accumulator.hi then r.t else accumulator.hi, s: accumulator.s + float(v: r._value)}))"
     )
     return sorted(
-        (str(r.get("cluster", "")), str(r.get("job_id", "")), str(r.get("application", "")), int(r["lo"]),
-         int(r["hi"]) + _TEN_MINUTES_NS, float(r["s"]) / 3600)
+        (
+            str(r.get("cluster", "")),
+            str(r.get("job_id", "")),
+            str(r.get("application", "")),
+            int(r["lo"]),
+            int(r["hi"]) + _TEN_MINUTES_NS,
+            float(r["s"]) / 3600,
+        )
         for r in store.flux_records(flux)
-    )  # fmt: skip
+    )

@@ -27,10 +27,22 @@ _VALUE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/@+()-]{0,127}$")
 #: aggregation functions a user may ask for; ``pNN`` are nearest-rank percentiles (see docs/queries.md)
 FUNCTIONS: Final = ("mean", "max", "min", "median", "count", "sum", "p50", "p90", "p95", "p99", "stddev")
 Fn = Literal[
-    "mean", "max", "min", "median", "count", "sum", "p50", "p90", "p95", "p99", "stddev",
+    "mean",
+    "max",
+    "min",
+    "median",
+    "count",
+    "sum",
+    "p50",
+    "p90",
+    "p95",
+    "p99",
+    "stddev",
     # internal: the first/last point (its time); p05
-    "first", "last", "p05",
-]  # fmt: skip
+    "first",
+    "last",
+    "p05",
+]
 QUANTILES: Final = {"p05": 5, "p50": 50, "p90": 90, "p95": 95, "p99": 99}
 
 READING_FIELDS: Final = tuple(f.name for f in METRIC_FIELDS if not f.limit)

@@ -127,9 +127,13 @@ def _throttled(store: Store, q: TopQuery, tr: TimeRange, now: int) -> TopResult:
     filters = scope_filters(q.scope)
     if source == "1m":
         plan = Aggregate(
-            store.buckets.rollup, GPU, (Expr("throttled_samples", "sum"), Expr("throttle_samples", "sum")), tr,
-            filters, IDENTITY,
-        )  # fmt: skip
+            store.buckets.rollup,
+            GPU,
+            (Expr("throttled_samples", "sum"), Expr("throttle_samples", "sum")),
+            tr,
+            filters,
+            IDENTITY,
+        )
         rows, backend = store.aggregate(plan, q.backend)
         counts = {r.tag("gpu"): (dict(r.tags), r.values[0] or 0.0, r.values[1] or 0.0) for r in rows}
     else:
@@ -160,8 +164,14 @@ def _wasted(store: Store, q: TopQuery, tr: TimeRange, now: int) -> TopResult:
     base: tuple[Filter, ...] = (*scope_filters(q.scope), ALLOCATED)
     if source == "1m":
         minutes = Expr(f"{_UTIL}_max", "count")
-        every = Aggregate(store.buckets.rollup, GPU, (Expr(f"{_UTIL}_count", "sum"), minutes,
-                          Expr("memory_used_ratio_mean", "mean")), tr, base, IDENTITY)  # fmt: skip
+        every = Aggregate(
+            store.buckets.rollup,
+            GPU,
+            (Expr(f"{_UTIL}_count", "sum"), minutes, Expr("memory_used_ratio_mean", "mean")),
+            tr,
+            base,
+            IDENTITY,
+        )
         low_plan = Aggregate(store.buckets.rollup, GPU, (minutes,), tr, (*base, ValueBelow(q.threshold)), IDENTITY)
         all_rows, backend = store.aggregate(every, q.backend)
         low_rows, _ = store.aggregate(low_plan, q.backend)
@@ -173,9 +183,15 @@ def _wasted(store: Store, q: TopQuery, tr: TimeRange, now: int) -> TopResult:
             held[gpu] = (dict(r.tags), samples, r.values[2])
             low[gpu] = low_minutes.get(gpu, 0.0) * samples / count if count else 0.0
     else:
-        window = Aggregate(store.buckets.raw, GPU, (Expr(_UTIL, "max"), Expr(_UTIL, "count"),
-                           Expr("memory_used_ratio", "mean")), tr.aligned(MINUTE_NS), base, IDENTITY,
-                           MINUTE_NS)  # fmt: skip
+        window = Aggregate(
+            store.buckets.raw,
+            GPU,
+            (Expr(_UTIL, "max"), Expr(_UTIL, "count"), Expr("memory_used_ratio", "mean")),
+            tr.aligned(MINUTE_NS),
+            base,
+            IDENTITY,
+            MINUTE_NS,
+        )
         rows, backend = store.aggregate(window, q.backend)
         held, low = _samples_per_gpu(rows, q.threshold)
     # each sample stands for its own series' interval (gpu_info), the setting only for GPUs that never said
@@ -191,12 +207,14 @@ def _wasted(store: Store, q: TopQuery, tr: TimeRange, now: int) -> TopResult:
         f"wasted: allocated (application tag other than idle) samples in minutes whose peak {_UTIL} < "
         f"{q.threshold:g}; one sample = its GPU's sampling interval ({_spread(intervals, default)}); docs/queries.md",
         *(
-            ("from the 1-minute rollups: a wasted minute counted at its GPU's mean samples per minute; the last "
-             "minute or two are not rolled up yet",)
+            (
+                "from the 1-minute rollups: a wasted minute counted at its GPU's mean samples per minute; the last "
+                "minute or two are not rolled up yet",
+            )
             if source == "1m"
             else ()
         ),
-    )  # fmt: skip
+    )
     names = ("wasted_gpu_hours", "allocated_gpu_hours", "wasted_share", "mean(memory_used_ratio)")
     return TopResult(q.kind, names, tr, _ranked(out, q.n), backend, "raw" if source != "1m" else source, notes)
 

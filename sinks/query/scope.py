@@ -53,9 +53,14 @@ def job_extent(store: Store, job: str, tr: TimeRange) -> JobExtent | None:
     narrowing needs (the job-id condition still applies to every point read afterwards)."""
     window = auto_window(tr.length_ns, 100)
     plan = Aggregate(
-        store.buckets.raw, GPU, (Expr("job_id", "count"),), tr.aligned(window), (FieldEquals("job_id", job),),
-        ("gpu", "application", "gpu_model"), window,
-    )  # fmt: skip
+        store.buckets.raw,
+        GPU,
+        (Expr("job_id", "count"),),
+        tr.aligned(window),
+        (FieldEquals("job_id", job),),
+        ("gpu", "application", "gpu_model"),
+        window,
+    )
     rows, _ = store.aggregate(plan)
     if not rows:
         return None

@@ -196,9 +196,13 @@ class Store:
         for field in dict.fromkeys(relative):
             reading, limit = RELATIVE_OF[field]
             plan = Points(
-                agg.bucket, GPU_INFO, (limit, INTERVAL_FIELD),
-                TimeRange(agg.range.start_ns - INFO_REFRESH_NS, agg.range.stop_ns), tuple(tags), limit=10**7,
-            )  # fmt: skip
+                agg.bucket,
+                GPU_INFO,
+                (limit, INTERVAL_FIELD),
+                TimeRange(agg.range.start_ns - INFO_REFRESH_NS, agg.range.stop_ns),
+                tuple(tags),
+                limit=10**7,
+            )
             rows, _ = self.points(plan)
             per_gpu: dict[str, list[tuple[int, float]]] = {}
             unreported: dict[str, tuple[int, str]] = {}

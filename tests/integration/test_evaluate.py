@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from hermeneut.jobs.evaljob import run_evaluation, withheld
-from hermeneut.jobs.evaluation import format_table
+from hermeneut.jobs.evalreport import format_table
 from pipeline.codec import encode_record
 from pipeline.config import Settings
 from pipeline.events import FaultRecord, GpuContext, GpuSample, SampleBatch, Workload

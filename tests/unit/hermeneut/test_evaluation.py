@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from hermeneut.jobs.evalreport import format_table
 from hermeneut.jobs.evaluation import (
     DAY_S,
     MIN_VISIBLE_S,
@@ -15,7 +16,6 @@ from hermeneut.jobs.evaluation import (
     combine,
     episodes,
     failures,
-    format_table,
     healthy_gpu_days,
     score,
     truths,

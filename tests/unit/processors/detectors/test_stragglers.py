@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from hermeneut.jobs.evaluation import PAI_LABELS, PAI_WINDOW, pai_result, pai_step_windows
+from hermeneut.jobs.paistragglers import PAI_LABELS, PAI_WINDOW, pai_result, pai_step_windows
 from pipeline.events import EventKind, GpuEvent, Workload
 from processors.detectors.stragglers import PeerState, StragglerParams, pair_scores, peer_step, scan
 from tests.fakes.readings import GIB
