@@ -29,7 +29,8 @@ class TopologyLink:
 
     ``kind`` is nvidia-smi topo's vocabulary: ``NV<n>`` (n NVLinks, direct or through NVSwitch), ``PIX`` (one
     PCIe switch), ``PXB`` (several PCIe switches), ``PHB`` (a PCIe host bridge), ``NODE`` (host bridges of one
-    NUMA node), ``SYS`` (across NUMA nodes, over the CPU interconnect).
+    NUMA node), ``SYS`` (across NUMA nodes, over the CPU interconnect); ``XGMI`` is AMD's Infinity Fabric
+    between two Instinct GPUs (simulated nodes; priced as the slowest posted link, having no published figures).
     """
 
     a: str

@@ -21,6 +21,20 @@ from hermeneut.cli.base import (
 from hermeneut.stages import ENTRY
 from pipeline import registry, services
 
+MIX_HELP = (
+    "Fleet mix (node kinds): default (a mixed NVIDIA cloud), llm-a100 (AcmeTrace's clusters), nvidia-amd (NVIDIA HGX "
+    "beside AMD Instinct MI300X nodes), amd, or seeded (proportions drawn from the seed)."
+)
+
+
+def _mix(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """A known fleet mix, checked before anything starts."""
+    from producers.simulator.hardware import MIXES, SEEDED
+
+    if value not in MIXES and value != SEEDED:
+        fail(f"unknown fleet mix {value!r}; known: {', '.join((*MIXES, SEEDED))}", 2)
+    return value
+
 
 @cli.group("services")
 def services_group() -> None:
@@ -101,7 +115,7 @@ def topics_cmd(ctx: click.Context) -> None:
     "--duration", type=click.FloatRange(0), help="Seconds to run live (default: until Ctrl-C; 0 after --fast-forward)."
 )
 @click.option("--seed", default=0, show_default=True)
-@click.option("--mix", default="default", show_default=True, help="Fleet mix (node kinds): default, llm-a100.")
+@click.option("--mix", default="default", show_default=True, help=MIX_HELP, callback=_mix)
 @click.option(
     "--faults/--no-faults", default=False, show_default=True, help="Inject faults (ground truth to its topic)."
 )
@@ -250,16 +264,17 @@ def sink_cmd(ctx: click.Context, sink_name: str, stats_file: Path | None, metric
     help="Simulated minutes of healthy history the baselines are learned from first.",
 )
 @click.option("--seed", default=0, show_default=True, help="The simulated fleet's seed.")
+@click.option("--mix", default="default", show_default=True, help=MIX_HELP, callback=_mix)
 @click.option("--down/--keep", default=False, help="Stop the local services at the end (default: keep, to look).")
 @click.pass_context
 def run_cmd(
-    ctx: click.Context, nodes: int, gpus: int, duration: float, learn_minutes: float, seed: int, down: bool
+    ctx: click.Context, nodes: int, gpus: int, duration: float, learn_minutes: float, seed: int, mix: str, down: bool
 ) -> None:
     """The main job: the whole system on a simulated fleet (learn, then live with faults), then a report."""
     from hermeneut.jobs.mainjob import main_job
 
     settings = settings_of(ctx)
     with errors():
-        ok = main_job(settings, nodes, gpus, duration, down, learn_s=learn_minutes * 60, seed=seed)
+        ok = main_job(settings, nodes, gpus, duration, down, learn_s=learn_minutes * 60, seed=seed, mix=mix)
     if not ok:
         sys.exit(1)

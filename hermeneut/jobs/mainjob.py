@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -84,14 +85,14 @@ def _drain(stages: list[Stage], produced: int, timeout_s: float) -> int:
     return accounted()
 
 
-def _demo_fleet(settings: Settings, nodes: int, gpus: int, seed: int, learn_s: float) -> Fleet:
+def _demo_fleet(settings: Settings, nodes: int, gpus: int, seed: int, learn_s: float, mix: str) -> Fleet:
     """The simulated fleet: healthy while it is learned, then the demo's faults, each for half an hour."""
     from producers.simulator import Fleet
     from producers.simulator.plan import FaultPlan, Injection
 
     injections = tuple(Injection(fault, learn_s + at_s, 1800.0) for fault, at_s in DEMO_FAULTS)
     plan = FaultPlan(rate_scale=0.0, injections=injections)
-    return Fleet(nodes, gpus, cluster=settings.cluster, seed=seed, faults=plan, extras=True)
+    return Fleet(nodes, gpus, cluster=settings.cluster, seed=seed, faults=plan, extras=True, mix=mix)
 
 
 def _learned(settings: Settings, processor: Stage, learn_s: float) -> TrainingReport | str:
@@ -131,6 +132,7 @@ def main_job(
     stop_services: bool,
     learn_s: float = 900.0,
     seed: int = 0,
+    mix: str = "default",
 ) -> bool:
     """Run the whole system once (see module docstring); True when every produced sample was delivered and is
     accounted for (stored or dead-lettered)."""
@@ -164,7 +166,7 @@ def main_job(
             return False
         ensure_operator_subscription(settings)
         stop = threading.Event()
-        source = SimulatorSource.of(_demo_fleet(settings, nodes, gpus, seed, learn_s))
+        source = SimulatorSource.of(_demo_fleet(settings, nodes, gpus, seed, learn_s, mix))
         reports: list[AgentReport] = []
 
         def simulate(duration_s: float, **kwargs: Any) -> None:
@@ -231,6 +233,13 @@ def main_job(
         if interrupted or stop_services:
             services.down(settings, quiet=True)
     return ok
+
+
+def finding_line(severity: str, summary: str, width: int = 118) -> str:
+    """A finding for the report: its severity, then its whole summary wrapped at words (never cut mid-word)."""
+    return textwrap.fill(
+        summary, width, initial_indent=f"  {severity:8} ", subsequent_indent=" " * 11, break_long_words=False
+    )
 
 
 def metrics_lines(stages: list[Stage], web: str | None, kept: bool) -> str:
@@ -305,7 +314,7 @@ def report(
         by_detector.setdefault(f.detector, set()).add(f"{f.node}/{f.gpu[:12]}")
     print(f"Findings: {', '.join(f'{d} on {len(g)} GPU(s)' for d, g in sorted(by_detector.items())) or 'none'}")
     for f in sorted(started, key=lambda f: f.time_ns)[:8]:
-        print(f"  {f.severity:8} {f.summary[:150]}")
+        print(finding_line(f.severity, f.summary))
     notified = run_history(settings, HistoryQuery(span, limit=10_000))
     outcomes: dict[str, int] = {}
     for n in notified:

@@ -129,6 +129,8 @@ class GpuView:
     nvlink_bytes_per_s: np.ndarray
     #: the memory's max operating temperature (NaN: no HBM, no memory temperature)
     memory_max_c: np.ndarray
+    #: NVIDIA GPUs (NVML's readings and XIDs); the others are AMD Instinct, read through AMD's exporter
+    nvidia: np.ndarray
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,6 +109,10 @@ XID_TEXT: Final[dict[int, str]] = {
     95: "Uncontained ECC error",
 }
 #: classes whose signature needs the job to keep running
+#: the faults an AMD Instinct GPU's source (AMD's device-metrics-exporter, producers.amd.exporter) can show:
+#: throttling by cause, temperatures, memory, the PCIe replay and corrected ECC counters. It has no XIDs (AMD
+#: reports AFIDs), no power limit of its own (the catalogue's), no PCIe width, NVLink, power brake or row remapping
+AMD_SHOWS: Final = frozenset({THERMAL, HBM, LEAK, STRAGGLER, PCIE_REPLAY, SBE})
 _HOLDS_JOB: Final = frozenset({THERMAL, NVLINK, PCIE, LEAK, STRAGGLER, STORM, BRAKE, PCIE_REPLAY, HBM})
 
 
@@ -238,7 +242,8 @@ class FaultInjector:
                     e.stall_until[g] = now.now_s + rng.uniform(2, 6)
         if self.benign_events:
             # a user's bug now and then: a single application XID on a healthy GPU, about one per 5 GPU-days
-            for g in np.flatnonzero(busy & ~self.gpu_fault & (rng.random(n) < dt * 0.2 / _DAY_S)).tolist():
+            benign = busy & ~self.gpu_fault & (rng.random(n) < dt * 0.2 / _DAY_S) & self.view.nvidia
+            for g in np.flatnonzero(benign).tolist():
                 code = 13 if rng.random() < 0.5 else 31
                 node = int(self._node_of[g])
                 out.events.append((node, self._event(g, now.ts_ns, EventKind.XID, code)))
@@ -268,7 +273,8 @@ class FaultInjector:
             hot = (now.busy_power >= 0.5) & sched.gpu_busy & ~e.lost
             busy_nodes = np.add.reduceat(hot.astype(np.int64), self._node_starts) > 0
             tainted = np.add.reduceat((self.gpu_fault | ~clean).astype(np.int64), self._node_starts) > 0
-            mask: np.ndarray = busy_nodes & ~tainted & ~self.node_fault
+            nvidia = np.logical_and.reduceat(v.nvidia, self._node_starts)
+            mask: np.ndarray = busy_nodes & ~tainted & ~self.node_fault & nvidia
             return mask
         free = ~self.gpu_fault & ~self.node_fault[self._node_of] & ~e.lost & clean
         app, busy = sched.gpu_app, sched.gpu_busy
@@ -288,7 +294,7 @@ class FaultInjector:
             REMAP: self._has_ecc,
         }
         out: np.ndarray = free & where[fault] if fault in where else free  # fallen-off-bus, pcie-aer-storm: any GPU
-        return out
+        return out if fault in AMD_SHOWS else out & v.nvidia
 
     def _job_clean(self, sched: Scheduler) -> np.ndarray:
         """GPUs without a job, or whose job has no GPU under a fault or on a power-capped node."""

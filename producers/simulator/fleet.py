@@ -208,6 +208,7 @@ class Fleet:
         self._busy_pstate = col([m.busy_pstate for m in models], dtype=np.float64)
         self._idle_pstate = col([m.idle_pstate for m in models], dtype=np.float64)
         self._fan = col([m.fan for m in models])
+        self._nvidia = col([m.vendor == "nvidia" for m in models])
         self._workstation = col([k.fabric == "workstation" for k in self.kinds for _ in range(gpn)])
         # NVLink: remote ends per link as the node kind wires them
         self._link_remote: list[list[str | None]] = []
@@ -257,6 +258,7 @@ class Fleet:
             lanes,
             self._nvlinks * self._link_bytes,
             self._mem_max,
+            self._nvidia,
         )
 
     def _field_layouts(self) -> list[tuple[np.ndarray, np.ndarray, tuple[str, ...]]]:
@@ -635,7 +637,7 @@ class Fleet:
                     ts_ns,
                     dict(zip(names, row, strict=True)),
                     links[g],
-                    procs[g],
+                    procs[g] if self._nvidia[g] else None,  # AMD's exporter lists no processes
                 )
         for g in np.flatnonzero(lost).tolist():  # fallen off the bus: no reading
             samples[g] = None

@@ -28,6 +28,7 @@ import numpy as np
 from pipeline.catalogue import GpuSpec, lookup
 from pipeline.events import METRIC_NAMES
 from pipeline.topology import NodeTopology, TopologyGpu, TopologyLink, TopologyNic
+from producers.amd.exporter import FIELDS as AMD_FIELDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +43,8 @@ class GpuModel:
     profiling: bool
     #: HBM: memory temperature reported, memory clock stays at its maximum
     hbm: bool
-    #: "remap" (Ampere+ data centre), "retire" (Volta: page retirement), "" (no ECC)
+    #: "remap" (Ampere+ data centre), "retire" (Volta: page retirement), "counters" (ECC counted, nothing remapped
+    #: as far as the source tells: AMD's exporter), "" (no ECC)
     ecc: str
     #: "curve" (fan follows temperature), "zero" (reported, always 0 %), "" (not reported)
     fan: str
@@ -57,7 +59,12 @@ class GpuModel:
 
     @property
     def nvlink(self) -> bool:
-        return self.spec.nvlink_links > 0
+        return self.vendor == "nvidia" and self.spec.nvlink_links > 0
+
+    @property
+    def vendor(self) -> str:
+        """``amd`` for AMD Instinct (read through AMD's device-metrics-exporter), else ``nvidia`` (NVML, DCGM)."""
+        return "amd" if self.spec.name.startswith("AMD ") else "nvidia"
 
     @property
     def memory_bytes(self) -> int:
@@ -78,6 +85,20 @@ _ALWAYS: Final = (
     "pcie_link_width_max", "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second", "pcie_replay_total",
     "pcie_aer_correctable_total", "pcie_aer_uncorrectable_total", "process_count",
 )  # fmt: skip
+#: the limit fields a source fills from the catalogue (absent where the catalogue has no figure)
+_LIMITS: Final = frozenset(
+    {
+        "power_limit_watts",
+        "power_default_limit_watts",
+        "temperature_slowdown_celsius",
+        "temperature_shutdown_celsius",
+        "pcie_link_gen_max",
+        "pcie_link_width_max",
+        "memory_clock_max_mhz",
+        "sm_clock_max_mhz",
+        "graphics_clock_max_mhz",
+    }
+)
 _ECC: Final = {
     "remap": "row_remap_correctable_total row_remap_uncorrectable_total row_remap_pending row_remap_failure",
     "retire": "retired_pages_sbe_total retired_pages_dbe_total retired_pages_pending",
@@ -88,7 +109,15 @@ _NVLINK: Final = """nvlink_tx_bytes_per_second nvlink_rx_bytes_per_second nvlink
 
 
 def reported_fields(model: GpuModel, nvlink: bool) -> tuple[str, ...]:
-    """The sample fields a GPU of this model reports (wired with NVLink or not), in schema order."""
+    """The sample fields a GPU of this model reports (wired with NVLink or not), in schema order. An AMD GPU
+    reports what AMD's exporter source gives for its model (producers.amd.exporter.FIELDS, the catalogue's
+    limits where it has them): no NVLink, PCIe width, fan, row remapping, performance state or processes."""
+    if model.vendor == "amd":
+        limits = model.spec.limit_metrics()
+        missing = {name for name in _LIMITS if name not in limits}
+        if model.spec.memory_clock_max_mhz is None:  # the memory clock means nothing without its maximum
+            missing.add("memory_clock_mhz")
+        return tuple(n for n in METRIC_NAMES if n in AMD_FIELDS and n not in missing)
     names = set(_ALWAYS)
     names |= {"fan_speed_percent"} if model.fan else set()
     names |= {"temperature_memory_celsius", "temperature_memory_max_celsius"} if model.hbm else set()
@@ -124,6 +153,12 @@ MODELS: Final[dict[str, GpuModel]] = {
         _model(
             "NVIDIA GeForce GTX 1080 Ti", 14, 48, dc=False, hbm=False, ecc="", fan="curve", reserved=180, idle_clock=139
         ),
+        # an MI300X idles at 191 W socket power, 39 C junction, its engine clock held at 2105 MHz (rocm-smi in
+        # ROCm/legacy-rocm-build#5231): rise 60 C at 750 W is that 15 C over the inlet at 191 W, scaled; ECC
+        # counted, no row remapping in what the exporter reports; driver-reserved memory assumed as an H100's
+        _model(
+            "AMD Instinct MI300X", 191, 60, dc=True, hbm=True, ecc="counters", fan="", reserved=551, idle_clock=2100
+        ),
     )
 }
 
@@ -134,7 +169,8 @@ class NodeKind:
 
     name: str
     model: str
-    #: "nvswitch", "cube-mesh" (DGX-1 V100, exactly 8 GPUs), "pcie" (2 sockets), "workstation" (1 socket)
+    #: "nvswitch", "cube-mesh" (DGX-1 V100, exactly 8 GPUs), "pcie" (2 sockets), "workstation" (1 socket),
+    #: "xgmi" (AMD's Infinity Fabric between every pair; its traffic is not simulated: no source reports it)
     fabric: str
     nvswitches: int
     nic_count: int
@@ -293,6 +329,19 @@ NODE_KINDS: Final[dict[str, NodeKind]] = {
             (("hashing", 0.45), ("rendering", 0.3), ("resnet-training", 0.15), ("idle", 0.1)),
             idle_gap_s=2400.0,
         ),
+        # an 8-GPU MI300X OAM platform: the GPUs fully connected over Infinity Fabric (XGMI), RoCE NICs
+        NodeKind(
+            "oam-mi300x",
+            "AMD Instinct MI300X",
+            "xgmi",
+            0,
+            8,
+            400,
+            "Ethernet",
+            _PCIE_BUS,
+            _DC_SHARED,
+            pretraining_share=0.5,
+        ),
         # AcmeTrace's clusters: A100-SXM4-80GB HGX nodes used for LLM development only (calibration mix)
         NodeKind(
             "acme-a100",
@@ -324,6 +373,9 @@ MIXES: Final[dict[str, tuple[tuple[str, float], ...]]] = {
         ("ws-1080ti", 0.06),
     ),
     "llm-a100": (("acme-a100", 1.0),),
+    # a mixed-vendor cloud: NVIDIA HGX beside AMD Instinct nodes
+    "nvidia-amd": (("hgx-h100", 0.4), ("hgx-a100-80", 0.2), ("oam-mi300x", 0.4)),
+    "amd": (("oam-mi300x", 1.0),),
 }
 
 # DGX-1 (V100) hybrid cube mesh as `nvidia-smi topo -m` shows it: NVLinks between GPU pairs, SYS elsewhere.
@@ -374,6 +426,8 @@ def _pair_kind(kind: NodeKind, a: int, b: int, gpus: int) -> tuple[str, int]:
         return f"NV{count}", count
     if kind.fabric == "workstation":
         return "PHB", 0
+    if kind.fabric == "xgmi":
+        return "XGMI", 0
     if a // 2 == b // 2:
         return "PIX", 0
     return ("NODE" if numa_of(kind, a, gpus) == numa_of(kind, b, gpus) else "SYS"), 0

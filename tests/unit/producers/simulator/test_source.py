@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 import threading
 
+import pytest
+
 from pipeline.codec import decode_record, decode_samples
 from pipeline.config import TopicSettings
 from pipeline.events import FaultRecord, GpuContext
@@ -82,11 +84,12 @@ def test_samples_only_destination_publishes_nothing_else() -> None:
     assert {t for t, _, _, _ in rec.sent} == {"raw"}
 
 
-def test_cli_refuses_a_bad_fleet_before_touching_kafka() -> None:
+@pytest.mark.parametrize("command", ["simulate", "run"])
+def test_cli_refuses_a_bad_fleet_before_touching_kafka(command: str) -> None:
     from click.testing import CliRunner
 
     from hermeneut.cli import cli
 
-    result = CliRunner().invoke(cli, ["simulate", "--mix", "moon"])
+    result = CliRunner().invoke(cli, [command, "--mix", "moon"])
     assert result.exit_code == 2 and "unknown fleet mix 'moon'" in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
