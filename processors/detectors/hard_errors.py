@@ -404,14 +404,28 @@ class HardErrors:
         return Description(last.severity, what, last.action, {"xid": float(last.code), "xids_in_window": float(count)})
 
 
+def _ecc_counts(c: dict[str, float], pending: float) -> list[str]:
+    """The uncorrectable-error counts a GPU reports, in words; a count it does not report is not mentioned (an
+    AMD GPU has no row remapping, a GeForce no ECC: issue 41's "rows remapped for uncorrectable errors ?")."""
+    said = []
+    remaps = not math.isnan(c["row_remap_uncorrectable_total"])
+    if not math.isnan(c["ecc_uncorrected_total"]):
+        said.append(f"{fmt(c['ecc_uncorrected_total'])} uncorrected in total")
+    if remaps:
+        said.append(f"rows remapped for uncorrectable errors {fmt(c['row_remap_uncorrectable_total'])}")
+    elif not math.isnan(c["retired_pages_dbe_total"]):
+        said.append(f"pages retired for double-bit errors {fmt(c['retired_pages_dbe_total'])}")
+    if not math.isnan(pending):
+        said.append(f"{'remap' if remaps else 'retirement'} pending {'yes' if pending else 'no'}")
+    return said
+
+
 def _ecc_words(gpu: GpuView, episode: Episode) -> Description:
     xid, c = episode.detail.get("xid"), gpu.counters
     pending = gpu.row.get("row_remap_pending", gpu.row.get("retired_pages_pending", math.nan))
-    what = (
-        f"uncorrectable ECC error{f' (XID {int(xid)}: {describe(int(xid)).meaning})' if xid else ''}: "
-        f"{fmt(c['ecc_uncorrected_total'])} uncorrected in total, rows remapped for uncorrectable errors "
-        f"{fmt(c['row_remap_uncorrectable_total'])}, remap pending {fmt(pending)}"
-    )
+    what = f"uncorrectable ECC error{f' (XID {int(xid)}: {describe(int(xid)).meaning})' if xid else ''}"
+    told = ", ".join(_ecc_counts(c, pending))
+    what += f": {told}" if told else ""
     action = (
         "drain the GPU and reset it to apply the row remap / page retirement; replace it if errors recur or the "
         "remap failed"

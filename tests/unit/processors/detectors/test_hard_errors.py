@@ -11,6 +11,7 @@ from pipeline.events import (
     GpuEvent,
     Workload,
 )
+from processors.detectors.hard_errors import _ecc_counts
 from processors.detectors.stage import Detectors
 from tests.unit.processors.detectors.driver import (
     T0,
@@ -188,3 +189,37 @@ def test_an_uncorrectable_ecc_error_stays_open_while_its_gpu_is_silent() -> None
     assert ecc[0].active and ecc[0].ts_ns == T0 + 100 * S
     (clear,) = [f for f in ecc if not f.active]
     assert clear.ts_ns == T0 + 2000 * S  # 600 s after its return at 1400, not 600 s after the error
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    ("counters", "pending", "words"),
+    [
+        # an Ampere+ data-centre GPU: every count, the remap pending said in words
+        (
+            {"ecc_uncorrected_total": 4, "row_remap_uncorrectable_total": 1, "retired_pages_dbe_total": NAN},
+            1.0,
+            ["4 uncorrected in total", "rows remapped for uncorrectable errors 1", "remap pending yes"],
+        ),
+        # a V100 retires pages instead
+        (
+            {"ecc_uncorrected_total": 2, "row_remap_uncorrectable_total": NAN, "retired_pages_dbe_total": 2},
+            0.0,
+            ["2 uncorrected in total", "pages retired for double-bit errors 2", "retirement pending no"],
+        ),
+        # an AMD GPU counts errors and nothing else: nothing is said of what it does not report (was "... ?")
+        (
+            {"ecc_uncorrected_total": 3, "row_remap_uncorrectable_total": NAN, "retired_pages_dbe_total": NAN},
+            NAN,
+            ["3 uncorrected in total"],
+        ),
+        # an XID alone, no counters at all
+        ({"ecc_uncorrected_total": NAN, "row_remap_uncorrectable_total": NAN, "retired_pages_dbe_total": NAN}, NAN, []),
+    ],
+)
+def test_an_uncorrectable_error_says_only_the_counts_its_gpu_reports(
+    counters: dict[str, float], pending: float, words: list[str]
+) -> None:
+    assert _ecc_counts(counters, pending) == words
