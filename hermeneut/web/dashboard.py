@@ -41,6 +41,7 @@ from pipeline.events import RELATIVE_FIELDS, node_key
 from pipeline.mirror import TopicMirror
 from pipeline.topology import NodeTopology
 from pipeline.vocab import format_duration
+from processors.detectors.names import HOLDS_JOB_BACK
 from sinks.query import Scope, TrendQuery, trend
 from sinks.query.coverage import StoredShape, stored_shape
 from sinks.query.model import check_value, resolve_range
@@ -339,6 +340,8 @@ async def _job_history(request: web.Request) -> web.Response:
             "gpus": cards,
             "series": series,
             "stragglers": [s.uuid for s in gpus if "straggler" in s.findings],
+            # the GPUs whose open finding holds the whole job back (its peers wait on them)
+            "waited_on": [s.uuid for s in gpus if len(gpus) > 1 and any(d in s.findings for d in HOLDS_JOB_BACK)],
             "cannot_see": _cannot_see(shape),
         }
     )

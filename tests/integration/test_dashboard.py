@@ -188,6 +188,12 @@ def test_reliability_view_shows_what_the_api_counts(page: Page, scene: Scene) ->
 def test_gpu_view_draws_metrics_and_events_on_one_time_axis(page: Page, scene: Scene) -> None:
     open_view(page, scene, f"/gpu/{scene.broken_uuid}")
     expect(page.locator(".chart[data-field=utilization_gpu_percent] path.series")).to_have_count(1)
+    # a share is drawn on its whole range, and the pointer reads the value under it
+    util = page.locator(".chart[data-field=utilization_gpu_percent]")
+    expect(util.locator("text.axis-label", has_text=re.compile(r"^100%$"))).to_have_count(1)
+    expect(util.locator("text.axis-label", has_text=re.compile(r"^0%$"))).to_have_count(1)
+    util.locator("svg").hover()
+    expect(util.locator("text.readout")).to_have_text(re.compile(r"\d%$"))
     expect(page.locator(".chart[data-field=nvlink_tx_bytes_per_second]")).to_have_count(1)
     events = page.locator("[data-testid=events] li")
     expect(events.filter(has_text="nvlink-down started")).not_to_have_count(0)
@@ -204,6 +210,14 @@ def test_job_view_puts_the_jobs_gpus_side_by_side(page: Page, scene: Scene) -> N
     expect(page.locator(f'.gpu-card[data-gpu="{scene.broken_uuid}"]')).to_have_count(1)
     for i in range(4):
         expect(cards.nth(i).locator("path.series")).to_have_count(1)
+    # the story first: the broken GPU's finding, and that the job's other GPUs wait on it, above the GPU cards
+    index = scene.fleet.uuids.index(scene.broken_uuid) % 8
+    expect(page.locator("[data-testid=waited-on]")).to_contain_text(f"GPU {index}")
+    listed = page.locator(f'[data-testid=job-findings] li[data-detector=nvlink-down][data-gpu="{scene.broken_uuid}"]')
+    expect(listed).to_have_count(1)
+    box, first_card = listed.bounding_box(), cards.first.bounding_box()
+    assert box is not None and first_card is not None and box["y"] < first_card["y"]
+    expect(page.locator(f'.gpu-card[data-gpu="{scene.broken_uuid}"]')).to_contain_text("the job waits on it")
     shot(page, "job")
 
 
@@ -246,6 +260,9 @@ def test_alerts_view_shows_the_firing_alert_and_subscriptions(page: Page, scene:
     firing = page.locator("tr[data-alert]", has_text="nvlink-down")
     expect(firing.first).to_contain_text("firing")
     expect(page.locator("tr", has_text="gpu-team")).to_have_count(1)
+    # a day's timeline says its dates: its two ends are not the same clock time
+    ends = [page.locator(f".chart text[data-axis={end}]").first.text_content() for end in ("from", "to")]
+    assert ends[0] and ends[1] and ends[0] != ends[1], ends
     shot(page, "alerts")
 
 

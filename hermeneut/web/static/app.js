@@ -175,9 +175,9 @@ function renderFleetBody() {
 
 // ---------------------------------------------------------------- GPU
 const GPU_CHARTS = [
-  ["utilization_gpu_percent", "GPU utilization", "%"], ["power_ratio_of_limit", "power / limit", "%"],
-  ["memory_used_ratio", "memory used / total", "%"], ["temperature_ratio_of_slowdown", "temperature / slowdown", "%"],
-  ["sm_clock_ratio_of_max", "SM clock / max", "%"], ["pcie_tx_bytes_per_second", "PCIe TX", "B/s"],
+  ["utilization_gpu_percent", "GPU utilization", "%"], ["power_ratio_of_limit", "power / limit", "ratio"],
+  ["memory_used_ratio", "memory used / total", "ratio"], ["temperature_ratio_of_slowdown", "temperature / slowdown", "ratio"],
+  ["sm_clock_ratio_of_max", "SM clock / max", "ratio"], ["pcie_tx_bytes_per_second", "PCIe TX", "B/s"],
   ["nvlink_tx_bytes_per_second", "NVLink TX", "B/s"],
 ];
 
@@ -245,29 +245,41 @@ async function renderJob(job) {
   view().replaceChildren(h("h2", {}, `Job ${job}`), h("p", { class: "muted" }, "loading…"));
   const data = await api(`/api/v1/jobs/${esc(job)}/history?${windowQuery("30m")}`);
   const stragglers = new Set(data.stragglers);
+  const waitedOn = new Set(data.waited_on || []);
+  const name = (u) => { const g = data.gpus.find((x) => x.uuid === u); return g && g.node ? `${g.node} GPU ${g.index}` : u; };
   const cards = h("div", { class: "job-grid" }, ...data.gpus.map((g) => {
-    const card = h("div", { class: `gpu-card ${stragglers.has(g.uuid) ? "straggler" : ""}`, "data-gpu": g.uuid },
+    const slow = stragglers.has(g.uuid) || waitedOn.has(g.uuid);
+    const card = h("div", { class: `gpu-card ${slow ? "straggler" : ""}`, "data-gpu": g.uuid },
       h("div", {}, h("a", { href: `#/gpu/${esc(g.uuid)}${currentRoute().query ? `?${currentRoute().query}` : ""}` },
         g.node ? `${g.node} GPU ${g.index}` : g.uuid), " ",
-        stragglers.has(g.uuid) ? h("span", { class: "badge warning" }, "straggler") : "", " ", h("span", { class: `badge ${g.verdict}` }, g.verdict)),
+        stragglers.has(g.uuid) ? h("span", { class: "badge warning" }, "straggler") : "",
+        waitedOn.has(g.uuid) ? h("span", { class: "badge warning" }, "the job waits on it") : "", " ", h("span", { class: `badge ${g.verdict}` }, g.verdict)),
       h("div", { class: "muted" }, `util ${fmt(g.values.utilization_gpu_percent)}% · SM clock ${fmt(g.values.sm_clock_mhz)} MHz · power ${pct(g.relative.power_ratio_of_limit)}`));
     lineChart(card, { field: "utilization_gpu_percent", title: "utilization", unit: "%", tMin: data.from_ms, tMax: data.to_ms,
       series: [{ points: data.series[g.uuid] || [], cls: stragglers.has(g.uuid) ? "straggler" : "" }], band: null, markers: [] });
     return card;
   }));
   const app = data.gpus[0] ? data.gpus[0].application : "";
+  // the job's story first: its GPUs' open findings, the worst first, and which GPU the others wait on
+  const rank = { critical: 0, warning: 1, info: 2 };
+  const open = data.gpus.flatMap((g) => Object.entries(g.findings || {}).map(([detector, f]) => ({ g, detector, f })))
+    .sort((a, b) => (rank[a.f.severity] ?? 3) - (rank[b.f.severity] ?? 3) || a.f.since_ms - b.f.since_ms);
+  const findings = open.length ? h("ul", { class: "events", "data-testid": "job-findings" }, ...open.map(({ g, detector, f }) =>
+    h("li", { "data-detector": detector, "data-gpu": g.uuid }, h("time", {}, since(f.since_ms)), h("span", { class: `badge ${f.severity}` }, f.severity), " ",
+      h("b", {}, `${name(g.uuid)}: ${detector}`), " ", h("span", { class: "explain" }, f.summary))))
+    : h("p", { class: "empty", "data-testid": "job-findings" }, "No open finding on the job's GPUs.");
   view().replaceChildren(h("h2", {}, `Job ${job}`),
     h("p", {}, `${data.gpus.length} GPUs · ${app || "application unknown"}`,
-      stragglers.size ? h("span", { class: "warn", "data-testid": "stragglers" }, ` straggler: ${[...stragglers].map((u) => {
-        const g = data.gpus.find((x) => x.uuid === u); return g ? `${g.node} GPU ${g.index}` : u; }).join(", ")}`) : ""),
-    ...cannotSee(data.cannot_see), cards);
+      stragglers.size ? h("span", { class: "warn", "data-testid": "stragglers" }, ` straggler: ${[...stragglers].map(name).join(", ")}`) : ""),
+    waitedOn.size ? h("p", { class: "warn", "data-testid": "waited-on" }, `The job's other GPUs wait on ${[...waitedOn].map(name).join(", ")}.`) : "",
+    h("h3", {}, "Open findings"), findings, ...cannotSee(data.cannot_see), cards);
 }
 
 // ---------------------------------------------------------------- topology
 async function renderTopologyIndex() {
   const data = await api("/api/v1/topology");
   view().replaceChildren(h("h2", {}, "Topology"), data.nodes.length ? h("table", {},
-    h("tr", {}, ...["node", "GPUs", "NVSwitch", "NICs", ""].map((c) => h("th", {}, c))),
+    h("tr", {}, h("th", {}, "node"), ...["GPUs", "NVSwitch", "NICs"].map((c) => h("th", { class: "num" }, c)), h("th", {}, "")),
     ...data.nodes.map((n) => h("tr", {}, h("td", {}, h("a", { href: `#/topology/${esc(n.cluster)}/${esc(n.node)}` }, `${n.cluster} / ${n.node}`)),
       h("td", { class: "num" }, n.gpus), h("td", { class: "num" }, n.nvswitches), h("td", { class: "num" }, n.nics),
       h("td", {}, n.fallback ? h("span", { class: "badge warning" }, "PCIe fallback") : ""))))

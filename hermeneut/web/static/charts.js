@@ -17,7 +17,8 @@ export function fmt(value, unit = "") {
     while (Math.abs(v) >= 1000 && i < units.length - 1) { v /= 1000; i += 1; }
     return `${v.toFixed(v >= 100 ? 0 : 1)} ${units[i]}${unit}`;
   }
-  if (unit === "%") return `${(value * (abs <= 1.5 ? 100 : 1)).toFixed(0)}%`;
+  if (unit === "ratio") return `${(value * 100).toFixed(0)}%`; // a share of the GPU's own limit, 0-1
+  if (unit === "%") return `${value.toFixed(0)}%`; // a reading already in percent, 0-100
   return `${abs >= 100 ? value.toFixed(0) : value.toFixed(abs >= 10 ? 1 : 2)}${unit ? " " + unit : ""}`;
 }
 
@@ -36,6 +37,8 @@ export function lineChart(container, spec) {
   if (spec.band) values.push(spec.band.p05, spec.band.p95);
   const finite = values.filter((v) => Number.isFinite(v));
   let lo = finite.length ? Math.min(...finite) : 0, hi = finite.length ? Math.max(...finite) : 1;
+  // a share is drawn on its whole range (0-100 %), so noise at the top does not fill the chart as drama would
+  if (spec.unit === "%" || spec.unit === "ratio") { lo = Math.min(lo, 0); hi = Math.max(hi, spec.unit === "%" ? 100 : 1); }
   if (hi - lo < 1e-9) { const pad = Math.abs(hi) * 0.1 || 1; hi += pad; lo -= pad; }
   lo = Math.min(lo, 0 <= lo && lo < hi * 0.25 ? 0 : lo);
   const x = (t) => L + ((t - spec.tMin) / Math.max(1, spec.tMax - spec.tMin)) * (W - L - R);
@@ -45,9 +48,12 @@ export function lineChart(container, spec) {
   for (const v of [lo, (lo + hi) / 2, hi]) {
     el("text", { x: L - 4, y: y(v) + 3, "text-anchor": "end", class: "axis-label" }, svg).textContent = fmt(v, spec.unit);
   }
-  const t0 = new Date(spec.tMin), t1 = new Date(spec.tMax);
-  el("text", { x: L, y: H - 4, class: "axis-label" }, svg).textContent = t0.toLocaleTimeString();
-  el("text", { x: W - R, y: H - 4, "text-anchor": "end", class: "axis-label" }, svg).textContent = t1.toLocaleTimeString();
+  // a window of half a day or more says the dates too (24 h ends at the clock time it starts at)
+  const stamp = (t) => spec.tMax - spec.tMin >= 12 * 3600000
+    ? new Date(t).toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" })
+    : new Date(t).toLocaleTimeString();
+  el("text", { x: L, y: H - 4, class: "axis-label", "data-axis": "from" }, svg).textContent = stamp(spec.tMin);
+  el("text", { x: W - R, y: H - 4, "text-anchor": "end", class: "axis-label", "data-axis": "to" }, svg).textContent = stamp(spec.tMax);
   if (spec.band) {
     el("rect", { x: L, width: W - L - R, y: y(spec.band.p95), height: Math.max(1, y(spec.band.p05) - y(spec.band.p95)), class: "band" }, svg);
     el("line", { x1: L, x2: W - R, y1: y(spec.band.p50), y2: y(spec.band.p50), class: "band-mid" }, svg);
@@ -63,6 +69,17 @@ export function lineChart(container, spec) {
     const path = el("path", { d, class: `series ${s.cls || ""}` }, svg);
     if (s.name) el("title", {}, path).textContent = s.name;
   }
+  // the reading under the pointer: its time and value, top right
+  const points = spec.series.flatMap((s) => s.points).filter((p) => Number.isFinite(p[1]));
+  const readout = el("text", { x: W - R, y: T + 10, "text-anchor": "end", class: "axis-label readout" }, svg);
+  svg.addEventListener("mousemove", (ev) => {
+    if (!points.length) return;
+    const r = svg.getBoundingClientRect();
+    const t = spec.tMin + (((ev.clientX - r.left) / r.width) * W - L) / (W - L - R) * (spec.tMax - spec.tMin);
+    const p = points.reduce((a, b) => (Math.abs(b[0] - t) < Math.abs(a[0] - t) ? b : a));
+    readout.textContent = `${stamp(p[0])}  ${fmt(p[1], spec.unit)}`;
+  });
+  svg.addEventListener("mouseleave", () => { readout.textContent = ""; });
   container.appendChild(box);
   return box;
 }
