@@ -270,6 +270,10 @@ def _maintenance(why: str) -> Reason:
     )
 
 
+#: a silence is said only of a GPU with no open finding: what it was when its telemetry stopped
+_LAST_HEARD: Final = "no finding was open on it when it was last heard from"
+
+
 def _silence(now_ns: int, last: int | None, node_last: int, silent_after_ns: int) -> Reason:
     """Why a GPU with nothing firing is unknown: telemetry gaps are evidence of where to look. Its node still
     reports (another GPU of it does): the GPU is gone from the bus, or its collector lost it (the fallen-off-bus
@@ -283,7 +287,7 @@ def _silence(now_ns: int, last: int | None, node_last: int, silent_after_ns: int
         return Reason(
             "gpu-silent",
             "warning",
-            f"no sample {age} while its node reports: gone from the bus, or its collector lost it",
+            f"no sample {age} while its node reports: gone from the bus, or its collector lost it; {_LAST_HEARD}",
             last or 0,
             Health.UNKNOWN,
             Remedy.NONE,
@@ -292,7 +296,7 @@ def _silence(now_ns: int, last: int | None, node_last: int, silent_after_ns: int
     return Reason(
         "node-silent",
         "warning",
-        f"no sample from any GPU of its node for {age}: the node, or its collector, is down",
+        f"no sample from any GPU of its node for {age}: the node, or its collector, is down; {_LAST_HEARD}",
         node_last,
         Health.UNKNOWN,
         Remedy.NONE,

@@ -107,6 +107,8 @@ def test_a_silence_says_where_to_look_the_gpu_or_its_node() -> None:
     [gpu] = one(h, "GPU-a").reasons
     assert (gpu.detector, gpu.state, gpu.remedy) == ("gpu-silent", Health.UNKNOWN, Remedy.NONE)
     assert gpu.summary.startswith("no sample for 10m while its node reports")
+    # what it was when it went quiet is said: a silent healthy fleet is not a list of bare unknowns
+    assert gpu.summary.endswith("no finding was open on it when it was last heard from")
     for uuid in ("GPU-c", "GPU-d"):
         [node] = one(h, uuid).reasons
         assert node.detector == "node-silent" and node.summary.startswith("no sample from any GPU of its node for 5m")
