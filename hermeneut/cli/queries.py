@@ -163,7 +163,7 @@ def trend_cmd(ctx: click.Context, /, **kw: Any) -> None:
     default=IDLE_UTIL_PERCENT,
     show_default=True,
     type=float,
-    help="For wasted: utilization %% under which it counts (default: idle, as the finding and rightsize count it).",
+    help="For wasted: utilization % under which it counts (default: idle, as the finding and rightsize count it).",
 )
 @time_options("1h")
 @scope_options
