@@ -193,7 +193,7 @@ def test_gpu_view_draws_metrics_and_events_on_one_time_axis(page: Page, scene: S
     expect(util.locator("text.axis-label", has_text=re.compile(r"^100%$"))).to_have_count(1)
     expect(util.locator("text.axis-label", has_text=re.compile(r"^0%$"))).to_have_count(1)
     util.locator("svg").hover()
-    expect(util.locator("text.readout")).to_have_text(re.compile(r"\d%$"))
+    expect(util.locator(".readout")).to_have_text(re.compile(r"\d%$"))
     expect(page.locator(".chart[data-field=nvlink_tx_bytes_per_second]")).to_have_count(1)
     events = page.locator("[data-testid=events] li")
     expect(events.filter(has_text="nvlink-down started")).not_to_have_count(0)

@@ -31,7 +31,7 @@ export function lineChart(container, spec) {
   title.className = "chart-title";
   title.textContent = spec.title;
   box.appendChild(title);
-  const W = 440, H = 160, L = 44, R = 8, T = 8, B = 18;
+  const W = 440, H = 160, L = spec.unit === "B/s" || spec.unit === "B" ? 60 : 44, R = 8, T = 8, B = 18;
   const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none" }, box);
   const values = spec.series.flatMap((s) => s.points.map((p) => p[1]));
   if (spec.band) values.push(spec.band.p05, spec.band.p95);
@@ -45,7 +45,7 @@ export function lineChart(container, spec) {
   const y = (v) => T + (1 - (v - lo) / (hi - lo)) * (H - T - B);
   el("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis" }, svg);
   el("line", { x1: L, x2: L, y1: T, y2: H - B, class: "axis" }, svg);
-  for (const v of [lo, (lo + hi) / 2, hi]) {
+  for (const v of finite.length ? [lo, (lo + hi) / 2, hi] : []) { // a chart of marks alone has no value axis
     el("text", { x: L - 4, y: y(v) + 3, "text-anchor": "end", class: "axis-label" }, svg).textContent = fmt(v, spec.unit);
   }
   // a window of half a day or more says the dates too (24 h ends at the clock time it starts at)
@@ -71,7 +71,9 @@ export function lineChart(container, spec) {
   }
   // the reading under the pointer: its time and value, top right
   const points = spec.series.flatMap((s) => s.points).filter((p) => Number.isFinite(p[1]));
-  const readout = el("text", { x: W - R, y: T + 10, "text-anchor": "end", class: "axis-label readout" }, svg);
+  const readout = document.createElement("span");
+  readout.className = "readout";
+  title.appendChild(readout);
   svg.addEventListener("mousemove", (ev) => {
     if (!points.length) return;
     const r = svg.getBoundingClientRect();
