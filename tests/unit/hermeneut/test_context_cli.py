@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from hermeneut.cli import cli
 from hermeneut.cli.context import format_contexts
+from pipeline import registry
 from pipeline.events import GpuContext, Workload
 
 
@@ -106,3 +107,10 @@ def test_show_table() -> None:
         "0s",
     ]
     assert table[2].split()[:5] == ["gpu02", "GPU-b", "hashing", "process", "0.70"] and table[2].endswith("5s")
+
+
+def test_watch_offers_every_context_source_of_the_registry() -> None:
+    names = registry.names("context")
+    assert {"static", "slurm-dir", "squeue", "kubernetes", "processes"} <= set(names)
+    page = CliRunner().invoke(cli, ["context", "watch", "--help"]).output
+    assert all(f"--{name}" in page for name in names), page
