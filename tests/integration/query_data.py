@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,10 @@ import numpy as np
 from influxdb_client.client.influxdb_client import InfluxDBClient
 from pydantic import SecretStr
 
+from hermeneut.stages import start_stage
 from pipeline.config import InfluxSettings, KafkaSettings, ServiceSettings, Settings, TopicSettings, WebSettings
 from pipeline.services import kafka
+from pipeline.services.stages import Stage, wait_for
 from pipeline.topics import ensure_topics, topic_specs
 
 from .conftest import InfluxServer
@@ -79,3 +82,13 @@ def own_bucket(influx: InfluxServer) -> str:
 def start_ns() -> int:
     """A whole minute, far enough back that three minutes of samples end before now."""
     return (time.time_ns() // MIN - 8) * MIN
+
+
+@contextmanager
+def running_sink(settings: Settings, run_dir: Path) -> Iterator[Stage]:
+    sink = start_stage("sink", settings, run_dir)
+    try:
+        assert wait_for(lambda: bool(sink.stats().get("assigned")), 90), "sink did not get partitions"
+        yield sink
+    finally:
+        sink.stop()

@@ -12,7 +12,6 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +19,6 @@ import numpy as np
 import pytest
 from influxdb_client.client.influxdb_client import InfluxDBClient
 
-from hermeneut.stages import start_stage
 from hermeneut.web.app import create_app, serving
 from pipeline.codec import encode_interpreted, encode_record
 from pipeline.config import Settings
@@ -37,7 +35,7 @@ from pipeline.events import (
 )
 from pipeline.publisher import Publisher
 from pipeline.services import kafka
-from pipeline.services.stages import Stage, wait_for
+from pipeline.services.stages import wait_for
 from sinks.influxdb.write import InfluxWriter
 from sinks.query import (
     AnomalyQuery,
@@ -58,21 +56,11 @@ from tests.webserver import get, get_json
 
 from .conftest import InfluxServer
 from .harness import wait_stored
-from .query_data import A100, GPUS, H100, MIN, NS, ROUNDS, expected, own_bucket, query_settings, start_ns
+from .query_data import A100, GPUS, H100, MIN, NS, ROUNDS, expected, own_bucket, query_settings, running_sink, start_ns
 
 pytestmark = pytest.mark.integration
 
 # ---- data set 2: interpreted batches (workloads, verdicts, events, findings) through the sink ----------------
-
-
-@contextmanager
-def running_sink(settings: Settings, run_dir: Path) -> Iterator[Stage]:
-    sink = start_stage("sink", settings, run_dir)
-    try:
-        assert wait_for(lambda: bool(sink.stats().get("assigned")), 90), "sink did not get partitions"
-        yield sink
-    finally:
-        sink.stop()
 
 
 @dataclass

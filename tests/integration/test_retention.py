@@ -47,8 +47,7 @@ from sinks.retention import backfill, retired_task_names, run_task, task_specs
 
 from .conftest import InfluxServer
 from .harness import wait_stored
-from .test_queries import _settings as query_settings
-from .test_queries import running_sink
+from .query_data import query_settings, running_sink
 
 pytestmark = pytest.mark.integration
 
