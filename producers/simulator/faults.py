@@ -108,11 +108,11 @@ XID_TEXT: Final[dict[int, str]] = {
     94: "Contained ECC error",
     95: "Uncontained ECC error",
 }
-#: classes whose signature needs the job to keep running
 #: the faults an AMD Instinct GPU's source (AMD's device-metrics-exporter, producers.amd.exporter) can show:
 #: throttling by cause, temperatures, memory, the PCIe replay and corrected ECC counters. It has no XIDs (AMD
 #: reports AFIDs), no power limit of its own (the catalogue's), no PCIe width, NVLink, power brake or row remapping
 AMD_SHOWS: Final = frozenset({THERMAL, HBM, LEAK, STRAGGLER, PCIE_REPLAY, SBE})
+#: classes whose signature needs the job to keep running
 _HOLDS_JOB: Final = frozenset({THERMAL, NVLINK, PCIE, LEAK, STRAGGLER, STORM, BRAKE, PCIE_REPLAY, HBM})
 
 
