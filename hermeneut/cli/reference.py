@@ -42,7 +42,8 @@ def section(name: str, command: click.Command) -> list[str]:
     if helptext:
         out += [helptext.split("\b")[0].strip(), ""]
     rows = [p.get_help_record(ctx) for p in command.get_params(ctx)]
-    records = [r for r in rows if r is not None and r[0] != "--help"]
+    # the help option is every command's (``-h, --help`` once a parent context has set its names: click caches it)
+    records = [r for r in rows if r is not None and "--help" not in r[0].split(", ")]
     if records:
         out += ["| option | what |", "|---|---|"]
         out += [f"| `{_cell(opts)}` | {_cell(what)} |" for opts, what in records]
