@@ -12,6 +12,7 @@ import pytest
 
 from pipeline.errors import ConfigError, DecodeError, SourceUnavailable
 from pipeline.events import Workload
+from pipeline.services.stages import wait_for
 from producers.context.base import Backoff
 from producers.context.kubernetes import ApiServer, KubernetesSource, parse_pod
 from producers.context.podresources import (
@@ -77,8 +78,19 @@ def test_grpc_client_against_a_real_server(kubelet: Kubelet) -> None:
     with pytest.raises(SourceUnavailable, match="UNAVAILABLE"):
         client.list()
     kubelet.start()
+    # the client reconnects at a later poll (context watch polls every few seconds): right after the restart gRPC
+    # may still answer with the refused connection's error for a moment (a fresh-clone run met 'No such file')
+    assert wait_for(lambda: _lists(client), 10), "the client did not reconnect to the restarted kubelet"
     assert len(client.list()) == len(POD_RESOURCES)
     client.close()
+
+
+def _lists(client: PodResourcesClient) -> bool:
+    try:
+        client.list()
+    except SourceUnavailable:
+        return False
+    return True
 
 
 def test_missing_socket_is_transient(tmp_path: Path) -> None:
