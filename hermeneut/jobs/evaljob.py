@@ -409,24 +409,20 @@ def simulated(sim: Stage, rounds: float, what: str) -> int:
     return int(stats.get("samples", 0))
 
 
+def _simulator(
+    settings: Settings, run_dir: Path, nodes: int, gpus: int, seed: int, history_s: int, *more: str
+) -> Stage:
+    """The simulator as a child process fast-forwarding ``history_s`` of a seeded fleet; ``more``: fault options."""
+    fleet = ("--nodes", str(nodes), "--gpus", str(gpus), "--seed", str(seed), "--fast-forward", str(history_s))
+    return start_stage("simulate", settings, run_dir, *fleet, *more)
+
+
 def learning_producer(nodes: int, gpus: int, hours: float, seed: int) -> Callable[[Settings, Path], int]:
     """The simulator, fault-free and fully labelled, as the history baselines are learned from."""
 
     def produce(settings: Settings, run_dir: Path) -> int:
         history_s = int(hours * 3600)
-        sim = start_stage(
-            "simulate",
-            settings,
-            run_dir,
-            "--nodes",
-            str(nodes),
-            "--gpus",
-            str(gpus),
-            "--seed",
-            str(seed),
-            "--fast-forward",
-            str(history_s),
-        )
+        sim = _simulator(settings, run_dir, nodes, gpus, seed, history_s)
         return simulated(sim, history_s / settings.sample_interval_s, "the learning simulator")
 
     return produce
@@ -443,18 +439,13 @@ def simulator_producer(
 
     def produce(settings: Settings, run_dir: Path) -> int:
         history_s = int(hours * 3600)
-        sim = start_stage(
-            "simulate",
+        sim = _simulator(
             settings,
             run_dir,
-            "--nodes",
-            str(nodes),
-            "--gpus",
-            str(gpus),
-            "--seed",
-            str(seed),
-            "--fast-forward",
-            str(history_s),
+            nodes,
+            gpus,
+            seed,
+            history_s,
             "--faults",
             "--fault-mix",
             "balanced",
