@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,6 +18,9 @@ from pipeline.config import Settings
 from pipeline.events import SampleBatch
 from pipeline.publisher import Publisher
 from pipeline.services.stages import Stage, wait_for
+from producers.agent import NodeAgent
+from producers.simulator import Fleet
+from producers.simulator.source import SimulatorSource
 from sinks.query.store import flux_rows
 
 
@@ -48,6 +52,21 @@ def running_pipeline(settings: Settings, run_dir: Path) -> Iterator[tuple[Stage,
     finally:
         for stage in stages:
             stage.stop()
+
+
+@contextmanager
+def simulating(settings: Settings, fleet: Fleet, history_s: float) -> Iterator[None]:
+    """The fleet published to the raw topic by a node agent in a thread: ``history_s`` fast-forwarded, then live
+    at 1 s until the block ends."""
+    stop = threading.Event()
+    agent = NodeAgent(SimulatorSource.of(fleet), Publisher(settings.kafka.client_config()), settings.topics, 1.0)
+    sim = threading.Thread(target=agent.run, args=(stop,), kwargs={"fast_forward_s": history_s}, daemon=True)
+    sim.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        sim.join(30)
 
 
 def wait_stored(sink: Stage, expected: int, timeout_s: float = 90) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -25,18 +24,15 @@ from pydantic import SecretStr
 
 from hermeneut.web.app import create_app, serving
 from pipeline.config import Settings, WebSettings
-from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
-from producers.agent import NodeAgent
 from producers.simulator import Fleet
 from producers.simulator.plan import FaultPlan, Injection
-from producers.simulator.source import SimulatorSource
 from sinks.retention import backfill, setup
 from tests.webserver import get, get_json
 
 from .alerting_parts import start_manager
 from .conftest import READY, InfluxServer, KafkaServer, isolated_settings
-from .harness import running_pipeline
+from .harness import running_pipeline, simulating
 
 pytestmark = pytest.mark.integration
 
@@ -70,17 +66,7 @@ def scene(
         stages = stack.enter_context(running_pipeline(settings, run_dir / "pipeline"))
         manager = start_manager(settings, run_dir / "alerts")
         stack.callback(manager.stop)
-        stop = threading.Event()
-        publisher = Publisher(settings.kafka.client_config())
-        sim = threading.Thread(
-            target=NodeAgent(SimulatorSource.of(fleet), publisher, settings.topics, 1.0).run,
-            args=(stop,),
-            kwargs={"fast_forward_s": HISTORY_S},
-            daemon=True,
-        )
-        sim.start()
-        stack.callback(sim.join, 30)
-        stack.callback(stop.set)
+        stack.enter_context(simulating(settings, fleet, HISTORY_S))
         sink = stages[1]
         assert wait_for(lambda: sink.stats().get("points_written", 0) >= HISTORY_S * 32, 180), sink.stats()
         url = stack.enter_context(serving(create_app(settings)))

@@ -7,7 +7,6 @@ cannot feed (NVLink, PCIe width, XIDs, ...), as the API says.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -17,15 +16,12 @@ from playwright.sync_api import Page, expect
 
 from hermeneut.web.app import create_app, serving
 from pipeline.config import Settings
-from pipeline.publisher import Publisher
 from pipeline.services.stages import wait_for
-from producers.agent import NodeAgent
 from producers.simulator import Fleet
-from producers.simulator.source import SimulatorSource
 from tests.webserver import get_json
 
 from .conftest import READY, InfluxServer, KafkaServer, isolated_settings
-from .harness import running_pipeline
+from .harness import running_pipeline, simulating
 
 pytestmark = pytest.mark.integration
 
@@ -50,17 +46,7 @@ def mixed(
     assert {m.vendor for m in fleet.model} == {"nvidia", "amd"}, [k.name for k in fleet.kinds]
     with ExitStack() as stack:
         stages = stack.enter_context(running_pipeline(settings, run_dir / "pipeline"))
-        stop = threading.Event()
-        publisher = Publisher(settings.kafka.client_config())
-        sim = threading.Thread(
-            target=NodeAgent(SimulatorSource.of(fleet), publisher, settings.topics, 1.0).run,
-            args=(stop,),
-            kwargs={"fast_forward_s": HISTORY_S},
-            daemon=True,
-        )
-        sim.start()
-        stack.callback(sim.join, 30)
-        stack.callback(stop.set)
+        stack.enter_context(simulating(settings, fleet, HISTORY_S))
         sink = stages[1]
         assert wait_for(lambda: sink.stats().get("points_written", 0) >= HISTORY_S * fleet.size, 180), sink.stats()
         url = stack.enter_context(serving(create_app(settings)))
