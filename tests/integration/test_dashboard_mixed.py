@@ -83,7 +83,7 @@ def test_an_amd_gpu_view_draws_its_readings_and_says_what_it_cannot_see(page: Pa
     assert "thermal-throttling" not in blind and "memory-leak" not in blind
     page.goto(f"{mixed.url}/#/gpu/{mixed.amd_uuid}")
     page.wait_for_function(READY, timeout=60_000)
-    expect(page.locator(".chart[data-field=utilization_gpu_percent] path.series")).to_have_count(1)
+    expect(page.locator(".chart[data-field=utilization_gpu_percent]")).to_have_attribute("data-series", "1")
     expect(page.locator(".chart[data-field=nvlink_tx_bytes_per_second]")).to_have_count(0)
     listed = page.locator("[data-testid=cannot-see] li")
     expect(listed.filter(has_text="nvlink-down")).to_have_count(1)

@@ -1,4 +1,7 @@
-// Small SVG charts: a time series with the learned baseline band drawn behind it and event markers on the time axis.
+// Time-series charts drawn by uPlot (static/vendor/uplot, loaded by index.html as the global `uPlot`): a reading
+// with its application's learned baseline band shaded behind it, the events of the window as marks on the same
+// time axis, drag to zoom in (double-click for the whole window again), and the reading or mark under the pointer
+// in the title. The SVG helper `el` serves the topology drawing.
 const NS = "http://www.w3.org/2000/svg";
 
 export function el(tag, attrs = {}, parent = null) {
@@ -22,7 +25,40 @@ export function fmt(value, unit = "") {
   return `${abs >= 100 ? value.toFixed(0) : value.toFixed(abs >= 10 ? 1 : 2)}${unit ? " " + unit : ""}`;
 }
 
-// spec: {title, unit, tMin, tMax, series: [{points: [[t, v]], cls}], band: {p05, p50, p95} | null, markers: [{t, severity, text}]}
+// the axes' type, and room for the widest value label in it and the tick before it
+const FONT = '11px system-ui, -apple-system, "Segoe UI", sans-serif';
+const meter = document.createElement("canvas").getContext("2d");
+meter.font = FONT;
+const labelWidth = (values) => Math.ceil(14 + Math.max(20, ...(values || []).map((v) => meter.measureText(String(v)).width)));
+
+const css = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+
+// the value range of a chart: a share on its whole range (0-100 %), so noise at the top does not fill the chart as
+// drama would; other readings from their data (band included), from 0 where the data sit near it
+export function valueRange(unit, lo, hi) {
+  if (lo === null || hi === null || !Number.isFinite(lo) || !Number.isFinite(hi)) return [0, unit === "%" ? 100 : 1];
+  if (unit === "%" || unit === "ratio") return [Math.min(lo, 0), Math.max(hi, unit === "%" ? 100 : 1)];
+  if (hi - lo < 1e-9) { const pad = Math.abs(hi) * 0.1 || 1; return [lo - pad, hi + pad]; }
+  return [0 <= lo && lo < hi * 0.25 ? 0 : lo, hi + (hi - lo) * 0.05];
+}
+
+// every series on one x axis (seconds): the window's two ends and each reading's time; a series is null where it
+// has no reading, and the window's ends hold none, so the x axis spans the whole window however few readings it has
+function aligned(spec, bandRows) {
+  const times = new Set([spec.tMin, spec.tMax]);
+  for (const s of spec.series) for (const [t] of s.points) times.add(t);
+  const xs = [...times].sort((a, b) => a - b);
+  const at = new Map(xs.map((t, i) => [t, i]));
+  const columns = spec.series.map((s) => {
+    const ys = new Array(xs.length).fill(null);
+    for (const [t, v] of s.points) if (Number.isFinite(v)) ys[at.get(t)] = v;
+    return ys;
+  });
+  return [xs.map((t) => t / 1000), ...columns, ...bandRows.map((v) => new Array(xs.length).fill(v))];
+}
+
+// spec: {field, title, unit, tMin, tMax (ms), series: [{points: [[t ms, v]], cls, name}], band: {p05, p50, p95} | null,
+// markers: [{t ms, severity, text}]}
 export function lineChart(container, spec) {
   const box = document.createElement("div");
   box.className = "chart";
@@ -30,58 +66,100 @@ export function lineChart(container, spec) {
   const title = document.createElement("div");
   title.className = "chart-title";
   title.textContent = spec.title;
-  box.appendChild(title);
-  const W = 440, H = 160, L = spec.unit === "B/s" || spec.unit === "B" ? 60 : 44, R = 8, T = 8, B = 18;
-  const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none" }, box);
-  const values = spec.series.flatMap((s) => s.points.map((p) => p[1]));
-  if (spec.band) values.push(spec.band.p05, spec.band.p95);
-  const finite = values.filter((v) => Number.isFinite(v));
-  let lo = finite.length ? Math.min(...finite) : 0, hi = finite.length ? Math.max(...finite) : 1;
-  // a share is drawn on its whole range (0-100 %), so noise at the top does not fill the chart as drama would
-  if (spec.unit === "%" || spec.unit === "ratio") { lo = Math.min(lo, 0); hi = Math.max(hi, spec.unit === "%" ? 100 : 1); }
-  if (hi - lo < 1e-9) { const pad = Math.abs(hi) * 0.1 || 1; hi += pad; lo -= pad; }
-  lo = Math.min(lo, 0 <= lo && lo < hi * 0.25 ? 0 : lo);
-  const x = (t) => L + ((t - spec.tMin) / Math.max(1, spec.tMax - spec.tMin)) * (W - L - R);
-  const y = (v) => T + (1 - (v - lo) / (hi - lo)) * (H - T - B);
-  el("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis" }, svg);
-  el("line", { x1: L, x2: L, y1: T, y2: H - B, class: "axis" }, svg);
-  for (const v of finite.length ? [lo, (lo + hi) / 2, hi] : []) { // a chart of marks alone has no value axis
-    el("text", { x: L - 4, y: y(v) + 3, "text-anchor": "end", class: "axis-label" }, svg).textContent = fmt(v, spec.unit);
-  }
-  // a window of half a day or more says the dates too (24 h ends at the clock time it starts at)
-  const stamp = (t) => spec.tMax - spec.tMin >= 12 * 3600000
-    ? new Date(t).toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" })
-    : new Date(t).toLocaleTimeString();
-  el("text", { x: L, y: H - 4, class: "axis-label", "data-axis": "from" }, svg).textContent = stamp(spec.tMin);
-  el("text", { x: W - R, y: H - 4, "text-anchor": "end", class: "axis-label", "data-axis": "to" }, svg).textContent = stamp(spec.tMax);
-  if (spec.band) {
-    el("rect", { x: L, width: W - L - R, y: y(spec.band.p95), height: Math.max(1, y(spec.band.p05) - y(spec.band.p95)), class: "band" }, svg);
-    el("line", { x1: L, x2: W - R, y1: y(spec.band.p50), y2: y(spec.band.p50), class: "band-mid" }, svg);
-  }
-  for (const m of spec.markers || []) {
-    if (m.t < spec.tMin || m.t > spec.tMax) continue;
-    const line = el("line", { x1: x(m.t), x2: x(m.t), y1: T, y2: H - B, class: `marker ${m.severity || ""}` }, svg);
-    el("title", {}, line).textContent = m.text;
-  }
-  for (const s of spec.series) {
-    if (!s.points.length) continue;
-    const d = s.points.filter((p) => Number.isFinite(p[1])).map((p, i) => `${i ? "L" : "M"}${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join("");
-    const path = el("path", { d, class: `series ${s.cls || ""}` }, svg);
-    if (s.name) el("title", {}, path).textContent = s.name;
-  }
-  // the reading under the pointer: its time and value, top right
-  const points = spec.series.flatMap((s) => s.points).filter((p) => Number.isFinite(p[1]));
   const readout = document.createElement("span");
   readout.className = "readout";
   title.appendChild(readout);
-  svg.addEventListener("mousemove", (ev) => {
-    if (!points.length) return;
-    const r = svg.getBoundingClientRect();
-    const t = spec.tMin + (((ev.clientX - r.left) / r.width) * W - L) / (W - L - R) * (spec.tMax - spec.tMin);
-    const p = points.reduce((a, b) => (Math.abs(b[0] - t) < Math.abs(a[0] - t) ? b : a));
-    readout.textContent = `${stamp(p[0])}  ${fmt(p[1], spec.unit)}`;
-  });
-  svg.addEventListener("mouseleave", () => { readout.textContent = ""; });
+  const plot = document.createElement("div");
+  plot.className = "plot";
+  const ends = document.createElement("div");
+  ends.className = "chart-ends";
+  ends.title = "drag across the chart to zoom in, double-click for the whole window";
+  const [from, to] = ["from", "to"].map((end) => { const s = document.createElement("span"); s.dataset.axis = end; ends.appendChild(s); return s; });
+  box.append(title, plot, ends);
+
+  const drawn = spec.series.filter((s) => s.points.some((p) => Number.isFinite(p[1])));
+  const height = drawn.length ? 160 : 90; // a chart of marks alone is a strip
+  const markers = (spec.markers || []).filter((m) => m.t >= spec.tMin && m.t <= spec.tMax);
+  box.dataset.series = String(drawn.length);
+  box.dataset.marks = String(markers.length);
+  const bandRows = spec.band ? [spec.band.p95, spec.band.p05, spec.band.p50] : [];
+  const data = aligned(spec, bandRows);
+  const n = spec.series.length;
+  const muted = css("--muted"), grid = css("--line");
+  const series = [{}, ...spec.series.map((s) => ({
+    label: s.name || spec.title, stroke: s.cls === "straggler" ? css("--fallback") : "#e6edf3", width: s.cls === "straggler" ? 2.4 : 1.6,
+    spanGaps: false, points: { show: false },
+  }))];
+  if (spec.band) {
+    const band = css("--nvlink");
+    series.push({ label: "baseline p95", stroke: "transparent", points: { show: false } },
+      { label: "baseline p5", stroke: "transparent", points: { show: false } },
+      { label: "baseline median", stroke: band, dash: [3, 3], width: 1, points: { show: false } });
+  }
+  // a window of half a day or more says the dates too (24 h ends at the clock time it starts at)
+  const long = spec.tMax - spec.tMin >= 12 * 3600000;
+  const stamp = (t) => long
+    ? new Date(t).toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" })
+    : new Date(t).toLocaleTimeString();
+  const points = drawn.flatMap((s) => s.points).filter((p) => Number.isFinite(p[1]));
+  const severity = { "": css("--anomalous"), critical: css("--anomalous"), warning: css("--unusual"), info: css("--unscored") };
+  const opts = {
+    width: 440, height,
+    legend: { show: false },
+    cursor: { drag: { x: true, y: false, setScale: true }, points: { show: false } },
+    scales: { x: { time: true }, y: { range: (u, lo, hi) => valueRange(spec.unit, lo, hi) } },
+    series,
+    bands: spec.band ? [{ series: [n + 1, n + 2], fill: "rgba(90, 169, 230, 0.16)" }] : [],
+    axes: [
+      { font: FONT, stroke: muted, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } },
+      // a chart of marks alone has no value axis
+      { show: drawn.length > 0, stroke: muted, font: FONT, size: (u, values) => labelWidth(values),
+        grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 }, values: (u, splits) => splits.map((v) => fmt(v, spec.unit)) },
+    ],
+    hooks: {
+      draw: [(u) => {
+        const ctx = u.ctx;
+        ctx.save();
+        ctx.lineWidth = 1.5 * devicePixelRatio;
+        for (const m of markers) {
+          const t = m.t / 1000;
+          if (t < u.scales.x.min || t > u.scales.x.max) continue;
+          const x = Math.round(u.valToPos(t, "x", true));
+          ctx.strokeStyle = severity[m.severity || ""] || severity[""];
+          ctx.beginPath();
+          ctx.moveTo(x, u.bbox.top);
+          ctx.lineTo(x, u.bbox.top + u.bbox.height);
+          ctx.stroke();
+        }
+        ctx.restore();
+        box.dataset.yRange = `${u.scales.y.min} ${u.scales.y.max}`;
+      }],
+      setScale: [(u, key) => {
+        if (key !== "x") return;
+        const lo = u.scales.x.min * 1000, hi = u.scales.x.max * 1000;
+        box.dataset.xRange = `${Math.round(lo)} ${Math.round(hi)}`;
+        from.textContent = stamp(lo);
+        to.textContent = stamp(hi);
+      }],
+      // what is under the pointer: a mark within 4 px says what happened, else the reading nearest in time
+      setCursor: [(u) => {
+        const left = u.cursor.left;
+        if (left === null || left === undefined || left < 0) { readout.textContent = ""; return; }
+        const mark = markers.find((m) => Math.abs(u.valToPos(m.t / 1000, "x") - left) <= 4);
+        if (mark) { readout.textContent = `${stamp(mark.t)}  ${mark.text}`; return; }
+        if (!points.length) { readout.textContent = ""; return; }
+        const t = u.posToVal(left, "x") * 1000;
+        const p = points.reduce((a, b) => (Math.abs(b[0] - t) < Math.abs(a[0] - t) ? b : a));
+        readout.textContent = `${stamp(p[0])}  ${fmt(p[1], spec.unit)}`;
+      }],
+    },
+  };
+  const chart = new uPlot(opts, data, plot);
+  // as wide as its place on the page, once it has one and whenever it changes
+  new ResizeObserver((entries) => {
+    const width = Math.floor(entries[0].contentRect.width);
+    if (width > 0 && width !== chart.width) chart.setSize({ width, height });
+  }).observe(plot);
   container.appendChild(box);
   return box;
 }
