@@ -353,7 +353,7 @@ class CollectorSettings(_Section):
     """The node agent (``hermeneut collect``): which source, and how it buffers. Its interval is
     ``sample_interval_s``."""
 
-    #: a source registered in pipeline.registry (nvml, dcgm-exporter, amd-exporter, simulator)
+    #: a source registered in pipeline.registry (nvml, dcgm-exporter, amd-exporter, amd-smi, simulator)
     source: str = "nvml"
     #: the node name samples carry; unset: this host's name
     node: str | None = Field(default=None, min_length=1, max_length=253)

@@ -54,6 +54,7 @@ PLUGINS: Final[Mapping[Kind, Mapping[str, str]]] = {
         "nvml": "producers.nvml.source:NvmlSource",
         "dcgm-exporter": "producers.dcgm_exporter:DcgmExporterSource",
         "amd-exporter": "producers.amd.exporter:AmdExporterSource",
+        "amd-smi": "producers.amd.smi:AmdSmiSource",
         "simulator": "producers.simulator.source:SimulatorSource",
     },
     "sink": {

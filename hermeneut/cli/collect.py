@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     help="The exporter's /metrics URL (dcgm-exporter default: collector.dcgm_exporter_url; amd-exporter: "
     "http://127.0.0.1:5000/metrics).",
 )
+@click.option("--binary", help="The amd-smi command the amd-smi source runs (default: amd-smi on PATH).")
 @click.option("--interval", type=click.FloatRange(0.1, 3600), help="Seconds between rounds (sample_interval_s).")
 @click.option("--duration", type=click.FloatRange(0), help="Seconds to run (default: until SIGTERM/Ctrl-C).")
 @click.option("--node", help="Node name the samples carry (default: collector.node, else this host's name).")
@@ -44,6 +45,7 @@ def collect_cmd(
     ctx: click.Context,
     source: str | None,
     url: str | None,
+    binary: str | None,
     interval: float | None,
     duration: float | None,
     node: str | None,
@@ -56,7 +58,7 @@ def collect_cmd(
 
     with errors():  # the source's config is checked before anything is connected
         chosen: Source = registry.create(
-            "source", source or settings_of(ctx).collector.source, settings_of(ctx), url=url, node=node
+            "source", source or settings_of(ctx).collector.source, settings_of(ctx), url=url, node=node, binary=binary
         )
     settings = resolved(ctx, influxdb=False)
     c = settings.collector

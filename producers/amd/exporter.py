@@ -200,8 +200,9 @@ def model_of(labels: dict[str, str]) -> str:
     """``AMD Instinct MI300X`` from ``card_series`` (or ``card_model``); the series as printed where it names no
     Instinct generation; a compute partition's type is appended (``AMD Instinct MI300X CPX``)."""
     series = labels.get("card_series", "")
-    found = _MI.search(series) or _MI.search(labels.get("card_model", ""))
-    model = f"AMD Instinct {found[0].upper()}" if found else (series or "AMD GPU")
+    # the last generation named: "Aldebaran/MI200 [Instinct MI210" (amd-smi's market name) is an MI210
+    found = _MI.findall(series) or _MI.findall(labels.get("card_model", ""))
+    model = f"AMD Instinct {found[-1].upper()}" if found else (series or "AMD GPU")
     partition = labels.get("gpu_compute_partition_type", "").lower()
     return model if partition in _WHOLE else f"{model} {partition.upper()}"
 

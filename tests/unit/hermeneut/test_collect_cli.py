@@ -19,7 +19,7 @@ def kafka_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def test_help() -> None:
     result = CliRunner().invoke(cli, ["collect", "--help"])
-    assert result.exit_code == 0 and "--source [nvml|dcgm-exporter|amd-exporter|simulator]" in result.output
+    assert result.exit_code == 0 and "--source [nvml|dcgm-exporter|amd-exporter|amd-smi|simulator]" in result.output
 
 
 @pytest.mark.usefixtures("kafka_env")
@@ -30,6 +30,16 @@ def test_no_nvml_here_is_one_readable_line() -> None:
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hermeneut: cannot start the nvml source:")
     assert "Traceback" not in result.output
+
+
+@pytest.mark.usefixtures("kafka_env")
+def test_no_amd_smi_here_is_one_readable_line() -> None:
+    result = CliRunner().invoke(cli, ["collect", "--source", "amd-smi", "--binary", "no-such-amd-smi"])
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines() == [
+        "hermeneut: cannot start the amd-smi source: amd-smi source: 'no-such-amd-smi' is not a command here "
+        "(install amd-smi, or --binary)"
+    ]
 
 
 @pytest.mark.usefixtures("kafka_env")

@@ -49,6 +49,9 @@ from tests.fakes.nvml import capture_names, load_capture
 T0 = 1_800_000_000_000_000_000
 DCGM_SAMPLE = TESTDATA / "dcgm-exporter" / "a100-mig-node.txt"
 AMD_SAMPLE = TESTDATA / "amd" / "device-metrics-exporter-docs" / "metricslist-examples.prom"
+#: amd-smi's answer to ``static`` and ``metric``: a real MI210's static, AMD's documented power readings
+AMD_SMI = TESTDATA / "amd" / "amd-smi"
+AMD_SMI_OUTPUT = {"static": "mi210-static.json", "metric": "changelog-metric-power.json"}
 PLUGINS = [(kind, name) for kind, names in registry.PLUGINS.items() for name in names]
 
 
@@ -100,6 +103,10 @@ SOURCES: dict[str, SourceCase] = {
     ),
     "dcgm-exporter": lambda url, _tmp: ({"url": url, "node": "n1"}, {}),
     "amd-exporter": lambda _url, _tmp: ({"node": "n1"}, {"fetch": lambda _u, _t: AMD_SAMPLE.read_bytes()}),
+    "amd-smi": lambda _url, _tmp: (
+        {"node": "n1"},
+        {"run": lambda argv, _t: (AMD_SMI / AMD_SMI_OUTPUT[argv[1]]).read_text()},
+    ),
     "simulator": lambda _url, _tmp: (
         {"nodes": 2, "gpus": 4},
         {"fleet": Fleet(2, 4, cluster="dc1", seed=1, faults=XID_STORM_AT_1S)},
@@ -220,7 +227,7 @@ def test_every_plugin_loads_by_name_with_a_default_config(kind: registry.Kind, n
 
 
 def test_unknown_names_and_options_are_one_line_config_errors() -> None:
-    known = r"\(known: nvml, dcgm-exporter, amd-exporter, simulator\)"
+    known = r"\(known: nvml, dcgm-exporter, amd-exporter, amd-smi, simulator\)"
     with pytest.raises(ConfigError, match=rf"unknown source 'nvm' {known}"):
         registry.load("source", "nvm")
     with pytest.raises(ConfigError, match="the nvml source has no setting 'url'"):

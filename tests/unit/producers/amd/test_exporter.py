@@ -116,6 +116,8 @@ def test_the_real_mi300x_vf_line_is_an_absent_edge_temperature_not_0_celsius() -
     assert (stats.samples, stats.blank, stats.mapped) == (1, 1, 0)
     labels = dict(parse_exposition(MI300X_VF.read_text())[0].labels)
     assert model_of(labels) == "AMD Instinct MI300X"
+    # the market name amd-smi printed for a real MI210 (ROCm/amdsmi#38) names its family first
+    assert model_of({"card_series": "Aldebaran/MI200 [Instinct MI210"}) == "AMD Instinct MI210"
 
 
 def test_the_documented_clock_and_xgmi_examples() -> None:
