@@ -247,7 +247,7 @@ class EventKind(StrEnum):
     MIG_CONFIG = "mig_config"
     #: NVML answered GPU_IS_LOST / the device vanished from the bus
     GPU_LOST = "gpu_lost"
-    #: an AMD RAS event (a CPER record) with its AMD Field ID as ``code`` (producers/amd/afid.py)
+    #: an AMD RAS event (a CPER record) with its AMD Field ID as ``code`` (pipeline/afid.py)
     AFID = "afid"
 
 

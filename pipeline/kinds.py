@@ -75,6 +75,8 @@ HBM: Final = "hbm-thermal"
 REMAP: Final = "row-remap"
 PCIE_AER: Final = "pcie-aer-storm"
 XID: Final = "xid"
+#: an AMD RAS event: a CPER record's AFIDs (pipeline.afid), judged by its CPER severity
+RAS: Final = "ras-event"
 IDLE: Final = "idle-capacity"
 #: a PCIe link narrow from the GPU's first sample: a property of its slot or VM (processors.detectors.links)
 PCIE_NARROW: Final = "pcie-link-narrow"
@@ -142,6 +144,8 @@ KINDS: Final[tuple[Kind, ...]] = (
          min_visible_s=120.0),
     Kind(XID, _E, Rule(_D, _U, Remedy.RESET_GPU,
          "Xid catalog: critical XIDs need RESET_GPU or more; a warning XID is the application's (below)")),
+    Kind(RAS, _E, Rule(_D, _U, Remedy.RESET_GPU,
+         "AMD CPER severity: fatal needs a reset; contained (non-fatal uncorrected) is the application's; corrected")),
     Kind(IDLE, _W),
     Kind(PCIE_NARROW, _I),
     Kind(COLLAPSE, _I),

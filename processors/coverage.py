@@ -26,7 +26,7 @@ _FAST_LEAK_PERIOD_S: Final = 10.0
 class DataShape:
     """What a set of data holds besides its columns: its typical sampling interval (None: single samples, no
     series), the most GPUs one job named by a context had (None: unknown; 0: no job named), the most GPUs one node
-    had, and whether it carries GPU events (XIDs)."""
+    had, and whether it carries GPU events (XIDs, AMD's RAS events)."""
 
     interval_s: float | None
     job_gpus: int | None
@@ -88,6 +88,7 @@ def _missing_columns(columns: Collection[str], events: bool) -> dict[str, str]:
         if not _need(columns, *_ECC_COUNTERS):
             out[kinds.ECC] = f"needs uncorrectable ECC counters or XID events ({_names(*_ECC_COUNTERS)})"
         out[kinds.STORM] = out[kinds.XID] = "needs XID events (the NVML event stream); the data has none"
+        out[kinds.RAS] = "needs AMD RAS events (AFIDs from AMD's exporter or amd-smi); the data has none"
     return out
 
 

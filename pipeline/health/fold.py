@@ -39,9 +39,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from pipeline.afid import CONTAINED
 from pipeline.events import Severity
 from pipeline.health.states import BADNESS, STRENGTH, Health, Remedy
-from pipeline.kinds import RULES
+from pipeline.kinds import RAS, RULES
 from pipeline.topology import NodeTopology
 from pipeline.vocab import NS_PER_S, format_duration
 
@@ -163,6 +164,12 @@ def reason_of(f: FiringFinding) -> Reason | None:
             remedy = Remedy.REBOOT_NODE
         elif code in APP_XIDS or severity == Severity.WARNING:
             state, remedy = Health.DEGRADED, _APP_XID_REMEDY
+    elif detector == RAS:
+        cper = f.evidence.get("cper")
+        if cper == CONTAINED:  # contained where it happened: the application's to restart, the GPU works
+            state, remedy = Health.DEGRADED, _APP_XID_REMEDY
+        elif severity == Severity.WARNING:  # corrected: watch it
+            state, remedy = Health.DEGRADED, Remedy.NONE
     summary = f.summary
     if f.stale_since_ns:  # silence is no evidence of health: the finding still counts, and says it went quiet
         summary += f" (stale: no word of it since {_utc(f.stale_since_ns)}; kept until a finding clears it)"

@@ -31,9 +31,10 @@ from typing import Final
 
 import numpy as np
 
+from pipeline import afid
 from pipeline.config import DetectorSettings
 from pipeline.events import METRIC_INDEX, EventKind, Finding, GpuEvent, Severity
-from pipeline.kinds import ECC, LOST_BUS, REMAP, STORM, XID
+from pipeline.kinds import ECC, LOST_BUS, RAS, REMAP, STORM, XID
 from processors.detectors.columns import S, col, fmt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import COUNTER, GpuView, Latest, NodeClock
@@ -203,7 +204,7 @@ class _Evidence:
 class HardErrors:
     """The hard-error findings per GPU (see module docstring)."""
 
-    names = (STORM, ECC, LOST_BUS, XID, REMAP)
+    names = (STORM, ECC, LOST_BUS, XID, REMAP, RAS)
 
     def __init__(
         self, slots: GpuSlots, settings: DetectorSettings, latest: Latest, nodes: NodeClock, report: Reporter
@@ -215,12 +216,15 @@ class HardErrors:
         self.report = report
         self.evidence = slots.attach(_Evidence())
         self._xids: dict[int, deque[tuple[int, int]]] = {}
+        #: per GPU: its last AMD RAS event's time and AFID, and the worst CPER severity of its open episode
+        self._ras: dict[int, tuple[int, int, str]] = {}
         slots.on_free(self._forget)
 
     def _forget(self, gpus: np.ndarray, _nodes: np.ndarray) -> None:
         """A freed lane's slots go to other GPUs: their XIDs do not count towards those GPUs' storms."""
         for slot in gpus.tolist():
             self._xids.pop(slot, None)
+            self._ras.pop(slot, None)
 
     def events(self, events: tuple[GpuEvent, ...], out: list[Finding]) -> None:
         """A batch's GPU events, in time order (a GPU known only from its events gets a slot of its own)."""
@@ -241,6 +245,9 @@ class HardErrors:
             ):
                 self._memory_evidence(slot, e.ts_ns, REMAP, {"xid": float(e.code)}, out)
                 continue
+            if e.kind is EventKind.AFID:
+                self._ras_event(slot, e, out)
+                continue
             if e.kind is not EventKind.XID:
                 continue
             self._end_if_quiet(slot, e.ts_ns, out)
@@ -256,6 +263,28 @@ class HardErrors:
                 self.report.transition(slot, XID, True, e.ts_ns, out, {"xid": float(e.code)})
             else:
                 gpus.get(slot, STORM if gpus.is_open(slot, STORM) else XID).detail["xid"] = float(e.code)
+
+    def _ras_event(self, slot: int, e: GpuEvent, out: list[Finding]) -> None:
+        """An AMD RAS event (its AFID and CPER severity, pipeline.afid) opens a ``ras-event`` finding, or joins the
+        open one, which keeps the worst severity it has seen (a worse one is said at once) and the last AFID; one
+        that had gone quiet before it ends where it went quiet first."""
+        gpus = self.report.gpus
+        if gpus.is_open(slot, RAS):
+            end = self.quiet_end(slot, RAS, gpus.get(slot, RAS))
+            if end is not None and end <= e.ts_ns:
+                self.report.transition(slot, RAS, False, end, out)
+        label = afid.label_of(e.detail)
+        known = self._ras.get(slot)
+        worst = afid.worse(known[2], label) if known is not None and gpus.is_open(slot, RAS) else label
+        self._ras[slot] = (e.ts_ns, e.code, worst)
+        detail = {"afid": float(e.code), "cper": float(afid.judge(worst).cper)}
+        if not gpus.is_open(slot, RAS):
+            self.report.transition(slot, RAS, True, e.ts_ns, out, detail)
+            return
+        raised = known is not None and worst != known[2]
+        gpus.get(slot, RAS).detail.update(detail)
+        if raised:  # worse than it was: said at once, not at the next repeat
+            self.report.send(slot, RAS, True, e.ts_ns, out)
 
     def _end_if_quiet(self, slot: int, ts_ns: int, out: list[Finding]) -> None:
         """An open XID or storm that had gone quiet before an XID at ``ts_ns`` ends where it went quiet, and the XID
@@ -349,6 +378,13 @@ class HardErrors:
         if name in (STORM, XID):
             xids = self._xids.get(slot)
             since, quiet_for = (xids[-1][0] if xids else episode.since_ns), self.settings.storm_window_s
+        elif name == RAS and (ras := self._ras.get(slot)) is not None and ras[2] == "fatal":
+            # a fatal error as an uncorrectable ECC error: ended by the GPU's own quiet samples, never by silence
+            end = max(episode.since_ns, max(ras[0], int(self.evidence.back_since[slot])) + int(_MEMORY_QUIET_S * S))
+            return end if int(self.latest.ts[slot]) >= end else None
+        elif name == RAS:
+            ras = self._ras.get(slot)
+            since, quiet_for = (ras[0] if ras else episode.since_ns), self.settings.storm_window_s
         elif name in (ECC, REMAP):
             if self.latest.row[slot, METRIC_INDEX["row_remap_pending"]] == 1:
                 return None
@@ -368,6 +404,9 @@ class HardErrors:
             return _ecc_words(gpu, episode)
         if name == REMAP:
             return _remap_words(gpu, episode)
+        if name == RAS:
+            ras = self._ras.get(gpu.slot)
+            return _ras_words(ras[2] if ras else "", episode)
         node_now = int(self.nodes.latest[self.slots.node_of[gpu.slot]])
         # as of the finding's own time (a start is dated when the silence became evident; the batch that noticed it
         # may reach further: "silent for 26 s" after 15 s on a real trace, issue 38)
@@ -402,6 +441,15 @@ class HardErrors:
             )
         what = f"XID {last.code}: {last.meaning} ({last.cause} error)"
         return Description(last.severity, what, last.action, {"xid": float(last.code), "xids_in_window": float(count)})
+
+
+def _ras_words(label: str, episode: Episode) -> Description:
+    """An AMD RAS event in words: its CPER severity, what that means, its AFID, and what to do."""
+    severity = afid.judge(label or "unknown")
+    code = int(episode.detail.get("afid", 0))
+    what = f"AMD RAS event: {severity.meaning} (CPER severity {severity.label}, AFID {code})"
+    action = f"{severity.action}; AMD's AFID Event List gives AFID {code}'s service action ({afid.AFID_LIST})"
+    return Description(severity.severity, what, action, {"afid": float(code), "cper": float(severity.cper)})
 
 
 def _ecc_counts(c: dict[str, float], pending: float) -> list[str]:

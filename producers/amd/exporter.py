@@ -26,7 +26,7 @@ What maps to what (the exporter prints each documented field lower-case, optiona
     counter between two scrapes              PROCHOT -> HwSlowdown; a cause is set when it held the clocks for
                                              any part of the interval
     gpu_afid_errors{severity}                an ``afid`` event (code: the AFID) when the GPU's set of AFIDs
-                                             changes; detail from :mod:`producers.amd.afid`
+                                             changes; detail from :mod:`pipeline.afid`
 
 Limits the exporter does not report (power limit: it has no power-cap field; thresholds, PCIe width) come from
 the GPU catalogue by model (``AMD Instinct MI300X`` etc.), for whole GPUs only. Every other documented field is
@@ -57,13 +57,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pipeline import catalogue
+from pipeline.afid import describe
 from pipeline.config import CollectorSettings, Settings
 from pipeline.errors import BadSourceData, ConfigError, DecodeError, SourceUnavailable
 from pipeline.events import EventKind, GpuEvent, GpuSample, SampleBatch
 from pipeline.registry import from_section, with_options
 from pipeline.topology import NodeTopology, TopologyGpu
 from pipeline.vocab import CLOCK_REASONS
-from producers.amd.afid import describe
 from producers.dcgm_exporter import PromSample, parse_exposition
 from producers.source import check_names
 

@@ -1,16 +1,18 @@
 """AMD device-metrics-exporter scrapes through the real pipeline (a local Kafka and InfluxDB started by the
 project, a processor and a sink as child processes): every row read is stored or dead-lettered, what InfluxDB
-holds is each mapped field in the schema's unit, the catalogue's limits sit in ``gpu_info`` and an AFID is a
-``gpu_event`` of kind ``afid``."""
+holds is each mapped field in the schema's unit, the catalogue's limits sit in ``gpu_info``, an AFID is a
+``gpu_event`` of kind ``afid`` and the processor judged it: a ``ras-event`` finding."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pipeline.config import Settings
+from pipeline.services.stages import wait_for
 from sinks.query import Store
 from sinks.retention import setup, task_specs
 from tests import TESTDATA
@@ -74,5 +76,15 @@ def test_amd_scrapes_are_stored_in_the_schemas_units_with_their_afids(amd_settin
     events = [e for e in stored_points(settings, "gpu_event") if e["gpu"] == MI300X_VF]
     assert [(e["kind"], e["code"]) for e in events] == [("afid", "30")]
     assert events[0]["detail"].startswith("fatal: fatal hardware error (AFID 30)")
+
+    # judged: a critical ras-event finding on that GPU, in the words of its CPER severity
+    def ras() -> list[dict[str, Any]]:
+        found = stored_points(settings, "finding")
+        return [f for f in found if f["detector"] == "ras-event" and f["gpu"] == MI300X_VF]
+
+    assert wait_for(lambda: bool(ras()), 60)
+    first = min(ras(), key=lambda f: f["_time"])
+    assert first["severity"] == "critical" and first["active"] == 1.0
+    assert "AMD RAS event: fatal hardware error (CPER severity fatal, AFID 30)" in first["summary"]
     docs = [r for r in stored_points(settings) if r["gpu"] == "xxxx/0"]
     assert [(r["sm_clock_mhz"], r["memory_clock_mhz"]) for r in docs] == [(132.0, 900.0)]

@@ -64,6 +64,10 @@ SEVERITIES: Final[dict[str, CperSeverity]] = {
 }
 
 
+#: CPER's number for an uncorrected error that was contained (the application's to restart, the GPU works)
+CONTAINED: Final = SEVERITIES["non_fatal_uncorrected"].cper
+
+
 @dataclass(frozen=True, slots=True)
 class Afid:
     """One AFID of AMD's list (none yet: see the module docstring)."""
@@ -83,6 +87,20 @@ def judge(label: str) -> CperSeverity:
     if known is not None:
         return known
     return CperSeverity(label, -1, f"RAS event of severity {label!r}", Severity.WARNING, "look the AFID up")
+
+
+#: how severe each label is, the worst first (a label AMD adds later ranks with the corrected)
+_RANK: Final = {"fatal": 0, "non_fatal_uncorrected": 1}
+
+
+def worse(a: str, b: str) -> str:
+    """The more severe of two labels (the first where they rank alike)."""
+    return b if _RANK.get(b, 2) < _RANK.get(a, 2) else a
+
+
+def label_of(detail: str) -> str:
+    """The severity label of an ``afid`` event's detail (:func:`describe` writes it first)."""
+    return detail.split(":", 1)[0].strip()
 
 
 def describe(code: int, label: str) -> str:

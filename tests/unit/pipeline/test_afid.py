@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from pipeline.afid import AFID_LIST, AFIDS, SEVERITIES, describe, judge
 from pipeline.events import Severity
-from producers.amd.afid import AFID_LIST, AFIDS, SEVERITIES, describe, judge
 
 
 def test_every_exporter_severity_label_is_a_cper_severity() -> None:
