@@ -106,3 +106,13 @@ def central_sum(us: Mapping[str, float]) -> float:
 def ceiling(us_per_sample: float, cores: int | None = None) -> float:
     """Samples/s the machine's cores could carry at this CPU cost per sample, with nothing else running."""
     return (cores or os.cpu_count() or 1) * 1e6 / us_per_sample if us_per_sample > 0 else float("inf")
+
+
+def cpu_table(title: str, us: dict[str, float], extra: str = "") -> None:
+    """A phase's CPU-us per sample of each process, the central sum and the rate it implies."""
+    print(f"  {title}: CPU-us per sample" + (f" ({extra})" if extra else ""))
+    for name in (*CENTRAL, "producer"):
+        if name in us:
+            print(f"    {name:12} {us[name]:8.1f}")
+    total = central_sum(us)
+    print(f"    {'central sum':12} {total:8.1f}   => ceiling {ceiling(total):,.0f} samples/s on {os.cpu_count()} cores")

@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.cpu import CENTRAL, CpuMeter, ceiling, central_sum, per_sample_us, rss_bytes
+from bench.cpu import CpuMeter, central_sum, cpu_table, per_sample_us, rss_bytes
 from bench.fields import field_budget, fields_in, on_change
 from bench.profile import record, self_time
 from bench.scoring import fitted
@@ -514,16 +514,9 @@ def _stop(stages: list[Stage]) -> None:
         st.stop()
 
 
-def _cpu_table(title: str, us: dict[str, float], extra: str = "") -> None:
-    print(f"  {title}: CPU-us per sample" + (f" ({extra})" if extra else ""))
-    for name in (*CENTRAL, "producer"):
-        if name in us:
-            print(f"    {name:12} {us[name]:8.1f}")
-    total = central_sum(us)
-    print(f"    {'central sum':12} {total:8.1f}   => ceiling {ceiling(total):,.0f} samples/s on {os.cpu_count()} cores")
-
-
 def main(argv: list[str] | None = None) -> int:
+    from bench import peer as peer_path  # it builds on this module's phases
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=10_000, help="live fleet size (GPUs sampled at 1 Hz)")
     ap.add_argument("--duration", type=float, default=60.0, help="live phase seconds (0: no live phase)")
@@ -541,6 +534,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--learn-rounds", type=int, default=60, help="history rounds baselines learn from (0: none)")
     ap.add_argument("--skip-ceilings", action="store_true", help="no Kafka/InfluxDB ceiling phases")
+    ap.add_argument("--peer-rounds", type=int, default=20, help="rounds the Telegraf peer moves (0: no peer)")
     ap.add_argument(
         "--profile", type=float, default=0.0, help="seconds of py-spy on the first processor and sink while draining"
     )
@@ -595,12 +589,16 @@ def main(argv: list[str] | None = None) -> int:
                 args.workers[0],
                 learned,
             )
+        if args.peer_rounds > 0:
+            results["peer"] = peer_path.phase(base, k, i, run_dir / "peer", args.gpus, args.peer_rounds, learned)
     finally:
         k.stop()
         i.stop()
         for data in ("kafka", "influxdb"):  # hundreds of MB per run; the stages' logs and profiles are kept
             shutil.rmtree(run_dir / data, ignore_errors=True)
     report(results)
+    if "peer" in results:
+        peer_path.report(results)
     print(f"stage logs and profiles: {run_dir}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
@@ -649,7 +647,7 @@ def report(results: dict[str, Any]) -> None:
         if sat is first and "ratio_to_slower_ceiling" in results:
             print(f"{'ratio to the slower ceiling':52} {results['ratio_to_slower_ceiling']:>12.2f}")
         _verdict_line(sat["verdicts"])
-        _cpu_table(
+        cpu_table(
             "saturated",
             sat["us_per_sample"],
             f"broker ingest {sat['broker_ingest_us_per_sample']:.1f} more; influxd writing out its cache after the "
@@ -687,7 +685,7 @@ def report(results: dict[str, Any]) -> None:
             f"{'memory per GPU: processor(s) / sink(s) (RSS over idle)':52} "
             f"{lv['processor_bytes_per_gpu'] / 1024:.1f} / {lv['sink_bytes_per_gpu'] / 1024:.1f} KiB"
         )
-        _cpu_table(
+        cpu_table(
             "live",
             lv["us_per_sample"],
             f"influxd writing out its cache after the run {lv['influxd_settle_us_per_sample']:.1f} of it",

@@ -3,6 +3,7 @@ numbers the README quotes (nothing here asserts a speed; the Kafka/InfluxDB/brow
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 import time
@@ -127,3 +128,29 @@ def test_on_change_leaves_out_only_what_filling_forward_restores() -> None:
         'gpu,cluster=c,gpu=g verdict="unusual",explanation="a, b = c" 2',
         hand[2],
     ]
+
+
+def test_the_telegraf_peer_gets_every_raw_reading_and_hermeneuts_lines_as_sent() -> None:
+    """The peer's messages (it runs by hand with a Telegraf it builds): a point per GPU sample with every reading a
+    field and nothing non-finite, a message per node and round; the stored lines regrouped as many per message; the
+    configuration it runs Telegraf with reads that topic from its start into the benchmark's InfluxDB."""
+    from bench import peer
+
+    fleet = Fleet(2, 4, seed=5)
+    batches = list(fleet.round(time.time_ns()).batches)
+    messages, samples, fields_sent = peer.raw_messages(batches)
+    assert (len(messages), samples) == (2, 8)
+    lines = [line for m in messages for line in m.decode().splitlines()]
+    first = batches[0].samples[0]
+    assert lines[0].startswith(f"{peer.RAW},cluster={first.cluster},node={first.node},gpu={first.gpu_uuid},")
+    finite = sum(1 for b in batches for s in b.samples for v in s.metrics.values() if math.isfinite(v))
+    assert fields_sent == finite and all("nan" not in line and "inf" not in line for line in lines)
+    assert [len(m.decode().splitlines()) for m in peer.line_messages([f"l{n}" for n in range(10)], 4)] == [4, 4, 2]
+
+    class Influx:
+        url, token, org, bucket = "http://127.0.0.1:1", "t0k", "o", "b"
+
+    conf = peer.config("127.0.0.1:9092", "bench.telegraf.raw", "g", Influx(), 5000)  # type: ignore[arg-type]
+    for want in ('topics = ["bench.telegraf.raw"]', 'offset = "oldest"', 'version = "4.0.0"', 'bucket = "b"',
+                 "metric_batch_size = 5000", 'data_format = "influx"'):  # fmt: skip
+        assert want in conf, want
