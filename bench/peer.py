@@ -267,6 +267,9 @@ def report(results: dict[str, Any]) -> None:
             f"{ph['central_us_per_sample']:.1f}"
         )
     lv = results.get("live")
+    if not (lv and lv["gpus"] == pr["gpus"]) and results["saturation"][0].get("unmeasured"):
+        print("  no figure of hermeneut's to compare with: the drain was not measured and no live run of this size")
+        return
     ours, what = (
         (lv["central_us_per_sample"], f"live {lv['gpus']:,} GPUs")
         if lv and lv["gpus"] == pr["gpus"]

@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.cpu import CpuMeter, central_sum, cpu_table, per_sample_us, rss_bytes
+from bench.cpu import CpuMeter, central_sum, per_sample_us, rss_bytes
 from bench.fields import field_budget, fields_in, on_change
 from bench.profile import record, self_time
 from bench.scoring import fitted
@@ -410,7 +410,17 @@ def saturation(
     counts = {"processor": processed - first_processed} | stored_here
     us = per_sample_us(meter.spent, counts)
     us["producer"] = loaded["us_per_sample"]["producer"]
+    # the meter starts at the first stored point the stages' counts (written every second) show: a backlog drained
+    # by then leaves nothing to divide by (it printed nan)
+    metered = stored - first_stored
+    unmeasured = (
+        f"only {metered:,} of the backlog's {total:,} samples were stored after the first stored point was seen: "
+        "too small a backlog to measure per sample (give a larger --backlog)"
+        if 2 * metered < total
+        else None
+    )
     return {
+        "unmeasured": unmeasured,
         "samples": total,
         "workers": workers,
         "baselines": baselines,
@@ -516,6 +526,7 @@ def _stop(stages: list[Stage]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from bench import peer as peer_path  # it builds on this module's phases
+    from bench.report import report
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=10_000, help="live fleet size (GPUs sampled at 1 Hz)")
@@ -597,99 +608,10 @@ def main(argv: list[str] | None = None) -> int:
         for data in ("kafka", "influxdb"):  # hundreds of MB per run; the stages' logs and profiles are kept
             shutil.rmtree(run_dir / data, ignore_errors=True)
     report(results)
-    if "peer" in results:
-        peer_path.report(results)
     print(f"stage logs and profiles: {run_dir}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0
-
-
-def _verdict_line(verdicts: dict[str, int]) -> None:
-    judged_n = sum(verdicts.values())
-    share = ", ".join(f"{v} {n / max(1, judged_n):.1%}" for v, n in sorted(verdicts.items()))
-    print(f"{'samples judged, by verdict':52} {judged_n:>12,}   {share}")
-
-
-def report(results: dict[str, Any]) -> None:
-    first = results["saturation"][0]
-    print()
-    print(f"{'measure':52} {'samples/s':>12}")
-    if "kafka" in results:
-        kc, ic = results["kafka"], results["influxdb"]
-        ceiling_rate = min(kc["producer_samples_per_s"], kc["consumer_samples_per_s"], ic["points_per_s"])
-        results["ratio_to_slower_ceiling"] = first["samples_per_s"] / ceiling_rate
-        print(f"{'Kafka ProducerPerformance (x8 samples/record)':52} {kc['producer_samples_per_s']:>12,.0f}")
-        print(f"{'Kafka ConsumerPerformance (x8 samples/record)':52} {kc['consumer_samples_per_s']:>12,.0f}")
-        print(
-            f"{'InfluxDB raw client write (points/s)':52} {ic['points_per_s']:>12,.0f}   "
-            f"influxd {ic['influxd_us_per_point']:.1f} us/point ({ic['influxd_settle_us_per_point']:.1f} writing out "
-            f"its cache after), {ic['influxd_us_per_field']:.2f} us/field, "
-            f"{ic['fields_per_point']:.1f} fields/point, load {ic['load'][0]:.1f}"
-        )
-        oc = ic["on_change"]
-        print(
-            f"{'  the same, moving readings on change (points/s)':52} {oc['points_per_s']:>12,.0f}   "
-            f"influxd {oc['influxd_us_per_point']:.1f} us/point, {oc['influxd_us_per_field']:.2f} us/field, "
-            f"{oc['fields_per_point']:.1f} fields/point, load {oc['load'][0]:.1f}"
-        )
-        print("  fields per sample of the gpu measurement, by kind:")
-        for kind, n in ic["field_budget"].items():
-            print(f"    {kind:48} {n:6.2f}")
-        print(f"    {'total':48} {sum(ic['field_budget'].values()):6.2f}")
-    for sat in results["saturation"]:
-        print(
-            f"{'pipeline, saturated (backlog drain)':52} {sat['samples_per_s']:>12,.0f}   "
-            f"{sat['workers']} worker(s), baselines v{sat['baselines_version']}, load {sat['load'][0]:.1f}"
-        )
-        if sat["processor_drain_samples_per_s"]:
-            print(f"{'  processor stage alone (its lag drained)':52} {sat['processor_drain_samples_per_s']:>12,.0f}")
-        if sat is first and "ratio_to_slower_ceiling" in results:
-            print(f"{'ratio to the slower ceiling':52} {results['ratio_to_slower_ceiling']:>12.2f}")
-        _verdict_line(sat["verdicts"])
-        cpu_table(
-            "saturated",
-            sat["us_per_sample"],
-            f"broker ingest {sat['broker_ingest_us_per_sample']:.1f} more; influxd writing out its cache after the "
-            f"drain {sat['influxd_settle_us_per_sample']:.1f} of it",
-        )
-        if sat is not first:
-            cpu = sat["us_per_sample"]["processor"] / first["us_per_sample"]["processor"]
-            drain = (sat["processor_drain_samples_per_s"] or 0.0) / (first["processor_drain_samples_per_s"] or 1.0)
-            print(
-                f"  {sat['workers']} vs {first['workers']} processor(s): CPU per sample x{cpu:.2f} (so x"
-                f"{sat['workers'] / first['workers'] / cpu:.2f} the stage's throughput on as many cores each), "
-                f"lag drain x{drain:.2f} on this box"
-            )
-        for name, top in sat.get("profiles", {}).items():
-            print(f"  {name}: top functions by self time (py-spy)")
-            for function, share in top:
-                print(f"    {share:6.1%}  {function}")
-    if "live" in results:
-        lv = results["live"]
-        print(
-            f"{'pipeline, live ' + str(lv['gpus']) + ' GPUs @1 Hz (sustained)':52} {lv['samples_per_s']:>12,.0f}"
-            f"   late rounds {lv['late_rounds']}, drained {lv['drained']}, baselines v{lv['baselines_version']}, "
-            f"load {lv['load'][0]:.1f}"
-        )
-        print(
-            f"{'latency sample -> stored p50 / p99 / max (s)':52} "
-            f"{lv['latency_p50_s']:.3f} / {lv['latency_p99_s']:.3f} / {lv['latency_max_s']:.3f}"
-            f"   write retries {lv['write_retries']}"
-        )
-        _verdict_line(lv["verdicts"])
-        app_s = lv["gpu_seconds_by_application"]
-        named = 1 - app_s.get("unknown", 0.0) / max(1.0, sum(app_s.values()))
-        print(f"{'GPU time judged as a named application (or idle)':52} {named:>12.1%}")
-        print(
-            f"{'memory per GPU: processor(s) / sink(s) (RSS over idle)':52} "
-            f"{lv['processor_bytes_per_gpu'] / 1024:.1f} / {lv['sink_bytes_per_gpu'] / 1024:.1f} KiB"
-        )
-        cpu_table(
-            "live",
-            lv["us_per_sample"],
-            f"influxd writing out its cache after the run {lv['influxd_settle_us_per_sample']:.1f} of it",
-        )
 
 
 if __name__ == "__main__":
