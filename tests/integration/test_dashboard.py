@@ -218,6 +218,9 @@ def test_job_view_puts_the_jobs_gpus_side_by_side(page: Page, scene: Scene) -> N
     box, first_card = listed.bounding_box(), cards.first.bounding_box()
     assert box is not None and first_card is not None and box["y"] < first_card["y"]
     expect(page.locator(f'.gpu-card[data-gpu="{scene.broken_uuid}"]')).to_contain_text("the job waits on it")
+    # its card marks when its finding started
+    broken = page.locator(f'.gpu-card[data-gpu="{scene.broken_uuid}"] .chart')
+    expect(broken).to_have_attribute("data-marks", re.compile(r"^[1-9]"))
     shot(page, "job")
 
 

@@ -214,7 +214,7 @@ def test_the_command_line_prints_the_summary_and_what_to_run_next(settings: Sett
     assert "GPUs             8 on 1 node(s)" in out and "jobs             1: nanogpt-pr643" in out
     assert "intervals        0.331 s (8 series)" in out
     # what utilization, power and temperature cannot show (processors.coverage), and nothing they can
-    assert "cannot see       17 of " in out and "memory-leak: needs the memory used" in out, out
+    assert "cannot see       18 of " in out and "memory-leak: needs the memory used" in out, out
     assert "straggler:" not in out and "fallen-off-bus:" not in out
     assert "hermeneut baselines train --range 5m --stop 2025-09-24T03:46:10" in out
     bad = CliRunner().invoke(cli, ["import", "table", str(TRACE), "--mapping", str(TRACE)], env=env)

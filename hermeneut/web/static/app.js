@@ -255,8 +255,10 @@ async function renderJob(job) {
         stragglers.has(g.uuid) ? h("span", { class: "badge warning" }, "straggler") : "",
         waitedOn.has(g.uuid) ? h("span", { class: "badge warning" }, "the job waits on it") : "", " ", h("span", { class: `badge ${g.verdict}` }, g.verdict)),
       h("div", { class: "muted" }, `util ${fmt(g.values.utilization_gpu_percent)}% · SM clock ${fmt(g.values.sm_clock_mhz)} MHz · power ${pct(g.relative.power_ratio_of_limit)}`));
+    // the GPU's open findings as marks where they started: the card shows when the trouble began
+    const marks = Object.entries(g.findings || {}).map(([detector, f]) => ({ t: f.since_ms, severity: f.severity, text: `${detector}: ${f.summary}` }));
     lineChart(card, { field: "utilization_gpu_percent", title: "utilization", unit: "%", tMin: data.from_ms, tMax: data.to_ms,
-      series: [{ points: data.series[g.uuid] || [], cls: stragglers.has(g.uuid) ? "straggler" : "" }], band: null, markers: [] });
+      series: [{ points: data.series[g.uuid] || [], cls: stragglers.has(g.uuid) ? "straggler" : "" }], band: null, markers: marks });
     return card;
   }));
   const app = data.gpus[0] ? data.gpus[0].application : "";
