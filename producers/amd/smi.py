@@ -48,7 +48,7 @@ from pipeline.errors import BadSourceData, ConfigError, DecodeError, SourceUnava
 from pipeline.events import SampleBatch
 from pipeline.registry import from_section, with_options
 from pipeline.topology import NodeTopology, TopologyGpu
-from producers.amd.exporter import FIELDS, ExporterState, ScrapeStats, to_batches
+from producers.amd.exporter import FIELDS, RESIDENCY_CAUSES, ExporterState, ScrapeStats, to_batches
 from producers.dcgm_exporter import PromSample
 from producers.source import check_names
 
@@ -64,6 +64,8 @@ _MIB: Final = {"MB": 1.0, "MiB": 1.0, "GB": 1024.0, "KB": 1 / 1024, "": 1.0}
 _MHZ: Final = {"MHz": 1.0, "GHz": 1000.0, "": 1.0}
 _GT_S: Final = {"GT/s": 1.0, "": 1.0}
 _COUNT: Final = {"": 1.0}
+#: amd-smi's name of a throttling cause where it is not the exporter's (producers.amd.exporter.RESIDENCY_CAUSES)
+_SMI_CAUSE: Final = {"processor_hot": "prochot"}
 #: (section, key) -> (the exporter's field, the units it may come in)
 PATHS: Final[Mapping[tuple[str, str], tuple[str, Mapping[str, float]]]] = {
     ("usage", "gfx_activity"): ("gpu_gfx_activity", _PERCENT),
@@ -82,24 +84,9 @@ PATHS: Final[Mapping[tuple[str, str], tuple[str, Mapping[str, float]]]] = {
     ("ecc", "total_uncorrectable_count"): ("gpu_ecc_uncorrect_total", _COUNT),
     ("throttle", "accumulation_counter"): ("gpu_violation_current_accumulated_counter", _COUNT),
     **{
-        ("throttle", f"{smi}_accumulated"): (f"gpu_violation_{cause}_residency_accumulated", _COUNT)
-        for smi, cause in (
-            ("prochot", "processor_hot"),
-            ("ppt", "ppt"),
-            ("socket_thermal", "socket_thermal"),
-            ("vr_thermal", "vr_thermal"),
-            ("hbm_thermal", "hbm_thermal"),
-        )
-    },
-    **{
-        ("throttle", f"{smi}_violation_activity"): (f"gpu_violation_{cause}_residency_percentage", _PERCENT)
-        for smi, cause in (
-            ("prochot", "processor_hot"),
-            ("ppt", "ppt"),
-            ("socket_thermal", "socket_thermal"),
-            ("vr_thermal", "vr_thermal"),
-            ("hbm_thermal", "hbm_thermal"),
-        )
+        ("throttle", f"{_SMI_CAUSE.get(cause, cause)}_{key}"): (f"gpu_violation_{cause}_residency_{kind}", units)
+        for cause in RESIDENCY_CAUSES
+        for key, kind, units in (("accumulated", "accumulated", _COUNT), ("violation_activity", "percentage", _PERCENT))
     },
 }
 #: clock domain (``gfx_3`` -> ``gfx``) -> the exporter's clock_type
@@ -131,7 +118,7 @@ UNMAPPED_KEYS: Final = frozenset(
         )
     }
     | {("ecc", k) for k in ("total_deferred_count", "cache_correctable_count", "cache_uncorrectable_count")}
-    | {("throttle", f"{c}_violation_status") for c in ("prochot", "ppt", "socket_thermal", "vr_thermal", "hbm_thermal")}
+    | {("throttle", f"{_SMI_CAUSE.get(c, c)}_violation_status") for c in RESIDENCY_CAUSES}
 )
 _NOT_NUMBERS: Final = {"gpu", "timestamp"}
 _MI: Final = re.compile(r"\bMI\d{3}[A-Z]?\b", re.IGNORECASE)
