@@ -18,10 +18,11 @@ Errors a source raises, and what the agent does with them:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import subprocess
+from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, SourceUnavailable
 from pipeline.events import FaultRecord, GpuContext, SampleBatch
 from pipeline.topology import NodeTopology
 
@@ -63,3 +64,20 @@ def check_names(source: str, cluster: str, node: str = "") -> None:
             raise ConfigError(
                 f"invalid configuration: {source} source: {what} {value!r} must be 1-253 characters, no /"
             )
+
+
+#: runs a command on the node with a timeout and returns its standard output (injectable for tests)
+Runner = Callable[[Sequence[str], float], str]
+
+
+def run_command(argv: Sequence[str], timeout_s: float) -> str:
+    """Run a command a source reads the node with (squeue, scontrol, amd-smi); any failure is transient
+    (:class:`SourceUnavailable`: slurmctld busy or restarting, a driver tool that failed this round)."""
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SourceUnavailable(f"{argv[0]}: {exc}") from exc
+    if done.returncode != 0:
+        first = (done.stderr.strip().splitlines() or ["no message"])[0]
+        raise SourceUnavailable(f"{' '.join(argv[:3])} exited {done.returncode}: {first}")
+    return done.stdout

@@ -38,19 +38,18 @@ import logging
 import re
 import shutil
 import socket
-import subprocess
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from pipeline.config import CollectorSettings, Settings
-from pipeline.errors import BadSourceData, ConfigError, DecodeError, SourceUnavailable
+from pipeline.errors import BadSourceData, ConfigError, DecodeError
 from pipeline.events import SampleBatch
 from pipeline.registry import from_section, with_options
 from pipeline.topology import NodeTopology, TopologyGpu
 from producers.amd.exporter import FIELDS, RESIDENCY_CAUSES, ExporterState, ScrapeStats, to_batches
 from producers.dcgm_exporter import PromSample
-from producers.source import check_names
+from producers.source import Runner, check_names, run_command
 
 log = logging.getLogger(__name__)
 
@@ -316,16 +315,6 @@ def with_limits(batches: list[SampleBatch], static: Mapping[int, StaticGpu]) -> 
     return out
 
 
-def _run(argv: list[str], timeout_s: float) -> str:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SourceUnavailable(f"{' '.join(argv)}: {exc}") from exc
-    if done.returncode != 0:
-        raise SourceUnavailable(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()[:200]}")
-    return done.stdout
-
-
 @dataclass(frozen=True, slots=True)
 class AmdSmiConfig:
     """The ``amd-smi`` source's settings."""
@@ -361,7 +350,7 @@ class AmdSmiSource:
         check_names(cls.name, config.cluster, config.node)
 
     @classmethod
-    def from_config(cls, config: AmdSmiConfig, run: Callable[[list[str], float], str] | None = None) -> AmdSmiSource:
+    def from_config(cls, config: AmdSmiConfig, run: Runner | None = None) -> AmdSmiSource:
         node = config.node or socket.gethostname().split(".", 1)[0]
         return cls(config.binary, config.cluster, node, timeout_s=config.timeout_s, run=run)
 
@@ -372,11 +361,11 @@ class AmdSmiSource:
         node: str,
         *,
         timeout_s: float = 5.0,
-        run: Callable[[list[str], float], str] | None = None,
+        run: Runner | None = None,
     ) -> None:
         self.binary, self.cluster, self.node = binary, cluster, node
         self._timeout = timeout_s
-        self._run = run or _run
+        self._run = run or run_command
         self._real = run is None
         self._state = ExporterState()
         self._static: dict[int, StaticGpu] = {}

@@ -26,7 +26,7 @@ from typing import Any, Final, Protocol
 
 from pipeline.errors import SourceUnavailable
 from producers.context.kubernetes import ApiServer
-from producers.context.slurm import Runner, run_command
+from producers.source import Runner, run_command
 
 #: scontrol's node state flags that say the node is held out of service on purpose
 SLURM_OUT_OF_SERVICE: Final = (

@@ -25,7 +25,6 @@ import itertools
 import logging
 import re
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from producers.context.base import (
 )
 from producers.context.inference import Evidence, capped, infer
 from producers.context.inventory import GpuInventory
+from producers.source import Runner, run_command
 
 if TYPE_CHECKING:
     from pipeline.config import Settings
@@ -301,20 +301,6 @@ class SlurmFileSource:
 
 
 # --- squeue + scontrol --------------------------------------------------------------------------------------
-
-Runner = Callable[[Sequence[str], float], str]
-
-
-def run_command(argv: Sequence[str], timeout_s: float) -> str:
-    """Run a Slurm command; any failure is transient (slurmctld busy or restarting)."""
-    try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise SourceUnavailable(f"{argv[0]}: {exc}") from exc
-    if done.returncode != 0:
-        first = (done.stderr.strip().splitlines() or ["no message"])[0]
-        raise SourceUnavailable(f"{' '.join(argv[:3])} exited {done.returncode}: {first}")
-    return done.stdout
 
 
 def _fields(line: str) -> dict[str, str]:

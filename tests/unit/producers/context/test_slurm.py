@@ -25,8 +25,8 @@ from producers.context.slurm import (
     parse_env_file,
     parse_scontrol,
     parse_squeue_ids,
-    run_command,
 )
+from producers.source import run_command
 from tests import TESTDATA
 from tests.fakes.context import FakeSlurm
 
