@@ -159,7 +159,8 @@ FIELDS: Final = (
 )
 _NA: Final = frozenset({65535.0, 4294967295.0, 18446744073709551615.0})
 _NO_ZERO: Final = frozenset({"temperature_gpu_celsius", "temperature_memory_celsius", "power_watts"})
-_WHOLE: Final = frozenset({"", "spx", "none", "na"})
+#: the compute partition types that are a whole GPU
+WHOLE: Final = frozenset({"", "spx", "none", "na"})
 _MI: Final = re.compile(r"\bMI\d{3}[A-Z]?\b", re.IGNORECASE)
 
 
@@ -204,7 +205,7 @@ def model_of(labels: dict[str, str]) -> str:
     found = _MI.findall(series) or _MI.findall(labels.get("card_model", ""))
     model = f"AMD Instinct {found[-1].upper()}" if found else (series or "AMD GPU")
     partition = labels.get("gpu_compute_partition_type", "").lower()
-    return model if partition in _WHOLE else f"{model} {partition.upper()}"
+    return model if partition in WHOLE else f"{model} {partition.upper()}"
 
 
 def identity(labels: dict[str, str], default_node: str) -> tuple[str, str, int] | None:
@@ -241,6 +242,8 @@ class ScrapeStats:
     #: values with no meaning in the schema's unit (a PCIe rate that is no generation's)
     unconvertible: int = 0
     unknown_names: set[str] = field(default_factory=set)
+    #: other things already said once in the log (amd-smi: a value in a unit its field does not come in)
+    told: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -400,7 +403,7 @@ def to_batches(
         gpu = gpus.get(ident[1])
         if gpu is None:
             partition = labels.get("gpu_compute_partition_type", "").lower()
-            gpu = gpus[ident[1]] = _Gpu(*ident, model_of(labels), partition in _WHOLE)
+            gpu = gpus[ident[1]] = _Gpu(*ident, model_of(labels), partition in WHOLE)
         _take(gpu, s, name, labels, stats)
     per_node: dict[str, tuple[list[GpuSample], list[GpuEvent]]] = {}
     for gpu in gpus.values():

@@ -39,7 +39,7 @@ import re
 import shutil
 import socket
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from pipeline.config import CollectorSettings, Settings
@@ -47,7 +47,7 @@ from pipeline.errors import BadSourceData, ConfigError, DecodeError
 from pipeline.events import SampleBatch
 from pipeline.registry import from_section, with_options
 from pipeline.topology import NodeTopology, TopologyGpu
-from producers.amd.exporter import FIELDS, RESIDENCY_CAUSES, ExporterState, ScrapeStats, to_batches
+from producers.amd.exporter import FIELDS, RESIDENCY_CAUSES, WHOLE, ExporterState, ScrapeStats, to_batches
 from producers.dcgm_exporter import PromSample
 from producers.source import Runner, check_names, run_command
 
@@ -158,21 +158,6 @@ def reading(value: Any, units: Mapping[str, float]) -> float | None:
     return float(value) * factor
 
 
-@dataclass
-class SmiStats:
-    """What amd-smi printed that did not become an exporter field; the rest is the exporter mapping's to count."""
-
-    unmapped: int = 0
-    unknown: int = 0
-    unconvertible: int = 0
-    named: set[str] = field(default_factory=set)
-
-    def once(self, what: str, message: str) -> None:
-        if what not in self.named:
-            self.named.add(what)
-            log.info("amd-smi: %s", message)
-
-
 @dataclass(frozen=True, slots=True)
 class StaticGpu:
     """What ``amd-smi static --json`` says of one GPU."""
@@ -186,7 +171,7 @@ class StaticGpu:
     @property
     def whole(self) -> bool:
         """Not a compute partition (whose power cap and PCIe link are its GPU's)."""
-        return self.labels.get("gpu_compute_partition_type", "").lower() in ("", "spx", "none", "na")
+        return self.labels.get("gpu_compute_partition_type", "").lower() in WHOLE
 
 
 def static_gpus(records: Sequence[dict[str, Any]], node: str) -> dict[int, StaticGpu]:
@@ -245,7 +230,7 @@ def _leaves(record: Mapping[str, Any]) -> Iterator[tuple[str, str, Any]]:
 
 
 def prom_samples(
-    records: Sequence[dict[str, Any]], static: Mapping[int, StaticGpu], node: str, stats: SmiStats
+    records: Sequence[dict[str, Any]], static: Mapping[int, StaticGpu], node: str, stats: ScrapeStats
 ) -> list[PromSample]:
     """amd-smi's metric records as the exporter's series (see the module docstring)."""
     out: list[PromSample] = []
@@ -261,14 +246,13 @@ def prom_samples(
     return out
 
 
-def _series(section: str, key: str, value: Any, labels: dict[str, str], stats: SmiStats) -> list[PromSample]:
+def _series(section: str, key: str, value: Any, labels: dict[str, str], stats: ScrapeStats) -> list[PromSample]:
     """One leaf of a metric record as the exporter's series (none, one, or a clock's two)."""
     if section == "clock":
         domain, _, number = key.rpartition("_")
         clock_type = CLOCK_TYPES.get(domain)
         if clock_type is None or not isinstance(value, dict):
-            stats.unmapped += 1  # video, data-fabric and SoC clocks
-            return []
+            return _unread(stats, "unmapped")  # video, data-fabric and SoC clocks
         out = []
         for part, name in _CLOCK_KEYS.items():
             try:
@@ -282,11 +266,9 @@ def _series(section: str, key: str, value: Any, labels: dict[str, str], stats: S
     path = PATHS.get((section, key))
     if path is None:
         if section in UNMAPPED_SECTIONS or (section, key) in UNMAPPED_KEYS:
-            stats.unmapped += 1
-        else:
-            stats.unknown += 1
-            stats.once(f"{section}.{key}", f"{section}.{key} is not a field this version knows; counted, not mapped")
-        return []
+            return _unread(stats, "unmapped")
+        what = f"{section}.{key}"
+        return _unread(stats, "unknown", stats.unknown_names, what, f"{what} is not a field this version knows")
     name, units = path
     try:
         v = reading(value, units)
@@ -296,9 +278,22 @@ def _series(section: str, key: str, value: Any, labels: dict[str, str], stats: S
     return [] if v is None else [PromSample(name, labels, v, 0)]
 
 
-def _mismatch(stats: SmiStats, what: str, unit: str) -> None:
-    stats.unconvertible += 1
-    stats.once(f"unit:{what}:{unit}", f"{what} came in {unit!r}, not a unit it is read in; counted, not converted")
+def _mismatch(stats: ScrapeStats, what: str, unit: str) -> None:
+    _unread(stats, "unconvertible", stats.told, f"{what}:{unit}", f"{what} came in {unit!r}, not a unit it is read in")
+
+
+def _unread(
+    stats: ScrapeStats, kind: str, said: set[str] | None = None, name: str = "", why: str = ""
+) -> list[PromSample]:
+    """A value amd-smi printed that becomes no series, counted as the exporter mapping counts its series
+    (``samples`` and its ``kind``: unmapped, unknown or unconvertible); named once in the log where ``said`` is
+    given (the names already told)."""
+    stats.samples += 1
+    setattr(stats, kind, getattr(stats, kind) + 1)
+    if said is not None and name not in said:
+        said.add(name)
+        log.info("amd-smi: %s; counted, not %s", why, "converted" if kind == "unconvertible" else "mapped")
+    return []
 
 
 def with_limits(batches: list[SampleBatch], static: Mapping[int, StaticGpu]) -> list[SampleBatch]:
@@ -370,8 +365,8 @@ class AmdSmiSource:
         self._state = ExporterState()
         self._static: dict[int, StaticGpu] = {}
         self._gpus: tuple[TopologyGpu, ...] = ()
+        #: every value read, as the exporter mapping counts them
         self.scrape_stats = ScrapeStats()
-        self.smi_stats = SmiStats()
 
     def open(self) -> None:
         """Reads ``amd-smi static --json`` once; amd-smi missing is a start error, in one line."""
@@ -387,7 +382,7 @@ class AmdSmiSource:
             raise BadSourceData(exc.reason, exc.detail, text.encode(), f"{self.binary} {command}") from exc
 
     def collect(self, ts_ns: int) -> list[SampleBatch]:
-        samples = prom_samples(self._documents("metric"), self._static, self.node, self.smi_stats)
+        samples = prom_samples(self._documents("metric"), self._static, self.node, self.scrape_stats)
         batches = to_batches(samples, self.cluster, self.node, ts_ns, self._state, self.scrape_stats)
         batches = with_limits(batches, self._static)
         self._gpus = tuple(TopologyGpu(s.gpu_uuid, s.gpu_index, s.gpu_model, "") for b in batches for s in b.samples)
@@ -398,13 +393,13 @@ class AmdSmiSource:
         return [NodeTopology(self.cluster, self.node, ts_ns, self._gpus)] if self._gpus else []
 
     def stats(self) -> dict[str, int]:
-        s, m = self.scrape_stats, self.smi_stats
+        s = self.scrape_stats
         return {
             "mapped_values": s.mapped,
-            "unmapped_values": s.unmapped + m.unmapped,
-            "unknown_values": s.unknown + m.unknown,
+            "unmapped_values": s.unmapped,
+            "unknown_values": s.unknown,
             "blank_values": s.blank,
-            "unconvertible_values": s.unconvertible + m.unconvertible,
+            "unconvertible_values": s.unconvertible,
         }
 
     def close(self) -> None:

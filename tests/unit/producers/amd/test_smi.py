@@ -18,7 +18,7 @@ from pipeline.errors import BadSourceData, ConfigError, SourceUnavailable
 from pipeline.events import SampleBatch
 from pipeline.vocab import decode_clock_reasons
 from producers.amd.exporter import ExporterState, ScrapeStats, to_batches
-from producers.amd.smi import AmdSmiSource, SmiStats, documents, prom_samples, static_gpus, with_limits
+from producers.amd.smi import AmdSmiSource, documents, prom_samples, static_gpus, with_limits
 from tests import TESTDATA
 
 SMI = TESTDATA / "amd" / "amd-smi"
@@ -31,12 +31,16 @@ def load(name: str) -> list[dict[str, Any]]:
 
 def read(
     metric: list[dict[str, Any]], static: list[dict[str, Any]] | None = None, state: ExporterState | None = None
-) -> tuple[list[SampleBatch], SmiStats, ScrapeStats]:
+) -> tuple[list[SampleBatch], ScrapeStats]:
+    """The batches and the counts of every value read."""
     known = static_gpus(static or [], "n1")
-    stats, scraped = SmiStats(), ScrapeStats()
+    stats = ScrapeStats()
     samples = prom_samples(metric, known, "n1", stats)
-    batches = to_batches(samples, "dc1", "n1", T0, state or ExporterState(), scraped)
-    return with_limits(batches, known), stats, scraped
+    batches = to_batches(samples, "dc1", "n1", T0, state or ExporterState(), stats)
+    # every value read is counted once, as mapped or as what it is not
+    kinds = (stats.mapped, stats.unmapped, stats.unknown, stats.blank, stats.anonymous, stats.unconvertible)
+    assert stats.samples == sum(kinds), stats
+    return with_limits(batches, known), stats
 
 
 def metrics(batches: list[SampleBatch]) -> list[dict[str, float]]:
@@ -59,7 +63,7 @@ def test_a_real_mi210_static_gives_its_model_and_the_limits_its_driver_enforces(
 
 
 def test_the_documented_power_output_verbatim() -> None:
-    batches, stats, _ = read(load("changelog-metric-power.json"), load("mi210-static.json"))
+    batches, stats = read(load("changelog-metric-power.json"), load("mi210-static.json"))
     (m,) = metrics(batches)
     assert m["power_watts"] == 10.0
     # the static's limits ride along: the cap, the thresholds, the PCIe maximum (16 GT/s: generation 4)
@@ -72,7 +76,7 @@ def test_the_documented_power_output_verbatim() -> None:
 
 
 def test_the_documented_pcie_output_gives_the_generation_and_replays() -> None:
-    batches, stats, _ = read(load("changelog-metric-pcie.json"))
+    batches, stats = read(load("changelog-metric-pcie.json"))
     assert [(m["pcie_link_gen"], m["pcie_replay_total"]) for m in metrics(batches)] == [(5.0, 0.0), (5.0, 0.0)]
     assert stats.unmapped == 2 * 10 and stats.unknown == 0
 
@@ -122,7 +126,7 @@ def test_units_are_converted_by_what_they_say_and_never_guessed(caplog: pytest.L
         "usage": {"gfx_activity": 55, "umc_activity": {"value": 3, "unit": "%"}},
     }
     with caplog.at_level(logging.INFO, logger="producers.amd.smi"):
-        batches, stats, _ = read([gpu, {**gpu, "gpu": 1}])
+        batches, stats = read([gpu, {**gpu, "gpu": 1}])
     m = metrics(batches)[0]
     assert m["energy_joules"] == pytest.approx(20909.145914)
     assert (m["memory_total_bytes"], m["memory_used_bytes"]) == (65520 * 2**20, 10 * 2**20)
@@ -131,14 +135,14 @@ def test_units_are_converted_by_what_they_say_and_never_guessed(caplog: pytest.L
     assert (m["utilization_gpu_percent"], m["utilization_memory_percent"]) == (55.0, 3.0)
     assert stats.unconvertible == 2 and sum("'F'" in r.getMessage() for r in caplog.records) == 1
     # a bare energy reading's unit changed between releases (uJ, then J): not guessed
-    _, bare, _ = read([{"gpu": 0, "energy": {"total_energy_consumption": 123}, "usage": {"gfx_activity": 1}}])
+    _, bare = read([{"gpu": 0, "energy": {"total_energy_consumption": 123}, "usage": {"gfx_activity": 1}}])
     assert bare.unconvertible == 1
 
 
 def test_a_key_it_does_not_know_is_counted_and_named_once(caplog: pytest.LogCaptureFixture) -> None:
     gpu = {"gpu": 0, "usage": {"gfx_activity": {"value": 5, "unit": "%"}}, "npu": {"tops": 3}}
     with caplog.at_level(logging.INFO, logger="producers.amd.smi"):
-        _, stats, _ = read([gpu, {**gpu, "gpu": 1}])
+        _, stats = read([gpu, {**gpu, "gpu": 1}])
     assert stats.unknown == 2 and sum("npu.tops" in r.getMessage() for r in caplog.records) == 1
 
 
