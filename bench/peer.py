@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -144,15 +144,15 @@ def preload(bootstrap: str, topic: str, messages: Sequence[bytes], partitions: i
         raise RuntimeError(f"the {topic} preload did not finish")
 
 
-def committed_all(bootstrap: str, topic: str, group: str) -> bool:
-    """Whether ``group`` has committed every message of ``topic``."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        committed = consumer.committed([TopicPartition(topic, p) for p in parts], timeout=10)
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
-    finally:
-        consumer.close()
+def end_offsets(consumer: Consumer, topic: str) -> dict[int, int]:
+    """Each partition's end offset of ``topic`` (fixed once its preload is written)."""
+    parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+
+
+def committed_all(consumer: Consumer, topic: str, ends: Mapping[int, int]) -> bool:
+    """Whether the group of ``consumer`` (which never joins it) has committed every message up to ``ends``."""
+    committed = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=10)
     return all(tp.offset >= ends[tp.partition] for tp in committed)
 
 
@@ -175,16 +175,20 @@ def drain(
     conf = run_dir / f"telegraf-{name}.conf"
     conf.parent.mkdir(parents=True, exist_ok=True)
     conf.write_text(config(k.bootstrap_servers, topic, group, i, s.influxdb.batch_size))
+    # one client asks for the group's offsets all along (a new one per poll would load the metered broker)
+    watcher = Consumer({"bootstrap.servers": k.bootstrap_servers, "group.id": group, "enable.auto.commit": False})
+    ends = end_offsets(watcher, topic)
     log = (run_dir / f"telegraf-{name}.log").open("w")
     proc = subprocess.Popen([str(telegraf), "--config", str(conf)], stdout=log, stderr=subprocess.STDOUT)
     try:
         meter = CpuMeter({"broker": (k.pid,), "influxd": (i.pid,), "telegraf": (proc.pid,)}).start()
-        done = wait_for(lambda: committed_all(k.bootstrap_servers, topic, group), 120 + samples / 500, 0.5)
+        done = wait_for(lambda: committed_all(watcher, topic, ends), 120 + samples / 500, 0.5)
         meter.stop()
     finally:
         proc.terminate()
         proc.wait(30)
         log.close()
+        watcher.close()
     if not done:
         raise RuntimeError(f"Telegraf did not move the {name} topic (see {run_dir / f'telegraf-{name}.log'})")
     settle_s = settle(meter)
