@@ -269,10 +269,7 @@ class HardErrors:
         open one, which keeps the worst severity it has seen (a worse one is said at once) and the last AFID; one
         that had gone quiet before it ends where it went quiet first."""
         gpus = self.report.gpus
-        if gpus.is_open(slot, RAS):
-            end = self.quiet_end(slot, RAS, gpus.get(slot, RAS))
-            if end is not None and end <= e.ts_ns:
-                self.report.transition(slot, RAS, False, end, out)
+        self._end_if_quiet(slot, e.ts_ns, out, (RAS,))
         label = afid.label_of(e.detail)
         known = self._ras.get(slot)
         worst = afid.worse(known[2], label) if known is not None and gpus.is_open(slot, RAS) else label
@@ -286,13 +283,14 @@ class HardErrors:
         if raised:  # worse than it was: said at once, not at the next repeat
             self.report.send(slot, RAS, True, e.ts_ns, out)
 
-    def _end_if_quiet(self, slot: int, ts_ns: int, out: list[Finding]) -> None:
-        """An open XID or storm that had gone quiet before an XID at ``ts_ns`` ends where it went quiet, and the XID
-        starts an episode of its own: whatever the batching (a replay's or a backfill's batch may hold both, and the
-        quiet check after the batch would merge them), one XID a minute for five minutes is five episodes when the
-        quiet window is shorter, the count escalation reads (pipeline/escalation.py)."""
+    def _end_if_quiet(self, slot: int, ts_ns: int, out: list[Finding], names: tuple[str, ...] = (STORM, XID)) -> None:
+        """An open XID or storm (or the first open one of ``names``) that had gone quiet before an event at ``ts_ns``
+        ends where it went quiet, and the event starts an episode of its own: whatever the batching (a replay's or a
+        backfill's batch may hold both, and the quiet check after the batch would merge them), one XID a minute for
+        five minutes is five episodes when the quiet window is shorter, the count escalation reads
+        (pipeline/escalation.py)."""
         gpus = self.report.gpus
-        name = STORM if gpus.is_open(slot, STORM) else XID if gpus.is_open(slot, XID) else None
+        name = next((n for n in names if gpus.is_open(slot, n)), None)
         end = None if name is None else self.quiet_end(slot, name, gpus.get(slot, name))
         if name is not None and end is not None and end <= ts_ns:
             self.report.transition(slot, name, False, end, out)
@@ -379,9 +377,7 @@ class HardErrors:
             xids = self._xids.get(slot)
             since, quiet_for = (xids[-1][0] if xids else episode.since_ns), self.settings.storm_window_s
         elif name == RAS and (ras := self._ras.get(slot)) is not None and ras[2] == "fatal":
-            # a fatal error as an uncorrectable ECC error: ended by the GPU's own quiet samples, never by silence
-            end = max(episode.since_ns, max(ras[0], int(self.evidence.back_since[slot])) + int(_MEMORY_QUIET_S * S))
-            return end if int(self.latest.ts[slot]) >= end else None
+            return self._quiet_samples_end(slot, ras[0], episode)  # a fatal error, as an uncorrectable ECC error
         elif name == RAS:
             ras = self._ras.get(slot)
             since, quiet_for = (ras[0] if ras else episode.since_ns), self.settings.storm_window_s
@@ -389,13 +385,17 @@ class HardErrors:
             if self.latest.row[slot, METRIC_INDEX["row_remap_pending"]] == 1:
                 return None
             evidence = self.evidence.ecc_ts if name == ECC else self.evidence.remap_ts
-            # silence is no recovery: the quiet window must be the GPU's own samples, since its return after a gap
-            since = max(int(evidence[slot]), int(self.evidence.back_since[slot]))
-            end = max(episode.since_ns, since + int(_MEMORY_QUIET_S * S))
-            return end if int(self.latest.ts[slot]) >= end else None
+            return self._quiet_samples_end(slot, int(evidence[slot]), episode)
         else:
             return None
         return max(episode.since_ns, since + int(quiet_for * S))
+
+    def _quiet_samples_end(self, slot: int, evidence_ns: int, episode: Episode) -> int | None:
+        """When a finding that silence must not end ends: ``_MEMORY_QUIET_S`` of the GPU's own samples after its
+        last evidence (and after its return from a gap: silence is no recovery); None until its samples reach it."""
+        since = max(evidence_ns, int(self.evidence.back_since[slot]))
+        end = max(episode.since_ns, since + int(_MEMORY_QUIET_S * S))
+        return end if int(self.latest.ts[slot]) >= end else None
 
     def describe(self, name: str, gpu: GpuView, episode: Episode, ts_ns: int) -> Description:
         if name in (STORM, XID):
