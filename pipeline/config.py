@@ -193,6 +193,38 @@ class OtlpSettings(_Section):
         return value.rstrip("/") if value else value
 
 
+class KubernetesSettings(_Section):
+    """What ``hermeneut kubernetes sync`` writes into a Kubernetes cluster from the health topic
+    (sinks/kubernetes; docs/health.md): a node condition per node, a DRA DeviceTaintRule per GPU that is not
+    healthy. The cluster is the one ``cluster`` names: health of other clusters is left alone."""
+
+    #: a kubeconfig file; unset: the pod's service account (in a cluster), else $KUBECONFIG, else ~/.kube/config
+    kubeconfig: Path | None = None
+    #: the kubeconfig context to use; unset: its current-context
+    context: str | None = None
+    #: the node condition written on every node hermeneut has health for: True when all its GPUs are healthy
+    #: (as the EKS node monitoring agent's AcceleratedHardwareReady: True is good), False when one is not
+    condition_type: str = Field(default="HermeneutGPUHealthy", pattern=r"^[A-Za-z][A-Za-z0-9]{0,62}$")
+    #: the DeviceTaint key (a label name); its value is the GPU's state (degraded, unhealthy), what a toleration
+    #: names to accept it
+    taint_key: str = Field(default="hermeneut.io/gpu-health", pattern=r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9._-]{1,63}$")
+    #: the DRA driver whose ResourceSlices list the GPUs (NVIDIA's DRA driver: gpu.nvidia.com; AMD's: gpu.amd.com);
+    #: a GPU is found there by its ``uuid`` attribute, the same UUID hermeneut's records carry
+    dra_driver: str = Field(default="gpu.nvidia.com", pattern=r"^[a-z0-9.-]{1,63}$")
+    #: unhealthy GPUs get NoExecute (the pods using them are evicted) instead of NoSchedule: only where the
+    #: operator says so; degraded ones always get None (seen by schedulers and people, nothing evicted or refused)
+    no_execute: bool = False
+    #: the fleet-incident breaker: never more than this share of the cluster's GPUs under a NoSchedule or NoExecute
+    #: taint at once; a GPU beyond it is marked with effect None and reported as held (NVSentinel's breaker against
+    #: mass quarantine)
+    max_tainted_share: float = Field(default=0.1, gt=0, le=1)
+    #: API writes per second at most (conditions, rules created, changed or deleted)
+    writes_per_s: float = Field(default=5.0, gt=0, le=1000)
+    #: how often the cluster is reconciled with the latest health (also after each change on the topic)
+    interval_s: float = Field(default=30.0, ge=1, le=3600)
+    timeout_s: float = Field(default=10.0, gt=0, le=300)
+
+
 class TopicSettings(_Section):
     """Topic names and partitioning; the same names on every process of one deployment."""
 
@@ -555,6 +587,7 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
     influxdb: InfluxSettings = InfluxSettings()
     otlp: OtlpSettings = OtlpSettings()
+    kubernetes: KubernetesSettings = KubernetesSettings()
     topics: TopicSettings = TopicSettings()
     validation: ValidationSettings = ValidationSettings()
     baselines: BaselineSettings = BaselineSettings()

@@ -4,8 +4,8 @@ Commands live in one module per area, each registering itself on the group in :m
 imported here: ``core`` (services, topics, the stages, run), ``collect`` (the node agent), ``context`` (workload
 context per GPU), ``importing`` (history from Prometheus, dcgm-exporter, nvidia-smi and traces), ``baselines``
 (train, list, feedback), ``queries`` (trend, top, compare, anomalies, jobs, storage), ``alerts``, ``rightsize``,
-``evaluate``, ``health`` (GPUs and nodes by state, with remedies), ``probe`` (links between a node's GPUs) and
-``web`` (the HTTP API and dashboard).
+``evaluate``, ``health`` (GPUs and nodes by state, with remedies), ``probe`` (links between a node's GPUs),
+``kubernetes`` (health as node conditions and device taints) and ``web`` (the HTTP API and dashboard).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from hermeneut.cli import (
     evaluate,
     health,
     importing,
+    kubernetes,
     probe,
     queries,
     rightsize,
@@ -36,6 +37,7 @@ __all__ = [
     "evaluate",
     "health",
     "importing",
+    "kubernetes",
     "main",
     "probe",
     "queries",
