@@ -28,8 +28,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from pipeline.errors import DecodeError
@@ -101,6 +102,8 @@ class DeviceRef:
     driver: str
     pool: str
     device: str
+    #: the slice's node (spec.nodeName; "" for a pool of several nodes): counts the node's GPUs, selects nothing
+    node: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,11 +176,12 @@ class Policy:
     max_tainted_share: float = 0.1
 
 
-def node_condition(records: Sequence[HealthRecord]) -> Condition:
-    """A node's condition from its own record and its GPUs': True when all are healthy."""
+def node_condition(records: Sequence[HealthRecord], gpus: int = 0) -> Condition:
+    """A node's condition from its own record and its GPUs': True when all are healthy. ``gpus``: how many GPUs
+    the node has (its ResourceSlices'); the topic holds records only for GPUs whose health ever changed."""
     worst = max(records, key=lambda r: (BADNESS[r.state], STRENGTH[r.remedy]))
     ill = [r for r in records if r.state in (Health.DEGRADED, Health.UNHEALTHY)]
-    gpus = sum(r.gpu is not None for r in records)
+    gpus = max(gpus, sum(r.gpu is not None for r in records))
     if ill:
         ill.sort(key=lambda r: (-BADNESS[r.state], -STRENGTH[r.remedy], r.gpu or ""))
         n_bad = sum(r.gpu is not None for r in ill)
@@ -203,11 +207,11 @@ def devices_of(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[str, De
         spec = s.get("spec") or {}
         if spec.get("driver") != driver:
             continue
-        pool = (spec.get("pool") or {}).get("name", "")
+        pool, node = (spec.get("pool") or {}).get("name", ""), str(spec.get("nodeName") or "")
         for d in spec.get("devices") or []:
             uuid = ((d.get("attributes") or {}).get("uuid") or {}).get("string")
             if uuid and d.get("name"):
-                found[str(uuid)] = DeviceRef(driver, str(pool), str(d["name"]))
+                found[str(uuid)] = DeviceRef(driver, str(pool), str(d["name"]), node)
     return found
 
 
@@ -252,10 +256,11 @@ def plan(
     by_node: dict[str, list[HealthRecord]] = {}
     for r in records:
         by_node.setdefault(r.node, []).append(r)
+    per_node = Counter(ref.node for ref in devices.values())
     conditions = []
     for node in sorted(by_node):
         if node in nodes:
-            want = node_condition(by_node[node])
+            want = node_condition(by_node[node], per_node[node])
             if nodes[node] != want:
                 conditions.append((node, want))
     now = {r.name: r for r in rules}

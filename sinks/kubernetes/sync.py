@@ -36,6 +36,8 @@ from sinks.kubernetes.plan import (
 )
 
 log = logging.getLogger(__name__)
+#: the least time between two rounds a change on the topic starts
+_SETTLE_S = 1.0
 
 
 @dataclass
@@ -193,8 +195,9 @@ def run(
             raise ServiceError(f"could not read {settings.topics.health} within {ready_timeout_s:.0f}s")
         seen, last = -1, 0.0
         while not stop.is_set():
-            due = time.monotonic() - last >= controller.cfg.interval_s
-            if mirror.version != seen or due:
+            since = time.monotonic() - last
+            # a change is acted on within a second (a burst of records is one round), anything else every interval
+            if (mirror.version != seen and since >= _SETTLE_S) or since >= controller.cfg.interval_s:
                 seen, last = mirror.version, time.monotonic()
                 controller.stats.bad_records = mirror.invalid
                 try:

@@ -34,7 +34,7 @@ def rec(node: str, gpu: str | None, state: Health, remedy: Remedy = Remedy.NONE,
 
 
 def fleet(nodes: int, gpus: int) -> dict[str, DeviceRef]:
-    return {f"GPU-{n}-{g}": DeviceRef(DRIVER, f"n{n}", f"gpu-{g}") for n in range(nodes) for g in range(gpus)}
+    return {f"GPU-{n}-{g}": DeviceRef(DRIVER, f"n{n}", f"gpu-{g}", f"n{n}") for n in range(nodes) for g in range(gpus)}
 
 
 def healthy(nodes: int, gpus: int) -> list[HealthRecord]:
@@ -94,6 +94,7 @@ def test_devices_are_found_by_their_uuid_attribute_in_the_drivers_slices() -> No
         {
             "spec": {
                 "driver": DRIVER,
+                "nodeName": "n0",
                 "pool": {"name": "n0", "generation": 1, "resourceSliceCount": 1},
                 "devices": [
                     {"name": "gpu-0", "attributes": {"uuid": {"string": "GPU-a"}, "index": {"int": 0}}},
@@ -110,6 +111,7 @@ def test_devices_are_found_by_their_uuid_attribute_in_the_drivers_slices() -> No
         },
     ]
     assert devices_of(slices, DRIVER) == {"GPU-a": DeviceRef(DRIVER, "n0", "gpu-0")}
+    assert devices_of(slices, DRIVER)["GPU-a"].node == "n0"
 
 
 def test_degraded_is_none_unhealthy_is_noschedule_and_noexecute_only_when_allowed() -> None:
@@ -132,6 +134,9 @@ def test_the_plan_of_a_cluster_in_step_is_empty_and_recovery_deletes_the_rule() 
     records = [*healthy(1, 4)]
     records[2] = rec("n0", "GPU-0-2", Health.UNHEALTHY, Remedy.RESET_GPU)
     first = plan(records, {"n0": None}, fleet(1, 4), [], Policy())
+    # the topic holds only GPUs whose health changed: the node's GPUs are counted from its ResourceSlices
+    alone = plan(records[2:3], {"n0": None}, fleet(1, 4), [], Policy())
+    assert alone.conditions == first.conditions and dict(first.conditions)["n0"].message.startswith("1 of 4 GPUs")
     # the cluster as the first plan left it: read back through the objects it wrote
     rules = [rule_of(r.manifest("hermeneut.io/gpu-health")) for r in first.create]
     conditions = dict(first.conditions)
