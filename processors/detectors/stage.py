@@ -52,6 +52,7 @@ _BEFORE: Final = -(2**63)
 #: the level conditions, debounced together (one score column each, in this order)
 LEVELS = (thermal.LEVEL, thermal.HBM_LEVEL, brake.LEVEL, links.NVLINK_LEVEL, links.PCIE_LEVEL, idle.LEVEL)
 _DIE, _HBM = LEVELS.index(thermal.LEVEL), LEVELS.index(thermal.HBM_LEVEL)
+_PCIE: Final = LEVELS.index(links.PCIE_LEVEL)
 
 
 def level_conditions(
@@ -270,7 +271,7 @@ class Detectors:
             self.hard_errors.returns(g, t)
             self.latest.ts[g] = np.maximum(self.latest.ts[g], t)  # a late row of the lane does not set it back
             self.hard_errors.counters(g, t, m[rows], deltas[rows], out)
-            self.storms.step(g, t, deltas[rows], dt_s[rows], out)
+            self.storms.step(g, t, deltas[rows], dt_s[rows], out, cond[rows, _PCIE] & seen[rows, _PCIE])
         np.maximum.at(self.clock.latest, self.slots.node_of[s], ts)
         self.stragglers.judge(out)
 

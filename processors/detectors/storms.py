@@ -10,7 +10,12 @@ in a row below it clear it (one quiet minute inside a storm is not its end). The
   matter at rates of 100+ per second", ``DCGM_LIMIT_MAX_LWLINK_CRC_ERROR``): a marginal link, retrained and resent
   over and over; inspect the NVLink / NVSwitch path;
 - ``pcie-replay-storm``: PCIe replays at 8 per minute or more ("the maximum recommended by RM",
-  ``DCGM_LIMIT_MAX_PCIREPLAY_RATE``): a marginal slot, riser or cable; reseat it;
+  ``DCGM_LIMIT_MAX_PCIREPLAY_RATE``): a marginal slot, riser or cable; reseat it. Not on a GPU whose link is
+  trained below its maximum now (``pcie-link-degraded``'s condition, or its finding open): a link retrains to a
+  lower rate or width when it cannot hold its own (the PCIe Base Specification's LTSSM, entered on repeated link
+  errors), and the replays are the same marginal signal path seen at the data link layer; one cause, one remedy
+  (reseat, check the riser), so one finding, the link's, which names its replay counter. A storm that opened
+  first stays open; one on a link at full width is a storm as before;
 - ``ecc-sbe-storm``: corrected (single-bit) ECC errors at 10 per second or more (``DCGM_LIMIT_MAX_SBE_RATE`` is 10,
   which DCGM itself marks a placeholder, DCGM-445; read here per second): memory wearing out, the forerunner of
   uncorrectable errors and row remaps (XID 92, "high single-bit ECC error rate"); plan the GPU's replacement;
@@ -36,7 +41,7 @@ from typing import Final
 import numpy as np
 
 from pipeline.events import Finding, Severity
-from pipeline.kinds import NVLINK_CRC, PCIE_AER, PCIE_REPLAY, SBE
+from pipeline.kinds import NVLINK_CRC, PCIE, PCIE_AER, PCIE_REPLAY, SBE
 from processors.detectors.columns import fmt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import COUNTER, GpuView
@@ -75,6 +80,8 @@ _COLS: Final = [COUNTER[s.counter] for s in STORMS]
 _LIMITS: Final = np.array([s.limit for s in STORMS])
 #: (storm, counter column) of the storms with a severe counter
 _SEVERE: Final = [(k, COUNTER[s.severe]) for k, s in enumerate(STORMS) if s.severe is not None]
+#: the storm a degraded PCIe link holds (module docstring)
+_REPLAY: Final = [s.name for s in STORMS].index(PCIE_REPLAY)
 
 
 @dataclass(eq=False)
@@ -100,9 +107,18 @@ class Storms:
         self.report = report
         self.windows = slots.attach(_Windows())
 
-    def step(self, g: np.ndarray, ts: np.ndarray, deltas: np.ndarray, dt_s: np.ndarray, out: list[Finding]) -> None:
+    def step(
+        self,
+        g: np.ndarray,
+        ts: np.ndarray,
+        deltas: np.ndarray,
+        dt_s: np.ndarray,
+        out: list[Finding],
+        link_degraded: np.ndarray | None = None,
+    ) -> None:
         """One row per GPU ``g``: its counters' rises since its previous row (gpus.Latest.counter_deltas) over
-        ``dt_s`` seconds; a GPU whose window is full is judged."""
+        ``dt_s`` seconds; a GPU whose window is full is judged. ``link_degraded``: per row, whether the GPU's PCIe
+        link is trained below its maximum now (links.conditions); a replay storm does not open on such a link."""
         w = self.windows
         w.sums[g] += deltas[:, _COLS]
         for k, col in _SEVERE:
@@ -118,6 +134,9 @@ class Storms:
         w.sums[gf], w.severe[gf], w.seconds[gf] = 0.0, 0.0, 0.0
         over = (rate >= _LIMITS) | (severe > 0)
         gpus = self.report.gpus
+        held = gpus.active(gf, PCIE)
+        if link_degraded is not None:
+            held |= link_degraded[full]
         for k, storm in enumerate(STORMS):
             open_ = gpus.active(gf, storm.name)
             w.quiet[gf[over[:, k]], k] = 0
@@ -126,7 +145,10 @@ class Storms:
                 detail = gpus.get(int(gf[i]), storm.name).detail
                 detail["peak_per_s"] = max(detail.get("peak_per_s", 0.0), float(rate[i, k]))
                 detail["severe"] = detail.get("severe", 0.0) + float(severe[i, k])
-            for i in np.flatnonzero(over[:, k] & ~open_).tolist():
+            opens = over[:, k] & ~open_
+            if k == _REPLAY:
+                opens &= ~held
+            for i in np.flatnonzero(opens).tolist():
                 start = {"peak_per_s": float(rate[i, k]), "severe": float(severe[i, k])}
                 self.report.transition(int(gf[i]), storm.name, True, int(tf[i]), out, start)
             for i in np.flatnonzero(open_ & (w.quiet[gf, k] >= _CLEAR)).tolist():

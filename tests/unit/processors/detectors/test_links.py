@@ -108,11 +108,30 @@ def test_pcie_link_trained_narrow_while_busy() -> None:
         return m
 
     _det, found, _ = run(400, shape)
-    # 300 replays a minute as well: a storm of its own (DCGM's limit is 8 a minute)
-    assert kinds(found) == {("pcie-link-degraded", "GPU-4"), ("pcie-replay-storm", "GPU-4")}
+    # 300 replays a minute as well (DCGM's limit is 8 a minute): the degraded link's own symptom, one finding
+    assert kinds(found) == {("pcie-link-degraded", "GPU-4")}
     first = starts(found, "pcie-link-degraded")[0]
     assert first.evidence["pcie_width"] == 8 and first.evidence["bandwidth_share"] == pytest.approx(0.25)
-    assert "Gen4 x8 of Gen5 x16" in first.summary
+    assert "Gen4 x8 of Gen5 x16" in first.summary and "replay counter" in first.summary
+
+
+def test_replays_on_a_link_at_full_width_are_a_storm_and_one_that_came_first_stays() -> None:
+    """The same replays on a GPU whose link stays at Gen5 x16 are a storm (GPU 4); on GPU 5 the storm starts a
+    minute before the link trains down, and stays open beside the link's finding."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu in (4, 5) and t >= 100:
+            m = m | {"pcie_replay_total": 10.0 + (t - 100) * 5}
+        if gpu == 5 and t >= 250:
+            m = m | {"pcie_link_width": 8.0, "pcie_link_gen": 4.0}
+        return m
+
+    _det, found, _ = run(400, shape)
+    assert kinds(found) == {
+        ("pcie-replay-storm", "GPU-4"),
+        ("pcie-replay-storm", "GPU-5"),
+        ("pcie-link-degraded", "GPU-5"),
+    }
 
 
 def test_a_real_a10g_narrow_from_its_first_sample_replayed_idle_for_15_minutes_is_one_info_episode() -> None:
