@@ -19,11 +19,11 @@ Flapping: ``flap_threshold`` firing/resolved changes within ``flap_window_s``.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 
 from alerting.model import AlertState, AlertStatus, finding_labels
 from pipeline.config import AlertSettings
 from pipeline.events import Finding
+from pipeline.vocab import utc_text
 
 _NS = 1_000_000_000
 
@@ -178,7 +178,7 @@ def flap_note(state: AlertState) -> str:
 
 def stale_note(stale_since_ns: int) -> str:
     """What a stale alert says beside its summary (notifications, ``hermeneut alerts``, ``hermeneut health``)."""
-    since = datetime.fromtimestamp(stale_since_ns / _NS, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    since = utc_text(stale_since_ns)
     return (
         f"stale: no finding since {since} (its GPU, node or the processor went quiet); kept open, since silence is "
         "no evidence that it cleared"

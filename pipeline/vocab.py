@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Final
 
@@ -152,3 +153,8 @@ def clock_reason_words(mask: int) -> list[str]:
     if rest:
         words.append(f"unknown reason {rest:#x}")
     return words
+
+
+def utc_text(ns: int) -> str:
+    """A time as people and the Kubernetes API read it: RFC 3339 in UTC to the second (``2026-12-07T19:30:00Z``)."""
+    return datetime.fromtimestamp(ns / NS_PER_S, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -29,21 +29,22 @@ from pathlib import Path
 import urllib3
 
 from pipeline.errors import ServiceError
-from pipeline.services.procs import free_port, pid_alive, port_open, run_logged, start_daemon, stop_pid, wait_until
+from pipeline.services.procs import (
+    free_port,
+    go_output,
+    pid_alive,
+    port_open,
+    run_logged,
+    start_daemon,
+    stop_pid,
+    wait_until,
+)
 
 KUBERNETES = "v1.37.2"
 #: the staging modules' release of the same tree
 STAGING = "v0.37.2"
 ETCD = "v3.6.16"
 _GO = "1.26.0"
-
-
-def _go(args: list[str], cwd: Path) -> str:
-    try:
-        done = subprocess.run(["go", *args], cwd=cwd, capture_output=True, text=True, check=True)
-    except subprocess.CalledProcessError as exc:
-        raise ServiceError(f"go {' '.join(args)} failed: {exc.stderr.strip()[-400:]}") from exc
-    return done.stdout
 
 
 def _build(home: Path, go_mod: str, package: str, name: str, what: str) -> Path:
@@ -63,7 +64,7 @@ def _build(home: Path, go_mod: str, package: str, name: str, what: str) -> Path:
         f"Building {what} once from the Go module proxy (cold: several minutes on 2 cores); log: {home / 'build.log'}"
     )
     run_logged(["go", "mod", "tidy"], home / "build.log", f"resolving {what}", cwd=src)
-    packages = len(_go(["list", "-deps", package], cwd=src).split())
+    packages = len(go_output(["list", "-deps", package], cwd=src).split())
 
     def go_progress(line: str) -> int:
         return int(bool(line) and " " not in line and not line.startswith(("#", "go:")))
@@ -88,7 +89,7 @@ def install_kube_apiserver(cache_dir: Path, version: str = KUBERNETES, staging: 
     if (home / "kube-apiserver").exists():
         return home / "kube-apiserver"
     home.mkdir(parents=True, exist_ok=True)
-    info = json.loads(_go(["mod", "download", "-json", f"k8s.io/kubernetes@{version}"], cwd=home))
+    info = json.loads(go_output(["mod", "download", "-json", f"k8s.io/kubernetes@{version}"], cwd=home))
     own = Path(info["GoMod"]).read_text()
     modules = sorted(set(re.findall(r"^\s*(k8s\.io/[\w.-]+) => \./staging/", own, re.M)))
     if not modules:

@@ -8,7 +8,7 @@ import time
 import click
 
 from hermeneut.cli.base import cli, errors, resolved
-from pipeline.vocab import parse_seconds
+from pipeline.vocab import parse_seconds, utc_text
 
 #: the exit code of an empty selection (no GPU reported, nothing fired): nothing was judged
 EMPTY = 4
@@ -19,10 +19,7 @@ def _ago(now_ns: int, ns: int | None) -> str:
 
 
 def _span(start_ns: int | None, at_ns: int) -> str:
-    def utc(ns: int) -> str:
-        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns / 1e9))
-
-    return f"over {utc(start_ns)} .. {utc(at_ns)}" if start_ns is not None else f"at {utc(at_ns)}"
+    return f"over {utc_text(start_ns)} .. {utc_text(at_ns)}" if start_ns is not None else f"at {utc_text(at_ns)}"
 
 
 @cli.command("health")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from alerting.admin import AlertAdmin
@@ -20,7 +19,7 @@ from pipeline.escalation import History
 from pipeline.health.fold import FiringFinding, FleetHealth, assess, assessment_json
 from pipeline.mirror import TopicMirror
 from pipeline.topology import NodeTopology
-from pipeline.vocab import NS_PER_S, parse_duration
+from pipeline.vocab import NS_PER_S, parse_duration, utc_text
 from sinks.query.fleet import finding_episodes, last_reports, open_findings
 from sinks.query.model import parse_time
 from sinks.query.store import Store
@@ -64,9 +63,9 @@ class HealthQuery:
         if at_ns is None:
             when = f"in the last {self.lookback_s:g} s"
         elif self.start_ns is not None:
-            when = f"between {_utc(self.start_ns)} and {_utc(at_ns)}"
+            when = f"between {utc_text(self.start_ns)} and {utc_text(at_ns)}"
         else:
-            when = f"in the {self.lookback_s:g} s before {_utc(at_ns)}"
+            when = f"in the {self.lookback_s:g} s before {utc_text(at_ns)}"
         return f"no GPU of {who} reported {when}, and no finding names one"
 
 
@@ -213,10 +212,6 @@ def health_json(h: FleetHealth, q: HealthQuery) -> dict[str, Any]:
             if (not q.gpu or g == q.gpu) and (not q.node or n == q.node)
         ],
     }
-
-
-def _utc(ns: int) -> str:
-    return datetime.fromtimestamp(ns / NS_PER_S, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def counted(by_state: dict[str, int], what: str) -> str:

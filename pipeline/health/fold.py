@@ -36,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from pipeline.afid import CONTAINED
@@ -44,7 +43,7 @@ from pipeline.events import Severity
 from pipeline.health.states import BADNESS, STRENGTH, Health, Remedy
 from pipeline.kinds import RAS, RULES
 from pipeline.topology import NodeTopology
-from pipeline.vocab import NS_PER_S, format_duration
+from pipeline.vocab import NS_PER_S, format_duration, utc_text
 
 #: the circuit breaker (as NVSentinel's against mass quarantine): one finding kind on this share of a cluster's GPUs
 #: at once, and at least INCIDENT_MIN_GPUS of them, is a fleet incident (a driver, a firmware, a cooling loop, a
@@ -172,12 +171,8 @@ def reason_of(f: FiringFinding) -> Reason | None:
             state, remedy = Health.DEGRADED, Remedy.NONE
     summary = f.summary
     if f.stale_since_ns:  # silence is no evidence of health: the finding still counts, and says it went quiet
-        summary += f" (stale: no word of it since {_utc(f.stale_since_ns)}; kept until a finding clears it)"
+        summary += f" (stale: no word of it since {utc_text(f.stale_since_ns)}; kept until a finding clears it)"
     return Reason(detector, severity, summary, f.since_ns, state, remedy)
-
-
-def _utc(ns: int) -> str:
-    return datetime.fromtimestamp(ns / NS_PER_S, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _fold(reasons: list[Reason]) -> tuple[Health, Remedy]:

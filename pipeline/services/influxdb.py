@@ -14,7 +14,6 @@ import logging
 import os
 import secrets
 import shutil
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import ServiceError
-from pipeline.services.procs import free_port, pid_alive, run_logged, start_daemon, stop_pid, wait_until
+from pipeline.services.procs import free_port, go_output, pid_alive, run_logged, start_daemon, stop_pid, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +61,6 @@ def binary_path(cache_dir: Path, version: str) -> Path:
     return influx_home(cache_dir, version) / "influxd"
 
 
-def _go(args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
-    try:
-        out = subprocess.run(["go", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True)
-    except subprocess.CalledProcessError as exc:
-        raise ServiceError(f"go {' '.join(args)} failed: {exc.stderr.strip()[-400:]}") from exc
-    return out.stdout
-
-
 def install(cache_dir: Path, version: str) -> Path:
     """Build ``influxd`` for ``version`` unless the cache has it; returns the binary's path."""
     binary = binary_path(cache_dir, version)
@@ -84,7 +75,7 @@ def install(cache_dir: Path, version: str) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     build_log = home / "build.log"
     print(f"Building InfluxDB {version} from source once (cold: 20-40 min on 2 cores); log: {build_log}")
-    module = json.loads(_go(["mod", "download", "-json", f"{MODULE}@{version}"]))
+    module = json.loads(go_output(["mod", "download", "-json", f"{MODULE}@{version}"]))
     src = home / "src"
     shutil.rmtree(src, ignore_errors=True)
     shutil.copytree(module["Dir"], src)
@@ -92,7 +83,7 @@ def install(cache_dir: Path, version: str) -> Path:
         path.chmod(path.stat().st_mode | 0o200)
     tools = home / "tools"
     tools.mkdir(exist_ok=True)
-    _go(["build", "-o", str(tools / "pkg-config"), "github.com/influxdata/pkg-config"], cwd=src)
+    go_output(["build", "-o", str(tools / "pkg-config"), "github.com/influxdata/pkg-config"], cwd=src)
     wrapper = tools / "rustc-wrapper"
     wrapper.write_text(_RUSTC_WRAPPER)
     wrapper.chmod(0o755)
@@ -103,13 +94,15 @@ def install(cache_dir: Path, version: str) -> Path:
         "CGO_ENABLED": "1",
     }
     # the flux version influxdb's go.mod requires; on a fresh machine it is not in the module cache yet
-    flux = json.loads(_go(["mod", "download", "-json", "github.com/influxdata/flux"], cwd=src))
+    flux = json.loads(go_output(["mod", "download", "-json", "github.com/influxdata/flux"], cwd=src))
     flux_dir = Path(flux["Dir"])
     crates = (flux_dir / "libflux" / "Cargo.lock").read_text().count("\nname = ")
     packages = len(
-        _go(["list", "-deps", "-tags", "sqlite_foreign_keys,sqlite_json", "./cmd/influxd"], cwd=src, env=env).split()
+        go_output(
+            ["list", "-deps", "-tags", "sqlite_foreign_keys,sqlite_json", "./cmd/influxd"], cwd=src, env=env
+        ).split()
     )
-    gocache = Path(_go(["env", "GOCACHE"]).strip())
+    gocache = Path(go_output(["env", "GOCACHE"]).strip())
     target = gocache / "pkgconfig" / "github.com" / "influxdata" / f"flux@{flux['Version']}" / "libflux"
 
     def crates_built() -> int:

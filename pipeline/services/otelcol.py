@@ -18,12 +18,20 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import ServiceError
-from pipeline.services.procs import free_port, pid_alive, port_open, run_logged, start_daemon, stop_pid, wait_until
+from pipeline.services.procs import (
+    free_port,
+    go_output,
+    pid_alive,
+    port_open,
+    run_logged,
+    start_daemon,
+    stop_pid,
+    wait_until,
+)
 
 log = logging.getLogger(__name__)
 
@@ -103,14 +111,6 @@ def binary_path(cache_dir: Path, version: str) -> Path:
     return home(cache_dir, version) / NAME
 
 
-def _go(args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
-    try:
-        out = subprocess.run(["go", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True)
-    except subprocess.CalledProcessError as exc:
-        raise ServiceError(f"go {' '.join(args)} failed: {exc.stderr.strip()[-400:]}") from exc
-    return out.stdout
-
-
 def install(
     cache_dir: Path, version: str = VERSION, stable: str = STABLE_VERSION, contrib: str = CONTRIB_VERSION
 ) -> Path:
@@ -132,7 +132,7 @@ def install(
     binary.unlink(missing_ok=True)  # never an old binary beside the new manifest
     env = os.environ | {"GOBIN": str(tools), "CGO_ENABLED": "0"}
     if not (tools / "builder").exists():
-        _go(["install", f"{BUILDER}@{version}"], env=env)
+        go_output(["install", f"{BUILDER}@{version}"], env=env)
     spec.write_text(wanted)
     # the builder writes the distribution's main package and go.mod, resolves its modules (checking that every
     # component is of the core's release) and downloads them; the compile is ours
@@ -142,7 +142,7 @@ def install(
         f"generating otelcol {version} (builder, module downloads)",
         env=env,
     )
-    packages = len(_go(["list", "-deps", "."], cwd=src, env=env).split())
+    packages = len(go_output(["list", "-deps", "."], cwd=src, env=env).split())
 
     def go_progress(line: str) -> int:
         # `go build -v` prints each package it compiles as a bare import path

@@ -40,6 +40,15 @@ def answers(url: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
+def go_output(args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+    """``go ARGS``'s standard output; a failure is a :class:`ServiceError` with the end of its error output."""
+    try:
+        out = subprocess.run(["go", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True)
+    except subprocess.CalledProcessError as exc:
+        raise ServiceError(f"go {' '.join(args)} failed: {exc.stderr.strip()[-400:]}") from exc
+    return out.stdout
+
+
 def run_logged(
     cmd: Sequence[str],
     log_path: Path,

@@ -16,12 +16,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from pipeline.config import Settings
 from pipeline.errors import ServiceError
 from pipeline.mirror import TopicMirror
+from pipeline.vocab import NS_PER_S, utc_text
 from sinks.kubernetes.api import NODES, RULES, SLICES, ApiError, Client
 from sinks.kubernetes.plan import (
     MANAGED_BY,
@@ -56,10 +56,6 @@ class SyncStats:
     #: health records that could not be read (skipped, logged)
     bad_records: int = 0
     errors: list[str] = field(default_factory=list)
-
-
-def _rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def conditions_of(nodes: Iterable[Mapping[str, Any]], kind: str) -> dict[str, tuple[Condition | None, str | None]]:
@@ -126,7 +122,7 @@ class Controller:
         return p
 
     def _apply(self, p: Plan, nodes: Mapping[str, tuple[Condition | None, str | None]]) -> None:
-        now = _rfc3339(self._clock())
+        now = utc_text(int(self._clock() * NS_PER_S))
         for node, cond in p.conditions:
             old, since = nodes.get(node, (None, None))
             changed = old is None or old.status != cond.status
