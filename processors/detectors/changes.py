@@ -19,6 +19,8 @@
   because a process's memory can go a sample before it leaves the process list as it exits (a job's end): at the usual
   10 to 30 s intervals two samples or more must agree. Info otherwise (the process left with its memory while the
   scheduler still holds the GPU, a server let its model go, or no process list says whether the process goes on).
+  Not when the same fall ends an open ``memory-leak`` of the GPU: the leak's cleared record tells the fall (the
+  process out of memory, killed or restarted), one story in one finding.
 - ``utilization-cliff``: a GPU that was busy (utilization averaging over 80 % for 10 minutes) drops under 5 % for
   2 minutes while the same job holds it: the job stopped computing without ending (a hang, a deadlock in its input
   pipeline, a rank waiting for a peer that died). A warning when the GPU's process list shows the same compute
@@ -34,7 +36,10 @@
   alone as nvidia-smi and dcgm-exporter logs carry it, a checkpoint-like dip: the GPU drawing under ``DIP_RATIO`` of
   its recent peak power (the highest, decaying over ``PEAK_TAU_S``) while a job holds it and its utilization stays
   above ``IDLE_UTIL`` (not for serving): issue 38's job that checkpoints 10 times more often draws a median 150 W
-  against 547 W at unchanged utilization.
+  against 547 W at unchanged utilization. Not a dip while a finding that holds the GPU's power down on its own is
+  open on it (:data:`HELD_BACK`: a power brake or cap holds the power, thermal slowdown cuts the clocks, a GPU on a
+  downed NVLink or a degraded PCIe link waits for its transfers): its power then says that fault, not a
+  checkpoint, and "check the checkpoint path" would claim what the evidence does not hold.
 
 Each is an event: its finding opens when the change is seen and clears ``HOLD_S`` (5 minutes) later, or at once
 when the GPU's job ends. Every rule reads only what the row says (memory, utilization, the inferred phase, the
@@ -50,7 +55,7 @@ from typing import Final
 import numpy as np
 
 from pipeline.events import PHASES, Finding, Severity
-from pipeline.kinds import CLIFF, COLLAPSE, PHASE_SHIFT
+from pipeline.kinds import BRAKE, CLIFF, COLLAPSE, HBM, NVLINK, PCIE, PHASE_SHIFT, POWER, THERMAL
 from processors.detectors.columns import S, col, fmt, lt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import GpuView
@@ -65,6 +70,8 @@ COLLAPSE_FROM_BYTES: Final = 4 * _GIB
 COLLAPSE_FROM_SHARE: Final = 0.05
 COLLAPSE_TO_BYTES: Final = _GIB
 COLLAPSE_TO_SHARE: Final = 0.10
+#: findings that hold a GPU's power down by themselves: no checkpoint-like dip is counted while one is open
+HELD_BACK: Final = (BRAKE, POWER, THERMAL, HBM, NVLINK, PCIE)
 #: a running job lost its model: its compute processes still hold the GPU this long after the fall
 CONFIRM_S: Final = 60.0
 #: a cliff: busy (mean utilization above BUSY over BUSY_S) then idle (under IDLE for IDLE_S)
@@ -144,16 +151,19 @@ class Changes:
         restarted: np.ndarray,
         serving: np.ndarray,
         out: list[Finding],
+        leak_ended: np.ndarray | None = None,
     ) -> None:
         """One row per GPU ``g``: ``phase`` its phase index, ``dt_s`` seconds since its previous row, ``allocated``
         whether a job holds it, ``restarted`` whether its compute processes changed in this row, ``serving``
-        whether it serves requests."""
+        whether it serves requests, ``leak_ended`` whether an open memory leak ended in this row because memory fell
+        (its cleared finding tells the fall: not a collapse of its own)."""
         st = self.state
         self._went_on(g, ts, allocated, serving, out)
         used, total = col(m, "memory_used_bytes"), col(m, "memory_total_bytes")
         util = col(m, "utilization_gpu_percent")
         before = st.memory[g]
         collapsed = allocated & collapses(before, used, total)
+        told = collapsed & leak_ended if leak_ended is not None else np.zeros(len(g), dtype=bool)
         st.memory[g] = np.where(np.isnan(used), before, used)
         new_job = self.jobs.job_ts[g] > ts - (dt_s * S).astype(np.int64)
         # a GPU no job holds has no busy history to fall from: the next job starts from nothing
@@ -169,12 +179,16 @@ class Changes:
         # a dip is the job still at work at a fraction of its power; a GPU that idles (a stopped or hung job: the
         # cliff's case) or serves requests (it idles between them) is not in a checkpoint
         dips = self._dips(g, col(m, "power_watts"), dt_s, new_job) & ~lt(util, IDLE_UTIL) & ~serving
+        for name in HELD_BACK:
+            dips &= ~self.report.gpus.active(g, name)
         checkpoint = (phase == _CHECKPOINT) | (allocated & dips)
         recent, earlier, span = self._checkpoint_shares(g, ts, checkpoint, dt_s, new_job)
         shifted = allocated & (span >= EARLIER_MIN_S) & (recent >= SHIFT_FACTOR * earlier)
         shifted &= recent >= earlier + SHIFT_POINTS
         for c, (name, hit) in enumerate(((COLLAPSE, collapsed), (CLIFF, cliff), (PHASE_SHIFT, shifted))):
             fire = hit & st.armed[g, c] & ~self.report.gpus.active(g, name)
+            if name == COLLAPSE:
+                fire &= ~told
             st.armed[g, c] = ~hit
             for i in np.flatnonzero(fire).tolist():
                 detail = {

@@ -14,7 +14,9 @@ states is the pace of its latest minute (or 4 minutes), its age from when that p
 and "full in" is said only while memory still grows.
 
 A job change or an OOM restart (memory falls well below its peak) starts a new history; the finding clears then,
-or once the growth stopped for 2 minutes.
+or once the growth stopped for 2 minutes. A leak that ends in a fall says where memory fell to in its cleared record
+(:meth:`Memory.step` returns which rows ended so): the fall is how the leak ended (the process out of memory,
+killed or restarted), so ``memory-collapse`` (processors/detectors/changes.py) does not tell it a second time.
 """
 
 from __future__ import annotations
@@ -173,14 +175,17 @@ class Memory:
         self.report = report
         self.history = slots.attach(_History())
 
-    def step(self, g: np.ndarray, ts: np.ndarray, m: np.ndarray, rel: np.ndarray, out: list[Finding]) -> None:
-        """One row per GPU ``g``."""
+    def step(self, g: np.ndarray, ts: np.ndarray, m: np.ndarray, rel: np.ndarray, out: list[Finding]) -> np.ndarray:
+        """One row per GPU ``g``; returns, per row, whether an open leak ended there because memory fell."""
         h = self.history
         y = rel[:, REL["memory_used_ratio"]]
         ok = ~np.isnan(y)
+        fell = np.zeros(len(g), dtype=bool)
+        rows = np.flatnonzero(ok)
         g, ts, y, m = g[ok], ts[ok], y[ok], m[ok]
         if not len(g):
-            return
+            return fell
+        peak = h.peak[g].copy()
         reset = (self.jobs.job_ts[g] > h.origin[g]) | (y < h.peak[g] - 0.1)
         h.origin[g] = np.where(reset | (h.origin[g] < 0), ts, h.origin[g])
         h.minutes[g[reset]] = np.nan
@@ -193,6 +198,8 @@ class Memory:
         fast = accumulate(h.tens, h.ten_sum, h.ten, g, ts // (_FAST_BUCKET_S * S), y, reset)
         active = self.report.gpus.active(g, LEAK)
         clear = active & reset
+        dropped = clear & (y < peak - 0.1)
+        fell[rows[dropped]] = True
         start = np.zeros(len(g), dtype=bool)
         rate = np.full(len(g), np.nan)  # growth per minute, of the route that found it
         since = np.full(len(g), -1, dtype=np.int64)  # when the growth it saw began
@@ -253,7 +260,10 @@ class Memory:
                 }
             else:  # memory freed (a drop, a new job) or growth stopped: no longer growing
                 detail = {"pace_now_per_min": 0.0}
+                if dropped[i]:
+                    detail |= {"fell_from_ratio": float(peak[i]), "fell_to_ratio": float(y[i])}
             self.report.transition(int(g[i]), LEAK, bool(start[i]), int(ts[i]), out, detail)
+        return fell
 
     def _follow(self, g: np.ndarray, mid: np.ndarray, mean: np.ndarray, pace: np.ndarray) -> None:
         """Open leaks' latest period (10 s, or a minute when sampled less often): the pace of the last minute or two
@@ -288,10 +298,18 @@ class Memory:
         else:
             minutes_left = nan
             grown_for = (d.get("top_ns", ts_ns) - since) / S / 60
-            what = (
+            grew = (
                 f"memory leak: memory used grew {rate} ({mib_s}) for {fmt(grown_for, ' min', 1)}, to "
-                f"{fmt(d.get('top_ratio', nan) * 100, '%')}; not growing now, {fmt(used * 100, '%')} used"
+                f"{fmt(d.get('top_ratio', nan) * 100, '%')}"
             )
+            if "fell_to_ratio" in d:  # ended in a fall: the process let its memory go
+                what = (
+                    f"{grew}; then fell from {fmt(d['fell_from_ratio'] * 100, '%')} to "
+                    f"{fmt(d['fell_to_ratio'] * 100, '%')} at once: the process freed it (ended, killed or restarted; "
+                    "out of memory if it had reached the top)"
+                )
+            else:
+                what = f"{grew}; not growing now, {fmt(used * 100, '%')} used"
         action = (
             "tell the job's owner: the process keeps allocating without freeing (caches, tensors kept alive); "
             "it will hit OOM"

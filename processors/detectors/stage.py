@@ -265,9 +265,11 @@ class Detectors:
                 self.report.transition(int(s[i]), PCIE_NARROW, bool(narrow_opens[i]), int(ts[i]), out)
             self._levels(g, t, cond[rows], seen[rows], dt_s[rows], out)
             self.power.step(g, t, m[rows], out)
-            self.memory.step(g, t, m[rows], rel[rows], out)
+            leak_fell = self.memory.step(g, t, m[rows], rel[rows], out)
             self.stragglers.step(g, t, m[rows], rel[rows])
-            self.changes.step(g, t, m[rows], phase[rows], dt_s[rows], held[rows], started, serving[rows], out)
+            self.changes.step(
+                g, t, m[rows], phase[rows], dt_s[rows], held[rows], started, serving[rows], out, leak_fell
+            )
             self.hard_errors.returns(g, t)
             self.latest.ts[g] = np.maximum(self.latest.ts[g], t)  # a late row of the lane does not set it back
             self.hard_errors.counters(g, t, m[rows], deltas[rows], out)

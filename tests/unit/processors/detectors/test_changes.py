@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import pynvml
 import pytest
 
 from pipeline.events import GpuProcess, Workload
 from processors.detectors.changes import collapses
 from tests.unit.processors.detectors.driver import T0, S, kinds, pretraining, run, starts
+
+HW_POWER_BRAKE = pynvml.nvmlClocksThrottleReasonHwPowerBrakeSlowdown
 
 GIB = 2**30
 
@@ -231,6 +234,23 @@ def test_a_server_between_requests_and_a_job_that_left_only_the_display_server_a
     assert not [f for f in found if f.detector == "utilization-cliff"]
     # the server let its model go while it still runs: that is an event; the ended job's memory is not
     assert kinds(starts(found)) == {("memory-collapse", "GPU-3")}
+
+
+def test_a_power_brake_is_not_read_as_checkpoints() -> None:
+    """The same job as below, checkpointing 1 minute in 40 throughout; from t=7200 a power brake holds GPU 1 at 150 W
+    (issue 39's seeds: a brake or a downed NVLink turned into "phase shift: 37% of the last 30 min in checkpoints").
+    GPU 1 says power-brake and nothing about checkpoints; the other GPUs say nothing."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if t % 2400 < 60:
+            return m | {"utilization_gpu_percent": 10.0, "sm_active_percent": 2.0, "power_watts": 150.0,
+                        "pcie_tx_bytes_per_second": 20e9}  # fmt: skip
+        if gpu == 1 and t >= 7200:
+            return m | {"throttle_reasons_mask": float(HW_POWER_BRAKE), "sm_clock_mhz": 690.0, "power_watts": 150.0}
+        return m
+
+    _det, found, _ = run(10_800, shape, interval=10)
+    assert kinds(found) == {("power-brake", "GPU-1")}
 
 
 def test_checkpoints_taking_the_jobs_time_are_a_phase_shift() -> None:
