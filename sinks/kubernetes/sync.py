@@ -76,7 +76,7 @@ def describe(p: Plan, condition_type: str, taint_key: str) -> list[str]:
     lines = [f"node {n}: condition {condition_type}={c.status} ({c.reason}): {c.message}" for n, c in p.conditions]
     lines += [f"taint {r.gpu} on {r.node}: create {taint_key}={r.value}:{r.effect} ({r.reason})" for r in p.create]
     lines += [f"taint {r.gpu} on {r.node}: change to {taint_key}={r.value}:{r.effect} ({r.reason})" for r in p.update]
-    lines += [f"taint rule {name}: delete (its GPU is healthy again)" for name in p.delete]
+    lines += [f"taint rule {name}: delete (its GPU is healthy, or no longer in the health topic)" for name in p.delete]
     lines += [f"held {h.gpu} on {h.node} at None instead of {h.wanted}: {h.why}" for h in p.held]
     lines += [f"cannot taint {g} on {n}: no ResourceSlice device has uuid {g}" for n, g in p.unplaced]
     lines += [f"node {n}: not in the cluster, nothing written" for n in p.absent_nodes]
