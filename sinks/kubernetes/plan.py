@@ -108,11 +108,13 @@ class DeviceRef:
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """A DeviceTaintRule for one GPU, as wanted or as found (``name`` is the object's)."""
+    """A DeviceTaintRule for one GPU, as wanted or as found (``name`` is the object's). Its node and GPU are read
+    back from labels, which hold 63 characters: they name the rule (as ``name`` does), and are not compared, so a
+    long node name never makes a rule look changed."""
 
     name: str
-    node: str
-    gpu: str
+    node: str = field(compare=False)
+    gpu: str = field(compare=False)
     ref: DeviceRef
     effect: str
     value: str

@@ -192,6 +192,17 @@ def test_nodes_the_cluster_lacks_are_named_and_only_our_rules_are_read() -> None
     assert rule_of({"metadata": {"name": "theirs", "labels": {"app": "x"}}, "spec": {}}) is None
 
 
+def test_a_node_name_longer_than_a_label_is_in_step_after_its_first_round() -> None:
+    node = "gpu-node-" + "a" * 70 + ".cluster.example"  # a label value holds 63 characters
+    devices = {"GPU-0": DeviceRef(DRIVER, node, "gpu-0", node)}
+    records = [rec(node, "GPU-0", Health.UNHEALTHY, Remedy.RESET_GPU)]
+    first = plan(records, {node: None}, devices, [], Policy())
+    found = [rule_of(r.manifest("hermeneut.io/gpu-health")) for r in first.create]
+    assert found[0] is not None and len(found[0].node) == 63
+    again = plan(records, dict(first.conditions), devices, [r for r in found if r], Policy())
+    assert again.writes == 0
+
+
 def test_rule_names_are_dns_subdomains() -> None:
     name = rule_name("Node_A.example", "GPU-ABC/1")
     assert name == "hermeneut-node-a.example-gpu-abc-1"
