@@ -8,13 +8,15 @@ investigatory resolution buckets such as RESTART_APP, RESET_GPU, RESTART_BM, CON
 Retirement" (https://docs.nvidia.com/deploy/dynamic-page-retirement/visibility.html: XID 48/63/64). The
 meanings are paraphrased; the severity and the action are our reading of NVIDIA's resolution buckets for an
 operator of a shared fleet: an application error (``app``) is the tenant's to fix and is a warning; a hardware
-error is critical when NVIDIA's bucket needs a GPU reset, a node reboot or support. ``memory`` marks the XIDs that
+error is critical when NVIDIA's bucket needs a GPU reset, a node reboot or support; XID 45, the driver's cleanup
+after an application's end, is info and never counts towards a storm (:data:`FOLLOWERS`). ``memory`` marks the XIDs that
 report a memory (ECC) error: the ``ecc-uncorrectable`` detector owns those, so they do not count towards an XID
 storm. An XID missing from the table is reported as "unknown XID" (warning, "look it up in NVIDIA's Xid catalog"),
 never dropped.
 
 **The rules** (:class:`HardErrors`), on events (XID, double-bit ECC, row remap, GPU lost) and on the counters of
-every sample: ``storm_count`` XIDs within ``storm_window_s`` are a storm (fewer: one ``xid`` finding); an
+every sample: ``storm_count`` XIDs within ``storm_window_s`` are a storm (fewer: one ``xid`` finding; an XID 45
+joins an open one without taking its place); an
 uncorrectable ECC error (a counter rising, a remap failure, an ECC XID; XID 94 only with the ECC counters rising
 within 2 minutes, as it also comes in storms of application errors) clears after 10 quiet minutes unless a remap
 still waits for a reset; a GPU missing from three of its own polls (three of its sampling intervals; ``lost_after_s``
@@ -89,9 +91,10 @@ CATALOGUE: Final[dict[int, Xid]] = {
         ),
         Xid(
             45,
-            "preemptive cleanup after a channel error or process kill",
-            _W,
-            "usually follows another XID or a killed process; look at the XID before it",
+            "preemptive cleanup: the driver tore down the channels of an application that aborted or was killed",
+            Severity.INFO,
+            "nothing to do on the GPU; after another XID, follow that one; alone, restart the application if it "
+            "did not mean to exit",
             "app",
         ),
         Xid(46, "GPU stopped processing", _C, _RESET, "hardware"),
@@ -168,6 +171,14 @@ CATALOGUE: Final[dict[int, Xid]] = {
 LOST: Final = frozenset({79})
 #: XIDs that report an uncorrectable memory error (the ecc-uncorrectable detector owns them)
 UNCORRECTABLE: Final = frozenset({48, 64, 94, 95, 140})
+#: XIDs that follow another XID or a process's end and never count towards a storm: NVIDIA's Xid catalogue resolves
+#: XID 45 (ROBUST_CHANNEL_PREEMPTIVE_REMOVAL, "logged when the user application aborts and the kernel driver tears
+#: down" its channels) as "Solo: RESTART_APP / Not solo: IGNORE (follow other Xid)". Counted, a teardown's burst is a
+#: storm: after one multi-node NVLink job crash on a GB300 NVL72 cluster, 77 nodes across 11 racks were flagged by
+#: the XID 45 bursts of the teardown, every GPU healthy (NVSentinel #1629); a 288-node GB200 fleet logged 168,924
+#: XID 45 against 10 of every other XID in two days, and its repeat rule raised 672 fatal events in 3 hours from
+#: normal application churn (NVSentinel #1710, fixed by excluding XID 45 in #1712)
+FOLLOWERS: Final = frozenset({45})
 
 
 def describe(code: int) -> Xid:
@@ -181,6 +192,7 @@ def describe(code: int) -> Xid:
 # --- the rules -----------------------------------------------------------------------------------------------------
 
 _CONTAINED_ECC: Final = 94
+_RANK: Final = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 #: quiet this long (s) and an ECC or remap finding clears (unless a remap still waits for a reset)
 _MEMORY_QUIET_S: Final = 600.0
 #: a GPU back on the bus is back once it reports this long (s)
@@ -228,7 +240,7 @@ class HardErrors:
 
     def events(self, events: tuple[GpuEvent, ...], out: list[Finding]) -> None:
         """A batch's GPU events, in time order (a GPU known only from its events gets a slot of its own)."""
-        cfg, gpus = self.settings, self.report.gpus
+        gpus = self.report.gpus
         for e in sorted(events, key=lambda ev: ev.ts_ns):
             slot = self.slots.slot((e.cluster, e.node, e.gpu_uuid), e.gpu_index, "", e.ts_ns)
             node = int(self.slots.node_of[slot])
@@ -250,19 +262,35 @@ class HardErrors:
                 continue
             if e.kind is not EventKind.XID:
                 continue
-            self._end_if_quiet(slot, e.ts_ns, out)
-            window = self._xids.setdefault(slot, deque())
-            window.append((e.ts_ns, e.code))
-            while window and window[0][0] < e.ts_ns - cfg.storm_window_s * S:
-                window.popleft()
-            if len(window) >= cfg.storm_count and not gpus.is_open(slot, STORM):
-                if gpus.is_open(slot, XID):
-                    self.report.transition(slot, XID, False, e.ts_ns, out)
-                self.report.transition(slot, STORM, True, e.ts_ns, out, {"xid": float(e.code)})
-            elif not gpus.is_open(slot, STORM) and not gpus.is_open(slot, XID):
-                self.report.transition(slot, XID, True, e.ts_ns, out, {"xid": float(e.code)})
-            else:
-                gpus.get(slot, STORM if gpus.is_open(slot, STORM) else XID).detail["xid"] = float(e.code)
+            self._xid(slot, e, out)
+
+    def _xid(self, slot: int, e: GpuEvent, out: list[Finding]) -> None:
+        """One XID: ``storm_count`` of them within ``storm_window_s`` (a follower, :data:`FOLLOWERS`, not counted)
+        open a storm, fewer one ``xid`` finding. A follower joins an open finding without taking its place (the XID
+        it follows says what to do); one that is worse than the open finding's XID is said at once."""
+        cfg, gpus = self.settings, self.report.gpus
+        self._end_if_quiet(slot, e.ts_ns, out)
+        window = self._xids.setdefault(slot, deque())
+        window.append((e.ts_ns, e.code))
+        while window and window[0][0] < e.ts_ns - cfg.storm_window_s * S:
+            window.popleft()
+        counted = sum(1 for _, code in window if code not in FOLLOWERS)
+        if e.code not in FOLLOWERS and counted >= cfg.storm_count and not gpus.is_open(slot, STORM):
+            if gpus.is_open(slot, XID):
+                self.report.transition(slot, XID, False, e.ts_ns, out)
+            self.report.transition(slot, STORM, True, e.ts_ns, out, {"xid": float(e.code)})
+            return
+        name = STORM if gpus.is_open(slot, STORM) else XID if gpus.is_open(slot, XID) else None
+        if name is None:
+            self.report.transition(slot, XID, True, e.ts_ns, out, {"xid": float(e.code)})
+            return
+        if e.code in FOLLOWERS:
+            return
+        episode = gpus.get(slot, name)
+        before = describe(int(episode.detail.get("xid", e.code))).severity
+        episode.detail["xid"] = float(e.code)
+        if name == XID and _RANK[describe(e.code).severity] > _RANK[before]:
+            self.report.send(slot, XID, True, e.ts_ns, out)
 
     def _ras_event(self, slot: int, e: GpuEvent, out: list[Finding]) -> None:
         """An AMD RAS event (its AFID and CPER severity, pipeline.afid) opens a ``ras-event`` finding, or joins the
@@ -375,7 +403,7 @@ class HardErrors:
         waiting for a reset, which keeps a memory finding open: the GPU still needs that reset)."""
         if name in (STORM, XID):
             xids = self._xids.get(slot)
-            since, quiet_for = (xids[-1][0] if xids else episode.since_ns), self.settings.storm_window_s
+            since, quiet_for = max(xids[-1][0] if xids else 0, episode.since_ns), self.settings.storm_window_s
         elif name == RAS and (ras := self._ras.get(slot)) is not None and ras[2] == "fatal":
             return self._quiet_samples_end(slot, ras[0], episode)  # a fatal error, as an uncorrectable ECC error
         elif name == RAS:
@@ -420,13 +448,16 @@ class HardErrors:
     def _xid_words(self, slot: int, storm: bool, episode: Episode, ts_ns: int) -> Description:
         recent = self._xids.get(slot, deque())
         window = self.settings.storm_window_s
-        count = sum(1 for t, _ in recent if t >= ts_ns - window * S)
-        codes = sorted({c for t, c in recent if t >= ts_ns - window * S})
+        within = [c for t, c in recent if t >= ts_ns - window * S]
+        count = sum(1 for c in within if c not in FOLLOWERS)
+        codes = sorted(set(within))
         last = describe(int(episode.detail.get("xid", codes[-1] if codes else 0)))
         if storm:
             kinds = ", ".join(f"{c} ({describe(c).meaning})" for c in codes[:5])
             hardware = any(describe(c).cause != "app" for c in codes)
-            what = f"XID storm: {count} XIDs in {window / 60:.0f} min: {kinds}"
+            cleanups = len(within) - count
+            besides = f" and {cleanups} XID 45 cleanup{'s' if cleanups > 1 else ''}" if cleanups else ""
+            what = f"XID storm: {count} XIDs{besides} in {window / 60:.0f} min: {kinds}"
             action = (
                 "drain the GPU and reset it; if the storm returns, report it to support"
                 if hardware

@@ -6,6 +6,10 @@ health monitor get wrong, replayed through the detectors.
 - #1447: the SW power-cap reason flaps healthy <-> unhealthy at every sample on a busy GPU (boost clocks meeting
   the power limit, normal): no finding at all, and a real cap whose reason flaps is one finding, not hundreds.
 - #1666: a continuously asserted hardware power brake (bit 0x80) on two GPUs of a node is found and said.
+- #1629, #1710: XID 45 (the driver's cleanup of an aborted application's channels) comes in bursts at every job
+  crash's teardown and with normal application churn; NVIDIA's Xid catalogue says "Solo: RESTART_APP / Not solo:
+  IGNORE (follow other Xid)". Neither a teardown's burst nor hours of churn is a storm or a page, and an XID 45 after
+  a real XID does not take its place.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import numpy as np
 import pynvml
 
 from pipeline.config import DetectorSettings
+from pipeline.events import EventKind, GpuEvent
 from pipeline.topology import NodeTopology, TopologyGpu, TopologyLink
 from processors.detectors.stage import Detectors
 from tests.unit.processors.detectors.driver import MODEL, SW_POWER_CAP, T0, S, kinds, run, starts
@@ -104,3 +109,54 @@ def test_a_hardware_power_brake_held_on_two_gpus_is_found_and_said() -> None:
     assert T0 + 120 * S <= first.ts_ns <= T0 + 135 * S and first.severity == "warning"
     assert "HW power brake" in first.summary and "35%" in first.summary
     assert "power supplies" in first.action and "cooling" not in first.action
+
+
+def _xid(t: int, gpu: int, code: int) -> GpuEvent:
+    return GpuEvent("c1", "node-1", f"GPU-{gpu}", gpu, T0 + t * S, EventKind.XID, code, "")
+
+
+def test_a_crashed_jobs_teardown_burst_of_xid_45_on_every_gpu_is_no_storm_and_no_page() -> None:
+    """A multi-GPU job crashes at t=300: the driver tears down its channels on all 8 GPUs, 12 XID 45 on each within
+    6 s (NVSentinel #1629: one such crash flagged 77 nodes of a GB300 NVL72 cluster). One info finding per GPU, no
+    storm, nothing that pages or changes a GPU's health."""
+
+    def events(t: int) -> list[GpuEvent]:
+        return [_xid(t, g, 45) for g in range(8) for _ in range(2)] if 300 <= t < 306 else []
+
+    _det, found, _ = run(900, events=events)
+    assert kinds(found) == {("xid", f"GPU-{g}") for g in range(8)}
+    assert {f.severity for f in found} == {"info"}
+    assert len(starts(found)) == 8 and all("XID 45" in f.summary for f in starts(found))
+
+
+def test_hours_of_xid_45_from_application_churn_are_never_a_storm() -> None:
+    """Two hours of XID 45 every 40 s on GPU 3 (NVSentinel #1710: 168,924 XID 45 against 10 of every other XID in
+    two days of a GB200 fleet's normal churn): 7 or more in every 5 minutes, never a storm, never above info."""
+
+    def events(t: int) -> list[GpuEvent]:
+        return [_xid(t, 3, 45)] if t % 40 == 0 else []
+
+    _det, found, _ = run(7200, events=events, rounds_per_batch=60)
+    assert {f.detector for f in found} == {"xid"} and {f.severity for f in found} == {"info"}
+
+
+def test_an_xid_45_follows_the_xid_before_it_and_a_worse_one_after_it_is_said_at_once() -> None:
+    """GPU 1: XID 13 (an illegal instruction) and the teardown's three XID 45 after it: one warning that keeps naming
+    XID 13. GPU 2: an XID 45 alone (info), then 20 s later XID 119 (GSP RPC timeout): the same episode, said at once
+    as critical with its reset."""
+
+    def events(t: int) -> list[GpuEvent]:
+        out = [_xid(t, 1, 13)] if t == 100 else []
+        out += [_xid(t, 1, 45)] if 101 <= t <= 103 else []
+        out += [_xid(t, 2, 45)] if t == 200 else []
+        out += [_xid(t, 2, 119)] if t == 220 else []
+        return out
+
+    _det, found, _ = run(900, events=events)
+    one = [f for f in found if f.gpu_uuid == "GPU-1" and f.active]
+    assert {f.detector for f in one} == {"xid"} and len({f.since_ns for f in one}) == 1
+    assert all("XID 13" in f.summary and f.severity == "warning" and f.evidence["xid"] == 13 for f in one)
+    two = [f for f in found if f.gpu_uuid == "GPU-2" and f.active]
+    assert len({f.since_ns for f in two}) == 1 and two[0].severity == "info"
+    raised = next(f for f in two if f.severity == "critical")
+    assert raised.ts_ns == T0 + 220 * S and "XID 119" in raised.summary and "reset" in raised.action

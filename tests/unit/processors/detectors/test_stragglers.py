@@ -202,8 +202,8 @@ def test_straggler_explained_by_thermal_throttling_is_reported_once() -> None:
 
 def test_a_gpu_slowed_by_its_xid_storm_is_not_also_a_straggler() -> None:
     def events(t: int) -> list[GpuEvent]:
-        if 600 <= t < 1500 and t % 20 == 0:  # channel resets (43, 45) stall the GPU's work
-            return [GpuEvent("c1", "node-1", "GPU-5", 5, T0 + t * S, EventKind.XID, (43, 45)[t // 20 % 2], "")]
+        if 600 <= t < 1500 and t % 20 == 0:  # application errors and channel resets (13, 43) stall the GPU's work
+            return [GpuEvent("c1", "node-1", "GPU-5", 5, T0 + t * S, EventKind.XID, (13, 43)[t // 20 % 2], "")]
         return []
 
     def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
