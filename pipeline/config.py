@@ -541,7 +541,7 @@ class WebSettings(_Section):
 
 
 #: the stages that serve /metrics, each on its own port (``metrics.<stage>_port``)
-METRICS_STAGES: tuple[str, ...] = ("collect", "context", "process", "sink", "alerts", "web")
+METRICS_STAGES: tuple[str, ...] = ("collect", "context", "process", "sink", "alerts", "web", "kubernetes")
 
 
 class MetricsSettings(_Section):
@@ -559,6 +559,7 @@ class MetricsSettings(_Section):
     sink_port: int = Field(default=9474, ge=0, le=65535)
     alerts_port: int = Field(default=9475, ge=0, le=65535)
     web_port: int = Field(default=9476, ge=0, le=65535)
+    kubernetes_port: int = Field(default=9477, ge=0, le=65535)
     #: a GPU's verdict, or an open finding, not heard of for this long leaves the processor's exposition (the node
     #: went away, or its partition moved to another processor, which exposes it from then on)
     stale_after_s: float = Field(default=180.0, gt=0, le=86_400)

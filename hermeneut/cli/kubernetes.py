@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from hermeneut.cli.base import cli, errors, resolved, stop_event
+from hermeneut.cli.base import cli, errors, expose, metrics_port_option, resolved, stop_event
 
 
 @cli.group("kubernetes")
@@ -19,8 +19,9 @@ def kubernetes_group() -> None:
 @click.option("--dry-run", is_flag=True, help="Read everything, write nothing: print what would be written.")
 @click.option("--once", is_flag=True, help="One round, then exit (the default runs until SIGTERM).")
 @click.option("--kubeconfig", type=click.Path(path_type=Path, dir_okay=False), help="Over kubernetes.kubeconfig.")
+@metrics_port_option
 @click.pass_context
-def sync_cmd(ctx: click.Context, dry_run: bool, once: bool, kubeconfig: Path | None) -> None:
+def sync_cmd(ctx: click.Context, dry_run: bool, once: bool, kubeconfig: Path | None, metrics_port: int | None) -> None:
     """Keep the cluster named by ``cluster`` in step with the health topic: a node condition
     (kubernetes.condition_type) on every node hermeneut has health for, and a DeviceTaintRule per GPU that is not
     healthy (None for degraded, NoSchedule for unhealthy, NoExecute only with kubernetes.no_execute), never more
@@ -38,12 +39,14 @@ def sync_cmd(ctx: click.Context, dry_run: bool, once: bool, kubeconfig: Path | N
             for line in describe(p, cfg.condition_type, cfg.taint_key):
                 click.echo(("would: " if dry_run else "") + line)
 
-        controller = Controller(settings, client, dry_run=dry_run)
         stop = threading.Event() if once else stop_event()
+        exposed = expose(settings, "kubernetes", metrics_port)
+        controller = Controller(settings, client, dry_run=dry_run, registry=exposed.registry)
         try:
             stats = run(settings, controller, stop, once=once, on_round=show)
         finally:
             client.close()
+            exposed.close()
     click.echo(
         f"kubernetes sync: {stats.rounds} rounds, {stats.conditions_written} conditions, "
         f"{stats.rules_created} taint rules created, {stats.rules_updated} changed, {stats.rules_deleted} deleted, "

@@ -18,8 +18,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from pipeline.config import Settings
 from pipeline.errors import ServiceError
+from pipeline.metrics import StatsView, counter, gauge
 from pipeline.mirror import TopicMirror
 from pipeline.vocab import NS_PER_S, utc_text
 from sinks.kubernetes.api import NODES, RULES, SLICES, ApiError, Client
@@ -55,7 +58,38 @@ class SyncStats:
     absent_nodes: int = 0
     #: health records that could not be read (skipped, logged)
     bad_records: int = 0
+    #: rounds that could not read the cluster (nothing written; the next round tries again)
+    read_errors: int = 0
+    #: when the last round that read the cluster ended (Unix time; 0: none yet)
+    last_round_s: float = 0.0
     errors: list[str] = field(default_factory=list)
+
+
+#: the controller's counters on /metrics (docs/metrics.md): one counter, two views (pipeline.metrics.StatsView)
+SYNC_FIELDS = (
+    counter("rounds", "hermeneut_kubernetes_rounds_total", "Rounds that read the cluster and planned."),
+    counter("conditions_written", "hermeneut_kubernetes_conditions_written_total", "Node conditions written."),
+    counter("rules_created", "hermeneut_kubernetes_taint_rules_created_total", "DeviceTaintRules created."),
+    counter("rules_updated", "hermeneut_kubernetes_taint_rules_updated_total", "DeviceTaintRules changed."),
+    counter("rules_deleted", "hermeneut_kubernetes_taint_rules_deleted_total", "DeviceTaintRules deleted."),
+    counter(
+        "write_errors",
+        "hermeneut_kubernetes_write_errors_total",
+        "Writes the API server refused or did not answer (the next round retries them).",
+    ),
+    counter("read_errors", "hermeneut_kubernetes_read_errors_total", "Rounds that could not read the cluster."),
+    counter("bad_records", "hermeneut_kubernetes_bad_health_records_total", "Health records that could not be read."),
+    gauge("held", "hermeneut_kubernetes_held_gpus", "GPUs the breaker holds at effect None (last round)."),
+    gauge("unplaced", "hermeneut_kubernetes_unplaced_gpus", "GPUs to taint without a DRA device (last round)."),
+    gauge(
+        "absent_nodes", "hermeneut_kubernetes_absent_nodes", "Nodes with health but not in the cluster (last round)."
+    ),
+    gauge(
+        "last_round_s",
+        "hermeneut_kubernetes_last_round_timestamp_seconds",
+        "When the last round that read the cluster ended (Unix time).",
+    ),
+)
 
 
 def conditions_of(nodes: Iterable[Mapping[str, Any]], kind: str) -> dict[str, tuple[Condition | None, str | None]]:
@@ -93,6 +127,7 @@ class Controller:
         dry_run: bool = False,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.cfg = settings.kubernetes
         self.cluster = settings.cluster
@@ -102,6 +137,8 @@ class Controller:
         self.stats = SyncStats()
         self._clock, self._sleep = clock, sleep
         self._next_write = 0.0
+        if registry is not None:
+            registry.register(StatsView(lambda: vars(self.stats), SYNC_FIELDS))
 
     def reconcile(self, records: Iterable[HealthRecord]) -> Plan:
         """Read the cluster, plan, and (unless a dry run) write the difference."""
@@ -119,6 +156,7 @@ class Controller:
         )
         if not self.dry_run:
             self._apply(p, nodes)
+        self.stats.last_round_s = self._clock()
         return p
 
     def _apply(self, p: Plan, nodes: Mapping[str, tuple[Condition | None, str | None]]) -> None:
@@ -200,6 +238,7 @@ def run(
                     p = controller.reconcile(mirror.snapshot().values())
                 except ApiError as exc:  # the cluster could not be read: nothing written, try again next round
                     log.error("kubernetes sync: cannot read the cluster: %s", exc)
+                    controller.stats.read_errors += 1
                     controller.stats.errors = [*controller.stats.errors[-9:], str(exc)]
                     if once:
                         raise

@@ -18,6 +18,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from confluent_kafka import Producer
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from hermeneut.cli import cli
 from pipeline.config import Settings
@@ -196,11 +198,21 @@ def test_the_breaker_holds_a_mass_failure_and_a_dry_run_writes_nothing(
     dry = sync_once(settings, controller_kubeconfig, dry_run=True)
     assert dry.stats.held == 4 and rules(admin, prefix) == {}
     assert conditions(admin, prefix, settings.kubernetes.condition_type) == {}
-    c = sync_once(settings, controller_kubeconfig)
+    registry = CollectorRegistry()
+    c = Controller(settings, Client(credentials(controller_kubeconfig)), registry=registry)
+    run(settings, c, threading.Event(), once=True)
     effects = {gpu: r["spec"]["taint"]["effect"] for gpu, r in rules(admin, prefix).items()}
     assert sorted(effects.values()) == [NO_SCHEDULE, NONE, NONE, NONE, NONE]
     assert effects[uuid(0, 0)] == NO_SCHEDULE  # the longest unhealthy
     assert c.stats.held == 4
+    # /metrics says what the round did: the same counters (one counter, two views)
+    exposition = text_string_to_metric_families(generate_latest(registry).decode())
+    scraped = {s.name: s.value for m in exposition for s in m.samples}
+    assert scraped["hermeneut_kubernetes_held_gpus"] == 4
+    assert scraped["hermeneut_kubernetes_taint_rules_created_total"] == 5
+    assert scraped["hermeneut_kubernetes_rounds_total"] == 1
+    assert scraped["hermeneut_kubernetes_write_errors_total"] == 0
+    assert abs(scraped["hermeneut_kubernetes_last_round_timestamp_seconds"] - time.time()) < 60
 
 
 def test_the_command_runs_a_dry_round_and_refuses_what_it_may_not_do(
@@ -210,8 +222,9 @@ def test_the_command_runs_a_dry_round_and_refuses_what_it_may_not_do(
     cluster_of(admin, prefix)
     publish(settings, prefix, {(0, 7): ("unhealthy", "RMA")})
     args = ["kubernetes", "sync", "--once", "--dry-run", "--kubeconfig", str(controller_kubeconfig)]
-    result = CliRunner().invoke(cli, args, obj={"settings": settings})
+    result = CliRunner().invoke(cli, [*args, "--metrics-port", "0"], obj={"settings": settings})
     assert result.exit_code == 0, result.output
+    assert "kubernetes: metrics on http://127.0.0.1:" in result.output
     assert (
         f"would: taint {uuid(0, 7)} on {prefix}-n0: create hermeneut.io/gpu-health=unhealthy:NoSchedule"
         in result.output
@@ -227,9 +240,8 @@ def test_the_command_runs_a_dry_round_and_refuses_what_it_may_not_do(
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
     )["status"]["token"]
     weak = apiserver.kubeconfig_for(token, tmp_path / "weak")
-    result = CliRunner().invoke(
-        cli, ["kubernetes", "sync", "--once", "--kubeconfig", str(weak)], obj={"settings": settings}
-    )
+    weak_args = ["kubernetes", "sync", "--once", "--metrics-port", "0", "--kubeconfig", str(weak)]
+    result = CliRunner().invoke(cli, weak_args, obj={"settings": settings})
     assert result.exit_code == 1 and "403" in result.output and "forbidden" in result.output.lower()
     with pytest.raises(ApiError):
         Client(credentials(weak)).list(NODES).__next__()
