@@ -12,7 +12,9 @@ fleet scale, hermeneut/jobs/fleeteval.py). The rules are built so that the score
   otherwise, whatever its kind: a ``baseline-anomaly`` on a healthy GPU is a false alarm like any other.
   False alarms are reported per kind and severity, per healthy GPU-day.
 - **Each extra episode inside a fault is an extra alert**: every fault reports how many episodes (of any kind) a
-  user saw while it lasted, so a finding that flaps inside a fault costs what it costs an operator.
+  user saw while it lasted, so a finding that flaps inside a fault costs what it costs an operator. An episode that
+  is the true detection of another fault (its own kind, on that fault's GPU or node, in its window) is that fault's
+  alert, counted there once, not also against every fault whose window and GPUs it shares.
 - **Matching is tight**: an episode of a fault's class detects it when it is active at any time between the
   fault's start minus ``tolerance_s`` and its end plus the class's grace (:data:`GRACE_S`); an episode still
   active from before (the same GPU's earlier fault) is credited with it. An XID storm is detected by its first XID's
@@ -346,6 +348,15 @@ def score(
         )
 
     inside = [in_fault(e) for e in eps]
+    # the faults each episode is a true detection of: such an episode is the alert of its own fault, not one more
+    # alert of every other fault whose window and GPUs it shares (two faults in one job, on one node)
+    detects: dict[int, set[int]] = {}
+    for n, t in enumerate(truth):
+        if t.kind in FAULTS:
+            for i in by_node.get((t.record.cluster, t.record.node), []):
+                if t.matches(eps[i], tol):
+                    detects.setdefault(i, set()).add(n)
+    number = {id(t): n for n, t in enumerate(truth)}
     matched: set[int] = set()
     classes = []
     for kind in (*FAULTS, *EVENT_KINDS, *WASTE_KINDS):
@@ -370,8 +381,10 @@ def score(
             if hits:
                 delays.append(max(0.0, (min(eps[i].start_ns for i in hits) - t.record.start_ns) / _S))
             if kind in FAULTS:
-                seen = t.record.start_ns, t.grace_end_ns
-                alerts.append(sum(1 for i in near if t.touches(eps[i]) and eps[i].overlaps(*seen)))
+                seen, me = (t.record.start_ns, t.grace_end_ns), number[id(t)]
+                alerts.append(
+                    sum(1 for i in near if t.touches(eps[i]) and eps[i].overlaps(*seen) and me in detects.get(i, {me}))
+                )
         bands = _bands(mine, visible, hit, (magnitudes or {}).get(kind, ()))
         classes.append(
             ClassScore(

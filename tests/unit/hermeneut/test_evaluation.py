@@ -114,6 +114,18 @@ def test_peers_a_fault_slows_are_touched_by_it() -> None:
     assert with_peers.false_alarm_total == 0 and by(with_peers, "straggler").alerts_per_fault == (2,)
 
 
+def test_an_episode_that_detects_another_fault_is_that_faults_alert_not_this_ones() -> None:
+    """Two faults in one job at once: G1 straggles (slowing its peer G2) while G2's NVLink is down. G2's nvlink-down
+    episode is the NVLink fault's own alert, not a second alert of the straggler; an anomaly on G2 that detects
+    neither is an extra alert of both."""
+    faults = [fault("straggler", "G1", 100, 500), fault("nvlink-down", "G2", 200, 600)]
+    found = [finding("straggler", "G1", 150), finding("nvlink-down", "G2", 200), finding("baseline-anomaly", "G2", 300)]
+    ev = score(found, faults, OBSERVED, run_end_ns=END, peers={("G1", faults[0].start_ns): ("G2",)})
+    assert by(ev, "straggler").alerts_per_fault == (2,)  # its own and the anomaly
+    assert by(ev, "nvlink-down").alerts_per_fault == (2,)  # its own and the anomaly
+    assert ev.false_alarm_total == 0
+
+
 def test_undetectable_tails_are_excluded_and_counted() -> None:
     end = T0 + 10_000 * S
     late = 10_000 - MIN_VISIBLE_S["memory-leak"] / 2
