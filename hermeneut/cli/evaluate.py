@@ -80,6 +80,14 @@ if TYPE_CHECKING:
 )
 @click.option("--jobs", default=1, show_default=True, type=click.IntRange(1, 8), help="Offline: seeds run at once.")
 @click.option(
+    "--learn-from",
+    type=click.Choice(["own", "other"]),
+    default="own",
+    show_default=True,
+    help="Offline: learn on the judged fleet's own day one, or on another seed's fleet (its own GPU models, "
+    "application mix and jobs).",
+)
+@click.option(
     "--findings",
     type=click.Path(file_okay=False, writable=True, path_type=Path),
     default=None,
@@ -122,6 +130,7 @@ def evaluate_cmd(
     gpu_days: float,
     interval: float,
     jobs: int,
+    learn_from: str,
     findings: Path | None,
     overlay: Path | None,
     mapping: Path | None,
@@ -151,6 +160,7 @@ def evaluate_cmd(
             jobs,
             as_json,
             findings,
+            learn_from == "other",
         )
     else:
         _through_kafka(
@@ -258,19 +268,26 @@ def _offline(
     jobs: int,
     as_json: bool,
     findings: Path | None = None,
+    elsewhere: bool = False,
 ) -> None:
     from hermeneut.jobs.evalreport import format_table, to_json
     from hermeneut.jobs.evaluation import Thresholds, failures
-    from hermeneut.jobs.fleeteval import FleetPlan, combined, in_workers, seed_line
+    from hermeneut.jobs.fleeteval import LEARN_SEED, FleetPlan, combined, in_workers, seed_line
 
     hours = gpu_days * 24.0 / (nodes * gpus)
     if findings is not None:
         findings.mkdir(parents=True, exist_ok=True)
-    plans = [FleetPlan(s, nodes, gpus, hours, interval, learn_hours, per_class, withhold) for s in seeds]
+    plans = [
+        FleetPlan(s, nodes, gpus, hours, interval, learn_hours, per_class, withhold, learn_seed=s + LEARN_SEED)
+        if elsewhere
+        else FleetPlan(s, nodes, gpus, hours, interval, learn_hours, per_class, withhold)
+        for s in seeds
+    ]
     click.echo(
         f"offline evaluation (the interpretation code in this process, no Kafka or InfluxDB): {len(seeds)} seed(s), "
         f"{nodes} nodes x {gpus} GPUs, {learn_hours:g} h day one + {hours:.1f} h after learning "
-        f"({gpu_days:g} GPU-days) at {interval:g} s, {per_class} faults per class",
+        f"({gpu_days:g} GPU-days) at {interval:g} s, {per_class} faults per class"
+        + (f", baselines learned on another fleet (seed + {LEARN_SEED:,})" if elsewhere else ""),
         err=as_json,
     )
     started = time.monotonic()
@@ -289,6 +306,7 @@ def _offline(
                     "gpus": gpus,
                     "hours_after_learning": hours,
                     "day_one_hours": learn_hours,
+                    "learned_on": "other" if elsewhere else "own",
                     "interval_s": interval,
                     "per_class": per_class,
                     "samples": sum(o.samples for o in outcomes),

@@ -15,7 +15,10 @@ One run, per seed:
    installation would; its findings are scored too (a new installation's false alarms).
 3. The rows of that stretch whose application a context source named train baselines and the classifier
    (``processors.baselines.fit.fit_version``, the same fit ``hermeneut baselines train`` runs), which the running
-   interpreter then uses, as a processor hot-reloads a published version.
+   interpreter then uses, as a processor hot-reloads a published version. With ``learn_seed`` they are learned on
+   another fleet instead: that seed's node kinds, application mix and jobs, as many healthy hours, the same
+   cluster (the installation's fleet as it was when it learned; an (application, model) it never ran is judged
+   by the public priors alone), so the baselines never judge the very fleet they were fitted on.
 4. **After learning** (``hours``): faults injected by quota (each class ``per_class`` times, graded magnitudes,
    compound faults), a share of nodes (``withhold``) without any context (classification is measured there).
 5. Ground truth: the injector's faults (with the peers each slows), every XID the fleet reported, and
@@ -72,6 +75,8 @@ T = TypeVar("T")
 
 #: raw partitions the messages are spread over (as the processor's takes are split per partition)
 PARTITIONS: Final = 6
+#: ``--learn-from other``: a seed learns on the fleet of this seed plus its own
+LEARN_SEED: Final = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +96,8 @@ class FleetPlan:
     compound: float = 0.2
     #: the least time before the end of the run a quota fault may start (its signature must have time to show)
     tail_s: float = 1800.0
+    #: learn the baselines on this seed's fleet (None: on the judged fleet's own day one)
+    learn_seed: int | None = None
 
     @property
     def gpu_days(self) -> float:
@@ -245,12 +252,16 @@ def run(plan: FleetPlan, settings: Settings | None = None, progress: bool = True
     samples = dead = 0
     util_col = METRIC_INDEX["utilization_gpu_percent"]
     total = learn_rounds + judged_rounds
-    bar = tqdm(total=total, desc=f"seed {plan.seed}: day one", unit=" rounds", disable=not progress, mininterval=2.0)
+    rounds = total + (learn_rounds if plan.learn_seed is not None else 0)
+    bar = tqdm(total=rounds, desc=f"seed {plan.seed}: day one", unit=" rounds", disable=not progress, mininterval=2.0)
     gpu_index = {u: i for i, u in enumerate(fleet.uuids)}
     for r in range(total):
         ts = T0 + r * dt
         phase = 0 if r < learn_rounds else 1
         if r == learn_rounds:
+            if plan.learn_seed is not None:
+                bar.set_description(f"seed {plan.seed}: learning on seed {plan.learn_seed}'s fleet")
+                learned = _learn_elsewhere(plan, plan.learn_seed, cluster, settings, learn_rounds, bar)
             current[0] = _fit(learned, frozenset({cluster}), settings, ts)
             bar.set_description(f"seed {plan.seed}: after learning")
         rnd = fleet.round(ts)
@@ -278,7 +289,7 @@ def run(plan: FleetPlan, settings: Settings | None = None, progress: bool = True
             rows = [gpu_index[u] for u in batch.gpu_uuid]
             util[rows] = batch.metrics[:, util_col]
             allocated[rows] = [_allocated(truth, u, ts) for u in batch.gpu_uuid]
-            if phase == 0:
+            if phase == 0 and plan.learn_seed is None:
                 _remember(batch, learned)
             else:
                 pairs += [
@@ -296,6 +307,38 @@ def run(plan: FleetPlan, settings: Settings | None = None, progress: bool = True
     return Outcome(
         plan, day_one, after, samples, dead, baselines, time.monotonic() - started, hidden, findings, truth.records
     )
+
+
+def _learn_elsewhere(
+    plan: FleetPlan, seed: int, cluster: str, settings: Settings, rounds: int, bar: tqdm[Any]
+) -> Learned:
+    """The rows baselines are learned from, taken on another fleet: ``seed``'s, healthy, for ``rounds`` rounds,
+    through the same interpretation (its own contexts and topology, no baselines), every node with its context."""
+    dt = int(plan.interval_s * _S)
+    fleet = Fleet(plan.nodes, plan.gpus, cluster, seed, extras=True, mix="seeded")
+    contexts: dict[bytes, GpuContext] = {}
+    timeline = ContextTimeline()
+    topologies = {t.kafka_key: t for t in fleet.topologies(T0)}
+    interpreter = interpreter_from(
+        settings, contexts.get, lambda c, n: topologies.get(node_key(c, n)), lambda: None, timeline
+    )
+    learned: Learned = {}
+    for r in range(rounds):
+        ts = T0 + r * dt
+        rnd = fleet.round(ts)
+        for c in rnd.contexts:
+            contexts[c.kafka_key] = c
+            timeline.see(c.kafka_key, c)
+        msgs = [
+            RawMessage(b.kafka_key, encode_samples(b), f"{cluster}/learn/{i % PARTITIONS}/{r}", i % PARTITIONS)
+            for i, b in enumerate(rnd.batches)
+        ]
+        for _part, normalized in process_raw(msgs, ts, settings.validation).forward:
+            batch, _found = interpreter.apply(normalized, ts)
+            _remember(batch, learned)
+        interpreter.tick(ts)
+        bar.update(1)
+    return learned
 
 
 def _peers_of(fleet: Fleet) -> Callable[[FaultRecord], tuple[str, ...]]:
@@ -355,9 +398,10 @@ def _fit(learned: Learned, clusters: frozenset[str], settings: Settings, ts: int
 def seed_line(o: Outcome) -> str:
     """One line per seed for the report: what ran, and its own paging false alarms after learning (the tables
     score the seeds together, so a miss is traced to its seed here)."""
+    where = "" if o.plan.learn_seed is None else f" on seed {o.plan.learn_seed}'s fleet"
     return (
         f"seed {o.plan.seed}: {o.samples:,} samples ({o.dead_lettered} dead-lettered), {o.baselines} baselines "
-        f"learned, {len(o.withheld_nodes)} nodes without context, {o.seconds:.0f} s; after learning "
+        f"learned{where}, {len(o.withheld_nodes)} nodes without context, {o.seconds:.0f} s; after learning "
         f"{o.after.paging_false_alarms} paging false alarm(s) in {o.after.healthy_gpu_days:.1f} healthy GPU-days"
     )
 

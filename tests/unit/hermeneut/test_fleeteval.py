@@ -6,14 +6,18 @@ live processor finds at once."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
+from tqdm import tqdm
 
-from hermeneut.jobs.fleeteval import FleetPlan, Outcome, run, seed_line, write_findings
+from hermeneut.jobs.fleeteval import LEARN_SEED, FleetPlan, Outcome, _learn_elsewhere, run, seed_line, write_findings
+from pipeline.config import Settings
 from pipeline.events import Severity
 from pipeline.kinds import BY_NAME, FAULTS
+from producers.simulator import Fleet
 
 PLAN = FleetPlan(3, nodes=4, gpus=2, hours=3.0, interval_s=10.0, learn_hours=0.5, per_class=1)
 #: hard events: found at the sample that shows them, whatever the fleet
@@ -74,3 +78,17 @@ def test_every_finding_and_fault_of_a_run_can_be_read_back_one_by_one(outcome: O
 
 def test_every_finding_of_the_run_is_a_kind_of_the_table(outcome: Outcome) -> None:
     assert outcome.findings and {f.detector for f in outcome.findings} <= set(BY_NAME)
+
+
+def test_baselines_learned_on_another_fleet_come_from_its_gpus_never_the_judged_ones() -> None:
+    """``learn_seed`` (``--learn-from other``): the rows the baselines are fitted from are another seed's fleet's
+    (its own GPUs, node kinds and jobs), in the judged fleet's cluster; none is a judged GPU's."""
+    other = PLAN.seed + LEARN_SEED
+    plan = dataclasses.replace(PLAN, learn_seed=other)
+    learned = _learn_elsewhere(plan, other, "offline-3", Settings(), 60, tqdm(disable=True))
+    judged = set(Fleet(plan.nodes, plan.gpus, "offline-3", plan.seed, mix="seeded").uuids)
+    theirs = set(Fleet(plan.nodes, plan.gpus, "offline-3", other, mix="seeded").uuids)
+    gpus = {g for chunks in learned.values() for c in chunks for g in c[2].tolist()}
+    assert gpus and gpus <= theirs and not gpus & judged
+    short = run(dataclasses.replace(plan, hours=0.2, learn_hours=0.2), progress=False)
+    assert short.baselines > 0 and f"baselines learned on seed {other}'s fleet" in seed_line(short)
