@@ -289,8 +289,9 @@ def run(plan: FleetPlan, settings: Settings | None = None, progress: bool = True
             rows = [gpu_index[u] for u in batch.gpu_uuid]
             util[rows] = batch.metrics[:, util_col]
             allocated[rows] = [_allocated(truth, u, ts) for u in batch.gpu_uuid]
-            if phase == 0 and plan.learn_seed is None:
-                _remember(batch, learned)
+            if phase == 0:
+                if plan.learn_seed is None:
+                    _remember(batch, learned)
             else:
                 pairs += [
                     (wl.application if wl is not None else None, true)

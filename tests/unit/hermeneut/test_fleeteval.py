@@ -92,3 +92,7 @@ def test_baselines_learned_on_another_fleet_come_from_its_gpus_never_the_judged_
     assert gpus and gpus <= theirs and not gpus & judged
     short = run(dataclasses.replace(plan, hours=0.2, learn_hours=0.2), progress=False)
     assert short.baselines > 0 and f"baselines learned on seed {other}'s fleet" in seed_line(short)
+    # the judged fleet is the same either way: its classification counts the same rows, those after learning
+    own = run(dataclasses.replace(PLAN, hours=0.2, learn_hours=0.2), progress=False)
+    assert short.withheld_nodes and own.after.classification is not None and short.after.classification is not None
+    assert short.after.classification.rows == own.after.classification.rows > 0
