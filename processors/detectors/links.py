@@ -2,21 +2,23 @@
 its generation or width while the GPU is busy.
 
 Both are level conditions (debounced, processors.detectors.debounce). The NVLinks a GPU should have come from the
-node's topology (asked again a minute of data time later while none is known; a topology that says the GPU has no
-NVLink turns the rule off for it), else from the link count the GPU reports. An idle or lightly loaded GPU may train
-its PCIe link at a lower generation to save power (gen 1 at idle is normal): generation is judged only above 40%
-utilization. A narrower width is a fault once the link has been seen at its full width: a link narrow from the
-GPU's first sample on is how its slot, riser or VM is built (a T4 in a cloud VM at x8 of x16), a property, reported
-once as ``pcie-link-narrow`` (info) with the bandwidth it leaves, never as a fault. NVLinks not all up in the
-first two minutes after a GPU's first sample, or after its return from 5 minutes of silence (a reboot), are still
-training after a boot, not down (judged once they were all seen up, or after those two minutes). The NVLink
-finding names the peers whose traffic now crosses PCIe, and over which path. Every claim a wording makes is one
-the row shows ("while busy" only above 40% utilization).
+node's topology where it counts them (asked again a minute of data time later while none is known), else from the
+link count the GPU reports. A PCIe card (its model says so) reaches a peer over NVLink only through an optional
+bridge: one none of whose links came up since its boot has none, and is not judged (NVSentinel #1481). An idle or
+lightly loaded GPU may train its PCIe link at a lower generation to save power (gen 1 at idle is normal): generation
+is judged only above 40% utilization. A narrower width is a fault once the link has been seen at its full width: a
+link narrow from the GPU's first sample on is how its slot, riser or VM is built (a T4 in a cloud VM at x8 of x16),
+a property, reported once as ``pcie-link-narrow`` (info) with the bandwidth it leaves, never as a fault. NVLinks not
+all up in the first two minutes after a GPU's first sample, or after its return from 5 minutes of silence (a
+reboot), are still training after a boot, not down (judged once they were all seen up, or after those two minutes).
+The NVLink finding names the peers whose traffic now crosses PCIe, and over which path. Every claim a wording makes
+is one the row shows ("while busy" only above 40% utilization).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -41,6 +43,8 @@ TRAINING_S: Final = 120.0
 #: a GPU back after a silence this long may have been rebooted (a server's power-on self-test alone takes minutes):
 #: its links train again; a shorter silence (a collector restarted, a network blip) is no boot
 REBOOT_S: Final = 300.0
+#: the model names of PCIe add-in cards (NVML: "NVIDIA A100 80GB PCIe", "NVIDIA A100-PCIE-40GB", "NVIDIA H100 PCIe")
+_PCIE_CARD: Final = re.compile(r"pcie", re.IGNORECASE)
 
 
 def links_from_samples(m: np.ndarray, links: list[tuple[NvLinkSample, ...] | None]) -> None:
@@ -112,6 +116,9 @@ class _Expected:
     #: when the GPU was first seen, and whether all its NVLinks were ever seen up (links train after a boot)
     first_ts: np.ndarray = column(-1, dtype=np.int64)
     links_up: np.ndarray = column(False)
+    #: whether any of its NVLinks was seen up since its boot, and whether it is a PCIe card (its model says so)
+    any_up: np.ndarray = column(False)
+    card: np.ndarray = column(False)
 
 
 class Links:
@@ -175,13 +182,21 @@ class Links:
         rebooted = back[start]  # the row's stretch began with a return after a silence
         known = self.expected.first_ts[s]
         since = np.where((known >= 0) & ~rebooted, known, ts[start])
-        up = ~lt(col(m, "nvlink_links_active"), expected_nvlinks(m, self.expected.links[s]))
-        up &= ~np.isnan(col(m, "nvlink_links_active"))
+        for x in np.unique(s[known < 0]).tolist():
+            self.expected.card[x] = _PCIE_CARD.search(self.slots.model(x)) is not None
+        active = col(m, "nvlink_links_active")
+        up = ~lt(active, expected_nvlinks(m, self.expected.links[s])) & ~np.isnan(active)
         ever = seen_so_far(s, up, self.expected.links_up[s] & ~rebooted, boot)
+        any_up = seen_so_far(s, gt(active, 0), self.expected.any_up[s] & ~rebooted, boot)
         last = np.r_[s[1:] != s[:-1], True]
         self.expected.first_ts[s[last]] = since[last]
         self.expected.links_up[s[last]] = ever[last]
-        return np.asarray(ever | (ts - since >= TRAINING_S * S))
+        self.expected.any_up[s[last]] = any_up[last]
+        # a PCIe card's NVLinks reach a peer only through a bridge, which is optional: one none of whose links ever
+        # came up since its boot has no bridge, unless the node's topology names NVLink peers (NVSentinel #1481: an
+        # A100 80GB PCIe without a bridge reads "NvLink link 0 ... 11 is currently down" from DCGM's health watch)
+        unbridged = self.expected.card[s] & ~any_up & (self.expected.links[s] <= 0)
+        return np.asarray((ever | (ts - since >= TRAINING_S * S)) & ~unbridged)
 
     def describe(self, name: str, gpu: GpuView, episode: Episode, ts_ns: int) -> Description:
         if name == NVLINK:

@@ -55,8 +55,9 @@ def run(
     seed: int = 0,
     processes: Callable[[int, int], tuple[GpuProcess, ...] | None] | None = None,
     interval: int = 1,
+    model: str = MODEL,
 ) -> tuple[Detectors, list[Finding], list[InterpretedBatch]]:
-    """Feed ``seconds`` of one node (``gpus`` GPUs, a round every ``interval`` s) through the detectors.
+    """Feed ``seconds`` of one node (``gpus`` GPUs of ``model``, a round every ``interval`` s) through the detectors.
 
     ``shape(t, gpu, metrics)`` rewrites a healthy reading (None: the GPU sends no sample that round);
     ``processes(t, gpu)`` gives the GPU's process list (default: not reported).
@@ -77,7 +78,7 @@ def run(
                     continue
                 metrics = shaped
             procs = processes(t, gpu) if processes is not None else None
-            sample = GpuSample("c1", "node-1", f"GPU-{gpu}", gpu, MODEL, ts, metrics, processes=procs)
+            sample = GpuSample("c1", "node-1", f"GPU-{gpu}", gpu, model, ts, metrics, processes=procs)
             pending.append(InterpretedEvent(sample, workload=job(t, gpu)))
         pending_events.extend(events(t) if events else [])
         if ((t - start) // interval + 1) % rounds_per_batch == 0 or t + interval >= start + seconds:

@@ -6,6 +6,9 @@ health monitor get wrong, replayed through the detectors.
 - #1447: the SW power-cap reason flaps healthy <-> unhealthy at every sample on a busy GPU (boost clocks meeting
   the power limit, normal): no finding at all, and a real cap whose reason flaps is one finding, not hundreds.
 - #1666: a continuously asserted hardware power brake (bit 0x80) on two GPUs of a node is found and said.
+- #1481: an A100 80GB PCIe without an NVLink bridge reports its 12 link slots inactive; DCGM's health watch read that
+  as "NvLink link 0 ... 11 is currently down" on every such GPU. No bridge is no NVLink; a bridged pair's link that
+  drops is still found.
 - #1629, #1710: XID 45 (the driver's cleanup of an aborted application's channels) comes in bursts at every job
   crash's teardown and with normal application churn; NVIDIA's Xid catalogue says "Solo: RESTART_APP / Not solo:
   IGNORE (follow other Xid)". Neither a teardown's burst nor hours of churn is a storm or a page, and an XID 45 after
@@ -160,3 +163,23 @@ def test_an_xid_45_follows_the_xid_before_it_and_a_worse_one_after_it_is_said_at
     assert len({f.since_ns for f in two}) == 1 and two[0].severity == "info"
     raised = next(f for f in two if f.severity == "critical")
     assert raised.ts_ns == T0 + 220 * S and "XID 119" in raised.summary and "reset" in raised.action
+
+
+def test_pcie_cards_without_an_nvlink_bridge_are_not_nvlink_down_and_a_bridged_pair_still_is() -> None:
+    """Four A100 80GB PCIe cards, as NVML reads them: 12 NVLink slots each (nvlink_links_max), no link ever up on
+    GPUs 2 and 3 (no bridge); GPUs 0 and 1 bridged, all 12 up, until GPU 1's bridge loses 4 links at t=600. One
+    finding: GPU 1's, from t=600 on."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        up = 12.0 if gpu in (0, 1) else 0.0
+        if gpu == 1 and t >= 600:
+            up = 8.0
+        return m | {"nvlink_links_max": 12.0, "nvlink_links_active": up}
+
+    _det, found, _ = run(1200, shape, gpus=4, model="NVIDIA A100 80GB PCIe")
+    assert kinds(found) == {("nvlink-down", "GPU-1")}
+    (down,) = starts(found)
+    assert T0 + 600 * S <= down.ts_ns <= T0 + 615 * S
+    # the same unbridged slots on an SXM board are links that never trained: found once the boot's 2 minutes end
+    _det, found, _ = run(400, shape, gpus=4, model="NVIDIA A100-SXM4-80GB")
+    assert kinds(found) == {("nvlink-down", "GPU-2"), ("nvlink-down", "GPU-3")}
