@@ -39,7 +39,9 @@
   against 547 W at unchanged utilization. Not a dip while a finding that holds the GPU's power down on its own is
   open on it (:data:`HELD_BACK`: a power brake or cap holds the power, thermal slowdown cuts the clocks, a GPU on a
   downed NVLink or a degraded PCIe link waits for its transfers): its power then says that fault, not a
-  checkpoint, and "check the checkpoint path" would claim what the evidence does not hold.
+  checkpoint, and "check the checkpoint path" would claim what the evidence does not hold. Nor while its job waits
+  on another of its GPUs (a straggler, or a finding that holds the job back, open on a peer): the peers of a slow
+  rank idle in every collective at a fraction of their power, and the slow GPU's finding already names them.
 
 Each is an event: its finding opens when the change is seen and clears ``HOLD_S`` (5 minutes) later, or at once
 when the GPU's job ends. Every rule reads only what the row says (memory, utilization, the inferred phase, the
@@ -55,7 +57,7 @@ from typing import Final
 import numpy as np
 
 from pipeline.events import PHASES, Finding, Severity
-from pipeline.kinds import BRAKE, CLIFF, COLLAPSE, HBM, NVLINK, PCIE, PHASE_SHIFT, POWER, THERMAL
+from pipeline.kinds import BRAKE, CLIFF, COLLAPSE, HBM, NVLINK, PCIE, PHASE_SHIFT, POWER, STRAGGLER, THERMAL
 from processors.detectors.columns import S, col, fmt, lt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import GpuView
@@ -181,6 +183,7 @@ class Changes:
         dips = self._dips(g, col(m, "power_watts"), dt_s, new_job) & ~lt(util, IDLE_UTIL) & ~serving
         for name in HELD_BACK:
             dips &= ~self.report.gpus.active(g, name)
+        dips &= ~self._waiting(g)
         checkpoint = (phase == _CHECKPOINT) | (allocated & dips)
         recent, earlier, span = self._checkpoint_shares(g, ts, checkpoint, dt_s, new_job)
         shifted = allocated & (span >= EARLIER_MIN_S) & (recent >= SHIFT_FACTOR * earlier)
@@ -205,6 +208,15 @@ class Changes:
         fell &= st.fell_at[g] == _NONE
         fell &= ~np.isin(procs, NO_WORK) & (self.jobs.job_ts[g] < ts)
         st.fell_at[g[fell]], st.fell_procs[g[fell]] = ts[fell], procs[fell]
+
+    def _waiting(self, g: np.ndarray) -> np.ndarray:
+        """Per row, whether its GPU's job waits on one of its GPUs: a finding that holds the job back open on a
+        peer (Reporter.waited_on), or a straggler in its job (the straggler's own rows too)."""
+        waiting = {peer for peer, _episode in self.report.waited_on()}
+        for slot, name, _episode in self.report.gpus.listed():
+            if name == STRAGGLER:
+                waiting.update((slot, *self.report.peers_of(slot)))
+        return np.isin(g, np.fromiter(waiting, dtype=np.int64, count=len(waiting)))
 
     def _went_on(
         self, g: np.ndarray, ts: np.ndarray, allocated: np.ndarray, serving: np.ndarray, out: list[Finding]

@@ -253,6 +253,26 @@ def test_a_power_brake_is_not_read_as_checkpoints() -> None:
     assert kinds(found) == {("power-brake", "GPU-1")}
 
 
+def test_a_job_waiting_on_one_of_its_gpus_is_not_read_as_checkpoints() -> None:
+    """The same job, checkpointing 1 minute in 40 throughout; from t=7200 GPU 1's NVLinks are down (10 of 18) and the
+    other GPUs wait on it in every other step, at 250 W of their 690 W (issue 39's seed 11213 at 60 s: the peers of a
+    straggler and of a downed NVLink read "phase shift: 31% of the last 30 min in checkpoints"). GPU 1 says NVLink
+    down, naming the GPUs that wait on it; none of them says anything about checkpoints."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if t % 2400 < 60:
+            return m | {"utilization_gpu_percent": 10.0, "sm_active_percent": 2.0, "power_watts": 150.0,
+                        "pcie_tx_bytes_per_second": 20e9}  # fmt: skip
+        if t >= 7200 and gpu == 1:
+            return m | {"nvlink_links_active": 10.0}
+        if t >= 7200 and t // 10 % 2:
+            return m | {"power_watts": 250.0}
+        return m
+
+    _det, found, _ = run(10_800, shape, interval=10)
+    assert kinds(found) == {("nvlink-down", "GPU-1")}
+
+
 def test_checkpoints_taking_the_jobs_time_are_a_phase_shift() -> None:
     """A job checkpoints 1 minute of every 40 for two hours, then one minute of every two: each GPU says so once."""
 
