@@ -154,10 +154,21 @@ class Truth:
         return self.record.fault
 
     def touches(self, e: Episode) -> bool:
+        """``e`` is on a GPU the fault touches (its own or a peer it slows, on whatever node: a multi-node job's), or
+        on the fault's node where the fault or the episode is the node's."""
         r = self.record
-        if (e.cluster, e.node) != (r.cluster, r.node):
+        if e.cluster != r.cluster:
             return False
-        return r.gpu_uuid is None or e.gpu_uuid is None or e.gpu_uuid in self.gpus
+        if e.gpu_uuid is not None and e.gpu_uuid in self.gpus:
+            return True
+        return e.node == r.node and (r.gpu_uuid is None or e.gpu_uuid is None)
+
+    def places(self, node_of: Mapping[tuple[str, str], str]) -> set[tuple[str, str]]:
+        """The (cluster, node)s it touches: its own, and those of the peers it slows (``node_of``: (cluster, GPU
+        uuid) -> node)."""
+        r = self.record
+        peers = {(r.cluster, node_of[(r.cluster, u)]) for u in self.gpus if (r.cluster, u) in node_of}
+        return {(r.cluster, r.node)} | peers
 
     def matches(self, e: Episode, tolerance_ns: int) -> bool:
         """``e`` is an episode of this truth's kind on its GPU (or node), active while it could be detected."""
@@ -333,10 +344,16 @@ def score(
     by_node: dict[tuple[str, str], list[int]] = {}
     for i, e in enumerate(eps):
         by_node.setdefault((e.cluster, e.node), []).append(i)
+    node_of = _nodes_of(observed, eps)
+    faults = [t for t in truth if t.kind in FAULTS]
+    # a fault is looked up on every node it touches: a multi-node job's peers wait on it from their own nodes
     faults_at: dict[tuple[str, str], list[Truth]] = {}
-    for t in truth:
-        if t.kind in FAULTS:
-            faults_at.setdefault((t.record.cluster, t.record.node), []).append(t)
+    near_of: dict[int, list[int]] = {}
+    for t in faults:
+        places = t.places(node_of)
+        for place in places:
+            faults_at.setdefault(place, []).append(t)
+        near_of[id(t)] = sorted(i for place in places for i in by_node.get(place, []))
 
     def in_fault(e: Episode, showing: bool = False) -> bool:
         """``e`` falls inside a fault (``showing``: a fault of a class whose signature holds ``e``'s kind)."""
@@ -383,7 +400,11 @@ def score(
             if kind in FAULTS:
                 seen, me = (t.record.start_ns, t.grace_end_ns), number[id(t)]
                 alerts.append(
-                    sum(1 for i in near if t.touches(eps[i]) and eps[i].overlaps(*seen) and me in detects.get(i, {me}))
+                    sum(
+                        1
+                        for i in near_of[id(t)]
+                        if t.touches(eps[i]) and eps[i].overlaps(*seen) and me in detects.get(i, {me})
+                    )
                 )
         bands = _bands(mine, visible, hit, (magnitudes or {}).get(kind, ()))
         classes.append(
@@ -401,7 +422,6 @@ def score(
         )
     unexplained = [e for i, e in enumerate(eps) if i not in matched and not inside[i]]
     false, examples, false_unhealthy = _false_alarms(unexplained)
-    faults = [t for ts in faults_at.values() for t in ts]
     return Evaluation(
         tuple(classes),
         false,
@@ -523,15 +543,17 @@ def _in_band(t: Truth, lo: float, hi: float, last: bool) -> bool:
 def healthy_gpu_days(observed: dict[tuple[str, str, str], tuple[int, int]], faults: Sequence[Truth]) -> float:
     """GPU-days observed without a fault touching the GPU (its own, one slowing it as a peer, or its node's),
     fault windows extended by their grace; events and idle stretches are not faults."""
+    node_of = _nodes_of(observed, ())
     spans_of: dict[tuple[str, str], list[Truth]] = {}
     for t in (t for t in faults if t.kind in FAULTS):
-        spans_of.setdefault((t.record.cluster, t.record.node), []).append(t)
+        for place in t.places(node_of):
+            spans_of.setdefault(place, []).append(t)
     total = 0.0
     for (cluster, node, uuid), (first, last) in observed.items():
         spans = sorted(
             (max(first, t.record.start_ns), min(last, t.grace_end_ns))
             for t in spans_of.get((cluster, node), ())
-            if t.record.gpu_uuid is None or uuid in t.gpus
+            if uuid in t.gpus or (t.record.gpu_uuid is None and node == t.record.node)
         )
         faulty, cursor = 0, first
         for a, b in spans:
@@ -541,6 +563,15 @@ def healthy_gpu_days(observed: dict[tuple[str, str, str], tuple[int, int]], faul
                 cursor = b
         total += max(0, last - first - faulty) / _S / DAY_S
     return total
+
+
+def _nodes_of(
+    observed: Mapping[tuple[str, str, str], tuple[int, int]], eps: Iterable[Episode]
+) -> dict[tuple[str, str], str]:
+    """(cluster, GPU uuid) -> its node, from the GPUs observed and the episodes."""
+    found = {(c, u): n for c, n, u in observed}
+    found.update({(e.cluster, e.gpu_uuid): e.node for e in eps if e.gpu_uuid is not None})
+    return found
 
 
 def classify_score(pairs: Iterable[tuple[str | None, str]]) -> Classification:

@@ -9,6 +9,7 @@ import pytest
 from hermeneut.jobs.evalreport import format_table
 from hermeneut.jobs.evaluation import (
     DAY_S,
+    GRACE_S,
     MIN_VISIBLE_S,
     PAGING,
     Thresholds,
@@ -112,6 +113,24 @@ def test_peers_a_fault_slows_are_touched_by_it() -> None:
     assert without.false_alarm_total == 1
     with_peers = score(found, faults, OBSERVED, run_end_ns=END, peers={("G1", faults[0].start_ns): ("G2",)})
     assert with_peers.false_alarm_total == 0 and by(with_peers, "straggler").alerts_per_fault == (2,)
+
+
+def test_a_multi_node_jobs_peers_on_another_node_are_touched_by_its_fault() -> None:
+    """G1 on n1 straggles and slows its peer G9 on n2 (one job over two nodes). G9's anomaly while it waits is an
+    extra alert of the straggler, not a false alarm, and G9's waiting time is not healthy; on G8 (n2, not a peer) the
+    same anomaly is a false alarm."""
+    observed = OBSERVED | {("c", "n2", "G8"): (T0, END), ("c", "n2", "G9"): (T0, END)}
+    faults = [fault("straggler", "G1", 1000, 2000)]
+    found = [
+        finding("straggler", "G1", 1030),
+        finding("baseline-anomaly", "G9", 1100, node="n2"),
+        finding("baseline-anomaly", "G8", 1100, node="n2"),
+    ]
+    ev = score(found, faults, observed, run_end_ns=END, peers={("G1", faults[0].start_ns): ("G9",)})
+    assert by(ev, "straggler").alerts_per_fault == (2,)
+    assert ev.false_alarms == {("baseline-anomaly", Severity.WARNING): 1}
+    window = 1000 + GRACE_S["straggler"]  # the fault's window and its grace, on G1 and on G9
+    assert ev.healthy_gpu_days == pytest.approx(len(observed) - 2 * window / DAY_S)
 
 
 def test_an_episode_that_detects_another_fault_is_that_faults_alert_not_this_ones() -> None:
