@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pipeline.config import HealthSettings
-from pipeline.events import Finding
+from pipeline.events import SEVERITY_RANK, Finding
 from pipeline.health.fold import APP_XIDS, Escalations, FiringFinding, GpuKey, NodeKey, Reason, reason_of
 from pipeline.health.states import Health, Remedy
 from pipeline.vocab import NS_PER_S
@@ -162,12 +162,9 @@ class History:
         return escalate(self.episodes(), now_ns, self.rules)
 
 
-_RANK = {"info": 0, "warning": 1, "critical": 2}
-
-
 def worse(a: str, b: str) -> str:
     """The worse of two severities (as finding points store them; an unknown one counts as info)."""
-    return max(a, b, key=lambda v: _RANK.get(v, 0))
+    return max(a, b, key=lambda v: SEVERITY_RANK.get(v, 0))
 
 
 def escalate(history: Iterable[Episode], now_ns: int, rules: HealthSettings) -> Escalations:

@@ -391,6 +391,10 @@ class Severity(StrEnum):
     CRITICAL = "critical"
 
 
+#: severities as numbers to compare, least severe first (a StrEnum: the plain strings findings store look them up too)
+SEVERITY_RANK: Final[dict[str, int]] = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     """What a detector (or the baseline scorer) concluded about one GPU (or node, ``gpu_uuid`` None).

@@ -37,7 +37,7 @@ from typing import Final
 
 import numpy as np
 
-from pipeline.events import FaultRecord, Finding, Severity
+from pipeline.events import SEVERITY_RANK, FaultRecord, Finding, Severity
 from pipeline.health.fold import FiringFinding, reason_of
 from pipeline.health.states import BADNESS, Health
 from pipeline.kinds import DEFAULT_GRACE_S, EVENT_KINDS, FAULTS, KINDS, WASTE_KINDS
@@ -121,9 +121,6 @@ class Episode:
         return Health.HEALTHY if reason is None else reason.state
 
 
-_RANK: Final = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
-
-
 def episodes(findings: Iterable[Finding], run_end_ns: int) -> list[Episode]:
     """The episodes among findings: a finding's repeats and its clear share its ``since_ns``."""
     seen: dict[tuple[str, str, str, str | None, int], list[Finding]] = {}
@@ -132,7 +129,7 @@ def episodes(findings: Iterable[Finding], run_end_ns: int) -> list[Episode]:
     out = []
     for (detector, cluster, node, gpu, since), fs in seen.items():
         cleared = [f.ts_ns for f in fs if not f.active]
-        severity = max((f.severity for f in fs), key=_RANK.__getitem__)
+        severity = max((f.severity for f in fs), key=SEVERITY_RANK.__getitem__)
         xid = fs[0].evidence.get("xid", fs[0].evidence.get("last_xid"))
         end = min(cleared) if cleared else run_end_ns
         out.append(Episode(detector, severity, cluster, node, gpu, since, end, xid))

@@ -35,7 +35,7 @@ import numpy as np
 
 from pipeline import afid
 from pipeline.config import DetectorSettings
-from pipeline.events import METRIC_INDEX, EventKind, Finding, GpuEvent, Severity
+from pipeline.events import METRIC_INDEX, SEVERITY_RANK, EventKind, Finding, GpuEvent, Severity
 from pipeline.kinds import ECC, LOST_BUS, RAS, REMAP, STORM, XID
 from processors.detectors.columns import S, col, fmt
 from processors.detectors.findings import Reporter
@@ -192,7 +192,6 @@ def describe(code: int) -> Xid:
 # --- the rules -----------------------------------------------------------------------------------------------------
 
 _CONTAINED_ECC: Final = 94
-_RANK: Final = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 #: quiet this long (s) and an ECC or remap finding clears (unless a remap still waits for a reset)
 _MEMORY_QUIET_S: Final = 600.0
 #: a GPU back on the bus is back once it reports this long (s)
@@ -289,7 +288,7 @@ class HardErrors:
         episode = gpus.get(slot, name)
         before = describe(int(episode.detail.get("xid", e.code))).severity
         episode.detail["xid"] = float(e.code)
-        if name == XID and _RANK[describe(e.code).severity] > _RANK[before]:
+        if name == XID and SEVERITY_RANK[describe(e.code).severity] > SEVERITY_RANK[before]:
             self.report.send(slot, XID, True, e.ts_ns, out)
 
     def _ras_event(self, slot: int, e: GpuEvent, out: list[Finding]) -> None:
