@@ -15,6 +15,7 @@ Exits 1 when an acceptance threshold is missed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -277,12 +278,9 @@ def _offline(
     hours = gpu_days * 24.0 / (nodes * gpus)
     if findings is not None:
         findings.mkdir(parents=True, exist_ok=True)
-    plans = [
-        FleetPlan(s, nodes, gpus, hours, interval, learn_hours, per_class, withhold, learn_seed=s + LEARN_SEED)
-        if elsewhere
-        else FleetPlan(s, nodes, gpus, hours, interval, learn_hours, per_class, withhold)
-        for s in seeds
-    ]
+    plans = [FleetPlan(s, nodes, gpus, hours, interval, learn_hours, per_class, withhold) for s in seeds]
+    if elsewhere:
+        plans = [dataclasses.replace(p, learn_seed=p.seed + LEARN_SEED) for p in plans]
     click.echo(
         f"offline evaluation (the interpretation code in this process, no Kafka or InfluxDB): {len(seeds)} seed(s), "
         f"{nodes} nodes x {gpus} GPUs, {learn_hours:g} h day one + {hours:.1f} h after learning "

@@ -365,12 +365,10 @@ def score(
     # the faults each episode is a true detection of: such an episode is the alert of its own fault, not one more
     # alert of every other fault whose window and GPUs it shares (two faults in one job, on one node)
     detects: dict[int, set[int]] = {}
-    for n, t in enumerate(truth):
-        if t.kind in FAULTS:
-            for i in by_node.get((t.record.cluster, t.record.node), []):
-                if t.matches(eps[i], tol):
-                    detects.setdefault(i, set()).add(n)
-    number = {id(t): n for n, t in enumerate(truth)}
+    for t in faults:
+        for i in by_node.get((t.record.cluster, t.record.node), []):
+            if t.matches(eps[i], tol):
+                detects.setdefault(i, set()).add(id(t))
     matched: set[int] = set()
     classes = []
     for kind in (*FAULTS, *EVENT_KINDS, *WASTE_KINDS):
@@ -395,7 +393,7 @@ def score(
             if hits:
                 delays.append(max(0.0, (min(eps[i].start_ns for i in hits) - t.record.start_ns) / _S))
             if kind in FAULTS:
-                seen, me = (t.record.start_ns, t.grace_end_ns), number[id(t)]
+                seen, me = (t.record.start_ns, t.grace_end_ns), id(t)
                 alerts.append(
                     sum(
                         1

@@ -56,12 +56,12 @@ from pipeline.events import (
     SampleBatch,
     node_key,
 )
-from pipeline.topology import NodeTopology
 from processors.app import interpreter_from
 from processors.baselines.fit import LabelledRows, fit_version
 from processors.baselines.store import BaselineSet
 from processors.enrich import ContextTimeline
 from processors.features import PHASE_INDEX, features_of
+from processors.interpret import Interpreter
 from processors.normalize import RawMessage, process_raw
 from producers.simulator import Fleet
 from producers.simulator.plan import MAGNITUDES, FaultPlan
@@ -238,11 +238,8 @@ def run(plan: FleetPlan, settings: Settings | None = None, progress: bool = True
 
     contexts: dict[bytes, GpuContext] = {}
     timeline = ContextTimeline()
-    topologies: dict[bytes, NodeTopology] = {t.kafka_key: t for t in fleet.topologies(T0)}
     current: list[BaselineSet | None] = [None]
-    interpreter = interpreter_from(
-        settings, contexts.get, lambda c, n: topologies.get(node_key(c, n)), lambda: current[0], timeline
-    )
+    interpreter = _interpreter(settings, fleet, contexts, timeline, lambda: current[0])
     limits = settings.validation
 
     findings: list[Finding] = []
@@ -273,11 +270,7 @@ def run(plan: FleetPlan, settings: Settings | None = None, progress: bool = True
             if c.node not in hidden:
                 contexts[c.kafka_key] = c
                 timeline.see(c.kafka_key, c)
-        msgs = [
-            RawMessage(b.kafka_key, encode_samples(b), f"{cluster}/{i % PARTITIONS}/{r}", i % PARTITIONS)
-            for i, b in enumerate(rnd.batches)
-        ]
-        outcome = process_raw(msgs, ts, limits)
+        outcome = process_raw(_messages(rnd.batches, cluster, r), ts, limits)
         samples += outcome.samples_ok
         dead += len(outcome.dead)
         util = np.full(fleet.size, np.nan)
@@ -319,10 +312,7 @@ def _learn_elsewhere(
     fleet = Fleet(plan.nodes, plan.gpus, cluster, seed, extras=True, mix="seeded")
     contexts: dict[bytes, GpuContext] = {}
     timeline = ContextTimeline()
-    topologies = {t.kafka_key: t for t in fleet.topologies(T0)}
-    interpreter = interpreter_from(
-        settings, contexts.get, lambda c, n: topologies.get(node_key(c, n)), lambda: None, timeline
-    )
+    interpreter = _interpreter(settings, fleet, contexts, timeline, lambda: None)
     learned: Learned = {}
     for r in range(rounds):
         ts = T0 + r * dt
@@ -330,16 +320,33 @@ def _learn_elsewhere(
         for c in rnd.contexts:
             contexts[c.kafka_key] = c
             timeline.see(c.kafka_key, c)
-        msgs = [
-            RawMessage(b.kafka_key, encode_samples(b), f"{cluster}/learn/{i % PARTITIONS}/{r}", i % PARTITIONS)
-            for i, b in enumerate(rnd.batches)
-        ]
-        for _part, normalized in process_raw(msgs, ts, settings.validation).forward:
+        outcome = process_raw(_messages(rnd.batches, f"{cluster}/learn", r), ts, settings.validation)
+        for _part, normalized in outcome.forward:
             batch, _found = interpreter.apply(normalized, ts)
             _remember(batch, learned)
         interpreter.tick(ts)
         bar.update(1)
     return learned
+
+
+def _interpreter(
+    settings: Settings,
+    fleet: Fleet,
+    contexts: dict[bytes, GpuContext],
+    timeline: ContextTimeline,
+    baselines: Callable[[], BaselineSet | None],
+) -> Interpreter:
+    """The processor's interpretation of ``fleet``: its topology, the contexts given so far, ``baselines``."""
+    topologies = {t.kafka_key: t for t in fleet.topologies(T0)}
+    return interpreter_from(settings, contexts.get, lambda c, n: topologies.get(node_key(c, n)), baselines, timeline)
+
+
+def _messages(batches: Sequence[SampleBatch], prefix: str, r: int) -> list[RawMessage]:
+    """Round ``r``'s node batches as the raw messages a collector publishes, spread over PARTITIONS."""
+    return [
+        RawMessage(b.kafka_key, encode_samples(b), f"{prefix}/{i % PARTITIONS}/{r}", i % PARTITIONS)
+        for i, b in enumerate(batches)
+    ]
 
 
 def _peers_of(fleet: Fleet) -> Callable[[FaultRecord], tuple[str, ...]]:

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from pipeline.config import Settings
 from pipeline.errors import ServiceError
-from pipeline.metrics import StatsView, counter, gauge
+from pipeline.metrics import Field, StatsView, counter, gauge
 from pipeline.mirror import TopicMirror
 from pipeline.vocab import NS_PER_S, utc_text
 from sinks.kubernetes.api import NODES, RULES, SLICES, ApiError, Client
@@ -66,7 +66,7 @@ class SyncStats:
 
 
 #: the controller's counters on /metrics (docs/metrics.md): one counter, two views (pipeline.metrics.StatsView)
-SYNC_FIELDS = (
+SYNC_FIELDS: tuple[Field, ...] = (
     counter("rounds", "hermeneut_kubernetes_rounds_total", "Rounds that read the cluster and planned."),
     counter("conditions_written", "hermeneut_kubernetes_conditions_written_total", "Node conditions written."),
     counter("rules_created", "hermeneut_kubernetes_taint_rules_created_total", "DeviceTaintRules created."),
