@@ -134,7 +134,7 @@ def _empty(batch: SampleBatch) -> bool:
     return not (batch.samples or batch.events or batch.nics)
 
 
-def _stamp_interval(batch: SampleBatch, interval_s: float) -> None:
+def stamp_interval(batch: SampleBatch, interval_s: float) -> None:
     """Each sample says how long it stands for (the round's interval), unless its source knows better: GPU-hours
     and idle time are counted per series from it, never from a setting the reader has to guess. The metrics dicts
     are this round's own, fresh from the source."""
@@ -337,7 +337,7 @@ class NodeAgent:
             if isinstance(record, SampleBatch):
                 if _empty(record):
                     continue
-                _stamp_interval(record, self.interval_s)
+                stamp_interval(record, self.interval_s)
             routed = self._route(record)
             if not routed:
                 continue  # dead-lettered: too large for its topic

@@ -63,6 +63,7 @@ from processors.enrich import ContextTimeline
 from processors.features import PHASE_INDEX, features_of
 from processors.interpret import Interpreter
 from processors.normalize import RawMessage, process_raw
+from producers.agent import stamp_interval
 from producers.simulator import Fleet
 from producers.simulator.plan import MAGNITUDES, FaultPlan
 
@@ -270,7 +271,7 @@ def run(plan: FleetPlan, settings: Settings | None = None, progress: bool = True
             if c.node not in hidden:
                 contexts[c.kafka_key] = c
                 timeline.see(c.kafka_key, c)
-        outcome = process_raw(_messages(rnd.batches, cluster, r), ts, limits)
+        outcome = process_raw(_messages(rnd.batches, cluster, r, plan.interval_s), ts, limits)
         samples += outcome.samples_ok
         dead += len(outcome.dead)
         util = np.full(fleet.size, np.nan)
@@ -320,7 +321,7 @@ def _learn_elsewhere(
         for c in rnd.contexts:
             contexts[c.kafka_key] = c
             timeline.see(c.kafka_key, c)
-        outcome = process_raw(_messages(rnd.batches, f"{cluster}/learn", r), ts, settings.validation)
+        outcome = process_raw(_messages(rnd.batches, f"{cluster}/learn", r, plan.interval_s), ts, settings.validation)
         for _part, normalized in outcome.forward:
             batch, _found = interpreter.apply(normalized, ts)
             _remember(batch, learned)
@@ -341,8 +342,11 @@ def _interpreter(
     return interpreter_from(settings, contexts.get, lambda c, n: topologies.get(node_key(c, n)), baselines, timeline)
 
 
-def _messages(batches: Sequence[SampleBatch], prefix: str, r: int) -> list[RawMessage]:
-    """Round ``r``'s node batches as the raw messages a collector publishes, spread over PARTITIONS."""
+def _messages(batches: Sequence[SampleBatch], prefix: str, r: int, interval_s: float) -> list[RawMessage]:
+    """Round ``r``'s node batches as the raw messages a collector publishes (each sample stamped with its interval,
+    as the node agent stamps it: the detectors read a GPU's silence in its own intervals), spread over PARTITIONS."""
+    for b in batches:
+        stamp_interval(b, interval_s)
     return [
         RawMessage(b.kafka_key, encode_samples(b), f"{prefix}/{i % PARTITIONS}/{r}", i % PARTITIONS)
         for i, b in enumerate(batches)

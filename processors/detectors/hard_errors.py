@@ -181,6 +181,11 @@ UNCORRECTABLE: Final = frozenset({48, 64, 94, 95, 140})
 FOLLOWERS: Final = frozenset({45})
 
 
+def _worse(code: int, than: int) -> bool:
+    """XID ``code`` is more severe than XID ``than``."""
+    return SEVERITY_RANK[describe(code).severity] > SEVERITY_RANK[describe(than).severity]
+
+
 def describe(code: int) -> Xid:
     """The catalogue entry for ``code``; an unknown XID gets a generic entry instead of an error."""
     known = CATALOGUE.get(code)
@@ -286,9 +291,9 @@ class HardErrors:
         if e.code in FOLLOWERS:
             return
         episode = gpus.get(slot, name)
-        before = describe(int(episode.detail.get("xid", e.code))).severity
+        before = int(episode.detail.get("xid", e.code))
         episode.detail["xid"] = float(e.code)
-        if name == XID and SEVERITY_RANK[describe(e.code).severity] > SEVERITY_RANK[before]:
+        if name == XID and _worse(e.code, before):
             self.report.send(slot, XID, True, e.ts_ns, out)
 
     def _ras_event(self, slot: int, e: GpuEvent, out: list[Finding]) -> None:
@@ -378,7 +383,10 @@ class HardErrors:
         else:
             episode = gpus.get(slot, name)
             for key, value in detail.items():
-                episode.detail[key] = episode.detail.get(key, 0.0) + value
+                if key != "xid":
+                    episode.detail[key] = episode.detail.get(key, 0.0) + value
+                elif key not in episode.detail or _worse(int(value), int(episode.detail[key])):
+                    episode.detail[key] = value  # the XID that opened it, unless a worse one follows
 
     def lost_and_back(self, out: list[Finding]) -> None:
         """GPUs silent while their node still reports have fallen off the bus (dated when the silence became

@@ -94,6 +94,9 @@ BENIGN_XID: Final = XID
 _RETRY_S: Final = 60.0
 
 
+#: the share of ended jobs torn down with work in flight, whose GPUs log XID 45 (preemptive cleanup). An assumption:
+#: no public trace gives the share; NVIDIA's catalogue says 45 follows a killed or crashed application
+TEARDOWN_SHARE: Final = 0.2
 #: XIDs of an application-level storm and their weights, with the kernel log's wording
 STORM_XIDS: Final = ((13, 0.3), (31, 0.3), (43, 0.25), (45, 0.15))
 XID_TEXT: Final[dict[int, str]] = {
@@ -150,6 +153,8 @@ class FaultInjector:
         self.view = view
         self.rng = rng
         self.benign_events = benign_events
+        # a stream of its own, so the teardown XIDs leave every other draw of a seed as it was
+        self._teardown_rng = rng.spawn(1)[0]
         n = len(view.uuids)
         self.n = n
         self.effects = Effects(n, int(view.nvlink_count.max()) if n else 0)
@@ -186,6 +191,7 @@ class FaultInjector:
     def advance(self, now: Now) -> Round:
         """End due faults, start new ones, tick the running ones."""
         out = Round()
+        teardown = list(now.sched.ended)  # the jobs the scheduler ended this round, before a fault kills one
         for due in [f for f in self.active if now.now_s >= f.end_s]:
             self._end(due, now)
         while self._pending and self._pending[0].at_s <= now.now_s:
@@ -198,7 +204,7 @@ class FaultInjector:
                 rate = self.plan.rate_per_node_s(fault) * len(self.view.nodes) * now.dt
                 for _ in range(int(self.rng.poisson(rate)) if rate > 0 else 0):
                     self._start(fault, now, out, None)
-        self._tick(now, out)
+        self._tick(now, out, teardown)
         return out
 
     def _due_quota(self, now: Now, out: Round) -> None:
@@ -218,7 +224,7 @@ class FaultInjector:
                 self.unplaced[fault] += 1
         self._quota = sorted(self._quota + retry)
 
-    def _tick(self, now: Now, out: Round) -> None:
+    def _tick(self, now: Now, out: Round, teardown: list[list[int]]) -> None:
         e, rng, n, dt = self.effects, self.rng, self.n, now.dt
         if dt <= 0:
             return
@@ -259,6 +265,35 @@ class FaultInjector:
                         f"application XID {code}: a user's bug, not the GPU's",
                     )
                 )
+            for gpus in teardown:
+                self._teardown_xids(gpus, now, out)
+
+    def _teardown_xids(self, gpus: list[int], now: Now, out: Round) -> None:
+        """XID 45 (preemptive cleanup) on the GPUs of a job torn down with work in flight (killed, crashed, timed
+        out): :data:`TEARDOWN_SHARE` of the ended jobs, 1-12 on each GPU within 6 s, as NVSentinel #1629 saw after a
+        crashed job (12 on each GPU within 6 s). Benign: ground truth records one benign XID per GPU."""
+        rng, v = self._teardown_rng, self.view
+        if rng.random() >= TEARDOWN_SHARE:
+            return
+        span_ns = int(min(6.0, now.dt) * 1e9)
+        for g in gpus:
+            if self.gpu_fault[g] or not v.nvidia[g] or self.effects.lost[g]:
+                continue
+            offsets = np.sort(rng.integers(0, span_ns + 1, int(rng.integers(1, 13))))[::-1]
+            for off in offsets.tolist():
+                out.events.append((int(self._node_of[g]), self._event(g, now.ts_ns - off, EventKind.XID, 45)))
+            first = now.ts_ns - int(offsets[0])
+            out.records.append(
+                FaultRecord(
+                    v.cluster,
+                    v.nodes[int(self._node_of[g])],
+                    v.uuids[g],
+                    BENIGN_XID,
+                    first,
+                    first,
+                    f"{len(offsets)} XID 45 (preemptive cleanup) as its job was torn down: benign",
+                )
+            )
 
     # --- starting and ending faults -----------------------------------------------------------------------
     def eligible(self, fault: str, now: Now) -> np.ndarray:

@@ -106,6 +106,8 @@ class Scheduler:
         # faults tell the scheduler which GPUs cannot take jobs and which jobs must keep running
         self.unavailable = np.zeros(n, dtype=bool)
         self.hold = np.zeros(n, dtype=bool)
+        #: the GPUs of each job ended since the round began (the fault injector's teardown XIDs read them)
+        self.ended: list[list[int]] = []
         self.jobs: dict[int, Job] = {}
         self._slots = 0
         self._free_slots: list[int] = []
@@ -173,6 +175,7 @@ class Scheduler:
     def advance(self, now_s: float) -> list[int]:
         """End, re-phase and start jobs up to ``now_s``; returns the GPUs whose job changed."""
         changed: list[int] = []
+        self.ended = []
         for slot in np.flatnonzero(self.job_next[: self._slots] <= now_s).tolist():
             job = self.jobs.get(slot)
             if job is not None:
@@ -216,6 +219,7 @@ class Scheduler:
         self._free_slots.append(job.slot)
         self.job_next[job.slot] = math.inf
         gpus = job.gpus
+        self.ended.append(list(gpus))
         self.gpu_job[gpus] = -1
         self.gpu_app[gpus] = APP_IDLE
         self.gpu_busy[gpus] = False

@@ -111,6 +111,29 @@ def test_uncorrectable_ecc_from_counters_events_and_remap() -> None:
     assert "drain the GPU and reset it" in first.action
 
 
+def test_an_ecc_finding_names_the_xid_that_opened_it_not_the_sum_of_its_xids() -> None:
+    """A DBE whose row remap failed logs XIDs 48, 94 and 64 at once (the offline evaluation's seed 33445): the
+    finding said "XID 206: unknown XID 206", their sum; it names XID 48, and a worse XID that follows would replace
+    it. Its remap failure cleared by the reset at t=600, it clears after 10 quiet minutes."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if gpu == 2 and t >= 300:
+            failed = 1.0 if t < 600 else 0.0
+            return m | {"ecc_uncorrected_total": 2.0, "row_remap_uncorrectable_total": 1.0, "row_remap_failure": failed}
+        return m
+
+    def events(t: int) -> list[GpuEvent]:
+        if t == 300:
+            return [GpuEvent("c1", "node-1", "GPU-2", 2, T0 + t * S, EventKind.XID, code, "") for code in (48, 94, 64)]
+        return []
+
+    _det, found, _ = run(1500, shape, events=events, interval=10)
+    ecc = [f for f in found if f.detector == "ecc-uncorrectable"]
+    named = {f.evidence.get("xid") for f in ecc} - {None}
+    assert named == {48.0} and "XID 48: double-bit" in ecc[-1].summary
+    assert not ecc[-1].active and ecc[-1].ts_ns == T0 + 1190 * S
+
+
 def test_row_remap_pending_alone_is_a_row_remap_warning() -> None:
     def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
         return m | {"row_remap_pending": 1.0} if gpu == 0 and t >= 100 else m

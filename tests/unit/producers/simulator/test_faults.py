@@ -34,6 +34,8 @@ GPN = 8
 class Run:
     fleet: Fleet
     records: list[FaultRecord]
+    #: ground truth that is not a fault: benign XIDs
+    benign: list[FaultRecord] = field(default_factory=list)
     samples: dict[str, list[GpuSample]] = field(default_factory=lambda: defaultdict(list))
     events: dict[str, list[GpuEvent]] = field(default_factory=lambda: defaultdict(list))
 
@@ -59,7 +61,8 @@ def run() -> Run:
     out = Run(fleet, [])
     for r in range(ROUNDS):
         sim = fleet.round(T0 + r * 10**9)
-        out.records += sim.ground_truth
+        out.records += [r for r in sim.ground_truth if r.fault in FAULTS]
+        out.benign += [r for r in sim.ground_truth if r.fault not in FAULTS]
         for batch in sim.batches:
             for s in batch.samples:
                 out.samples[s.gpu_uuid].append(s)
@@ -378,7 +381,37 @@ def test_no_signature_outside_the_faults(run: Run) -> None:
             assert m.get("nvlink_links_active", 0) == m.get("nvlink_links_max", 0)
             assert m["pcie_link_width"] == m["pcie_link_width_max"]
             assert m.get("ecc_uncorrected_total", 0) == 0
-        assert len([e for e in run.events[uuid] if e.kind == EventKind.XID]) <= 1  # at most a stray user XID
+        xids = [e for e in run.events[uuid] if e.kind == EventKind.XID]
+        assert all(_benign_of(run, e) for e in xids)  # a stray user XID, a job's teardown
+
+
+def _benign_of(run: Run, e: GpuEvent) -> FaultRecord | None:
+    """The benign ground truth an XID belongs to: a single application XID at its time, or the first of a teardown's
+    XID 45s, 6 s before it at most."""
+    return next(
+        (
+            r
+            for r in run.benign
+            if r.gpu_uuid == e.gpu_uuid
+            and r.fault == "xid"
+            and (r.start_ns == e.ts_ns or (e.code == 45 and 0 <= e.ts_ns - r.start_ns <= 6 * 10**9))
+        ),
+        None,
+    )
+
+
+def test_a_job_torn_down_logs_xid_45_on_its_gpus_as_benign_ground_truth(run: Run) -> None:
+    """XID 45 after a job's end (NVSentinel #1629: 12 on each GPU of a crashed job within 6 s): 1-12 per GPU within
+    6 s, each burst recorded once as a benign XID, on GPUs whose job had just ended."""
+    teardowns = [r for r in run.benign if "XID 45" in r.detail]
+    assert teardowns, "no job of the run was torn down with XID 45"
+    for r in teardowns:
+        assert r.gpu_uuid is not None and r.start_ns == r.end_ns
+        burst = [e for e in run.events[r.gpu_uuid] if e.code == 45 and 0 <= e.ts_ns - r.start_ns <= 6 * 10**9]
+        assert 1 <= len(burst) <= 12 and burst[0].ts_ns == r.start_ns
+        assert f"{len(burst)} XID 45" in r.detail
+        after = [s for s in run.samples[r.gpu_uuid] if s.ts_ns >= r.start_ns][:1]
+        assert after and after[0].metrics["utilization_gpu_percent"] < 5  # its job is gone
 
 
 def test_random_faults_follow_the_plan() -> None:
