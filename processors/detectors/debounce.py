@@ -5,7 +5,8 @@ row. Each row moves the GPU's score towards 1 (condition true) with the level's 
 (condition false) with its clearing time constant, by the time since the GPU's previous row; a row that cannot
 judge the condition leaves it. The finding starts when the score reaches ``on`` and clears when it falls to
 ``off``. Clearing is slower than starting: a GPU its controller holds at the slowdown threshold throttles on and off
-from one sample to the next, and that is one finding, not one per dip, at a 1 s or a 30 s sampling interval alike.
+from one sample to the next, and that is one finding, not one per dip, at a 1 s or a 60 s sampling interval alike:
+where the condition is such a snapshot (``Level.snapshot_s``), a row without it counts for at most a few seconds.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ class Level:
     on: float
     off: float
     clear_tau_s: float | None = None
+    #: a row without the condition stands for at most this long of its absence (None: for the time since the GPU's
+    #: previous row). For a condition read off a snapshot that comes and goes within seconds (NVML's clocks-event
+    #: reasons under a controller that holds a temperature), three rows a minute apart that miss it are three
+    #: instants, not three minutes without it: clearing then takes as many rows at 30 or 60 s as at 10 s
+    snapshot_s: float | None = None
 
     @property
     def falling_tau_s(self) -> float:
@@ -45,6 +51,7 @@ class Debounce:
         self.levels = levels
         self._tau = np.array([level.tau_s for level in levels])
         self._clear_tau = np.array([level.falling_tau_s for level in levels])
+        self._snapshot = np.array([np.inf if level.snapshot_s is None else level.snapshot_s for level in levels])
         self._on = np.array([level.on for level in levels])
         self._off = np.array([level.off for level in levels])
         self._scores = slots.attach(_Scores(np.zeros((0, len(levels)))))
@@ -55,7 +62,8 @@ class Debounce:
         """One row per GPU ``g`` (conditions and whether each could be judged, seconds since the GPU's previous row,
         which levels have an open finding): per GPU and level, whether its finding starts, and whether it clears."""
         tau = np.where(cond, self._tau[None, :], self._clear_tau[None, :])
-        alpha = 1.0 - np.exp(-dt_s[:, None] / tau)
+        span = np.where(cond, dt_s[:, None], np.minimum(dt_s[:, None], self._snapshot[None, :]))
+        alpha = 1.0 - np.exp(-span / tau)
         score = self._scores.score[g]
         new = np.where(seen, score + alpha * (cond - score), score)
         self._scores.score[g] = new

@@ -37,7 +37,7 @@ from processors.detectors.memory import Memory
 from processors.detectors.power import Power
 from processors.detectors.storms import Storms
 from processors.detectors.stragglers import Stragglers, rank_groups
-from processors.detectors.thermal import HbmThermal, Thermal
+from processors.detectors.thermal import DieTail, HbmThermal, Thermal
 from processors.features import PHASE_INDEX
 from processors.interpret import TopologyOf
 from processors.state import GpuSlots
@@ -99,6 +99,7 @@ class Detectors:
         self.report = report = Reporter(slots, self.latest)
         self.jobs = Jobs(slots)
         self.debounce = Debounce(slots, LEVELS)
+        self.die_tail = DieTail(slots)
         self.links = Links(slots, topology_of or (lambda _cluster, _node: None))
         self.power = Power(slots, settings, self.latest, self.jobs.at, report)
         self.memory = Memory(slots, settings, self.jobs.at, report)
@@ -281,10 +282,7 @@ class Detectors:
         self, g: np.ndarray, ts: np.ndarray, cond: np.ndarray, seen: np.ndarray, dt_s: np.ndarray, out: list[Finding]
     ) -> None:
         active = np.column_stack([self.report.gpus.active(g, level.name) for level in LEVELS])
-        # a slowdown that looks like the memory's while the die's thermal finding is open is the die's going on: as
-        # the controller gives the clocks back the die cools faster than the memory, which then looks the part nearer
-        # its limit (seed 43331 of the offline evaluation: two false HBM findings 30 s after die faults ended)
-        tail = cond[:, _HBM] & active[:, _DIE]
+        tail = self.die_tail.step(g, ts, cond[:, _DIE] & seen[:, _DIE], cond[:, _HBM], active[:, _DIE])
         if tail.any():
             cond = cond.copy()
             cond[:, _DIE] |= tail

@@ -22,19 +22,22 @@ Two level conditions (debounced, processors.detectors.debounce):
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from pipeline.events import Severity
 from pipeline.kinds import HBM, THERMAL
 from pipeline.vocab import HW_SLOWDOWN, HW_THERMAL, SW_THERMAL
-from processors.detectors.columns import REL, bits, col, fmt, lt
+from processors.detectors.columns import REL, S, bits, col, fmt, lt
 from processors.detectors.debounce import Level
 from processors.detectors.gpus import GpuView
 from processors.episodes import Description, Episode
+from processors.state import GpuSlots, column
 
-LEVEL = Level(THERMAL, tau_s=10.0, on=0.6, off=0.15, clear_tau_s=90.0)
-HBM_LEVEL = Level(HBM, tau_s=10.0, on=0.6, off=0.15, clear_tau_s=90.0)
+#: the reasons are the instant's (processors.detectors.debounce): a row without them is at most 10 s of their absence
+LEVEL = Level(THERMAL, tau_s=10.0, on=0.6, off=0.15, clear_tau_s=90.0, snapshot_s=10.0)
+HBM_LEVEL = Level(HBM, tau_s=10.0, on=0.6, off=0.15, clear_tau_s=90.0, snapshot_s=10.0)
 #: HW slowdown this close to the slowdown temperature is heat (farther away it is a power brake)
 HOT_WITHIN_C = 3.0
 
@@ -55,6 +58,35 @@ def conditions(m: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     thermal = bits(mask, HW_THERMAL | SW_THERMAL) | (bits(mask, HW_SLOWDOWN) & hot)
     thermal |= np.isnan(mask) & ~lt(temp, slowdown) & lt(clock, 0.9)
     return thermal & ~hbm, ~np.isnan(mask) | ~np.isnan(temp), hbm, ~np.isnan(mask) | mem_known
+
+
+#: how long after the die's own slowdown a slowdown that looks like the memory's is still the die's: as the
+#: controller gives the clocks back the die cools faster than the memory, which then looks the part nearer its
+#: limit; a die cools from its slowdown within a few of its thermal time constants (tens of seconds)
+DIE_TAIL_S = 120.0
+
+
+@dataclass(eq=False)
+class _DieSeen:
+    #: the time of each GPU's latest row where the die's own slowdown showed (-1: never)
+    ns: np.ndarray = column(-1, dtype=np.int64)
+
+
+class DieTail:
+    """Rows that look like the HBM's slowdown right after the die's, while its finding is open, are the die's going
+    on (the offline evaluation's seed 43331: two false HBM findings 30 s after die faults ended); later ones are the
+    memory's own (seed 33445 at 60 s: an HBM fault 12 minutes after a die's, which the die's finding had swallowed
+    for 70 minutes)."""
+
+    def __init__(self, slots: GpuSlots) -> None:
+        self._seen = slots.attach(_DieSeen())
+
+    def step(self, g: np.ndarray, ts: np.ndarray, die: np.ndarray, hbm: np.ndarray, die_open: np.ndarray) -> np.ndarray:
+        """One row per GPU ``g``: which of its HBM-looking rows are the die's tail."""
+        self._seen.ns[g[die]] = ts[die]
+        last = self._seen.ns[g]
+        tail: np.ndarray = hbm & die_open & (last >= 0) & (ts - last <= DIE_TAIL_S * S)
+        return tail
 
 
 class Thermal:

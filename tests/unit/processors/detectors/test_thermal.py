@@ -58,6 +58,30 @@ def test_a_gpu_held_at_its_threshold_is_one_finding_at_any_sampling_interval(int
     assert len(starts(found)) == 1
 
 
+@pytest.mark.parametrize("interval", [10, 30, 60])
+def test_a_slowdown_missed_by_three_snapshots_in_a_row_goes_on(interval: int) -> None:
+    """The HBM's controller holds the memory at its maximum: the SW thermal reason is set at one sampled instant of
+    four (the offline evaluation's seed 33445 at 60 s: 12 episodes for 6 faults). Three rows a minute apart without
+    it are three instants, not three quiet minutes: one episode at every interval, which clears 15-18 rows after
+    the last one with the reason (as at 10 s), not 3."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        m = m | {"temperature_memory_max_celsius": 95.0}
+        if gpu == 5 and 600 <= t < 600 + 40 * interval:
+            held = (t // interval) % 4 == 0
+            return m | {"temperature_gpu_celsius": 45.0, "temperature_memory_celsius": 96.0 if held else 88.0,
+                        "throttle_reasons_mask": float(SW_THERMAL if held else 0)}  # fmt: skip
+        return m
+
+    _det, found, _batches = run(600 + 80 * interval, shape, interval=interval)
+    assert kinds(found) == {("hbm-thermal", "GPU-5")}
+    (start,) = starts(found)
+    (clear,) = [f for f in found if not f.active]
+    held = [t for t in range(600, 600 + 40 * interval, interval) if (t // interval) % 4 == 0]
+    assert start.ts_ns == T0 + held[0] * S
+    assert T0 + (held[-1] + 15 * interval) * S <= clear.ts_ns <= T0 + (held[-1] + 18 * interval) * S
+
+
 def test_the_memory_held_at_its_maximum_is_the_hbms_slowdown_not_the_dies() -> None:
     """SW thermal slowdown with the die at 62 C and the memory at its 95 C maximum: NVML's one reason covers both
     parts, and the finding names the memory (the die's wording would send someone to the wrong part)."""
@@ -115,3 +139,25 @@ def test_the_end_of_the_dies_slowdown_is_not_the_memorys() -> None:
     _det, found, _batches = run(1200, shape)
     assert kinds(found) == {("thermal-throttling", "GPU-2"), ("hbm-thermal", "GPU-5")}
     assert len(starts(found)) == 2
+
+
+def test_an_hbm_slowdown_after_the_dies_is_the_memorys_own() -> None:
+    """The offline evaluation's seed 33445 at 60 s: a die's thermal fault on GPU 2 ended, and 12 minutes later its
+    memory's thermal interface failed. The die's finding, still open (a snapshot without the reason is little
+    evidence that it ended), took the HBM rows as its own tail and swallowed the HBM fault for 70 minutes. The die's
+    tail lasts two minutes after its own last slowdown; after that the memory's slowdown is the memory's."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        m = m | {"temperature_memory_max_celsius": 95.0}
+        if gpu == 2 and 300 <= t < 900:  # the die at its slowdown
+            return m | {"temperature_gpu_celsius": 88.0, "temperature_memory_celsius": 83.0, "sm_clock_mhz": 1300.0,
+                        "throttle_reasons_mask": float(HW_THERMAL | SW_THERMAL),
+                        "utilization_gpu_percent": 97.0}  # fmt: skip
+        if gpu == 2 and 1620 <= t < 3000:  # the memory at its maximum, the die cool
+            return m | {"temperature_gpu_celsius": 45.0, "temperature_memory_celsius": 96.0, "sm_clock_mhz": 1300.0,
+                        "throttle_reasons_mask": float(SW_THERMAL), "utilization_gpu_percent": 97.0}  # fmt: skip
+        return m
+
+    _det, found, _batches = run(3600, shape, interval=60)
+    opened = [(f.detector, (f.ts_ns - T0) // S) for f in starts(found)]
+    assert opened == [("thermal-throttling", 300), ("hbm-thermal", 1620)]
