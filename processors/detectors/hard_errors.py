@@ -206,6 +206,8 @@ _BACK_S: Final = 30
 #: would be late) nor one dropped reading (a single missed poll stays quiet); one poll later at 1 s than at 60 s
 _MISSED_SAMPLES: Final = 3
 _INTERVAL: Final = METRIC_INDEX["sample_interval_seconds"]
+#: the flags of a remap or retirement waiting for the GPU's reset
+_PENDING: Final = np.array([METRIC_INDEX["row_remap_pending"], METRIC_INDEX["retired_pages_pending"]])
 
 
 @dataclass(eq=False)
@@ -417,10 +419,12 @@ class HardErrors:
             ras = self._ras.get(slot)
             since, quiet_for = (ras[0] if ras else episode.since_ns), self.settings.storm_window_s
         elif name in (ECC, REMAP):
-            if self.latest.row[slot, METRIC_INDEX["row_remap_pending"]] == 1:
+            if (self.latest.row[slot, _PENDING] == 1).any():  # a row remap (Ampere+) or page retirement (Volta)
                 return None
-            evidence = self.evidence.ecc_ts if name == ECC else self.evidence.remap_ts
-            return self._quiet_samples_end(slot, int(evidence[slot]), episode)
+            # a pending remap is evidence until the reset: the quiet time counts from its last row, not from before
+            remap = int(self.evidence.remap_ts[slot])
+            evidence = max(int(self.evidence.ecc_ts[slot]), remap) if name == ECC else remap
+            return self._quiet_samples_end(slot, evidence, episode)
         else:
             return None
         return max(episode.since_ns, since + int(quiet_for * S))

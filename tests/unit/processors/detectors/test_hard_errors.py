@@ -134,6 +134,24 @@ def test_an_ecc_finding_names_the_xid_that_opened_it_not_the_sum_of_its_xids() -
     assert not ecc[-1].active and ecc[-1].ts_ns == T0 + 1190 * S
 
 
+def test_a_page_retirement_pending_keeps_the_ecc_finding_open_as_a_remap_does() -> None:
+    """A Volta GPU retires the page of a DBE at its next reset (``retired_pages_pending``). The ECC finding ended 10
+    minutes after the error although the retirement still waited, and the pending flag then opened a ``row-remap``
+    finding inside the ECC fault (the offline evaluation's seed 44556 at 60 s). It stays the one ECC finding until
+    the reset (the flag's last row at t=2340), and clears 10 quiet minutes after that, dated then."""
+
+    def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
+        m = {k: v for k, v in m.items() if not k.startswith("row_remap")} | {"sample_interval_seconds": 60.0}
+        if gpu == 1 and t >= 300:
+            return m | {"retired_pages_dbe_total": 1.0, "retired_pages_pending": 1.0 if t < 2400 else 0.0}
+        return m | {"retired_pages_dbe_total": 0.0, "retired_pages_pending": 0.0}
+
+    _det, found, _ = run(3600, shape, gpus=2, interval=60)
+    assert kinds(found) == {("ecc-uncorrectable", "GPU-1")}
+    (clear,) = [f for f in found if not f.active]
+    assert clear.ts_ns == T0 + 2940 * S and "pending" in found[0].summary
+
+
 def test_row_remap_pending_alone_is_a_row_remap_warning() -> None:
     def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
         return m | {"row_remap_pending": 1.0} if gpu == 0 and t >= 100 else m
