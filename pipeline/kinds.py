@@ -52,8 +52,10 @@ class Kind:
     grace_s: float = DEFAULT_GRACE_S
     hard: bool = False
     demo_at_s: float | None = None
-    #: other kinds whose finding detects this one too (a storm's first XID is reported at once as an ``xid``)
-    detected_by: tuple[str, ...] = ()
+    #: its finding needs a count of events over a window (a storm: ``storm_count`` XIDs in ``storm_window_s``), so
+    #: it cannot come within seconds of the fault's start: the "hard events" bar is then the GPU's state alone,
+    #: which the first event's own finding gives at once
+    counted: bool = False
     #: other kinds whose signature this one's holds (a link retrained narrower replays its packets too)
     also_shows: tuple[str, ...] = ()
 
@@ -112,7 +114,7 @@ KINDS: Final[tuple[Kind, ...]] = (
          min_visible_s=180.0, grace_s=180.0),
     Kind(STORM, _F, Rule(_D, _U, Remedy.RESET_GPU,
          "as one XID: a storm of the application's XIDs (13, 31, 43, ...) is RESTART_APP, the GPU is fine"),
-         min_visible_s=120.0, hard=True, demo_at_s=10.0, detected_by=(STORM, XID)),
+         min_visible_s=120.0, hard=True, demo_at_s=10.0, counted=True),
     Kind(ECC, _F, Rule(_U, _U, Remedy.RESET_GPU,
          "XID 48/94/95: Xid catalog RESET_GPU (the reset retires the page / remaps the row)"),
          min_visible_s=5.0, hard=True, demo_at_s=2.0),

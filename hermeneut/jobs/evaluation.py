@@ -17,8 +17,8 @@ fleet scale, hermeneut/jobs/fleeteval.py). The rules are built so that the score
   alert, counted there once, not also against every fault whose window and GPUs it shares.
 - **Matching is tight**: an episode of a fault's class detects it when it is active at any time between the
   fault's start minus ``tolerance_s`` and its end plus the class's grace (:data:`GRACE_S`); an episode still
-  active from before (the same GPU's earlier fault) is credited with it. An XID storm is detected by its first XID's
-  ``xid`` finding too (:data:`DETECTED_BY`); the storm class's precision counts only ``xid-storm`` episodes. A
+  active from before (the same GPU's earlier fault) is credited with it. An XID storm is detected by its
+  ``xid-storm`` finding only (the ``xid`` finding of its first XID is one more alert of it, not its detection). A
   class's precision leaves out only its episodes inside a fault whose signature holds it (:data:`ALSO_SHOWS`: a
   link retrained narrower replays packets too); they still count as that fault's extra alerts.
 - **Undetectable tails are excluded by rule and counted**: a fault that starts less than its class's
@@ -46,16 +46,15 @@ _S: Final = 1_000_000_000
 DAY_S: Final = 86_400.0
 #: finding kinds a user is paged for (their false alarms have the tightest budget)
 PAGING: Final = (Severity.CRITICAL, Severity.WARNING)
-#: the evaluation's columns of the one table of kinds (pipeline.kinds.Kind: ``grace_s``, ``min_visible_s``, ``hard``,
-#: ``detected_by``, ``also_shows``): how long after a fault ends a detection of it still counts, the least time a fault
-#: needs to show at all (faults starting closer than this to the end of the run are excluded by rule), the classes
-#: judged against the "hard events" bar, the kinds that detect a class besides its own name (a storm's first XID is
-#: reported at once as an ``xid`` finding), and the kinds a class's signature holds (a link retrained narrower
+#: the evaluation's columns of the one table of kinds (pipeline.kinds.Kind: ``grace_s``, ``min_visible_s``, ``hard``
+#: and ``counted``, ``also_shows``): how long after a fault ends a detection of it still counts, the least time a
+#: fault needs to show at all (faults starting closer than this to the end of the run are excluded by rule), the
+#: classes judged against the "hard events" bar, and the kinds a class's signature holds (a link retrained narrower
 #: replays its packets too: its replay-storm finding is one more alert of that fault, not a false replay storm)
 GRACE_S: Final[Mapping[str, float]] = {k.name: k.grace_s for k in KINDS}
 MIN_VISIBLE_S: Final[Mapping[str, float]] = {k.name: k.min_visible_s for k in KINDS if k.min_visible_s}
-HARD: Final = tuple(k.name for k in KINDS if k.hard)
-DETECTED_BY: Final[Mapping[str, tuple[str, ...]]] = {k.name: k.detected_by for k in KINDS if k.detected_by}
+#: the hard classes whose own finding must come at once (a counted one's cannot: its GPU's state must)
+PROMPT: Final = tuple(k.name for k in KINDS if k.hard and not k.counted)
 ALSO_SHOWS: Final[Mapping[str, tuple[str, ...]]] = {k.name: k.also_shows for k in KINDS if k.also_shows}
 
 
@@ -171,8 +170,7 @@ class Truth:
         """``e`` is an episode of this truth's kind on its GPU (or node), active while it could be detected."""
         r = self.record
         same_place = (e.cluster, e.node) == (r.cluster, r.node) and (r.gpu_uuid is None or e.gpu_uuid == r.gpu_uuid)
-        kinds = DETECTED_BY.get(r.fault, (r.fault,))
-        return e.detector in kinds and same_place and e.overlaps(r.start_ns - tolerance_ns, self.grace_end_ns)
+        return e.detector == r.fault and same_place and e.overlaps(r.start_ns - tolerance_ns, self.grace_end_ns)
 
 
 def truths(
@@ -596,7 +594,7 @@ def failures(ev: Evaluation, thresholds: Thresholds, milder_above: Mapping[str, 
         elif (c.f1 or 0.0) < thresholds.f1_min:
             out.append(f"{c.fault}: F1 {c.f1:.2f} < {thresholds.f1_min}")
         median = c.delay_median_s
-        if c.fault in HARD and median is not None and median >= thresholds.hard_delay_median_s:
+        if c.fault in PROMPT and median is not None and median >= thresholds.hard_delay_median_s:
             out.append(f"{c.fault}: median detection delay {median:.0f} s >= {thresholds.hard_delay_median_s:g} s")
     for fault, n in sorted(ev.unplaced.items()):
         if n:

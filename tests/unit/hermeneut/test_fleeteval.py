@@ -49,10 +49,15 @@ def test_faults_come_after_learning_and_each_class_is_placed_or_reported(outcome
 
 
 def test_hard_events_are_found_at_once(outcome: Outcome) -> None:
+    """Each hard fault's GPU takes its state within 5 s; its own finding comes at once, but a storm's, which needs
+    ``storm_count`` XIDs (its first XID's ``xid`` finding is what gives the state at once)."""
     for fault in HARD:
         c = outcome.after.by_class(fault)
         assert c is not None and c.faults == PLAN.per_class, fault
-        assert c.detected == c.faults and c.delay_median_s == 0.0, (fault, c)
+        assert c.detected == c.faults, (fault, c)
+        assert c.delay_median_s == 0.0 if fault != "xid-storm" else c.delay_median_s > 0.0, (fault, c)
+    for h in outcome.after.health:
+        assert h.in_time(5.0) == h.faults, h
 
 
 def test_the_seed_line_names_its_own_paging_false_alarms(outcome: Outcome) -> None:
