@@ -35,7 +35,8 @@
   bigger model state). Info. A checkpoint is the inferred ``checkpoint`` phase (it needs PCIe tx), or, from power
   alone as nvidia-smi and dcgm-exporter logs carry it, a checkpoint-like dip: the GPU drawing under ``DIP_RATIO`` of
   its recent peak power (the highest, decaying over ``PEAK_TAU_S``) while a job holds it and its utilization stays
-  above ``IDLE_UTIL`` (not for serving): issue 38's job that checkpoints 10 times more often draws a median 150 W
+  above ``IDLE_UTIL`` (not for serving, nor for an application nobody named: a server's falling demand dips the
+  same way): issue 38's job that checkpoints 10 times more often draws a median 150 W
   against 547 W at unchanged utilization. Not a dip while a finding that holds the GPU's power down on its own is
   open on it (:data:`HELD_BACK`: a power brake or cap holds the power, thermal slowdown cuts the clocks, a GPU on a
   downed NVLink or a degraded PCIe link waits for its transfers): its power then says that fault, not a
@@ -152,13 +153,15 @@ class Changes:
         allocated: np.ndarray,
         restarted: np.ndarray,
         serving: np.ndarray,
+        named: np.ndarray,
         out: list[Finding],
         leak_ended: np.ndarray | None = None,
     ) -> None:
         """One row per GPU ``g``: ``phase`` its phase index, ``dt_s`` seconds since its previous row, ``allocated``
         whether a job holds it, ``restarted`` whether its compute processes changed in this row, ``serving``
-        whether it serves requests, ``leak_ended`` whether an open memory leak ended in this row because memory fell
-        (its cleared finding tells the fall: not a collapse of its own)."""
+        whether it serves requests, ``named`` whether a context source or the classifier names its application,
+        ``leak_ended`` whether an open memory leak ended in this row because memory fell (its cleared finding tells
+        the fall: not a collapse of its own)."""
         st = self.state
         self._went_on(g, ts, allocated, serving, out)
         used, total = col(m, "memory_used_bytes"), col(m, "memory_total_bytes")
@@ -179,8 +182,10 @@ class Changes:
         procs = self.jobs.processes[g]
         cliff &= ~np.isin(procs, NO_WORK[1:])  # a process list without compute processes: the work ended
         # a dip is the job still at work at a fraction of its power; a GPU that idles (a stopped or hung job: the
-        # cliff's case) or serves requests (it idles between them) is not in a checkpoint
-        dips = self._dips(g, col(m, "power_watts"), dt_s, new_job) & ~lt(util, IDLE_UTIL) & ~serving
+        # cliff's case) or serves requests (it idles between them) is not in a checkpoint, and one whose application
+        # nobody named may be a server whose demand fell (seed 44556's day one at 60 s: an unnamed LLM server's
+        # evening, its load from 90% to 10%, read as 42% of its time in checkpoints)
+        dips = self._dips(g, col(m, "power_watts"), dt_s, new_job) & ~lt(util, IDLE_UTIL) & ~serving & named
         for name in HELD_BACK:
             dips &= ~self.report.gpus.active(g, name)
         dips &= ~self._waiting(g)

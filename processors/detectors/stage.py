@@ -21,6 +21,7 @@ import numpy as np
 from pipeline.config import DetectorSettings
 from pipeline.events import METRIC_INDEX, SERVING, Finding, GpuEvent, InterpretedBatch, Workload
 from pipeline.kinds import PCIE_NARROW
+from processors.classify import UNKNOWN
 from processors.detectors import brake, idle, links, thermal
 from processors.detectors.brake import Brake
 from processors.detectors.changes import Changes
@@ -246,6 +247,7 @@ class Detectors:
         # process is not a job)
         held = allocated | computing([b.processes[i] for i in order.tolist()], m[:, METRIC_INDEX["process_count"]])
         serving = np.array([(w := b.workload[i]) is not None and w.application in SERVING for i in order.tolist()])
+        named = np.array([(w := b.workload[i]) is not None and w.application not in ("", UNKNOWN) for i in order])
         phase = np.array([PHASE_INDEX.get(b.phase[i] or "", -1) for i in order.tolist()], dtype=np.int64)
         full_width, narrow_opens, narrow_closes = self.links.widths(s, m)
         back = (prev_ts >= 0) & (ts - prev_ts >= links.REBOOT_S * S)
@@ -269,7 +271,7 @@ class Detectors:
             leak_fell = self.memory.step(g, t, m[rows], rel[rows], out)
             self.stragglers.step(g, t, m[rows], rel[rows])
             self.changes.step(
-                g, t, m[rows], phase[rows], dt_s[rows], held[rows], started, serving[rows], out, leak_fell
+                g, t, m[rows], phase[rows], dt_s[rows], held[rows], started, serving[rows], named[rows], out, leak_fell
             )
             self.hard_errors.returns(g, t)
             self.latest.ts[g] = np.maximum(self.latest.ts[g], t)  # a late row of the lane does not set it back

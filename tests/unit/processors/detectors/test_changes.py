@@ -289,3 +289,21 @@ def test_checkpoints_taking_the_jobs_time_are_a_phase_shift() -> None:
     event = starts(found)[0]
     assert event.severity == "info" and T0 + 7200 * S < event.ts_ns < T0 + 9000 * S
     assert event.evidence["checkpoint_share_recent"] >= 5 * event.evidence["checkpoint_share_earlier"]
+
+
+def test_a_fall_of_demand_on_a_gpu_whose_application_nobody_named_is_no_phase_shift() -> None:
+    """Seed 44556's day one at 60 s: an LLM server on a node without context (no classifier yet) served at 90%
+    utilization for 1.5 hours, then its evening came (10%, a fifth of its power). Its low power read as 42% of its
+    time in checkpoint-like dips, a phase shift; nobody said it trains. GPUs 0-3 run unnamed compute processes, GPUs
+    4-7 a named pre-training job: only the named job's dips are checkpoints."""
+
+    def shape(t: int, _gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if t >= 5400:
+            return m | {"utilization_gpu_percent": 10.0, "sm_active_percent": 6.0, "power_watts": 110.0}
+        return m
+
+    def job(_t: int, gpu: int) -> Workload | None:
+        return pretraining(_t, gpu) if gpu >= 4 else None
+
+    _det, found, _ = run(9000, shape, job=job, interval=60, processes=_same_process)
+    assert kinds(found) == {("phase-shift", f"GPU-{g}") for g in range(4, 8)}
