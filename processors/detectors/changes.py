@@ -182,15 +182,17 @@ class Changes:
         procs = self.jobs.processes[g]
         cliff &= ~np.isin(procs, NO_WORK[1:])  # a process list without compute processes: the work ended
         # a dip is the job still at work at a fraction of its power; a GPU that idles (a stopped or hung job: the
-        # cliff's case) or serves requests (it idles between them) is not in a checkpoint, and one whose application
+        # cliff's case) or serves requests (it idles between them) is not in a checkpoint; one whose application
         # nobody named may be a server whose demand fell (seed 44556's day one at 60 s: an unnamed LLM server's
-        # evening, its load from 90% to 10%, read as 42% of its time in checkpoints)
-        dips = self._dips(g, col(m, "power_watts"), dt_s, new_job) & ~lt(util, IDLE_UTIL) & ~serving & named
+        # evening, its load from 90% to 10%, read as 42% of its time in checkpoints), so its rows are not judged
+        dips = self._dips(g, col(m, "power_watts"), dt_s, new_job) & ~lt(util, IDLE_UTIL) & ~serving
         for name in HELD_BACK:
             dips &= ~self.report.gpus.active(g, name)
         dips &= ~self._waiting(g)
         checkpoint = (phase == _CHECKPOINT) | (allocated & dips)
-        recent, earlier, span = self._checkpoint_shares(g, ts, checkpoint, dt_s, new_job)
+        # only rows of a named application count, either way (a classification that comes and goes must not make
+        # the unnamed rows the job's "earlier" time without checkpoints)
+        recent, earlier, span = self._checkpoint_shares(g, ts, checkpoint, np.where(named, dt_s, 0.0), new_job)
         shifted = allocated & (span >= EARLIER_MIN_S) & (recent >= SHIFT_FACTOR * earlier)
         shifted &= recent >= earlier + SHIFT_POINTS
         for c, (name, hit) in enumerate(((COLLAPSE, collapsed), (CLIFF, cliff), (PHASE_SHIFT, shifted))):
@@ -269,7 +271,7 @@ class Changes:
         self, g: np.ndarray, ts: np.ndarray, checkpoint: np.ndarray, dt_s: np.ndarray, new_job: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per GPU: the share of the recent window in checkpoints, the share of the job's time before it, and how
-        long that earlier time is (seconds)."""
+        long that earlier time is (seconds); ``dt_s`` is what each row counts for (0: a row not judged)."""
         st = self.state
         st.ckpt[g[new_job]], st.seconds[g[new_job]] = 0.0, 0.0
         st.total_ckpt[g[new_job]], st.total_s[g[new_job]] = 0.0, 0.0

@@ -240,12 +240,17 @@ class FaultInjector:
             e.nvl_replay += rng.binomial(crc, 0.02)  # a CRC error is a replayed flit; a few need a second try
         storm = np.flatnonzero(e.xid_interval > 0)
         if len(storm):
-            fire = storm[rng.random(len(storm)) < dt / e.xid_interval[storm]]
-            for g in fire.tolist():
-                code = _draw_xid(rng)
-                out.events.append((int(self._node_of[g]), self._event(g, now.ts_ns, EventKind.XID, code)))
-                if code in (43, 45):  # the channel was torn down: the application restarts
-                    e.stall_until[g] = now.now_s + rng.uniform(2, 6)
+            # XIDs come in real time, however seldom the GPU is sampled: a Poisson count over the time since the
+            # last round (or the storm's start), each at its own moment in it
+            span = np.minimum(dt, now.now_s - e.xid_from_s[storm])
+            counts = rng.poisson(span / e.xid_interval[storm])
+            for g, k, within in zip(storm.tolist(), counts.tolist(), span.tolist(), strict=True):
+                for ago in np.sort(rng.uniform(0.0, within, k))[::-1].tolist():
+                    code = _draw_xid(rng)
+                    event = self._event(g, now.ts_ns - int(ago * 1e9), EventKind.XID, code)
+                    out.events.append((int(self._node_of[g]), event))
+                    if code in (43, 45):  # the channel was torn down: the application restarts
+                        e.stall_until[g] = now.now_s + rng.uniform(2, 6)
         if self.benign_events:
             # a user's bug now and then: a single application XID on a healthy GPU, about one per 5 GPU-days
             benign = busy & ~self.gpu_fault & (rng.random(n) < dt * 0.2 / _DAY_S) & self.view.nvidia
@@ -526,6 +531,7 @@ class FaultInjector:
     def _start_xid_storm(self, g: int, now: Now, _duration: float, magnitude: float | None) -> Started:
         interval = float(self.rng.uniform(3, 15)) if magnitude is None else magnitude
         self.effects.xid_interval[g] = interval
+        self.effects.xid_from_s[g] = now.now_s
         code = _draw_xid(self.rng)
         event = (int(self._node_of[g]), self._event(g, now.ts_ns, EventKind.XID, code))
         codes = "/".join(str(c) for c, _ in STORM_XIDS)

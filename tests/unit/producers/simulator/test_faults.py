@@ -522,3 +522,21 @@ def test_durations_keep_the_trace_order() -> None:
     assert median["xid-storm"] < median["pcie-link-degraded"]
     assert median["pcie-aer-storm"] == pytest.approx(median["pcie-link-degraded"], rel=0.3)  # repaired as a PCIe link
     assert median["ecc-uncorrectable"] < median["fallen-off-bus"] <= median["power-capping"]
+
+
+def test_an_xid_storm_keeps_its_rate_when_the_fleet_is_sampled_once_a_minute() -> None:
+    """XIDs are kernel-log events, in real time: a storm of one every 3-15 s gives 4-20 a minute, each at its own
+    moment, however seldom the GPUs are read. At 60 s rounds it had given one per round (seed 44556 at 60 s: storms
+    "about every 25 s" made 6 XIDs in 5 minutes, two of them XID 45, and no storm)."""
+    plan = FaultPlan(rate_scale=0, injections=(Injection("xid-storm", 120, 600),))
+    fleet = Fleet(4, GPN, seed=5, faults=plan, extras=True)
+    records, xids = [], []
+    for r in range(16):
+        sim = fleet.round(T0 + r * 60 * 10**9)
+        records += [g for g in sim.ground_truth if g.fault == "xid-storm"]
+        xids += [e for b in sim.batches for e in b.events if e.kind == EventKind.XID]
+    (storm,) = records
+    mine = [e for e in xids if e.gpu_uuid == storm.gpu_uuid]
+    assert all(storm.start_ns <= e.ts_ns < storm.end_ns for e in mine)
+    assert len(mine) >= 30  # 10 rounds of the storm: 40-200 expected, 10 when capped at one a round
+    assert len({e.ts_ns for e in mine}) > 10 and [e.ts_ns for e in mine] == sorted(e.ts_ns for e in mine)
