@@ -15,7 +15,8 @@ utilization and power (nvidia-smi, dcgm-exporter at 1-60 s), over the job's peer
 - *starved*: at least ``SHARE_OF_GPUS`` of the job's GPUs idle (utilization under ``IDLE_UTIL``) in a share of
   their readings between ``STARVE_MIN`` and ``STARVE_MAX`` over the last ``SUSTAIN`` windows (90 s) together, in at
   least ``STRETCHES`` separate idle stretches (an idle reading after a working one): working in fits and starts,
-  waiting on input (a data loader, a storage or network stall). A checkpoint is one contiguous dip, one stretch
+  waiting on input (a data loader, a storage or network stall); judged only for a job whose application is named
+  and serves no requests (a server idles between requests). A checkpoint is one contiguous dip, one stretch
   however long it lasts; a job that stopped is idle in every reading (the ``utilization-cliff`` rule's case). The
   share is counted over the span's readings, not window by window: a poller every 10 s reads 3 instants a window,
   and a window of 60% idle seconds reads all idle or all busy in 28% of windows (0.6^3 + 0.4^3), which broke the
@@ -32,8 +33,9 @@ Spans are counted in time, not in windows with readings: a poller every 60 s fil
 each of its readings stands for its minute (as a sample stands for its interval in ``pipeline/usage.py``), so a
 window with readings counts for the windows since the job's previous one, up to ``MAX_STEP`` (counting windows with
 readings, the 90 s a brake must hold was 150 s at 60 s sampling, and the warm-up 90 s). A longer gap (the job
-silent) breaks the runs and the span: what it did meanwhile is unknown. Two readings a minute apart hold at most
-one idle stretch, so starvation is not told at 60 s sampling; at 30 s it takes idle, busy, idle in a row. The
+silent) breaks the runs and the span: what it did meanwhile is unknown. A span also holds ``MIN_READINGS`` (9)
+readings, as many as a 10 s poller's 90 s: at 30 s it grows to 4.5 minutes, at 60 s to 9 (90 s at 30 s held 3
+instants, and idle, busy, idle is what a healthy job's data-loading pauses give now and then). The
 finding clears after ``CLEAR`` windows without either condition. One finding per job, on the node of the job's
 first GPU (``gpu_uuid`` None), naming every GPU of the job. Starvation is a warning (idle in fits and starts, the
 job runs slower). A brake the SM clock confirms is a warning; one without a clock logged is info: the same
@@ -66,8 +68,9 @@ from typing import Final
 
 import numpy as np
 
-from pipeline.events import Finding, Severity
+from pipeline.events import SERVING, Finding, Severity
 from pipeline.kinds import JOB_SLOWDOWN
+from processors.classify import UNKNOWN
 from processors.detectors.columns import fmt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import Latest
@@ -87,6 +90,9 @@ STRETCHES: Final = 2
 #: 30 s window empty between two with readings
 MAX_STEP: Final = 2
 SUSTAIN: Final = 3
+#: the readings per GPU (median) a span must hold besides its time: as many as a 10 s poller's 90 s hold, which the
+#: rule's shares and their standard error were set for; a 30 s poller's span grows to 4.5 minutes, a 60 s one's to 9
+MIN_READINGS: Final = 9
 CLEAR: Final = 2
 WARM: Final = 2
 _BRAKE, _STARVED = 1, 2
@@ -149,11 +155,13 @@ class Readings:
     clock: np.ndarray
 
 
-def span_idle(span: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def span_idle(
+    span: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per GPU over a span of windows (GPUs that joined later padded with none): the share of its readings idle, that
     share less its standard error (``sqrt(p(1-p)/n)``: 9 readings of a job idle 10% of its seconds read 3 idle
-    ones 5% of the time; the share a starved job is judged by must stand clear of that), and the idle stretches
-    begun."""
+    ones 5% of the time; the share a starved job is judged by must stand clear of that), the idle stretches begun,
+    and its readings."""
     n = max(len(w[0]) for w in span)
     idle, rows, stretches = (
         np.sum([np.pad(a, (0, n - len(a))) for a in arrays], axis=0)
@@ -161,13 +169,27 @@ def span_idle(span: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]]) -> tup
     )
     with np.errstate(invalid="ignore", divide="ignore"):
         share = idle / rows
-        return np.asarray(share), np.asarray(share - np.sqrt(share * (1.0 - share) / rows)), np.asarray(stretches)
+        low = share - np.sqrt(share * (1.0 - share) / rows)
+        return np.asarray(share), np.asarray(low), np.asarray(stretches), np.asarray(rows)
 
 
-def pace_step(state: JobPaceState, w: Readings, explained: bool = False, steps: int = 1) -> JobWindow:
+def _covers(span: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]]) -> bool:
+    """A span long enough to judge: ``SUSTAIN`` windows of time, and ``MIN_READINGS`` readings of its GPUs (their
+    median): at 30 s sampling 90 s hold 3 instants, and idle, busy, idle is what a healthy job's own data-loading
+    pauses give now and then (seed 55667's day one at 30 s: three false starvation warnings)."""
+    if sum(e[3] for e in span) < SUSTAIN:
+        return False
+    rows = span_idle(span)[3]
+    return bool(np.median(rows[rows > 0]) >= MIN_READINGS) if (rows > 0).any() else False
+
+
+def pace_step(
+    state: JobPaceState, w: Readings, explained: bool = False, steps: int = 1, trains: bool = True
+) -> JobWindow:
     """Advance one job by one window of :class:`Readings`, ``steps`` windows after its previous one with readings;
     ``explained``: a finding that slows its GPUs (a power cap, thermal...) holds, so low power is that finding's,
-    not a brake of this rule's. Pure apart from ``state``, which it updates."""
+    not a brake of this rule's; ``trains``: its application is named and serves no requests, so idling in fits and
+    starts is waiting on its input (a server idles between requests). Pure apart from ``state``, which it updates."""
     util, power = w.util, w.power
     seen = ~np.isnan(util)
     n = int(seen.sum())
@@ -180,15 +202,15 @@ def pace_step(state: JobPaceState, w: Readings, explained: bool = False, steps: 
         *state.span,
         (np.where(seen, w.idle * w.rows, 0.0), np.where(seen, w.rows, 0.0), np.where(seen, w.stretches, 0.0), steps),
     ]
-    while len(span) > 1 and sum(e[3] for e in span[1:]) >= SUSTAIN:
+    while len(span) > 1 and _covers(span[1:]):
         span.pop(0)
     state.span = span
-    share, low, stretches = span_idle(span)
+    share, low, stretches, _rows = span_idle(span)
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a window with no power column: an all-NaN median
         busy = np.count_nonzero(util >= BUSY_UTIL) >= SHARE_OF_GPUS * n
         spread = seen & (low >= STARVE_MIN) & (share <= STARVE_MAX) & (stretches >= STRETCHES)
-        full = sum(e[3] for e in span) >= SUSTAIN
+        full = _covers(span)
         fits = full and np.count_nonzero(spread) >= SHARE_OF_GPUS * n
         watts = float(np.nanmedian(power))
         mid_util, mid_idle = float(np.nanmedian(util)), float(np.nanmedian(share[seen]))
@@ -201,7 +223,7 @@ def pace_step(state: JobPaceState, w: Readings, explained: bool = False, steps: 
     clock_known = not (math.isnan(clock) or math.isnan(ref_clock))
     lighter = low_power and clock_known and clock > CLOCK_RATIO * ref_clock
     braked = low_power and not lighter
-    starved = warm and fits
+    starved = warm and fits and trains
     if busy and not low_power and not explained and watts == watts:  # noqa: PLR0124 (NaN test)
         state.reference_watts = watts if ref != ref else max(ref, watts)  # noqa: PLR0124
         state.busy_windows += steps
@@ -294,7 +316,11 @@ class JobPace:
         )
         window_ns = int(window_s * 1e9)
         steps = 1 if state.last_ns < 0 else max(1, round((ts - state.last_ns) / window_ns))
-        verdict = pace_step(state, readings, explained, steps)
+        # starvation is a computing job's: a server idles between requests, and a job nobody named may be one (seed
+        # 55667's day one at 30 s: a Stable Diffusion server's quiet minutes read as "waits on its input")
+        apps = [w.application for w in self.latest.workload[members] if w is not None]
+        trains = bool(apps) and not any(a in SERVING or a in ("", UNKNOWN) for a in apps)
+        verdict = pace_step(state, readings, explained, steps, trains)
         if verdict.gpus >= 2:
             state.last_ns = ts
         node = int(self.slots.node_of[members[0]])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.events import GpuProcess, Workload
 from processors.detectors.job_pace import CLOCK_RATIO
 from tests.unit.processors.detectors.driver import T0, S, run, starts
 
@@ -69,3 +70,47 @@ def test_a_small_power_dip_is_no_brake_whatever_the_clock() -> None:
     """At 85% of its power (above the 0.75 power ratio) the job is not braked, even at a lower clock."""
     _det, found, _ = run(600, _job_at(0.8, power_share=0.85))
     assert starts(found) == []
+
+
+def _python(_t: int, gpu: int) -> tuple[GpuProcess, ...]:
+    return (GpuProcess(7000 + gpu, "python", None),)
+
+
+def _idle_at(idle: set[int]):
+    def shape(t: int, _gpu: int, m: dict[str, float]) -> dict[str, float]:
+        if t in idle:
+            return m | {"utilization_gpu_percent": 0.0, "sm_active_percent": 0.0, "power_watts": 90.0}
+        return m
+
+    return shape
+
+
+def test_three_readings_30_s_apart_are_too_few_to_call_a_job_starved() -> None:
+    """Seed 55667's day one at 30 s: a healthy job's data-loading pauses caught twice in three readings (idle, busy,
+    idle) made 90 s "idle 67% of the time, in fits and starts", three false warnings. Nine readings are asked, as a
+    10 s poller's 90 s hold: the same pauses are no finding, and a job idle in every other reading for ten minutes
+    is one."""
+    pauses = {900, 960, 2100, 2160}
+    _det, found, _ = run(3600, _idle_at(pauses), gpus=2, interval=30)
+    assert not [f for f in found if f.detector == "job-slowdown"]
+    starved = set(range(900, 1500, 60))
+    _det, found, _ = run(3600, _idle_at(starved), gpus=2, interval=30)
+    (first,) = starts(found)
+    assert first.detector == "job-slowdown" and "waits on its input" in first.summary
+    assert T0 + 900 * S < first.ts_ns <= T0 + 1500 * S
+
+
+@pytest.mark.parametrize("application", ["stable-diffusion-inference", None])
+def test_a_server_idle_between_requests_is_not_starved(application: str | None) -> None:
+    """Seed 55667's day one at 30 s: a 2-GPU Stable Diffusion server, busy in one reading of two or three for an hour,
+    was "the job waits on its input" five times. A server idles between requests; a job nobody named may be one:
+    neither is judged starved (the same readings of a training job are, above)."""
+
+    def job(_t: int, _gpu: int) -> Workload | None:
+        if application is None:
+            return None
+        return Workload(application, job_id="sd-1", source="simulator", confidence=1.0, job_gpus=2)
+
+    starved = set(range(900, 1500, 60))
+    _det, found, _ = run(3600, _idle_at(starved), job=job, gpus=2, interval=30, processes=_python)
+    assert not [f for f in found if f.detector == "job-slowdown"]
