@@ -22,12 +22,20 @@ from typing import Any, Final
 import numpy as np
 
 from pipeline.baselines import ClassifierRecord
+from pipeline.events import Workload
 from processors.features import FEATURE_NAMES
 from processors.state import GpuKey, GpuSlots, column
 
 STATS: Final = ("mean", "std", "min", "max")
 INPUTS: Final[tuple[str, ...]] = tuple(f"{f}:{s}" for s in (*STATS, "present") for f in FEATURE_NAMES)
 UNKNOWN: Final = "unknown"
+
+
+def named(workload: Workload | None) -> bool:
+    """A context source or the classifier names the application (not nothing, not ``unknown``)."""
+    return workload is not None and workload.application not in ("", UNKNOWN)
+
+
 #: a GPU needs this many samples in its window before it is classified
 MIN_SAMPLES: Final = 5
 

@@ -70,7 +70,7 @@ import numpy as np
 
 from pipeline.events import SERVING, Finding, Severity
 from pipeline.kinds import JOB_SLOWDOWN
-from processors.classify import UNKNOWN
+from processors.classify import named
 from processors.detectors.columns import fmt
 from processors.detectors.findings import Reporter
 from processors.detectors.gpus import Latest
@@ -318,8 +318,8 @@ class JobPace:
         steps = 1 if state.last_ns < 0 else max(1, round((ts - state.last_ns) / window_ns))
         # starvation is a computing job's: a server idles between requests, and a job nobody named may be one (seed
         # 55667's day one at 30 s: a Stable Diffusion server's quiet minutes read as "waits on its input")
-        apps = [w.application for w in self.latest.workload[members] if w is not None]
-        trains = bool(apps) and not any(a in SERVING or a in ("", UNKNOWN) for a in apps)
+        workloads = [w for w in self.latest.workload[members] if w is not None]
+        trains = bool(workloads) and all(named(w) and w.application not in SERVING for w in workloads)
         verdict = pace_step(state, readings, explained, steps, trains)
         if verdict.gpus >= 2:
             state.last_ns = ts
@@ -344,10 +344,10 @@ class JobPace:
     def describe_node(self, name: str, slots: np.ndarray) -> Description:
         node = int(self.slots.node_of[int(slots[0])])
         key, members, w, window_s = self._open[node]
-        named = group_job(key)
+        group = group_job(key)
         gpus = (
-            f"all {w.gpus} GPUs of job {named.split('/', 1)[-1]}"
-            if named.startswith("job:")
+            f"all {w.gpus} GPUs of job {group.split('/', 1)[-1]}"
+            if group.startswith("job:")
             else (f"all {w.gpus} GPUs of one job")
         )
         minutes = fmt(w.seconds * window_s / 60, " min", 1)

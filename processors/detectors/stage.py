@@ -21,7 +21,7 @@ import numpy as np
 from pipeline.config import DetectorSettings
 from pipeline.events import METRIC_INDEX, SERVING, Finding, GpuEvent, InterpretedBatch, Workload
 from pipeline.kinds import PCIE_NARROW
-from processors.classify import UNKNOWN
+from processors import classify
 from processors.detectors import brake, idle, links, thermal
 from processors.detectors.brake import Brake
 from processors.detectors.changes import Changes
@@ -247,7 +247,7 @@ class Detectors:
         # process is not a job)
         held = allocated | computing([b.processes[i] for i in order.tolist()], m[:, METRIC_INDEX["process_count"]])
         serving = np.array([(w := b.workload[i]) is not None and w.application in SERVING for i in order.tolist()])
-        named = np.array([(w := b.workload[i]) is not None and w.application not in ("", UNKNOWN) for i in order])
+        named = np.array([classify.named(b.workload[i]) for i in order])
         phase = np.array([PHASE_INDEX.get(b.phase[i] or "", -1) for i in order.tolist()], dtype=np.int64)
         full_width, narrow_opens, narrow_closes = self.links.widths(s, m)
         back = (prev_ts >= 0) & (ts - prev_ts >= links.REBOOT_S * S)

@@ -15,6 +15,14 @@ from tests.unit.processors.detectors.driver import (
 )
 
 SW_THERMAL = pynvml.nvmlClocksThrottleReasonSwThermalSlowdown
+#: a busy die held at its slowdown temperature by its controller, the memory under its maximum
+DIE_AT_SLOWDOWN = {
+    "temperature_gpu_celsius": 88.0,
+    "temperature_memory_celsius": 83.0,
+    "sm_clock_mhz": 1300.0,
+    "throttle_reasons_mask": float(HW_THERMAL | SW_THERMAL),
+    "utilization_gpu_percent": 97.0,
+}
 
 
 def test_thermal_throttling_starts_repeats_clears_and_explains() -> None:
@@ -125,9 +133,7 @@ def test_the_end_of_the_dies_slowdown_is_not_the_memorys() -> None:
     def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
         m = m | {"temperature_memory_max_celsius": 95.0}
         if gpu == 2 and 300 <= t < 600:  # the die at its slowdown
-            return m | {"temperature_gpu_celsius": 88.0, "temperature_memory_celsius": 83.0, "sm_clock_mhz": 1300.0,
-                        "throttle_reasons_mask": float(HW_THERMAL | SW_THERMAL),
-                        "utilization_gpu_percent": 97.0}  # fmt: skip
+            return m | DIE_AT_SLOWDOWN
         if gpu == 2 and 600 <= t < 700:  # cooled, the reason still set while the clocks come back
             return m | {"temperature_gpu_celsius": 40.0, "temperature_memory_celsius": 49.0, "sm_clock_mhz": 1500.0,
                         "throttle_reasons_mask": float(SW_THERMAL), "utilization_gpu_percent": 97.0}  # fmt: skip
@@ -150,9 +156,7 @@ def test_an_hbm_slowdown_after_the_dies_is_the_memorys_own() -> None:
     def shape(t: int, gpu: int, m: dict[str, float]) -> dict[str, float]:
         m = m | {"temperature_memory_max_celsius": 95.0}
         if gpu == 2 and 300 <= t < 900:  # the die at its slowdown
-            return m | {"temperature_gpu_celsius": 88.0, "temperature_memory_celsius": 83.0, "sm_clock_mhz": 1300.0,
-                        "throttle_reasons_mask": float(HW_THERMAL | SW_THERMAL),
-                        "utilization_gpu_percent": 97.0}  # fmt: skip
+            return m | DIE_AT_SLOWDOWN
         if gpu == 2 and 1620 <= t < 3000:  # the memory at its maximum, the die cool
             return m | {"temperature_gpu_celsius": 45.0, "temperature_memory_celsius": 96.0, "sm_clock_mhz": 1300.0,
                         "throttle_reasons_mask": float(SW_THERMAL), "utilization_gpu_percent": 97.0}  # fmt: skip
